@@ -1,0 +1,4 @@
+// Package conformance is the test suite every SQL store runs: the same cases, on a
+// real database, against store/sqlite and store/postgres alike. A store's test calls
+// Run with a Harness that opens a fresh database per test.
+package conformance

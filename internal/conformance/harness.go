@@ -1,0 +1,136 @@
+package conformance
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/stretchr/testify/require"
+)
+
+// Harness is what a store gives the suite.
+type Harness struct {
+	// Dialect is the store's dialect, used to build stores of the suite's types.
+	Dialect sqlstore.Dialect
+	// Open returns a new, empty database owned by the test (closed by its cleanup).
+	Open func(tb testing.TB) refset.Database
+	// Reopen returns a second, independent handle on the same database as db, as
+	// another process would have (closed by the test's cleanup).
+	Reopen func(tb testing.TB, db refset.Database) refset.Database
+	// Types are the dialect's column types.
+	Types Types
+}
+
+// Types are column types of a dialect.
+type Types struct {
+	Text, Int, Bytes, Time, Bool, Float string
+}
+
+// env is one test's database.
+type env struct {
+	h  Harness
+	db refset.Database
+}
+
+func newEnv(tb testing.TB, h Harness) *env {
+	tb.Helper()
+	return &env{h: h, db: h.Open(tb)}
+}
+
+// sql rewrites a statement written with ? placeholders and {Text}-style type names
+// into the dialect's.
+func (e *env) sql(q string) string {
+	q = strings.NewReplacer("{Text}", e.h.Types.Text, "{Int}", e.h.Types.Int, "{Bytes}", e.h.Types.Bytes,
+		"{Time}", e.h.Types.Time, "{Bool}", e.h.Types.Bool, "{Float}", e.h.Types.Float).Replace(q)
+	if e.h.Dialect.Schema() != schema.Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// exec runs plain SQL in its own transaction and returns the translated error.
+func (e *env) exec(ctx context.Context, q string, args ...any) error {
+	return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, e.sql(q), args...)
+		return err
+	})
+}
+
+func (e *env) mustExec(tb testing.TB, q string, args ...any) {
+	tb.Helper()
+	require.NoError(tb, e.exec(context.Background(), q, args...), q)
+}
+
+func (e *env) count(tb testing.TB, table string, where string, args ...any) int {
+	tb.Helper()
+	q := "SELECT COUNT(*) FROM " + table
+	if where != "" {
+		q += " WHERE " + where
+	}
+	var n int
+	require.NoError(tb, e.db.Reader().QueryRowContext(context.Background(), e.sql(q), args...).Scan(&n), q)
+	return n
+}
+
+// block is the suite's main object: a chained block, as in the RFC.
+type block struct {
+	Hash    string  `db:"id"`
+	Prev    *string `db:"prev"`
+	Height  int64   `db:"height"`
+	Payload []byte  `db:"payload"`
+}
+
+func (b block) ID() string { return b.Hash }
+
+// blocksSchema is the RFC's example: blocks chained by a self-reference, and two
+// components' reference tables.
+const blocksSchema = `
+CREATE TABLE blocks (
+    id      {Text} NOT NULL PRIMARY KEY,
+    prev    {Text} REFERENCES blocks (id) ON DELETE RESTRICT,
+    height  {Int} NOT NULL,
+    payload {Bytes}
+);
+CREATE TABLE pending (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+`
+
+// blocks creates the RFC tables and returns a set on them.
+func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
+	tb.Helper()
+	for _, stmt := range strings.Split(blocksSchema, ";") {
+		if strings.TrimSpace(stmt) != "" {
+			e.mustExec(tb, stmt)
+		}
+	}
+	return refset.New[block, string](openStore[block, string](tb, e, "blocks"))
+}
+
+func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, table string) *sqlstore.Store[T, ID] {
+	tb.Helper()
+	s, err := sqlstore.Open[T, ID](context.Background(), e.db, e.h.Dialect, sqlstore.Config{Table: table})
+	require.NoError(tb, err)
+	return s
+}
+
+func mkBlock(hash string, prev string, height int64) block {
+	b := block{Hash: hash, Height: height, Payload: []byte("payload of " + hash)}
+	if prev != "" {
+		b.Prev = &prev
+	}
+	return b
+}

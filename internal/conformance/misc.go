@@ -1,0 +1,282 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testBadIdentifiers(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.blocks(t)
+	e.mustExec(t, `CREATE TABLE x (id {Int} PRIMARY KEY)`)
+	ctx := t.Context()
+	for _, cfg := range []sqlstore.Config{
+		{Table: "blocks; DROP TABLE x"},
+		{Table: `blocks" ; DROP TABLE x; --`},
+		{Table: "blocks", IDColumn: "id; DROP TABLE x"},
+		{Table: "blocks", HoldsTable: "h; DROP TABLE x"},
+		{Table: ""},
+		{Table: "a.b.c"},
+		{Table: "1blocks"},
+		{Table: "blocks", HoldsTable: "schema.h"},
+	} {
+		t.Run(cfg.Table+"|"+cfg.IDColumn+"|"+cfg.HoldsTable, func(t *testing.T) {
+			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, cfg)
+			require.ErrorIs(t, err, refset.ErrInvalidIdentifier)
+		})
+	}
+	assert.Equal(t, 0, e.count(t, "x", ""), "table x survived every attempt")
+}
+
+func testSchemaMismatch(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.blocks(t)
+	e.mustExec(t, `CREATE TABLE nokey (id {Text}, height {Int})`)
+	e.mustExec(t, `CREATE TABLE twokeys (id {Text}, prev {Text}, height {Int}, payload {Bytes}, PRIMARY KEY (id, prev))`)
+	ctx := t.Context()
+
+	cases := []struct {
+		name string
+		open func() error
+	}{
+		{"no such table", func() error {
+			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nosuch"})
+			return err
+		}},
+		{"no primary key", func() error {
+			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nokey"})
+			return err
+		}},
+		{"two-column primary key", func() error {
+			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "twokeys"})
+			return err
+		}},
+		{"id column not the key", func() error {
+			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks", IDColumn: "height"})
+			return err
+		}},
+		{"missing column", func() error {
+			_, err := sqlstore.Open[missingColumn, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			return err
+		}},
+		{"unsupported field type", func() error {
+			_, err := sqlstore.Open[unsupported, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			return err
+		}},
+		{"ID type differs from the key field", func() error {
+			_, err := sqlstore.Open[wrongID, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			return err
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.open()
+			require.ErrorIs(t, err, refset.ErrSchema)
+			t.Log(err)
+		})
+	}
+}
+
+// The mismatch cases' types; embedding block makes them Identifiable.
+type missingColumn struct {
+	block
+	Extra string `db:"extra"`
+}
+
+type unsupported struct {
+	block
+	Ch chan int `db:"ch"`
+}
+
+type wrongID struct {
+	Num int64 `db:"id"`
+}
+
+func (wrongID) ID() string { return "x" }
+
+func testUnitOfWork(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	blocks := e.blocks(t)
+	e.mustExec(t, `CREATE TABLE batches (num {Int} PRIMARY KEY, name {Text} NOT NULL)`)
+	e.mustExec(t, `CREATE TABLE receipts (block_id {Text} NOT NULL REFERENCES blocks (id), note {Text} NOT NULL)`)
+	batches := refset.New[intObj, int64](openStore[intObj, int64](t, e, "batches"))
+	ctx := t.Context()
+	failure := errors.New("the receipts could not be written")
+
+	// Two sets, a hold and the caller's own SQL: all or nothing.
+	unit := func(id string, num int64, fail bool) error {
+		return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			if _, err := blocks.AddTx(ctx, tx, mkBlock(id, "", 0), blocks.Hold("node", 0)); err != nil {
+				return err
+			}
+			if _, err := batches.AddTx(ctx, tx, intObj{Num: num, Name: id}); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO receipts (block_id, note) VALUES (?, ?)`), id, "ok"); err != nil {
+				return err
+			}
+			if fail {
+				return failure
+			}
+			return nil
+		})
+	}
+	require.ErrorIs(t, unit("rolled-back", 1, true), failure)
+	for _, table := range []string{"blocks", "batches", "receipts", "blocks_holds"} {
+		assert.Equal(t, 0, e.count(t, table, ""), table)
+	}
+	require.NoError(t, unit("committed", 2, false))
+	for _, table := range []string{"blocks", "batches", "receipts", "blocks_holds"} {
+		assert.Equal(t, 1, e.count(t, table, ""), table)
+	}
+
+	// An Upgrade and a hand-over inside the caller's transaction commit with it.
+	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		tok, err := blocks.UpgradeTx(ctx, tx, "committed")
+		if err != nil {
+			return err
+		}
+		rel, err := tok.Release(blocks.Unhold("node"))
+		if err != nil {
+			return err
+		}
+		acq, err := rel.Acquire(e.acquireHead())
+		if err != nil {
+			return err
+		}
+		_, err = acq.CompleteTx(ctx, tx)
+		return err
+	}))
+	assert.Equal(t, 0, e.count(t, "blocks_holds", ""))
+	assert.Equal(t, 1, e.count(t, "heads", ""))
+}
+
+func testTxFormsKeepCallerTx(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	_, err := set.Add(ctx, mkBlock("a", "", 0))
+	require.NoError(t, err)
+
+	err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		// A duplicate inside the caller's transaction fails alone...
+		if _, err := set.AddTx(ctx, tx, mkBlock("a", "", 0)); !errors.Is(err, refset.ErrDuplicate) {
+			return fmt.Errorf("want ErrDuplicate, got %v", err)
+		}
+		// ...as does a hand-over whose command fails...
+		tok, err := set.UpgradeTx(ctx, tx, "a")
+		if err != nil {
+			return err
+		}
+		rel, _ := tok.Release(e.releasePending())
+		acq, _ := rel.Acquire(e.acquireHead())
+		if _, err := acq.CompleteTx(ctx, tx); !errors.Is(err, refset.ErrNotFound) {
+			return fmt.Errorf("want ErrNotFound, got %v", err)
+		}
+		// ...and the transaction goes on.
+		_, err = set.AddTx(ctx, tx, mkBlock("b", "a", 1))
+		return err
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, e.count(t, "blocks", ""))
+	assert.Equal(t, 0, e.count(t, "heads", ""))
+
+	_, err = set.AddTx(ctx, nil, mkBlock("c", "", 0))
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+}
+
+// testConcurrentWriters: 32 goroutines adding and handing over at once all succeed;
+// on SQLite none sees "database is locked".
+func testConcurrentWriters(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	const writers, each = 32, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("w%02d-%02d", w, i)
+				tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
+				if err == nil {
+					var rel *refset.Released[string]
+					if rel, err = tok.Release(e.releasePending()); err == nil {
+						var acq *refset.Acquired[string]
+						if acq, err = rel.Acquire(e.acquireHead()); err == nil {
+							_, err = acq.Complete(ctx)
+						}
+					}
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", id, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	assert.Equal(t, writers*each, e.count(t, "heads", ""))
+	assert.Equal(t, 0, e.count(t, "pending", ""))
+}
+
+func testMigrate(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.blocks(t)
+	ctx := t.Context()
+	require.NoError(t, schema.Migrate(ctx, e.db, h.Dialect.Schema()))
+	require.NoError(t, schema.Migrate(ctx, e.db, h.Dialect.Schema()))
+
+	// Several handles on one database, as several processes would have, building the
+	// same store (which migrates) at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		other := h.Reopen(t, e.db)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := sqlstore.Open[block, string](ctx, other, h.Dialect, sqlstore.Config{Table: "blocks"})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, e.count(t, "refset_sets", "table_name = ?", "blocks"))
+	assert.Equal(t, 1, e.count(t, "refset_schema_version", "component = ?", "core"))
+	assert.Equal(t, 1, e.count(t, "refset_schema_version", "component = ?", "set:blocks"))
+}
+
+func testClosed(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	tok, err := set.Add(ctx, mkBlock("a", "", 0))
+	require.NoError(t, err)
+	closer, ok := e.db.(interface{ Close() error })
+	require.True(t, ok)
+	require.NoError(t, closer.Close())
+	_, err = set.Add(ctx, mkBlock("b", "", 0))
+	require.ErrorIs(t, err, refset.ErrClosed)
+	_, err = set.Upgrade(ctx, "a")
+	require.ErrorIs(t, err, refset.ErrClosed)
+	_, err = set.Get(ctx, tok)
+	require.ErrorIs(t, err, refset.ErrClosed)
+}
+

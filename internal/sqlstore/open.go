@@ -1,0 +1,110 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// Dialect is what a store package tells Open about its database.
+type Dialect interface {
+	// Schema names the dialect's embedded migrations.
+	Schema() schema.Dialect
+	// Columns reads a table's columns from the catalog; none if it does not exist.
+	Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]Column, error)
+	// Statements writes the SQL of a resolved table.
+	Statements(t Table) Statements
+}
+
+// Config names a set's table. The store packages document it to users.
+type Config struct {
+	Table      string // the object table, optionally schema-qualified (Postgres)
+	IDColumn   string // "" means the table's primary key
+	HoldsTable string // "" means Table + "_holds", in the same schema
+}
+
+// Open checks cfg and the struct T against the catalog, creates the set's holds table
+// if needed (schema.MigrateSet), and returns the store.
+func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Store[T, ID], error) {
+	table, err := sqlident.Parse(cfg.Table, true)
+	if err != nil {
+		return nil, err
+	}
+	holdsName := cfg.HoldsTable
+	if holdsName == "" {
+		holdsName = table.Name + "_holds"
+	}
+	holds, err := table.WithName(holdsName)
+	if err != nil {
+		return nil, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
+	}
+	cols, err := d.Columns(ctx, db.Reader(), table)
+	if err != nil {
+		return nil, fmt.Errorf("refset: reading the columns of %s: %w", table, db.TranslateError(err, ""))
+	}
+	t, err := Resolve[T, ID](table, cfg.IDColumn, cols)
+	if err != nil {
+		return nil, err
+	}
+	t.Holds = holds
+	err = schema.MigrateSet(ctx, db, d.Schema(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds})
+	if err != nil {
+		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
+	}
+	return New[T, ID](db, t, d.Statements(t)), nil
+}
+
+// Columns joins quoted column names with ", ".
+func QuotedColumns(cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = `"` + c + `"`
+	}
+	return strings.Join(q, ", ")
+}
+
+// Translated reports whether err already carries a refset sentinel, so a store does
+// not translate (and prefix) it twice.
+func Translated(err error) bool {
+	for _, s := range []error{refset.ErrNotFound, refset.ErrDuplicate, refset.ErrReferenced,
+		refset.ErrConflict, refset.ErrConstraint, refset.ErrClosed} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Verb is the statement's first keyword, upper-cased ("INSERT", "DELETE"), or "" when
+// query is empty.
+func Verb(query string) string {
+	q := strings.TrimSpace(query)
+	for strings.HasPrefix(q, "--") {
+		_, rest, _ := strings.Cut(q, "\n")
+		q = strings.TrimSpace(rest)
+	}
+	end := strings.IndexFunc(q, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') })
+	if end < 0 {
+		end = len(q)
+	}
+	return strings.ToUpper(q[:end])
+}
+
+// ForeignKeyError says what a refused foreign key means, from the statement that
+// tripped it: a DELETE removes a row that is still referenced; an INSERT or UPDATE
+// writes a reference to a row that does not exist. Anything else (a COMMIT of a
+// deferred constraint) is reported as a plain constraint violation.
+func ForeignKeyError(err error, query string) error {
+	switch Verb(query) {
+	case "DELETE":
+		return fmt.Errorf("refset: %w: %w", refset.ErrReferenced, err)
+	case "INSERT", "UPDATE":
+		return fmt.Errorf("refset: %w: %w", refset.ErrNotFound, err)
+	}
+	return fmt.Errorf("refset: %w: %w", refset.ErrConstraint, err)
+}

@@ -1,0 +1,184 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+)
+
+// Column is a table column as the database catalog describes it.
+type Column struct {
+	Name    string
+	Type    string // as the catalog writes it, e.g. "text", "VARCHAR(128)"
+	NotNull bool
+	Primary bool // part of the primary key
+}
+
+// Statements are the dialect's SQL for one set. Each takes its arguments in this
+// order:
+//
+//	Insert: the mapped columns, in Mapping order
+//	Select: id          (selects the mapped columns)
+//	Exists: id
+//	Hold:   holder, id, ttl in milliseconds (0: never expires)
+//	Unhold: holder, id
+type Statements struct {
+	Insert, Select, Exists, Hold, Unhold string
+}
+
+// Table is a set's table, checked against the catalog.
+type Table struct {
+	Name     sqlident.Ident
+	Holds    sqlident.Ident
+	IDColumn string
+	IDType   string // the ID column's type as the catalog writes it
+	Mapping  *Mapping
+}
+
+// Resolve checks the struct T against the columns of table: every mapped column
+// exists, the primary key is one column, mapped to a field of type ID. idColumn may
+// be "" (use the primary key).
+func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idColumn string, cols []Column) (Table, error) {
+	m, err := NewMapping(reflect.TypeFor[T]())
+	if err != nil {
+		return Table{}, err
+	}
+	if len(cols) == 0 {
+		return Table{}, fmt.Errorf("refset: table %s does not exist: %w", table, refset.ErrSchema)
+	}
+	byName := map[string]Column{}
+	var pk []Column
+	for _, c := range cols {
+		byName[c.Name] = c
+		if c.Primary {
+			pk = append(pk, c)
+		}
+	}
+	for _, col := range m.Columns() {
+		if _, ok := byName[col]; !ok {
+			return Table{}, fmt.Errorf("refset: table %s has no column %q (mapped by %v): %w",
+				table, col, m.typ, refset.ErrSchema)
+		}
+	}
+	if idColumn == "" {
+		if len(pk) != 1 {
+			return Table{}, fmt.Errorf("refset: table %s needs a one-column primary key (has %d): %w",
+				table, len(pk), refset.ErrSchema)
+		}
+		idColumn = pk[0].Name
+	}
+	if _, err := sqlident.Parse(idColumn, false); err != nil {
+		return Table{}, err
+	}
+	idCol, ok := byName[idColumn]
+	if !ok || !idCol.Primary || len(pk) != 1 {
+		return Table{}, fmt.Errorf("refset: column %q of %s is not the table's one-column primary key: %w",
+			idColumn, table, refset.ErrSchema)
+	}
+	ft, ok := m.Field(idColumn)
+	if !ok {
+		return Table{}, fmt.Errorf("refset: %v has no field tagged `db:%q` for the ID: %w", m.typ, idColumn, refset.ErrSchema)
+	}
+	if want := reflect.TypeFor[ID](); ft != want {
+		return Table{}, fmt.Errorf("refset: the ID field of %v has type %v, the set's ID type is %v: %w",
+			m.typ, ft, want, refset.ErrSchema)
+	}
+	if err := sqlident.CheckType(idCol.Type); err != nil {
+		return Table{}, err
+	}
+	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, Mapping: m}, nil
+}
+
+// Store is a SetStore on a SQL database, with the statements of its dialect.
+type Store[T refset.Identifiable[ID], ID comparable] struct {
+	db    refset.Database
+	table Table
+	stmt  Statements
+}
+
+// New returns a Store for a resolved table.
+func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt Statements) *Store[T, ID] {
+	return &Store[T, ID]{db: db, table: table, stmt: stmt}
+}
+
+// Database is the database the set lives in.
+func (s *Store[T, ID]) Database() refset.Database { return s.db }
+
+// Table is the set's table, as checked against the catalog.
+func (s *Store[T, ID]) Table() Table { return s.table }
+
+// Persist inserts obj.
+func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) error {
+	if _, err := q.ExecContext(ctx, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
+		return s.db.TranslateError(err, s.stmt.Insert)
+	}
+	return nil
+}
+
+// Get loads the object with that ID.
+func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, error) {
+	var obj T
+	rows, err := q.QueryContext(ctx, s.stmt.Select, refset.Arg(id))
+	if err != nil {
+		return obj, s.db.TranslateError(err, s.stmt.Select)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return obj, s.db.TranslateError(err, s.stmt.Select)
+		}
+		return obj, fmt.Errorf("refset: %s %v: %w", s.table.Name, id, refset.ErrNotFound)
+	}
+	if err := s.table.Mapping.Scan(rows, reflect.ValueOf(&obj)); err != nil {
+		return obj, s.db.TranslateError(err, s.stmt.Select)
+	}
+	return obj, s.db.TranslateError(rows.Close(), s.stmt.Select)
+}
+
+// Has reports whether an object with that ID is stored.
+func (s *Store[T, ID]) Has(ctx context.Context, q refset.Querier, id ID) (bool, error) {
+	var one int
+	err := q.QueryRowContext(ctx, s.stmt.Exists, refset.Arg(id)).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.db.TranslateError(err, s.stmt.Exists)
+	}
+	return true, nil
+}
+
+// Hold records holder's hold on the object, expiring ttl from now by the database's
+// clock, or never when ttl is 0.
+func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder string, ttl time.Duration) error {
+	ms := ttl.Milliseconds()
+	if ttl > 0 && ms == 0 {
+		ms = 1 // a positive ttl under a millisecond still expires
+	}
+	if _, err := q.ExecContext(ctx, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
+		return fmt.Errorf("refset: hold %v for %q: %w", id, holder, s.db.TranslateError(err, s.stmt.Hold))
+	}
+	return nil
+}
+
+// Unhold removes holder's hold on the object; ErrNotFound if there was none.
+func (s *Store[T, ID]) Unhold(ctx context.Context, q refset.Querier, id ID, holder string) error {
+	res, err := q.ExecContext(ctx, s.stmt.Unhold, holder, refset.Arg(id))
+	if err != nil {
+		return s.db.TranslateError(err, s.stmt.Unhold)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.db.TranslateError(err, s.stmt.Unhold)
+	}
+	if n == 0 {
+		return fmt.Errorf("refset: unhold %v: %q holds no such object: %w", id, holder, refset.ErrNotFound)
+	}
+	return nil
+}

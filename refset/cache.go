@@ -1,0 +1,112 @@
+package refset
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"weak"
+)
+
+// box holds the one in-memory instance of an object. The pointer field keeps it out of
+// the runtime's tiny-object allocator, where small pointer-free values share a block and
+// are freed (and cleaned up) only when their neighbours are.
+type box[T any] struct {
+	value T
+	_     *byte
+}
+
+// cache keeps at most one instance per ID while any lease on it is alive, and none
+// once all leases are gone: the map holds only weak pointers, and a cleanup registered
+// on each instance removes its entry after the garbage collector frees it.
+type cache[T any, ID comparable] struct {
+	mu      sync.Mutex
+	live    map[ID]weak.Pointer[box[T]]
+	loading map[ID]*load[T]
+}
+
+// load is one database read in flight; goroutines missing on the same ID wait for it
+// instead of reading again.
+type load[T any] struct {
+	done chan struct{}
+	box  *box[T]
+	err  error
+}
+
+type evictKey[T any, ID comparable] struct {
+	id  ID
+	ptr weak.Pointer[box[T]]
+}
+
+func newCache[T any, ID comparable]() *cache[T, ID] {
+	return &cache[T, ID]{
+		live:    make(map[ID]weak.Pointer[box[T]]),
+		loading: make(map[ID]*load[T]),
+	}
+}
+
+// get returns the live instance of id, or loads it with fetch. The map lock is never
+// held while fetch runs.
+func (c *cache[T, ID]) get(ctx context.Context, id ID, fetch func(context.Context) (T, error)) (*box[T], error) {
+	for {
+		c.mu.Lock()
+		if wp, ok := c.live[id]; ok {
+			if b := wp.Value(); b != nil {
+				c.mu.Unlock()
+				return b, nil
+			}
+		}
+		if l, ok := c.loading[id]; ok {
+			c.mu.Unlock()
+			select {
+			case <-l.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			// The loader's own context may have ended while ours has not: try again
+			// rather than fail with someone else's cancellation.
+			if l.err != nil && isContextError(l.err) && ctx.Err() == nil {
+				continue
+			}
+			return l.box, l.err
+		}
+		l := &load[T]{done: make(chan struct{})}
+		c.loading[id] = l
+		c.mu.Unlock()
+
+		value, err := fetch(ctx)
+
+		c.mu.Lock()
+		delete(c.loading, id)
+		if err == nil {
+			l.box = &box[T]{value: value}
+			wp := weak.Make(l.box)
+			c.live[id] = wp
+			runtime.AddCleanup(l.box, c.evict, evictKey[T, ID]{id: id, ptr: wp})
+		}
+		l.err = err
+		c.mu.Unlock()
+		close(l.done)
+		return l.box, err
+	}
+}
+
+// evict runs after an instance was freed. A newer load may have replaced the entry
+// meanwhile, so it deletes only its own.
+func (c *cache[T, ID]) evict(k evictKey[T, ID]) {
+	c.mu.Lock()
+	if c.live[k.id] == k.ptr {
+		delete(c.live, k.id)
+	}
+	c.mu.Unlock()
+}
+
+func (c *cache[T, ID]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.live)
+}
+
+func isContextError(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,153 @@
+package refset_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+// Block is a block of a chain; its ID is its hash.
+type Block struct {
+	Hash   string  `db:"id"`
+	Prev   *string `db:"prev"`
+	Height int64   `db:"height"`
+}
+
+func (b Block) ID() string { return b.Hash }
+
+// The RFC's tables: blocks chained by a self-reference, the completer's pending
+// blocks and the chain controller's heads, each referencing blocks.
+const tables = `
+CREATE TABLE blocks (
+    id     TEXT NOT NULL PRIMARY KEY,
+    prev   TEXT REFERENCES blocks (id) ON DELETE RESTRICT,
+    height INTEGER NOT NULL
+);
+CREATE TABLE pending_blocks (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE chain_heads    (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);`
+
+// openBlocks opens a fresh SQLite database in dir with the RFC's tables and a set of
+// blocks on it.
+func openBlocks(ctx context.Context, dir string) (*sqlite.DB, *refset.RefSet[Block, string]) {
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "chain.db"), sqlite.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.Writer.ExecContext(ctx, tables); err != nil {
+		log.Fatal(err)
+	}
+	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, refset.New(store)
+}
+
+// A block arrives at the completer, which records it as pending in the same
+// transaction as the block itself; then it hands the block to the chain controller,
+// which records it as a head. Both rows change in one transaction.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "refset-example")
+	defer os.RemoveAll(dir)
+	db, blocks := openBlocks(ctx, dir)
+	defer db.Close()
+
+	pending := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
+	tok, err := blocks.Add(ctx, Block{Hash: "genesis"}, pending)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// The completer lets go of the block...
+	rel, err := tok.Release(refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ...the controller takes it...
+	acq, err := rel.Acquire(refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ...and both happen at once.
+	head, err := acq.Complete(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	lease, err := blocks.Get(ctx, head)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("head:", lease.Value().Hash, "at height", lease.Value().Height)
+
+	// The database refuses to delete a block that is referenced.
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = 'genesis'`)
+		return err
+	})
+	fmt.Println("delete refused:", errors.Is(err, refset.ErrReferenced))
+
+	// A token is single-use.
+	_, err = acq.Complete(ctx)
+	fmt.Println("second complete:", errors.Is(err, refset.ErrTokenConsumed))
+	// Output:
+	// head: genesis at height 0
+	// delete refused: true
+	// second complete: true
+}
+
+// A unit of work: a block, its hold and the caller's own row commit together, or,
+// when anything fails, none of them does.
+func ExampleInTx() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "refset-example")
+	defer os.RemoveAll(dir)
+	db, blocks := openBlocks(ctx, dir)
+	defer db.Close()
+
+	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if _, err := blocks.AddTx(ctx, tx, Block{Hash: "b1"}, blocks.Hold("validator", 0)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO chain_heads (block_id) VALUES ('missing')`); err != nil {
+			return err // the database refuses a reference to a missing block
+		}
+		return nil
+	})
+	fmt.Println("refused:", errors.Is(err, refset.ErrNotFound))
+
+	_, err = blocks.Upgrade(ctx, "b1")
+	fmt.Println("b1 rolled back:", errors.Is(err, refset.ErrNotFound))
+	// Output:
+	// refused: true
+	// b1 rolled back: true
+}
+
+// Leases on one ID share one instance, read from the database once.
+func ExampleRefSet_Get() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "refset-example")
+	defer os.RemoveAll(dir)
+	db, blocks := openBlocks(ctx, dir)
+	defer db.Close()
+
+	if _, err := blocks.Add(ctx, Block{Hash: "b1", Height: 7}, blocks.Hold("reader", 0)); err != nil {
+		log.Fatal(err)
+	}
+	a, _ := blocks.Upgrade(ctx, "b1")
+	b, _ := blocks.Upgrade(ctx, "b1")
+	first, _ := blocks.Get(ctx, a)
+	second, _ := blocks.Get(ctx, b)
+	fmt.Println("same instance:", first.Value() == second.Value())
+	fmt.Println("cached:", blocks.Cached())
+	// Output:
+	// same instance: true
+	// cached: 1
+}

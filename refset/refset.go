@@ -1,0 +1,234 @@
+package refset
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"time"
+)
+
+// Identifiable is an object with an ID. The ID names one immutable value forever: a
+// changed object is a new object with a new ID.
+type Identifiable[ID comparable] interface {
+	ID() ID
+}
+
+// RefSet is a set of immutable objects kept in a SetStore. It hands out RefTokens for
+// the objects it holds and Leases to read them, keeping one in-memory instance per ID
+// while any lease on it lives. A RefSet is safe for concurrent use.
+type RefSet[T Identifiable[ID], ID comparable] struct {
+	store SetStore[T, ID]
+	db    Database
+	cache *cache[T, ID]
+}
+
+// New returns a RefSet kept in store.
+func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
+	return &RefSet[T, ID]{store: store, db: store.Database(), cache: newCache[T, ID]()}
+}
+
+// Database is the database the set lives in, for units of work (InTx) that span it.
+func (s *RefSet[T, ID]) Database() Database { return s.db }
+
+// Add stores obj and returns a token for it. The commands run in the same transaction
+// as the insert: give an object its first reference (a Hold, the caller's own row)
+// there, and no clean-up can ever see it unreferenced. ErrDuplicate if an object with
+// that ID is stored already; nothing changes then.
+func (s *RefSet[T, ID]) Add(ctx context.Context, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
+	return s.add(ctx, nil, obj, cmds)
+}
+
+// AddTx is Add inside the caller's transaction tx. A failure undoes only what AddTx
+// did, and tx stays usable.
+func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
+	if tx == nil {
+		return nil, opError("add", ErrInvalidTx, nil)
+	}
+	return s.add(ctx, tx, obj, cmds)
+}
+
+func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
+	id := obj.ID()
+	if err := checkID("add", id); err != nil {
+		return nil, err
+	}
+	if err := checkCommands(cmds); err != nil {
+		return nil, err
+	}
+	err := s.within(ctx, tx, func(tx Tx) error {
+		if err := s.store.Persist(ctx, tx, obj); err != nil {
+			return err
+		}
+		return runAll(ctx, tx, id, cmds)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refset: add %v: %w", id, err)
+	}
+	return newToken[ID](id, s), nil
+}
+
+// Upgrade returns a token for the object with that ID, or ErrNotFound. The commands
+// run in one transaction with the check, so a reference they persist is to an object
+// that exists (the database refuses it otherwise).
+func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
+	if len(cmds) == 0 {
+		if err := checkID("upgrade", id); err != nil {
+			return nil, err
+		}
+		return s.upgrade(ctx, s.db.Reader(), id, nil)
+	}
+	return s.upgradeIn(ctx, nil, id, cmds)
+}
+
+// UpgradeTx is Upgrade inside the caller's transaction tx.
+func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
+	if tx == nil {
+		return nil, opError("upgrade", ErrInvalidTx, nil)
+	}
+	return s.upgradeIn(ctx, tx, id, cmds)
+}
+
+func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	if err := checkID("upgrade", id); err != nil {
+		return nil, err
+	}
+	if err := checkCommands(cmds); err != nil {
+		return nil, err
+	}
+	var tok *RefToken[ID]
+	err := s.within(ctx, tx, func(tx Tx) error {
+		var err error
+		tok, err = s.upgrade(ctx, tx, id, cmds)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return tok, nil
+}
+
+func (s *RefSet[T, ID]) upgrade(ctx context.Context, q Querier, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	ok, err := s.store.Has(ctx, q, id)
+	if err != nil {
+		return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
+	}
+	if !ok {
+		return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+	}
+	if tx, isTx := q.(Tx); isTx && len(cmds) > 0 {
+		if err := runAll(ctx, tx, id, cmds); err != nil {
+			return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
+		}
+	}
+	return newToken[ID](id, s), nil
+}
+
+// Get returns a lease on the referenced object. While any lease on an ID lives, every
+// Get of that ID returns the same instance without asking the database; once none
+// does, the instance is freed. Concurrent Gets that miss on one ID read it once.
+// ErrNotFound if the object is no longer stored (clean-up may remove an object whose
+// references are all gone, even while a token for it is in memory).
+func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], error) {
+	if tok == nil || tok.lin == nil || tok.set != completer[ID](s) {
+		return Lease[T]{}, opError("get", ErrInvalidToken, nil)
+	}
+	if !tok.lin.is(stepHeld) {
+		return Lease[T]{}, opError(fmt.Sprintf("get %v", tok.id), ErrTokenConsumed, nil)
+	}
+	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) {
+		return s.store.Get(ctx, s.db.Reader(), tok.id)
+	})
+	if err != nil {
+		return Lease[T]{}, fmt.Errorf("refset: get %v: %w", tok.id, err)
+	}
+	return Lease[T]{b: b}, nil
+}
+
+// Cached is the number of objects that have a live in-memory instance.
+func (s *RefSet[T, ID]) Cached() int { return s.cache.len() }
+
+// Hold returns a command that records holder's hold on the object in the set's holds
+// table, expiring ttl from now by the database's clock (never when ttl is 0). Use it
+// in Add, Upgrade or a hand-over; holding again renews the expiry.
+func (s *RefSet[T, ID]) Hold(holder string, ttl time.Duration) Command[ID] {
+	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
+		if holder == "" {
+			return opError("hold", ErrInvalidCommand, fmt.Errorf("empty holder"))
+		}
+		if ttl < 0 {
+			return opError("hold", ErrInvalidCommand, fmt.Errorf("negative ttl %v", ttl))
+		}
+		return s.store.Hold(ctx, tx, id, holder, ttl)
+	})
+}
+
+// Unhold returns a command that removes holder's hold on the object. It fails with
+// ErrNotFound if holder has none, so a hand-over never releases what it did not hold.
+func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
+	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
+		return s.store.Unhold(ctx, tx, id, holder)
+	})
+}
+
+// runCommands runs a hand-over's commands: in a new transaction when tx is nil,
+// otherwise under a savepoint of tx.
+func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
+	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
+}
+
+func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(tx Tx) error) error {
+	if tx == nil {
+		return InTx(ctx, s.db, fn)
+	}
+	return inSavepoint(ctx, s.db, tx, fn)
+}
+
+func runAll[ID comparable](ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
+	for _, c := range cmds {
+		if err := c.Execute(ctx, tx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Lease gives read access to an object of a set. Value returns the set's one
+// instance, shared by every lease on that ID: it must not be modified. Keep the lease
+// (or the value) only as long as it is needed; the instance is freed after.
+type Lease[T any] struct {
+	b *box[T]
+}
+
+// Value is the leased object. Read it; never modify it.
+func (l Lease[T]) Value() *T {
+	if l.b == nil {
+		return nil
+	}
+	return &l.b.value
+}
+
+func checkID[ID comparable](op string, id ID) error {
+	var zero ID
+	if id == zero {
+		return opError(op, ErrInvalidID, fmt.Errorf("the zero %T names no object", id))
+	}
+	return nil
+}
+
+// Arg returns id as database/sql takes a query argument: a byte array such as
+// [32]byte becomes a []byte; anything else is returned as it is.
+func Arg[ID comparable](id ID) any {
+	switch v := any(id).(type) {
+	case string, int64, int32, int, uint32, []byte:
+		return v
+	case [32]byte:
+		return v[:]
+	}
+	rv := reflect.ValueOf(id)
+	if rv.Kind() == reflect.Array && rv.Type().Elem().Kind() == reflect.Uint8 {
+		b := make([]byte, rv.Len())
+		reflect.Copy(reflect.ValueOf(b), rv)
+		return b
+	}
+	return id
+}

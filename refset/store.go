@@ -1,0 +1,63 @@
+package refset
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Querier runs SQL. *sql.DB, *sql.Tx, *sql.Conn and their sqlx counterparts are all
+// Queriers, so commands and the *Tx methods accept whichever the caller has.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Tx is an open database transaction, as *sql.Tx and *sqlx.Tx are.
+type Tx interface {
+	Querier
+	Commit() error
+	Rollback() error
+}
+
+// Database is the database a set lives in, as a store sees it. store/sqlite and
+// store/postgres provide one; several sets may share it, and a unit of work (InTx) may
+// span all of them.
+type Database interface {
+	// Begin opens a write transaction.
+	Begin(ctx context.Context) (Tx, error)
+
+	// Reader is where reads outside a transaction go.
+	Reader() Querier
+
+	// TranslateError maps a driver error to the refset sentinels (wrapping both), and
+	// returns any other error unchanged. query is the statement that failed, or "" when
+	// unknown; some drivers need it to tell a missing parent from a held one.
+	TranslateError(err error, query string) error
+}
+
+// SetStore persists the objects of one set. Every method runs on the Querier it is
+// given, which is a transaction or the database's reader, so the caller decides what
+// commits together. Errors are translated to the refset sentinels.
+type SetStore[T Identifiable[ID], ID comparable] interface {
+	// Persist inserts obj, or fails with ErrDuplicate if its ID is stored.
+	Persist(ctx context.Context, q Querier, obj T) error
+
+	// Get loads the object with that ID, or fails with ErrNotFound.
+	Get(ctx context.Context, q Querier, id ID) (T, error)
+
+	// Has reports whether an object with that ID is stored.
+	Has(ctx context.Context, q Querier, id ID) (bool, error)
+
+	// Hold records that holder references the object, in the set's holds table, with
+	// an expiry ttl ahead by the database's clock (none when ttl is 0). Holding again
+	// replaces the expiry. ErrNotFound if the object does not exist.
+	Hold(ctx context.Context, q Querier, id ID, holder string, ttl time.Duration) error
+
+	// Unhold removes holder's hold on the object; ErrNotFound if it had none.
+	Unhold(ctx context.Context, q Querier, id ID, holder string) error
+
+	// Database is the database the set lives in.
+	Database() Database
+}

@@ -1,0 +1,171 @@
+package refset
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// A reference moves through a hand-over in three steps, each its own type, so the
+// compiler checks the order:
+//
+//	tok.Release(cmds...)  -> *Released   the giver lets go (its commands are recorded, not run)
+//	rel.Acquire(cmds...)  -> *Acquired   the taker takes it (likewise)
+//	acq.Complete(ctx)     -> *RefToken   all commands run in one transaction
+//
+// Go cannot move ownership, so each step remembers it was taken: a second Release,
+// Acquire or Complete of the same token fails with ErrTokenConsumed and runs nothing.
+
+// step is where a lineage (a token and the transfer values made from it) stands.
+type step uint8
+
+const (
+	stepHeld       step = iota // the RefToken is usable
+	stepReleased               // the Released is usable
+	stepAcquired               // the Acquired is usable
+	stepCompleting             // a Complete is running
+	stepDone                   // the hand-over committed; a new RefToken carries on
+)
+
+type lineage struct {
+	mu   sync.Mutex
+	step step
+}
+
+func (l *lineage) advance(from, to step) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.step != from {
+		return false
+	}
+	l.step = to
+	return true
+}
+
+func (l *lineage) is(s step) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.step == s
+}
+
+// completer is the set a token came from: it runs the commands of a hand-over.
+type completer[ID comparable] interface {
+	runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error
+}
+
+// RefToken is a reference to an object known to be in a set when the token was made.
+// It is safe to send to another goroutine; it does not keep the object alive (a
+// persisted reference row does). Pass it on with Release.
+type RefToken[ID comparable] struct {
+	id  ID
+	set completer[ID]
+	lin *lineage
+}
+
+func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
+	return &RefToken[ID]{id: id, set: set, lin: &lineage{}}
+}
+
+// ID is the ID of the referenced object.
+func (t *RefToken[ID]) ID() ID { return t.id }
+
+func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
+
+// Release starts a hand-over: cmds will run, before the taker's, when it completes.
+// The token is consumed.
+func (t *RefToken[ID]) Release(cmds ...Command[ID]) (*Released[ID], error) {
+	if t == nil || t.lin == nil {
+		return nil, opError("release", ErrInvalidToken, nil)
+	}
+	if err := checkCommands(cmds); err != nil {
+		return nil, err
+	}
+	if !t.lin.advance(stepHeld, stepReleased) {
+		return nil, opError(fmt.Sprintf("release %v", t.id), ErrTokenConsumed, nil)
+	}
+	return &Released[ID]{id: t.id, set: t.set, lin: t.lin, cmds: append([]Command[ID](nil), cmds...)}, nil
+}
+
+// Released is a reference on its way from one component to another. Send it to the
+// taker, which calls Acquire.
+type Released[ID comparable] struct {
+	id   ID
+	set  completer[ID]
+	lin  *lineage
+	cmds []Command[ID]
+}
+
+// ID is the ID of the referenced object.
+func (r *Released[ID]) ID() ID { return r.id }
+
+// Acquire records the taker's commands, to run after the giver's. The Released is
+// consumed.
+func (r *Released[ID]) Acquire(cmds ...Command[ID]) (*Acquired[ID], error) {
+	if r == nil || r.lin == nil {
+		return nil, opError("acquire", ErrInvalidToken, nil)
+	}
+	if err := checkCommands(cmds); err != nil {
+		return nil, err
+	}
+	if !r.lin.advance(stepReleased, stepAcquired) {
+		return nil, opError(fmt.Sprintf("acquire %v", r.id), ErrTokenConsumed, nil)
+	}
+	all := make([]Command[ID], 0, len(r.cmds)+len(cmds))
+	all = append(append(all, r.cmds...), cmds...)
+	return &Acquired[ID]{id: r.id, set: r.set, lin: r.lin, cmds: all}, nil
+}
+
+// Acquired is a hand-over ready to commit.
+type Acquired[ID comparable] struct {
+	id   ID
+	set  completer[ID]
+	lin  *lineage
+	cmds []Command[ID]
+}
+
+// ID is the ID of the referenced object.
+func (a *Acquired[ID]) ID() ID { return a.id }
+
+// Complete runs the release commands and then the acquire commands in one new
+// transaction and commits it, returning the taker's RefToken. If any command fails
+// nothing is committed, the error is returned and the Acquired stays usable, so the
+// caller may fix the cause and Complete again. Once Complete succeeds, every later
+// Complete fails with ErrTokenConsumed and runs nothing.
+func (a *Acquired[ID]) Complete(ctx context.Context) (*RefToken[ID], error) {
+	return a.complete(ctx, nil)
+}
+
+// CompleteTx runs the commands inside the caller's transaction tx, under a savepoint:
+// if a command fails only the hand-over is undone, tx stays usable, and the Acquired
+// stays usable. On success the token is consumed at once, whether or not tx commits
+// later; if tx rolls back, Upgrade the ID again for a new token.
+func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], error) {
+	if tx == nil {
+		return nil, opError("complete", ErrInvalidTx, nil)
+	}
+	return a.complete(ctx, tx)
+}
+
+func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], error) {
+	if a == nil || a.lin == nil {
+		return nil, opError("complete", ErrInvalidToken, nil)
+	}
+	if !a.lin.advance(stepAcquired, stepCompleting) {
+		return nil, opError(fmt.Sprintf("complete %v", a.id), ErrTokenConsumed, nil)
+	}
+	if err := a.set.runCommands(ctx, tx, a.id, a.cmds); err != nil {
+		a.lin.advance(stepCompleting, stepAcquired)
+		return nil, fmt.Errorf("refset: complete %v: %w", a.id, err)
+	}
+	a.lin.advance(stepCompleting, stepDone)
+	return newToken(a.id, a.set), nil
+}
+
+func checkCommands[ID comparable](cmds []Command[ID]) error {
+	for i, c := range cmds {
+		if c == nil {
+			return opError(fmt.Sprintf("command %d is nil", i), ErrInvalidCommand, nil)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,190 @@
+package schema
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+)
+
+//go:embed sqlite postgres
+var files embed.FS
+
+// Dialect names the SQL dialect a database speaks.
+type Dialect string
+
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+// advisoryLockKey serialises migrations of one Postgres database across processes.
+// The value spells "refset" in ASCII.
+const advisoryLockKey = 0x726566736574
+
+// Set describes the object table a set's migrations are written for.
+type Set struct {
+	Table    sqlident.Ident // the object table
+	IDColumn string         // its one-column primary key
+	IDType   string         // that column's type, as the catalog writes it
+	Holds    sqlident.Ident // the holds table to create
+}
+
+// Migration is one embedded SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// Migrations lists the embedded migrations of a dialect, "core" or "set", in version
+// order. Set migrations are templates, rendered by MigrateSet.
+func Migrations(d Dialect, kind string) ([]Migration, error) {
+	dir := path.Join(string(d), kind)
+	entries, err := fs.ReadDir(files, dir)
+	if err != nil {
+		return nil, fmt.Errorf("refset/schema: no %s migrations for dialect %q", kind, d)
+	}
+	var ms []Migration
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("refset/schema: bad migration file name %s", name)
+		}
+		body, err := fs.ReadFile(files, path.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: name, SQL: string(body)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
+
+// Migrate brings refset's core tables up to date. It is idempotent and safe to run
+// from several processes at once.
+func Migrate(ctx context.Context, db refset.Database, d Dialect) error {
+	return refset.InTx(ctx, db, func(tx refset.Tx) error {
+		return migrate(ctx, tx, d)
+	})
+}
+
+// MigrateSet brings the tables of one set (its holds table) up to date, after the
+// core ones, and registers the set in refset_sets. It is idempotent and safe to run
+// from several processes at once.
+func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) error {
+	if err := sqlident.CheckType(set.IDType); err != nil {
+		return err
+	}
+	if _, err := sqlident.Parse(set.IDColumn, false); err != nil {
+		return err
+	}
+	return refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if err := migrate(ctx, tx, d); err != nil {
+			return err
+		}
+		ms, err := Migrations(d, "set")
+		if err != nil {
+			return err
+		}
+		data := map[string]string{
+			"Table":     set.Table.Quoted(),
+			"IDColumn":  `"` + set.IDColumn + `"`,
+			"IDType":    set.IDType,
+			"Holds":     set.Holds.Quoted(),
+			"HoldsName": set.Holds.Name,
+		}
+		for i, m := range ms {
+			var b bytes.Buffer
+			t, err := template.New(m.Name).Option("missingkey=error").Parse(m.SQL)
+			if err == nil {
+				err = t.Execute(&b, data)
+			}
+			if err != nil {
+				return fmt.Errorf("refset/schema: %s: %w", m.Name, err)
+			}
+			ms[i].SQL = b.String()
+		}
+		if err := apply(ctx, tx, d, "set:"+set.Table.String(), ms); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, rebind(d, `INSERT INTO refset_sets (table_name, id_column, holds_table) VALUES (?, ?, ?)
+			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column, holds_table = excluded.holds_table`),
+			set.Table.String(), set.IDColumn, set.Holds.String())
+		return err
+	})
+}
+
+func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
+	if d == Postgres {
+		// Held to the end of the transaction: a second process waits here, then finds
+		// everything applied.
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey); err != nil {
+			return err
+		}
+	} else if d != SQLite {
+		return fmt.Errorf("refset/schema: unknown dialect %q", d)
+	}
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS refset_schema_version (
+		component TEXT NOT NULL PRIMARY KEY,
+		version   INTEGER NOT NULL
+	)`); err != nil {
+		return err
+	}
+	ms, err := Migrations(d, "core")
+	if err != nil {
+		return err
+	}
+	return apply(ctx, tx, d, "core", ms)
+}
+
+// apply runs the migrations of component newer than its recorded version.
+func apply(ctx context.Context, tx refset.Tx, d Dialect, component string, ms []Migration) error {
+	var current int
+	err := tx.QueryRowContext(ctx, rebind(d, `SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
+		component).Scan(&current)
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Version <= current {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("refset/schema: %s %s: %w", component, m.Name, err)
+		}
+		current = m.Version
+	}
+	_, err = tx.ExecContext(ctx, rebind(d, `INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
+		ON CONFLICT (component) DO UPDATE SET version = excluded.version`), component, current)
+	return err
+}
+
+// rebind writes the dialect's placeholders into a statement written with ?.
+func rebind(d Dialect, q string) string {
+	if d != Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,66 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// All of this store's SQL is here.
+
+type dialect struct{}
+
+func (dialect) Schema() schema.Dialect { return schema.Postgres }
+
+// columnsSQL reads a table's columns; to_regclass resolves an unqualified name through
+// search_path as the statements will, and yields no rows for a missing table.
+const columnsSQL = `
+SELECT a.attname,
+       format_type(a.atttypid, a.atttypmod),
+       a.attnotnull,
+       COALESCE(a.attnum = ANY (i.indkey), false)
+FROM pg_attribute a
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`
+
+func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]sqlstore.Column, error) {
+	rows, err := q.QueryContext(ctx, columnsSQL, table.Quoted())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cols []sqlstore.Column
+	for rows.Next() {
+		var c sqlstore.Column
+		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
+			return nil, err
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
+	cols := t.Mapping.Columns()
+	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
+	params := make([]string, len(cols))
+	for i := range cols {
+		params[i] = "$" + strconv.Itoa(i+1)
+	}
+	return sqlstore.Statements{
+		Insert: fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, table, sqlstore.QuotedColumns(cols), strings.Join(params, ", ")),
+		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1`, sqlstore.QuotedColumns(cols), table, id),
+		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = $1`, table, id),
+		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+			VALUES ($1, $2, CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END)
+			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, holds),
+		Unhold: fmt.Sprintf(`DELETE FROM %s WHERE holder = $1 AND object_id = $2`, holds),
+	}
+}

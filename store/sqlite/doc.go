@@ -1,0 +1,12 @@
+// Package sqlite keeps a refset.RefSet in a SQLite database file.
+//
+// Open sets the database up the way refset needs it: foreign keys enforced on every
+// connection (SQLite leaves them off by default, per connection), write-ahead
+// logging, and write transactions that take the write lock when they begin (BEGIN
+// IMMEDIATE), all on one writer connection, with a separate pool of read-only
+// connections. Concurrent writers therefore queue for the writer instead of failing
+// with "database is locked", and readers never wait for them.
+//
+// NewStore maps a struct to an existing table through its `db` tags, checks both
+// against the catalog, and creates the set's holds table beside it.
+package sqlite

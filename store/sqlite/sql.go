@@ -1,0 +1,62 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// All of this store's SQL is here.
+
+// nowMillis is the database clock in Unix milliseconds; julianday works on every
+// SQLite version a user may link.
+const nowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+
+type dialect struct{}
+
+func (dialect) Schema() schema.Dialect { return schema.SQLite }
+
+func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]sqlstore.Column, error) {
+	if table.Schema != "" {
+		return nil, fmt.Errorf("refset/sqlite: table %s: schema-qualified names are for Postgres: %w", table, refset.ErrInvalidIdentifier)
+	}
+	rows, err := q.QueryContext(ctx, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var cols []sqlstore.Column
+	for rows.Next() {
+		var c sqlstore.Column
+		var pk int
+		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &pk); err != nil {
+			return nil, err
+		}
+		c.Primary = pk > 0
+		if c.Type == "" {
+			c.Type = "BLOB" // a column declared without a type has no affinity
+		}
+		cols = append(cols, c)
+	}
+	return cols, rows.Err()
+}
+
+func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
+	cols := t.Mapping.Columns()
+	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
+	return sqlstore.Statements{
+		Insert: fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`,
+			table, sqlstore.QuotedColumns(cols), strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ")),
+		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ?`, sqlstore.QuotedColumns(cols), table, id),
+		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = ?`, table, id),
+		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+			VALUES (?1, ?2, CASE WHEN ?3 > 0 THEN %s + ?3 END)
+			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = excluded.expires_at`, holds, nowMillis),
+		Unhold: fmt.Sprintf(`DELETE FROM %s WHERE holder = ? AND object_id = ?`, holds),
+	}
+}

@@ -1,0 +1,31 @@
+package sqlite
+
+import (
+	"context"
+
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+)
+
+// Config names the table a set lives in. The table must exist; refset does not
+// create the user's tables, since they carry the user's own columns and keys.
+type Config struct {
+	// Table is the object table.
+	Table string
+	// IDColumn is the column of the objects' IDs; "" means the table's primary key,
+	// which it must be in any case.
+	IDColumn string
+	// HoldsTable names the set's holds table; "" means Table + "_holds".
+	HoldsTable string
+}
+
+// Store is a refset.SetStore on SQLite.
+type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
+
+// NewStore returns the store of a set of T in db. It checks every name in cfg, checks
+// that each `db`-tagged field of T has a column and that the primary key is mapped to
+// a field of type ID (refset.ErrSchema otherwise), and creates the holds table if it
+// does not exist.
+func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
+	return sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
+}
