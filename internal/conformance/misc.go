@@ -279,4 +279,3 @@ func testClosed(t *testing.T, h Harness) {
 	_, err = set.Get(ctx, tok)
 	require.ErrorIs(t, err, refset.ErrClosed)
 }
-
