@@ -31,17 +31,15 @@ func (db *DB) TranslateError(err error, query string) error {
 	case "23505": // unique_violation
 		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrDuplicate, err)
 	case "23503": // foreign_key_violation
-		// The detail says which side failed even when the statement is unknown (a
-		// deferred constraint checked at COMMIT); lc_messages may translate it, so the
-		// statement's verb decides first.
-		if v := sqlstore.Verb(query); v == "" || v == "COMMIT" {
-			detail := errorDetail(err)
-			switch {
-			case strings.Contains(detail, "is still referenced"):
-				return fmt.Errorf("refset/postgres: %w: %w", refset.ErrReferenced, err)
-			case strings.Contains(detail, "is not present"):
-				return fmt.Errorf("refset/postgres: %w: %w", refset.ErrNotFound, err)
-			}
+		// The server's detail says which side failed, even at a COMMIT that checks a
+		// deferred constraint or in a CTE; lc_messages may translate it, and then the
+		// statement's verb decides.
+		detail := errorDetail(err)
+		switch {
+		case strings.Contains(detail, "is still referenced"):
+			return fmt.Errorf("refset/postgres: %w: %w", refset.ErrReferenced, err)
+		case strings.Contains(detail, "is not present"):
+			return fmt.Errorf("refset/postgres: %w: %w", refset.ErrNotFound, err)
 		}
 		return sqlstore.ForeignKeyError(err, query)
 	case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available

@@ -1,0 +1,241 @@
+// Command quickstart shows refset's core on a real database: blocks arrive at a
+// completer, which holds each one as pending in the same transaction as the block;
+// it hands every block to a chain controller, and each hand-over moves the block's
+// reference from one component's table to the other's in one transaction. At the
+// end it checks the invariants and shows that the database itself refuses to delete
+// a referenced block.
+//
+//	go run ./examples/quickstart                  # a SQLite file in a temporary directory
+//	go run ./examples/quickstart -db chain.db     # a SQLite file of your choice
+//	go run ./examples/quickstart -postgres "postgres://user@localhost/db?sslmode=disable"
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+// Block is a block of a chain; its ID is its hash.
+type Block struct {
+	Hash    string  `db:"id"`
+	Prev    *string `db:"prev"`
+	Height  int64   `db:"height"`
+	Payload []byte  `db:"payload"`
+}
+
+func (b Block) ID() string { return b.Hash }
+
+func main() {
+	dbPath := flag.String("db", "", "SQLite database file (default: a new file in a temporary directory)")
+	pgDSN := flag.String("postgres", "", "PostgreSQL DSN; the example's tables are created in a new schema, dropped at the end")
+	n := flag.Int("blocks", 1000, "number of blocks")
+	flag.Parse()
+	if err := run(context.Background(), *dbPath, *pgDSN, *n); err != nil {
+		log.SetFlags(0)
+		log.Fatal("quickstart: ", err)
+	}
+}
+
+// database is the part of a store's database the example needs besides refset's.
+type database interface {
+	refset.Database
+	Close() error
+}
+
+func run(ctx context.Context, dbPath, pgDSN string, n int) error {
+	start := time.Now()
+	db, blocks, placeholder, cleanup, err := open(ctx, dbPath, pgDSN)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	defer db.Close()
+	sql := func(q string) string { return strings.ReplaceAll(q, "?", placeholder) }
+
+	hold := refset.Exec[string](sql(`INSERT INTO pending_blocks (block_id) VALUES (?)`), 1)
+	release := refset.Exec[string](sql(`DELETE FROM pending_blocks WHERE block_id = ?`), 1)
+	acquire := refset.Exec[string](sql(`INSERT INTO chain_heads (block_id) VALUES (?)`), 1)
+	retire := refset.Exec[string](sql(`DELETE FROM chain_heads WHERE block_id = ?`), 1)
+
+	// The completer receives blocks; each is stored and held as pending at once.
+	var prev *string
+	tokens := make([]*refset.RefToken[string], 0, n)
+	for i := range n {
+		b := Block{Hash: fmt.Sprintf("block-%06d", i), Prev: prev, Height: int64(i), Payload: []byte("txns")}
+		tok, err := blocks.Add(ctx, b, hold)
+		if err != nil {
+			return err
+		}
+		tokens = append(tokens, tok)
+		prev = &b.Hash
+	}
+
+	// It hands each block to the controller; the controller keeps only the newest head,
+	// so the hand-over of block i also retires block i-1's head row, all in one
+	// transaction. The chain's own predecessor links keep history alive.
+	var head *refset.RefToken[string]
+	for _, tok := range tokens {
+		rel, err := tok.Release(release)
+		if err != nil {
+			return err
+		}
+		cmds := []refset.Command[string]{acquire}
+		if head != nil {
+			old := head.ID()
+			cmds = append(cmds, refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
+				return retire.Execute(ctx, tx, old)
+			}))
+		}
+		acq, err := rel.Acquire(cmds...)
+		if err != nil {
+			return err
+		}
+		if head, err = acq.Complete(ctx); err != nil {
+			return err
+		}
+	}
+
+	lease, err := blocks.Get(ctx, head)
+	if err != nil {
+		return err
+	}
+	count := func(table string) (int, error) {
+		var c int
+		err := db.Reader().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&c)
+		return c, err
+	}
+	stored, err := count("blocks")
+	if err != nil {
+		return err
+	}
+	pending, err := count("pending_blocks")
+	if err != nil {
+		return err
+	}
+	heads, err := count("chain_heads")
+	if err != nil {
+		return err
+	}
+
+	// The database, not the program, guards the chain: deleting the genesis block,
+	// which its successor references, is refused.
+	delErr := refset.InTx(ctx, db, func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, sql(`DELETE FROM blocks WHERE id = ?`), "block-000000")
+		return err
+	})
+	refused := errors.Is(delErr, refset.ErrReferenced)
+
+	fmt.Printf("%-28s %d\n", "blocks received", n)
+	fmt.Printf("%-28s %d\n", "blocks stored", stored)
+	fmt.Printf("%-28s %d\n", "pending after hand-overs", pending)
+	fmt.Printf("%-28s %d\n", "chain heads", heads)
+	fmt.Printf("%-28s %s (height %d)\n", "head", lease.Value().Hash, lease.Value().Height)
+	fmt.Printf("%-28s %v\n", "delete of genesis refused", refused)
+	fmt.Printf("%-28s %v\n", "elapsed", time.Since(start).Round(time.Millisecond))
+
+	if stored != n || pending != 0 || heads != 1 || !refused {
+		return fmt.Errorf("invariant failed: stored=%d pending=%d heads=%d refused=%v (%v)", stored, pending, heads, refused, delErr)
+	}
+	return nil
+}
+
+const schemaSQL = `
+CREATE TABLE blocks (
+    id      {text} NOT NULL PRIMARY KEY,
+    prev    {text} REFERENCES blocks (id) ON DELETE RESTRICT,
+    height  {int} NOT NULL,
+    payload {bytes}
+);
+CREATE TABLE pending_blocks (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE chain_heads    (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT)`
+
+// open opens the chosen database, creates the example's tables and returns the set.
+func open(ctx context.Context, dbPath, pgDSN string) (database, *refset.RefSet[Block, string], string, func(), error) {
+	if pgDSN != "" {
+		db, err := postgres.Open(ctx, pgDSN, postgres.Options{})
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		// A schema of its own, so the example never touches existing tables.
+		schema := fmt.Sprintf("refset_quickstart_%d", time.Now().UnixNano())
+		ddl := strings.NewReplacer("{text}", "text", "{int}", "bigint", "{bytes}", "bytea").Replace(schemaSQL)
+		if _, err := db.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema+`; SET search_path TO `+schema); err != nil {
+			db.Close()
+			return nil, nil, "", nil, err
+		}
+		db.Close()
+		// Reconnect with the schema as search_path for every pooled connection.
+		sep := "?"
+		if strings.Contains(pgDSN, "?") {
+			sep = "&"
+		}
+		if !strings.Contains(pgDSN, "://") {
+			sep = " "
+		}
+		scoped := pgDSN + sep + "search_path=" + schema
+		if sep == " " {
+			scoped = pgDSN + " search_path=" + schema
+		}
+		db, err = postgres.Open(ctx, scoped, postgres.Options{})
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		cleanup := func() {
+			if admin, err := postgres.Open(context.Background(), pgDSN, postgres.Options{MaxConns: 1}); err == nil {
+				admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+				admin.Close()
+			}
+		}
+		if _, err := db.Pool.ExecContext(ctx, ddl); err != nil {
+			db.Close()
+			cleanup()
+			return nil, nil, "", nil, err
+		}
+		store, err := postgres.NewStore[Block, string](ctx, db, postgres.Config{Table: "blocks"})
+		if err != nil {
+			db.Close()
+			cleanup()
+			return nil, nil, "", nil, err
+		}
+		return db, refset.New(store), "$1", cleanup, nil
+	}
+
+	cleanup := func() {}
+	if dbPath == "" {
+		dir, err := os.MkdirTemp("", "refset-quickstart")
+		if err != nil {
+			return nil, nil, "", nil, err
+		}
+		dbPath = filepath.Join(dir, "chain.db")
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
+	if err != nil {
+		cleanup()
+		return nil, nil, "", nil, err
+	}
+	ddl := strings.NewReplacer("{text}", "TEXT", "{int}", "INTEGER", "{bytes}", "BLOB").Replace(schemaSQL)
+	if _, err := db.Writer.ExecContext(ctx, ddl); err != nil {
+		db.Close()
+		cleanup()
+		return nil, nil, "", nil, fmt.Errorf("creating the tables in %s (use a new file): %w", dbPath, err)
+	}
+	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	if err != nil {
+		db.Close()
+		cleanup()
+		return nil, nil, "", nil, err
+	}
+	return db, refset.New(store), "?", cleanup, nil
+}

@@ -1,0 +1,26 @@
+// Package pgtest gives each test its own throwaway PostgreSQL schema.
+//
+// Tests that need PostgreSQL call [DSN] (or [New] when they also want the
+// schema name). The helper reads the server address from the
+// REFSET_TEST_POSTGRES environment variable, which scripts/test.sh (and so
+// `make test`) sets after starting a disposable cluster. Developers can also
+// point it at a server of their own:
+//
+//	REFSET_TEST_POSTGRES='postgres://user@127.0.0.1:5432/db?sslmode=disable' go test ./...
+//
+// Each call creates a uniquely named schema (refset_t_<random hex>) and
+// returns a DSN whose search_path is that schema only, so every connection
+// opened from it creates and reads unqualified tables inside the schema.
+// Tests can therefore run in parallel against one database without seeing
+// each other's tables, and no test depends on what an earlier one left
+// behind. The schema is dropped with CASCADE when the test ends.
+//
+// Without REFSET_TEST_POSTGRES the tests are skipped, so a plain `go test`
+// keeps working on machines without PostgreSQL; under CI (CI=true) that
+// is a failure instead, because a skipped database suite would otherwise
+// pass silently. A DSN that is set but does not answer is always a failure.
+//
+// Cleanups run in reverse order of registration, so a test that opens a
+// *sql.DB after calling DSN and registers its Close with t.Cleanup has its
+// connections closed before the schema is dropped.
+package pgtest

@@ -1,0 +1,162 @@
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq" // also registers the "postgres" database/sql driver
+)
+
+// EnvDSN names the environment variable holding the lib/pq DSN of the
+// server tests run against.
+const EnvDSN = "REFSET_TEST_POSTGRES"
+
+// schemaPrefix starts every schema this package creates, so leftovers from
+// a killed test run are easy to recognise (and drop) by hand.
+const schemaPrefix = "refset_t_"
+
+const (
+	// pingTimeout bounds the first contact with the server: a DSN that
+	// does not answer should fail the test quickly, not hang the suite.
+	pingTimeout = 10 * time.Second
+	// dropTimeout bounds the cleanup; a DROP blocked by a connection the
+	// test leaked should fail loudly rather than hang until go test's
+	// global timeout.
+	dropTimeout = 30 * time.Second
+)
+
+// DSN returns a DSN for a fresh schema that is dropped when tb ends. See
+// [New].
+func DSN(tb testing.TB) string {
+	tb.Helper()
+	dsn, _ := New(tb)
+	return dsn
+}
+
+// New creates a uniquely named schema on the server named by
+// REFSET_TEST_POSTGRES and returns a DSN whose connections use only that
+// schema (via search_path), together with the schema's name. The schema is
+// dropped, CASCADE, when tb ends.
+//
+// If REFSET_TEST_POSTGRES is not set, New skips tb, or fails it when CI=true.
+// If it is set but the server cannot be reached, New always fails tb.
+func New(tb testing.TB) (dsn, schema string) {
+	tb.Helper()
+	base := baseDSN(tb)
+
+	// sql.Open only validates its arguments; the ping below is the first
+	// real contact with the server.
+	db, err := sql.Open("postgres", base)
+	if err != nil {
+		tb.Fatalf("pgtest: open %s: %v", EnvDSN, err)
+	}
+	// One connection is all the admin work needs; keeping the pool at one
+	// avoids eating into max_connections when many tests run in parallel.
+	db.SetMaxOpenConns(1)
+
+	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		// Fatal even outside CI: the variable was set on purpose, so a
+		// server that does not answer is a broken setup, not a reason to
+		// skip.
+		tb.Fatalf("pgtest: cannot reach the server in %s: %v", EnvDSN, err)
+	}
+
+	schema = schemaPrefix + randomHex(6)
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+pq.QuoteIdentifier(schema)); err != nil {
+		_ = db.Close()
+		tb.Fatalf("pgtest: create schema %s: %v", schema, err)
+	}
+
+	tb.Cleanup(func() {
+		defer db.Close()
+		// Not tb.Context(): it is already canceled when cleanups run.
+		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+pq.QuoteIdentifier(schema)+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: drop schema %s (are connections still open?): %v", schema, err)
+		}
+	})
+
+	dsn, err = withSearchPath(base, schema)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
+	return dsn, schema
+}
+
+// baseDSN returns the server DSN from the environment, skipping tb (or, under
+// CI, failing it) when there is none.
+func baseDSN(tb testing.TB) string {
+	tb.Helper()
+	dsn := os.Getenv(EnvDSN)
+	if dsn != "" {
+		return dsn
+	}
+	const msg = EnvDSN + " is not set; run make test (or set it to a lib/pq DSN of a server you can create schemas in)"
+	if isCI() {
+		// A CI run that skips every database test would pass while
+		// testing nothing.
+		tb.Fatal("pgtest: " + msg)
+	}
+	tb.Skip("pgtest: " + msg)
+	return ""
+}
+
+// isCI reports whether we run under CI, which sets CI=true.
+func isCI() bool {
+	ci, _ := strconv.ParseBool(os.Getenv("CI"))
+	return ci
+}
+
+// withSearchPath returns dsn with search_path set to schema. lib/pq sends
+// DSN keys it does not know itself to the server as run-time parameters,
+// so every connection opened from the result starts with that search_path;
+// a SET after connecting would apply to one pooled connection only.
+func withSearchPath(dsn, schema string) (string, error) {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			// Do not echo the DSN: it may hold a password.
+			return "", fmt.Errorf("parse %s as a URL: %w", EnvDSN, redact(err))
+		}
+		q := u.Query()
+		q.Set("search_path", schema) // replaces one the base DSN may carry
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	// key=value form: a later key overrides an earlier one. Quote the value
+	// so the result stays valid whatever characters the schema contains.
+	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
+	return dsn + " search_path='" + r.Replace(schema) + "'", nil
+}
+
+// redact drops the URL (and any password in it) from a *url.Error.
+func redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// randomHex returns 2n random lowercase hex digits.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	// crypto/rand.Read never returns an error since Go 1.24; it crashes
+	// the program instead if the OS has no randomness to give.
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

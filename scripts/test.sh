@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# The project's single test command (`make test` and CI run it).
+#
+#   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run Foo -v
+#
+# Steps: gofmt check, go vet, go test -race against PostgreSQL.
+#
+# Environment:
+#   REFSET_TEST_POSTGRES   lib/pq DSN of a server to test against. When unset,
+#                          a throwaway cluster is started on 127.0.0.1 and
+#                          removed again on exit.
+#   REFSET_TEST_PACKAGES   space-separated package patterns to check and test
+#                          instead of ./... (gofmt is limited to them too).
+#
+# As root (CI) the server runs as the `postgres` OS user, because initdb and
+# postgres refuse to run as root; missing PostgreSQL or C compiler packages
+# are installed with apt-get. As an ordinary user everything runs as you.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n== %s ==\n' "$*"; }
+log() { printf 'test.sh: %s\n' "$*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH"
+
+packages=(./...)
+if [[ -n ${REFSET_TEST_PACKAGES:-} ]]; then
+	read -r -a packages <<<"$REFSET_TEST_PACKAGES"
+fi
+
+# apt_install installs Debian packages, running `apt-get update` once first
+# (a fresh CI machine has empty package lists). Fails unless root with apt.
+apt_updated=
+apt_install() {
+	is_root && command -v apt-get >/dev/null 2>&1 || return 1
+	if [[ -z $apt_updated ]]; then
+		apt-get update
+		apt_updated=1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+# ---------------------------------------------------------------- gofmt, vet
+# Static checks run before any server starts: they fail fast and do not need
+# PostgreSQL to be installed.
+
+# go_files prints, NUL-separated, the .go files the gofmt check covers.
+go_files() {
+	if [[ -n ${REFSET_TEST_PACKAGES:-} ]]; then
+		# go list expands the patterns to package directories (-e: even
+		# if some do not build); check the .go files directly in each.
+		local dir
+		go list -e -f '{{.Dir}}' "${packages[@]}" | while IFS= read -r dir; do
+			if [[ -n $dir ]]; then
+				find "$dir" -maxdepth 1 -type f -name '*.go' -print0
+			fi
+		done
+	elif git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		# Tracked and new (not ignored) files: new files are exactly the
+		# ones most likely to be unformatted.
+		git ls-files -z --cached --others --exclude-standard -- '*.go'
+	else
+		find . -name .git -prune -o -type f -name '*.go' -print0
+	fi
+}
+
+step gofmt
+go version
+files=()
+while IFS= read -r -d '' f; do
+	case "/$f" in
+	# testdata may hold deliberately malformed Go; vendor is not ours.
+	*/testdata/* | */vendor/*) continue ;;
+	esac
+	# Skip tracked files deleted from the working tree.
+	if [[ -f $f ]]; then
+		files+=("$f")
+	fi
+done < <(go_files)
+if ((${#files[@]} > 0)); then
+	unformatted=$(gofmt -l -- "${files[@]}") || die "gofmt failed (see errors above)"
+	if [[ -n $unformatted ]]; then
+		log "these files need gofmt -w:"
+		sed 's/^/  /' <<<"$unformatted" >&2
+		exit 1
+	fi
+fi
+echo "ok (${#files[@]} files)"
+
+step "go vet"
+go vet "${packages[@]}"
+
+# -------------------------------------------------------------- C compiler
+# -race (and cgo packages such as go-sqlite3) need a C compiler; without
+# one the go command quietly disables cgo and -race fails.
+cc=$(go env CC)
+if ! command -v "${cc%% *}" >/dev/null 2>&1; then
+	log "C compiler '$cc' not found (needed for -race); installing gcc"
+	apt_install gcc libc6-dev ||
+		die "C compiler '$cc' not found; install gcc (go test -race needs cgo)"
+fi
+
+# -------------------------------------------------------------- PostgreSQL
+tmp=
+pg_bindir=
+pg_data=
+
+# as_pg runs a server command as the OS user that owns the cluster.
+as_pg() {
+	if is_root; then
+		# cd: postgres may not be allowed into the caller's directory,
+		# and initdb/pg_ctl want a usable working directory.
+		(cd "$tmp" && runuser -u postgres -- "$@")
+	else
+		"$@"
+	fi
+}
+
+# cleanup stops the server and removes its files however the script ends,
+# and keeps the script's exit status.
+cleanup() {
+	local rc=$?
+	set +e
+	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
+		if ! as_pg "$pg_bindir/pg_ctl" -D "$pg_data" -m fast -w -t 30 stop >/dev/null 2>&1; then
+			# Still there: SIGQUIT is PostgreSQL's immediate shutdown.
+			local pid
+			pid=$(head -n 1 "$pg_data/postmaster.pid" 2>/dev/null)
+			[[ -n $pid ]] && kill -QUIT "$pid" 2>/dev/null && sleep 1
+		fi
+	fi
+	[[ -n $tmp ]] && rm -rf "$tmp"
+	exit "$rc"
+}
+trap cleanup EXIT
+# Turn signals into a normal exit so the EXIT trap runs.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# find_pg_bindir prints the directory holding initdb, pg_ctl and friends.
+find_pg_bindir() {
+	local d
+	if command -v pg_config >/dev/null 2>&1; then
+		# On Debian pg_config may come from libpq-dev without a server,
+		# so check that initdb is really there.
+		d=$(pg_config --bindir 2>/dev/null) || d=
+		if [[ -n $d && -x $d/initdb ]]; then
+			echo "$d"
+			return 0
+		fi
+	fi
+	# Debian/Ubuntu keep server binaries off PATH, one directory per major
+	# version; prefer the newest.
+	if [[ -d /usr/lib/postgresql ]]; then
+		for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -rV); do
+			if [[ -x $d/initdb ]]; then
+				echo "$d"
+				return 0
+			fi
+		done
+	fi
+	if d=$(command -v initdb 2>/dev/null); then
+		# Follow symlinks (e.g. /usr/local/bin/initdb) to where pg_ctl lives.
+		d=$(dirname "$(readlink -f "$d" 2>/dev/null || echo "$d")")
+		if [[ -x $d/pg_ctl ]]; then
+			echo "$d"
+			return 0
+		fi
+	fi
+	return 1
+}
+
+# port_in_use reports whether something listens on 127.0.0.1:$1.
+port_in_use() {
+	if command -v ss >/dev/null 2>&1; then
+		[[ -n $(ss -Hltn "sport = :$1" 2>/dev/null) ]]
+	else
+		# Bash's /dev/tcp: the connect succeeds only if someone listens.
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+	fi
+}
+
+# pick_port prints a random free TCP port. The range stays below the
+# ephemeral ports (Linux: 32768+, macOS: 49152+) handed out to outgoing
+# connections. Another process may still grab it before the server binds;
+# start_server retries for that case.
+pick_port() {
+	local p i
+	for ((i = 0; i < 100; i++)); do
+		p=$((20000 + RANDOM % 12000))
+		if ! port_in_use "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+start_server() {
+	local attempt started_at=$SECONDS
+	for attempt in 1 2 3 4 5; do
+		pg_port=$(pick_port) || die "no free TCP port found on 127.0.0.1"
+		pg_log=$tmp/server-$attempt.log
+		# Durability is pointless for a cluster deleted at exit; turning
+		# it off makes the tests much faster. Many tests run in parallel,
+		# each with its own pool, hence max_connections.
+		local opts="-c listen_addresses=127.0.0.1 -c port=$pg_port"
+		opts+=" -c unix_socket_directories='$tmp/sock'"
+		opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+		opts+=" -c max_connections=300 -c shared_buffers=256MB -c lc_messages=C"
+		if as_pg "$pg_bindir/pg_ctl" -D "$pg_data" -l "$pg_log" -o "$opts" -w -t 30 start >/dev/null; then
+			break
+		fi
+		if grep -q 'Address already in use' "$pg_log" 2>/dev/null; then
+			log "port $pg_port was taken before the server could bind it; retrying"
+			continue
+		fi
+		cat "$pg_log" >&2 2>/dev/null
+		die "PostgreSQL failed to start (server log above)"
+	done
+	[[ -f $pg_data/postmaster.pid ]] || die "PostgreSQL failed to start: no free port after 5 attempts"
+
+	local i
+	for ((i = 0; i < 300; i++)); do
+		if "$pg_bindir/pg_isready" -q -h 127.0.0.1 -p "$pg_port" -U postgres -d postgres; then
+			echo "$("$pg_bindir/postgres" -V) ready on 127.0.0.1:$pg_port after $((SECONDS - started_at))s"
+			return 0
+		fi
+		sleep 0.1
+	done
+	cat "$pg_log" >&2
+	die "PostgreSQL did not become ready within 30s (server log above)"
+}
+
+if [[ -n ${REFSET_TEST_POSTGRES:-} ]]; then
+	# Do not print the DSN: it may contain a password.
+	step "PostgreSQL: using REFSET_TEST_POSTGRES from the environment"
+else
+	step "PostgreSQL: starting a throwaway cluster"
+	if ! pg_bindir=$(find_pg_bindir); then
+		if is_root && command -v apt-get >/dev/null 2>&1; then
+			log "PostgreSQL server not found; installing it with apt-get"
+			# We only want the binaries: stop the package from creating
+			# (and starting) a system-wide "main" cluster on port 5432.
+			mkdir -p /etc/postgresql-common/createcluster.d
+			echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/refset-test.conf
+			apt_install postgresql
+			pg_bindir=$(find_pg_bindir) || die "PostgreSQL was installed but initdb is still not found"
+		else
+			die "PostgreSQL server binaries (initdb, pg_ctl) not found. Install PostgreSQL" \
+				"(e.g. 'sudo apt-get install postgresql' or 'brew install postgresql')," \
+				"or set REFSET_TEST_POSTGRES to a lib/pq DSN of a server you can use."
+		fi
+	fi
+
+	if is_root; then
+		id postgres >/dev/null 2>&1 ||
+			die "running as root but there is no 'postgres' OS user to run the server as (initdb refuses root)"
+		command -v runuser >/dev/null 2>&1 || die "running as root but runuser (util-linux) is missing"
+		# Under /tmp, not $TMPDIR: postgres must be able to reach the
+		# directory, and root's TMPDIR may be private.
+		tmp=$(mktemp -d /tmp/refset-pg.XXXXXX)
+		chown postgres "$tmp"
+	else
+		tmp=$(mktemp -d "${TMPDIR:-/tmp}/refset-pg.XXXXXX")
+	fi
+	pg_data=$tmp/data
+	as_pg mkdir "$tmp/sock"
+
+	started_at=$SECONDS
+	as_pg "$pg_bindir/initdb" -D "$pg_data" -A trust -U postgres --no-sync -E UTF8 --locale=C >"$tmp/initdb.log" 2>&1 || {
+		cat "$tmp/initdb.log" >&2
+		die "initdb failed (output above)"
+	}
+	echo "initdb done after $((SECONDS - started_at))s ($pg_bindir)"
+	start_server
+
+	psql=$pg_bindir/psql
+	[[ -x $psql ]] || psql=psql
+	# A full connection string, so PG* variables in the caller's
+	# environment (PGSSLMODE, PGDATABASE, ...) cannot redirect it.
+	"$psql" -X -q -v ON_ERROR_STOP=1 \
+		"host=127.0.0.1 port=$pg_port user=postgres dbname=postgres sslmode=disable" \
+		-c 'CREATE DATABASE refset_test'
+	export REFSET_TEST_POSTGRES="postgres://postgres@127.0.0.1:$pg_port/refset_test?sslmode=disable"
+fi
+
+# ----------------------------------------------------------------- go test
+step "go test"
+go test -race -count=1 "$@" "${packages[@]}"
