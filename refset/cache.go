@@ -73,22 +73,41 @@ func (c *cache[T, ID]) get(ctx context.Context, id ID, fetch func(context.Contex
 		l := &load[T]{done: make(chan struct{})}
 		c.loading[id] = l
 		c.mu.Unlock()
-
-		value, err := fetch(ctx)
-
-		c.mu.Lock()
-		delete(c.loading, id)
-		if err == nil {
-			l.box = &box[T]{value: value}
-			wp := weak.Make(l.box)
-			c.live[id] = wp
-			runtime.AddCleanup(l.box, c.evict, evictKey[T, ID]{id: id, ptr: wp})
-		}
-		l.err = err
-		c.mu.Unlock()
-		close(l.done)
-		return l.box, err
+		return c.load(ctx, id, l, fetch)
 	}
+}
+
+// errLoadPanicked is what goroutines waiting on a load see when the load panicked.
+var errLoadPanicked = errors.New("refset: loading the object panicked")
+
+// load runs fetch for the goroutine that missed first. If fetch panics, the waiters
+// are released with an error before the panic goes on, never left blocked.
+func (c *cache[T, ID]) load(ctx context.Context, id ID, l *load[T], fetch func(context.Context) (T, error)) (*box[T], error) {
+	finished := false
+	defer func() {
+		if !finished {
+			var zero T
+			c.finish(id, l, zero, errLoadPanicked)
+		}
+	}()
+	value, err := fetch(ctx)
+	finished = true
+	return c.finish(id, l, value, err)
+}
+
+func (c *cache[T, ID]) finish(id ID, l *load[T], value T, err error) (*box[T], error) {
+	c.mu.Lock()
+	delete(c.loading, id)
+	if err == nil {
+		l.box = &box[T]{value: value}
+		wp := weak.Make(l.box)
+		c.live[id] = wp
+		runtime.AddCleanup(l.box, c.evict, evictKey[T, ID]{id: id, ptr: wp})
+	}
+	l.err = err
+	c.mu.Unlock()
+	close(l.done)
+	return l.box, err
 }
 
 // evict runs after an instance was freed. A newer load may have replaced the entry

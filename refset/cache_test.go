@@ -120,3 +120,33 @@ func TestArg(t *testing.T) {
 		})
 	}
 }
+
+// A load that panics releases the goroutines waiting on it, and the next get loads
+// afresh.
+func TestCachePanickingLoadReleasesWaiters(t *testing.T) {
+	c := newCache[item, int64]()
+	started, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer func() { _ = recover() }()
+		_, _ = c.get(t.Context(), 1, func(context.Context) (item, error) {
+			close(started)
+			<-release
+			panic("store bug")
+		})
+	}()
+	<-started
+	waited := make(chan error)
+	go func() {
+		_, err := c.get(t.Context(), 1, func(context.Context) (item, error) { return item{n: 2}, nil })
+		waited <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the waiter queue behind the load
+	close(release)
+	err := <-waited
+	if err != nil {
+		require.ErrorIs(t, err, errLoadPanicked)
+	}
+	b, err := c.get(t.Context(), 1, func(context.Context) (item, error) { return item{n: 3}, nil })
+	require.NoError(t, err)
+	assert.Contains(t, []int64{2, 3}, b.value.n)
+}

@@ -20,6 +20,11 @@ const maxAttempts = 6
 // number of times with jittered back-off; fn must therefore have no effects outside
 // the transaction.
 //
+// Inside fn, use the Tx forms (AddTx, UpgradeTx, CompleteTx) with tx. The plain forms
+// open a transaction of their own, which is not part of the unit of work, and on
+// SQLite, whose one writer connection fn's transaction holds, would wait for it
+// until ctx ends.
+//
 // The tx given to fn translates driver errors of ExecContext and QueryContext to the
 // refset sentinels; an error from a QueryRowContext row's Scan is translated when fn
 // returns it.
