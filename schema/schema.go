@@ -119,7 +119,7 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 		if err := apply(ctx, tx, d, "set:"+set.Table.String(), ms); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, rebind(d, `INSERT INTO refset_sets (table_name, id_column, holds_table) VALUES (?, ?, ?)
+		_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table) VALUES (?, ?, ?)
 			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column, holds_table = excluded.holds_table`),
 			set.Table.String(), set.IDColumn, set.Holds.String())
 		return err
@@ -152,7 +152,7 @@ func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
 // apply runs the migrations of component newer than its recorded version.
 func apply(ctx context.Context, tx refset.Tx, d Dialect, component string, ms []Migration) error {
 	var current int
-	err := tx.QueryRowContext(ctx, rebind(d, `SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
+	err := tx.QueryRowContext(ctx, d.Rebind(`SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
 		component).Scan(&current)
 	if err != nil {
 		return err
@@ -166,13 +166,15 @@ func apply(ctx context.Context, tx refset.Tx, d Dialect, component string, ms []
 		}
 		current = m.Version
 	}
-	_, err = tx.ExecContext(ctx, rebind(d, `INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
+	_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
 		ON CONFLICT (component) DO UPDATE SET version = excluded.version`), component, current)
 	return err
 }
 
-// rebind writes the dialect's placeholders into a statement written with ?.
-func rebind(d Dialect, q string) string {
+// Rebind writes the dialect's placeholders into a statement written with ?
+// placeholders: $1, $2, ... on Postgres; SQLite takes ? as it is. A ? inside a string
+// literal would be rewritten too, so pass values as arguments, never inline.
+func (d Dialect) Rebind(q string) string {
 	if d != Postgres {
 		return q
 	}

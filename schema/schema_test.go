@@ -33,6 +33,6 @@ func TestMigrationsAreSequentialAndParallel(t *testing.T) {
 }
 
 func TestRebind(t *testing.T) {
-	assert.Equal(t, "a = $1 AND b = $2", rebind(Postgres, "a = ? AND b = ?"))
-	assert.Equal(t, "a = ? AND b = ?", rebind(SQLite, "a = ? AND b = ?"))
+	assert.Equal(t, "a = $1 AND b = $2", Postgres.Rebind("a = ? AND b = ?"))
+	assert.Equal(t, "a = ? AND b = ?", SQLite.Rebind("a = ? AND b = ?"))
 }

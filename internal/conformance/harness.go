@@ -2,13 +2,11 @@ package conformance
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,20 +44,7 @@ func newEnv(tb testing.TB, h Harness) *env {
 func (e *env) sql(q string) string {
 	q = strings.NewReplacer("{Text}", e.h.Types.Text, "{Int}", e.h.Types.Int, "{Bytes}", e.h.Types.Bytes,
 		"{Time}", e.h.Types.Time, "{Bool}", e.h.Types.Bool, "{Float}", e.h.Types.Float).Replace(q)
-	if e.h.Dialect.Schema() != schema.Postgres {
-		return q
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return e.h.Dialect.Schema().Rebind(q)
 }
 
 // exec runs plain SQL in its own transaction and returns the translated error.
