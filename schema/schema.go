@@ -3,6 +3,8 @@ package schema
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -37,6 +39,7 @@ type Set struct {
 	IDColumn string         // its one-column primary key
 	IDType   string         // that column's type, as the catalog writes it
 	Holds    sqlident.Ident // the holds table to create
+	Queue    sqlident.Ident // the review queue to create (package cleanup fills it)
 }
 
 // Migration is one embedded SQL file.
@@ -80,7 +83,37 @@ func Migrate(ctx context.Context, db refset.Database, d Dialect) error {
 	})
 }
 
-// MigrateSet brings the tables of one set (its holds table) up to date, after the
+// Registered is a set as MigrateSet recorded it in refset_sets.
+type Registered struct {
+	Table    sqlident.Ident
+	IDColumn string
+	Holds    sqlident.Ident
+	Queue    sqlident.Ident
+}
+
+// Lookup reads the registration of the set on table (written as the set's store was
+// configured), or fails with refset.ErrNotFound if no store was ever built on it.
+func Lookup(ctx context.Context, q refset.Querier, d Dialect, table sqlident.Ident) (Registered, error) {
+	var idColumn, holds, queue string
+	err := q.QueryRowContext(ctx, d.Rebind(`SELECT id_column, holds_table, queue_table FROM refset_sets WHERE table_name = ?`),
+		table.String()).Scan(&idColumn, &holds, &queue)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Registered{}, fmt.Errorf("refset/schema: no set on table %s (build its store first): %w", table, refset.ErrNotFound)
+	}
+	if err != nil {
+		return Registered{}, err
+	}
+	r := Registered{Table: table, IDColumn: idColumn}
+	if r.Holds, err = sqlident.Parse(holds, true); err != nil {
+		return Registered{}, err
+	}
+	if r.Queue, err = sqlident.Parse(queue, true); err != nil {
+		return Registered{}, err
+	}
+	return r, nil
+}
+
+// MigrateSet brings the tables of one set (its holds table and review queue) up to date, after the
 // core ones, and registers the set in refset_sets. It is idempotent and safe to run
 // from several processes at once.
 func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) error {
@@ -104,6 +137,8 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 			"IDType":    set.IDType,
 			"Holds":     set.Holds.Quoted(),
 			"HoldsName": set.Holds.Name,
+			"Queue":     set.Queue.Quoted(),
+			"QueueName": set.Queue.Name,
 		}
 		for i, m := range ms {
 			var b bytes.Buffer
@@ -119,22 +154,33 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 		if err := apply(ctx, tx, d, "set:"+set.Table.String(), ms); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table) VALUES (?, ?, ?)
-			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column, holds_table = excluded.holds_table`),
-			set.Table.String(), set.IDColumn, set.Holds.String())
+		_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table, queue_table) VALUES (?, ?, ?, ?)
+			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column,
+				holds_table = excluded.holds_table, queue_table = excluded.queue_table`),
+			set.Table.String(), set.IDColumn, set.Holds.String(), set.Queue.String())
 		return err
 	})
 }
 
+// Lock serialises schema changes (migrations, clean-up installs) of one database
+// across processes until tx ends: an advisory lock on Postgres; on SQLite the write
+// transaction itself already excludes every other writer.
+func Lock(ctx context.Context, tx refset.Tx, d Dialect) error {
+	switch d {
+	case Postgres:
+		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey)
+		return err
+	case SQLite:
+		return nil
+	}
+	return fmt.Errorf("refset/schema: unknown dialect %q", d)
+}
+
 func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
-	if d == Postgres {
-		// Held to the end of the transaction: a second process waits here, then finds
-		// everything applied.
-		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey); err != nil {
-			return err
-		}
-	} else if d != SQLite {
-		return fmt.Errorf("refset/schema: unknown dialect %q", d)
+	// Held to the end of the transaction: a second process waits here, then finds
+	// everything applied.
+	if err := Lock(ctx, tx, d); err != nil {
+		return err
 	}
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS refset_schema_version (
 		component TEXT NOT NULL PRIMARY KEY,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/require"
@@ -21,6 +22,8 @@ type Harness struct {
 	Reopen func(tb testing.TB, db refset.Database) refset.Database
 	// Types are the dialect's column types.
 	Types Types
+	// Cleanup is the store's clean-up dialect.
+	Cleanup cleanup.Dialect
 }
 
 // Types are column types of a dialect.

@@ -43,6 +43,10 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
 	}
+	queue, err := table.WithName(table.Name + "_review")
+	if err != nil {
+		return nil, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
+	}
 	cols, err := d.Columns(ctx, db.Reader(), table)
 	if err != nil {
 		return nil, fmt.Errorf("refset: reading the columns of %s: %w", table, db.TranslateError(err, ""))
@@ -52,7 +56,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, err
 	}
 	t.Holds = holds
-	err = schema.MigrateSet(ctx, db, d.Schema(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds})
+	err = schema.MigrateSet(ctx, db, d.Schema(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue})
 	if err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}

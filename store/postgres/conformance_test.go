@@ -14,6 +14,7 @@ import (
 // packages run in parallel against one Postgres.
 var harness = conformance.Harness{
 	Dialect: dialect{},
+	Cleanup: cleanupDialect{},
 	Open: func(tb testing.TB) refset.Database {
 		tb.Helper()
 		return openDSN(tb, pgtest.DSN(tb))
@@ -40,4 +41,8 @@ func openDSN(tb testing.TB, dsn string) *DB {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, harness)
+}
+
+func TestCleanupConformance(t *testing.T) {
+	conformance.RunCleanup(t, harness)
 }

@@ -12,6 +12,7 @@ import (
 // harness opens each test's database as a file in its own temporary directory.
 var harness = conformance.Harness{
 	Dialect: dialect{},
+	Cleanup: cleanupDialect{},
 	Open: func(tb testing.TB) refset.Database {
 		tb.Helper()
 		return openFile(tb, filepath.Join(tb.TempDir(), "refset.db"))
@@ -35,4 +36,8 @@ func openFile(tb testing.TB, path string) *DB {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, harness)
+}
+
+func TestCleanupConformance(t *testing.T) {
+	conformance.RunCleanup(t, harness)
 }

@@ -4,5 +4,6 @@ CREATE TABLE IF NOT EXISTS refset_sets (
     table_name  text        NOT NULL PRIMARY KEY,
     id_column   text        NOT NULL,
     holds_table text        NOT NULL,
+    queue_table text        NOT NULL,
     created_at  timestamptz NOT NULL DEFAULT now()
 );

@@ -1,0 +1,323 @@
+package cleanup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// Defaults for the zero Config.
+const (
+	DefaultGrace     = 10 * time.Minute
+	DefaultBatchSize = 1000
+	// DefaultRetryDelay is how far an object is postponed when a concurrent
+	// transaction was referencing it during a review.
+	DefaultRetryDelay = time.Second
+)
+
+// Config configures a Collector. The zero value (but for Table) is a sane default.
+type Config struct {
+	// Table is the set's object table, written as in the store's Config. The store
+	// must have been built (it registers the set and creates its holds table and
+	// review queue).
+	Table string
+	// Grace is how long a new object may stay unreferenced before it is collected.
+	// Zero means DefaultGrace.
+	Grace time.Duration
+	// BatchSize bounds the queue entries (and expired holds) one transaction handles.
+	// Zero means DefaultBatchSize.
+	BatchSize int
+	// RetryDelay is how far an object is postponed when another transaction held a
+	// lock on it during its review. Zero means DefaultRetryDelay.
+	RetryDelay time.Duration
+}
+
+// Reference is one FOREIGN KEY that points at the set's ID column.
+type Reference struct {
+	Table   sqlident.Ident // the referencing table
+	Column  string         // the referencing column
+	Self    bool           // the object table referencing itself: an edge, not a root
+	Indexed bool           // an index leads with Column, so a review need not scan Table
+	Key     []string       // the referencing table's primary key columns, for Why
+}
+
+func (r Reference) String() string { return r.Table.String() + "." + r.Column }
+
+// Plan is everything a dialect needs to know about a set to collect it.
+type Plan struct {
+	Table      sqlident.Ident
+	IDColumn   string
+	IDType     string
+	Holds      sqlident.Ident
+	Queue      sqlident.Ident
+	References []Reference
+	Grace      time.Duration
+	RetryDelay time.Duration
+}
+
+// Batch is what one collection transaction did.
+type Batch struct {
+	Reviewed  int64 // queue entries claimed
+	Deleted   int64 // objects deleted
+	Postponed int64 // objects another transaction was referencing; reviewed again later
+}
+
+// Dialect is the SQL of one database, written by a store package.
+type Dialect interface {
+	// Schema names the dialect.
+	Schema() schema.Dialect
+	// Describe reads the ID column's type and every reference to it from the catalog.
+	Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
+	// Install creates or replaces the triggers of p, inside tx.
+	Install(ctx context.Context, tx refset.Tx, p *Plan) error
+	// ExpireHolds deletes up to limit expired holds.
+	ExpireHolds(ctx context.Context, tx refset.Tx, p *Plan, limit int) (int64, error)
+	// CollectBatch reviews up to limit due queue entries.
+	CollectBatch(ctx context.Context, tx refset.Tx, p *Plan, limit int) (Batch, error)
+	// EnqueueUnreachable queues, due now, every object no root reaches.
+	EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *Plan) (int64, error)
+	// Check counts leaked objects and dangling references.
+	Check(ctx context.Context, q refset.Querier, p *Plan) (Report, error)
+	// Why lists the rows that reference id.
+	Why(ctx context.Context, q refset.Querier, p *Plan, id any) ([]Holder, error)
+}
+
+// Stats is what a Collect call did.
+type Stats struct {
+	Batches      int
+	Reviewed     int64
+	Deleted      int64
+	Postponed    int64
+	HoldsExpired int64
+	Duration     time.Duration
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("reviewed %d, deleted %d, postponed %d, holds expired %d in %d batches, %v",
+		s.Reviewed, s.Deleted, s.Postponed, s.HoldsExpired, s.Batches, s.Duration.Round(time.Microsecond))
+}
+
+// Collector collects the garbage of one set. It is safe for concurrent use, and
+// several collectors, in one process or many, may work on one set at once.
+type Collector struct {
+	db      refset.Database
+	dialect Dialect
+	plan    Plan
+	batch   int
+}
+
+// ErrUnindexed: a referencing column has no index, so every review would scan its
+// table. The error names the index to create.
+var ErrUnindexed = errors.New("referencing column has no index")
+
+// Install reads the references of the set's table from the catalog, creates the
+// review queue's triggers on every referencing table (replacing those of an earlier
+// Install, so running it again after a schema change picks up new referencing tables),
+// and returns a Collector. It is idempotent. It fails with ErrUnindexed if a
+// referencing column has no index.
+func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Collector, error) {
+	table, err := sqlident.Parse(cfg.Table, true)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 {
+		return nil, fmt.Errorf("refset/cleanup: negative Grace, BatchSize or RetryDelay in %+v", cfg)
+	}
+	p := Plan{Table: table, Grace: cfg.Grace, RetryDelay: cfg.RetryDelay}
+	if p.Grace == 0 {
+		p.Grace = DefaultGrace
+	}
+	if p.RetryDelay == 0 {
+		p.RetryDelay = DefaultRetryDelay
+	}
+	batch := cfg.BatchSize
+	if batch == 0 {
+		batch = DefaultBatchSize
+	}
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if err := schema.Lock(ctx, tx, d.Schema()); err != nil {
+			return err
+		}
+		reg, err := schema.Lookup(ctx, tx, d.Schema(), table)
+		if err != nil {
+			return err
+		}
+		p.IDColumn, p.Holds, p.Queue = reg.IDColumn, reg.Holds, reg.Queue
+		p.IDType, p.References, err = d.Describe(ctx, tx, table, reg.IDColumn)
+		if err != nil {
+			return err
+		}
+		var unindexed []string
+		for _, r := range p.References {
+			if !r.Indexed {
+				unindexed = append(unindexed, fmt.Sprintf("CREATE INDEX ON %s (%q)", r.Table.Quoted(), r.Column))
+			}
+		}
+		if len(unindexed) > 0 {
+			return fmt.Errorf("refset/cleanup: %s: %w; create: %v", table, ErrUnindexed, unindexed)
+		}
+		return d.Install(ctx, tx, &p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+	}
+	return &Collector{db: db, dialect: d, plan: p, batch: batch}, nil
+}
+
+// References are the foreign keys Install found, roots and edges.
+func (c *Collector) References() []Reference { return append([]Reference(nil), c.plan.References...) }
+
+// Collect deletes expired holds and every due object nothing references, batch by
+// batch, until nothing is due, and returns what it did. Each batch commits on its
+// own: if ctx ends, what was done stays done and the rest waits for the next call.
+func (c *Collector) Collect(ctx context.Context) (Stats, error) {
+	start := time.Now()
+	var s Stats
+	defer func() { s.Duration = time.Since(start) }()
+	for {
+		var expired int64
+		var b Batch
+		err := refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+			var err error
+			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+				return err
+			}
+			b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
+			return err
+		})
+		if err != nil {
+			s.Duration = time.Since(start)
+			return s, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, err)
+		}
+		s.Batches++
+		s.HoldsExpired += expired
+		s.Reviewed += b.Reviewed
+		s.Deleted += b.Deleted
+		s.Postponed += b.Postponed
+		if b.Reviewed == 0 && expired == 0 {
+			s.Duration = time.Since(start)
+			return s, nil
+		}
+	}
+}
+
+// Run collects every interval until ctx ends, then returns nil. A batch in flight
+// when ctx ends rolls back; nothing is left half done. onPass, if not nil, is called
+// after every pass with its result, for logging and metrics.
+func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func(Stats, error)) error {
+	if interval <= 0 {
+		return fmt.Errorf("refset/cleanup: Run needs a positive interval, not %v", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s, err := c.Collect(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if onPass != nil {
+			onPass(s, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep is the full mark-and-sweep: it marks every object reachable from a root,
+// queues the rest (objects still in their grace period keep it), and collects. Use
+// it to repair a database whose queue was lost or that had objects before Install;
+// its cost follows the size of the set.
+func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
+	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+		var err error
+		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
+		return err
+	})
+	if err != nil {
+		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
+	}
+	s, err = c.Collect(ctx)
+	return queued, s, err
+}
+
+// Report is what Check found.
+type Report struct {
+	// Leaked counts objects reachable from no root and no queued object: garbage
+	// Collect would never delete. Sweep repairs it.
+	Leaked int64
+	// Dangling counts reference rows whose object does not exist (possible only
+	// where foreign keys were not enforced, such as a SQLite connection opened
+	// without them).
+	Dangling int64
+	// Samples are a few of the offending IDs or rows, as text.
+	Samples []string
+}
+
+// OK reports a healthy set.
+func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
+
+// Check scans the set and its references. Its cost follows the size of the set: it
+// is an audit, not part of collection.
+func (c *Collector) Check(ctx context.Context) (Report, error) {
+	r, err := c.dialect.Check(ctx, c.db.Reader(), &c.plan)
+	if err != nil {
+		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
+	}
+	return r, nil
+}
+
+// Holder is a row that keeps an object alive.
+type Holder struct {
+	Table  string // the referencing table
+	Column string // its referencing column
+	Key    string // the row's primary key, as "col=value, ..."
+}
+
+func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Column, h.Key) }
+
+// Why lists the rows that keep the object with that ID alive (up to a few per
+// referencing table). None means it is garbage: Collect will delete it once it is
+// due. ErrNotFound if there is no such object.
+func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
+	hs, err := c.dialect.Why(ctx, c.db.Reader(), &c.plan, refset.Arg(id))
+	if err != nil {
+		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
+	}
+	return hs, nil
+}
+
+// Name is the identifier of a trigger or function Install creates for p: derived from
+// the queue and parts, so installing again replaces rather than adds, and short
+// enough for Postgres whatever the table names.
+func (p *Plan) Name(parts ...string) string {
+	h := sha256.Sum256([]byte(p.Queue.String() + "\x00" + strings.Join(parts, "\x00")))
+	return "refset_rv_" + hex.EncodeToString(h[:6])
+}
+
+// Roots are the references that keep objects alive by themselves; Edges lead from an
+// object to the objects it keeps alive.
+func (p *Plan) Roots() []Reference { return p.filter(false) }
+
+// Edges: see Roots.
+func (p *Plan) Edges() []Reference { return p.filter(true) }
+
+func (p *Plan) filter(self bool) []Reference {
+	var out []Reference
+	for _, r := range p.References {
+		if r.Self == self {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+// Package cleanup deletes the objects of a set that nothing references any more, at a
+// cost that follows the garbage, never the size of the set.
+//
+// It needs to be told nothing about who references what: Install reads every FOREIGN
+// KEY that points at the set's table from the database catalog. A key from the table
+// to itself (a block's predecessor) is an edge; every other referencing table (the
+// set's holds table, a chain_heads table) is a root.
+//
+// Install creates database triggers on every referencing table: whenever a reference
+// row is deleted, or its key changed, by refset or by plain SQL, the object it pointed
+// at is put in the set's review queue. A new object is queued one grace period ahead,
+// so a holder that persists its reference a little after adding the object is not
+// robbed of it. Queueing never loses a signal: a second one for the same object
+// postpones the review to the later time and marks the entry changed.
+//
+// Collect takes due entries in bounded batches, each its own short transaction. It
+// locks the objects (on Postgres FOR UPDATE SKIP LOCKED, which conflicts with the
+// KEY SHARE lock a concurrent reference insert takes, so holding and collecting are
+// serialised by the database), checks again that nothing references them, deletes
+// them, and so queues what they referenced: an abandoned fork of any length goes in
+// one Collect call. Several collectors, goroutines or processes, share the work
+// without waiting on each other. Expired holds are deleted by the same pass, which
+// makes their objects due.
+//
+// Sweep is the repair: a full mark from the roots, for a database whose queue was
+// lost or never installed. Check reports what Collect would never delete (objects
+// reachable from no root and no queued object) and references to missing objects;
+// both are zero in a healthy database. Why says which rows keep an object alive.
+package cleanup

@@ -1,0 +1,461 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// RunCleanup runs the clean-up suite against the store h describes.
+func RunCleanup(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness)
+	}{
+		{"AbandonedForkGoesInOneCall", testAbandonedFork},
+		{"GracePeriod", testGrace},
+		{"ExpiringHolds", testExpiringHolds},
+		{"ReReferencedSurvives", testReReferenced},
+		{"ReferenceRacesCollector", testReferenceRace},
+		{"HandOverNeverCollected", testHandOverVersusCollector},
+		{"InstallTwiceAndAfterNewReference", testInstallAgain},
+		{"SweepRepairsLostQueue", testSweep},
+		{"CheckAndWhy", testCheckAndWhy},
+		{"UnindexedReferenceRefused", testUnindexed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
+// chain creates the RFC tables with indexed references (clean-up refuses
+// unindexed ones) and a set on them.
+func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
+	tb.Helper()
+	set := e.blocks(tb)
+	e.mustExec(tb, `CREATE INDEX blocks_prev ON blocks (prev)`)
+	return set
+}
+
+func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
+	tb.Helper()
+	if cfg.Table == "" {
+		cfg.Table = "blocks"
+	}
+	c, err := cleanup.Install(context.Background(), e.db, e.h.Cleanup, cfg)
+	require.NoError(tb, err)
+	return c
+}
+
+func (e *env) ids(tb testing.TB, table, column string) []string {
+	tb.Helper()
+	rows, err := e.db.Reader().QueryContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", column, table, column))
+	require.NoError(tb, err)
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		require.NoError(tb, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(tb, rows.Err())
+	return ids
+}
+
+func sorted(ids ...string) []string {
+	sort.Strings(ids)
+	return ids
+}
+
+// makeDue ends the grace period of the queued objects (all, or those named), so a
+// test need not wait for it.
+func (e *env) makeDue(tb testing.TB, ids ...string) {
+	tb.Helper()
+	past := "now() - interval '1 second'"
+	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
+		past = "0"
+	}
+	if len(ids) == 0 {
+		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past)
+	}
+	for _, id := range ids {
+		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past+" WHERE object_id = ?", id)
+	}
+}
+
+// A chain with forks:
+//
+//	g <- a1 <- a2 <- a3   (head)
+//	 \     \
+//	  \     c1            (head)
+//	   b1 <- b2           (head)
+//	p                     (pending)
+//
+// Dropping b2's head row with plain SQL frees b2 and b1, down to g, in one call.
+func testAbandonedFork(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{BatchSize: 2}) // small batches: the walk spans several
+	ctx := t.Context()
+	add := func(id, prev string, cmds ...refset.Command[string]) {
+		_, err := set.Add(ctx, mkBlock(id, prev, 0), cmds...)
+		require.NoError(t, err)
+	}
+	add("g", "")
+	add("a1", "g")
+	add("a2", "a1")
+	add("a3", "a2", e.acquireHead())
+	add("c1", "a1", e.acquireHead())
+	add("b1", "g")
+	add("b2", "b1", e.acquireHead())
+	add("p", "", e.insertPending())
+	e.makeDue(t)
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), s.Deleted, "everything is referenced")
+	assert.Equal(t, int64(8), s.Reviewed)
+
+	e.mustExec(t, `DELETE FROM heads WHERE block_id = ?`, "b2")
+	s, err = c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), s.Deleted, "b2 and b1")
+	assert.Equal(t, sorted("g", "a1", "a2", "a3", "c1", "p"), e.ids(t, "blocks", "id"))
+
+	e.mustExec(t, `DELETE FROM heads WHERE block_id = ?`, "a3")
+	s, err = c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), s.Deleted, "a3 and a2; a1 is c1's parent")
+	assert.Equal(t, sorted("g", "a1", "c1", "p"), e.ids(t, "blocks", "id"))
+
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+	assert.Equal(t, 0, e.count(t, "blocks_review", ""), "the queue is empty once all is reviewed")
+}
+
+func testGrace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+
+	t.Run("a fresh object survives its grace period", func(t *testing.T) {
+		c := e.collector(t, cleanup.Config{Grace: time.Hour})
+		_, err := set.Add(ctx, mkBlock("fresh", "", 0))
+		require.NoError(t, err)
+		s, err := c.Collect(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), s.Reviewed, "not due yet")
+		assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "fresh"))
+		why, err := c.Why(ctx, "fresh")
+		require.NoError(t, err)
+		assert.Empty(t, why, "nothing holds it: it is garbage once due")
+		report, err := c.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, report.OK(), "a queued object is not leaked: %+v", report)
+	})
+	t.Run("after it, it goes", func(t *testing.T) {
+		c := e.collector(t, cleanup.Config{Grace: 50 * time.Millisecond})
+		_, err := set.Add(ctx, mkBlock("brief", "", 0))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err := c.Collect(ctx)
+			require.NoError(t, err)
+			return e.count(t, "blocks", "id = ?", "brief") == 0
+		}, 10*time.Second, 20*time.Millisecond)
+		assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "fresh"), "the other install's grace still holds for fresh")
+	})
+}
+
+func testExpiringHolds(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	ctx := t.Context()
+	_, err := set.Add(ctx, mkBlock("leased", "", 0), set.Hold("lock", 50*time.Millisecond))
+	require.NoError(t, err)
+	_, err = set.Add(ctx, mkBlock("kept", "", 0), set.Hold("owner", 0))
+	require.NoError(t, err)
+	e.makeDue(t)
+
+	var expired int64
+	require.Eventually(t, func() bool {
+		s, err := c.Collect(ctx)
+		require.NoError(t, err)
+		expired += s.HoldsExpired
+		return e.count(t, "blocks", "id = ?", "leased") == 0
+	}, 10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, int64(1), expired)
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "kept"), "a hold without expiry never lapses")
+	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ?", "owner"))
+}
+
+func testReReferenced(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	ctx := t.Context()
+	tok, err := set.Add(ctx, mkBlock("x", "", 0), set.Hold("first", 0))
+	require.NoError(t, err)
+	e.makeDue(t)
+	// The hold moves: the unhold queues x, the new hold references it again.
+	rel, err := tok.Release(set.Unhold("first"))
+	require.NoError(t, err)
+	acq, err := rel.Acquire(set.Hold("second", 0))
+	require.NoError(t, err)
+	_, err = acq.Complete(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "x"), "queued by the unhold")
+
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), s.Deleted)
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "x"))
+	assert.Equal(t, 0, e.count(t, "blocks_review", ""), "reviewed and dequeued")
+}
+
+// The race every collector has been bitten by: an object is due, one goroutine takes
+// a reference to it while a collector deletes it. Each round ends with the reference
+// in place and the object present, or with the reference refused (ErrNotFound) and
+// the object gone: never a reference to a missing object, never another error.
+func testReferenceRace(t *testing.T, h Harness) {
+	rounds := 10_000
+	if testing.Short() {
+		rounds = 500
+	}
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	ctx := t.Context()
+	var referenced, collected int
+	for i := range rounds {
+		id := fmt.Sprintf("r%05d", i)
+		// Due at once: added with a hold, which is then dropped.
+		_, err := set.Add(ctx, mkBlock(id, "", 0), set.Hold("setup", 0))
+		require.NoError(t, err)
+		require.NoError(t, e.exec(ctx, `DELETE FROM blocks_holds WHERE object_id = ?`, id))
+		e.makeDue(t, id)
+
+		var wg sync.WaitGroup
+		var refErr, colErr error
+		start := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, refErr = set.Upgrade(ctx, id, e.acquireHead())
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, colErr = c.Collect(ctx)
+		}()
+		close(start)
+		wg.Wait()
+		require.NoError(t, colErr, "round %d", i)
+		present := e.count(t, "blocks", "id = ?", id) == 1
+		headed := e.count(t, "heads", "block_id = ?", id) == 1
+		switch {
+		case refErr == nil:
+			require.True(t, present && headed, "round %d: reference taken, yet present=%v headed=%v", i, present, headed)
+			referenced++
+		case errors.Is(refErr, refset.ErrNotFound):
+			require.False(t, present || headed, "round %d: refused, yet present=%v headed=%v", i, present, headed)
+			collected++
+		default:
+			t.Fatalf("round %d: an error of another kind: %v", i, refErr)
+		}
+		// Clear the round's reference, so the next round starts alike.
+		if headed {
+			e.mustExec(t, `DELETE FROM heads WHERE block_id = ?`, id)
+		}
+	}
+	t.Logf("%d rounds: reference won %d, collector won %d", rounds, referenced, collected)
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, report.Dangling)
+}
+
+// A hand-over moves a reference from one holder to another in one transaction: a
+// collector running all the while never sees the object unreferenced.
+func testHandOverVersusCollector(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{BatchSize: 10})
+	ctx := t.Context()
+	const objects, moves = 20, 30
+	toks := make([]*refset.RefToken[string], objects)
+	for i := range toks {
+		var err error
+		toks[i], err = set.Add(ctx, mkBlock(fmt.Sprintf("h%02d", i), "", 0), set.Hold("holder-0", 0))
+		require.NoError(t, err)
+	}
+	e.makeDue(t)
+	stop := make(chan struct{})
+	var collErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := c.Collect(ctx); err != nil {
+				collErr = err
+				return
+			}
+		}
+	}()
+	for m := range moves {
+		for i, tok := range toks {
+			rel, err := tok.Release(set.Unhold(fmt.Sprintf("holder-%d", m)))
+			require.NoError(t, err)
+			acq, err := rel.Acquire(set.Hold(fmt.Sprintf("holder-%d", m+1), 0))
+			require.NoError(t, err)
+			toks[i], err = acq.Complete(ctx)
+			require.NoError(t, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	require.NoError(t, collErr)
+	assert.Equal(t, objects, e.count(t, "blocks", ""), "no object was collected during its hand-overs")
+	assert.Equal(t, objects, e.count(t, "blocks_holds", "holder = ?", fmt.Sprintf("holder-%d", moves)))
+}
+
+func testInstallAgain(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	first := e.collector(t, cleanup.Config{})
+	second := e.collector(t, cleanup.Config{})
+	names := func(c *cleanup.Collector) []string {
+		var out []string
+		for _, r := range c.References() {
+			out = append(out, r.Table.Name+"."+r.Column)
+		}
+		sort.Strings(out)
+		return out
+	}
+	assert.Equal(t, names(first), names(second))
+	assert.Equal(t, []string{"blocks.prev", "blocks_holds.object_id", "heads.block_id", "pending.block_id"}, names(first))
+
+	// A table added later is picked up by installing again.
+	e.mustExec(t, `CREATE TABLE votes (voter {Text} NOT NULL, block_id {Text} NOT NULL REFERENCES blocks (id), PRIMARY KEY (block_id, voter))`)
+	third := e.collector(t, cleanup.Config{})
+	assert.Contains(t, names(third), "votes.block_id")
+
+	_, err := set.Add(ctx, mkBlock("v", "", 0))
+	require.NoError(t, err)
+	e.mustExec(t, `INSERT INTO votes (voter, block_id) VALUES ('alice', 'v')`)
+	e.makeDue(t)
+	_, err = third.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "v"), "the vote keeps it")
+	e.mustExec(t, `DELETE FROM votes`)
+	s, err := third.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), s.Deleted, "the vote's removal queued it")
+	assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "v"))
+
+	// Installing twice did not double the triggers: one removal, one queue signal.
+	_, err = set.Add(ctx, mkBlock("w", "", 0), e.acquireHead())
+	require.NoError(t, err)
+	e.makeDue(t)
+	_, err = third.Collect(ctx)
+	require.NoError(t, err)
+	e.mustExec(t, `DELETE FROM heads WHERE block_id = 'w'`)
+	var version int
+	require.NoError(t, e.db.Reader().QueryRowContext(ctx, e.sql(`SELECT version FROM blocks_review WHERE object_id = ?`), "w").Scan(&version))
+	assert.Equal(t, 1, version)
+}
+
+func testSweep(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	// Objects from before clean-up was installed, or whose queue was lost.
+	for _, b := range []block{mkBlock("g", "", 0), mkBlock("live", "g", 1), mkBlock("dead1", "g", 1), mkBlock("dead2", "dead1", 2)} {
+		_, err := set.Add(ctx, b)
+		require.NoError(t, err)
+	}
+	e.mustExec(t, `INSERT INTO heads (block_id) VALUES ('live')`)
+	c := e.collector(t, cleanup.Config{Grace: time.Hour})
+	e.mustExec(t, `DELETE FROM blocks_review`) // the queue is lost
+
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), report.Leaked, "dead1 and dead2: %+v", report)
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, s.Deleted, "without a queue, Collect knows nothing")
+
+	_, err = set.Add(ctx, mkBlock("new", "", 0)) // queued, in its grace period
+	require.NoError(t, err)
+	queued, s, err := c.Sweep(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), queued, "dead1, dead2 and new")
+	assert.Equal(t, int64(2), s.Deleted)
+	assert.Equal(t, sorted("g", "live", "new"), e.ids(t, "blocks", "id"), "new keeps its grace period")
+	report, err = c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
+func testCheckAndWhy(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	ctx := t.Context()
+	_, err := set.Add(ctx, mkBlock("g", "", 0), set.Hold("auditor", 0))
+	require.NoError(t, err)
+	_, err = set.Add(ctx, mkBlock("a", "g", 1), e.acquireHead())
+	require.NoError(t, err)
+
+	why, err := c.Why(ctx, "g")
+	require.NoError(t, err)
+	var got []string
+	for _, w := range why {
+		table := w.Table[strings.LastIndex(w.Table, ".")+1:] // Postgres qualifies it with its schema
+		got = append(got, table+"."+w.Column+" "+w.Key)
+	}
+	sort.Strings(got)
+	require.Len(t, got, 2)
+	assert.True(t, strings.HasPrefix(got[0], "blocks.prev id="), got[0])
+	assert.Contains(t, got[0], "a")
+	assert.True(t, strings.HasPrefix(got[1], "blocks_holds.object_id "), got[1])
+	assert.Contains(t, got[1], "auditor")
+
+	_, err = c.Why(ctx, "missing")
+	require.ErrorIs(t, err, refset.ErrNotFound)
+
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
+func testUnindexed(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.blocks(t) // prev has no index
+	_, err := cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks"})
+	require.ErrorIs(t, err, cleanup.ErrUnindexed)
+	assert.Contains(t, err.Error(), `"prev"`, "the error names the index to create")
+
+	_, err = cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "nosuch"})
+	require.ErrorIs(t, err, refset.ErrNotFound)
+}

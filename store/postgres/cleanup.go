@@ -1,0 +1,387 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// All of this store's clean-up SQL is here. See package cleanup for the design.
+
+// NewCollector installs clean-up for the set on cfg.Table (whose store must have
+// been built) and returns its collector. Installing again, after a schema change,
+// picks up new referencing tables.
+func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
+	return cleanup.Install(ctx, db, cleanupDialect{}, cfg)
+}
+
+type cleanupDialect struct{}
+
+func (cleanupDialect) Schema() schema.Dialect { return schema.Postgres }
+
+const idTypeSQL = `
+SELECT format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`
+
+// referencesSQL lists the one-column foreign keys to the set's ID column, whether an
+// index leads with the referencing column, and the referencing table's primary key.
+const referencesSQL = `
+SELECT n.nspname, r.relname, a.attname, c.conrelid = c.confrelid,
+       EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1]),
+       COALESCE((SELECT array_agg(ka.attname::text ORDER BY k.ord)
+                 FROM pg_index pk
+                 CROSS JOIN LATERAL unnest(pk.indkey) WITH ORDINALITY AS k(attnum, ord)
+                 JOIN pg_attribute ka ON ka.attrelid = pk.indrelid AND ka.attnum = k.attnum
+                 WHERE pk.indrelid = c.conrelid AND pk.indisprimary), '{}')
+FROM pg_constraint c
+JOIN pg_class r ON r.oid = c.conrelid
+JOIN pg_namespace n ON n.oid = r.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[1]
+WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND cardinality(c.conkey) = 1 AND fa.attname = $2
+ORDER BY n.nspname, r.relname, a.attname`
+
+func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
+	var idType string
+	if err := q.QueryRowContext(ctx, idTypeSQL, table.Quoted(), idColumn).Scan(&idType); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
+		}
+		return "", nil, err
+	}
+	if err := sqlident.CheckType(idType); err != nil {
+		return "", nil, err
+	}
+	rows, err := q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
+	if err != nil {
+		return "", nil, err
+	}
+	defer rows.Close()
+	var refs []cleanup.Reference
+	for rows.Next() {
+		var nsp, rel, col string
+		var r cleanup.Reference
+		if err := rows.Scan(&nsp, &rel, &col, &r.Self, &r.Indexed, pq.Array(&r.Key)); err != nil {
+			return "", nil, err
+		}
+		if r.Table, err = sqlident.Parse(nsp+"."+rel, true); err != nil {
+			return "", nil, fmt.Errorf("referencing table %s.%s: %w", nsp, rel, err)
+		}
+		if _, err := sqlident.Parse(col, false); err != nil {
+			return "", nil, fmt.Errorf("referencing column %s.%s.%s: %w", nsp, rel, col, err)
+		}
+		for _, k := range r.Key {
+			if _, err := sqlident.Parse(k, false); err != nil {
+				return "", nil, fmt.Errorf("key column %s.%s.%s: %w", nsp, rel, k, err)
+			}
+		}
+		r.Column = col
+		refs = append(refs, r)
+	}
+	return idType, refs, rows.Err()
+}
+
+// enqueue is the upsert every trigger uses: a second signal for a queued object
+// postpones its review to the later time and bumps the version, never drops it.
+func enqueue(p *cleanup.Plan, selectSQL string) string {
+	return fmt.Sprintf(`INSERT INTO %s AS q (object_id, review_after)
+	%s
+	ON CONFLICT (object_id) DO UPDATE
+	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
+}
+
+// Install creates a statement-level trigger per reference (sorted keys, so concurrent
+// statements queue objects in one order and do not deadlock) and one on the object
+// table for new objects.
+func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
+	var stmts []string
+	trigger := func(name string, table sqlident.Ident, event, transition, body string) {
+		fn := sqlident.Ident{Schema: table.Schema, Name: name}.Quoted()
+		if table.Schema == "" {
+			fn = `"` + name + `"`
+		}
+		stmts = append(stmts,
+			fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $refset$
+BEGIN
+	%s;
+	RETURN NULL;
+END
+$refset$`, fn, body),
+			fmt.Sprintf(`DROP TRIGGER IF EXISTS "%s_%s" ON %s`, name, strings.ToLower(event), table.Quoted()),
+			fmt.Sprintf(`CREATE TRIGGER "%s_%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
+				name, strings.ToLower(event), event, table.Quoted(), transition, fn))
+	}
+	for _, r := range p.References {
+		name := p.Name(r.Table.String(), r.Column)
+		col := `"` + r.Column + `"`
+		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueue(p, fmt.Sprintf(
+			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL ORDER BY 1`, col, col)))
+		// An update queues the old object only where the reference changed; without a
+		// primary key to pair old and new rows, every old object is queued.
+		changed := "true"
+		if len(r.Key) > 0 {
+			var on []string
+			for _, k := range r.Key {
+				on = append(on, fmt.Sprintf(`n."%s" = o."%s"`, k, k))
+			}
+			changed = fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM new_rows n WHERE %s AND n.%s IS NOT DISTINCT FROM o.%s)`,
+				strings.Join(on, " AND "), col, col)
+		}
+		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
+			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`, col, col, changed)))
+	}
+	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
+		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n ORDER BY 1`, p.IDColumn, p.Grace.Milliseconds())))
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
+		SELECT ctid FROM %[1]s WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// unreferenced is the condition that no reference row points at o.
+func unreferenced(p *cleanup.Plan, o string) string {
+	var conds []string
+	for _, r := range p.References {
+		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
+			r.Table.Quoted(), r.Column, o, p.IDColumn))
+	}
+	if len(conds) == 0 {
+		return "true"
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// CollectBatch claims due entries, locks their objects, and deletes the unreferenced
+// ones. IDs travel as text and are cast back to the ID type, so one code path serves
+// every ID type.
+func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
+	var b cleanup.Batch
+	ids, versions, err := claim(ctx, tx, p, limit)
+	if err != nil || len(ids) == 0 {
+		return b, err
+	}
+	b.Reviewed = int64(len(ids))
+	idArray := fmt.Sprintf(`$1::text[]::%s[]`, p.IDType)
+
+	// Lock the objects that still exist. A row another transaction holds a lock on
+	// (a reference being inserted takes KEY SHARE on it) is skipped and postponed.
+	// Once locked, no new reference to it can commit until this transaction ends.
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`WITH locked AS (
+		SELECT "%[2]s" AS id FROM %[1]s WHERE "%[2]s" = ANY (%[3]s) FOR UPDATE SKIP LOCKED)
+		SELECT o."%[2]s"::text, l.id IS NOT NULL FROM %[1]s o LEFT JOIN locked l ON l.id = o."%[2]s"
+		WHERE o."%[2]s" = ANY (%[3]s)`, p.Table.Quoted(), p.IDColumn, idArray), pq.Array(ids))
+	if err != nil {
+		return b, err
+	}
+	var locked, busy []string
+	for rows.Next() {
+		var id string
+		var ok bool
+		if err := rows.Scan(&id, &ok); err != nil {
+			rows.Close()
+			return b, err
+		}
+		if ok {
+			locked = append(locked, id)
+		} else {
+			busy = append(busy, id)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return b, err
+	}
+
+	// A new statement sees every reference committed before the locks were taken.
+	if len(locked) > 0 {
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (%s) AND %s`,
+			p.Table.Quoted(), p.IDColumn, idArray, unreferenced(p, "o")), pq.Array(locked))
+		if err != nil {
+			return b, err
+		}
+		if b.Deleted, err = res.RowsAffected(); err != nil {
+			return b, err
+		}
+	}
+
+	// Dequeue what was reviewed, unless it was queued again meanwhile (its version
+	// moved: a deletion in this batch may have queued its predecessor).
+	skip := make(map[string]bool, len(busy))
+	for _, id := range busy {
+		skip[id] = true
+	}
+	var doneIDs []string
+	var doneVersions []int64
+	for i, id := range ids {
+		if !skip[id] {
+			doneIDs = append(doneIDs, id)
+			doneVersions = append(doneVersions, versions[i])
+		}
+	}
+	if len(doneIDs) > 0 {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s q USING unnest($1::text[], $2::bigint[]) AS c(id, v)
+			WHERE q.object_id = c.id::%s AND q.version = c.v`, p.Queue.Quoted(), p.IDType),
+			pq.Array(doneIDs), pq.Array(doneVersions)); err != nil {
+			return b, err
+		}
+	}
+	if len(busy) > 0 {
+		b.Postponed = int64(len(busy))
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
+			WHERE object_id = ANY (%s)`, p.Queue.Quoted(), idArray), pq.Array(busy), p.RetryDelay.Milliseconds()); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// claim takes up to limit due entries; entries another collector holds are skipped.
+func claim(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) ([]string, []int64, error) {
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
+		WHERE review_after <= now() ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED`, p.Queue.Quoted()), limit)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	var versions []int64
+	for rows.Next() {
+		var id string
+		var v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, nil, err
+		}
+		ids = append(ids, id)
+		versions = append(versions, v)
+	}
+	return ids, versions, rows.Err()
+}
+
+// reach is a recursive query of every object reachable from the roots (and, when
+// withQueue, from queued objects) along the edges.
+func reach(p *cleanup.Plan, withQueue bool) string {
+	var seeds []string
+	for _, r := range p.Roots() {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
+	}
+	if withQueue {
+		seeds = append(seeds, fmt.Sprintf(`SELECT object_id FROM %s`, p.Queue.Quoted()))
+	}
+	if len(seeds) == 0 {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE false`, p.IDColumn, p.Table.Quoted()))
+	}
+	q := `WITH RECURSIVE reach(id) AS (` + strings.Join(seeds, " UNION ")
+	if edges := p.Edges(); len(edges) > 0 {
+		var next []string
+		for _, e := range edges {
+			next = append(next, fmt.Sprintf(`(o."%s")`, e.Column))
+		}
+		q += fmt.Sprintf(` UNION SELECT x.id FROM reach JOIN %s o ON o."%s" = reach.id
+			CROSS JOIN LATERAL (VALUES %s) AS x(id) WHERE x.id IS NOT NULL`, p.Table.Quoted(), p.IDColumn, strings.Join(next, ", "))
+	}
+	return q + `)`
+}
+
+func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (int64, error) {
+	res, err := tx.ExecContext(ctx, reach(p, false)+" "+enqueue(p, fmt.Sprintf(
+		`SELECT o."%[1]s", now() FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
+		p.IDColumn, p.Table.Quoted())))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (cleanupDialect) Check(ctx context.Context, q refset.Querier, p *cleanup.Plan) (cleanup.Report, error) {
+	var r cleanup.Report
+	rows, err := q.QueryContext(ctx, reach(p, true)+fmt.Sprintf(`
+		SELECT o."%[1]s"::text, count(*) OVER () FROM %[2]s o
+		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") LIMIT 5`, p.IDColumn, p.Table.Quoted()))
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id, &r.Leaked); err != nil {
+			rows.Close()
+			return r, err
+		}
+		r.Samples = append(r.Samples, "leaked "+id)
+	}
+	if err := rows.Close(); err != nil {
+		return r, err
+	}
+	for _, ref := range p.References {
+		var n int64
+		var sample sql.NullString
+		err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), min(r."%[1]s"::text) FROM %[2]s r
+			WHERE r."%[1]s" IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %[3]s o WHERE o."%[4]s" = r."%[1]s")`,
+			ref.Column, ref.Table.Quoted(), p.Table.Quoted(), p.IDColumn)).Scan(&n, &sample)
+		if err != nil {
+			return r, err
+		}
+		r.Dangling += n
+		if sample.Valid {
+			r.Samples = append(r.Samples, fmt.Sprintf("dangling %s -> %s", ref, sample.String))
+		}
+	}
+	return r, nil
+}
+
+func (cleanupDialect) Why(ctx context.Context, q refset.Querier, p *cleanup.Plan, id any) ([]cleanup.Holder, error) {
+	var one int
+	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = $1`, p.Table.Quoted(), p.IDColumn), id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var hs []cleanup.Holder
+	for _, r := range p.References {
+		key := []string{"ctid"}
+		if len(r.Key) > 0 {
+			key = r.Key
+		}
+		var cols []string
+		for _, k := range key {
+			cols = append(cols, fmt.Sprintf(`'%s=' || quote_nullable("%s"::text)`, k, k))
+		}
+		rows, err := q.QueryContext(ctx, fmt.Sprintf(`SELECT concat_ws(', ', %s) FROM %s WHERE "%s" = $1 LIMIT 5`,
+			strings.Join(cols, ", "), r.Table.Quoted(), r.Column), id)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			h := cleanup.Holder{Table: r.Table.String(), Column: r.Column}
+			if err := rows.Scan(&h.Key); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			hs = append(hs, h)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return hs, nil
+}

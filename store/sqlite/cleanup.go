@@ -1,0 +1,315 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+)
+
+// All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
+// has one writer at a time, so a collection batch needs no row locks: nothing else
+// can reference or delete an object while the batch's write transaction is open.
+
+// NewCollector installs clean-up for the set on cfg.Table (whose store must have
+// been built) and returns its collector. Installing again, after a schema change,
+// picks up new referencing tables.
+func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
+	return cleanup.Install(ctx, db, cleanupDialect{}, cfg)
+}
+
+type cleanupDialect struct{}
+
+func (cleanupDialect) Schema() schema.Dialect { return schema.SQLite }
+
+// referencesSQL lists the one-column foreign keys to the set's table. A key written
+// without a column ("REFERENCES blocks") points at the primary key.
+const referencesSQL = `
+SELECT m.name, f."from", f."to"
+FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
+WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE
+  AND (SELECT count(*) FROM pragma_foreign_key_list(m.name) g WHERE g.id = f.id) = 1
+ORDER BY m.name, f."from"`
+
+const leadingIndexSQL = `
+SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) il, pragma_index_info(il.name) ii
+               WHERE ii.seqno = 0 AND ii.name = ?2 COLLATE NOCASE)
+    OR EXISTS (SELECT 1 FROM pragma_table_info(?1) t
+               WHERE t.name = ?2 COLLATE NOCASE AND t.pk = 1 AND upper(t.type) = 'INTEGER'
+                 AND (SELECT count(*) FROM pragma_table_info(?1) WHERE pk > 0) = 1)`
+
+const keyColumnsSQL = `SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk`
+
+func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
+	cols, err := dialect{}.Columns(ctx, q, table)
+	if err != nil {
+		return "", nil, err
+	}
+	var idType string
+	for _, c := range cols {
+		if strings.EqualFold(c.Name, idColumn) {
+			idType = c.Type
+		}
+	}
+	if idType == "" {
+		return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
+	}
+	type fk struct{ table, from string }
+	var fks []fk
+	rows, err := q.QueryContext(ctx, referencesSQL, table.Name)
+	if err != nil {
+		return "", nil, err
+	}
+	for rows.Next() {
+		var f fk
+		var to sql.NullString
+		if err := rows.Scan(&f.table, &f.from, &to); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		if !to.Valid || strings.EqualFold(to.String, idColumn) {
+			fks = append(fks, f)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return "", nil, err
+	}
+	var refs []cleanup.Reference
+	for _, f := range fks {
+		r := cleanup.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
+		if r.Table, err = sqlident.Parse(f.table, false); err != nil {
+			return "", nil, fmt.Errorf("referencing table %s: %w", f.table, err)
+		}
+		if _, err := sqlident.Parse(f.from, false); err != nil {
+			return "", nil, fmt.Errorf("referencing column %s.%s: %w", f.table, f.from, err)
+		}
+		if err := q.QueryRowContext(ctx, leadingIndexSQL, f.table, f.from).Scan(&r.Indexed); err != nil {
+			return "", nil, err
+		}
+		keys, err := q.QueryContext(ctx, keyColumnsSQL, f.table)
+		if err != nil {
+			return "", nil, err
+		}
+		for keys.Next() {
+			var k string
+			if err := keys.Scan(&k); err != nil {
+				keys.Close()
+				return "", nil, err
+			}
+			if _, err := sqlident.Parse(k, false); err != nil {
+				keys.Close()
+				return "", nil, fmt.Errorf("key column %s.%s: %w", f.table, k, err)
+			}
+			r.Key = append(r.Key, k)
+		}
+		if err := keys.Close(); err != nil {
+			return "", nil, err
+		}
+		refs = append(refs, r)
+	}
+	return idType, refs, nil
+}
+
+// enqueue is the upsert every trigger uses: a second signal for a queued object
+// postpones its review to the later time and bumps the version, never drops it.
+func enqueue(p *cleanup.Plan, id, reviewAfter string) string {
+	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) VALUES (%s, %s)
+		ON CONFLICT (object_id) DO UPDATE
+		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), id, reviewAfter)
+}
+
+func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
+	var stmts []string
+	trigger := func(name, event string, table sqlident.Ident, when, body string) {
+		stmts = append(stmts,
+			fmt.Sprintf(`DROP TRIGGER IF EXISTS "%s"`, name),
+			fmt.Sprintf(`CREATE TRIGGER "%s" AFTER %s ON %s FOR EACH ROW WHEN %s BEGIN %s; END`, name, event, table.Quoted(), when, body))
+	}
+	for _, r := range p.References {
+		name := p.Name(r.Table.String(), r.Column)
+		old := `OLD."` + r.Column + `"`
+		trigger(name+"_delete", "DELETE", r.Table, old+" IS NOT NULL", enqueue(p, old, nowMillis))
+		trigger(name+"_update", fmt.Sprintf(`UPDATE OF "%s"`, r.Column), r.Table,
+			fmt.Sprintf(`%s IS NOT NULL AND %s IS NOT NEW."%s"`, old, old, r.Column), enqueue(p, old, nowMillis))
+	}
+	trigger(p.Name("new")+"_insert", "INSERT", p.Table, "true",
+		enqueue(p, `NEW."`+p.IDColumn+`"`, fmt.Sprintf("%s + %d", nowMillis, p.Grace.Milliseconds())))
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
+		SELECT rowid FROM %[1]s WHERE expires_at <= %[2]s LIMIT ?)`, p.Holds.Quoted(), nowMillis), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func unreferenced(p *cleanup.Plan, o string) string {
+	var conds []string
+	for _, r := range p.References {
+		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
+			r.Table.Quoted(), r.Column, o, p.IDColumn))
+	}
+	if len(conds) == 0 {
+		return "1"
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// CollectBatch claims due entries into a temporary table of the writer connection,
+// deletes the unreferenced objects among them, and dequeues the claimed entries whose
+// version did not move (a deletion may have queued a predecessor again).
+func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
+	var b cleanup.Batch
+	steps := []struct {
+		sql  string
+		args []any
+		into *int64
+	}{
+		{sql: `CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`},
+		{sql: `DELETE FROM temp.refset_claim`},
+		{sql: fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
+			WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), args: []any{limit}, into: &b.Reviewed},
+		{sql: fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
+			p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted())), into: &b.Deleted},
+		{sql: fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
+			p.Queue.Quoted())},
+	}
+	for _, s := range steps {
+		res, err := tx.ExecContext(ctx, s.sql, s.args...)
+		if err != nil {
+			return b, err
+		}
+		if s.into != nil {
+			if *s.into, err = res.RowsAffected(); err != nil {
+				return b, err
+			}
+		}
+		if s.into == &b.Reviewed && b.Reviewed == 0 {
+			return b, nil
+		}
+	}
+	return b, nil
+}
+
+// reach is a recursive query of every object reachable from the roots (and, when
+// withQueue, from queued objects) along the edges.
+func reach(p *cleanup.Plan, withQueue bool) string {
+	var seeds []string
+	for _, r := range p.Roots() {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
+	}
+	if withQueue {
+		seeds = append(seeds, fmt.Sprintf(`SELECT object_id FROM %s`, p.Queue.Quoted()))
+	}
+	if len(seeds) == 0 {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE 0`, p.IDColumn, p.Table.Quoted()))
+	}
+	q := `WITH RECURSIVE reach(id) AS (` + strings.Join(seeds, " UNION ")
+	for _, e := range p.Edges() {
+		q += fmt.Sprintf(` UNION SELECT o."%s" FROM reach JOIN %s o ON o."%s" = reach.id WHERE o."%s" IS NOT NULL`,
+			e.Column, p.Table.Quoted(), p.IDColumn, e.Column)
+	}
+	return q + `)`
+}
+
+func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (int64, error) {
+	res, err := tx.ExecContext(ctx, reach(p, false)+fmt.Sprintf(`
+		INSERT INTO %[3]s (object_id, review_after)
+		SELECT o."%[1]s", %[4]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s")
+		ON CONFLICT (object_id) DO UPDATE
+		SET review_after = max(review_after, excluded.review_after), version = version + 1`,
+		p.IDColumn, p.Table.Quoted(), p.Queue.Quoted(), nowMillis))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (cleanupDialect) Check(ctx context.Context, q refset.Querier, p *cleanup.Plan) (cleanup.Report, error) {
+	var r cleanup.Report
+	rows, err := q.QueryContext(ctx, reach(p, true)+fmt.Sprintf(`
+		SELECT quote(o."%[1]s"), count(*) OVER () FROM %[2]s o
+		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") LIMIT 5`, p.IDColumn, p.Table.Quoted()))
+	if err != nil {
+		return r, err
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id, &r.Leaked); err != nil {
+			rows.Close()
+			return r, err
+		}
+		r.Samples = append(r.Samples, "leaked "+id)
+	}
+	if err := rows.Close(); err != nil {
+		return r, err
+	}
+	for _, ref := range p.References {
+		var n int64
+		var sample sql.NullString
+		err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), min(quote(r."%[1]s")) FROM %[2]s r
+			WHERE r."%[1]s" IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %[3]s o WHERE o."%[4]s" = r."%[1]s")`,
+			ref.Column, ref.Table.Quoted(), p.Table.Quoted(), p.IDColumn)).Scan(&n, &sample)
+		if err != nil {
+			return r, err
+		}
+		r.Dangling += n
+		if sample.Valid {
+			r.Samples = append(r.Samples, fmt.Sprintf("dangling %s -> %s", ref, sample.String))
+		}
+	}
+	return r, nil
+}
+
+func (cleanupDialect) Why(ctx context.Context, q refset.Querier, p *cleanup.Plan, id any) ([]cleanup.Holder, error) {
+	var one int
+	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn), id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var hs []cleanup.Holder
+	for _, r := range p.References {
+		key := []string{"rowid"}
+		if len(r.Key) > 0 {
+			key = r.Key
+		}
+		var cols []string
+		for _, k := range key {
+			cols = append(cols, fmt.Sprintf(`'%s=' || quote("%s")`, k, k))
+		}
+		rows, err := q.QueryContext(ctx, fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ? LIMIT 5`,
+			strings.Join(cols, ` || ', ' || `), r.Table.Quoted(), r.Column), id)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			h := cleanup.Holder{Table: r.Table.String(), Column: r.Column}
+			if err := rows.Scan(&h.Key); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			hs = append(hs, h)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return hs, nil
+}
