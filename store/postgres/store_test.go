@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/refsetdb/refset/internal/pgtest"
@@ -16,30 +18,47 @@ type block struct {
 
 func (b block) ID() string { return b.Hash }
 
+// withNamedSchema opens a test database and creates a second schema beside its
+// default one, named like it with "_ledger" appended and dropped when tb ends. It
+// returns the database and the second schema's name.
+func withNamedSchema(tb testing.TB) (*DB, string) {
+	tb.Helper()
+	dsn, def := pgtest.New(tb)
+	db := openDSN(tb, dsn)
+	ledger := def + "_ledger"
+	_, err := db.Pool.ExecContext(tb.Context(), `CREATE SCHEMA `+ledger)
+	require.NoError(tb, err)
+	tb.Cleanup(func() {
+		_, err := db.Pool.ExecContext(context.Background(), `DROP SCHEMA `+ledger+` CASCADE`)
+		assert.NoError(tb, err)
+	})
+	return db, ledger
+}
+
 // A set may live in a schema other than the connection's default; its holds table
 // goes beside it.
 func TestStoreInNamedSchema(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	db, ledger := withNamedSchema(t)
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `CREATE SCHEMA ledger;
+	_, err := db.Pool.ExecContext(ctx, strings.ReplaceAll(`
 		CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL);
-		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`, "ledger.", ledger+"."))
 	require.NoError(t, err)
 
-	store, err := NewStore[block, string](ctx, db, Config{Table: "ledger.blocks"})
+	store, err := NewStore[block, string](ctx, db, Config{Table: ledger + ".blocks"})
 	require.NoError(t, err)
 	set := refset.New(store)
 	_, err = set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("keeper", 0))
 	require.NoError(t, err)
 
 	var inLedger, inDefault int
-	require.NoError(t, db.Pool.GetContext(ctx, &inLedger, `SELECT count(*) FROM ledger.blocks_holds`))
+	require.NoError(t, db.Pool.GetContext(ctx, &inLedger, `SELECT count(*) FROM `+ledger+`.blocks_holds`))
 	require.NoError(t, db.Pool.GetContext(ctx, &inDefault, `SELECT count(*) FROM blocks`))
 	assert.Equal(t, 1, inLedger)
 	assert.Equal(t, 0, inDefault, "the unqualified table of the same name is untouched")
 
 	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
-		_, err := tx.ExecContext(ctx, `DELETE FROM ledger.blocks WHERE id = 'a'`)
+		_, err := tx.ExecContext(ctx, `DELETE FROM `+ledger+`.blocks WHERE id = 'a'`)
 		return err
 	})
 	require.ErrorIs(t, err, refset.ErrReferenced)

@@ -1,0 +1,241 @@
+package postgres
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// childEnv, when set to a DSN, makes the test binary a collector process (see
+// TestMain) instead of running tests.
+const (
+	childEnv         = "REFSET_TEST_COLLECTOR_DSN"
+	childDurationEnv = "REFSET_TEST_COLLECTOR_SECONDS"
+)
+
+func TestMain(m *testing.M) {
+	if dsn := os.Getenv(childEnv); dsn != "" {
+		os.Exit(collectorProcess(dsn))
+	}
+	os.Exit(m.Run())
+}
+
+// collectorProcess collects the "chain" set until its time is up, then prints its
+// totals as JSON.
+func collectorProcess(dsn string) int {
+	seconds, _ := strconv.ParseFloat(os.Getenv(childDurationEnv), 64)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds*float64(time.Second)))
+	defer cancel()
+	db, err := Open(ctx, dsn, Options{MaxConns: 4})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer db.Close()
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	var total cleanup.Stats
+	for ctx.Err() == nil {
+		s, err := c.Collect(ctx)
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintln(os.Stderr, "collect:", err)
+			return 1
+		}
+		total.Deleted += s.Deleted
+		total.Reviewed += s.Reviewed
+		total.Postponed += s.Postponed
+		total.HoldsExpired += s.HoldsExpired
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(total); err != nil {
+		return 1
+	}
+	return 0
+}
+
+type link struct {
+	Hash string  `db:"id"`
+	Prev *string `db:"prev"`
+}
+
+func (l link) ID() string { return l.Hash }
+
+// Two collector processes and four writers share one database for a while: writers
+// extend chains, fork them, abandon forks, take expiring holds and leave garbage.
+// Afterwards every referenced object exists, every unreferenced one past its grace
+// is gone, and Check is clean.
+func TestCollectorProcessesWithWriters(t *testing.T) {
+	duration := 20 * time.Second
+	if testing.Short() {
+		duration = 3 * time.Second
+	}
+	dsn := pgtest.DSN(t)
+	db := openDSN(t, dsn)
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `
+		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
+		CREATE INDEX chain_prev ON chain (prev);
+		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)
+	require.NoError(t, err)
+	store, err := NewStore[link, string](ctx, db, Config{Table: "chain"})
+	require.NoError(t, err)
+	set := refset.New(store)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
+	require.NoError(t, err)
+
+	// The collector processes.
+	var children []*exec.Cmd
+	var outputs []*strings.Builder
+	for range 2 {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"="+dsn, childDurationEnv+"="+strconv.FormatFloat(duration.Seconds(), 'f', 3, 64))
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start())
+		children, outputs = append(children, cmd), append(outputs, out)
+	}
+
+	// The writers.
+	var seq atomic.Int64
+	var refused, written atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(duration)
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			var recent []string
+			var picked int
+			pick := func() *string {
+				if len(recent) == 0 {
+					return nil
+				}
+				picked = rng.IntN(len(recent))
+				id := recent[picked]
+				return &id
+			}
+			for time.Now().Before(deadline) {
+				id := fmt.Sprintf("w%d-%d", w, seq.Add(1))
+				var err error
+				switch op := rng.IntN(10); {
+				case op < 4: // extend or fork a recent block, as a new tip
+					_, err = set.Add(ctx, link{Hash: id, Prev: pick()}, refset.Exec[string](`INSERT INTO tips (block_id) VALUES ($1)`, 1))
+				case op < 6: // abandon a tip
+					if p := pick(); p != nil {
+						_, err = db.Pool.ExecContext(ctx, `DELETE FROM tips WHERE block_id = $1`, *p)
+					}
+				case op < 8: // an expiring hold
+					_, err = set.Add(ctx, link{Hash: id, Prev: pick()}, set.Hold("lease", time.Duration(50+rng.IntN(200))*time.Millisecond))
+				default: // garbage from the start
+					_, err = set.Add(ctx, link{Hash: id, Prev: pick()})
+				}
+				switch {
+				case err == nil:
+					written.Add(1)
+					recent = append(recent, id)
+					if len(recent) > 20 {
+						recent = recent[1:]
+					}
+				case errors.Is(err, refset.ErrNotFound): // its predecessor was collected first
+					refused.Add(1)
+					recent = append(recent[:picked], recent[picked+1:]...)
+				default:
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var childStats []cleanup.Stats
+	for i, cmd := range children {
+		require.NoError(t, cmd.Wait(), "collector process %d: %s", i, outputs[i])
+		var s cleanup.Stats
+		line, _ := bufio.NewReader(strings.NewReader(outputs[i].String())).ReadString('\n')
+		require.NoError(t, json.Unmarshal([]byte(line), &s), "collector process %d printed %q", i, outputs[i])
+		childStats = append(childStats, s)
+	}
+
+	// Let every grace period and hold run out, then collect what is left.
+	time.Sleep(600 * time.Millisecond)
+	final, err := c.Collect(ctx)
+	require.NoError(t, err)
+
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+	var unreferenced int
+	require.NoError(t, db.Pool.GetContext(ctx, &unreferenced, `SELECT count(*) FROM chain b
+		WHERE NOT EXISTS (SELECT 1 FROM tips WHERE block_id = b.id)
+		  AND NOT EXISTS (SELECT 1 FROM chain_holds WHERE object_id = b.id)
+		  AND NOT EXISTS (SELECT 1 FROM chain c WHERE c.prev = b.id)`))
+	assert.Zero(t, unreferenced, "unreferenced objects past their grace remain")
+	for i, s := range childStats {
+		assert.Positive(t, s.Deleted, "collector process %d deleted nothing", i)
+	}
+	var left int
+	require.NoError(t, db.Pool.GetContext(ctx, &left, `SELECT count(*) FROM chain`))
+	t.Logf("%d objects written, %d refused (predecessor collected), %d left; processes deleted %d and %d, the final pass %d",
+		written.Load(), refused.Load(), left, childStats[0].Deleted, childStats[1].Deleted, final.Deleted)
+}
+
+// Clean-up of a set in a schema other than the connection's default.
+func TestCleanupInNamedSchema(t *testing.T) {
+	db, ledger := withNamedSchema(t)
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, strings.ReplaceAll(`
+		CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL);
+		CREATE TABLE ledger.heads (block_id text PRIMARY KEY REFERENCES ledger.blocks (id))`, "ledger.", ledger+"."))
+	require.NoError(t, err)
+	store, err := NewStore[block, string](ctx, db, Config{Table: ledger + ".blocks"})
+	require.NoError(t, err)
+	set := refset.New(store)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: ledger + ".blocks", Grace: time.Millisecond})
+	require.NoError(t, err)
+	var tables []string
+	for _, r := range c.References() {
+		tables = append(tables, r.Table.String())
+	}
+	assert.ElementsMatch(t, []string{ledger + ".blocks_holds", ledger + ".heads"}, tables)
+
+	_, err = set.Add(ctx, block{Hash: "kept", Height: 1}, refset.Exec[string](`INSERT INTO `+ledger+`.heads VALUES ($1)`, 1))
+	require.NoError(t, err)
+	_, err = set.Add(ctx, block{Hash: "dropped", Height: 2})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := c.Collect(ctx)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM `+ledger+`.blocks`))
+		return n == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	var id string
+	require.NoError(t, db.Pool.GetContext(ctx, &id, `SELECT id FROM `+ledger+`.blocks`))
+	assert.Equal(t, "kept", id)
+}
