@@ -32,6 +32,7 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"SweepRepairsLostQueue", testSweep},
 		{"CheckAndWhy", testCheckAndWhy},
 		{"UnindexedReferenceRefused", testUnindexed},
+		{"BackgroundRunStopsCleanly", testBackground},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -458,4 +459,43 @@ func testUnindexed(t *testing.T, h Harness) {
 
 	_, err = cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "nosuch"})
 	require.ErrorIs(t, err, refset.ErrNotFound)
+}
+
+func testBackground(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	passes := make(chan cleanup.Stats, 1000)
+	stopped := make(chan error)
+	go func() {
+		stopped <- c.Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
+			assert.NoError(t, err)
+			select {
+			case passes <- s:
+			default:
+			}
+		})
+	}()
+	_, err := set.Add(t.Context(), mkBlock("kept", "", 0), e.acquireHead())
+	require.NoError(t, err)
+	_, err = set.Add(t.Context(), mkBlock("dropped", "", 0))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == 1 }, 10*time.Second, 5*time.Millisecond,
+		"the background collector removes the unreferenced block")
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "kept"))
+
+	cancel()
+	select {
+	case err := <-stopped:
+		require.NoError(t, err, "a cancelled Run returns nil")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+	assert.NotEmpty(t, passes)
+
+	err = c.Run(t.Context(), 0, nil)
+	require.Error(t, err, "a zero interval is refused")
+	_, err = cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks", BatchSize: -1})
+	require.Error(t, err, "a negative batch size is refused")
 }
