@@ -4,7 +4,9 @@
 // It needs to be told nothing about who references what: Install reads every FOREIGN
 // KEY that points at the set's table from the database catalog. A key from the table
 // to itself (a block's predecessor) is an edge; every other referencing table (the
-// set's holds table, a chain_heads table) is a root.
+// set's holds table, a chain_heads table) is a root. A key declared ON DELETE CASCADE
+// says its rows are part of the object (a block's list of batch IDs), not holders of
+// it: it keeps nothing alive, and its rows go with the object.
 //
 // Install creates database triggers on every referencing table: whenever a reference
 // row is deleted, or its key changed, by refset or by plain SQL, the object it pointed

@@ -356,6 +356,10 @@ func testInstallAgain(t *testing.T, h Harness) {
 	assert.Equal(t, names(first), names(second))
 	assert.Equal(t, []string{"blocks.prev", "blocks_holds.object_id", "heads.block_id", "pending.block_id"}, names(first))
 
+	// A table whose rows are parts of the object (ON DELETE CASCADE) holds nothing.
+	e.mustExec(t, `CREATE TABLE parts (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE, n {Int} NOT NULL, PRIMARY KEY (block_id, n))`)
+	assert.NotContains(t, names(e.collector(t, cleanup.Config{})), "parts.block_id")
+
 	// A table added later is picked up by installing again.
 	e.mustExec(t, `CREATE TABLE votes (voter {Text} NOT NULL, block_id {Text} NOT NULL REFERENCES blocks (id), PRIMARY KEY (block_id, voter))`)
 	third := e.collector(t, cleanup.Config{})
@@ -364,6 +368,7 @@ func testInstallAgain(t *testing.T, h Harness) {
 	_, err := set.Add(ctx, mkBlock("v", "", 0))
 	require.NoError(t, err)
 	e.mustExec(t, `INSERT INTO votes (voter, block_id) VALUES ('alice', 'v')`)
+	e.mustExec(t, `INSERT INTO parts (block_id, n) VALUES ('v', 1)`)
 	e.makeDue(t)
 	_, err = third.Collect(ctx)
 	require.NoError(t, err)
@@ -373,6 +378,7 @@ func testInstallAgain(t *testing.T, h Harness) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), s.Deleted, "the vote's removal queued it")
 	assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "v"))
+	assert.Equal(t, 0, e.count(t, "parts", ""), "its parts went with it")
 
 	// Installing twice did not double the triggers: one removal, one queue signal.
 	_, err = set.Add(ctx, mkBlock("w", "", 0), e.acquireHead())

@@ -34,6 +34,8 @@ WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`
 
 // referencesSQL lists the one-column foreign keys to the set's ID column, whether an
 // index leads with the referencing column, and the referencing table's primary key.
+// A key with ON DELETE CASCADE makes its rows part of the object, not holders of it,
+// so it is left out.
 const referencesSQL = `
 SELECT n.nspname, r.relname, a.attname, c.conrelid = c.confrelid,
        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1]),
@@ -48,6 +50,7 @@ JOIN pg_namespace n ON n.oid = r.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
 JOIN pg_attribute fa ON fa.attrelid = c.confrelid AND fa.attnum = c.confkey[1]
 WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND cardinality(c.conkey) = 1 AND fa.attname = $2
+  AND c.confdeltype <> 'c'
 ORDER BY n.nspname, r.relname, a.attname`
 
 func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {

@@ -29,11 +29,14 @@ type cleanupDialect struct{}
 func (cleanupDialect) Schema() schema.Dialect { return schema.SQLite }
 
 // referencesSQL lists the one-column foreign keys to the set's table. A key written
-// without a column ("REFERENCES blocks") points at the primary key.
+// without a column ("REFERENCES blocks") points at the primary key. A key with ON
+// DELETE CASCADE makes its rows part of the object, not holders of it, so it is left
+// out.
 const referencesSQL = `
 SELECT m.name, f."from", f."to"
 FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
 WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE
+  AND upper(f.on_delete) <> 'CASCADE'
   AND (SELECT count(*) FROM pragma_foreign_key_list(m.name) g WHERE g.id = f.id) = 1
 ORDER BY m.name, f."from"`
 
