@@ -67,6 +67,39 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 	return newToken[ID](id, s), nil
 }
 
+// AddAll stores objs in one transaction, with multi-row inserts, and returns a token
+// for each, in order. If any ID is stored already (or repeated in objs) it fails
+// with ErrDuplicate and stores none.
+func (s *RefSet[T, ID]) AddAll(ctx context.Context, objs []T) ([]*RefToken[ID], error) {
+	return s.addAll(ctx, nil, objs)
+}
+
+// AddAllTx is AddAll inside the caller's transaction tx.
+func (s *RefSet[T, ID]) AddAllTx(ctx context.Context, tx Tx, objs []T) ([]*RefToken[ID], error) {
+	if tx == nil {
+		return nil, opError("add", ErrInvalidTx, nil)
+	}
+	return s.addAll(ctx, tx, objs)
+}
+
+func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToken[ID], error) {
+	toks := make([]*RefToken[ID], len(objs))
+	for i, o := range objs {
+		if err := checkID("add", o.ID()); err != nil {
+			return nil, err
+		}
+		toks[i] = newToken[ID](o.ID(), s)
+	}
+	if len(objs) == 0 {
+		return toks, nil
+	}
+	err := s.within(ctx, tx, func(tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
+	if err != nil {
+		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
+	}
+	return toks, nil
+}
+
 // Upgrade returns a token for the object with that ID, or ErrNotFound. The commands
 // run in one transaction with the check, so a reference they persist is to an object
 // that exists (the database refuses it otherwise).

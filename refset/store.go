@@ -44,6 +44,11 @@ type SetStore[T Identifiable[ID], ID comparable] interface {
 	// Persist inserts obj, or fails with ErrDuplicate if its ID is stored.
 	Persist(ctx context.Context, q Querier, obj T) error
 
+	// PersistAll inserts objs in as few statements as it can, or fails with
+	// ErrDuplicate if any ID is stored (or repeated); q should be a transaction, so
+	// that a failure leaves none of them.
+	PersistAll(ctx context.Context, q Querier, objs []T) error
+
 	// Get loads the object with that ID, or fails with ErrNotFound.
 	Get(ctx context.Context, q Querier, id ID) (T, error)
 

@@ -52,10 +52,22 @@ type Migration struct {
 // Migrations lists the embedded migrations of a dialect, "core" or "set", in version
 // order. Set migrations are templates, rendered by MigrateSet.
 func Migrations(d Dialect, kind string) ([]Migration, error) {
-	dir := path.Join(string(d), kind)
-	entries, err := fs.ReadDir(files, dir)
+	sub, err := fs.Sub(files, path.Join(string(d), kind))
 	if err != nil {
-		return nil, fmt.Errorf("refset/schema: no %s migrations for dialect %q", kind, d)
+		return nil, err
+	}
+	ms, err := readMigrations(sub)
+	if err != nil {
+		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, d, err)
+	}
+	return ms, nil
+}
+
+// readMigrations reads the files NNNN_name.sql at the root of fsys, in version order.
+func readMigrations(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, err
 	}
 	var ms []Migration
 	for _, e := range entries {
@@ -63,16 +75,36 @@ func Migrations(d Dialect, kind string) ([]Migration, error) {
 		num, _, ok := strings.Cut(name, "_")
 		v, err := strconv.Atoi(num)
 		if !ok || err != nil || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("refset/schema: bad migration file name %s", name)
+			return nil, fmt.Errorf("bad migration file name %s (want NNNN_name.sql)", name)
 		}
-		body, err := fs.ReadFile(files, path.Join(dir, name))
+		body, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, err
 		}
 		ms = append(ms, Migration{Version: v, Name: name, SQL: string(body)})
 	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("no migrations")
+	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
+}
+
+// MigrateFS applies another component's migrations, the files NNNN_name.sql at the
+// root of fsys (written for dialect d), after refset's core ones, recording their
+// versions under component. Packages built on refset (blockmanager) keep their tables
+// this way. It is idempotent and safe to run from several processes at once.
+func MigrateFS(ctx context.Context, db refset.Database, d Dialect, component string, fsys fs.FS) error {
+	ms, err := readMigrations(fsys)
+	if err != nil {
+		return fmt.Errorf("refset/schema: %s: %w", component, err)
+	}
+	return refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if err := migrate(ctx, tx, d); err != nil {
+			return err
+		}
+		return apply(ctx, tx, d, component, ms)
+	})
 }
 
 // Migrate brings refset's core tables up to date. It is idempotent and safe to run

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -23,6 +24,7 @@ func Run(t *testing.T, h Harness) {
 		{"RoundTripColumnTypes", testRoundTrip},
 		{"IDTypes", testIDTypes},
 		{"AddDuplicate", testAddDuplicate},
+		{"AddAll", testAddAll},
 		{"UnknownID", testUnknownID},
 		{"ZeroID", testZeroID},
 		{"LeaseSharesInstance", testLeaseSharesInstance},
@@ -371,4 +373,47 @@ func testConcurrentMisses(t *testing.T, h Harness) {
 	}
 	assert.Equal(t, int64(1), store.gets.Load(), "64 concurrent misses on one ID read it once")
 	runtime.KeepAlive(tok)
+}
+
+func testAddAll(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	// More rows than one statement takes, and not a multiple of it.
+	objs := make([]block, 2345)
+	for i := range objs {
+		objs[i] = mkBlock(fmt.Sprintf("bulk-%05d", i), "", int64(i))
+	}
+	toks, err := set.AddAll(ctx, objs)
+	require.NoError(t, err)
+	require.Len(t, toks, len(objs))
+	assert.Equal(t, len(objs), e.count(t, "blocks", ""))
+	for _, i := range []int{0, 999, 1000, 2344} {
+		lease, err := set.Get(ctx, toks[i])
+		require.NoError(t, err)
+		assert.Equal(t, objs[i].Payload, lease.Value().Payload)
+		assert.Equal(t, int64(i), lease.Value().Height)
+	}
+
+	// One duplicate, far into the list: nothing is stored.
+	more := []block{mkBlock("new-1", "", 0), mkBlock("new-2", "", 0), objs[2000]}
+	_, err = set.AddAll(ctx, more)
+	require.ErrorIs(t, err, refset.ErrDuplicate)
+	assert.Equal(t, len(objs), e.count(t, "blocks", ""))
+
+	// Inside a caller's transaction, a failure leaves the transaction usable.
+	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		if _, err := set.AddAllTx(ctx, tx, more); !errors.Is(err, refset.ErrDuplicate) {
+			return fmt.Errorf("want ErrDuplicate, got %v", err)
+		}
+		_, err := set.AddAllTx(ctx, tx, more[:2])
+		return err
+	}))
+	assert.Equal(t, len(objs)+2, e.count(t, "blocks", ""))
+
+	_, err = set.AddAll(ctx, []block{mkBlock("", "", 0)})
+	require.ErrorIs(t, err, refset.ErrInvalidID)
+	toks, err = set.AddAll(ctx, nil)
+	require.NoError(t, err)
+	assert.Empty(t, toks)
 }

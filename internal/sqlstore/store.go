@@ -24,13 +24,22 @@ type Column struct {
 // order:
 //
 //	Insert: the mapped columns, in Mapping order
+//	InsertRows(n): n rows of the mapped columns, one after the other
 //	Select: id          (selects the mapped columns)
 //	Exists: id
 //	Hold:   holder, id, ttl in milliseconds (0: never expires)
 //	Unhold: holder, id
 type Statements struct {
 	Insert, Select, Exists, Hold, Unhold string
+	InsertRows                           func(n int) string
 }
+
+// maxParams keeps a multi-row insert under both databases' limits on bound
+// parameters (SQLite 32766, Postgres 65535), and maxRows keeps statements small.
+const (
+	maxParams = 30000
+	maxRows   = 1000
+)
 
 // Table is a set's table, checked against the catalog.
 type Table struct {
@@ -117,6 +126,31 @@ func (s *Store[T, ID]) Table() Table { return s.table }
 func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) error {
 	if _, err := q.ExecContext(ctx, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
 		return s.db.TranslateError(err, s.stmt.Insert)
+	}
+	return nil
+}
+
+// PersistAll inserts objs with multi-row inserts.
+func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []T) error {
+	cols := len(s.table.Mapping.Columns())
+	per := min(maxRows, maxParams/cols)
+	full := ""
+	for start := 0; start < len(objs); start += per {
+		chunk := objs[start:min(start+per, len(objs))]
+		stmt := full
+		if len(chunk) != per || full == "" {
+			stmt = s.stmt.InsertRows(len(chunk))
+			if len(chunk) == per {
+				full = stmt
+			}
+		}
+		args := make([]any, 0, len(chunk)*cols)
+		for _, o := range chunk {
+			args = append(args, s.table.Mapping.Values(reflect.ValueOf(o))...)
+		}
+		if _, err := q.ExecContext(ctx, stmt, args...); err != nil {
+			return s.db.TranslateError(err, stmt)
+		}
 	}
 	return nil
 }

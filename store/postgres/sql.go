@@ -54,8 +54,27 @@ func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
 	for i := range cols {
 		params[i] = "$" + strconv.Itoa(i+1)
 	}
+	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
 	return sqlstore.Statements{
-		Insert: fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`, table, sqlstore.QuotedColumns(cols), strings.Join(params, ", ")),
+		Insert: insert + "(" + strings.Join(params, ", ") + ")",
+		InsertRows: func(n int) string {
+			var b strings.Builder
+			b.WriteString(insert)
+			for r := range n {
+				if r > 0 {
+					b.WriteString(", ")
+				}
+				b.WriteByte('(')
+				for c := range cols {
+					if c > 0 {
+						b.WriteString(", ")
+					}
+					b.WriteString("$" + strconv.Itoa(r*len(cols)+c+1))
+				}
+				b.WriteByte(')')
+			}
+			return b.String()
+		},
 		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1`, sqlstore.QuotedColumns(cols), table, id),
 		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = $1`, table, id),
 		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)

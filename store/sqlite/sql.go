@@ -49,9 +49,13 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
 	cols := t.Mapping.Columns()
 	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
 	return sqlstore.Statements{
-		Insert: fmt.Sprintf(`INSERT INTO %s (%s) VALUES (%s)`,
-			table, sqlstore.QuotedColumns(cols), strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ")),
+		Insert: insert + row,
+		InsertRows: func(n int) string {
+			return insert + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+		},
 		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ?`, sqlstore.QuotedColumns(cols), table, id),
 		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = ?`, table, id),
 		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
