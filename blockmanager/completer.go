@@ -1,0 +1,195 @@
+package blockmanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/refsetdb/refset/refset"
+)
+
+// Completer receives blocks in any order. A block whose predecessor is stored is
+// linked to it and handed to the chain controller at once; one whose predecessor is
+// missing is stored unlinked, with a pending_blocks row that keeps it alive. When the
+// predecessor arrives, every block waiting for it is linked and handed over: the
+// release command deletes its pending row and the controller's acquire command
+// records it, in one transaction, so a block is always either pending or the
+// controller's, never both and never neither, whenever the process stops.
+type Completer struct {
+	m  *Manager
+	cc *ChainController
+}
+
+// Completer returns a completer that hands completed blocks to the chain controller.
+func (m *Manager) Completer() *Completer { return &Completer{m: m, cc: m.Controller()} }
+
+// Outcome is what Receive did with a block.
+type Outcome struct {
+	Duplicate bool // the block was stored already; nothing changed
+	Pending   bool // its predecessor is missing; it waits
+	Completed int  // blocks handed to the controller: this one and those that waited for it
+}
+
+// Receive takes one block, in one transaction.
+func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
+	var out Outcome
+	err := refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
+		var err error
+		out, err = c.receive(ctx, tx, b)
+		return err
+	})
+	return out, err
+}
+
+func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome, error) {
+	m := c.m
+	stored, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature, b.PreviousBlockID})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if stored[b.HeaderSignature] {
+		return Outcome{Duplicate: true}, nil
+	}
+	b.PreviousBlockRef = nil
+	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
+		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
+	}
+	if b.PreviousBlockID != NullBlockID && !stored[b.PreviousBlockID] {
+		// Wait for the predecessor, held by the pending row.
+		if err := m.insertBlocks(ctx, tx, []Block{b}); err != nil {
+			return Outcome{}, err
+		}
+		_, err := tx.ExecContext(ctx, m.sql(`INSERT INTO pending_blocks (block_id, pending_previous_block_id) VALUES (?, ?)`),
+			b.HeaderSignature, b.PreviousBlockID)
+		return Outcome{Pending: true}, err
+	}
+	if b.PreviousBlockID != NullBlockID {
+		num, err := m.blockNum(ctx, tx, b.PreviousBlockID)
+		if err != nil {
+			return Outcome{}, err
+		}
+		if err := follows(b, b.PreviousBlockID, num); err != nil {
+			return Outcome{}, err
+		}
+		prev := b.PreviousBlockID
+		b.PreviousBlockRef = &prev
+	}
+	if err := m.insertBlocks(ctx, tx, []Block{b}); err != nil {
+		return Outcome{}, err
+	}
+	tok, err := m.blocks.UpgradeTx(ctx, tx, b.HeaderSignature)
+	if err != nil {
+		return Outcome{}, err
+	}
+	// Nothing of the completer's to release: the block never waited.
+	if err := c.handOver(ctx, tx, tok); err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{Completed: 1}
+	// Complete whatever waited for it, and whatever waited for those.
+	queue := []string{b.HeaderSignature}
+	for len(queue) > 0 {
+		parent := queue[0]
+		queue = queue[1:]
+		children, err := c.waitingFor(ctx, tx, parent)
+		if err != nil {
+			return Outcome{}, err
+		}
+		for _, child := range children {
+			if err := c.link(ctx, tx, child, parent); err != nil {
+				return Outcome{}, err
+			}
+			tok, err := m.blocks.UpgradeTx(ctx, tx, child)
+			if err != nil {
+				return Outcome{}, err
+			}
+			if err := c.handOver(ctx, tx, tok, refset.Exec[string](m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), 1)); err != nil {
+				return Outcome{}, err
+			}
+			out.Completed++
+			queue = append(queue, child)
+		}
+	}
+	return out, nil
+}
+
+// handOver releases tok with the completer's commands and has the controller
+// acquire it, inside tx.
+func (c *Completer) handOver(ctx context.Context, tx refset.Tx, tok *refset.RefToken[string], release ...refset.Command[string]) error {
+	rel, err := tok.Release(release...)
+	if err != nil {
+		return err
+	}
+	acq, err := rel.Acquire(c.cc.Accept())
+	if err != nil {
+		return err
+	}
+	_, err = acq.CompleteTx(ctx, tx)
+	return err
+}
+
+func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parent string) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, c.m.sql(`SELECT block_id FROM pending_blocks WHERE pending_previous_block_id = ? ORDER BY block_id`), parent)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// link sets a waiting block's link to its now stored predecessor, after checking its
+// number follows.
+func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string) error {
+	parentNum, err := c.m.blockNum(ctx, tx, parent)
+	if err != nil {
+		return err
+	}
+	childNum, err := c.m.blockNum(ctx, tx, child)
+	if err != nil {
+		return err
+	}
+	if childNum != parentNum+1 {
+		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, child, childNum, parent, parentNum)
+	}
+	res, err := tx.ExecContext(ctx, c.m.sql(`UPDATE blocks SET previous_block_ref = previous_block_id
+		WHERE header_signature = ? AND previous_block_ref IS NULL`), child)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return errors.Join(err, fmt.Errorf("blockmanager: linking %s to %s changed %d rows", child, parent, n))
+	}
+	return nil
+}
+
+// Pending returns how many blocks wait for a predecessor, and the predecessors they
+// wait for that are not stored (the ones to request from peers).
+func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
+	q := c.m.db.Reader()
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
+		return 0, nil, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT DISTINCT p.pending_previous_block_id FROM pending_blocks p
+		WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.header_signature = p.pending_previous_block_id)
+		ORDER BY 1`)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return 0, nil, err
+		}
+		missing = append(missing, id)
+	}
+	return waiting, missing, rows.Err()
+}

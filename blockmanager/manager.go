@@ -1,0 +1,515 @@
+package blockmanager
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+//go:embed sql
+var migrations embed.FS
+
+// Config tunes a Manager. The zero value is a sane default.
+type Config struct {
+	// Grace is how long a new block may stay unreferenced before clean-up may take
+	// it. Zero means one minute.
+	Grace time.Duration
+	// ForkTTL is how long the chain controller keeps a fork head that is not
+	// extended; then clean-up prunes the fork down to the committed chain. Zero means
+	// ten minutes.
+	ForkTTL time.Duration
+	// PageSize is how many blocks a branch walk reads per query. Zero means 1000.
+	PageSize int
+}
+
+// Manager is Sawtooth's BlockManager on a RefSet: blocks live in the database,
+// linked to their predecessors by a FOREIGN KEY, and it keeps no state of its own,
+// so a new process on the same database carries on where the last one stopped.
+type Manager struct {
+	db        refset.Database
+	dialect   schema.Dialect
+	blocks    *refset.RefSet[Block, string]
+	collector *cleanup.Collector
+	columns   string // the mapped columns, prefixed "b."
+	mapping   *sqlstore.Mapping
+	pageSize  int
+	forkTTL   time.Duration
+}
+
+// Open creates the block tables if needed (on a *sqlite.DB or a *postgres.DB),
+// installs clean-up on them and returns the manager.
+func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error) {
+	m := &Manager{db: db, pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
+	if m.pageSize <= 0 {
+		m.pageSize = 1000
+	}
+	if m.forkTTL <= 0 {
+		m.forkTTL = 10 * time.Minute
+	}
+	grace := cfg.Grace
+	if grace <= 0 {
+		grace = time.Minute
+	}
+	collect := cleanup.Config{Table: "blocks", Grace: grace}
+	var err error
+	switch db := db.(type) {
+	case *sqlite.DB:
+		m.dialect = schema.SQLite
+		if err = m.migrate(ctx); err != nil {
+			return nil, err
+		}
+		var store *sqlite.Store[Block, string]
+		if store, err = sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"}); err == nil {
+			m.blocks = refset.New(store)
+			m.collector, err = sqlite.NewCollector(ctx, db, collect)
+		}
+	case *postgres.DB:
+		m.dialect = schema.Postgres
+		if err = m.migrate(ctx); err != nil {
+			return nil, err
+		}
+		var store *postgres.Store[Block, string]
+		if store, err = postgres.NewStore[Block, string](ctx, db, postgres.Config{Table: "blocks"}); err == nil {
+			m.blocks = refset.New(store)
+			m.collector, err = postgres.NewCollector(ctx, db, collect)
+		}
+	default:
+		return nil, fmt.Errorf("blockmanager: a *sqlite.DB or a *postgres.DB is needed, not %T", db)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("blockmanager: open: %w", err)
+	}
+	if m.mapping, err = sqlstore.NewMapping(reflect.TypeFor[Block]()); err != nil {
+		return nil, err
+	}
+	cols := m.mapping.Columns()
+	for i, c := range cols {
+		cols[i] = `b."` + c + `"`
+	}
+	m.columns = strings.Join(cols, ", ")
+	return m, nil
+}
+
+func (m *Manager) migrate(ctx context.Context) error {
+	sub, err := fs.Sub(migrations, "sql/"+string(m.dialect))
+	if err != nil {
+		return err
+	}
+	if err := schema.MigrateFS(ctx, m.db, m.dialect, "blockmanager", sub); err != nil {
+		return fmt.Errorf("blockmanager: creating the tables: %w", err)
+	}
+	return nil
+}
+
+// Blocks is the set the blocks live in.
+func (m *Manager) Blocks() *refset.RefSet[Block, string] { return m.blocks }
+
+// Collector is the blocks' clean-up: run its Collect (or Run) to prune what nothing
+// references any more.
+func (m *Manager) Collector() *cleanup.Collector { return m.collector }
+
+// Database is the database the blocks live in.
+func (m *Manager) Database() refset.Database { return m.db }
+
+func (m *Manager) sql(q string) string { return m.dialect.Rebind(q) }
+
+// Put stores a branch, oldest block first, in one transaction, and runs cmds on its
+// tip in the same transaction (hold it there: a branch nothing references is
+// collected after the grace period). Blocks already stored are kept as they are, so
+// Put is idempotent and a branch may overlap what is stored. It fails with
+// ErrEmptyBranch, ErrMissingPredecessor (the first block's predecessor is not stored;
+// NullBlockID always is) or ErrBrokenChain, and then stores nothing.
+func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
+	var tip *refset.RefToken[string]
+	err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+		var err error
+		tip, err = m.PutTx(ctx, tx, branch, cmds...)
+		return err
+	})
+	return tip, err
+}
+
+// PutTx is Put inside the caller's transaction.
+func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
+	if len(branch) == 0 {
+		return nil, ErrEmptyBranch
+	}
+	for i := 1; i < len(branch); i++ {
+		if err := follows(branch[i], branch[i-1].HeaderSignature, branch[i-1].BlockNum); err != nil {
+			return nil, err
+		}
+	}
+	first := branch[0]
+	if first.PreviousBlockID == NullBlockID {
+		if first.BlockNum != 0 {
+			return nil, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, first.HeaderSignature, first.BlockNum)
+		}
+	} else {
+		num, err := m.blockNum(ctx, tx, first.PreviousBlockID)
+		if errors.Is(err, refset.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s, predecessor of %s: %w", ErrMissingPredecessor, first.PreviousBlockID, first.HeaderSignature, refset.ErrNotFound)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := follows(first, first.PreviousBlockID, num); err != nil {
+			return nil, err
+		}
+	}
+	ids := make([]string, len(branch))
+	for i, b := range branch {
+		ids[i] = b.HeaderSignature
+	}
+	stored, err := m.storedIDs(ctx, tx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var fresh []Block
+	for _, b := range branch {
+		if stored[b.HeaderSignature] {
+			continue
+		}
+		if b.PreviousBlockID != NullBlockID {
+			prev := b.PreviousBlockID
+			b.PreviousBlockRef = &prev
+		} else {
+			b.PreviousBlockRef = nil
+		}
+		fresh = append(fresh, b)
+	}
+	if err := m.insertBlocks(ctx, tx, fresh); err != nil {
+		return nil, err
+	}
+	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
+}
+
+// follows checks that b comes right after the block prevID numbered prevNum.
+func follows(b Block, prevID string, prevNum int64) error {
+	if b.PreviousBlockID != prevID {
+		return fmt.Errorf("%w: %s follows %s, not %s", ErrBrokenChain, b.HeaderSignature, b.PreviousBlockID, prevID)
+	}
+	if b.BlockNum != prevNum+1 {
+		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum, prevID, prevNum)
+	}
+	return nil
+}
+
+// insertBlocks stores new blocks and their batch and transaction index rows.
+func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []Block) error {
+	if len(blocks) == 0 {
+		return nil
+	}
+	if _, err := m.blocks.AddAllTx(ctx, tx, blocks); err != nil {
+		return err
+	}
+	for _, index := range []struct {
+		table, column string
+		ids           func(Block) IDs
+	}{
+		{"block_batches", "batch_id", func(b Block) IDs { return b.BatchIDs }},
+		{"block_transactions", "transaction_id", func(b Block) IDs { return b.TransactionIDs }},
+	} {
+		var args []any
+		flush := func() error {
+			if len(args) == 0 {
+				return nil
+			}
+			q := fmt.Sprintf(`INSERT INTO %s (%s, block_id) VALUES %s ON CONFLICT DO NOTHING`, index.table, index.column,
+				strings.TrimSuffix(strings.Repeat("(?, ?), ", len(args)/2), ", "))
+			_, err := tx.ExecContext(ctx, m.sql(q), args...)
+			args = args[:0]
+			return err
+		}
+		for _, b := range blocks {
+			for _, id := range index.ids(b) {
+				args = append(args, id, b.HeaderSignature)
+				if len(args) >= 2000 {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (int64, error) {
+	var num int64
+	err := q.QueryRowContext(ctx, m.sql(`SELECT block_num FROM blocks WHERE header_signature = ?`), id).Scan(&num)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
+	}
+	return num, err
+}
+
+// storedIDs reports which of ids are stored.
+func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
+	stored := make(map[string]bool)
+	for start := 0; start < len(ids); start += 1000 {
+		chunk := ids[start:min(start+1000, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := q.QueryContext(ctx, m.sql(`SELECT header_signature FROM blocks WHERE header_signature IN (`+
+			strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+`)`), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			stored[id] = true
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	return stored, nil
+}
+
+// Get returns the stored blocks with those IDs, in order, nil for each one that is
+// not stored. The blocks are the set's shared instances: read them, never modify
+// them.
+func (m *Manager) Get(ctx context.Context, ids []string) ([]*Block, error) {
+	out := make([]*Block, len(ids))
+	for i, id := range ids {
+		tok, err := m.blocks.Upgrade(ctx, id)
+		if errors.Is(err, refset.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		lease, err := m.blocks.Get(ctx, tok)
+		if errors.Is(err, refset.ErrNotFound) {
+			continue // collected between the two reads
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = lease.Value()
+	}
+	return out, nil
+}
+
+// Contains reports whether the block is stored.
+func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
+	_, err := m.blocks.Upgrade(ctx, id)
+	if errors.Is(err, refset.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Branch walks from tip back to genesis (or to the oldest block whose predecessor
+// is not linked yet), reading a page of blocks per query. An unknown tip yields
+// ErrUnknownBlock.
+func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
+	return func(yield func(*Block, error) bool) {
+		w := m.walk(ctx, tip)
+		for {
+			b, err := w.next()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if b == nil || !yield(b, nil) {
+				return
+			}
+		}
+	}
+}
+
+// BranchDiff returns the blocks on tip's branch that are not on exclude's, tip
+// first, down to (not including) their common ancestor. It walks the higher branch
+// down to the other's height first, then both together.
+func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
+	diff, _, err := m.diverge(ctx, tip, exclude)
+	return diff, err
+}
+
+// CommonAncestor returns the newest block on both branches, or nil if they share
+// none.
+func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, error) {
+	_, common, err := m.diverge(ctx, a, b)
+	return common, err
+}
+
+func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
+	a, b := m.walk(ctx, tip), m.walk(ctx, exclude)
+	ta, err := a.next()
+	if err != nil {
+		return nil, nil, err
+	}
+	tb, err := b.next()
+	if err != nil {
+		return nil, nil, err
+	}
+	for ta != nil && tb != nil && ta.BlockNum > tb.BlockNum {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ta != nil && tb != nil && tb.BlockNum > ta.BlockNum {
+		if tb, err = b.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ta != nil && tb != nil && ta.HeaderSignature != tb.HeaderSignature {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+		if tb, err = b.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if ta != nil && tb != nil {
+		return diff, ta, nil
+	}
+	// No common ancestor: the whole of tip's branch differs.
+	for ta != nil {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return diff, nil, nil
+}
+
+// ContainsAnyBatches reports whether any of the batches is in a block of tip's
+// branch. It reads only the blocks between tip and the oldest block holding one of
+// them.
+func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (bool, error) {
+	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
+}
+
+// ContainsAnyTransactions reports whether any of the transactions is in a block of
+// tip's branch.
+func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (bool, error) {
+	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
+}
+
+func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (bool, error) {
+	q := m.db.Reader()
+	if _, err := m.blockNum(ctx, q, tip); err != nil {
+		return false, err
+	}
+	if len(ids) == 0 {
+		return false, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+	// The oldest block holding any of them bounds the walk.
+	var oldest *int64
+	err := q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
+		JOIN blocks b ON b.header_signature = x.block_id WHERE x.%s IN (%s)`, table, column, in)), args...).Scan(&oldest)
+	if err != nil || oldest == nil {
+		return false, err
+	}
+	var found bool
+	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`WITH RECURSIVE walk(id, prev) AS (
+			SELECT header_signature, previous_block_ref FROM blocks WHERE header_signature = ?
+			UNION ALL
+			SELECT b.header_signature, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.prev
+			WHERE b.block_num >= ?)
+		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE x.%s IN (%s))`, table, column, in)),
+		append([]any{tip, *oldest}, args...)...).Scan(&found)
+	return found, err
+}
+
+// walker reads a branch newest first, a page per query.
+type walker struct {
+	m    *Manager
+	ctx  context.Context
+	from string // the next block to read; "" when the branch ended
+	page []*Block
+	read bool // whether anything was read (an empty first page: unknown tip)
+}
+
+func (m *Manager) walk(ctx context.Context, tip string) *walker {
+	return &walker{m: m, ctx: ctx, from: tip}
+}
+
+func (w *walker) next() (*Block, error) {
+	if len(w.page) == 0 {
+		if w.from == "" {
+			return nil, nil
+		}
+		if err := w.fill(); err != nil {
+			return nil, err
+		}
+		if len(w.page) == 0 {
+			return nil, nil
+		}
+	}
+	b := w.page[0]
+	w.page = w.page[1:]
+	return b, nil
+}
+
+// pageSQL reads up to n blocks from a start block back along the links.
+const pageSQL = `WITH RECURSIVE walk(n, id) AS (
+	SELECT 1, CAST(? AS TEXT)
+	UNION ALL
+	SELECT walk.n + 1, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.id
+	WHERE walk.n < ? AND b.previous_block_ref IS NOT NULL)
+SELECT %s FROM walk JOIN blocks b ON b.header_signature = walk.id ORDER BY walk.n`
+
+func (w *walker) fill() error {
+	rows, err := w.m.db.Reader().QueryContext(w.ctx, w.m.sql(fmt.Sprintf(pageSQL, w.m.columns)), w.from, w.m.pageSize)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		b := new(Block)
+		if err := w.m.mapping.Scan(rows, reflect.ValueOf(b)); err != nil {
+			return err
+		}
+		w.page = append(w.page, b)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(w.page) == 0 {
+		if !w.read {
+			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
+		}
+		w.from = ""
+		return nil
+	}
+	w.read = true
+	last := w.page[len(w.page)-1]
+	w.from = ""
+	if last.PreviousBlockRef != nil {
+		w.from = *last.PreviousBlockRef
+	}
+	return nil
+}

@@ -1,0 +1,240 @@
+package blockmanager
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// branch collects a Branch walk's IDs.
+func branch(t *testing.T, m *Manager, tip string) []string {
+	t.Helper()
+	var out []string
+	for b, err := range m.Branch(t.Context(), tip) {
+		require.NoError(t, err)
+		out = append(out, b.HeaderSignature)
+	}
+	return out
+}
+
+func TestPutAndRelease(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		blocks := m.Blocks()
+		tip, err := m.Put(ctx, chain("a", NullBlockID, 0, 5), blocks.Hold("test", 0))
+		require.NoError(t, err)
+		assert.Equal(t, "a0004", tip.ID())
+		assert.Equal(t, []string{"a0004", "a0003", "a0002", "a0001", "a0000"}, branch(t, m, "a0004"))
+
+		// Releasing the only reference drops the whole chain.
+		rel, err := tip.Release(blocks.Unhold("test"))
+		require.NoError(t, err)
+		acq, err := rel.Acquire()
+		require.NoError(t, err)
+		_, err = acq.Complete(ctx)
+		require.NoError(t, err)
+		collect(t, m)
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks`))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM block_batches`), "index rows go with their blocks")
+	})
+}
+
+func TestBranchesSharingAnAncestor(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		blocks := m.Blocks()
+		_, err := m.Put(ctx, chain("m", NullBlockID, 0, 4), blocks.Hold("main", 0))
+		require.NoError(t, err)
+		a, err := m.Put(ctx, chain("x", "m0001", 2, 3), blocks.Hold("fork-x", 0))
+		require.NoError(t, err)
+		_, err = m.Put(ctx, chain("y", "m0001", 2, 2), blocks.Hold("fork-y", 0))
+		require.NoError(t, err)
+		assert.Equal(t, []string{"x0004", "x0003", "x0002", "m0001", "m0000"}, branch(t, m, "x0004"))
+
+		rel, _ := a.Release(blocks.Unhold("fork-x"))
+		acq, _ := rel.Acquire()
+		_, err = acq.Complete(ctx)
+		require.NoError(t, err)
+		collect(t, m)
+		got, err := m.Get(ctx, []string{"x0002", "x0003", "x0004", "m0001", "y0003", "m0003"})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"", "", "", "m0001", "y0003", "m0003"}, ids(got), "only fork x went, down to the shared m0001")
+	})
+}
+
+func TestPutErrors(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 2))
+		require.NoError(t, err)
+		broken := chain("b", "g0001", 2, 3)
+		broken[2].PreviousBlockID = "elsewhere"
+		badNum := chain("n", "g0001", 2, 2)
+		badNum[1].BlockNum = 9
+		badGenesis := chain("z", NullBlockID, 1, 1)
+		tests := []struct {
+			name   string
+			branch []Block
+			want   []error
+		}{
+			{"empty", nil, []error{ErrEmptyBranch}},
+			{"missing predecessor", chain("o", "absent", 5, 2), []error{ErrMissingPredecessor, refset.ErrNotFound}},
+			{"does not chain", broken, []error{ErrBrokenChain}},
+			{"wrong number", badNum, []error{ErrBrokenChain}},
+			{"wrong number after a stored predecessor", chain("w", "g0001", 7, 1), []error{ErrBrokenChain}},
+			{"genesis not numbered 0", badGenesis, []error{ErrBrokenChain}},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := m.Put(ctx, tc.branch)
+				for _, want := range tc.want {
+					require.ErrorIs(t, err, want)
+				}
+				assert.Equal(t, 2, count(t, m, `SELECT COUNT(*) FROM blocks`), "nothing stored")
+			})
+		}
+	})
+}
+
+func TestGetAndContains(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 3), m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		got, err := m.Get(ctx, []string{"nope", "g0002", "g0000", "also-nope"})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"", "g0002", "g0000", ""}, ids(got))
+		assert.Equal(t, IDs{"batch-g0002"}, got[1].BatchIDs)
+		assert.Equal(t, IDs{"txn-g0002"}, got[1].TransactionIDs)
+		assert.Equal(t, "g0001", *got[1].PreviousBlockRef)
+		assert.Nil(t, got[2].PreviousBlockRef, "genesis links to nothing")
+		ok, err := m.Contains(ctx, "g0001")
+		require.NoError(t, err)
+		assert.True(t, ok)
+		ok, err = m.Contains(ctx, "nope")
+		require.NoError(t, err)
+		assert.False(t, ok)
+	})
+}
+
+func TestIdempotentAndOverlappingPut(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		first := chain("c", NullBlockID, 0, 4)
+		_, err := m.Put(ctx, first, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		_, err = m.Put(ctx, first, m.Blocks().Hold("t", 0))
+		require.NoError(t, err, "putting the same branch again")
+		assert.Equal(t, 4, count(t, m, `SELECT COUNT(*) FROM blocks`))
+
+		// A branch whose first blocks exist and whose last are new keeps the
+		// existing ones as they are (Sawtooth's put miscounted the existing parent).
+		overlap := chain("c", "c0001", 2, 5)
+		overlap[0].Payload = []byte("a different payload for a stored block")
+		tip, err := m.Put(ctx, overlap, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		assert.Equal(t, "c0006", tip.ID())
+		assert.Equal(t, 7, count(t, m, `SELECT COUNT(*) FROM blocks`))
+		got, err := m.Get(ctx, []string{"c0002"})
+		require.NoError(t, err)
+		assert.Equal(t, []byte("c0002"), got[0].Payload, "the stored block was kept")
+		assert.Equal(t, []string{"c0006", "c0005", "c0004", "c0003", "c0002", "c0001", "c0000"}, branch(t, m, "c0006"))
+		assert.Equal(t, 1, count(t, m, `SELECT COUNT(*) FROM block_batches WHERE batch_id = ?`, "batch-c0002"))
+	})
+}
+
+func TestBranchDiff(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		hold := m.Blocks().Hold("t", 0)
+		// g0000..g0009, then fork a from g0004 (a0005..a0019) and fork b from g0004
+		// (b0005..b0011), and the main line goes on to g0009.
+		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 10), hold)
+		require.NoError(t, err)
+		_, err = m.Put(ctx, chain("a", "g0004", 5, 15), hold)
+		require.NoError(t, err)
+		_, err = m.Put(ctx, chain("b", "g0004", 5, 7), hold)
+		require.NoError(t, err)
+
+		diff := func(tip, exclude string) []string {
+			d, err := m.BranchDiff(ctx, tip, exclude)
+			require.NoError(t, err)
+			return ids(d)
+		}
+		rng := func(prefix string, from, to int) []string { // descending
+			var out []string
+			for i := to; i >= from; i-- {
+				out = append(out, chain(prefix, "", int64(i), 1)[0].HeaderSignature)
+			}
+			return out
+		}
+		assert.Equal(t, rng("a", 5, 19), diff("a0019", "b0011"), "longer tip against shorter fork")
+		assert.Equal(t, rng("b", 5, 11), diff("b0011", "a0019"), "shorter tip against longer fork")
+		assert.Empty(t, diff("g0002", "a0019"), "tip is an ancestor of exclude")
+		assert.Equal(t, rng("a", 12, 19), diff("a0019", "a0011"), "exclude is an ancestor of tip")
+		assert.Equal(t, rng("a", 5, 19), diff("a0019", "g0009"))
+		assert.Empty(t, diff("a0010", "a0010"))
+
+		common, err := m.CommonAncestor(ctx, "a0019", "b0008")
+		require.NoError(t, err)
+		assert.Equal(t, "g0004", common.HeaderSignature)
+
+		_, err = m.BranchDiff(ctx, "unknown", "a0019")
+		require.ErrorIs(t, err, ErrUnknownBlock)
+		_, err = m.BranchDiff(ctx, "a0019", "unknown")
+		require.ErrorIs(t, err, refset.ErrNotFound)
+		for _, err := range m.Branch(ctx, "unknown") {
+			require.ErrorIs(t, err, ErrUnknownBlock)
+		}
+
+		// Two unrelated chains share nothing.
+		_, err = m.Put(ctx, chain("u", NullBlockID, 0, 3), hold)
+		require.NoError(t, err)
+		assert.Equal(t, rng("u", 0, 2), diff("u0002", "g0009"))
+		common, err = m.CommonAncestor(ctx, "u0002", "g0009")
+		require.NoError(t, err)
+		assert.Nil(t, common)
+	})
+}
+
+func TestContainsAnyBatchesAndTransactions(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		hold := m.Blocks().Hold("t", 0)
+		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 6), hold)
+		require.NoError(t, err)
+		_, err = m.Put(ctx, chain("f", "g0002", 3, 3), hold)
+		require.NoError(t, err)
+		tests := []struct {
+			tip  string
+			ids  []string
+			want bool
+		}{
+			{"g0005", []string{"batch-g0001"}, true},
+			{"g0005", []string{"batch-f0004"}, false},
+			{"f0005", []string{"batch-f0004", "nope"}, true},
+			{"f0005", []string{"batch-g0004"}, false},
+			{"f0005", []string{"batch-g0002"}, true},
+			{"g0001", []string{"batch-g0003"}, false},
+			{"g0005", []string{"nope"}, false},
+			{"g0005", nil, false},
+		}
+		for _, tc := range tests {
+			got, err := m.ContainsAnyBatches(ctx, tc.tip, tc.ids)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got, "batches %v from %s", tc.ids, tc.tip)
+			txns := make([]string, len(tc.ids))
+			for i, id := range tc.ids {
+				txns[i] = strings.Replace(id, "batch-", "txn-", 1)
+			}
+			got, err = m.ContainsAnyTransactions(ctx, tc.tip, txns)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got, "transactions %v from %s", txns, tc.tip)
+		}
+		_, err = m.ContainsAnyBatches(ctx, "unknown", []string{"batch-g0001"})
+		require.ErrorIs(t, err, ErrUnknownBlock)
+	})
+}
