@@ -129,4 +129,3 @@ func count(tb testing.TB, m *Manager, q string, args ...any) int {
 	require.NoError(tb, m.db.Reader().QueryRowContext(context.Background(), m.sql(q), args...).Scan(&n), q)
 	return n
 }
-
