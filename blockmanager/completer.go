@@ -54,7 +54,14 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
 		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
 	}
-	if b.PreviousBlockID != NullBlockID && !stored[b.PreviousBlockID] {
+	waiting := b.PreviousBlockID != NullBlockID && !stored[b.PreviousBlockID]
+	if !waiting && b.PreviousBlockID != NullBlockID {
+		// A predecessor that is stored but itself waits is not complete either.
+		if waiting, err = c.isPending(ctx, tx, b.PreviousBlockID); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if waiting {
 		// Wait for the predecessor, held by the pending row.
 		if err := m.insertBlocks(ctx, tx, []Block{b}); err != nil {
 			return Outcome{}, err
@@ -126,6 +133,12 @@ func (c *Completer) handOver(ctx context.Context, tx refset.Tx, tok *refset.RefT
 	}
 	_, err = acq.CompleteTx(ctx, tx)
 	return err
+}
+
+func (c *Completer) isPending(ctx context.Context, tx refset.Tx, id string) (bool, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), id).Scan(&n)
+	return n > 0, err
 }
 
 func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parent string) ([]string, error) {

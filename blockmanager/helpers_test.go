@@ -1,9 +1,11 @@
 package blockmanager
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/refsetdb/refset/internal/pgtest"
@@ -128,4 +130,22 @@ func count(tb testing.TB, m *Manager, q string, args ...any) int {
 	var n int
 	require.NoError(tb, m.db.Reader().QueryRowContext(context.Background(), m.sql(q), args...).Scan(&n), q)
 	return n
+}
+
+// lockedBuffer collects a child process's output.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -1,0 +1,308 @@
+package blockmanager
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func receiveAll(t *testing.T, c *Completer, blocks []Block) (completed int) {
+	t.Helper()
+	for _, b := range blocks {
+		out, err := c.Receive(t.Context(), b)
+		require.NoError(t, err, b.HeaderSignature)
+		completed += out.Completed
+	}
+	return completed
+}
+
+func head(t *testing.T, m *Manager) string {
+	t.Helper()
+	h, err := m.Controller().Head(t.Context())
+	require.NoError(t, err)
+	return h
+}
+
+func forks(t *testing.T, m *Manager) []string {
+	t.Helper()
+	fs, err := m.Controller().Forks(t.Context())
+	require.NoError(t, err)
+	var out []string
+	for id := range fs {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Committed history needs no reference rows of its own: the chain's links keep it.
+func TestReferenceTablesDoNotGrowWithTheChain(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		assert.Equal(t, 300, receiveAll(t, m.Completer(), chain("g", NullBlockID, 0, 300)))
+		assert.Equal(t, "g0299", head(t, m))
+		assert.Equal(t, 1, count(t, m, `SELECT COUNT(*) FROM chain_heads`))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks_holds`))
+		collect(t, m)
+		assert.Equal(t, 300, count(t, m, `SELECT COUNT(*) FROM blocks`), "the committed chain survives clean-up")
+	})
+}
+
+func TestCompleterOutOfOrder(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		blocks := chain("g", NullBlockID, 0, 20)
+		for i := len(blocks) - 1; i >= 1; i-- {
+			out, err := c.Receive(ctx, blocks[i])
+			require.NoError(t, err)
+			assert.True(t, out.Pending)
+		}
+		waiting, missing, err := c.Pending(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 19, waiting)
+		assert.Equal(t, []string{"g0000"}, missing, "the one block to ask peers for")
+		assert.Empty(t, head(t, m))
+		collect(t, m)
+		assert.Equal(t, 19, count(t, m, `SELECT COUNT(*) FROM blocks`), "pending rows keep waiting blocks")
+
+		out, err := c.Receive(ctx, blocks[0])
+		require.NoError(t, err)
+		assert.Equal(t, 20, out.Completed, "genesis completes everything that waited")
+		assert.Equal(t, "g0019", head(t, m))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks WHERE previous_block_ref IS NULL AND previous_block_id <> ?`, NullBlockID))
+
+		out, err = c.Receive(ctx, blocks[7])
+		require.NoError(t, err)
+		assert.True(t, out.Duplicate)
+
+		bad := chain("x", "g0019", 25, 1)[0]
+		_, err = c.Receive(ctx, bad)
+		require.ErrorIs(t, err, ErrBrokenChain)
+	})
+}
+
+func TestForkChoice(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		c := m.Completer()
+		receiveAll(t, c, chain("g", NullBlockID, 0, 6)) // g0000..g0005
+		assert.Equal(t, "g0005", head(t, m))
+
+		receiveAll(t, c, chain("f", "g0002", 3, 3)) // f0003..f0005: as long, but "f" < "g"
+		assert.Equal(t, "f0005", head(t, m), "equal length: the lower ID wins")
+		assert.ElementsMatch(t, []string{"g0005"}, forks(t, m), "the old head's chain is now a fork")
+
+		receiveAll(t, c, chain("g", "g0005", 6, 1)) // g0006 extends the fork past f
+		assert.Equal(t, "g0006", head(t, m))
+		assert.ElementsMatch(t, []string{"f0005"}, forks(t, m), "g0005 is kept by its successor's link now")
+
+		receiveAll(t, c, chain("h", "g0001", 2, 2)) // a short fork stays a fork
+		assert.Equal(t, "g0006", head(t, m))
+		assert.ElementsMatch(t, []string{"f0005", "h0003"}, forks(t, m))
+
+		require.NoError(t, m.Controller().Commit(t.Context(), "h0003"))
+		assert.Equal(t, "h0003", head(t, m))
+		assert.ElementsMatch(t, []string{"f0005", "g0006"}, forks(t, m))
+	})
+}
+
+// A fork that stops growing loses its place in the fork cache, and clean-up prunes
+// it down to the committed chain.
+func TestStaleForksArePruned(t *testing.T) {
+	eachDB(t, Config{ForkTTL: 50 * time.Millisecond}, func(t *testing.T, m *Manager) {
+		c := m.Completer()
+		receiveAll(t, c, chain("g", NullBlockID, 0, 10))
+		receiveAll(t, c, chain("f", "g0004", 5, 3))
+		assert.Equal(t, 13, count(t, m, `SELECT COUNT(*) FROM blocks`))
+		require.Eventually(t, func() bool {
+			collect(t, m)
+			return count(t, m, `SELECT COUNT(*) FROM blocks`) == 10
+		}, 10*time.Second, 20*time.Millisecond)
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks WHERE header_signature LIKE 'f%'`))
+		assert.Equal(t, "g0009", head(t, m))
+		assert.Len(t, branch(t, m, "g0009"), 10)
+	})
+}
+
+// A new process on the same database carries on: forking off a deep committed block
+// needs nothing that was in the old process's memory.
+func TestForkOffDeepBlockAfterRestart(t *testing.T) {
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			db, where := d.open(t)
+			first := openManager(t, db, Config{})
+			receiveAll(t, first.Completer(), chain("g", NullBlockID, 0, 200))
+
+			second := openManager(t, d.reopen(t, where), Config{})
+			out, err := second.Completer().Receive(t.Context(), chain("f", "g0005", 6, 1)[0])
+			require.NoError(t, err)
+			assert.Equal(t, 1, out.Completed)
+			assert.Equal(t, "g0199", head(t, second))
+			assert.Equal(t, []string{"f0006"}, forks(t, second))
+			diff, err := second.BranchDiff(t.Context(), "g0199", "f0006")
+			require.NoError(t, err)
+			assert.Len(t, diff, 194, "g0006..g0199")
+			common, err := second.CommonAncestor(t.Context(), "g0199", "f0006")
+			require.NoError(t, err)
+			assert.Equal(t, "g0005", common.HeaderSignature)
+		})
+	}
+}
+
+// The crash test: a node process receiving blocks out of order is killed (SIGKILL)
+// at random moments, 50 times, and restarted on the same database. After every kill,
+// each stored block is either pending or the controller's, never both and never
+// neither; at the end every block has been completed.
+const (
+	nodeEnvKind = "REFSET_TEST_NODE_KIND"
+	nodeEnvAt   = "REFSET_TEST_NODE_AT"
+)
+
+func TestMain(m *testing.M) {
+	if kind := os.Getenv(nodeEnvKind); kind != "" {
+		os.Exit(nodeProcess(kind, os.Getenv(nodeEnvAt)))
+	}
+	os.Exit(m.Run())
+}
+
+// crashBlocks is what the node receives: a chain of 150 blocks with two forks,
+// delivered in shuffled windows, so many blocks wait for their predecessor.
+func crashBlocks() []Block {
+	blocks := chain("g", NullBlockID, 0, 150)
+	blocks = append(blocks, chain("f", "g0040", 41, 30)...)
+	blocks = append(blocks, chain("h", "g0100", 101, 20)...)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for start := 0; start < len(blocks); start += 12 {
+		w := blocks[start:min(start+12, len(blocks))]
+		rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
+	}
+	return blocks
+}
+
+func nodeProcess(kind, where string) int {
+	ctx := context.Background()
+	var db refset.Database
+	var err error
+	if kind == "sqlite" {
+		db, err = sqlite.Open(ctx, where, sqlite.Options{})
+	} else {
+		db, err = postgres.Open(ctx, where, postgres.Options{})
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	m, err := Open(ctx, db, Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c := m.Completer()
+	for _, b := range crashBlocks() {
+		if _, err := c.Receive(ctx, b); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// handOverInvariant counts blocks that are both pending and the controller's, and
+// blocks that are neither. The controller's blocks are those its committed head or
+// fork heads reach through the links.
+func handOverInvariant(t *testing.T, m *Manager) (both, neither int) {
+	t.Helper()
+	const reach = `WITH RECURSIVE ctl(id) AS (
+		SELECT chain_head FROM chain_heads
+		UNION SELECT object_id FROM blocks_holds WHERE holder = 'fork-cache'
+		UNION SELECT b.previous_block_ref FROM ctl JOIN blocks b ON b.header_signature = ctl.id
+		      WHERE b.previous_block_ref IS NOT NULL)
+	SELECT
+		(SELECT COUNT(*) FROM blocks b WHERE EXISTS (SELECT 1 FROM pending_blocks p WHERE p.block_id = b.header_signature)
+		                                 AND EXISTS (SELECT 1 FROM ctl WHERE ctl.id = b.header_signature)),
+		(SELECT COUNT(*) FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM pending_blocks p WHERE p.block_id = b.header_signature)
+		                                 AND NOT EXISTS (SELECT 1 FROM ctl WHERE ctl.id = b.header_signature))`
+	require.NoError(t, m.db.Reader().QueryRowContext(t.Context(), reach).Scan(&both, &neither))
+	return both, neither
+}
+
+func TestHandOverSurvivesKill9(t *testing.T) {
+	kills := 50
+	if testing.Short() {
+		kills = 10
+	}
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			db, where := d.open(t)
+			m := openManager(t, db, Config{})
+			rng := rand.New(rand.NewPCG(3, 4))
+			total := len(crashBlocks())
+			for i := range kills {
+				cmd := exec.Command(os.Args[0], "-test.run=^$")
+				cmd.Env = append(os.Environ(), nodeEnvKind+"="+d.name, nodeEnvAt+"="+where)
+				out := &lockedBuffer{}
+				cmd.Stdout, cmd.Stderr = out, out
+				require.NoError(t, cmd.Start())
+				time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				err := cmd.Wait()
+				if err == nil && i < kills-1 {
+					t.Logf("run %d finished before its kill", i)
+				} else if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
+					t.Fatalf("node process failed: %v\n%s", err, out.String())
+				}
+				both, neither := handOverInvariant(t, m)
+				require.Zero(t, both, "after kill %d: blocks both pending and the controller's", i)
+				require.Zero(t, neither, "after kill %d: blocks neither pending nor the controller's", i)
+			}
+			// A last run to the end completes every block.
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), nodeEnvKind+"="+d.name, nodeEnvAt+"="+where)
+			outBytes, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(outBytes))
+			assert.Equal(t, total, count(t, m, `SELECT COUNT(*) FROM blocks`))
+			assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+			assert.Equal(t, "g0149", head(t, m))
+			both, neither := handOverInvariant(t, m)
+			assert.Zero(t, both)
+			assert.Zero(t, neither)
+		})
+	}
+}
+
+// A block whose predecessor is stored but still waiting waits too: the crash test
+// found it handed to the controller while its predecessor was pending.
+func TestCompleterWaitsBehindAWaitingPredecessor(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		g := chain("g", NullBlockID, 0, 4)
+		receiveAll(t, c, g[:1])
+		out, err := c.Receive(ctx, g[2])
+		require.NoError(t, err)
+		assert.True(t, out.Pending, "g0002: g0001 is missing")
+		out, err = c.Receive(ctx, g[3])
+		require.NoError(t, err)
+		assert.True(t, out.Pending, "g0003: g0002 is stored but waiting")
+		both, neither := handOverInvariant(t, m)
+		assert.Zero(t, both)
+		assert.Zero(t, neither)
+		out, err = c.Receive(ctx, g[1])
+		require.NoError(t, err)
+		assert.Equal(t, 3, out.Completed)
+		assert.Equal(t, "g0003", head(t, m))
+	})
+}
