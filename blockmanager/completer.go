@@ -43,6 +43,16 @@ func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
 
 func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome, error) {
 	m := c.m
+	// Concurrent receivers: a block and its child must not each miss the other (the
+	// child recorded as waiting while its parent, not yet committed, looked for
+	// waiting children). Both lock the parent's ID; locks go from lower blocks to
+	// higher, so they cannot deadlock.
+	if err := m.lock(ctx, tx, b.PreviousBlockID); err != nil {
+		return Outcome{}, err
+	}
+	if err := m.lock(ctx, tx, b.HeaderSignature); err != nil {
+		return Outcome{}, err
+	}
 	stored, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature, b.PreviousBlockID})
 	if err != nil {
 		return Outcome{}, err

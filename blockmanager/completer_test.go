@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -304,5 +305,43 @@ func TestCompleterWaitsBehindAWaitingPredecessor(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 3, out.Completed)
 		assert.Equal(t, "g0003", head(t, m))
+	})
+}
+
+// Several receivers at once, each given every block in its own order: every block
+// ends up completed exactly once, the head is the longest chain's, and the hand-over
+// invariant holds.
+func TestConcurrentReceivers(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		blocks := crashBlocks()
+		const receivers = 4
+		errs := make(chan error, receivers)
+		var completed atomic.Int64
+		for r := range receivers {
+			go func() {
+				order := append([]Block(nil), blocks...)
+				rng := rand.New(rand.NewPCG(uint64(r), 9))
+				rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				c := m.Completer()
+				for _, b := range order {
+					out, err := c.Receive(t.Context(), b)
+					if err != nil {
+						errs <- fmt.Errorf("%s: %w", b.HeaderSignature, err)
+						return
+					}
+					completed.Add(int64(out.Completed))
+				}
+				errs <- nil
+			}()
+		}
+		for range receivers {
+			require.NoError(t, <-errs)
+		}
+		assert.Equal(t, int64(len(blocks)), completed.Load(), "each block completed exactly once")
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Equal(t, "g0149", head(t, m))
+		both, neither := handOverInvariant(t, m)
+		assert.Zero(t, both)
+		assert.Zero(t, neither)
 	})
 }

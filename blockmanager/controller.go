@@ -38,6 +38,10 @@ func (c *ChainController) Accept() refset.Command[string] {
 
 func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) error {
 	m := c.m
+	// Fork choice reads the head and replaces it: one decision at a time.
+	if err := m.lock(ctx, tx, "chain-controller"); err != nil {
+		return err
+	}
 	var num int64
 	var prev sql.NullString
 	err := tx.QueryRowContext(ctx, m.sql(`SELECT block_num, previous_block_ref FROM blocks WHERE header_signature = ?`), id).Scan(&num, &prev)
@@ -103,6 +107,9 @@ func (c *ChainController) Head(ctx context.Context) (string, error) {
 // against fork choice); the old head's chain becomes a fork.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
 	return refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
+		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
+			return err
+		}
 		head, _, err := c.head(ctx, tx)
 		if err != nil {
 			return err

@@ -127,6 +127,17 @@ func (m *Manager) Database() refset.Database { return m.db }
 
 func (m *Manager) sql(q string) string { return m.dialect.Rebind(q) }
 
+// lock serialises, until tx ends, the transactions that lock the same key: on
+// Postgres a transaction-scoped advisory lock; SQLite's one writer already
+// serialises every write transaction.
+func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
+	if m.dialect != schema.Postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+key)
+	return err
+}
+
 // Put stores a branch, oldest block first, in one transaction, and runs cmds on its
 // tip in the same transaction (hold it there: a branch nothing references is
 // collected after the grace period). Blocks already stored are kept as they are, so
