@@ -53,7 +53,7 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if err := m.lock(ctx, tx, b.HeaderSignature); err != nil {
 		return Outcome{}, err
 	}
-	stored, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature, b.PreviousBlockID})
+	stored, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature})
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -64,7 +64,17 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
 		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
 	}
-	waiting := b.PreviousBlockID != NullBlockID && !stored[b.PreviousBlockID]
+	// The predecessor is locked against collection while this transaction links to
+	// it; if a collector took it first, the block waits for it like any other.
+	var prevNum int64
+	waiting := false
+	if b.PreviousBlockID != NullBlockID {
+		prevNum, err = m.keepNum(ctx, tx, b.PreviousBlockID)
+		waiting = errors.Is(err, refset.ErrNotFound)
+		if err != nil && !waiting {
+			return Outcome{}, err
+		}
+	}
 	if !waiting && b.PreviousBlockID != NullBlockID {
 		// A predecessor that is stored but itself waits is not complete either.
 		if waiting, err = c.isPending(ctx, tx, b.PreviousBlockID); err != nil {
@@ -81,11 +91,7 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		return Outcome{Pending: true}, err
 	}
 	if b.PreviousBlockID != NullBlockID {
-		num, err := m.blockNum(ctx, tx, b.PreviousBlockID)
-		if err != nil {
-			return Outcome{}, err
-		}
-		if err := follows(b, b.PreviousBlockID, num); err != nil {
+		if err := follows(b, b.PreviousBlockID, prevNum); err != nil {
 			return Outcome{}, err
 		}
 		prev := b.PreviousBlockID
@@ -108,6 +114,11 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	for len(queue) > 0 {
 		parent := queue[0]
 		queue = queue[1:]
+		// A receiver of one of parent's children holds this lock while it decides
+		// the child must wait; taking it here means that child is seen below.
+		if err := m.lock(ctx, tx, parent); err != nil {
+			return Outcome{}, err
+		}
 		children, err := c.waitingFor(ctx, tx, parent)
 		if err != nil {
 			return Outcome{}, err

@@ -345,3 +345,43 @@ func TestConcurrentReceivers(t *testing.T) {
 		assert.Zero(t, neither)
 	})
 }
+
+// A long cascade races new children: blocks 1..300 wait for a missing genesis; one
+// receiver delivers genesis (completing all 300 in one transaction) while others
+// deliver a side child of each of them, and each first sees its parent still
+// waiting. No block may be left waiting behind a parent that completed.
+func TestCascadeRacesNewChildren(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		const n = 300
+		main := chain("g", NullBlockID, 0, n+1)
+		receiveAll(t, m.Completer(), main[1:])
+		var sides []Block
+		for i := 1; i <= n; i++ {
+			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
+		}
+		rand.New(rand.NewPCG(5, 6)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
+		errs := make(chan error, 3)
+		go func() {
+			_, err := m.Completer().Receive(t.Context(), main[0])
+			errs <- err
+		}()
+		for part := range 2 {
+			go func() {
+				for _, b := range sides[part*n/2 : (part+1)*n/2] {
+					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 3 {
+			require.NoError(t, <-errs)
+		}
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind completed parents")
+		both, neither := handOverInvariant(t, m)
+		assert.Zero(t, both)
+		assert.Zero(t, neither)
+	})
+}

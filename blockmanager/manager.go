@@ -170,7 +170,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			return nil, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, first.HeaderSignature, first.BlockNum)
 		}
 	} else {
-		num, err := m.blockNum(ctx, tx, first.PreviousBlockID)
+		num, err := m.keepNum(ctx, tx, first.PreviousBlockID)
 		if errors.Is(err, refset.ErrNotFound) {
 			return nil, fmt.Errorf("%w: %s, predecessor of %s: %w", ErrMissingPredecessor, first.PreviousBlockID, first.HeaderSignature, refset.ErrNotFound)
 		}
@@ -260,6 +260,23 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []Block
 		}
 	}
 	return nil
+}
+
+// keepNum returns a block's number and, on Postgres, takes a KEY SHARE lock on its
+// row until tx ends: the lock a reference insert takes, which a collector's FOR
+// UPDATE conflicts with, so a block found here cannot be collected before tx links
+// to it. SQLite's one writer gives the same guarantee.
+func (m *Manager) keepNum(ctx context.Context, tx refset.Tx, id string) (int64, error) {
+	q := `SELECT block_num FROM blocks WHERE header_signature = ?`
+	if m.dialect == schema.Postgres {
+		q += ` FOR KEY SHARE`
+	}
+	var num int64
+	err := tx.QueryRowContext(ctx, m.sql(q), id).Scan(&num)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
+	}
+	return num, err
 }
 
 func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (int64, error) {

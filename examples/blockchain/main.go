@@ -1,0 +1,407 @@
+// Command blockchain runs a ledger node's block handling on refset.
+//
+// Several simulated peers send a few thousand blocks, with forks, out of order and
+// with duplicates. The node's completer stores each block, holding those whose
+// predecessor has not arrived as pending; when the predecessor comes it links them
+// and hands them to the chain controller in one transaction. The controller keeps the
+// committed head (longest chain, then lowest ID) and a fork cache whose stale heads
+// expire; clean-up, running in the background, prunes abandoned forks down to the
+// committed chain. At the end it checks every invariant and exits non-zero if one
+// fails.
+//
+//	go run ./examples/blockchain                       # a SQLite file in a temporary directory
+//	go run ./examples/blockchain -db node.db           # a SQLite file of your choice
+//	go run ./examples/blockchain -postgres "postgres://user@localhost/db?sslmode=disable"
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+type options struct {
+	dbPath, pgDSN string
+	peers, blocks int
+	receivers     int
+	seed          uint64
+	forkTTL       time.Duration
+	grace         time.Duration
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.dbPath, "db", "", "SQLite database file (default: a new file in a temporary directory)")
+	flag.StringVar(&o.pgDSN, "postgres", "", "PostgreSQL DSN; the node's tables go in a new schema, dropped at the end")
+	flag.IntVar(&o.peers, "peers", 4, "simulated peers, each sending every block in its own order")
+	flag.IntVar(&o.blocks, "blocks", 3000, "blocks to send, forks included")
+	flag.IntVar(&o.receivers, "receivers", 0, "goroutines receiving blocks (default 1 on SQLite, 4 on Postgres)")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
+	flag.DurationVar(&o.forkTTL, "fork-ttl", time.Second, "how long a fork that stops growing is kept")
+	flag.DurationVar(&o.grace, "grace", 300*time.Millisecond, "how long a new block is safe from clean-up before anything references it")
+	flag.Parse()
+	log.SetFlags(0)
+	ok, err := run(context.Background(), o)
+	if err != nil {
+		log.Fatal("blockchain: ", err)
+	}
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+// simulation is the blocks the peers send: a main chain and forks off it that the
+// main chain outgrows.
+type simulation struct {
+	all     []blockmanager.Block
+	mainTip string
+	height  int64
+	forks   int
+}
+
+func simulate(n int, rng *rand.Rand) simulation {
+	var s simulation
+	prev := blockmanager.NullBlockID
+	var main []blockmanager.Block
+	mainLen := n * 5 / 6
+	for i := range mainLen {
+		b := block(fmt.Sprintf("m%06d", i), prev, int64(i))
+		main = append(main, b)
+		prev = b.HeaderSignature
+	}
+	s.all = append(s.all, main...)
+	for len(s.all) < n {
+		from := rng.IntN(mainLen - 40)
+		length := min(2+rng.IntN(25), n-len(s.all))
+		prev := main[from].HeaderSignature
+		for j := range length {
+			b := block(fmt.Sprintf("f%03d-%06d", s.forks, from+1+j), prev, int64(from+1+j))
+			s.all = append(s.all, b)
+			prev = b.HeaderSignature
+		}
+		s.forks++
+	}
+	s.mainTip, s.height = main[mainLen-1].HeaderSignature, int64(mainLen-1)
+	return s
+}
+
+func block(id, prev string, num int64) blockmanager.Block {
+	return blockmanager.Block{
+		HeaderSignature: id, PreviousBlockID: prev, BlockNum: num,
+		BatchIDs: blockmanager.IDs{"batch-" + id}, TransactionIDs: blockmanager.IDs{"txn-" + id},
+		Payload: []byte("transactions of " + id),
+	}
+}
+
+// peerOrder is the order one peer sends the blocks in: by height, shuffled within
+// windows, so many blocks arrive before their predecessor.
+func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
+	order := append([]blockmanager.Block(nil), all...)
+	// Sort by height (stable for equal heights), then shuffle windows of 16.
+	byHeight := make(map[int64][]blockmanager.Block)
+	var maxNum int64
+	for _, b := range order {
+		byHeight[b.BlockNum] = append(byHeight[b.BlockNum], b)
+		maxNum = max(maxNum, b.BlockNum)
+	}
+	order = order[:0]
+	for h := int64(0); h <= maxNum; h++ {
+		order = append(order, byHeight[h]...)
+	}
+	for start := 0; start < len(order); start += 16 {
+		w := order[start:min(start+16, len(order))]
+		rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
+	}
+	return order
+}
+
+func run(ctx context.Context, o options) (bool, error) {
+	start := time.Now()
+	db, cleanupDB, err := open(ctx, o)
+	if err != nil {
+		return false, err
+	}
+	defer cleanupDB()
+	receivers := o.receivers
+	if receivers <= 0 {
+		receivers = 1
+		if o.pgDSN != "" {
+			receivers = 4
+		}
+	}
+	m, err := blockmanager.Open(ctx, db, blockmanager.Config{ForkTTL: o.forkTTL, Grace: o.grace})
+	if err != nil {
+		return false, err
+	}
+	sim := simulate(o.blocks, rand.New(rand.NewPCG(o.seed, 0)))
+
+	// Clean-up runs in the background while the node works.
+	var pruned, expired atomic.Int64
+	collectCtx, stopCollecting := context.WithCancel(ctx)
+	defer stopCollecting()
+	collecting := make(chan error, 1)
+	go func() {
+		collecting <- m.Collector().Run(collectCtx, 100*time.Millisecond, func(s cleanup.Stats, err error) {
+			if err == nil {
+				pruned.Add(s.Deleted)
+				expired.Add(s.HoldsExpired)
+			}
+		})
+	}()
+
+	// The peers send; the node receives.
+	inbox := make(chan blockmanager.Block, 256)
+	var peers sync.WaitGroup
+	for p := range o.peers {
+		peers.Add(1)
+		go func() {
+			defer peers.Done()
+			for _, b := range peerOrder(sim.all, rand.New(rand.NewPCG(o.seed, uint64(p+1)))) {
+				inbox <- b
+			}
+		}()
+	}
+	go func() { peers.Wait(); close(inbox) }()
+
+	var received, duplicates, completed atomic.Int64
+	total := int64(len(sim.all) * o.peers)
+	var node sync.WaitGroup
+	errs := make(chan error, receivers)
+	for range receivers {
+		node.Add(1)
+		go func() {
+			defer node.Done()
+			c := m.Completer()
+			for b := range inbox {
+				out, err := c.Receive(ctx, b)
+				if err != nil {
+					errs <- fmt.Errorf("receiving %s: %w", b.HeaderSignature, err)
+					for range inbox { // drain, so the peers finish
+					}
+					return
+				}
+				received.Add(1)
+				completed.Add(int64(out.Completed))
+				if out.Duplicate {
+					duplicates.Add(1)
+				}
+			}
+		}()
+	}
+	stopProgress := progress(&received, total)
+	node.Wait()
+	stopProgress()
+	close(errs)
+	for err := range errs {
+		stopCollecting()
+		return false, err
+	}
+
+	// Ask the peers for the predecessors still missing, as a node's completer does:
+	// a block pruned with a fork that lost the main chain for a while comes back.
+	byID := make(map[string]blockmanager.Block, len(sim.all))
+	for _, b := range sim.all {
+		byID[b.HeaderSignature] = b
+	}
+	var requested int
+	for range 1000 {
+		_, missing, err := m.Completer().Pending(ctx)
+		if err != nil {
+			return false, err
+		}
+		if len(missing) == 0 {
+			break
+		}
+		for _, id := range missing {
+			out, err := m.Completer().Receive(ctx, byID[id])
+			if err != nil {
+				return false, fmt.Errorf("receiving the requested %s: %w", id, err)
+			}
+			requested++
+			completed.Add(int64(out.Completed))
+		}
+	}
+
+	// Let the fork cache expire the forks and the newest blocks' grace period end,
+	// then collect what is left.
+	time.Sleep(max(o.forkTTL, o.grace) + 200*time.Millisecond)
+	stopCollecting()
+	if err := <-collecting; err != nil {
+		return false, err
+	}
+	s, err := m.Collector().Collect(ctx)
+	if err != nil {
+		return false, err
+	}
+	pruned.Add(s.Deleted)
+
+	// The figures and the checks.
+	c := m.Completer()
+	waiting, _, err := c.Pending(ctx)
+	if err != nil {
+		return false, err
+	}
+	headID, err := m.Controller().Head(ctx)
+	if err != nil {
+		return false, err
+	}
+	forks, err := m.Controller().Forks(ctx)
+	if err != nil {
+		return false, err
+	}
+	var stored, height int
+	if err := db.Reader().QueryRowContext(ctx, `SELECT COUNT(*) FROM blocks`).Scan(&stored); err != nil {
+		return false, err
+	}
+	for _, err := range m.Branch(ctx, headID) {
+		if err != nil {
+			return false, err
+		}
+		height++
+	}
+	report, err := m.Collector().Check(ctx)
+	if err != nil {
+		return false, err
+	}
+	var problems []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	check(completed.Load() >= int64(len(sim.all)), "%d blocks completed, want every one of %d", completed.Load(), len(sim.all))
+	check(waiting == 0, "%d blocks still pending", waiting)
+	check(headID == sim.mainTip, "head is %s, want %s", headID, sim.mainTip)
+	check(int64(height) == sim.height+1, "the head's branch has %d blocks, want %d", height, sim.height+1)
+	check(len(forks) == 0, "%d fork heads outlived the fork cache", len(forks))
+	check(stored == int(sim.height)+1, "%d blocks stored, want the %d of the main chain", stored, sim.height+1)
+	check(report.OK(), "integrity check: %d leaked, %d dangling %v", report.Leaked, report.Dangling, report.Samples)
+
+	integrity := "ok"
+	if len(problems) > 0 {
+		integrity = "FAILED"
+	}
+	rows := [][2]string{
+		{"blocks received (with duplicates)", fmt.Sprint(received.Load())},
+		{"distinct blocks sent", fmt.Sprint(len(sim.all))},
+		{"duplicates ignored", fmt.Sprint(duplicates.Load())},
+		{"blocks requested from peers", fmt.Sprint(requested)},
+		{"blocks completed", fmt.Sprint(completed.Load())},
+		{"still pending", fmt.Sprint(waiting)},
+		{"heads (committed + forks)", fmt.Sprintf("%d + %d", 1, len(forks))},
+		{"forks sent", fmt.Sprint(sim.forks)},
+		{"fork blocks pruned", fmt.Sprint(pruned.Load())},
+		{"fork-cache holds expired", fmt.Sprint(expired.Load() + s.HoldsExpired)},
+		{"chain height", fmt.Sprint(height - 1)},
+		{"blocks stored", fmt.Sprint(stored)},
+		{"integrity check", integrity},
+		{"elapsed", time.Since(start).Round(time.Millisecond).String()},
+	}
+	fmt.Println()
+	for _, r := range rows {
+		fmt.Printf("  %-34s %s\n", r[0], r[1])
+	}
+	for _, p := range problems {
+		fmt.Println("  FAILED:", p)
+	}
+	return len(problems) == 0, nil
+}
+
+// progress draws a bar on stderr while blocks arrive, if stderr is a terminal.
+func progress(done *atomic.Int64, total int64) (stop func()) {
+	if fi, err := os.Stderr.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return func() {}
+	}
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	draw := func() {
+		n := done.Load()
+		const width = 40
+		filled := int(int64(width) * n / max(total, 1))
+		fmt.Fprintf(os.Stderr, "\r  [%s%s] %d/%d blocks received", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total)
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				draw()
+				fmt.Fprintln(os.Stderr)
+				return
+			case <-t.C:
+				draw()
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// open opens the chosen database; the returned function removes what the example
+// created.
+func open(ctx context.Context, o options) (refset.Database, func(), error) {
+	if o.pgDSN != "" {
+		admin, err := postgres.Open(ctx, o.pgDSN, postgres.Options{MaxConns: 1})
+		if err != nil {
+			return nil, nil, err
+		}
+		schema := fmt.Sprintf("refset_blockchain_%d", time.Now().UnixNano())
+		if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+			admin.Close()
+			return nil, nil, err
+		}
+		drop := func() {
+			admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+			admin.Close()
+		}
+		db, err := postgres.Open(ctx, withSearchPath(o.pgDSN, schema), postgres.Options{})
+		if err != nil {
+			drop()
+			return nil, nil, err
+		}
+		return db, func() { db.Close(); drop() }, nil
+	}
+	path, remove := o.dbPath, func() {}
+	if path == "" {
+		dir, err := os.MkdirTemp("", "refset-blockchain")
+		if err != nil {
+			return nil, nil, err
+		}
+		path, remove = filepath.Join(dir, "node.db"), func() { os.RemoveAll(dir) }
+	} else if _, err := os.Stat(path); err == nil {
+		return nil, nil, errors.New(path + " exists: the example wants a new database file")
+	}
+	db, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		remove()
+		return nil, nil, err
+	}
+	return db, func() { db.Close(); remove() }, nil
+}
+
+// withSearchPath adds a search_path to a lib/pq DSN, URL or key=value.
+func withSearchPath(dsn, schema string) string {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " search_path=" + schema
+	}
+	if strings.Contains(dsn, "?") {
+		return dsn + "&search_path=" + schema
+	}
+	return dsn + "?search_path=" + schema
+}
