@@ -1,0 +1,21 @@
+// Package blockmanager is Hyperledger Sawtooth's BlockManager rebuilt on a
+// refset.RefSet, as the RefSet RFC describes.
+//
+// Blocks live in the blocks table. A block links to its predecessor through
+// previous_block_ref, a FOREIGN KEY to the same table, so the database refuses to
+// delete history that a chain still stands on; committed history needs no reference
+// rows of its own. The RFC's two components keep their references in their own
+// tables: the Completer in pending_blocks (blocks waiting for their predecessor), the
+// ChainController in chain_heads (the committed head) and in a fork cache of holds
+// that expire. When a waiting block's predecessor arrives, the completer links it and
+// hands it to the controller: the release command deletes the pending row and the
+// controller's acquire command records it, in one transaction.
+//
+// Whatever no component references any more (a stale fork, a branch put and then
+// released) is pruned by the set's clean-up (package cleanup), which the Manager
+// installs: run Collector().Run in the background, or Collect when convenient.
+//
+// The Manager keeps no state in memory that correctness depends on: a new process on
+// the same database carries on where the last one stopped, and several receivers, in
+// one process or many on one Postgres, may work at once.
+package blockmanager
