@@ -1,0 +1,20 @@
+// Package tokens keeps fungible tokens in custody on a refset.RefSet: tokens held by
+// their owners, selected and locked for a transaction, and spent into new tokens,
+// with several replicas (connection pools or processes) on one database.
+//
+// A token is an immutable object in the tokens table. Its owner keeps it alive with a
+// hold that never expires; a lock is a second hold, by the transaction, that expires
+// by the database's clock. A unique index allows at most one lock per token, so two
+// replicas can never lock the same token, whatever their timing: the database decides
+// every race, and the loser tries other tokens.
+//
+// Select finds the owner's unlocked tokens that match a filter, takes them in random
+// order until they cover the amount, and locks them in one transaction; any failure
+// releases every lock it took. It tells ErrInsufficientFunds (the owner has too
+// little) from ErrLocked (enough, but locked by other transactions). Spend deletes
+// the transaction's locks and the locked tokens and adds the outputs, change
+// included, in one transaction; a history table records every token created and the
+// one transaction that spent it. Release drops a transaction's locks; expired locks are
+// taken over by the next Select or removed by clean-up, and unlocking a lock that
+// another transaction has since taken does nothing.
+package tokens

@@ -1,0 +1,593 @@
+package tokens
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	mrand "math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+//go:embed sql
+var migrations embed.FS
+
+// Token is a fungible token: an amount of an identifier ("GBP", "BTC") of a type,
+// issued by an issuer, notarised by a notary, owned by an owner.
+type Token struct {
+	TokenID    string `db:"id"`
+	Owner      string `db:"owner"`
+	Type       string `db:"token_type"`
+	Identifier string `db:"identifier"`
+	Issuer     string `db:"issuer"`
+	Notary     string `db:"notary"`
+	Amount     int64  `db:"amount"`
+}
+
+// ID is the token's ID.
+func (t Token) ID() string { return t.TokenID }
+
+// Filter narrows a selection: empty fields match anything; Predicate, if set, is
+// asked about each candidate.
+type Filter struct {
+	Type, Identifier, Issuer, Notary string
+	Predicate                        func(Token) bool
+}
+
+// Errors of custody. Match them with errors.Is.
+var (
+	// ErrInsufficientFunds: the owner's matching tokens, locked or not, do not cover
+	// the amount.
+	ErrInsufficientFunds = errors.New("tokens: insufficient funds")
+	// ErrLocked: the owner has enough, but other transactions hold locks on too much
+	// of it; it may succeed later.
+	ErrLocked = errors.New("tokens: funds sufficient but locked by other transactions")
+	// ErrNothingLocked: Spend found no token locked by the transaction (its locks
+	// expired and were taken, or it never selected any).
+	ErrNothingLocked = errors.New("tokens: no token locked by the transaction")
+	// ErrUnbalanced: a spend's outputs do not add up to its inputs, per kind of token.
+	ErrUnbalanced = errors.New("tokens: outputs do not balance the inputs")
+	// ErrInvalid: a malformed request (empty owner or transaction ID, a non-positive
+	// amount, a token with no owner).
+	ErrInvalid = errors.New("tokens: invalid request")
+)
+
+// ownerHolder is the holder name of an owner's hold on its tokens.
+const ownerHolder = "owner"
+
+func lockHolder(txID string) string { return "tx:" + txID }
+
+// Config tunes a Vault. The zero value is a sane default.
+type Config struct {
+	// MaxAttempts bounds how often Select tries again at once after losing a race for
+	// a token to another transaction. Zero means 30.
+	MaxAttempts int
+	// Grace is the clean-up grace period of new tokens. Zero means one minute.
+	Grace time.Duration
+	// LockWait is how long Select waits when the owner has enough but other
+	// transactions hold locks on too much of it, polling with jittered exponential
+	// back-off (up to 250 ms apart, so many waiters do not swamp the database). Zero
+	// means it fails with ErrLocked at once.
+	LockWait time.Duration
+}
+
+// Vault holds the tokens of one database. Replicas each open their own Vault on the
+// same database.
+type Vault struct {
+	db          refset.Database
+	dialect     schema.Dialect
+	set         *refset.RefSet[Token, string]
+	collector   *cleanup.Collector
+	maxAttempts int
+	lockWait    time.Duration
+	attempts    atomic.Int64
+	lost        atomic.Int64
+}
+
+// Open creates the custody tables if needed (on a *sqlite.DB or a *postgres.DB),
+// installs clean-up and returns the vault.
+func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
+	v := &Vault{db: db, maxAttempts: cfg.MaxAttempts, lockWait: cfg.LockWait}
+	if v.maxAttempts <= 0 {
+		v.maxAttempts = 30
+	}
+	grace := cfg.Grace
+	if grace <= 0 {
+		grace = time.Minute
+	}
+	collect := cleanup.Config{Table: "tokens", Grace: grace}
+	var err error
+	switch db := db.(type) {
+	case *sqlite.DB:
+		v.dialect = schema.SQLite
+		if err = v.migrate(ctx, "tables"); err != nil {
+			return nil, err
+		}
+		var store *sqlite.Store[Token, string]
+		if store, err = sqlite.NewStore[Token, string](ctx, db, sqlite.Config{Table: "tokens"}); err == nil {
+			v.set = refset.New(store)
+			v.collector, err = sqlite.NewCollector(ctx, db, collect)
+		}
+	case *postgres.DB:
+		v.dialect = schema.Postgres
+		if err = v.migrate(ctx, "tables"); err != nil {
+			return nil, err
+		}
+		var store *postgres.Store[Token, string]
+		if store, err = postgres.NewStore[Token, string](ctx, db, postgres.Config{Table: "tokens"}); err == nil {
+			v.set = refset.New(store)
+			v.collector, err = postgres.NewCollector(ctx, db, collect)
+		}
+	default:
+		return nil, fmt.Errorf("tokens: a *sqlite.DB or a *postgres.DB is needed, not %T", db)
+	}
+	if err == nil {
+		err = v.migrate(ctx, "locks")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tokens: open: %w", err)
+	}
+	return v, nil
+}
+
+func (v *Vault) migrate(ctx context.Context, part string) error {
+	sub, err := fs.Sub(migrations, "sql/"+string(v.dialect)+"/"+part)
+	if err != nil {
+		return err
+	}
+	return schema.MigrateFS(ctx, v.db, v.dialect, "custody-"+part, sub)
+}
+
+// Collector is the tokens' clean-up: it removes expired locks (and would collect a
+// token nothing holds).
+func (v *Vault) Collector() *cleanup.Collector { return v.collector }
+
+// Set is the set the tokens live in.
+func (v *Vault) Set() *refset.RefSet[Token, string] { return v.set }
+
+func (v *Vault) sql(q string) string { return v.dialect.Rebind(q) }
+
+// now is the database clock as the holds table keeps it.
+func (v *Vault) now() string {
+	if v.dialect == schema.Postgres {
+		return "now()"
+	}
+	return "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
+}
+
+// NewID returns a random token ID.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Issue creates tokens (an ID is made for each token without one), held by their
+// owners, in one transaction; txID is recorded as their creator.
+func (v *Vault) Issue(ctx context.Context, txID string, toks ...Token) ([]Token, error) {
+	var out []Token
+	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		var err error
+		out, err = v.create(ctx, tx, txID, toks)
+		return err
+	})
+	return out, err
+}
+
+func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, toks []Token) ([]Token, error) {
+	if txID == "" {
+		return nil, fmt.Errorf("%w: empty transaction ID", ErrInvalid)
+	}
+	out := make([]Token, len(toks))
+	for i, t := range toks {
+		if t.Owner == "" || t.Amount <= 0 || t.Identifier == "" {
+			return nil, fmt.Errorf("%w: token %+v needs an owner, an identifier and a positive amount", ErrInvalid, t)
+		}
+		if t.TokenID == "" {
+			t.TokenID = NewID()
+		}
+		out[i] = t
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	if _, err := v.set.AddAllTx(ctx, tx, out); err != nil {
+		return nil, err
+	}
+	holds := make([]any, 0, 2*len(out))
+	history := make([]any, 0, 5*len(out))
+	for _, t := range out {
+		holds = append(holds, ownerHolder, t.TokenID)
+		history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID)
+	}
+	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id) VALUES `+rows(len(out), 2)), holds...); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES `+rows(len(out), 5)), history...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// rows is the placeholders of n rows of k values: (?, ?), (?, ?), ...
+func rows(n, k int) string {
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", k), ", ") + ")"
+	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+}
+
+func list(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+// Select locks tokens of owner matching f until they cover amount, for txID, each
+// lock expiring ttl from now by the database's clock. It returns the locked tokens
+// (their sum may exceed amount: Spend gives the change back). It fails with
+// ErrInsufficientFunds or ErrLocked, and then holds no lock it took.
+func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+	if txID == "" || owner == "" || amount <= 0 || ttl <= 0 {
+		return nil, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
+	}
+	deadline := time.Now().Add(v.lockWait)
+	wait := time.Millisecond
+	for races := 0; ; {
+		v.attempts.Add(1)
+		var got []Token
+		err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+			var err error
+			got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
+			return err
+		})
+		switch {
+		case err == nil:
+			return got, nil
+		case errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict):
+			// Another transaction took a token first: try other tokens at once, after
+			// a jittered pause so racing replicas fall out of step.
+			v.lost.Add(1)
+			if races++; races < v.maxAttempts {
+				err = pause(ctx, time.Duration(mrand.IntN(1+min(races, 10)*500))*time.Microsecond)
+				break
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
+			}
+			// Too contended to win now: wait as for locked funds, then race again.
+			races = 0
+			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
+			wait = min(2*wait, 250*time.Millisecond)
+		case errors.Is(err, ErrLocked) && time.Now().Before(deadline):
+			// Funds locked by committed transactions free up when those spend or
+			// release: wait, backing off.
+			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
+			wait = min(2*wait, 250*time.Millisecond)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// errRace: the tokens chosen were being locked by another transaction.
+var errRace = errors.New("tokens: lost a race for a token")
+
+func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+	where, args := []string{"t.owner = ?"}, []any{owner}
+	for _, c := range []struct{ col, val string }{
+		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
+	} {
+		if c.val != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.val)
+		}
+	}
+	cond := strings.Join(where, " AND ")
+	// The candidates: matching tokens no live lock holds.
+	candidates, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+		FROM tokens t WHERE `+cond+` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
+		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > `+v.now()+`))`, args...)
+	if err != nil {
+		return nil, err
+	}
+	candidates = keep(candidates, f.Predicate)
+	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+	var available int64
+	for _, t := range candidates {
+		available += t.Amount
+	}
+	if available < amount {
+		all, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+			FROM tokens t WHERE `+cond, args...)
+		if err != nil {
+			return nil, err
+		}
+		var total int64
+		for _, t := range keep(all, f.Predicate) {
+			total += t.Amount
+		}
+		if total < amount {
+			return nil, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+		}
+		return nil, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
+	}
+
+	// Take candidates until they cover the amount; on Postgres, lock their rows,
+	// skipping those another transaction is locking right now and taking others.
+	var chosen []Token
+	var sum int64
+	next := 0
+	for sum < amount {
+		var want []Token
+		for need := amount - sum; need > 0 && next < len(candidates); next++ {
+			want = append(want, candidates[next])
+			need -= candidates[next].Amount
+		}
+		if len(want) == 0 {
+			return nil, errRace
+		}
+		got, err := v.lockRows(ctx, tx, want)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range got {
+			chosen = append(chosen, t)
+			sum += t.Amount
+		}
+	}
+
+	ids := make([]any, len(chosen))
+	for i, t := range chosen {
+		ids[i] = t.TokenID
+	}
+	// Expired locks on them are taken over.
+	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder <> 'owner' AND expires_at <= `+
+		v.now()+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+		return nil, err
+	}
+	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
+	// another transaction won the race.
+	expires := fmt.Sprintf("now() + %d * interval '1 millisecond'", ttl.Milliseconds())
+	if v.dialect != schema.Postgres {
+		expires = fmt.Sprintf("%s + %d", v.now(), ttl.Milliseconds())
+	}
+	lockArgs := make([]any, 0, 2*len(chosen))
+	values := make([]string, len(chosen))
+	for i, t := range chosen {
+		lockArgs = append(lockArgs, lockHolder(txID), t.TokenID)
+		values[i] = "(?, ?, " + expires + ")"
+	}
+	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id, expires_at) VALUES `+
+		strings.Join(values, ", ")), lockArgs...); err != nil {
+		return nil, err
+	}
+	return chosen, nil
+}
+
+// lockRows locks the rows of want against other selectors (Postgres: FOR UPDATE SKIP
+// LOCKED) and returns those it locked. SQLite's one writer needs nothing.
+func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Token, error) {
+	if v.dialect != schema.Postgres {
+		return want, nil
+	}
+	ids := make([]any, len(want))
+	for i, t := range want {
+		ids[i] = t.TokenID
+	}
+	r, err := tx.QueryContext(ctx, v.sql(`SELECT id FROM tokens WHERE id IN (`+list(len(ids))+`) FOR UPDATE SKIP LOCKED`), ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	locked := map[string]bool{}
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			return nil, err
+		}
+		locked[id] = true
+	}
+	var got []Token
+	for _, t := range want {
+		if locked[t.TokenID] {
+			got = append(got, t)
+		}
+	}
+	return got, r.Err()
+}
+
+func keep(toks []Token, pred func(Token) bool) []Token {
+	if pred == nil {
+		return toks
+	}
+	out := toks[:0]
+	for _, t := range toks {
+		if pred(t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (v *Vault) query(ctx context.Context, q refset.Querier, sql string, args ...any) ([]Token, error) {
+	r, err := q.QueryContext(ctx, v.sql(sql), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []Token
+	for r.Next() {
+		var t Token
+		if err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, r.Err()
+}
+
+// Release drops every lock txID holds and returns how many. A lock another
+// transaction has taken over since (after it expired) is not txID's any more and is
+// left alone.
+func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
+	var n int64
+	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		res, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ?`), lockHolder(txID))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Spend spends the tokens txID has locked: in one transaction it removes the locks
+// and the tokens, records them spent by txID, and creates outputs (change included),
+// each held by its owner. The outputs must balance the inputs for every kind of token
+// (type, identifier, issuer, notary), or it fails with ErrUnbalanced and changes
+// nothing. It returns the spent tokens and the outputs as created.
+func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent, created []Token, err error) {
+	err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		spent, created, err = v.spend(ctx, tx, txID, outputs)
+		return err
+	})
+	return spent, created, err
+}
+
+type kind struct{ typ, identifier, issuer, notary string }
+
+func kindOf(t Token) kind { return kind{t.Type, t.Identifier, t.Issuer, t.Notary} }
+
+func (v *Vault) spend(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, []Token, error) {
+	if txID == "" {
+		return nil, nil, fmt.Errorf("%w: empty transaction ID", ErrInvalid)
+	}
+	// The locks go first: what this returns is exactly what txID still holds.
+	r, err := tx.QueryContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ? RETURNING object_id`), lockHolder(txID))
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []any
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			r.Close()
+			return nil, nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := r.Close(); err != nil {
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
+	}
+	inputs, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+		FROM tokens t WHERE t.id IN (`+list(len(ids))+`)`, ids...)
+	if err != nil {
+		return nil, nil, err
+	}
+	balance := map[kind]int64{}
+	for _, t := range inputs {
+		balance[kindOf(t)] += t.Amount
+	}
+	for _, t := range outputs {
+		balance[kindOf(t)] -= t.Amount
+	}
+	for k, b := range balance {
+		if b != 0 {
+			return nil, nil, fmt.Errorf("%w: %s %s differs by %d", ErrUnbalanced, k.identifier, k.typ, b)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = 'owner' AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+		return nil, nil, err
+	}
+	res, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens WHERE id IN (`+list(len(ids))+`)`), ids...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(inputs)) {
+		return nil, nil, errors.Join(err, fmt.Errorf("tokens: spending %d tokens deleted %d", len(inputs), n))
+	}
+	// A token is spent once: the history row of each must still be unspent.
+	res, err = tx.ExecContext(ctx, v.sql(`UPDATE token_history SET spent_by = ? WHERE spent_by IS NULL AND token_id IN (`+
+		list(len(ids))+`)`), append([]any{txID}, ids...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(inputs)) {
+		return nil, nil, errors.Join(err, fmt.Errorf("tokens: %d of %d tokens were spent already", int64(len(inputs))-n, len(inputs)))
+	}
+	created, err := v.create(ctx, tx, txID, outputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return inputs, created, nil
+}
+
+// Balance is what an owner has of an identifier: in all, and not locked.
+func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
+	err = v.db.Reader().QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
+		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+			AND (h.expires_at IS NULL OR h.expires_at > `+v.now()+`)) THEN 0 ELSE t.amount END), 0)
+		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
+	return total, unlocked, err
+}
+
+// Audit is the state of the books.
+type Audit struct {
+	Issued, Spent, Remaining int64 // amounts, over every identifier
+	Tokens                   int64 // unspent tokens
+	SpentButPresent          int64 // tokens recorded spent yet still unspent: must be 0
+	LockedTwice              int64 // tokens with more than one lock: must be 0
+	Unheld                   int64 // unspent tokens their owner does not hold: must be 0
+}
+
+// Balanced reports conservation (issued = spent + remaining) and every other
+// invariant.
+func (a Audit) Balanced() bool {
+	return a.Issued == a.Spent+a.Remaining && a.SpentButPresent == 0 && a.LockedTwice == 0 && a.Unheld == 0
+}
+
+// Audit reads the books.
+func (v *Vault) Audit(ctx context.Context) (Audit, error) {
+	var a Audit
+	err := v.db.Reader().QueryRowContext(ctx, `SELECT
+		COALESCE((SELECT SUM(amount) FROM token_history), 0),
+		COALESCE((SELECT SUM(amount) FROM token_history WHERE spent_by IS NOT NULL), 0),
+		COALESCE((SELECT SUM(amount) FROM tokens), 0),
+		(SELECT COUNT(*) FROM tokens),
+		(SELECT COUNT(*) FROM token_history h WHERE h.spent_by IS NOT NULL AND EXISTS (SELECT 1 FROM tokens t WHERE t.id = h.token_id)),
+		(SELECT COUNT(*) FROM (SELECT object_id FROM tokens_holds WHERE holder <> 'owner' GROUP BY object_id HAVING COUNT(*) > 1) x),
+		(SELECT COUNT(*) FROM tokens t WHERE NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder = 'owner'))`).
+		Scan(&a.Issued, &a.Spent, &a.Remaining, &a.Tokens, &a.SpentButPresent, &a.LockedTwice, &a.Unheld)
+	return a, err
+}
+
+// LockStats counts Select's lock attempts and the attempts that lost a race for a
+// token to another transaction.
+type LockStats struct{ Attempts, LostRaces int64 }
+
+// Stats are this vault's lock attempts so far.
+func (v *Vault) Stats() LockStats {
+	return LockStats{Attempts: v.attempts.Load(), LostRaces: v.lost.Load()}
+}

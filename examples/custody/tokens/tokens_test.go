@@ -1,0 +1,361 @@
+package tokens
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// replicas opens n vaults on one fresh database, each with its own connection pool,
+// as n replicas of a service would. Postgres, unless sqliteToo and then SQLite too.
+type backend struct {
+	name string
+	open func(tb testing.TB, n int, cfg Config) []*Vault
+}
+
+var backends = []backend{
+	{"sqlite", func(tb testing.TB, n int, cfg Config) []*Vault {
+		path := filepath.Join(tb.TempDir(), "custody.db")
+		var vs []*Vault
+		for range n {
+			db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
+			require.NoError(tb, err)
+			tb.Cleanup(func() { db.Close() })
+			v, err := Open(context.Background(), db, cfg)
+			require.NoError(tb, err)
+			where.Store(v, path)
+			vs = append(vs, v)
+		}
+		return vs
+	}},
+	{"postgres", func(tb testing.TB, n int, cfg Config) []*Vault {
+		dsn := pgtest.DSN(tb)
+		var vs []*Vault
+		for range n {
+			db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 4})
+			require.NoError(tb, err)
+			tb.Cleanup(func() { db.Close() })
+			v, err := Open(context.Background(), db, cfg)
+			require.NoError(tb, err)
+			where.Store(v, dsn)
+			vs = append(vs, v)
+		}
+		return vs
+	}},
+}
+
+// where remembers the file or DSN each test vault was opened on, for reopen.
+var where sync.Map
+
+// waiting vaults wait up to a minute for funds locked by others.
+var waiting = Config{LockWait: time.Minute}
+
+func each(t *testing.T, replicas int, cfg Config, fn func(t *testing.T, vs []*Vault)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			vs := b.open(t, replicas, cfg)
+			fn(t, vs)
+			audit(t, vs[0])
+		})
+	}
+}
+
+// audit checks conservation and every invariant after a test.
+func audit(t *testing.T, v *Vault) Audit {
+	t.Helper()
+	a, err := v.Audit(context.Background())
+	require.NoError(t, err)
+	assert.True(t, a.Balanced(), "books: %+v", a)
+	return a
+}
+
+func gbp(owner string, amount int64) Token {
+	return Token{Owner: owner, Type: "fiat", Identifier: "GBP", Issuer: "bank", Notary: "notary", Amount: amount}
+}
+
+var txSeq atomic.Int64
+
+func newTx() string { return fmt.Sprintf("tx-%d", txSeq.Add(1)) }
+
+// pay selects amount of from's GBP for a new transaction (waiting, as the vaults are
+// configured to, while funds are locked by others) and spends it to `to`, the change
+// back to from.
+func pay(ctx context.Context, v *Vault, from, to string, amount int64) error {
+	tx := newTx()
+	locked, err := v.Select(ctx, tx, from, amount, Filter{Identifier: "GBP"}, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	var sum int64
+	for _, t := range locked {
+		sum += t.Amount
+	}
+	outputs := []Token{gbp(to, amount)}
+	if sum > amount {
+		outputs = append(outputs, gbp(from, sum-amount))
+	}
+	_, _, err = v.Spend(ctx, tx, outputs)
+	return err
+}
+
+func issue(t *testing.T, v *Vault, owner string, amounts ...int64) {
+	t.Helper()
+	var toks []Token
+	for _, a := range amounts {
+		toks = append(toks, gbp(owner, a))
+	}
+	_, err := v.Issue(t.Context(), newTx(), toks...)
+	require.NoError(t, err)
+}
+
+func repeat(n int, amount int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = amount
+	}
+	return out
+}
+
+// run starts fn on every replica, each `each` times, concurrently, and collects the
+// errors.
+func run(vs []*Vault, each int, fn func(v *Vault) error) []error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for _, v := range vs {
+		for range each {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := fn(v)
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestTwentyReplicasOfFive(t *testing.T) {
+	each(t, 20, waiting, func(t *testing.T, vs []*Vault) {
+		issue(t, vs[0], "alice", repeat(100, 1)...)
+		for _, err := range run(vs, 1, func(v *Vault) error { return pay(t.Context(), v, "alice", "bob", 5) }) {
+			require.NoError(t, err)
+		}
+		total, _, err := vs[0].Balance(t.Context(), "bob", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, int64(100), total)
+	})
+}
+
+func TestOneTokenSpentThroughChange(t *testing.T) {
+	each(t, 10, waiting, func(t *testing.T, vs []*Vault) {
+		issue(t, vs[0], "alice", 100)
+		for _, err := range run(vs, 10, func(v *Vault) error { return pay(t.Context(), v, "alice", "bob", 1) }) {
+			require.NoError(t, err)
+		}
+		alice, _, err := vs[0].Balance(t.Context(), "alice", "GBP")
+		require.NoError(t, err)
+		bob, _, err := vs[0].Balance(t.Context(), "bob", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, int64(0), alice)
+		assert.Equal(t, int64(100), bob)
+		var st LockStats
+		for _, v := range vs {
+			st.Attempts += v.Stats().Attempts
+			st.LostRaces += v.Stats().LostRaces
+		}
+		t.Logf("lock attempts %d, lost races %d", st.Attempts, st.LostRaces)
+	})
+}
+
+// 50 tokens of 2 (100 in all), 40 requests of 3: 33 can be paid, 7 cannot, 1 is left.
+func TestFailuresAreThoseTheArithmeticForces(t *testing.T) {
+	each(t, 10, waiting, func(t *testing.T, vs []*Vault) {
+		issue(t, vs[0], "alice", repeat(50, 2)...)
+		var paid, refused int
+		for _, err := range run(vs, 4, func(v *Vault) error { return pay(t.Context(), v, "alice", "bob", 3) }) {
+			switch {
+			case err == nil:
+				paid++
+			case errors.Is(err, ErrInsufficientFunds):
+				refused++
+			default:
+				t.Errorf("unexpected: %v", err)
+			}
+		}
+		assert.Equal(t, 33, paid)
+		assert.Equal(t, 7, refused)
+		alice, _, err := vs[0].Balance(t.Context(), "alice", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), alice)
+	})
+}
+
+// Two tokens, two requesters each needing both: one wins within the retry bound.
+func TestNoLivelock(t *testing.T) {
+	each(t, 2, Config{}, func(t *testing.T, vs []*Vault) {
+		for round := range 20 {
+			owner := fmt.Sprintf("owner-%d", round)
+			issue(t, vs[0], owner, 1, 1)
+			var wins, locked atomic.Int64
+			run(vs, 1, func(v *Vault) error {
+				tx := newTx()
+				_, err := v.Select(t.Context(), tx, owner, 2, Filter{}, time.Minute)
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case errors.Is(err, ErrLocked):
+					locked.Add(1)
+				default:
+					t.Errorf("round %d: %v", round, err)
+				}
+				return err
+			})
+			assert.Equal(t, int64(1), wins.Load(), "round %d: exactly one requester gets both tokens", round)
+			assert.Equal(t, int64(1), locked.Load(), "round %d: the other is told they are locked", round)
+		}
+	})
+}
+
+func TestErrorsAndRelease(t *testing.T) {
+	each(t, 2, Config{}, func(t *testing.T, vs []*Vault) {
+		ctx := t.Context()
+		a, b := vs[0], vs[1]
+		issue(t, a, "carol", 5, 5)
+		_, err := a.Select(ctx, newTx(), "carol", 11, Filter{}, time.Minute)
+		require.ErrorIs(t, err, ErrInsufficientFunds)
+
+		tx := newTx()
+		locked, err := a.Select(ctx, tx, "carol", 6, Filter{}, time.Minute)
+		require.NoError(t, err)
+		assert.Len(t, locked, 2)
+		_, err = b.Select(ctx, newTx(), "carol", 1, Filter{}, time.Minute)
+		require.ErrorIs(t, err, ErrLocked, "enough funds, all locked by another transaction")
+		total, unlocked, err := b.Balance(ctx, "carol", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, []int64{10, 0}, []int64{total, unlocked})
+
+		// An unbalanced spend changes nothing; the locks stay.
+		_, _, err = a.Spend(ctx, tx, []Token{gbp("dave", 9)})
+		require.ErrorIs(t, err, ErrUnbalanced)
+		_, unlocked, _ = b.Balance(ctx, "carol", "GBP")
+		assert.Zero(t, unlocked)
+
+		n, err := b.Release(ctx, tx)
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), n, "released by another replica: the locks are in the database")
+		_, _, err = a.Spend(ctx, tx, []Token{gbp("dave", 10)})
+		require.ErrorIs(t, err, ErrNothingLocked)
+
+		// Filters and predicates.
+		_, err = a.Issue(ctx, newTx(), Token{Owner: "carol", Type: "crypto", Identifier: "BTC", Issuer: "mint", Notary: "notary", Amount: 3})
+		require.NoError(t, err)
+		_, err = a.Select(ctx, newTx(), "carol", 3, Filter{Identifier: "BTC", Issuer: "other"}, time.Minute)
+		require.ErrorIs(t, err, ErrInsufficientFunds)
+		got, err := a.Select(ctx, newTx(), "carol", 5, Filter{Predicate: func(t Token) bool { return t.Amount == 5 }}, time.Minute)
+		require.NoError(t, err)
+		assert.Len(t, got, 1)
+		assert.Equal(t, int64(5), got[0].Amount)
+
+		for _, bad := range []struct {
+			tx, owner string
+			amount    int64
+		}{{"", "carol", 1}, {"t", "", 1}, {"t", "carol", 0}} {
+			_, err := a.Select(ctx, bad.tx, bad.owner, bad.amount, Filter{}, time.Minute)
+			require.ErrorIs(t, err, ErrInvalid)
+		}
+	})
+}
+
+// A lock lives in the database: another process sees it; it expires by the
+// database's clock, and then another transaction may take the token, after which the
+// first transaction's unlock does nothing to the new lock.
+func TestLockSurvivesRestartAndExpires(t *testing.T) {
+	each(t, 1, Config{}, func(t *testing.T, vs []*Vault) {
+		ctx := t.Context()
+		v := vs[0]
+		issue(t, v, "erin", 7)
+		first := newTx()
+		_, err := v.Select(ctx, first, "erin", 7, Filter{}, 300*time.Millisecond)
+		require.NoError(t, err)
+
+		// "A new process": a vault on a new connection to the same database sees the lock.
+		restarted := reopen(t, v)
+		_, err = restarted.Select(ctx, newTx(), "erin", 7, Filter{}, time.Minute)
+		require.ErrorIs(t, err, ErrLocked)
+
+		second := newTx()
+		require.Eventually(t, func() bool {
+			_, err := restarted.Select(ctx, second, "erin", 7, Filter{}, time.Minute)
+			return err == nil
+		}, 10*time.Second, 20*time.Millisecond, "the lock expires")
+
+		n, err := v.Release(ctx, first)
+		require.NoError(t, err)
+		assert.Zero(t, n, "the expired lock was taken over: unlocking it does nothing")
+		_, _, err = v.Spend(ctx, first, []Token{gbp("frank", 7)})
+		require.ErrorIs(t, err, ErrNothingLocked)
+		_, _, err = restarted.Spend(ctx, second, []Token{gbp("frank", 7)})
+		require.NoError(t, err)
+	})
+}
+
+// Expired locks that no Select takes over are removed by clean-up.
+func TestCleanupRemovesExpiredLocks(t *testing.T) {
+	each(t, 1, Config{}, func(t *testing.T, vs []*Vault) {
+		ctx := t.Context()
+		v := vs[0]
+		issue(t, v, "gina", 1, 2, 3)
+		_, err := v.Select(ctx, newTx(), "gina", 6, Filter{}, 50*time.Millisecond)
+		require.NoError(t, err)
+		var expired int64
+		require.Eventually(t, func() bool {
+			s, err := v.Collector().Collect(ctx)
+			require.NoError(t, err)
+			expired += s.HoldsExpired
+			return expired == 3
+		}, 10*time.Second, 20*time.Millisecond)
+		total, unlocked, err := v.Balance(ctx, "gina", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, []int64{6, 6}, []int64{total, unlocked}, "the tokens survive, selectable again")
+	})
+}
+
+// reopen opens a new vault, on new connections, on the database v uses: what a
+// restarted process would have.
+func reopen(t *testing.T, v *Vault) *Vault {
+	t.Helper()
+	at, _ := where.Load(v)
+	var db refset.Database
+	switch v.db.(type) {
+	case *sqlite.DB:
+		s, err := sqlite.Open(t.Context(), at.(string), sqlite.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { s.Close() })
+		db = s
+	case *postgres.DB:
+		p, err := postgres.Open(t.Context(), at.(string), postgres.Options{})
+		require.NoError(t, err)
+		t.Cleanup(func() { p.Close() })
+		db = p
+	}
+	nv, err := Open(t.Context(), db, Config{})
+	require.NoError(t, err)
+	return nv
+}
