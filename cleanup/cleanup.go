@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/sqlident"
@@ -38,6 +39,10 @@ type Config struct {
 	// RetryDelay is how far an object is postponed when another transaction held a
 	// lock on it during its review. Zero means DefaultRetryDelay.
 	RetryDelay time.Duration
+	// Workers is how many batches one Collect call runs at once, each in its own
+	// transaction; entries one has claimed the others skip. Zero means 2. (SQLite has
+	// one writer, so there they take turns.)
+	Workers int
 }
 
 // Reference is one FOREIGN KEY that points at the set's ID column.
@@ -112,6 +117,7 @@ type Collector struct {
 	dialect Dialect
 	plan    Plan
 	batch   int
+	workers int
 }
 
 // ErrUnindexed: a referencing column has no index, so every review would scan its
@@ -128,8 +134,12 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 {
-		return nil, fmt.Errorf("refset/cleanup: negative Grace, BatchSize or RetryDelay in %+v", cfg)
+	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
+		return nil, fmt.Errorf("refset/cleanup: negative Grace, BatchSize, RetryDelay or Workers in %+v", cfg)
+	}
+	workers := cfg.Workers
+	if workers == 0 {
+		workers = 2
 	}
 	p := Plan{Table: table, Grace: cfg.Grace, RetryDelay: cfg.RetryDelay}
 	if p.Grace == 0 {
@@ -169,7 +179,7 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 	if err != nil {
 		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
 	}
-	return &Collector{db: db, dialect: d, plan: p, batch: batch}, nil
+	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers}, nil
 }
 
 // References are the foreign keys Install found, roots and edges.
@@ -180,33 +190,60 @@ func (c *Collector) References() []Reference { return append([]Reference(nil), c
 // own: if ctx ends, what was done stays done and the rest waits for the next call.
 func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	start := time.Now()
-	var s Stats
-	defer func() { s.Duration = time.Since(start) }()
-	for {
-		var expired int64
-		var b Batch
-		err := refset.InTx(ctx, c.db, func(tx refset.Tx) error {
-			var err error
-			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
-				return err
+	var (
+		mu    sync.Mutex
+		total Stats
+		first error
+		wg    sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				expired, b, err := c.batchOnce(ctx)
+				mu.Lock()
+				if err != nil {
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+					return
+				}
+				total.Batches++
+				total.HoldsExpired += expired
+				total.Reviewed += b.Reviewed
+				total.Deleted += b.Deleted
+				total.Postponed += b.Postponed
+				mu.Unlock()
+				if b.Reviewed == 0 && expired == 0 {
+					return
+				}
 			}
-			b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
-			return err
-		})
-		if err != nil {
-			s.Duration = time.Since(start)
-			return s, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, err)
-		}
-		s.Batches++
-		s.HoldsExpired += expired
-		s.Reviewed += b.Reviewed
-		s.Deleted += b.Deleted
-		s.Postponed += b.Postponed
-		if b.Reviewed == 0 && expired == 0 {
-			s.Duration = time.Since(start)
-			return s, nil
-		}
+		}()
 	}
+	wg.Wait()
+	total.Duration = time.Since(start)
+	if first != nil {
+		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, first)
+	}
+	return total, nil
+}
+
+// batchOnce runs one batch transaction: expired holds, then due entries.
+func (c *Collector) batchOnce(ctx context.Context) (expired int64, b Batch, err error) {
+	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+		var err error
+		if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+			return err
+		}
+		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
+		return err
+	})
+	return expired, b, err
 }
 
 // Run collects every interval until ctx ends, then returns nil. A batch in flight

@@ -17,11 +17,15 @@ type sqlStater interface{ SQLState() string }
 // TranslateError maps a Postgres error to the refset sentinels by SQLSTATE, wrapping
 // both; it is the one place this store reads driver codes.
 func (db *DB) TranslateError(err error, query string) error {
+	if err != nil && !sqlstore.Translated(err) && db.closed.Load() {
+		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrClosed, err)
+	}
+	return translateError(err, query)
+}
+
+func translateError(err error, query string) error {
 	if err == nil || sqlstore.Translated(err) {
 		return err
-	}
-	if db.closed.Load() {
-		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrClosed, err)
 	}
 	var se sqlStater
 	if !errors.As(err, &se) {

@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+// The clean-up benchmarks measure that collection costs in proportion to the
+// garbage, not to the set: the same garbage is collected from sets of very different
+// sizes. Fixtures are bulk-loaded (COPY on Postgres, multi-row inserts in one
+// transaction on SQLite) before clean-up is installed, as in a set whose live objects
+// were all reviewed long ago.
+
+// gcObj is the clean-up benchmarks' object.
+type gcObj struct {
+	Key string `db:"id"`
+}
+
+func (o gcObj) ID() string { return o.Key }
+
+const gcSchema = `
+CREATE TABLE objs  (id {Text} NOT NULL PRIMARY KEY);
+CREATE TABLE roots (obj_id {Text} NOT NULL PRIMARY KEY REFERENCES objs (id))`
+
+// gcEnv is one clean-up benchmark's database.
+type gcEnv struct {
+	db      refset.Database
+	pg      bool
+	typeMap *strings.Replacer
+	// load bulk-inserts rows (each a []any of the columns' values) into table.
+	load func(b *testing.B, table string, cols []string, n int, row func(i int) []any)
+	// exec runs a statement (written with ? placeholders) on the write side.
+	exec func(b *testing.B, q string, args ...any)
+}
+
+func gcOpen(b *testing.B, dialect string) *gcEnv {
+	b.Helper()
+	ctx := context.Background()
+	switch dialect {
+	case "sqlite":
+		db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gc.db"), sqlite.Options{Synchronous: "NORMAL"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		e := &gcEnv{db: db, typeMap: strings.NewReplacer("{Text}", "TEXT")}
+		e.exec = func(b *testing.B, q string, args ...any) {
+			b.Helper()
+			if _, err := db.Writer.ExecContext(ctx, q, args...); err != nil {
+				b.Fatalf("%s: %v", q, err)
+			}
+		}
+		e.load = func(b *testing.B, table string, cols []string, n int, row func(i int) []any) {
+			b.Helper()
+			const per = 200
+			tx, err := db.Writer.BeginTxx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tx.Rollback()
+			one := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
+			for start := 0; start < n; start += per {
+				end := min(start+per, n)
+				args := make([]any, 0, (end-start)*len(cols))
+				for i := start; i < end; i++ {
+					args = append(args, row(i)...)
+				}
+				q := fmt.Sprintf("INSERT INTO %s (%s) VALUES %s", table, strings.Join(cols, ", "),
+					strings.TrimSuffix(strings.Repeat(one+", ", end-start), ", "))
+				if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return e
+	case "postgres":
+		db, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		e := &gcEnv{db: db, pg: true, typeMap: strings.NewReplacer("{Text}", "text")}
+		e.exec = func(b *testing.B, q string, args ...any) {
+			b.Helper()
+			if _, err := db.Pool.ExecContext(ctx, schema.Postgres.Rebind(q), args...); err != nil {
+				b.Fatalf("%s: %v", q, err)
+			}
+		}
+		e.load = func(b *testing.B, table string, cols []string, n int, row func(i int) []any) {
+			b.Helper()
+			tx, err := db.Pool.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer tx.Rollback()
+			stmt, err := tx.PrepareContext(ctx, pq.CopyIn(table, cols...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range n {
+				if _, err := stmt.ExecContext(ctx, row(i)...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := stmt.ExecContext(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := stmt.Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return e
+	}
+	b.Fatalf("unknown dialect %s", dialect)
+	return nil
+}
+
+// setup creates the tables, loads live rooted objects, builds the store and installs
+// clean-up with a long grace period (the benchmark makes its garbage due itself).
+func (e *gcEnv) setup(b *testing.B, live int) (*refset.RefSet[gcObj, string], *cleanup.Collector) {
+	b.Helper()
+	ctx := context.Background()
+	for _, stmt := range strings.Split(e.typeMap.Replace(gcSchema), ";") {
+		e.exec(b, stmt)
+	}
+	e.load(b, "objs", []string{"id"}, live, func(i int) []any { return []any{fmt.Sprintf("live-%07d", i)} })
+	e.load(b, "roots", []string{"obj_id"}, live, func(i int) []any { return []any{fmt.Sprintf("live-%07d", i)} })
+	cfg := cleanup.Config{Table: "objs", Grace: time.Hour, BatchSize: 5000}
+	var set *refset.RefSet[gcObj, string]
+	var c *cleanup.Collector
+	var err error
+	if e.pg {
+		db := e.db.(*postgres.DB)
+		var store *postgres.Store[gcObj, string]
+		if store, err = postgres.NewStore[gcObj, string](ctx, db, postgres.Config{Table: "objs"}); err == nil {
+			set = refset.New(store)
+			c, err = postgres.NewCollector(ctx, db, cfg)
+		}
+		e.exec(b, "ANALYZE")
+	} else {
+		db := e.db.(*sqlite.DB)
+		var store *sqlite.Store[gcObj, string]
+		if store, err = sqlite.NewStore[gcObj, string](ctx, db, sqlite.Config{Table: "objs"}); err == nil {
+			set = refset.New(store)
+			c, err = sqlite.NewCollector(ctx, db, cfg)
+		}
+		e.exec(b, "ANALYZE")
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return set, c
+}
+
+// makeDue ends the grace period of everything queued.
+func (e *gcEnv) makeDue(b *testing.B) {
+	b.Helper()
+	if e.pg {
+		e.exec(b, `UPDATE objs_review SET review_after = now() - interval '1 second' WHERE review_after > now()`)
+	} else {
+		e.exec(b, `UPDATE objs_review SET review_after = 0 WHERE review_after > 0`)
+	}
+}
+
+// collectGarbage times collecting `garbage` unreferenced objects from a set of `live`
+// referenced ones, once per iteration.
+func collectGarbage(b *testing.B, dialect string, live, garbage int) {
+	e := gcOpen(b, dialect)
+	_, c := e.setup(b, live)
+	ctx := context.Background()
+	b.ResetTimer()
+	for iter := 0; iter < b.N; iter++ {
+		b.StopTimer()
+		e.load(b, "objs", []string{"id"}, garbage, func(i int) []any { return []any{fmt.Sprintf("garbage-%03d-%07d", iter, i)} })
+		e.makeDue(b)
+		b.StartTimer()
+		s, err := c.Collect(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Deleted != int64(garbage) {
+			b.Fatalf("deleted %d, want %d (%v)", s.Deleted, garbage, s)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*garbage), "ns/object")
+}
+
+// BenchmarkCollectGarbage: the same 10,000 garbage objects collected from 10,000 and
+// from 1,000,000 live ones; the cost should not follow the live set.
+func BenchmarkCollectGarbage(b *testing.B) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		for _, live := range []int{10_000, 1_000_000} {
+			b.Run(fmt.Sprintf("%s/live=%d/garbage=10000", dialect, live), func(b *testing.B) {
+				collectGarbage(b, dialect, live, 10_000)
+			})
+		}
+	}
+}
+
+// BenchmarkCollect100kOf1M: 100,000 garbage objects beside 1,000,000 live ones.
+func BenchmarkCollect100kOf1M(b *testing.B) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		b.Run(dialect, func(b *testing.B) { collectGarbage(b, dialect, 1_000_000, 100_000) })
+	}
+}
+
+// BenchmarkExpireHolds: 1,000,000 holds, of which 100,000 have expired; one Collect
+// deletes the expired ones and reviews their objects (which roots keep alive).
+func BenchmarkExpireHolds(b *testing.B) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		b.Run(dialect, func(b *testing.B) {
+			const total, expired = 1_000_000, 100_000
+			e := gcOpen(b, dialect)
+			_, c := e.setup(b, total)
+			// The holds that never lapse during the benchmark.
+			e.load(b, "objs_holds", []string{"holder", "object_id"}, total-expired, func(i int) []any {
+				return []any{"keeper", fmt.Sprintf("live-%07d", i+expired)}
+			})
+			past := any(int64(1))
+			if e.pg {
+				past = time.Unix(1, 0)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for iter := 0; iter < b.N; iter++ {
+				b.StopTimer()
+				e.load(b, "objs_holds", []string{"holder", "object_id", "expires_at"}, expired, func(i int) []any {
+					return []any{fmt.Sprintf("lock-%d", iter), fmt.Sprintf("live-%07d", i), past}
+				})
+				b.StartTimer()
+				s, err := c.Collect(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if s.HoldsExpired != expired || s.Deleted != 0 {
+					b.Fatalf("expired %d holds and deleted %d objects, want %d and 0", s.HoldsExpired, s.Deleted, expired)
+				}
+			}
+		})
+	}
+}
