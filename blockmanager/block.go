@@ -1,6 +1,7 @@
 package blockmanager
 
 import (
+	"bytes"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
@@ -53,6 +54,10 @@ func (ids *IDs) Scan(src any) error {
 	default:
 		return fmt.Errorf("blockmanager: cannot scan %T into IDs", src)
 	}
+	if out, ok := plainList(b); ok {
+		*ids = out
+		return nil
+	}
 	var out []string
 	if err := json.Unmarshal(b, &out); err != nil {
 		return fmt.Errorf("blockmanager: IDs: %w", err)
@@ -75,3 +80,37 @@ var (
 	// refset.ErrNotFound.
 	ErrUnknownBlock = errors.New("blockmanager: unknown block")
 )
+
+// plainList decodes the common case of a JSON array of strings without escapes or
+// spaces, as Value writes IDs, without the reflection of encoding/json: walks decode
+// two lists per block. Anything else is left to encoding/json.
+func plainList(b []byte) ([]string, bool) {
+	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' || bytes.IndexByte(b, '\\') >= 0 {
+		return nil, false
+	}
+	body := b[1 : len(b)-1]
+	if len(body) == 0 {
+		return []string{}, true
+	}
+	parts := bytes.Split(body, []byte(`","`))
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		if i == 0 {
+			if len(p) == 0 || p[0] != '"' {
+				return nil, false
+			}
+			p = p[1:]
+		}
+		if i == len(parts)-1 {
+			if len(p) == 0 || p[len(p)-1] != '"' {
+				return nil, false
+			}
+			p = p[:len(p)-1]
+		}
+		if bytes.IndexByte(p, '"') >= 0 {
+			return nil, false
+		}
+		out[i] = string(p)
+	}
+	return out, true
+}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
@@ -386,7 +387,17 @@ func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, erro
 }
 
 func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
-	a, b := m.walk(ctx, tip), m.walk(ctx, exclude)
+	// Find the diff with walks that read only links, then read the diff's blocks.
+	// Both walks start at their tips' heights and share the pages they read: once at
+	// equal height they read the same ranges.
+	tops, err := m.heights(ctx, tip, exclude)
+	if err != nil {
+		return nil, nil, err
+	}
+	shared := map[int64]map[string]*Block{}
+	a, b := m.walkLinks(ctx, tip), m.walkLinks(ctx, exclude)
+	a.fromNum, a.read, a.pages = tops[tip], true, shared
+	b.fromNum, b.read, b.pages = tops[exclude], true, shared
 	ta, err := a.next()
 	if err != nil {
 		return nil, nil, err
@@ -395,8 +406,9 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 	if err != nil {
 		return nil, nil, err
 	}
+	var ids []string
 	for ta != nil && tb != nil && ta.BlockNum > tb.BlockNum {
-		diff = append(diff, ta)
+		ids = append(ids, ta.HeaderSignature)
 		if ta, err = a.next(); err != nil {
 			return nil, nil, err
 		}
@@ -407,7 +419,7 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 		}
 	}
 	for ta != nil && tb != nil && ta.HeaderSignature != tb.HeaderSignature {
-		diff = append(diff, ta)
+		ids = append(ids, ta.HeaderSignature)
 		if ta, err = a.next(); err != nil {
 			return nil, nil, err
 		}
@@ -415,17 +427,93 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 			return nil, nil, err
 		}
 	}
+	var commonID string
 	if ta != nil && tb != nil {
-		return diff, ta, nil
-	}
-	// No common ancestor: the whole of tip's branch differs.
-	for ta != nil {
-		diff = append(diff, ta)
-		if ta, err = a.next(); err != nil {
-			return nil, nil, err
+		commonID = ta.HeaderSignature
+	} else {
+		// No common ancestor: the whole of tip's branch differs.
+		for ta != nil {
+			ids = append(ids, ta.HeaderSignature)
+			if ta, err = a.next(); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
-	return diff, nil, nil
+	if commonID != "" {
+		ids = append(ids, commonID)
+	}
+	blocks, err := m.fetch(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	if commonID != "" {
+		common, blocks = blocks[len(blocks)-1], blocks[:len(blocks)-1]
+	}
+	return blocks, common, nil
+}
+
+// heights reads the heights of blocks, failing with ErrUnknownBlock for one that is
+// not stored.
+func (m *Manager) heights(ctx context.Context, ids ...string) (map[string]int64, error) {
+	out := make(map[string]int64, len(ids))
+	for _, id := range ids {
+		if _, ok := out[id]; ok {
+			continue
+		}
+		num, err := m.blockNum(ctx, m.db.Reader(), id)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = num
+	}
+	return out, nil
+}
+
+// fetch reads the blocks with those IDs, in order, a few hundred per query.
+func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
+	out := make([]*Block, len(ids))
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	// Postgres takes the IDs as one array parameter; SQLite as a list of them.
+	per := 500
+	if m.dialect == schema.Postgres {
+		per = 10_000
+	}
+	for start := 0; start < len(ids); start += per {
+		chunk := ids[start:min(start+per, len(ids))]
+		q := `SELECT %s FROM blocks b WHERE b.header_signature = ANY ($1)`
+		args := []any{pq.Array(chunk)}
+		if m.dialect != schema.Postgres {
+			q = `SELECT %s FROM blocks b WHERE b.header_signature IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + `)`
+			args = make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+		}
+		rows, err := m.db.Reader().QueryContext(ctx, fmt.Sprintf(q, m.columns), args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			b := new(Block)
+			if err := m.mapping.Scan(rows, reflect.ValueOf(b)); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[at[b.HeaderSignature]] = b
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+	}
+	for i, b := range out {
+		if b == nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, ids[i], refset.ErrNotFound)
+		}
+	}
+	return out, nil
 }
 
 // ContainsAnyBatches reports whether any of the batches is in a block of tip's
@@ -472,17 +560,29 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	return found, err
 }
 
-// walker reads a branch newest first, a page per query.
+// walker reads a branch newest first, a page of heights per query. Heights are
+// contiguous along a branch (a block's number is its predecessor's plus one), so a
+// page is one range scan of the block_num index, and the walk follows the links
+// through it in memory; blocks of other forks at those heights are read and passed
+// over.
 type walker struct {
-	m    *Manager
-	ctx  context.Context
-	from string // the next block to read; "" when the branch ended
-	page []*Block
-	read bool // whether anything was read (an empty first page: unknown tip)
+	m       *Manager
+	ctx     context.Context
+	links   bool // read only ID, link and height (a covering index), not whole blocks
+	pages   map[int64]map[string]*Block // pages read, by top height, shared between walks
+	from    string // the next block to read; "" when the branch ended
+	fromNum int64  // its number; -1 before the first page
+	page    []*Block
+	read    bool // whether anything was read (nothing on the first page: unknown tip)
 }
 
 func (m *Manager) walk(ctx context.Context, tip string) *walker {
-	return &walker{m: m, ctx: ctx, from: tip}
+	return &walker{m: m, ctx: ctx, from: tip, fromNum: -1}
+}
+
+// walkLinks walks a branch reading only each block's ID, link and height.
+func (m *Manager) walkLinks(ctx context.Context, tip string) *walker {
+	return &walker{m: m, ctx: ctx, from: tip, fromNum: -1, links: true}
 }
 
 func (w *walker) next() (*Block, error) {
@@ -502,42 +602,87 @@ func (w *walker) next() (*Block, error) {
 	return b, nil
 }
 
-// pageSQL reads up to n blocks from a start block back along the links.
-const pageSQL = `WITH RECURSIVE walk(n, id) AS (
-	SELECT 1, CAST(? AS TEXT)
-	UNION ALL
-	SELECT walk.n + 1, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.id
-	WHERE walk.n < ? AND b.previous_block_ref IS NOT NULL)
-SELECT %s FROM walk JOIN blocks b ON b.header_signature = walk.id ORDER BY walk.n`
+// pageSQL reads every block whose height is within pageSize below the start block's.
+// The first page finds the start block's height in the same query.
+const (
+	firstPageSQL = `SELECT %s FROM blocks b, (SELECT block_num AS top FROM blocks WHERE header_signature = ?) t
+		WHERE b.block_num BETWEEN t.top - ? AND t.top`
+	pageSQL = `SELECT %s FROM blocks b WHERE b.block_num BETWEEN ? AND ?`
+)
 
 func (w *walker) fill() error {
-	rows, err := w.m.db.Reader().QueryContext(w.ctx, w.m.sql(fmt.Sprintf(pageSQL, w.m.columns)), w.from, w.m.pageSize)
-	if err != nil {
-		return err
+	m := w.m
+	cols := m.columns
+	if w.links {
+		cols = `b.header_signature, b.previous_block_ref, b.block_num`
 	}
-	defer rows.Close()
-	for rows.Next() {
-		b := new(Block)
-		if err := w.m.mapping.Scan(rows, reflect.ValueOf(b)); err != nil {
+	var q string
+	var args []any
+	if w.fromNum < 0 {
+		q, args = fmt.Sprintf(firstPageSQL, cols), []any{w.from, m.pageSize - 1}
+	} else {
+		q, args = fmt.Sprintf(pageSQL, cols), []any{w.fromNum - int64(m.pageSize) + 1, w.fromNum}
+	}
+	byID := w.pages[w.fromNum]
+	if byID == nil {
+		var err error
+		if byID, err = w.read1(q, args); err != nil {
 			return err
 		}
-		w.page = append(w.page, b)
+		if w.pages != nil && w.fromNum >= 0 {
+			w.pages[w.fromNum] = byID
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return err
+	return w.follow(byID)
+}
+
+// read1 reads one page into a map by ID.
+func (w *walker) read1(q string, args []any) (map[string]*Block, error) {
+	m := w.m
+	rows, err := m.db.Reader().QueryContext(w.ctx, m.sql(q), args...)
+	if err != nil {
+		return nil, err
 	}
-	if len(w.page) == 0 {
+	byID := make(map[string]*Block)
+	for rows.Next() {
+		b := new(Block)
+		var err error
+		if w.links {
+			err = rows.Scan(&b.HeaderSignature, &b.PreviousBlockRef, &b.BlockNum)
+		} else {
+			err = m.mapping.Scan(rows, reflect.ValueOf(b))
+		}
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byID[b.HeaderSignature] = b
+	}
+	return byID, rows.Close()
+}
+
+// follow walks the links from w.from through a page.
+func (w *walker) follow(byID map[string]*Block) error {
+	at, ok := byID[w.from]
+	if !ok {
 		if !w.read {
 			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
 		}
-		w.from = ""
+		w.from = "" // a link to a block that is gone: the branch ends
 		return nil
 	}
 	w.read = true
-	last := w.page[len(w.page)-1]
-	w.from = ""
-	if last.PreviousBlockRef != nil {
-		w.from = *last.PreviousBlockRef
+	for {
+		w.page = append(w.page, at)
+		if at.PreviousBlockRef == nil {
+			w.from = ""
+			return nil
+		}
+		next, ok := byID[*at.PreviousBlockRef]
+		if !ok {
+			w.from, w.fromNum = *at.PreviousBlockRef, at.BlockNum-1
+			return nil
+		}
+		at = next
 	}
-	return nil
 }

@@ -11,6 +11,10 @@ CREATE TABLE IF NOT EXISTS blocks (
     payload            BLOB
 );
 CREATE INDEX IF NOT EXISTS blocks_previous_block_ref ON blocks (previous_block_ref);
+-- Heights are contiguous along a branch, so a walk reads a page of heights with one
+-- range scan and follows the links itself; the index covers what a walk that needs
+-- only the links reads.
+CREATE INDEX IF NOT EXISTS blocks_block_num ON blocks (block_num, header_signature, previous_block_ref);
 
 -- Which block holds a batch or transaction, so ContainsAnyBatches need not read
 -- every block of a branch. The rows are parts of their block (ON DELETE CASCADE).
