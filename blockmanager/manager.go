@@ -568,10 +568,10 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 type walker struct {
 	m       *Manager
 	ctx     context.Context
-	links   bool // read only ID, link and height (a covering index), not whole blocks
+	links   bool                        // read only ID, link and height (a covering index), not whole blocks
 	pages   map[int64]map[string]*Block // pages read, by top height, shared between walks
-	from    string // the next block to read; "" when the branch ended
-	fromNum int64  // its number; -1 before the first page
+	from    string                      // the next block to read; "" when the branch ended
+	fromNum int64                       // its number; -1 before the first page
 	page    []*Block
 	read    bool // whether anything was read (nothing on the first page: unknown tip)
 }
