@@ -52,7 +52,7 @@ func bmChain(prefix, prev string, from int64, n int) []blockmanager.Block {
 		num := from + int64(i)
 		id := fmt.Sprintf("%s%07d", prefix, num)
 		out[i] = blockmanager.Block{HeaderSignature: id, PreviousBlockID: prev, BlockNum: num,
-			BatchIDs: blockmanager.IDs{"b-" + id}, TransactionIDs: blockmanager.IDs{"t-" + id}, Payload: payload}
+			BatchIDs: blockmanager.IDs{"b-" + id}, TransactionIDs: blockmanager.IDs{"t-" + id}, Payload: bmPayload}
 		prev = id
 	}
 	return out
@@ -199,3 +199,6 @@ func BenchmarkBranchDiff(b *testing.B) {
 		})
 	}
 }
+
+// bmPayload is every benchmark block's payload: 100 bytes.
+var bmPayload = make([]byte, 100)
