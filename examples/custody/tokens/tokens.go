@@ -301,19 +301,39 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 		}
 	}
 	cond := strings.Join(where, " AND ")
-	// The candidates: matching tokens no live lock holds.
-	candidates, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
-		FROM tokens t WHERE `+cond+` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
-		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > `+v.now()+`))`, args...)
-	if err != nil {
-		return nil, err
-	}
-	candidates = keep(candidates, f.Predicate)
-	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+	// The candidates: matching tokens no live lock holds, a page at a time from a
+	// random point of the owner's tokens in ID order, wrapping around. Selectors start
+	// apart, so they rarely want the same tokens, and the cost follows the amount
+	// asked, not the size of the wallet.
+	base := `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
+		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.now() + `))`
+	const page = 64
+	pivot := NewID()
+	var candidates []Token
 	var available int64
-	for _, t := range candidates {
-		available += t.Amount
+	for _, segment := range []string{"t.id >= ?", "t.id < ?"} {
+		cursor := ""
+		for available < 2*amount {
+			q, qargs := base+" AND "+segment, append(append([]any(nil), args...), pivot)
+			if cursor != "" {
+				q, qargs = q+" AND t.id > ?", append(qargs, cursor)
+			}
+			got, err := v.query(ctx, tx, q+fmt.Sprintf(" ORDER BY t.id LIMIT %d", page), qargs...)
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range keep(got, f.Predicate) {
+				candidates = append(candidates, t)
+				available += t.Amount
+			}
+			if len(got) < page {
+				break
+			}
+			cursor = got[len(got)-1].TokenID
+		}
 	}
+	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 	if available < amount {
 		all, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 			FROM tokens t WHERE `+cond, args...)
@@ -418,7 +438,7 @@ func keep(toks []Token, pred func(Token) bool) []Token {
 	if pred == nil {
 		return toks
 	}
-	out := toks[:0]
+	var out []Token
 	for _, t := range toks {
 		if pred(t) {
 			out = append(out, t)
