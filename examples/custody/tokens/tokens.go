@@ -205,17 +205,22 @@ func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, toks []To
 	if _, err := v.set.AddAllTx(ctx, tx, out); err != nil {
 		return nil, err
 	}
-	holds := make([]any, 0, 2*len(out))
-	history := make([]any, 0, 5*len(out))
-	for _, t := range out {
-		holds = append(holds, ownerHolder, t.TokenID)
-		history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID)
-	}
-	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id) VALUES `+rows(len(out), 2)), holds...); err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES `+rows(len(out), 5)), history...); err != nil {
-		return nil, err
+	// The owners' holds and the history rows, a thousand rows per statement (both
+	// databases bound the parameters of one statement).
+	for start := 0; start < len(out); start += 1000 {
+		chunk := out[start:min(start+1000, len(out))]
+		holds := make([]any, 0, 2*len(chunk))
+		history := make([]any, 0, 5*len(chunk))
+		for _, t := range chunk {
+			holds = append(holds, ownerHolder, t.TokenID)
+			history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID)
+		}
+		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id) VALUES `+rows(len(chunk), 2)), holds...); err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES `+rows(len(chunk), 5)), history...); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

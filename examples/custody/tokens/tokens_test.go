@@ -359,3 +359,13 @@ func reopen(t *testing.T, v *Vault) *Vault {
 	require.NoError(t, err)
 	return nv
 }
+
+// Issuing more tokens than one statement can carry parameters for.
+func TestIssueMany(t *testing.T) {
+	each(t, 1, Config{}, func(t *testing.T, vs []*Vault) {
+		issue(t, vs[0], "hank", repeat(20_000, 1)...)
+		total, unlocked, err := vs[0].Balance(t.Context(), "hank", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, []int64{20_000, 20_000}, []int64{total, unlocked})
+	})
+}
