@@ -293,4 +293,6 @@ fi
 
 # ----------------------------------------------------------------- go test
 step "go test"
-go test -race -count=1 "$@" "${packages[@]}"
+# The race detector slows the long concurrency tests (10,000 collector races, the
+# 20-second multi-process runs) several times over: allow them time.
+go test -race -count=1 -timeout 30m "$@" "${packages[@]}"
