@@ -240,14 +240,19 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []Block
 			if len(args) == 0 {
 				return nil
 			}
-			q := fmt.Sprintf(`INSERT INTO %s (%s, block_id) VALUES %s ON CONFLICT DO NOTHING`, index.table, index.column,
+			q := fmt.Sprintf(`INSERT INTO %s (%s, block_id) VALUES %s`, index.table, index.column,
 				strings.TrimSuffix(strings.Repeat("(?, ?), ", len(args)/2), ", "))
 			_, err := tx.ExecContext(ctx, m.sql(q), args...)
 			args = args[:0]
 			return err
 		}
 		for _, b := range blocks {
+			seen := make(map[string]bool, len(index.ids(b)))
 			for _, id := range index.ids(b) {
+				if seen[id] { // a block may list an ID twice; its index row is one
+					continue
+				}
+				seen[id] = true
 				args = append(args, id, b.HeaderSignature)
 				if len(args) >= 2000 {
 					if err := flush(); err != nil {
@@ -294,12 +299,15 @@ func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string)
 	stored := make(map[string]bool)
 	for start := 0; start < len(ids); start += 1000 {
 		chunk := ids[start:min(start+1000, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
+		query, args := `SELECT header_signature FROM blocks WHERE header_signature = ANY ($1)`, []any{pq.Array(chunk)}
+		if m.dialect != schema.Postgres {
+			query = `SELECT header_signature FROM blocks WHERE header_signature IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + `)`
+			args = make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
 		}
-		rows, err := q.QueryContext(ctx, m.sql(`SELECT header_signature FROM blocks WHERE header_signature IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+`)`), args...)
+		rows, err := q.QueryContext(ctx, query, args...)
 		if err != nil {
 			return nil, err
 		}

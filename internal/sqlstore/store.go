@@ -38,7 +38,7 @@ type Statements struct {
 // parameters (SQLite 32766, Postgres 65535), and maxRows keeps statements small.
 const (
 	maxParams = 30000
-	maxRows   = 1000
+	maxRows   = 500
 )
 
 // Table is a set's table, checked against the catalog.
