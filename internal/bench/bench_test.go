@@ -1,0 +1,433 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+// block is the benchmarks' object: a chained block with a small payload.
+type block struct {
+	Hash    string  `db:"id"`
+	Prev    *string `db:"prev"`
+	Height  int64   `db:"height"`
+	Payload []byte  `db:"payload"`
+}
+
+func (b block) ID() string { return b.Hash }
+
+// payload is every block's payload.
+var payload = func() []byte {
+	p := make([]byte, 100)
+	for i := range p {
+		p[i] = byte(i * 7)
+	}
+	return p
+}()
+
+// The statements, written with ? placeholders (rewritten for Postgres by env.q).
+// insertSQL and selectSQL are, byte for byte, what the store runs for this table.
+const (
+	schemaSQL = `
+CREATE TABLE blocks (
+    id      {Text} NOT NULL PRIMARY KEY,
+    prev    {Text} REFERENCES blocks (id) ON DELETE RESTRICT,
+    height  {Int} NOT NULL,
+    payload {Bytes}
+);
+CREATE TABLE pending (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+`
+	insertSQL  = `INSERT INTO "blocks" ("id", "prev", "height", "payload") VALUES (?, ?, ?, ?)`
+	selectSQL  = `SELECT "id", "prev", "height", "payload" FROM "blocks" WHERE "id" = ?`
+	releaseSQL = `DELETE FROM pending WHERE block_id = ?`
+	acquireSQL = `INSERT INTO heads (block_id) VALUES (?)`
+)
+
+// missPool is how many rows BenchmarkGetMiss preloads; it adds more (before the
+// timer) if a run needs more IDs than are left unread.
+const missPool = 200_000
+
+// dialect is what differs between the databases: how one is opened, its column
+// types and its placeholders.
+type dialect struct {
+	name               string
+	text, integer, blb string
+	dollar             bool // $1, $2, ... instead of ?
+	open               func(tb testing.TB, d dialect) *env
+}
+
+var dialects = []dialect{
+	{name: "sqlite", text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
+	{name: "postgres", text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
+}
+
+// env is one benchmark's database, shared by its refset and sqlx sides.
+type env struct {
+	d      dialect
+	close  func() error
+	writer *sqlx.DB // where refset runs its write transactions
+	reader *sqlx.DB // where refset reads outside a transaction
+	store  refset.SetStore[block, string]
+
+	height int64 // height of the newest block; IDs are made from it
+}
+
+func openSQLite(tb testing.TB, d dialect) *env {
+	tb.Helper()
+	ctx := context.Background()
+	db, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "bench.db"), sqlite.Options{})
+	must(tb, err)
+	tb.Cleanup(func() { _ = db.Close() })
+	e := &env{close: db.Close, writer: db.Writer, reader: db.Readers}
+	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
+		return sqlite.NewStore[block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	})
+	return e
+}
+
+func openPostgres(tb testing.TB, d dialect) *env {
+	tb.Helper()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.DSN(tb), postgres.Options{})
+	must(tb, err)
+	// Registered after pgtest's, so it runs first: the schema is dropped with no
+	// connection left open.
+	tb.Cleanup(func() { _ = db.Close() })
+	e := &env{close: db.Close, writer: db.Pool, reader: db.Pool}
+	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
+		return postgres.NewStore[block, string](ctx, db, postgres.Config{Table: "blocks"})
+	})
+	return e
+}
+
+// setUp creates the tables, opens the store and stores the genesis block.
+func (e *env) setUp(tb testing.TB, d dialect, newStore func() (refset.SetStore[block, string], error)) {
+	tb.Helper()
+	e.d = d
+	ctx := context.Background()
+	ddl := strings.NewReplacer("{Text}", d.text, "{Int}", d.integer, "{Bytes}", d.blb).Replace(schemaSQL)
+	for _, stmt := range strings.Split(ddl, ";") {
+		if strings.TrimSpace(stmt) == "" {
+			continue
+		}
+		_, err := e.writer.ExecContext(ctx, stmt)
+		must(tb, err)
+	}
+	store, err := newStore()
+	must(tb, err)
+	e.store = store
+	e.insert(tb, []block{{Hash: genesis, Payload: payload}}, false)
+}
+
+// genesis is the ID of the block every chain of new blocks starts from.
+const genesis = "genesis"
+
+// q rewrites a statement's ? placeholders into the dialect's.
+func (e *env) q(query string) string {
+	if !e.d.dollar {
+		return query
+	}
+	return schema.Postgres.Rebind(query)
+}
+
+// newBlocks returns n new blocks, not yet stored, with new IDs: a chain from the
+// genesis block, each the previous one's successor. Stored in order, every block's
+// predecessor is there before it.
+func (e *env) newBlocks(n int) []block {
+	blocks := make([]block, n)
+	prev := genesis
+	for i := range blocks {
+		e.height++
+		blocks[i] = block{Hash: fmt.Sprintf("block-%012d", e.height), Prev: new(string), Height: e.height, Payload: payload}
+		*blocks[i].Prev = prev
+		prev = blocks[i].Hash
+	}
+	return blocks
+}
+
+// insert stores blocks in bulk, in one transaction with multi-row INSERTs, and with
+// pending set a pending row for each.
+func (e *env) insert(tb testing.TB, blocks []block, pending bool) {
+	tb.Helper()
+	const batch = 500
+	ctx := context.Background()
+	tx, err := e.writer.BeginTxx(ctx, nil)
+	must(tb, err)
+	defer func() { _ = tx.Rollback() }()
+	for start := 0; start < len(blocks); start += batch {
+		chunk := blocks[start:min(start+batch, len(blocks))]
+		rows := strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(chunk)), ", ")
+		args := make([]any, 0, 4*len(chunk))
+		for _, b := range chunk {
+			args = append(args, b.Hash, b.Prev, b.Height, b.Payload)
+		}
+		_, err := tx.ExecContext(ctx, e.q(`INSERT INTO blocks (id, prev, height, payload) VALUES `+rows), args...)
+		must(tb, err)
+		if !pending {
+			continue
+		}
+		rows = strings.TrimSuffix(strings.Repeat("(?), ", len(chunk)), ", ")
+		args = args[:0]
+		for _, b := range chunk {
+			args = append(args, b.Hash)
+		}
+		_, err = tx.ExecContext(ctx, e.q(`INSERT INTO pending (block_id) VALUES `+rows), args...)
+		must(tb, err)
+	}
+	must(tb, tx.Commit())
+}
+
+// upgrade returns set's tokens for blocks, which must be stored.
+func upgrade(tb testing.TB, set *refset.RefSet[block, string], blocks []block) []*refset.RefToken[string] {
+	tb.Helper()
+	toks := make([]*refset.RefToken[string], len(blocks))
+	for i, b := range blocks {
+		tok, err := set.Upgrade(context.Background(), b.Hash)
+		must(tb, err)
+		toks[i] = tok
+	}
+	return toks
+}
+
+// forEachDB runs bench under a sub-benchmark per database, each with a fresh
+// database of its own that bench's refset and sqlx sub-benchmarks share.
+func forEachDB(b *testing.B, bench func(b *testing.B, e *env)) {
+	for _, d := range dialects {
+		b.Run(d.name, func(b *testing.B) { bench(b, d.open(b, d)) })
+	}
+}
+
+// side is one side of a comparison.
+type side int
+
+const (
+	refsetSide side = iota
+	sqlxSide
+)
+
+// prepareFunc readies n operations of one side, before the timer starts, and returns
+// them as op: op(i), for i in [0, n), runs the i-th.
+type prepareFunc func(b *testing.B, s side, n int) (op func(i int) error)
+
+// compare runs the sub-benchmarks of one comparison:
+//
+//   - refset and sqlx: each side alone, the numbers to put side by side;
+//   - paired: both sides in one loop, one operation of each per iteration (taking
+//     turns at going first), each timed on its own and reported as refset-ns/op and
+//     sqlx-ns/op, with throughput-ratio = refset's throughput / sqlx's (sqlx time /
+//     refset time). Both sides then see the same machine at the same moment, which
+//     keeps drift (other load, the disk's mood) out of the ratio; the garbage
+//     collector's work, though, is charged to whichever side it interrupts.
+func compare(b *testing.B, prepare prepareFunc) {
+	b.Run("refset", func(b *testing.B) { measure(b, prepare(b, refsetSide, b.N)) })
+	b.Run("sqlx", func(b *testing.B) { measure(b, prepare(b, sqlxSide, b.N)) })
+	b.Run("paired", func(b *testing.B) {
+		ops := [2]func(int) error{prepare(b, refsetSide, b.N), prepare(b, sqlxSide, b.N)}
+		var spent [2]time.Duration
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			for k := range 2 {
+				s := (i + k) % 2
+				start := time.Now()
+				if err := ops[s](i); err != nil {
+					b.Fatal(err)
+				}
+				spent[s] += time.Since(start)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(spent[refsetSide].Nanoseconds())/float64(b.N), "refset-ns/op")
+		b.ReportMetric(float64(spent[sqlxSide].Nanoseconds())/float64(b.N), "sqlx-ns/op")
+		b.ReportMetric(float64(spent[sqlxSide])/float64(spent[refsetSide]), "throughput-ratio")
+	})
+}
+
+// measure times op(0) ... op(b.N-1).
+func measure(b *testing.B, op func(i int) error) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if err := op(i); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func must(tb testing.TB, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// sinkInt keeps results alive so the compiler cannot drop the work.
+var sinkInt int64
+
+// BenchmarkAdd: one new object in its own transaction.
+func BenchmarkAdd(b *testing.B) {
+	forEachDB(b, func(b *testing.B, e *env) {
+		ctx := context.Background()
+		set := refset.New[block, string](e.store)
+		insert := e.q(insertSQL)
+		compare(b, func(b *testing.B, s side, n int) func(int) error {
+			blocks := e.newBlocks(n)
+			if s == refsetSide {
+				return func(i int) error {
+					_, err := set.Add(ctx, blocks[i])
+					return err
+				}
+			}
+			return func(i int) error {
+				blk := &blocks[i]
+				tx, err := e.writer.BeginTxx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, insert, blk.Hash, blk.Prev, blk.Height, blk.Payload); err != nil {
+					_ = tx.Rollback()
+					return err
+				}
+				return tx.Commit()
+			}
+		})
+	})
+}
+
+// BenchmarkGetHit: Get while a lease on the object is alive. The database is closed
+// before the timer starts, so a Get that reached it would fail.
+func BenchmarkGetHit(b *testing.B) {
+	forEachDB(b, func(b *testing.B, e *env) {
+		ctx := context.Background()
+		set := refset.New[block, string](e.store)
+		tok, err := set.Add(ctx, e.newBlocks(1)[0])
+		must(b, err)
+		held, err := set.Get(ctx, tok) // a miss: loads the object
+		must(b, err)
+		must(b, e.close())
+		var got *block
+		b.Run("refset", func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				lease, err := set.Get(ctx, tok)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got = lease.Value()
+			}
+		})
+		if got != nil && got != held.Value() {
+			b.Fatal("a hit returned another instance than the live one")
+		}
+		runtime.KeepAlive(held)
+	})
+}
+
+// BenchmarkGetMiss: Get of an object not in memory, against a SELECT by primary key.
+func BenchmarkGetMiss(b *testing.B) {
+	forEachDB(b, func(b *testing.B, e *env) {
+		ctx := context.Background()
+		pool := e.newBlocks(missPool)
+		e.insert(b, pool, false)
+		set := refset.New[block, string](e.store)
+		query := e.q(selectSQL)
+
+		read := 0 // pool[:read] have been read through set
+		next := 0 // where the sqlx side reads on, walking the same rows in the same order
+		compare(b, func(b *testing.B, s side, n int) func(int) error {
+			if s == refsetSide {
+				if more := read + n - len(pool); more > 0 {
+					blocks := e.newBlocks(more)
+					e.insert(b, blocks, false)
+					pool = append(pool, blocks...)
+				}
+				// Tokens for IDs this set has never read: none can be in its cache.
+				toks := upgrade(b, set, pool[read:read+n])
+				read += n
+				return func(i int) error {
+					lease, err := set.Get(ctx, toks[i])
+					if err != nil {
+						return err
+					}
+					sinkInt = lease.Value().Height
+					return nil
+				}
+			}
+			rows, start := pool, next
+			next = (next + n) % len(rows)
+			return func(i int) error {
+				var blk block
+				err := e.reader.GetContext(ctx, &blk, query, rows[(start+i)%len(rows)].Hash)
+				sinkInt = blk.Height
+				return err
+			}
+		})
+	})
+}
+
+// BenchmarkComplete: a hand-over of two commands, a DELETE released and an INSERT
+// acquired, committed in one transaction.
+func BenchmarkComplete(b *testing.B) {
+	forEachDB(b, func(b *testing.B, e *env) {
+		ctx := context.Background()
+		set := refset.New[block, string](e.store)
+		release := refset.Exec[string](e.q(releaseSQL), 1)
+		acquire := refset.Exec[string](e.q(acquireSQL), -1)
+		del, ins := e.q(releaseSQL), e.q(acquireSQL)
+		compare(b, func(b *testing.B, s side, n int) func(int) error {
+			blocks := e.newBlocks(n)
+			e.insert(b, blocks, true)
+			if s == refsetSide {
+				toks := upgrade(b, set, blocks)
+				return func(i int) error {
+					rel, err := toks[i].Release(release)
+					if err != nil {
+						return err
+					}
+					acq, err := rel.Acquire(acquire)
+					if err != nil {
+						return err
+					}
+					_, err = acq.Complete(ctx)
+					return err
+				}
+			}
+			return func(i int) error { return handOver(ctx, e.writer, del, ins, blocks[i].Hash) }
+		})
+	})
+}
+
+// handOver is the raw transaction a Complete of the two commands amounts to.
+func handOver(ctx context.Context, db *sqlx.DB, del, ins, id string) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, del, id)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n != 1 {
+			err = fmt.Errorf("release of %s affected %d rows, want 1", id, n)
+		}
+	}
+	if err == nil {
+		_, err = tx.ExecContext(ctx, ins, id)
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
