@@ -94,21 +94,7 @@ func newTx() string { return fmt.Sprintf("tx-%d", txSeq.Add(1)) }
 // configured to, while funds are locked by others) and spends it to `to`, the change
 // back to from.
 func pay(ctx context.Context, v *Vault, from, to string, amount int64) error {
-	tx := newTx()
-	locked, err := v.Select(ctx, tx, from, amount, Filter{Identifier: "GBP"}, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	var sum int64
-	for _, t := range locked {
-		sum += t.Amount
-	}
-	outputs := []Token{gbp(to, amount)}
-	if sum > amount {
-		outputs = append(outputs, gbp(from, sum-amount))
-	}
-	_, _, err = v.Spend(ctx, tx, outputs)
-	return err
+	return payTx(ctx, v, newTx(), from, to, amount)
 }
 
 func issue(t *testing.T, v *Vault, owner string, amounts ...int64) {
