@@ -182,13 +182,20 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			return nil, err
 		}
 	}
-	ids := make([]string, len(branch))
-	for i, b := range branch {
-		ids[i] = b.HeaderSignature
-	}
-	stored, err := m.storedIDs(ctx, tx, ids)
+	// The stored blocks of a branch are a prefix of it (a stored block's predecessor
+	// is stored: the link is a foreign key), so when the first block is new, all are.
+	stored, err := m.storedIDs(ctx, tx, []string{first.HeaderSignature})
 	if err != nil {
 		return nil, err
+	}
+	if stored[first.HeaderSignature] {
+		ids := make([]string, len(branch))
+		for i, b := range branch {
+			ids[i] = b.HeaderSignature
+		}
+		if stored, err = m.storedIDs(ctx, tx, ids); err != nil {
+			return nil, err
+		}
 	}
 	var fresh []Block
 	for _, b := range branch {
@@ -254,7 +261,7 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []Block
 				}
 				seen[id] = true
 				args = append(args, id, b.HeaderSignature)
-				if len(args) >= 2000 {
+				if len(args) >= 1000 {
 					if err := flush(); err != nil {
 						return err
 					}
