@@ -11,6 +11,15 @@
 // and the same statement text with the same arguments; everything that is setup
 // (rows to read or hand over, tokens) happens before the timer starts.
 //
+// A third sub-benchmark, paired (BenchmarkAdd/sqlite/paired), runs one operation of
+// each side per iteration, taking turns at going first, times each on its own and
+// reports refset-ns/op, sqlx-ns/op and throughput-ratio (refset's throughput over
+// sqlx's). On a shared or noisy machine the separate sides see different moments and
+// their ratio swings by tens of percent; the paired ratio does not. It has a bias of
+// its own: garbage-collector work that refset's allocations cause is partly charged to
+// whichever side it interrupts, so for CPU-bound operations (a SQLite Get miss) read it
+// beside the separate numbers.
+//
 //   - Add: RefSet.Add of one block, a one-row INSERT in its own transaction, against
 //     BEGIN, the store's INSERT, COMMIT on the connection refset writes through
 //     (sqlite DB.Writer, postgres DB.Pool). Every iteration inserts a new ID.
