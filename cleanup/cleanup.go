@@ -89,10 +89,11 @@ type Dialect interface {
 	CollectBatch(ctx context.Context, tx refset.Tx, p *Plan, limit int) (Batch, error)
 	// EnqueueUnreachable queues, due now, every object no root reaches.
 	EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *Plan) (int64, error)
-	// Check counts leaked objects and dangling references.
-	Check(ctx context.Context, q refset.Querier, p *Plan) (Report, error)
-	// Why lists the rows that reference id.
-	Why(ctx context.Context, q refset.Querier, p *Plan, id any) ([]Holder, error)
+	// Reach is a WITH RECURSIVE clause defining reach(id): every object reachable
+	// from a root (and, when withQueue, from a queued object) along the edges.
+	Reach(p *Plan, withQueue bool) string
+	// Text renders the SQL expression expr as a literal in text, for reports.
+	Text(expr string) string
 }
 
 // Stats is what a Collect call did.
@@ -307,7 +308,7 @@ func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 // Check scans the set and its references. Its cost follows the size of the set: it
 // is an audit, not part of collection.
 func (c *Collector) Check(ctx context.Context) (Report, error) {
-	r, err := c.dialect.Check(ctx, c.db.Reader(), &c.plan)
+	r, err := c.check(ctx)
 	if err != nil {
 		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
 	}
@@ -327,7 +328,7 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // referencing table). None means it is garbage: Collect will delete it once it is
 // due. ErrNotFound if there is no such object.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
-	hs, err := c.dialect.Why(ctx, c.db.Reader(), &c.plan, refset.Arg(id))
+	hs, err := c.why(ctx, refset.Arg(id))
 	if err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -208,9 +207,9 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup
 	return b, nil
 }
 
-// reach is a recursive query of every object reachable from the roots (and, when
+// Reach is a recursive query of every object reachable from the roots (and, when
 // withQueue, from queued objects) along the edges.
-func reach(p *cleanup.Plan, withQueue bool) string {
+func (cleanupDialect) Reach(p *cleanup.Plan, withQueue bool) string {
 	var seeds []string
 	for _, r := range p.Roots() {
 		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
@@ -230,7 +229,7 @@ func reach(p *cleanup.Plan, withQueue bool) string {
 }
 
 func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (int64, error) {
-	res, err := tx.ExecContext(ctx, reach(p, false)+fmt.Sprintf(`
+	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+fmt.Sprintf(`
 		INSERT INTO %[3]s (object_id, review_after)
 		SELECT o."%[1]s", %[4]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s")
 		ON CONFLICT (object_id) DO UPDATE
@@ -242,77 +241,5 @@ func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *c
 	return res.RowsAffected()
 }
 
-func (cleanupDialect) Check(ctx context.Context, q refset.Querier, p *cleanup.Plan) (cleanup.Report, error) {
-	var r cleanup.Report
-	rows, err := q.QueryContext(ctx, reach(p, true)+fmt.Sprintf(`
-		SELECT quote(o."%[1]s"), count(*) OVER () FROM %[2]s o
-		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") LIMIT 5`, p.IDColumn, p.Table.Quoted()))
-	if err != nil {
-		return r, err
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id, &r.Leaked); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Samples = append(r.Samples, "leaked "+id)
-	}
-	if err := rows.Close(); err != nil {
-		return r, err
-	}
-	for _, ref := range p.References {
-		var n int64
-		var sample sql.NullString
-		err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), min(quote(r."%[1]s")) FROM %[2]s r
-			WHERE r."%[1]s" IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %[3]s o WHERE o."%[4]s" = r."%[1]s")`,
-			ref.Column, ref.Table.Quoted(), p.Table.Quoted(), p.IDColumn)).Scan(&n, &sample)
-		if err != nil {
-			return r, err
-		}
-		r.Dangling += n
-		if sample.Valid {
-			r.Samples = append(r.Samples, fmt.Sprintf("dangling %s -> %s", ref, sample.String))
-		}
-	}
-	return r, nil
-}
-
-func (cleanupDialect) Why(ctx context.Context, q refset.Querier, p *cleanup.Plan, id any) ([]cleanup.Holder, error) {
-	var one int
-	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn), id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var hs []cleanup.Holder
-	for _, r := range p.References {
-		key := []string{"rowid"}
-		if len(r.Key) > 0 {
-			key = r.Key
-		}
-		var cols []string
-		for _, k := range key {
-			cols = append(cols, fmt.Sprintf(`'%s=' || quote("%s")`, k, k))
-		}
-		rows, err := q.QueryContext(ctx, fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ? LIMIT 5`,
-			strings.Join(cols, ` || ', ' || `), r.Table.Quoted(), r.Column), id)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			h := cleanup.Holder{Table: r.Table.String(), Column: r.Column}
-			if err := rows.Scan(&h.Key); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			hs = append(hs, h)
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
-	}
-	return hs, nil
-}
+// Text renders a value as an SQL literal in text, NULL included, for reports.
+func (cleanupDialect) Text(expr string) string { return "quote(" + expr + ")" }
