@@ -126,8 +126,11 @@ $refset$`, fn, body),
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
+		// An object deleted by the same statement (or earlier in the transaction) is
+		// not garbage to review: a spend deletes a token's holds and the token at once.
 		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL ORDER BY 1`, col, col)))
+			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`,
+			col, col, exists(p, "o."+col))))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -142,8 +145,12 @@ $refset$`, fn, body),
 		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
 			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`, col, col, changed)))
 	}
+	// A new object that something references by the end of its inserting statement
+	// (an output inserted with its owner's hold, in one statement) is not queued: it is
+	// not garbage, and deleting that reference later queues it.
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n ORDER BY 1`, p.IDColumn, p.Grace.Milliseconds())))
+		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
+		p.IDColumn, p.Grace.Milliseconds(), unreferenced(p, "n"))))
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return err
@@ -159,6 +166,11 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// exists is the condition that the object with ID id is (still) there.
+func exists(p *cleanup.Plan, id string) string {
+	return fmt.Sprintf(`EXISTS (SELECT 1 FROM %s x WHERE x."%s" = %s)`, p.Table.Quoted(), p.IDColumn, id)
 }
 
 // unreferenced is the condition that no reference row points at o.

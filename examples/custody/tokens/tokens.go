@@ -86,6 +86,8 @@ type Config struct {
 // same database.
 type Vault struct {
 	db          refset.Database
+	pg          *postgres.DB // set on Postgres: the fast paths (postgres.go) use it
+	stmts       statements   // the fast paths' prepared statements
 	dialect     schema.Dialect
 	set         *refset.RefSet[Token, string]
 	collector   *cleanup.Collector
@@ -120,7 +122,8 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 			v.collector, err = sqlite.NewCollector(ctx, db, collect)
 		}
 	case *postgres.DB:
-		v.dialect = schema.Postgres
+		v.dialect, v.pg = schema.Postgres, db
+		v.stmts.pool = db.Pool.DB
 		if err = v.migrate(ctx, "tables"); err != nil {
 			return nil, err
 		}
@@ -179,13 +182,16 @@ func (v *Vault) Issue(ctx context.Context, txID string, toks ...Token) ([]Token,
 	var out []Token
 	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
 		var err error
-		out, err = v.create(ctx, tx, txID, toks)
+		if out, err = prepare(txID, toks); err == nil {
+			out, err = v.create(ctx, tx, txID, out)
+		}
 		return err
 	})
 	return out, err
 }
 
-func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, toks []Token) ([]Token, error) {
+// prepare checks new tokens and gives an ID to each that has none.
+func prepare(txID string, toks []Token) ([]Token, error) {
 	if txID == "" {
 		return nil, fmt.Errorf("%w: empty transaction ID", ErrInvalid)
 	}
@@ -199,6 +205,11 @@ func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, toks []To
 		}
 		out[i] = t
 	}
+	return out, nil
+}
+
+// create adds tokens that prepare has checked, held by their owners.
+func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, out []Token) ([]Token, error) {
 	if len(out) == 0 {
 		return out, nil
 	}
@@ -245,12 +256,7 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 	wait := time.Millisecond
 	for races := 0; ; {
 		v.attempts.Add(1)
-		var got []Token
-		err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
-			var err error
-			got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
-			return err
-		})
+		got, err := v.selectAttempt(ctx, txID, owner, amount, f, ttl)
 		switch {
 		case err == nil:
 			return got, nil
@@ -279,6 +285,26 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 			return nil, err
 		}
 	}
+}
+
+// selectAttempt tries once to lock tokens covering amount: on Postgres with the one
+// statement of selectFast when the filter can be said in SQL, and otherwise, or when
+// that statement finds too little, with the general path, a transaction of several
+// statements that also takes over expired locks and tells why funds are short.
+func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+	if v.pg != nil && f.Predicate == nil {
+		got, err := v.selectFast(ctx, txID, owner, amount, f, ttl)
+		if !errors.Is(err, errShort) {
+			return got, err
+		}
+	}
+	var got []Token
+	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		var err error
+		got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
+		return err
+	})
+	return got, err
 }
 
 func pause(ctx context.Context, d time.Duration) error {
@@ -491,46 +517,29 @@ func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
 // (type, identifier, issuer, notary), or it fails with ErrUnbalanced and changes
 // nothing. It returns the spent tokens and the outputs as created.
 func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent, created []Token, err error) {
-	err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
-		spent, created, err = v.spend(ctx, tx, txID, outputs)
-		return err
-	})
-	return spent, created, err
+	if created, err = prepare(txID, outputs); err != nil {
+		return nil, nil, err
+	}
+	if v.pg != nil {
+		spent, err = v.spendFast(ctx, txID, created)
+	} else {
+		err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+			spent, err = v.spendStepwise(ctx, tx, txID, created)
+			return err
+		})
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return spent, created, nil
 }
 
 type kind struct{ typ, identifier, issuer, notary string }
 
 func kindOf(t Token) kind { return kind{t.Type, t.Identifier, t.Issuer, t.Notary} }
 
-func (v *Vault) spend(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, []Token, error) {
-	if txID == "" {
-		return nil, nil, fmt.Errorf("%w: empty transaction ID", ErrInvalid)
-	}
-	// The locks go first: what this returns is exactly what txID still holds.
-	r, err := tx.QueryContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ? RETURNING object_id`), lockHolder(txID))
-	if err != nil {
-		return nil, nil, err
-	}
-	var ids []any
-	for r.Next() {
-		var id string
-		if err := r.Scan(&id); err != nil {
-			r.Close()
-			return nil, nil, err
-		}
-		ids = append(ids, id)
-	}
-	if err := r.Close(); err != nil {
-		return nil, nil, err
-	}
-	if len(ids) == 0 {
-		return nil, nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
-	}
-	inputs, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
-		FROM tokens t WHERE t.id IN (`+list(len(ids))+`)`, ids...)
-	if err != nil {
-		return nil, nil, err
-	}
+// balanced checks that outputs add up to inputs, per kind of token.
+func balanced(inputs, outputs []Token) error {
 	balance := map[kind]int64{}
 	for _, t := range inputs {
 		balance[kindOf(t)] += t.Amount
@@ -540,33 +549,67 @@ func (v *Vault) spend(ctx context.Context, tx refset.Tx, txID string, outputs []
 	}
 	for k, b := range balance {
 		if b != 0 {
-			return nil, nil, fmt.Errorf("%w: %s %s differs by %d", ErrUnbalanced, k.identifier, k.typ, b)
+			return fmt.Errorf("%w: %s %s differs by %d", ErrUnbalanced, k.identifier, k.typ, b)
 		}
 	}
+	return nil
+}
+
+// spendStepwise spends statement by statement (SQLite): the locks, then the owners'
+// holds and the tokens, the history, then the outputs.
+func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, error) {
+	// The locks go first: what this returns is exactly what txID still holds.
+	r, err := tx.QueryContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ? RETURNING object_id`), lockHolder(txID))
+	if err != nil {
+		return nil, err
+	}
+	var ids []any
+	for r.Next() {
+		var id string
+		if err := r.Scan(&id); err != nil {
+			r.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	if err := r.Close(); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
+	}
+	inputs, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+		FROM tokens t WHERE t.id IN (`+list(len(ids))+`)`, ids...)
+	if err != nil {
+		return nil, err
+	}
+	// Unbalanced outputs fail before anything else is written.
+	if err := balanced(inputs, outputs); err != nil {
+		return nil, err
+	}
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = 'owner' AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	res, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens WHERE id IN (`+list(len(ids))+`)`), ids...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(inputs)) {
-		return nil, nil, errors.Join(err, fmt.Errorf("tokens: spending %d tokens deleted %d", len(inputs), n))
+		return nil, errors.Join(err, fmt.Errorf("tokens: spending %d tokens deleted %d", len(inputs), n))
 	}
 	// A token is spent once: the history row of each must still be unspent.
 	res, err = tx.ExecContext(ctx, v.sql(`UPDATE token_history SET spent_by = ? WHERE spent_by IS NULL AND token_id IN (`+
 		list(len(ids))+`)`), append([]any{txID}, ids...)...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(inputs)) {
-		return nil, nil, errors.Join(err, fmt.Errorf("tokens: %d of %d tokens were spent already", int64(len(inputs))-n, len(inputs)))
+		return nil, errors.Join(err, fmt.Errorf("tokens: %d of %d tokens were spent already", int64(len(inputs))-n, len(inputs)))
 	}
-	created, err := v.create(ctx, tx, txID, outputs)
-	if err != nil {
-		return nil, nil, err
+	if _, err := v.create(ctx, tx, txID, outputs); err != nil {
+		return nil, err
 	}
-	return inputs, created, nil
+	return inputs, nil
 }
 
 // Balance is what an owner has of an identifier: in all, and not locked.

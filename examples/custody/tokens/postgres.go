@@ -1,0 +1,317 @@
+package tokens
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/refset"
+)
+
+// The Postgres fast paths: a select is one statement, committed on its own, and a
+// spend is one statement in a transaction. They do what the general paths in
+// tokens.go do statement by statement (which SQLite, selections with a Predicate and
+// every case the fast select cannot settle still take), in one round trip, and they
+// write the same rows: the RefSet's tokens table and its holds.
+//
+// Both statements delete or insert a token together with its holds, so the clean-up
+// triggers see nothing to review: the spent tokens are gone by the end of the
+// statement, and the outputs are held from the start.
+
+// statements are the fast paths' prepared statements, one per query text (the
+// select has a text per combination of filter fields). A statement is parsed and
+// planned once per connection, not once per call: for these statements planning
+// costs more than running them.
+type statements struct {
+	pool   *sql.DB
+	mu     sync.Mutex
+	byText map[string]*sql.Stmt
+}
+
+func (s *statements) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.byText[query]; ok {
+		return st, nil
+	}
+	st, err := s.pool.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if s.byText == nil {
+		s.byText = map[string]*sql.Stmt{}
+	}
+	s.byText[query] = st
+	return st, nil
+}
+
+// fastPage bounds the candidates the fast select reads. It covers twice the amount
+// for the usual payment; a larger one falls back to the general path, which pages.
+const fastPage = 16
+
+// fastSelectSQL locks tokens covering $amount for a transaction, or nothing. Its
+// placeholders: $1 owner, $2 pivot, $3 amount, $4 holder, $5 ttl in milliseconds;
+// %[1]s is the filter's extra conditions on t. The steps:
+//
+//  1. page: up to fastPage of the owner's matching tokens that no lock (live or
+//     expired) holds, from a random pivot in ID order, wrapping around;
+//  2. wanted: the first of them that cover twice the amount, spares for step 3;
+//  3. locked: those rows, locked FOR UPDATE SKIP LOCKED, so a token another select is
+//     taking right now is skipped rather than waited for;
+//  4. chosen: the first locked ones that cover the amount; locks: their holds, only
+//     if they cover it.
+//
+// One row comes back even when nothing was locked: ok, how many were wanted and how
+// many locked (fewer means another select took some), and the chosen tokens if ok.
+// A lock taken by a select that committed after this statement's snapshot makes the
+// insert fail on the one-lock index (ErrDuplicate): a lost race, nothing changed.
+const fastSelectSQL = `
+WITH page AS (
+	SELECT * FROM (
+		(SELECT 0 AS part, t.id, t.amount FROM tokens t
+		 WHERE t.owner = $1 %[1]s AND t.id >= $2 AND NOT EXISTS (
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+		 ORDER BY t.id LIMIT %[2]d)
+		UNION ALL
+		(SELECT 1 AS part, t.id, t.amount FROM tokens t
+		 WHERE t.owner = $1 %[1]s AND t.id < $2 AND NOT EXISTS (
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+		 ORDER BY t.id LIMIT %[2]d)
+	) p LIMIT %[2]d
+),
+wanted AS (
+	SELECT part, id FROM (
+		SELECT part, id, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM page
+	) w WHERE before < 2 * $3::bigint
+),
+locked AS (
+	SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount, w.part
+	FROM tokens t JOIN wanted w ON w.id = t.id
+	FOR UPDATE OF t SKIP LOCKED
+),
+chosen AS (
+	SELECT * FROM (
+		SELECT l.*, sum(l.amount) OVER (ORDER BY l.part, l.id) - l.amount AS before FROM locked l
+	) c WHERE before < $3::bigint
+),
+verdict AS (
+	SELECT COALESCE(sum(amount), 0) >= $3::bigint AS ok,
+	       (SELECT count(*) FROM wanted) AS wanted,
+	       (SELECT count(*) FROM locked) AS locked
+	FROM chosen
+),
+locks AS (
+	INSERT INTO tokens_holds (holder, object_id, expires_at)
+	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
+	FROM chosen c, verdict v WHERE v.ok
+	RETURNING object_id
+)
+SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
+FROM verdict v LEFT JOIN chosen c ON v.ok`
+
+// errShort: the fast select found too little to lock, without losing a race; the
+// general path settles why (too little, locked, expired locks, a large amount).
+var errShort = errors.New("tokens: the fast select could not cover the amount")
+
+// selectFast is one attempt of the fast select.
+func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+	args := []any{owner, NewID(), amount, lockHolder(txID), ttl.Milliseconds()}
+	var extra strings.Builder
+	for _, c := range []struct{ col, val string }{
+		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
+	} {
+		if c.val != "" {
+			args = append(args, c.val)
+			fmt.Fprintf(&extra, " AND %s = $%d", c.col, len(args))
+		}
+	}
+	query := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
+	stmt, err := v.stmts.get(ctx, query)
+	if err != nil {
+		return nil, v.pg.TranslateError(err, query)
+	}
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, v.pg.TranslateError(err, query)
+	}
+	defer rows.Close()
+	var ok bool
+	var wanted, locked int
+	var chosen []Token
+	for rows.Next() {
+		var id, own, typ, ident, issuer, notary *string
+		var amt *int64
+		if err := rows.Scan(&ok, &wanted, &locked, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
+			return nil, err
+		}
+		if ok {
+			chosen = append(chosen, Token{TokenID: *id, Owner: *own, Type: *typ, Identifier: *ident,
+				Issuer: *issuer, Notary: *notary, Amount: *amt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, v.pg.TranslateError(err, query)
+	}
+	switch {
+	case ok:
+		return chosen, nil
+	case locked < wanted:
+		return nil, errRace
+	default:
+		return nil, errShort
+	}
+}
+
+// fastSpendSQL spends what a transaction has locked and creates the outputs, in one
+// statement: it deletes the transaction's locks ($1) and, for exactly the tokens
+// those locks were on, the owners' holds and the tokens; records them spent (only
+// history rows not spent yet: a token is spent once); and inserts the outputs
+// ($2..$8, one array per column), their owners' holds and their history rows. It
+// returns the spent tokens and the counts the caller checks before committing.
+//
+// The later steps find their rows by = ANY (ARRAY (...)) rather than by joining the
+// earlier steps' results: the planner cannot estimate a step's result, and with a
+// join it hashes whole tables; with an array it looks each row up in the index.
+const fastSpendSQL = `
+WITH unlocked AS (
+	DELETE FROM tokens_holds WHERE holder = $1 RETURNING object_id
+),
+released AS (
+	DELETE FROM tokens_holds
+	WHERE object_id = ANY (ARRAY (SELECT object_id FROM unlocked)) AND holder = 'owner'
+	RETURNING object_id
+),
+spent AS (
+	DELETE FROM tokens WHERE id = ANY (ARRAY (SELECT object_id FROM unlocked))
+	RETURNING id, owner, token_type, identifier, issuer, notary, amount
+),
+recorded AS (
+	UPDATE token_history SET spent_by = $9
+	WHERE spent_by IS NULL AND token_id = ANY (ARRAY (SELECT id FROM spent))
+	RETURNING token_id
+),
+outputs AS (
+	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
+		AS o(id, owner, token_type, identifier, issuer, notary, amount)
+),
+created AS (
+	INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
+	SELECT id, owner, token_type, identifier, issuer, notary, amount FROM outputs
+	RETURNING id
+),
+held AS (
+	INSERT INTO tokens_holds (holder, object_id) SELECT 'owner', id FROM created
+	RETURNING object_id
+),
+born AS (
+	INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
+	SELECT id, owner, identifier, amount, $9 FROM outputs
+	RETURNING token_id
+)
+SELECT s.id, s.owner, s.token_type, s.identifier, s.issuer, s.notary, s.amount,
+       (SELECT count(*) FROM unlocked), (SELECT count(*) FROM released),
+       (SELECT count(*) FROM recorded), (SELECT count(*) FROM held), (SELECT count(*) FROM born)
+FROM spent s`
+
+// spendFast is Spend on Postgres: one statement in a transaction of its own, retried
+// like refset.InTx when the database reports a conflict (a deadlock, a serialization
+// failure); outputs have their IDs.
+func (v *Vault) spendFast(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
+	for attempt := 1; ; attempt++ {
+		spent, err = v.spendFastOnce(ctx, txID, outputs)
+		if err == nil || !errors.Is(err, refset.ErrConflict) || attempt == conflictAttempts {
+			return spent, err
+		}
+		if err := pause(ctx, time.Duration(mrand.IntN(attempt*2000))*time.Microsecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// conflictAttempts bounds how often spendFast runs after conflicts.
+const conflictAttempts = 6
+
+func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
+	stmt, err := v.stmts.get(ctx, fastSpendSQL)
+	if err != nil {
+		return nil, v.pg.TranslateError(err, fastSpendSQL)
+	}
+	begun, err := v.pg.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The store's transactions are *sqlx.Tx, which can run a prepared statement.
+	tx, ok := begun.(interface {
+		refset.Tx
+		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
+	})
+	if !ok {
+		_ = begun.Rollback()
+		return nil, fmt.Errorf("tokens: a %T cannot run prepared statements", begun)
+	}
+	defer func() {
+		if err == nil {
+			err = v.pg.TranslateError(tx.Commit(), "COMMIT")
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			spent = nil
+		}
+	}()
+	if spent, err = v.spendStatement(ctx, tx.StmtContext(ctx, stmt), txID, outputs); err != nil {
+		return nil, v.pg.TranslateError(err, fastSpendSQL)
+	}
+	// Checked before committing, so an unbalanced spend changes nothing.
+	return spent, balanced(spent, outputs)
+}
+
+// spendStatement runs fastSpendSQL and checks what it did.
+func (v *Vault) spendStatement(ctx context.Context, stmt *sql.Stmt, txID string, outputs []Token) ([]Token, error) {
+	cols := make([][]string, 6)
+	amounts := make([]int64, len(outputs))
+	for i, t := range outputs {
+		for c, val := range []string{t.TokenID, t.Owner, t.Type, t.Identifier, t.Issuer, t.Notary} {
+			cols[c] = append(cols[c], val)
+		}
+		amounts[i] = t.Amount
+	}
+	args := []any{lockHolder(txID)}
+	for _, c := range cols {
+		args = append(args, pq.Array(c))
+	}
+	args = append(args, pq.Array(amounts), txID)
+	rows, err := stmt.QueryContext(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var spent []Token
+	var unlocked, released, recorded, held, born int
+	for rows.Next() {
+		var t Token
+		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount,
+			&unlocked, &released, &recorded, &held, &born); err != nil {
+			return nil, err
+		}
+		spent = append(spent, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	n := len(spent)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
+	case unlocked != n || released != n || held != len(outputs) || born != len(outputs):
+		return nil, fmt.Errorf("tokens: spending %d locks removed %d tokens and %d owners' holds", unlocked, n, released)
+	case recorded != n:
+		return nil, fmt.Errorf("tokens: %d of %d tokens were spent already", n-recorded, n)
+	}
+	return spent, nil
+}
