@@ -169,11 +169,14 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 }
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
-// statement: it deletes the transaction's locks ($1) and, for exactly the tokens
-// those locks were on, the owners' holds and the tokens; records them spent (only
-// history rows not spent yet: a token is spent once); and inserts the outputs
-// ($2..$8, one array per column), their owners' holds and their history rows. It
-// returns the spent tokens and the counts the caller checks before committing.
+// statement committed on its own: it deletes the transaction's locks ($1) and, for
+// exactly the tokens those locks were on, the owners' holds and the tokens; records
+// them spent ($9; only history rows not spent yet: a token is spent once); and
+// inserts the outputs ($2..$8, one array per column), their owners' holds and their
+// history rows. Last it checks what it did, and custody_refuse (0002_spend_refusal.sql)
+// undoes the whole statement if there was nothing locked, if the outputs do not
+// balance the inputs per kind of token, or if the counts disagree. It returns the
+// spent tokens.
 //
 // The later steps find their rows by = ANY (ARRAY (...)) rather than by joining the
 // earlier steps' results: the planner cannot estimate a step's result, and with a
@@ -213,15 +216,51 @@ born AS (
 	INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
 	SELECT id, owner, identifier, amount, $9 FROM outputs
 	RETURNING token_id
+),
+imbalance AS (
+	SELECT string_agg(format('%s %s differs by %s', identifier, token_type, difference), ', ') AS reason
+	FROM (
+		SELECT token_type, identifier, issuer, notary, sum(amount) AS difference
+		FROM (SELECT token_type, identifier, issuer, notary, amount FROM spent
+		      UNION ALL
+		      SELECT token_type, identifier, issuer, notary, -amount FROM outputs) flows
+		GROUP BY token_type, identifier, issuer, notary
+		HAVING sum(amount) <> 0
+	) kinds
+),
+counts AS (
+	SELECT (SELECT count(*) FROM unlocked) AS unlocked, (SELECT count(*) FROM released) AS released,
+	       (SELECT count(*) FROM spent) AS spent, (SELECT count(*) FROM recorded) AS recorded,
+	       (SELECT count(*) FROM outputs) AS outputs, (SELECT count(*) FROM held) AS held,
+	       (SELECT count(*) FROM born) AS born
+),
+verdict AS (
+	SELECT CASE
+		WHEN c.spent = 0 THEN custody_refuse('CU001', 'no token locked by transaction ' || $9)
+		WHEN i.reason IS NOT NULL THEN custody_refuse('CU002', i.reason)
+		WHEN c.recorded <> c.spent THEN custody_refuse('CU003', format('%s of %s tokens were spent already', c.spent - c.recorded, c.spent))
+		WHEN c.unlocked <> c.spent OR c.released <> c.spent OR c.held <> c.outputs OR c.born <> c.outputs
+			THEN custody_refuse('CU003', format('%s locks, %s tokens, %s owners'' holds removed', c.unlocked, c.spent, c.released))
+		ELSE true
+	END AS ok
+	FROM counts c, imbalance i
 )
-SELECT s.id, s.owner, s.token_type, s.identifier, s.issuer, s.notary, s.amount,
-       (SELECT count(*) FROM unlocked), (SELECT count(*) FROM released),
-       (SELECT count(*) FROM recorded), (SELECT count(*) FROM held), (SELECT count(*) FROM born)
-FROM spent s`
+SELECT s.id, s.owner, s.token_type, s.identifier, s.issuer, s.notary, s.amount
+FROM verdict v LEFT JOIN spent s ON v.ok` // verdict leads, so it is always evaluated
 
-// spendFast is Spend on Postgres: one statement in a transaction of its own, retried
-// like refset.InTx when the database reports a conflict (a deadlock, a serialization
-// failure); outputs have their IDs.
+// refusals are the sentinels of custody_refuse's codes.
+var refusals = map[string]error{
+	"CU001": ErrNothingLocked,
+	"CU002": ErrUnbalanced,
+	"CU003": errBooks,
+}
+
+// errBooks: a spend found the books disagreeing with its locks (a token recorded
+// spent yet present, a lock without its token); it is refused and changes nothing.
+var errBooks = errors.New("tokens: the books disagree")
+
+// spendFast is Spend on Postgres; outputs have their IDs. A deadlock or
+// serialization failure (refset.ErrConflict) is retried, as refset.InTx would.
 func (v *Vault) spendFast(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
 	for attempt := 1; ; attempt++ {
 		spent, err = v.spendFastOnce(ctx, txID, outputs)
@@ -237,42 +276,7 @@ func (v *Vault) spendFast(ctx context.Context, txID string, outputs []Token) (sp
 // conflictAttempts bounds how often spendFast runs after conflicts.
 const conflictAttempts = 6
 
-func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
-	stmt, err := v.stmts.get(ctx, fastSpendSQL)
-	if err != nil {
-		return nil, v.pg.TranslateError(err, fastSpendSQL)
-	}
-	begun, err := v.pg.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The store's transactions are *sqlx.Tx, which can run a prepared statement.
-	tx, ok := begun.(interface {
-		refset.Tx
-		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
-	})
-	if !ok {
-		_ = begun.Rollback()
-		return nil, fmt.Errorf("tokens: a %T cannot run prepared statements", begun)
-	}
-	defer func() {
-		if err == nil {
-			err = v.pg.TranslateError(tx.Commit(), "COMMIT")
-		}
-		if err != nil {
-			_ = tx.Rollback()
-			spent = nil
-		}
-	}()
-	if spent, err = v.spendStatement(ctx, tx.StmtContext(ctx, stmt), txID, outputs); err != nil {
-		return nil, v.pg.TranslateError(err, fastSpendSQL)
-	}
-	// Checked before committing, so an unbalanced spend changes nothing.
-	return spent, balanced(spent, outputs)
-}
-
-// spendStatement runs fastSpendSQL and checks what it did.
-func (v *Vault) spendStatement(ctx context.Context, stmt *sql.Stmt, txID string, outputs []Token) ([]Token, error) {
+func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token) ([]Token, error) {
 	cols := make([][]string, 6)
 	amounts := make([]int64, len(outputs))
 	for i, t := range outputs {
@@ -286,32 +290,39 @@ func (v *Vault) spendStatement(ctx context.Context, stmt *sql.Stmt, txID string,
 		args = append(args, pq.Array(c))
 	}
 	args = append(args, pq.Array(amounts), txID)
+	stmt, err := v.stmts.get(ctx, fastSpendSQL)
+	if err != nil {
+		return nil, v.pg.TranslateError(err, fastSpendSQL)
+	}
 	rows, err := stmt.QueryContext(ctx, args...)
 	if err != nil {
-		return nil, err
+		return nil, v.refusal(err)
 	}
 	defer rows.Close()
 	var spent []Token
-	var unlocked, released, recorded, held, born int
 	for rows.Next() {
 		var t Token
-		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount,
-			&unlocked, &released, &recorded, &held, &born); err != nil {
+		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount); err != nil {
 			return nil, err
 		}
 		spent = append(spent, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, v.refusal(err)
 	}
-	n := len(spent)
-	switch {
-	case n == 0:
+	if len(spent) == 0 { // custody_refuse raises first; this guards the guard
 		return nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
-	case unlocked != n || released != n || held != len(outputs) || born != len(outputs):
-		return nil, fmt.Errorf("tokens: spending %d locks removed %d tokens and %d owners' holds", unlocked, n, released)
-	case recorded != n:
-		return nil, fmt.Errorf("tokens: %d of %d tokens were spent already", n-recorded, n)
 	}
 	return spent, nil
+}
+
+// refusal is err as custody's sentinel when custody_refuse raised it.
+func (v *Vault) refusal(err error) error {
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		if sentinel, ok := refusals[string(pe.Code)]; ok {
+			return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(pe.Message, "custody: "))
+		}
+	}
+	return v.pg.TranslateError(err, fastSpendSQL)
 }

@@ -240,6 +240,13 @@ func TestErrorsAndRelease(t *testing.T) {
 		// An unbalanced spend changes nothing; the locks stay.
 		_, _, err = a.Spend(ctx, tx, []Token{gbp("dave", 9)})
 		require.ErrorIs(t, err, ErrUnbalanced)
+		// The right total of the wrong kinds does not balance either.
+		btc := gbp("dave", 4)
+		btc.Identifier = "BTC"
+		_, _, err = a.Spend(ctx, tx, []Token{gbp("dave", 6), btc})
+		require.ErrorIs(t, err, ErrUnbalanced)
+		_, _, err = a.Spend(ctx, tx, []Token{{Owner: "dave", Identifier: "GBP", Amount: -10}})
+		require.ErrorIs(t, err, ErrInvalid)
 		_, unlocked, _ = b.Balance(ctx, "carol", "GBP")
 		assert.Zero(t, unlocked)
 
