@@ -239,3 +239,53 @@ func TestCleanupInNamedSchema(t *testing.T) {
 	require.NoError(t, db.Pool.GetContext(ctx, &id, `SELECT id FROM `+ledger+`.blocks`))
 	assert.Equal(t, "kept", id)
 }
+
+// The triggers queue only what may be garbage: not an object that its inserting
+// statement also references (a token created with its owner's hold), nor one deleted
+// by the statement that deleted its holds (a spent token). Garbage is still found:
+// dropping the last hold later queues the object, and the collector removes it.
+func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+	require.NoError(t, err)
+	_, err = NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
+	require.NoError(t, err)
+	queued := func() []string {
+		t.Helper()
+		var ids []string
+		require.NoError(t, db.Pool.SelectContext(ctx, &ids, `SELECT object_id FROM blocks_review ORDER BY object_id`))
+		return ids
+	}
+	addHeld := func(id string) {
+		t.Helper()
+		_, err := db.Pool.ExecContext(ctx, `WITH b AS (INSERT INTO blocks VALUES ($1, 1) RETURNING id)
+			INSERT INTO blocks_holds (holder, object_id) SELECT 'owner', id FROM b`, id)
+		require.NoError(t, err)
+	}
+
+	addHeld("held")
+	addHeld("spent")
+	_, err = db.Pool.ExecContext(ctx, `INSERT INTO blocks VALUES ('bare', 1)`)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bare"}, queued(), "only the object nothing held was queued")
+
+	_, err = db.Pool.ExecContext(ctx, `WITH h AS (DELETE FROM blocks_holds WHERE object_id = 'spent' RETURNING object_id)
+		DELETE FROM blocks WHERE id IN (SELECT object_id FROM h)`)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bare"}, queued(), "a block deleted with its hold is not queued")
+
+	_, err = db.Pool.ExecContext(ctx, `DELETE FROM blocks_holds WHERE object_id = 'held'`)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"bare", "held"}, queued(), "dropping the last hold later queues the block")
+	require.Eventually(t, func() bool {
+		_, err := c.Collect(ctx)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM blocks`))
+		return n == 0
+	}, 10*time.Second, 10*time.Millisecond, "both unheld blocks are collected")
+	assert.Empty(t, queued())
+}

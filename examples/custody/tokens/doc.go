@@ -17,4 +17,18 @@
 // one transaction that spent it. Release drops a transaction's locks; expired locks are
 // taken over by the next Select or removed by clean-up, and unlocking a lock that
 // another transaction has since taken does nothing.
+//
+// On Postgres the usual select and spend are one prepared statement each (postgres.go),
+// since for statements this small the round trips and the planning cost more than the
+// work. The select reads a few of the owner's unlocked tokens from a random point,
+// locks rows FOR UPDATE SKIP LOCKED and inserts the locks only if what it locked
+// covers the amount, committing on its own. Whatever it cannot settle (a Predicate,
+// expired locks to take over, a large amount, funds short or locked) goes to the
+// general path, a transaction of several statements, which SQLite always takes. The
+// spend deletes, records, creates and checks in one statement; a refusal (nothing
+// locked, unbalanced outputs) is raised inside it, so it changes nothing.
+//
+// If the connection fails after a select's statement has run but before its result
+// is read, the locks it took may stand: they expire after their time-to-live, and
+// Release(txID) drops them at once.
 package tokens
