@@ -105,23 +105,36 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // Install creates a statement-level trigger per reference (sorted keys, so concurrent
 // statements queue objects in one order and do not deadlock) and one on the object
 // table for new objects.
+//
+// Installing again replaces the trigger functions, which takes no lock on the tables,
+// and creates only the triggers that are missing. It never drops a trigger: DROP
+// TRIGGER locks its table ACCESS EXCLUSIVE, and a trigger function reads the other
+// tables of the set (is the object still there, does anything reference it), so a
+// writer holding one of them and reading another would deadlock with an installer
+// holding that other one and waiting to drop the trigger of the first. CREATE TRIGGER
+// takes SHARE ROW EXCLUSIVE, which lets those reads through.
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
-	var stmts []string
+	type trig struct {
+		table      sqlident.Ident
+		name, stmt string
+	}
+	var functions []string
+	var triggers []trig
 	trigger := func(name string, table sqlident.Ident, event, transition, body string) {
 		fn := sqlident.Ident{Schema: table.Schema, Name: name}.Quoted()
 		if table.Schema == "" {
 			fn = `"` + name + `"`
 		}
-		stmts = append(stmts,
-			fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $refset$
+		functions = append(functions, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $refset$
 BEGIN
 	%s;
 	RETURN NULL;
 END
-$refset$`, fn, body),
-			fmt.Sprintf(`DROP TRIGGER IF EXISTS "%s_%s" ON %s`, name, strings.ToLower(event), table.Quoted()),
-			fmt.Sprintf(`CREATE TRIGGER "%s_%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
-				name, strings.ToLower(event), event, table.Quoted(), transition, fn))
+$refset$`, fn, body))
+		tname := name + "_" + strings.ToLower(event)
+		triggers = append(triggers, trig{table, tname, fmt.Sprintf(
+			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
+			tname, event, table.Quoted(), transition, fn)})
 	}
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
@@ -151,8 +164,21 @@ $refset$`, fn, body),
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
 		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
 		p.IDColumn, p.Grace.Milliseconds(), unreferenced(p, "n"))))
-	for _, s := range stmts {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
+	for _, f := range functions {
+		if _, err := tx.ExecContext(ctx, f); err != nil {
+			return err
+		}
+	}
+	for _, t := range triggers {
+		var exists bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)`,
+			t.table.Quoted(), t.name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, t.stmt); err != nil {
 			return err
 		}
 	}
