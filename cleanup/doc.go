@@ -13,11 +13,7 @@
 // at is put in the set's review queue. A new object is queued one grace period ahead,
 // so a holder that persists its reference a little after adding the object is not
 // robbed of it. Queueing never loses a signal: a second one for the same object
-// postpones the review to the later time and marks the entry changed. On Postgres,
-// whose triggers run once per statement, what cannot be garbage is not queued: an
-// object its inserting statement also references (a token created together with its
-// owner's hold), or one deleted by the statement that deleted its references (a spent
-// token); removing such an object's last reference later queues it as usual.
+// postpones the review to the later time and marks the entry changed.
 //
 // Collect takes due entries in bounded batches, each its own short transaction. It
 // locks the objects (on Postgres FOR UPDATE SKIP LOCKED, which conflicts with the

@@ -106,13 +106,11 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // statements queue objects in one order and do not deadlock) and one on the object
 // table for new objects.
 //
-// Installing again replaces the trigger functions, which takes no lock on the tables,
-// and creates only the triggers that are missing. It never drops a trigger: DROP
-// TRIGGER locks its table ACCESS EXCLUSIVE, and a trigger function reads the other
-// tables of the set (is the object still there, does anything reference it), so a
-// writer holding one of them and reading another would deadlock with an installer
-// holding that other one and waiting to drop the trigger of the first. CREATE TRIGGER
-// takes SHARE ROW EXCLUSIVE, which lets those reads through.
+// Installing again (every collector process does, as it starts) replaces the trigger
+// functions, which locks no table, and creates only the triggers that are missing. It
+// never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE, against every reader
+// too, and a writer that holds one table of the set while it reads another would
+// deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE, which lets reads through.
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
 	type trig struct {
 		table      sqlident.Ident
@@ -139,11 +137,8 @@ $refset$`, fn, body))
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
-		// An object deleted by the same statement (or earlier in the transaction) is
-		// not garbage to review: a spend deletes a token's holds and the token at once.
 		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`,
-			col, col, exists(p, "o."+col))))
+			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL ORDER BY 1`, col, col)))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -158,12 +153,8 @@ $refset$`, fn, body))
 		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
 			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`, col, col, changed)))
 	}
-	// A new object that something references by the end of its inserting statement
-	// (an output inserted with its owner's hold, in one statement) is not queued: it is
-	// not garbage, and deleting that reference later queues it.
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
-		p.IDColumn, p.Grace.Milliseconds(), unreferenced(p, "n"))))
+		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n ORDER BY 1`, p.IDColumn, p.Grace.Milliseconds())))
 	for _, f := range functions {
 		if _, err := tx.ExecContext(ctx, f); err != nil {
 			return err
@@ -192,11 +183,6 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.
 		return 0, err
 	}
 	return res.RowsAffected()
-}
-
-// exists is the condition that the object with ID id is (still) there.
-func exists(p *cleanup.Plan, id string) string {
-	return fmt.Sprintf(`EXISTS (SELECT 1 FROM %s x WHERE x."%s" = %s)`, p.Table.Quoted(), p.IDColumn, id)
 }
 
 // unreferenced is the condition that no reference row points at o.

@@ -14,15 +14,11 @@ import (
 	"github.com/refsetdb/refset/refset"
 )
 
-// The Postgres fast paths: a select is one statement, committed on its own, and a
-// spend is one statement in a transaction. They do what the general paths in
-// tokens.go do statement by statement (which SQLite, selections with a Predicate and
-// every case the fast select cannot settle still take), in one round trip, and they
-// write the same rows: the RefSet's tokens table and its holds.
-//
-// Both statements delete or insert a token together with its holds, so the clean-up
-// triggers see nothing to review: the spent tokens are gone by the end of the
-// statement, and the outputs are held from the start.
+// The Postgres fast paths: a select is one statement and a spend is one statement,
+// each committed on its own. They do what the general paths in tokens.go do statement
+// by statement (which SQLite, selections with a Predicate and every case the fast
+// select cannot settle still take), in one round trip, and they write the same rows:
+// the RefSet's tokens table and its holds, under the same clean-up triggers.
 
 // statements are the fast paths' prepared statements, one per query text (the
 // select has a text per combination of filter fields). A statement is parsed and
