@@ -32,8 +32,16 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
+	return RetryConflicts(ctx, func() error { return inTxOnce(ctx, db, fn) })
+}
+
+// RetryConflicts runs fn, and runs it again while it fails with ErrConflict, as InTx
+// does with a unit of work: at most six runs in all, with jittered back-off between
+// them. It is for work that commits on its own, a single statement outside any
+// transaction; fn must leave nothing behind when it fails.
+func RetryConflicts(ctx context.Context, fn func() error) error {
 	for attempt := 1; ; attempt++ {
-		err := inTxOnce(ctx, db, fn)
+		err := fn()
 		if err == nil || !errors.Is(err, ErrConflict) || attempt == maxAttempts {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -258,19 +257,12 @@ var errBooks = errors.New("tokens: the books disagree")
 // spendFast is Spend on Postgres; outputs have their IDs. A deadlock or
 // serialization failure (refset.ErrConflict) is retried, as refset.InTx would.
 func (v *Vault) spendFast(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
-	for attempt := 1; ; attempt++ {
+	err = refset.RetryConflicts(ctx, func() error {
 		spent, err = v.spendFastOnce(ctx, txID, outputs)
-		if err == nil || !errors.Is(err, refset.ErrConflict) || attempt == conflictAttempts {
-			return spent, err
-		}
-		if err := pause(ctx, time.Duration(mrand.IntN(attempt*2000))*time.Microsecond); err != nil {
-			return nil, err
-		}
-	}
+		return err
+	})
+	return spent, err
 }
-
-// conflictAttempts bounds how often spendFast runs after conflicts.
-const conflictAttempts = 6
 
 func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token) ([]Token, error) {
 	cols := make([][]string, 6)
