@@ -165,7 +165,10 @@ func run(ctx context.Context, pgDSN string, replicas, payments int) (bool, error
 		}
 		fmt.Printf("  %-34s %d GBP\n", "balance of "+o, total)
 	}
-	fmt.Printf("  %-34s issued %d = spent %d + remaining %d: %v\n", "conservation", audit.Issued, audit.Spent, audit.Remaining, audit.Issued == audit.Spent+audit.Remaining)
+	fmt.Printf("  %-34s issued %d = remaining %d: %v\n", "conservation", audit.Issued, audit.Remaining,
+		audit.Issued == audit.Remaining && audit.Unconserved == 0)
+	fmt.Printf("  %-34s created %d = spent %d + remaining %d: %v\n", "every token spent once or unspent", audit.Created, audit.Spent, audit.Remaining,
+		audit.Created == audit.Spent+audit.Remaining)
 	fmt.Printf("  %-34s %v\n", "no token locked or spent twice", audit.LockedTwice == 0 && audit.SpentButPresent == 0 && audit.Unheld == 0)
 	fmt.Printf("  %-34s %v\n", "elapsed", time.Since(start).Round(time.Millisecond))
 	ok := audit.Balanced() && staleUnlock == 0 && len(taken) == len(abandoned)

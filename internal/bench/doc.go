@@ -33,4 +33,13 @@
 //   - Complete: a two-command hand-over, Release(DELETE FROM pending ...) then
 //     Acquire(INSERT INTO heads ...) then Complete, against BEGIN, the same DELETE
 //     (checking one row), the same INSERT, COMMIT.
+//
+// The other files measure what is built on the core, each beside hand-written SQL
+// doing the same work: blockmanager_test.go (Put against a raw bulk insert, branch
+// walks), cleanup_test.go (collecting garbage, expiring holds) and custody_test.go
+// (select-and-spend payments by eight replicas on Postgres, against the same payments
+// written with sqlx in custody_sqlx_test.go; scripts/custody-bench.sh runs them beside
+// pgbench). Custody also reports cpu-us/cycle, the whole machine's busy CPU time per
+// payment, read from /proc/stat: client and server share the machine, and that figure
+// moves less with the scheduler than throughput does.
 package bench

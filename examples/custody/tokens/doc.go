@@ -28,6 +28,13 @@
 // spend deletes, records, creates and checks in one statement; a refusal (nothing
 // locked, unbalanced outputs) is raised inside it, so it changes nothing.
 //
+// Audit reads the books in one snapshot and checks conservation two ways: per
+// identifier, what remains must equal what Issue put into circulation (a spend only
+// moves value, so this catches value created or lost); and per token, every token
+// ever created must be spent once or still unspent. It also counts tokens recorded
+// spent yet present, tokens locked twice and tokens their owner does not hold, all of
+// which must be zero.
+//
 // If the connection fails after a select's statement has run but before its result
 // is read, the locks it took may stand: they expire after their time-to-live, and
 // Release(txID) drops them at once.

@@ -183,7 +183,7 @@ func (v *Vault) Issue(ctx context.Context, txID string, toks ...Token) ([]Token,
 	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
 		var err error
 		if out, err = prepare(txID, toks); err == nil {
-			out, err = v.create(ctx, tx, txID, out)
+			out, err = v.create(ctx, tx, txID, out, true)
 		}
 		return err
 	})
@@ -208,8 +208,9 @@ func prepare(txID string, toks []Token) ([]Token, error) {
 	return out, nil
 }
 
-// create adds tokens that prepare has checked, held by their owners.
-func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, out []Token) ([]Token, error) {
+// create adds tokens that prepare has checked, held by their owners; issued says
+// whether they are new value (Issue) rather than a spend's outputs.
+func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, out []Token, issued bool) ([]Token, error) {
 	if len(out) == 0 {
 		return out, nil
 	}
@@ -221,15 +222,15 @@ func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, out []Tok
 	for start := 0; start < len(out); start += 1000 {
 		chunk := out[start:min(start+1000, len(out))]
 		holds := make([]any, 0, 2*len(chunk))
-		history := make([]any, 0, 5*len(chunk))
+		history := make([]any, 0, 6*len(chunk))
 		for _, t := range chunk {
 			holds = append(holds, ownerHolder, t.TokenID)
-			history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID)
+			history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID, issued)
 		}
 		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id) VALUES `+rows(len(chunk), 2)), holds...); err != nil {
 			return nil, err
 		}
-		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES `+rows(len(chunk), 5)), history...); err != nil {
+		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by, issued) VALUES `+rows(len(chunk), 6)), history...); err != nil {
 			return nil, err
 		}
 	}
@@ -606,7 +607,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 	if n, err := res.RowsAffected(); err != nil || n != int64(len(inputs)) {
 		return nil, errors.Join(err, fmt.Errorf("tokens: %d of %d tokens were spent already", int64(len(inputs))-n, len(inputs)))
 	}
-	if _, err := v.create(ctx, tx, txID, outputs); err != nil {
+	if _, err := v.create(ctx, tx, txID, outputs, false); err != nil {
 		return nil, err
 	}
 	return inputs, nil
@@ -621,33 +622,48 @@ func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, u
 	return total, unlocked, err
 }
 
-// Audit is the state of the books.
+// Audit is the state of the books. Amounts are summed over every identifier; the
+// per-identifier check is Unconserved.
 type Audit struct {
-	Issued, Spent, Remaining int64 // amounts, over every identifier
-	Tokens                   int64 // unspent tokens
-	SpentButPresent          int64 // tokens recorded spent yet still unspent: must be 0
-	LockedTwice              int64 // tokens with more than one lock: must be 0
-	Unheld                   int64 // unspent tokens their owner does not hold: must be 0
+	Issued    int64 // put into circulation by Issue
+	Created   int64 // every token ever created: the issued ones and spends' outputs
+	Spent     int64 // of Created, what has been spent
+	Remaining int64 // what is unspent
+	Tokens    int64 // unspent tokens
+	// Unconserved counts identifiers of which what remains differs from what was
+	// issued (spends only move value): must be 0.
+	Unconserved     int64
+	SpentButPresent int64 // tokens recorded spent yet still unspent: must be 0
+	LockedTwice     int64 // tokens with more than one lock: must be 0
+	Unheld          int64 // unspent tokens their owner does not hold: must be 0
 }
 
-// Balanced reports conservation (issued = spent + remaining) and every other
-// invariant.
+// Balanced reports conservation, per identifier (what remains is what was issued) and
+// per token (every token created is spent or remains), and every other invariant.
 func (a Audit) Balanced() bool {
-	return a.Issued == a.Spent+a.Remaining && a.SpentButPresent == 0 && a.LockedTwice == 0 && a.Unheld == 0
+	return a.Created == a.Spent+a.Remaining && a.Issued == a.Remaining && a.Unconserved == 0 &&
+		a.SpentButPresent == 0 && a.LockedTwice == 0 && a.Unheld == 0
 }
 
-// Audit reads the books.
+// Audit reads the books in one statement, so from one snapshot.
 func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 	var a Audit
 	err := v.db.Reader().QueryRowContext(ctx, `SELECT
+		COALESCE((SELECT SUM(amount) FROM token_history WHERE issued), 0),
 		COALESCE((SELECT SUM(amount) FROM token_history), 0),
 		COALESCE((SELECT SUM(amount) FROM token_history WHERE spent_by IS NOT NULL), 0),
 		COALESCE((SELECT SUM(amount) FROM tokens), 0),
 		(SELECT COUNT(*) FROM tokens),
+		(SELECT COUNT(*) FROM (
+			SELECT identifier FROM (
+				SELECT identifier, amount FROM token_history WHERE issued
+				UNION ALL
+				SELECT identifier, -amount FROM tokens) flows
+			GROUP BY identifier HAVING SUM(amount) <> 0) x),
 		(SELECT COUNT(*) FROM token_history h WHERE h.spent_by IS NOT NULL AND EXISTS (SELECT 1 FROM tokens t WHERE t.id = h.token_id)),
 		(SELECT COUNT(*) FROM (SELECT object_id FROM tokens_holds WHERE holder <> 'owner' GROUP BY object_id HAVING COUNT(*) > 1) x),
 		(SELECT COUNT(*) FROM tokens t WHERE NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder = 'owner'))`).
-		Scan(&a.Issued, &a.Spent, &a.Remaining, &a.Tokens, &a.SpentButPresent, &a.LockedTwice, &a.Unheld)
+		Scan(&a.Issued, &a.Created, &a.Spent, &a.Remaining, &a.Tokens, &a.Unconserved, &a.SpentButPresent, &a.LockedTwice, &a.Unheld)
 	return a, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -361,4 +362,105 @@ func TestIssueMany(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []int64{20_000, 20_000}, []int64{total, unlocked})
 	})
+}
+
+// Audit must catch books that were changed behind custody's back: value created from
+// nothing, value lost, a token spent yet present. Each case tampers with the tables
+// directly after a few honest payments.
+func TestAuditCatchesBrokenBooks(t *testing.T) {
+	cases := []struct {
+		name   string
+		tamper []string // statements with ? placeholders; ? is an unspent token's ID
+		check  func(t *testing.T, a Audit)
+	}{
+		{"value from nothing", []string{
+			`INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount) VALUES ('forged', 'mallory', 'fiat', 'GBP', 'bank', 'notary', 50)`,
+			`INSERT INTO tokens_holds (holder, object_id) VALUES ('owner', 'forged')`,
+			`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES ('forged', 'mallory', 'GBP', 50, 'forger')`,
+		}, func(t *testing.T, a Audit) {
+			assert.Equal(t, a.Spent+a.Remaining, a.Created, "each token is still spent or unspent")
+			assert.Equal(t, a.Issued+50, a.Remaining)
+			assert.EqualValues(t, 1, a.Unconserved)
+		}},
+		{"value lost", []string{
+			`DELETE FROM tokens_holds WHERE object_id = ?`,
+			`DELETE FROM tokens WHERE id = ?`,
+		}, func(t *testing.T, a Audit) {
+			assert.NotEqual(t, a.Created, a.Spent+a.Remaining)
+			assert.EqualValues(t, 1, a.Unconserved)
+		}},
+		{"spent yet present", []string{
+			`UPDATE token_history SET spent_by = 'ghost' WHERE token_id = ?`,
+		}, func(t *testing.T, a Audit) {
+			assert.EqualValues(t, 1, a.SpentButPresent)
+		}},
+	}
+	for _, b := range backends {
+		for _, c := range cases {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := t.Context()
+				v := b.open(t, 1, Config{})[0]
+				issue(t, v, "alice", 10, 20, 30)
+				require.NoError(t, pay(ctx, v, "alice", "bob", 15))
+				a, err := v.Audit(ctx)
+				require.NoError(t, err)
+				require.True(t, a.Balanced(), "honest books: %+v", a)
+				assert.EqualValues(t, 60, a.Issued)
+				assert.EqualValues(t, 60, a.Remaining)
+
+				var victim string
+				require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT id FROM tokens WHERE owner = 'bob'`).Scan(&victim))
+				require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+					for _, stmt := range c.tamper {
+						var args []any
+						if strings.Contains(stmt, "?") {
+							args = append(args, victim)
+						}
+						if _, err := tx.ExecContext(ctx, v.sql(stmt), args...); err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+				a, err = v.Audit(ctx)
+				require.NoError(t, err)
+				assert.False(t, a.Balanced(), "tampered books pass: %+v", a)
+				c.check(t, a)
+			})
+		}
+	}
+}
+
+// Books kept before history recorded issues: the migration that adds the column marks
+// the rows of transactions that created tokens but spent none, and the books balance.
+func TestIssuedBackfill(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			v := b.open(t, 1, Config{})[0]
+			issue(t, v, "alice", 10, 20, 30)
+			issue(t, v, "bob", 5)
+			require.NoError(t, pay(ctx, v, "alice", "bob", 15))
+			require.NoError(t, pay(ctx, v, "bob", "carol", 7))
+
+			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql"}[b.name]
+			text, err := migrations.ReadFile(file)
+			require.NoError(t, err)
+			_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
+			require.True(t, ok, "%s: no ALTER TABLE", file)
+			_, backfill, ok := strings.Cut(alter, ";")
+			require.True(t, ok, "%s: no statement after the ALTER TABLE", file)
+			require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+				if _, err := tx.ExecContext(ctx, `UPDATE token_history SET issued = false`); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, backfill)
+				return err
+			}))
+			a := audit(t, v)
+			assert.EqualValues(t, 65, a.Issued)
+		})
+	}
 }

@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/examples/custody/tokens"
+	"github.com/refsetdb/refset/internal/pgtest"
+)
+
+// The custody payments written by hand with sqlx, as a careful developer would without
+// refset: the same tokens and history tables, a lock table with one row per locked
+// token, candidates read from a random pivot and locked FOR UPDATE SKIP LOCKED, a
+// lost race (the lock's primary key) retried with jitter, and a spend that deletes the
+// locks and the tokens, inserts the outputs and records the history in one
+// transaction. Each statement is sent as sqlx sends it (lib/pq prepares an unnamed
+// statement per call). What it leaves out is what refset adds: owners' holds, the
+// review queue's triggers, expiry by clean-up, the general path's distinctions
+// (insufficient or locked) and waiting for locked funds.
+
+const sqlxCustodySchema = `
+CREATE TABLE tokens (
+    id         text   NOT NULL PRIMARY KEY,
+    owner      text   NOT NULL,
+    token_type text   NOT NULL,
+    identifier text   NOT NULL,
+    issuer     text   NOT NULL,
+    notary     text   NOT NULL,
+    amount     bigint NOT NULL CHECK (amount > 0)
+);
+CREATE INDEX tokens_by_owner ON tokens (owner, identifier, id);
+CREATE TABLE token_locks (
+    token_id   text        NOT NULL PRIMARY KEY REFERENCES tokens (id) ON DELETE RESTRICT,
+    tx_id      text        NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX token_locks_by_tx ON token_locks (tx_id);
+CREATE TABLE token_history (
+    token_id   text   NOT NULL PRIMARY KEY,
+    owner      text   NOT NULL,
+    identifier text   NOT NULL,
+    amount     bigint NOT NULL,
+    created_by text   NOT NULL,
+    spent_by   text
+)`
+
+// sqlxCandidatesSQL reads up to 16 unlocked tokens of an owner on one side of the
+// pivot ($3): the caller runs it with id >= pivot, then, if short, with id < pivot.
+const sqlxCandidatesSQL = `
+SELECT id, owner, token_type, identifier, issuer, notary, amount FROM tokens t
+WHERE owner = $1 AND identifier = $2 AND id %s $3
+  AND NOT EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id)
+ORDER BY id LIMIT 16
+FOR UPDATE SKIP LOCKED`
+
+// sqlxCustody: replicas are sqlxPayers, each on a *sqlx.DB of its own.
+func sqlxCustody(b *testing.B, owners int) *custody {
+	b.Helper()
+	ctx := context.Background()
+	dsn := pgtest.DSN(b)
+	c := &custody{owners: owners}
+	var first *sqlx.DB
+	for range custodySelectors {
+		db, err := sqlx.Open("postgres", dsn)
+		must(b, err)
+		db.SetMaxOpenConns(2)
+		db.SetMaxIdleConns(2)
+		b.Cleanup(func() { db.Close() })
+		c.replicas = append(c.replicas, &sqlxPayer{db: db})
+		if first == nil {
+			first = db
+		}
+	}
+	_, err := first.ExecContext(ctx, sqlxCustodySchema)
+	must(b, err)
+	var issued int64
+	for o := range owners {
+		var ids, names []string
+		var amounts []int64
+		for i := range custodyTokens / owners {
+			ids = append(ids, tokens.NewID())
+			names = append(names, ownerName(o))
+			amounts = append(amounts, issueAmount(i))
+			issued += issueAmount(i)
+		}
+		_, err := first.ExecContext(ctx, `
+WITH issued AS (
+	INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
+	SELECT id, owner, 'fiat', 'GBP', 'bank', 'notary', amount FROM unnest($1::text[], $2::text[], $3::bigint[]) AS i(id, owner, amount)
+	RETURNING id, owner, identifier, amount
+)
+INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
+SELECT id, owner, identifier, amount, $4 FROM issued`, pq.Array(ids), pq.Array(names), pq.Array(amounts), fmt.Sprintf("issue-%d", o))
+		must(b, err)
+	}
+	c.books = func() error {
+		var remaining, spent, history, locks, spentButPresent int64
+		err := first.QueryRowContext(ctx, `SELECT
+			(SELECT COALESCE(sum(amount), 0) FROM tokens),
+			(SELECT COALESCE(sum(amount), 0) FROM token_history WHERE spent_by IS NOT NULL),
+			(SELECT COALESCE(sum(amount), 0) FROM token_history),
+			(SELECT count(*) FROM token_locks),
+			(SELECT count(*) FROM token_history h JOIN tokens t ON t.id = h.token_id WHERE h.spent_by IS NOT NULL)`).
+			Scan(&remaining, &spent, &history, &locks, &spentButPresent)
+		switch {
+		case err != nil:
+			return err
+		case history != issued+spent || remaining != issued || locks != 0 || spentButPresent != 0:
+			// Payments create as much as they spend: what remains is what was issued,
+			// and the history holds the issue plus every output (as much as was spent).
+			return fmt.Errorf("books do not balance: issued %d, history %d, spent %d, remaining %d, %d locks left, %d spent yet present",
+				issued, history, spent, remaining, locks, spentButPresent)
+		}
+		return nil
+	}
+	return c
+}
+
+type sqlxPayer struct {
+	db               *sqlx.DB
+	attempts, losses atomic.Int64
+}
+
+func (p *sqlxPayer) stats() tokens.LockStats {
+	return tokens.LockStats{Attempts: p.attempts.Load(), LostRaces: p.losses.Load()}
+}
+
+func (p *sqlxPayer) pay(ctx context.Context, tx, from, to string, amount int64) error {
+	locked, err := p.lock(ctx, tx, from, amount)
+	if err != nil {
+		return err
+	}
+	outputs := payment(locked, from, to, amount)
+	return p.spend(ctx, tx, locked, outputs)
+}
+
+// lock selects and locks tokens covering amount, retrying a lost race up to 30 times
+// with jittered back-off.
+func (p *sqlxPayer) lock(ctx context.Context, tx, owner string, amount int64) ([]tokens.Token, error) {
+	for attempt := 1; ; attempt++ {
+		p.attempts.Add(1)
+		locked, err := p.lockOnce(ctx, tx, owner, amount)
+		if retryable(err, "23505") && attempt < 30 {
+			p.losses.Add(1)
+			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
+			continue
+		}
+		return locked, err
+	}
+}
+
+// retryable: err is a deadlock or serialization failure, which rolled the transaction
+// back and may succeed again, or one of the other SQLSTATE codes given. A lost race
+// for a token is a unique violation (23505) on the lock's primary key: the lock was
+// committed after the select's snapshot. A deadlock happens when a select whose
+// snapshot predates a lock locks the token FOR UPDATE just before the lock's own spend
+// deletes it: the spend waits for the row, the select's insert for the spend.
+func retryable(err error, codes ...pq.ErrorCode) bool {
+	var pe *pq.Error
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return pe.Code == "40P01" || pe.Code == "40001" || slices.Contains(codes, pe.Code)
+}
+
+func (p *sqlxPayer) lockOnce(ctx context.Context, txID, owner string, amount int64) ([]tokens.Token, error) {
+	tx, err := p.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	pivot := tokens.NewID()
+	var candidates []tokens.Token
+	if err := tx.SelectContext(ctx, &candidates, fmt.Sprintf(sqlxCandidatesSQL, ">="), owner, "GBP", pivot); err != nil {
+		return nil, err
+	}
+	var sum int64
+	var chosen []tokens.Token
+	var ids []string
+	take := func(cs []tokens.Token) {
+		for _, c := range cs {
+			if sum >= amount {
+				return
+			}
+			sum += c.Amount
+			chosen = append(chosen, c)
+			ids = append(ids, c.TokenID)
+		}
+	}
+	take(candidates)
+	if sum < amount {
+		var wrapped []tokens.Token
+		if err := tx.SelectContext(ctx, &wrapped, fmt.Sprintf(sqlxCandidatesSQL, "<"), owner, "GBP", pivot); err != nil {
+			return nil, err
+		}
+		take(wrapped)
+	}
+	if sum < amount {
+		return nil, fmt.Errorf("%w: %s", tokens.ErrInsufficientFunds, owner)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO token_locks (token_id, tx_id, expires_at)
+		SELECT unnest($1::text[]), $2, now() + interval '30 seconds'`, pq.Array(ids), txID); err != nil {
+		return nil, err
+	}
+	return chosen, tx.Commit()
+}
+
+// spend spends the locked tokens into outputs, retrying a deadlock (see retryable).
+func (p *sqlxPayer) spend(ctx context.Context, txID string, locked, outputs []tokens.Token) error {
+	for attempt := 1; ; attempt++ {
+		err := p.spendOnce(ctx, txID, locked, outputs)
+		if retryable(err) && attempt < 30 {
+			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
+			continue
+		}
+		return err
+	}
+}
+
+func (p *sqlxPayer) spendOnce(ctx context.Context, txID string, locked, outputs []tokens.Token) error {
+	tx, err := p.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var unlocked []string
+	if err := tx.SelectContext(ctx, &unlocked, `DELETE FROM token_locks WHERE tx_id = $1 RETURNING token_id`, txID); err != nil {
+		return err
+	}
+	var spent []tokens.Token
+	if err := tx.SelectContext(ctx, &spent, `DELETE FROM tokens WHERE id = ANY ($1)
+		RETURNING id, owner, token_type, identifier, issuer, notary, amount`, pq.Array(unlocked)); err != nil {
+		return err
+	}
+	var in, out int64
+	for _, t := range spent {
+		in += t.Amount
+	}
+	var ids, owners []string
+	var amounts []int64
+	for _, t := range outputs {
+		out += t.Amount
+		ids = append(ids, tokens.NewID())
+		owners = append(owners, t.Owner)
+		amounts = append(amounts, t.Amount)
+	}
+	if len(spent) != len(locked) || in != out {
+		return fmt.Errorf("spend %s: %d of %d locked tokens spent, %d in, %d out", txID, len(spent), len(locked), in, out)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
+		SELECT id, owner, 'fiat', 'GBP', 'bank', 'notary', amount FROM unnest($1::text[], $2::text[], $3::bigint[]) AS o(id, owner, amount)`,
+		pq.Array(ids), pq.Array(owners), pq.Array(amounts)); err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE token_history SET spent_by = $1 WHERE spent_by IS NULL AND token_id = ANY ($2)`, txID, pq.Array(unlocked))
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(spent)) {
+		return fmt.Errorf("spend %s: %d of %d tokens recorded spent (%v)", txID, n, len(spent), err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
+		SELECT id, owner, 'GBP', amount, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS o(id, owner, amount)`,
+		pq.Array(ids), pq.Array(owners), pq.Array(amounts), txID); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
