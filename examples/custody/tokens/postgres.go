@@ -164,30 +164,36 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 }
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
-// statement committed on its own: it deletes the transaction's locks ($1) and, for
-// exactly the tokens those locks were on, the owners' holds and the tokens; records
-// them spent ($9; only history rows not spent yet: a token is spent once); and
-// inserts the outputs ($2..$8, one array per column), their owners' holds and their
-// history rows. Last it checks what it did, and custody_refuse (0002_spend_refusal.sql)
-// undoes the whole statement if there was nothing locked, if the outputs do not
-// balance the inputs per kind of token, or if the counts disagree. It returns the
-// spent tokens.
+// statement committed on its own: it deletes the tokens the transaction's locks ($1)
+// are on, then their locks and their owners' holds; records them spent ($9; only
+// history rows not spent yet: a token is spent once); and inserts the outputs ($2..$8,
+// one array per column), their owners' holds and their history rows. Last it checks
+// what it did, and custody_refuse (0002_spend_refusal.sql) undoes the whole statement
+// if there was nothing locked, if the outputs do not balance the inputs per kind of
+// token (or a lock expired and was taken over while the statement ran, which leaves
+// less locked than the outputs were made for, as a takeover before it would), or if
+// the counts disagree. It returns the spent tokens.
+//
+// The tokens go before their locks, so the spend never waits on a select while that
+// select waits on the spend. A select whose snapshot predates one of this
+// transaction's locks may lock that token's row FOR UPDATE; then the spend waits for
+// it, and the select's insert of its lock fails at once on the one-lock index against
+// the lock, still there, committed (a lost race, retried), which lets the spend go on.
+// Deleting the lock first would make the select's insert wait for the spend instead,
+// a deadlock that PostgreSQL breaks only after deadlock_timeout.
 //
 // The later steps find their rows by = ANY (ARRAY (...)) rather than by joining the
 // earlier steps' results: the planner cannot estimate a step's result, and with a
 // join it hashes whole tables; with an array it looks each row up in the index.
 const fastSpendSQL = `
-WITH unlocked AS (
-	DELETE FROM tokens_holds WHERE holder = $1 RETURNING object_id
+WITH spent AS (
+	DELETE FROM tokens WHERE id = ANY (ARRAY (SELECT object_id FROM tokens_holds WHERE holder = $1))
+	RETURNING id, owner, token_type, identifier, issuer, notary, amount
 ),
 released AS (
 	DELETE FROM tokens_holds
-	WHERE object_id = ANY (ARRAY (SELECT object_id FROM unlocked)) AND holder = 'owner'
-	RETURNING object_id
-),
-spent AS (
-	DELETE FROM tokens WHERE id = ANY (ARRAY (SELECT object_id FROM unlocked))
-	RETURNING id, owner, token_type, identifier, issuer, notary, amount
+	WHERE object_id = ANY (ARRAY (SELECT id FROM spent)) AND holder IN ($1, 'owner')
+	RETURNING holder
 ),
 recorded AS (
 	UPDATE token_history SET spent_by = $9
@@ -224,7 +230,8 @@ imbalance AS (
 	) kinds
 ),
 counts AS (
-	SELECT (SELECT count(*) FROM unlocked) AS unlocked, (SELECT count(*) FROM released) AS released,
+	SELECT (SELECT count(*) FROM released WHERE holder = $1) AS unlocked,
+	       (SELECT count(*) FROM released WHERE holder = 'owner') AS released,
 	       (SELECT count(*) FROM spent) AS spent, (SELECT count(*) FROM recorded) AS recorded,
 	       (SELECT count(*) FROM outputs) AS outputs, (SELECT count(*) FROM held) AS held,
 	       (SELECT count(*) FROM born) AS born
@@ -232,9 +239,10 @@ counts AS (
 verdict AS (
 	SELECT CASE
 		WHEN c.spent = 0 THEN custody_refuse('CU001', 'no token locked by transaction ' || $9)
+		WHEN c.unlocked <> c.spent THEN custody_refuse('CU002', format('%s of the %s locks of transaction %s expired and were taken over while it spent', c.spent - c.unlocked, c.spent, $9))
 		WHEN i.reason IS NOT NULL THEN custody_refuse('CU002', i.reason)
 		WHEN c.recorded <> c.spent THEN custody_refuse('CU003', format('%s of %s tokens were spent already', c.spent - c.recorded, c.spent))
-		WHEN c.unlocked <> c.spent OR c.released <> c.spent OR c.held <> c.outputs OR c.born <> c.outputs
+		WHEN c.released <> c.spent OR c.held <> c.outputs OR c.born <> c.outputs
 			THEN custody_refuse('CU003', format('%s locks, %s tokens, %s owners'' holds removed', c.unlocked, c.spent, c.released))
 		ELSE true
 	END AS ok

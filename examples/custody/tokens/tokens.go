@@ -57,6 +57,8 @@ var (
 	// expired and were taken, or it never selected any).
 	ErrNothingLocked = errors.New("tokens: no token locked by the transaction")
 	// ErrUnbalanced: a spend's outputs do not add up to its inputs, per kind of token.
+	// It is also what a spend meets when one of its locks expired and another
+	// transaction took the token over: less is locked than the outputs were made for.
 	ErrUnbalanced = errors.New("tokens: outputs do not balance the inputs")
 	// ErrInvalid: a malformed request (empty owner or transaction ID, a non-positive
 	// amount, a token with no owner).
