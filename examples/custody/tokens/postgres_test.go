@@ -1,0 +1,70 @@
+package tokens
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A select whose snapshot predates a lock may lock the token's row FOR UPDATE and then
+// try to insert its own lock, while the lock's transaction spends the token. The
+// spend must wait for the row and the select must lose its race at once (a unique
+// violation against the lock), not wait for the spend: that would be a deadlock,
+// broken only after deadlock_timeout. The test plays the select by hand, step by step.
+func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
+	ctx := t.Context()
+	v := backends[1].open(t, 1, Config{})[0] // postgres
+	require.NotNil(t, v.pg)
+	issue(t, v, "alice", 10)
+	locked, err := v.Select(ctx, "A", "alice", 10, Filter{}, time.Minute)
+	require.NoError(t, err)
+	require.Len(t, locked, 1)
+	token := locked[0].TokenID
+
+	// The stale select: it has locked the token's row, not seeing A's lock.
+	conn, err := v.pg.Pool.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	stale, err := conn.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = stale.Rollback() }()
+	_, err = stale.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, token)
+	require.NoError(t, err)
+	var stalePID int
+	require.NoError(t, stale.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&stalePID))
+
+	spent := make(chan error, 1)
+	go func() {
+		_, _, err := v.Spend(context.Background(), "A", []Token{gbp("bob", 10)})
+		spent <- err
+	}()
+	// Wait until the spend waits for the row.
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := v.pg.Pool.QueryRowContext(ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, stalePID).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
+
+	// The stale select's lock fails at once, against A's lock, still in place. Had the
+	// spend deleted that lock first, the insert would wait for the spend: lock_timeout
+	// turns such a wait into an error of its own (55P03) long before deadlock_timeout.
+	_, err = stale.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
+	require.NoError(t, err)
+	_, err = stale.ExecContext(ctx, `INSERT INTO tokens_holds (holder, object_id, expires_at) VALUES ('tx:B', $1, now() + interval '1 minute')`, token)
+	var pe *pq.Error
+	require.True(t, errors.As(err, &pe), "inserting the stale lock: %v", err)
+	assert.Equal(t, pq.ErrorCode("23505"), pe.Code, "the stale select must lose its race (unique_violation), not deadlock: %v", err)
+	require.NoError(t, stale.Rollback())
+
+	require.NoError(t, <-spent, "the spend must go through once the select gives up")
+	total, _, err := v.Balance(ctx, "bob", "GBP")
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, total)
+	audit(t, v)
+}
