@@ -15,6 +15,12 @@
 // robbed of it. Queueing never loses a signal: a second one for the same object
 // postpones the review to the later time and marks the entry changed.
 //
+// On PostgreSQL the triggers run once per statement, at its end, and queue only what
+// may be garbage then: not an object the same statement deleted along with its
+// reference, nor a new object the same statement also referenced. A statement that
+// hands references over, such as a token spend that deletes the spent tokens with
+// their holds and creates the outputs with theirs, then gives clean-up no work.
+//
 // Collect takes due entries in bounded batches, each its own short transaction. It
 // locks the objects (on Postgres FOR UPDATE SKIP LOCKED, which conflicts with the
 // KEY SHARE lock a concurrent reference insert takes, so holding and collecting are

@@ -106,6 +106,15 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // statements queue objects in one order and do not deadlock) and one on the object
 // table for new objects.
 //
+// The triggers run at the end of the statement, so they see all it did, and they queue
+// only what may be garbage then: an object whose reference went but that the same
+// statement deleted is gone already, and a new object that the same statement also
+// referenced (a token created with its owner's hold) is live; when that reference goes,
+// its own trigger queues the object. A statement that moves references, such as a
+// custody spend, then costs the queue nothing, and clean-up later reviews nothing for
+// it. Each check is an index probe: Install refuses a referencing column that no index
+// leads with.
+//
 // Installing again (every collector process does, as it starts) replaces the trigger
 // functions, which locks no table, and creates only the triggers that are missing. It
 // never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE, against every reader
@@ -123,7 +132,13 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan
 		if table.Schema == "" {
 			fn = `"` + name + `"`
 		}
-		functions = append(functions, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $refset$
+		// A trigger function's plans are made at its first call in a session and kept:
+		// made while a table was empty they would scan it, and go on scanning it for
+		// every statement once it holds millions of rows. With sequential scans off, the
+		// plans look objects and references up through their indexes (Install refuses
+		// a reference without one), at a cost that follows the rows changed.
+		functions = append(functions, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off AS $refset$
 BEGIN
 	%s;
 	RETURN NULL;
@@ -134,11 +149,20 @@ $refset$`, fn, body))
 			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
 			tname, event, table.Quoted(), transition, fn)})
 	}
+	// exists: the object that column col of the old reference row o pointed at is
+	// still there. Written as a scalar subquery, which the planner runs as an index
+	// probe per row, never as a join: a trigger's plan is kept for the session, made
+	// for whatever number of rows its first statement changed, and a hash join that
+	// suited a bulk delete would read the whole object table for every one-row delete
+	// after it.
+	exists := func(col string) string {
+		return fmt.Sprintf(`(SELECT true FROM %s x WHERE x."%s" = o.%s) IS NOT NULL`, p.Table.Quoted(), p.IDColumn, col)
+	}
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
 		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL ORDER BY 1`, col, col)))
+			`SELECT DISTINCT o.%[1]s, now() FROM old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s ORDER BY 1`, col, exists(col))))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -151,10 +175,12 @@ $refset$`, fn, body))
 				strings.Join(on, " AND "), col, col)
 		}
 		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%s, now() FROM old_rows o WHERE o.%s IS NOT NULL AND %s ORDER BY 1`, col, col, changed)))
+			`SELECT DISTINCT o.%[1]s, now() FROM old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s ORDER BY 1`,
+			col, changed, exists(col))))
 	}
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n ORDER BY 1`, p.IDColumn, p.Grace.Milliseconds())))
+		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
+		p.IDColumn, p.Grace.Milliseconds(), unprobed(p, "n"))))
 	for _, f := range functions {
 		if _, err := tx.ExecContext(ctx, f); err != nil {
 			return err
@@ -183,6 +209,20 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// unprobed is the condition that no reference row points at o, checked by an index
+// probe per referencing table and row (see exists in Install for why not a join).
+func unprobed(p *cleanup.Plan, o string) string {
+	var conds []string
+	for _, r := range p.References {
+		conds = append(conds, fmt.Sprintf(`(SELECT true FROM %s r WHERE r."%s" = %s."%s" LIMIT 1) IS NULL`,
+			r.Table.Quoted(), r.Column, o, p.IDColumn))
+	}
+	if len(conds) == 0 {
+		return "true"
+	}
+	return strings.Join(conds, " AND ")
 }
 
 // unreferenced is the condition that no reference row points at o.

@@ -239,3 +239,61 @@ func TestCleanupInNamedSchema(t *testing.T) {
 	require.NoError(t, db.Pool.GetContext(ctx, &id, `SELECT id FROM `+ledger+`.blocks`))
 	assert.Equal(t, "kept", id)
 }
+
+// The triggers queue what may be garbage at the end of the statement that changed a
+// reference, and nothing else: a statement that creates an object together with its
+// reference, or deletes a reference together with its object (a custody spend does
+// both), leaves the queue alone, and work for the collector follows the garbage.
+func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	exec := func(query string) {
+		t.Helper()
+		_, err := db.Pool.ExecContext(ctx, query)
+		require.NoError(t, err, query)
+	}
+	exec(`CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0);
+		CREATE TABLE pins (id serial PRIMARY KEY, thing_id text NOT NULL REFERENCES things (id));
+		CREATE INDEX pins_thing ON pins (thing_id)`)
+	_, err := NewStore[block, string](ctx, db, Config{Table: "things"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things", Grace: time.Hour})
+	require.NoError(t, err)
+	queued := func() []string {
+		t.Helper()
+		var ids []string
+		require.NoError(t, db.Pool.SelectContext(ctx, &ids, `SELECT object_id FROM things_review ORDER BY 1`))
+		exec(`DELETE FROM things_review`)
+		return ids
+	}
+
+	exec(`INSERT INTO things VALUES ('bare')`)
+	assert.Equal(t, []string{"bare"}, queued(), "a new object nothing references waits out its grace")
+
+	exec(`WITH t AS (INSERT INTO things VALUES ('held'), ('pinned'), ('loose') RETURNING id),
+		h AS (INSERT INTO things_holds (holder, object_id) SELECT 'me', id FROM t WHERE id = 'held')
+		INSERT INTO pins (thing_id) SELECT id FROM t WHERE id = 'pinned'`)
+	assert.Equal(t, []string{"loose"}, queued(), "objects referenced by the statement that made them are live")
+
+	exec(`DELETE FROM things_holds WHERE object_id = 'held'`)
+	assert.Equal(t, []string{"held"}, queued(), "an object whose hold went may be garbage")
+
+	exec(`WITH gone AS (DELETE FROM things WHERE id = 'pinned' RETURNING id)
+		DELETE FROM pins WHERE thing_id IN (SELECT id FROM gone)`)
+	assert.Empty(t, queued(), "a reference deleted with its object queues nothing: the object is gone")
+
+	exec(`INSERT INTO pins (thing_id) VALUES ('bare'); UPDATE pins SET thing_id = 'held' WHERE thing_id = 'bare'`)
+	assert.Equal(t, []string{"bare"}, queued(), "a reference moved away queues the object it left")
+
+	// Nothing leaked: with every object due, collection leaves exactly the referenced
+	// one, and the check is clean.
+	exec(`INSERT INTO things_review (object_id, review_after) SELECT id, now() FROM things`)
+	_, err = c.Collect(ctx)
+	require.NoError(t, err)
+	var left []string
+	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things ORDER BY 1`))
+	assert.Equal(t, []string{"held"}, left)
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}

@@ -18,6 +18,11 @@ import (
 // by statement (which SQLite, selections with a Predicate and every case the fast
 // select cannot settle still take), in one round trip, and they write the same rows:
 // the RefSet's tokens table and its holds, under the same clean-up triggers.
+//
+// A spend deletes the spent tokens in the statement that deletes their holds, and
+// creates the outputs in the statement that creates their owners' holds, so the
+// clean-up triggers, which look at the end of the statement, queue nothing: payments
+// give clean-up no work.
 
 // statements are the fast paths' prepared statements, one per query text (the
 // select has a text per combination of filter fields). A statement is parsed and
