@@ -3,9 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/sqlident"
@@ -109,6 +109,75 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	db    refset.Database
 	table Table
 	stmt  Statements
+	reads preparedReads
+}
+
+// preparedReads are the store's reads outside transactions (a cache miss loads
+// through the database's reader), prepared once per store and then once per pooled
+// connection by database/sql. Unprepared, SQLite compiles the statement on every call
+// (over a third of a miss) and lib/pq spends a second round trip to parse it.
+type preparedReads struct {
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt
+}
+
+// preparer is a pool that prepares statements: *sql.DB, and *sqlx.DB through it.
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+// stmt is query prepared on pool, or nil if it cannot be: the caller then runs the
+// query unprepared and reports what that run fails with. A failed prepare is not
+// remembered, so a table created later is found.
+func (r *preparedReads) stmt(ctx context.Context, pool refset.Querier, query string) *sql.Stmt {
+	p, ok := pool.(preparer)
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st, ok := r.stmts[query]; ok {
+		return st
+	}
+	st, err := p.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	if r.stmts == nil {
+		r.stmts = map[string]*sql.Stmt{}
+	}
+	r.stmts[query] = st
+	return st
+}
+
+// forget drops a prepared statement that failed, so the next read prepares it again.
+// Postgres refuses to run a statement prepared before its table's columns changed
+// type ("cached plan must not change result type"), on every connection it was
+// prepared on, until it is prepared anew.
+func (r *preparedReads) forget(query string, st *sql.Stmt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stmts[query] == st {
+		delete(r.stmts, query)
+		_ = st.Close() // the error that made us forget it is the one that matters
+	}
+}
+
+// read runs query on q: prepared when q is the database's reader. A prepared run that
+// fails is forgotten and the query run again unprepared, which is what a read did
+// before statements were prepared: a schema change, a lost connection or a closed
+// database fail or succeed as they did then.
+func (s *Store[T, ID]) read(ctx context.Context, q refset.Querier, query string, args ...any) (*sql.Rows, error) {
+	if reader := s.db.Reader(); q == reader {
+		if st := s.reads.stmt(ctx, reader, query); st != nil {
+			rows, err := st.QueryContext(ctx, args...)
+			if err == nil || ctx.Err() != nil {
+				return rows, err
+			}
+			s.reads.forget(query, st)
+		}
+	}
+	return q.QueryContext(ctx, query, args...)
 }
 
 // New returns a Store for a resolved table.
@@ -158,7 +227,7 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 // Get loads the object with that ID.
 func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, error) {
 	var obj T
-	rows, err := q.QueryContext(ctx, s.stmt.Select, refset.Arg(id))
+	rows, err := s.read(ctx, q, s.stmt.Select, refset.Arg(id))
 	if err != nil {
 		return obj, s.db.TranslateError(err, s.stmt.Select)
 	}
@@ -177,15 +246,16 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 
 // Has reports whether an object with that ID is stored.
 func (s *Store[T, ID]) Has(ctx context.Context, q refset.Querier, id ID) (bool, error) {
-	var one int
-	err := q.QueryRowContext(ctx, s.stmt.Exists, refset.Arg(id)).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
+	rows, err := s.read(ctx, q, s.stmt.Exists, refset.Arg(id))
 	if err != nil {
 		return false, s.db.TranslateError(err, s.stmt.Exists)
 	}
-	return true, nil
+	defer rows.Close()
+	found := rows.Next()
+	if err := rows.Err(); err != nil {
+		return false, s.db.TranslateError(err, s.stmt.Exists)
+	}
+	return found, s.db.TranslateError(rows.Close(), s.stmt.Exists)
 }
 
 // Hold records holder's hold on the object, expiring ttl from now by the database's

@@ -97,3 +97,34 @@ func TestDeferredForeignKeyAtCommit(t *testing.T) {
 	require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM blocks`))
 	assert.Equal(t, 1, n)
 }
+
+// Reads outside a transaction run prepared statements. A migration that changes a
+// mapped column's type makes Postgres refuse the old ones ("cached plan must not
+// change result type"); the store prepares them again instead of failing every read
+// on every connection that had one.
+func TestReadsSurviveColumnTypeChange(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height integer NOT NULL)`)
+	require.NoError(t, err)
+	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	require.NoError(t, err)
+	require.NoError(t, store.Persist(ctx, db.Pool, block{Hash: "a", Height: 1}))
+	for _, step := range []string{"", `ALTER TABLE blocks ALTER COLUMN height TYPE bigint`} {
+		if step != "" {
+			_, err := db.Pool.ExecContext(ctx, step)
+			require.NoError(t, err)
+		}
+		for range 3 { // enough to reuse a pooled connection's statement
+			got, err := store.Get(ctx, db.Reader(), "a")
+			require.NoError(t, err, "after %q", step)
+			assert.Equal(t, block{Hash: "a", Height: 1}, got)
+			found, err := store.Has(ctx, db.Reader(), "a")
+			require.NoError(t, err)
+			assert.True(t, found)
+		}
+	}
+	found, err := store.Has(ctx, db.Reader(), "b")
+	require.NoError(t, err)
+	assert.False(t, found)
+}
