@@ -9,4 +9,12 @@
 // NewStore maps a struct to an existing table (optionally schema-qualified) through
 // its `db` tags, checks both against the catalog, and creates the set's holds table
 // beside it.
+//
+// A store's reads outside a transaction (a cache miss, Has) run statements it prepared
+// once, and database/sql prepares them once per pooled connection: one round trip a
+// read instead of lib/pq's two. Named prepared statements need a connection that stays
+// the same server session: connect directly or through a pooler in session mode
+// (PgBouncer's transaction mode keeps them only from version 1.21, with
+// max_prepared_statements set). A prepared read that fails is run again unprepared,
+// so a migration that changes a column's type does not break reads.
 package postgres
