@@ -9,6 +9,6 @@ TESTFLAGS ?=
 test:
 	bash scripts/test.sh $(TESTFLAGS)
 
-# Placeholder: scripts/bench.sh is not written yet.
+# The core against raw sqlx, six runs, through benchstat (see BENCHMARKS.md).
 bench:
 	bash scripts/bench.sh

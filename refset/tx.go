@@ -146,5 +146,10 @@ func (t *translatingTx) QueryRowContext(ctx context.Context, query string, args 
 	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
+// Unwrap is the caller's transaction, for a store that runs its statements on it
+// directly (prepared, on the transaction's connection) and translates their errors
+// itself.
+func (t *translatingTx) Unwrap() Tx { return t.tx }
+
 func (t *translatingTx) Commit() error   { return t.tx.Commit() }
 func (t *translatingTx) Rollback() error { return t.tx.Rollback() }

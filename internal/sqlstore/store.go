@@ -109,8 +109,66 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	db    refset.Database
 	table Table
 	stmt  Statements
-	reads preparedReads
+	// reads and writes are nil until Prepare: the store then runs every statement
+	// unprepared.
+	reads *preparedReads
+	// writes are the writing statements, prepared by Prepare on the pool that the
+	// database begins its transactions on, by query; read-only after that.
+	writes map[string]*sql.Stmt
 }
+
+// Prepare makes the store run its statements prepared: reads outside a transaction on
+// the database's reader, prepared as first needed, and its writing statements, which
+// it prepares now on pool, the pool db.Begin takes its transactions from, to run in
+// those transactions. lib/pq then needs one round trip a statement where it needed
+// two, and SQLite does not compile the statement again. The writes are prepared now,
+// before any transaction, because preparing takes a connection from the pool, and
+// inside a transaction on SQLite's one writer connection that would wait for itself.
+func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
+	full := s.stmt.InsertRows(rowsPerInsert(len(s.table.Mapping.Columns())))
+	writes := map[string]*sql.Stmt{}
+	for _, query := range []string{s.stmt.Insert, full, s.stmt.Hold, s.stmt.Unhold} {
+		st, err := pool.PrepareContext(ctx, query)
+		if err != nil {
+			for _, st := range writes {
+				st.Close()
+			}
+			return fmt.Errorf("refset: preparing the statements of %s: %w", s.table.Name, s.db.TranslateError(err, query))
+		}
+		writes[query] = st
+	}
+	s.writes, s.reads = writes, &preparedReads{}
+	return nil
+}
+
+// exec runs a writing statement on q: prepared when q is a transaction this store's
+// database began, as the statement as prepared on that database's pool.
+func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string, args ...any) (sql.Result, error) {
+	if tx := begun(q); tx != nil && tx.db == s.db {
+		if st := s.writes[query]; st != nil {
+			return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+		}
+	}
+	return q.ExecContext(ctx, query, args...)
+}
+
+// begun is the Tx under q (refset hands units of work its transaction wrapped), or
+// nil if q is not a transaction a store's database began.
+func begun(q refset.Querier) *Tx {
+	for {
+		switch t := q.(type) {
+		case *Tx:
+			return t
+		case interface{ Unwrap() refset.Tx }:
+			q = t.Unwrap()
+		default:
+			return nil
+		}
+	}
+}
+
+// rowsPerInsert is how many rows of cols columns a multi-row insert takes.
+func rowsPerInsert(cols int) int { return min(maxRows, maxParams/cols) }
 
 // preparedReads are the store's reads outside transactions (a cache miss loads
 // through the database's reader), prepared once per store and then once per pooled
@@ -168,7 +226,7 @@ func (r *preparedReads) forget(query string, st *sql.Stmt) {
 // before statements were prepared: a schema change, a lost connection or a closed
 // database fail or succeed as they did then.
 func (s *Store[T, ID]) read(ctx context.Context, q refset.Querier, query string, args ...any) (*sql.Rows, error) {
-	if reader := s.db.Reader(); q == reader {
+	if reader := s.db.Reader(); s.reads != nil && q == reader {
 		if st := s.reads.stmt(ctx, reader, query); st != nil {
 			rows, err := st.QueryContext(ctx, args...)
 			if err == nil || ctx.Err() != nil {
@@ -193,7 +251,7 @@ func (s *Store[T, ID]) Table() Table { return s.table }
 
 // Persist inserts obj.
 func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) error {
-	if _, err := q.ExecContext(ctx, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
+	if _, err := s.exec(ctx, q, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
 		return s.db.TranslateError(err, s.stmt.Insert)
 	}
 	return nil
@@ -202,7 +260,7 @@ func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) err
 // PersistAll inserts objs with multi-row inserts.
 func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []T) error {
 	cols := len(s.table.Mapping.Columns())
-	per := min(maxRows, maxParams/cols)
+	per := rowsPerInsert(cols)
 	full := ""
 	for start := 0; start < len(objs); start += per {
 		chunk := objs[start:min(start+per, len(objs))]
@@ -217,7 +275,7 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 		for _, o := range chunk {
 			args = append(args, s.table.Mapping.Values(reflect.ValueOf(o))...)
 		}
-		if _, err := q.ExecContext(ctx, stmt, args...); err != nil {
+		if _, err := s.exec(ctx, q, stmt, args...); err != nil {
 			return s.db.TranslateError(err, stmt)
 		}
 	}
@@ -265,7 +323,7 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 	if ttl > 0 && ms == 0 {
 		ms = 1 // a positive ttl under a millisecond still expires
 	}
-	if _, err := q.ExecContext(ctx, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
+	if _, err := s.exec(ctx, q, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
 		return fmt.Errorf("refset: hold %v for %q: %w", id, holder, s.db.TranslateError(err, s.stmt.Hold))
 	}
 	return nil
@@ -273,7 +331,7 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 
 // Unhold removes holder's hold on the object; ErrNotFound if there was none.
 func (s *Store[T, ID]) Unhold(ctx context.Context, q refset.Querier, id ID, holder string) error {
-	res, err := q.ExecContext(ctx, s.stmt.Unhold, holder, refset.Arg(id))
+	res, err := s.exec(ctx, q, s.stmt.Unhold, holder, refset.Arg(id))
 	if err != nil {
 		return s.db.TranslateError(err, s.stmt.Unhold)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // registers the "postgres" driver
+	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -22,6 +23,13 @@ type Options struct {
 	// zero value is the server's default (READ COMMITTED), under which foreign keys
 	// already serialise holds against deletions.
 	Isolation sql.IsolationLevel
+
+	// Unprepared makes stores run every statement unprepared, for a connection pooler
+	// that does not keep prepared statements across transactions (PgBouncer in
+	// transaction mode before 1.21, or without max_prepared_statements). It costs a
+	// round trip a statement: lib/pq parses an unprepared statement with arguments in
+	// a round trip of its own.
+	Unprepared bool
 }
 
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
@@ -30,8 +38,9 @@ type DB struct {
 	// Pool is the connection pool; use it for your own queries too.
 	Pool *sqlx.DB
 
-	isolation sql.IsolationLevel
-	closed    atomic.Bool
+	isolation  sql.IsolationLevel
+	unprepared bool
+	closed     atomic.Bool
 }
 
 // Open connects to the database named by dsn (a lib/pq connection string or URL).
@@ -51,7 +60,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		pool.Close()
 		return nil, fmt.Errorf("refset/postgres: open: %w", err)
 	}
-	return &DB{Pool: pool, isolation: opts.Isolation}, nil
+	return &DB{Pool: pool, isolation: opts.Isolation, unprepared: opts.Unprepared}, nil
 }
 
 // Begin opens a write transaction.
@@ -63,8 +72,12 @@ func (db *DB) Begin(ctx context.Context) (refset.Tx, error) {
 	if err != nil {
 		return nil, db.TranslateError(err, "BEGIN")
 	}
-	return tx, nil
+	return sqlstore.NewTx(tx, db), nil
 }
+
+// Unprepared reports whether Options.Unprepared was set: code with statements of its
+// own to prepare should run them unprepared too.
+func (db *DB) Unprepared() bool { return db.unprepared }
 
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }

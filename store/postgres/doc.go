@@ -10,11 +10,13 @@
 // its `db` tags, checks both against the catalog, and creates the set's holds table
 // beside it.
 //
-// A store's reads outside a transaction (a cache miss, Has) run statements it prepared
-// once, and database/sql prepares them once per pooled connection: one round trip a
-// read instead of lib/pq's two. Named prepared statements need a connection that stays
-// the same server session: connect directly or through a pooler in session mode
-// (PgBouncer's transaction mode keeps them only from version 1.21, with
-// max_prepared_statements set). A prepared read that fails is run again unprepared,
-// so a migration that changes a column's type does not break reads.
+// A store runs its own statements prepared (database/sql prepares each once per pooled
+// connection): its reads outside a transaction (a cache miss, Has), and its inserts,
+// holds and unholds in the transactions DB.Begin opens, refset.InTx's among them. That
+// is one round trip a statement instead of lib/pq's two. Named prepared statements
+// need a connection that stays the same server session: connect directly or through a
+// pooler in session mode (PgBouncer's transaction mode keeps them only from version
+// 1.21, with max_prepared_statements set), or set Options.Unprepared. A prepared read
+// that fails is run again unprepared, so a migration that changes a column's type does
+// not break reads.
 package postgres

@@ -27,5 +27,15 @@ type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
 // a field of type ID (refset.ErrSchema otherwise), and creates the holds table if it
 // does not exist.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
-	return sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
+	s, err := sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if db.unprepared {
+		return s, nil
+	}
+	if err := s.Prepare(ctx, db.Pool.DB); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -127,4 +128,78 @@ func TestReadsSurviveColumnTypeChange(t *testing.T) {
 	found, err := store.Has(ctx, db.Reader(), "b")
 	require.NoError(t, err)
 	assert.False(t, found)
+}
+
+// A store's writes in a transaction its database began run as statements prepared on
+// that database's pool (one round trip each instead of lib/pq's two), also inside
+// refset.InTx, which hands units of work the transaction wrapped. Any other
+// transaction, one of another pool or the caller's own *sqlx.Tx, runs them unprepared.
+func TestWritesPreparedInOwnTransactions(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	db, other := openDSN(t, dsn), openDSN(t, dsn)
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+	require.NoError(t, err)
+	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	require.NoError(t, err)
+	set := refset.New(store)
+
+	// prepared reports whether the insert is prepared on q's connection.
+	prepared := func(q refset.Querier) bool {
+		t.Helper()
+		var n int
+		require.NoError(t, q.QueryRowContext(ctx,
+			`SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO "blocks"%'`).Scan(&n))
+		return n > 0
+	}
+	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		_, err := set.AddTx(ctx, tx, block{Hash: "a", Height: 1}, set.Hold("me", 0))
+		require.NoError(t, err)
+		assert.True(t, prepared(tx), "refset's own transaction runs the prepared insert")
+		return nil
+	}))
+
+	// Options.Unprepared: nothing is prepared, not even in the database's own
+	// transactions, nor reads.
+	plain, err := Open(ctx, dsn, Options{MaxConns: 1, Unprepared: true}) // one connection: the one the read used
+	require.NoError(t, err)
+	t.Cleanup(func() { plain.Close() })
+	plainStore, err := NewStore[block, string](ctx, plain, Config{Table: "blocks"})
+	require.NoError(t, err)
+	plainSet := refset.New(plainStore)
+	require.NoError(t, refset.InTx(ctx, plain, func(tx refset.Tx) error {
+		_, err := plainSet.AddTx(ctx, tx, block{Hash: "c", Height: 3}, plainSet.Hold("me", 0))
+		require.NoError(t, err)
+		assert.False(t, prepared(tx), "Unprepared: the insert is not prepared")
+		return nil
+	}))
+	_, err = plainStore.Get(ctx, plain.Reader(), "c")
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, plain.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
+	assert.Zero(t, n, "Unprepared: reads are not prepared either")
+
+	for name, begin := range map[string]func() (refset.Tx, error){
+		"another pool": func() (refset.Tx, error) { return other.Begin(ctx) },
+		"the caller's *sqlx.Tx": func() (refset.Tx, error) {
+			conns, err := sqlx.Open("postgres", dsn)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { conns.Close() })
+			return conns.BeginTxx(ctx, nil)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tx, err := begin()
+			require.NoError(t, err)
+			defer tx.Rollback()
+			_, err = set.AddTx(ctx, tx, block{Hash: "b", Height: 2}, set.Hold("me", 0))
+			require.NoError(t, err)
+			assert.False(t, prepared(tx), "a foreign transaction runs the insert unprepared")
+			var n int
+			require.NoError(t, tx.QueryRowContext(ctx, `SELECT count(*) FROM blocks_holds WHERE object_id = 'b'`).Scan(&n))
+			assert.Equal(t, 1, n)
+		})
+	}
 }

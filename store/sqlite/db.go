@@ -12,6 +12,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -121,7 +122,7 @@ func (db *DB) Begin(ctx context.Context) (refset.Tx, error) {
 	if err != nil {
 		return nil, db.TranslateError(err, "BEGIN")
 	}
-	return tx, nil
+	return sqlstore.NewTx(tx, db), nil
 }
 
 // Reader is the read-only pool.

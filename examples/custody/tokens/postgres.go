@@ -28,10 +28,26 @@ import (
 // select has a text per combination of filter fields). A statement is parsed and
 // planned once per connection, not once per call: for these statements planning
 // costs more than running them.
+//
+// With postgres.Options.Unprepared (a pooler that keeps no prepared statements) they
+// run unprepared instead, planned on every call.
 type statements struct {
-	pool   *sql.DB
-	mu     sync.Mutex
-	byText map[string]*sql.Stmt
+	pool       *sql.DB
+	unprepared bool
+	mu         sync.Mutex
+	byText     map[string]*sql.Stmt
+}
+
+// query runs query with args, prepared unless the database says not to.
+func (s *statements) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if s.unprepared {
+		return s.pool.QueryContext(ctx, query, args...)
+	}
+	st, err := s.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
 }
 
 func (s *statements) get(ctx context.Context, query string) (*sql.Stmt, error) {
@@ -132,11 +148,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 		}
 	}
 	query := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
-	stmt, err := v.stmts.get(ctx, query)
-	if err != nil {
-		return nil, v.pg.TranslateError(err, query)
-	}
-	rows, err := stmt.QueryContext(ctx, args...)
+	rows, err := v.stmts.query(ctx, query, args...)
 	if err != nil {
 		return nil, v.pg.TranslateError(err, query)
 	}
@@ -291,11 +303,7 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 		args = append(args, pq.Array(c))
 	}
 	args = append(args, pq.Array(amounts), txID)
-	stmt, err := v.stmts.get(ctx, fastSpendSQL)
-	if err != nil {
-		return nil, v.pg.TranslateError(err, fastSpendSQL)
-	}
-	rows, err := stmt.QueryContext(ctx, args...)
+	rows, err := v.stmts.query(ctx, fastSpendSQL, args...)
 	if err != nil {
 		return nil, v.refusal(err)
 	}

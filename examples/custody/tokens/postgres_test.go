@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -67,4 +69,24 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, total)
 	audit(t, v)
+}
+
+// With postgres.Options.Unprepared (a pooler that keeps no prepared statements),
+// payments take the same fast paths, unprepared, and prepare nothing.
+func TestPaymentsOnUnpreparedDatabase(t *testing.T) {
+	ctx := t.Context()
+	db, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{MaxConns: 1, Unprepared: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	v, err := Open(ctx, db, Config{})
+	require.NoError(t, err)
+	issue(t, v, "erin", 4, 6)
+	for range 3 {
+		require.NoError(t, pay(ctx, v, "erin", "frank", 2))
+	}
+	var n int
+	require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
+	assert.Zero(t, n, "statements were prepared on the one connection")
+	a := audit(t, v)
+	assert.Equal(t, int64(10), a.Remaining)
 }

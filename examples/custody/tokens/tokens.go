@@ -125,7 +125,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		}
 	case *postgres.DB:
 		v.dialect, v.pg = schema.Postgres, db
-		v.stmts.pool = db.Pool.DB
+		v.stmts.pool, v.stmts.unprepared = db.Pool.DB, db.Unprepared()
 		if err = v.migrate(ctx, "tables"); err != nil {
 			return nil, err
 		}
