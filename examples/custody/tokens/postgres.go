@@ -38,16 +38,36 @@ type statements struct {
 	byText     map[string]*sql.Stmt
 }
 
-// query runs query with args, prepared unless the database says not to.
+// query runs query with args, prepared unless the database says not to. A statement
+// that PostgreSQL refuses because a migration changed the type of a column it returns
+// ("cached plan must not change result type", 0A000) is prepared again, once.
 func (s *statements) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if s.unprepared {
 		return s.pool.QueryContext(ctx, query, args...)
 	}
-	st, err := s.get(ctx, query)
-	if err != nil {
-		return nil, err
+	for attempt := 0; ; attempt++ {
+		st, err := s.get(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := st.QueryContext(ctx, args...)
+		var pe *pq.Error
+		if attempt == 0 && errors.As(err, &pe) && pe.Code == "0A000" {
+			s.forget(query, st)
+			continue
+		}
+		return rows, err
 	}
-	return st.QueryContext(ctx, args...)
+}
+
+// forget drops query's statement, if it is still st, so the next call prepares it anew.
+func (s *statements) forget(query string, st *sql.Stmt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byText[query] == st {
+		delete(s.byText, query)
+		_ = st.Close() // it failed already; closing it only frees it on the server
+	}
 }
 
 func (s *statements) get(ctx context.Context, query string) (*sql.Stmt, error) {

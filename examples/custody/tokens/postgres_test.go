@@ -90,3 +90,20 @@ func TestPaymentsOnUnpreparedDatabase(t *testing.T) {
 	a := audit(t, v)
 	assert.Equal(t, int64(10), a.Remaining)
 }
+
+// The fast paths' statements are prepared once per connection. A migration that
+// changes the type of a column they return makes PostgreSQL refuse them ("cached plan
+// must not change result type"); they are prepared again and payments go on.
+func TestPaymentsSurviveColumnTypeChange(t *testing.T) {
+	ctx := t.Context()
+	v := backends[1].open(t, 1, Config{})[0] // postgres
+	issue(t, v, "erin", 5, 5, 5, 5)
+	require.NoError(t, pay(ctx, v, "erin", "frank", 3))
+	_, err := v.pg.Pool.ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
+	require.NoError(t, err)
+	for range 4 { // every pooled connection that prepared the statements
+		require.NoError(t, pay(ctx, v, "erin", "frank", 1))
+	}
+	a := audit(t, v)
+	assert.Equal(t, int64(20), a.Remaining)
+}
