@@ -141,8 +141,9 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 	return nil
 }
 
-// exec runs a writing statement on q: prepared when q is a transaction this store's
-// database began, as the statement as prepared on that database's pool.
+// exec runs a writing statement on q. In a transaction this store's database began it
+// runs the statement Prepare made, bound to the transaction's connection; anywhere
+// else, unprepared.
 func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string, args ...any) (sql.Result, error) {
 	if tx := begun(q); tx != nil && tx.db == s.db {
 		if st := s.writes[query]; st != nil {
