@@ -6,8 +6,11 @@ import (
 )
 
 // The errors a RefSet and its stores return. Match them with errors.Is: every error the
-// library returns wraps one of these and, where a database refused something, the
-// driver's own error too (reach it with errors.As), so nothing is lost in translation.
+// library returns wraps one of these, or the context's own error (context.Canceled,
+// context.DeadlineExceeded) when the call's context ended, or is the error a caller's
+// own Command or function returned, passed on as it is. Where a database refused
+// something the driver's own error is wrapped too (reach it with errors.As), so
+// nothing is lost in translation.
 var (
 	// ErrNotFound: the object is not in the set, or a reference names an object that
 	// does not exist (a foreign key the database refused on insert).
@@ -27,10 +30,15 @@ var (
 	// ErrInvalidToken: a nil token, or a token that belongs to another set.
 	ErrInvalidToken = errors.New("invalid token")
 
-	// ErrInvalidCommand: a nil command in a release or acquire list.
+	// ErrInvalidCommand: a nil command in a release or acquire list, or a statement
+	// that would end or begin a transaction (COMMIT, ROLLBACK, END, BEGIN, ...) run
+	// by a Command or a function given to InTx. Only refset ends a transaction it
+	// began; the unit of work is rolled back.
 	ErrInvalidCommand = errors.New("invalid command")
 
-	// ErrInvalidTx: a nil transaction or database where one is required.
+	// ErrInvalidTx: a nil transaction or database where one is required, a
+	// connection pool where a transaction is required, or a transaction that has
+	// already ended (or, on Postgres, that an earlier failed statement aborted).
 	ErrInvalidTx = errors.New("invalid transaction")
 
 	// ErrInvalidID: the zero value of the ID type, which never names an object.
@@ -54,7 +62,54 @@ var (
 
 	// ErrClosed: the store's database has been closed.
 	ErrClosed = errors.New("store closed")
+
+	// ErrUnavailable: the database could not be reached, or the connection was lost
+	// during the call (a server restart or shutdown, a network failure, a terminated
+	// backend, too many connections, a SQLite file that cannot be opened or read).
+	// Nothing the call did was committed, unless the error also matches
+	// ErrCommitUnknown. It may pass: retry later.
+	ErrUnavailable = errors.New("database unavailable")
+
+	// ErrCommitUnknown: the connection was lost while a transaction was committing, so
+	// it may or may not have committed. It comes with ErrUnavailable. Check what is
+	// stored before doing again work that must not happen twice.
+	ErrCommitUnknown = errors.New("commit outcome unknown")
+
+	// ErrTimeout: the database gave up on a statement at a limit of its own
+	// (Postgres statement_timeout, lock_timeout, idle_in_transaction_session_timeout).
+	// The transaction was rolled back. A deadline of the call's context gives
+	// context.DeadlineExceeded instead.
+	ErrTimeout = errors.New("database timeout")
+
+	// ErrInvalidConfig: an option or connection setting that cannot work: a SQLite
+	// path that names no file, an unknown option value, a Postgres role or password
+	// the server refuses, a database that does not exist.
+	ErrInvalidConfig = errors.New("invalid configuration")
+
+	// ErrStatement: the database refused a statement for a reason no other sentinel
+	// names: a syntax error, a value of the wrong type, an exception raised by a
+	// trigger. It is almost always a caller's own SQL; the driver's error says what.
+	ErrStatement = errors.New("statement refused")
 )
+
+// sentinels are all the errors above.
+var sentinels = []error{
+	ErrNotFound, ErrDuplicate, ErrReferenced, ErrTokenConsumed, ErrInvalidToken,
+	ErrInvalidCommand, ErrInvalidTx, ErrInvalidID, ErrInvalidIdentifier, ErrSchema,
+	ErrConflict, ErrConstraint, ErrClosed, ErrUnavailable, ErrCommitUnknown,
+	ErrTimeout, ErrInvalidConfig, ErrStatement,
+}
+
+// IsSentinel reports whether err matches one of the sentinel errors above: an error
+// that is not the context's, nor a caller's own, always does.
+func IsSentinel(err error) bool {
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // opError wraps a sentinel and the underlying cause in one error that matches both.
 func opError(op string, sentinel, cause error) error {

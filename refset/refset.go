@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"time"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
 )
 
 // Identifiable is an object with an ID. The ID names one immutable value forever: a
@@ -41,8 +43,8 @@ func (s *RefSet[T, ID]) Add(ctx context.Context, obj T, cmds ...Command[ID]) (*R
 // AddTx is Add inside the caller's transaction tx. A failure undoes only what AddTx
 // did, and tx stays usable.
 func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if tx == nil {
-		return nil, opError("add", ErrInvalidTx, nil)
+	if err := checkTx(tx); err != nil {
+		return nil, err
 	}
 	return s.add(ctx, tx, obj, cmds)
 }
@@ -76,8 +78,8 @@ func (s *RefSet[T, ID]) AddAll(ctx context.Context, objs []T) ([]*RefToken[ID], 
 
 // AddAllTx is AddAll inside the caller's transaction tx.
 func (s *RefSet[T, ID]) AddAllTx(ctx context.Context, tx Tx, objs []T) ([]*RefToken[ID], error) {
-	if tx == nil {
-		return nil, opError("add", ErrInvalidTx, nil)
+	if err := checkTx(tx); err != nil {
+		return nil, err
 	}
 	return s.addAll(ctx, tx, objs)
 }
@@ -108,15 +110,16 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 		if err := checkID("upgrade", id); err != nil {
 			return nil, err
 		}
-		return s.upgrade(ctx, s.db.Reader(), id, nil)
+		tok, err := s.upgrade(ctx, s.db.Reader(), id, nil)
+		return tok, ctxerr.Wrap(ctx, err)
 	}
 	return s.upgradeIn(ctx, nil, id, cmds)
 }
 
 // UpgradeTx is Upgrade inside the caller's transaction tx.
 func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if tx == nil {
-		return nil, opError("upgrade", ErrInvalidTx, nil)
+	if err := checkTx(tx); err != nil {
+		return nil, err
 	}
 	return s.upgradeIn(ctx, tx, id, cmds)
 }
@@ -148,8 +151,8 @@ func (s *RefSet[T, ID]) upgrade(ctx context.Context, q Querier, id ID, cmds []Co
 	if !ok {
 		return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 	}
-	if tx, isTx := q.(Tx); isTx && len(cmds) > 0 {
-		if err := runAll(ctx, tx, id, cmds); err != nil {
+	if len(cmds) > 0 { // q is then a transaction
+		if err := runAll(ctx, q, id, cmds); err != nil {
 			return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
 		}
 	}
@@ -172,7 +175,7 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 		return s.store.Get(ctx, s.db.Reader(), tok.id)
 	})
 	if err != nil {
-		return Lease[T]{}, fmt.Errorf("refset: get %v: %w", tok.id, err)
+		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: get %v: %w", tok.id, err))
 	}
 	return Lease[T]{b: b}, nil
 }
@@ -204,7 +207,8 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 }
 
 // runCommands runs a hand-over's commands: in a new transaction when tx is nil,
-// otherwise under a savepoint of tx.
+// otherwise under a savepoint of tx. A panicking command rolls back and goes on
+// panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
 	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
 }

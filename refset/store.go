@@ -14,8 +14,25 @@ type Querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Tx is an open database transaction, as *sql.Tx and *sqlx.Tx are.
+// Tx is a database transaction as the code that runs inside it sees it: it runs
+// statements and cannot end the transaction. Commands, and functions given to InTx,
+// get a Tx from refset: it has no Commit or Rollback, it refuses statements that would
+// end or begin a transaction (COMMIT, ROLLBACK, END, BEGIN, ... fail with
+// ErrInvalidCommand, and the unit of work then rolls back whatever the code did with
+// that error), and it translates driver errors to the sentinels. Only refset ends a
+// transaction it began.
+//
+// The *Tx methods (AddTx, UpgradeTx, CompleteTx, ...) take the caller's own
+// transaction as a Tx too: a *sql.Tx or *sqlx.Tx, or the Tx that InTx gave. A
+// connection pool (*sql.DB, *sqlx.DB, *sql.Conn) is not a transaction and is refused
+// with ErrInvalidTx.
 type Tx interface {
+	Querier
+}
+
+// DatabaseTx is a write transaction a Database began. refset commits it or rolls it
+// back; the code it runs inside the transaction sees only a Tx.
+type DatabaseTx interface {
 	Querier
 	Commit() error
 	Rollback() error
@@ -26,7 +43,7 @@ type Tx interface {
 // span all of them.
 type Database interface {
 	// Begin opens a write transaction.
-	Begin(ctx context.Context) (Tx, error)
+	Begin(ctx context.Context) (DatabaseTx, error)
 
 	// Reader is where reads outside a transaction go.
 	Reader() Querier

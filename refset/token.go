@@ -140,8 +140,8 @@ func (a *Acquired[ID]) Complete(ctx context.Context) (*RefToken[ID], error) {
 // stays usable. On success the token is consumed at once, whether or not tx commits
 // later; if tx rolls back, Upgrade the ID again for a new token.
 func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], error) {
-	if tx == nil {
-		return nil, opError("complete", ErrInvalidTx, nil)
+	if err := checkTx(tx); err != nil {
+		return nil, err
 	}
 	return a.complete(ctx, tx)
 }
@@ -153,10 +153,17 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 	if !a.lin.advance(stepAcquired, stepCompleting) {
 		return nil, opError(fmt.Sprintf("complete %v", a.id), ErrTokenConsumed, nil)
 	}
+	done := false
+	defer func() {
+		// A failed or panicking hand-over rolled back: the Acquired is usable again.
+		if !done {
+			a.lin.advance(stepCompleting, stepAcquired)
+		}
+	}()
 	if err := a.set.runCommands(ctx, tx, a.id, a.cmds); err != nil {
-		a.lin.advance(stepCompleting, stepAcquired)
 		return nil, fmt.Errorf("refset: complete %v: %w", a.id, err)
 	}
+	done = true
 	a.lin.advance(stepCompleting, stepDone)
 	return newToken(a.id, a.set), nil
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/txview"
 )
 
 // maxAttempts bounds how often InTx runs a unit of work that the database aborted
@@ -15,30 +19,41 @@ const maxAttempts = 6
 // InTx runs fn in one write transaction of db and commits it: everything fn does
 // (Add, Upgrade and Complete through their Tx forms, holds, the caller's own SQL)
 // commits together or not at all. If fn returns an error the transaction rolls back
-// and InTx returns that error. If the database aborts the transaction to keep
-// concurrent ones apart (ErrConflict), fn runs again in a new transaction, a bounded
-// number of times with jittered back-off; fn must therefore have no effects outside
-// the transaction.
+// and InTx returns that error. If fn panics the transaction rolls back, its
+// connection goes back to the pool, and the panic goes on with its own value. If the
+// database aborts the transaction to keep concurrent ones apart (ErrConflict), fn
+// runs again in a new transaction, a bounded number of times with jittered back-off;
+// fn must therefore have no effects outside the transaction.
 //
-// Inside fn, use the Tx forms (AddTx, UpgradeTx, CompleteTx) with tx. The plain forms
-// open a transaction of their own, which is not part of the unit of work, and on
-// SQLite, whose one writer connection fn's transaction holds, would wait for it
-// until ctx ends.
+// fn gets a Tx that runs statements but cannot end the transaction: a statement such
+// as COMMIT or ROLLBACK fails with ErrInvalidCommand, and InTx then rolls back and
+// returns that error whatever fn returned. Inside fn, use the Tx forms (AddTx,
+// UpgradeTx, CompleteTx) with tx. The plain forms open a transaction of their own,
+// which is not part of the unit of work, and on SQLite, whose one writer connection
+// fn's transaction holds, would wait for it until ctx ends.
 //
 // The tx given to fn translates driver errors of ExecContext and QueryContext to the
 // refset sentinels; an error from a QueryRowContext row's Scan is translated when fn
 // returns it.
+//
+// Errors: ErrInvalidTx (a nil db), ErrInvalidCommand (fn ran a statement that would
+// end the transaction), ErrConflict (still aborted after the retries), ErrUnavailable
+// (with ErrCommitUnknown when the connection was lost while committing), ErrTimeout,
+// ErrClosed, the context's error when ctx ended, and whatever fn returned (translated
+// to a sentinel when it is a driver's error).
 func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
-	return RetryConflicts(ctx, func() error { return inTxOnce(ctx, db, fn) })
+	err := RetryConflicts(ctx, func() error { return inTxOnce(ctx, db, fn) })
+	return ctxerr.Wrap(ctx, err)
 }
 
 // RetryConflicts runs fn, and runs it again while it fails with ErrConflict, as InTx
 // does with a unit of work: at most six runs in all, with jittered back-off between
 // them. It is for work that commits on its own, a single statement outside any
-// transaction; fn must leave nothing behind when it fails.
+// transaction; fn must leave nothing behind when it fails. It returns fn's last
+// error, joined with the context's error if ctx ended during a back-off.
 func RetryConflicts(ctx context.Context, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
@@ -51,50 +66,111 @@ func RetryConflicts(ctx context.Context, fn func() error) error {
 	}
 }
 
-func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) (err error) {
+func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("refset: in transaction: %w", err)
 	}
 	raw, err := db.Begin(ctx)
 	if err != nil {
 		return db.TranslateError(err, "BEGIN")
 	}
-	tx := &translatingTx{tx: raw, db: db}
+	ended := false
 	defer func() {
-		if err != nil {
+		// Every way out that does not commit rolls back: an error, and a panic in
+		// fn, which goes on unwinding after this.
+		if !ended {
 			_ = raw.Rollback()
 		}
 	}()
-	if err := fn(tx); err != nil {
+	view := newView(raw, db)
+	if err := refusedOr(view, fn(view)); err != nil {
 		return db.TranslateError(err, "")
 	}
+	ended = true // whether it succeeds or not, Commit ends the transaction
 	if err := raw.Commit(); err != nil {
-		return db.TranslateError(err, "COMMIT")
+		err = db.TranslateError(err, "COMMIT")
+		if errors.Is(err, ErrUnavailable) {
+			err = opError("commit", ErrCommitUnknown, err)
+		}
+		return err
 	}
 	return nil
 }
 
-// inSavepoint runs fn inside the caller's transaction so that, if fn fails, only
-// what fn did is undone and the caller's transaction stays usable (Postgres would
-// otherwise refuse every later statement of it).
+// newView is the Tx that Commands and units of work get of raw: statements only,
+// driver errors translated, transaction-ending statements refused.
+func newView(raw Querier, db Database) *txview.View {
+	return txview.New(raw, db.TranslateError, func(err error) error {
+		return opError("statement", ErrInvalidCommand, err)
+	})
+}
+
+// refusedOr is the error a unit of work ends with: the statement view refused, if
+// any, whatever the work did with that refusal; otherwise err.
+func refusedOr(view *txview.View, err error) error {
+	refused := view.Refused()
+	if refused == nil || errors.Is(err, txview.ErrEndsTransaction) {
+		return err
+	}
+	if err == nil {
+		return refused
+	}
+	return errors.Join(refused, err)
+}
+
+// savepoint is the name refset gives the savepoint of a *Tx call.
+const savepoint = "refset_savepoint"
+
+// inSavepoint runs fn inside the caller's transaction so that, if fn fails or
+// panics, only what fn did is undone and the caller's transaction stays usable
+// (Postgres would otherwise refuse every later statement of it).
 func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(tx Tx) error) error {
-	if tx == nil {
-		return opError("in transaction", ErrInvalidTx, nil)
+	if err := checkTx(tx); err != nil {
+		return err
 	}
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT refset"); err != nil {
-		return db.TranslateError(err, "SAVEPOINT")
+	// refset's own statements go to the transaction itself, not through a view.
+	raw := txview.Raw(tx)
+	if _, err := raw.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+		return ctxerr.Wrap(ctx, db.TranslateError(err, "SAVEPOINT"))
 	}
-	if err := fn(wrapTx(tx, db)); err != nil {
+	released := false
+	undo := func() error {
 		// The rollback must run even when ctx is what failed.
-		undo := context.WithoutCancel(ctx)
-		_, rbErr := tx.ExecContext(undo, "ROLLBACK TO SAVEPOINT refset")
-		if rbErr == nil {
-			_, rbErr = tx.ExecContext(undo, "RELEASE SAVEPOINT refset")
+		undoCtx := context.WithoutCancel(ctx)
+		_, err := raw.ExecContext(undoCtx, "ROLLBACK TO SAVEPOINT "+savepoint)
+		if err == nil {
+			_, err = raw.ExecContext(undoCtx, "RELEASE SAVEPOINT "+savepoint)
 		}
-		return errors.Join(db.TranslateError(err, ""), rbErr)
+		released = true
+		return err
 	}
-	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT refset"); err != nil {
-		return db.TranslateError(err, "RELEASE")
+	defer func() {
+		if !released { // fn panicked
+			_ = undo()
+		}
+	}()
+	view := newView(tx, db)
+	if err := refusedOr(view, fn(view)); err != nil {
+		return ctxerr.Wrap(ctx, errors.Join(db.TranslateError(err, ""), undo()))
+	}
+	released = true
+	if _, err := raw.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
+		return ctxerr.Wrap(ctx, db.TranslateError(err, "RELEASE"))
+	}
+	return nil
+}
+
+// checkTx refuses what is not a transaction where one is required: nil, and a
+// connection pool or connection (anything that can begin a transaction), on which a
+// savepoint would land on whatever connection the pool picks.
+func checkTx(tx Tx) error {
+	switch tx.(type) {
+	case nil:
+		return opError("in transaction", ErrInvalidTx, errors.New("nil transaction"))
+	case interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}:
+		return opError("in transaction", ErrInvalidTx, fmt.Errorf("%T is a connection pool, not a transaction: pass the *sql.Tx you began on it", tx))
 	}
 	return nil
 }
@@ -111,45 +187,3 @@ func backoff(ctx context.Context, attempt int) error {
 		return ctx.Err()
 	}
 }
-
-// translatingTx is the Tx handed to units of work and commands: the caller's
-// transaction, with driver errors translated where the failing statement is known.
-type translatingTx struct {
-	tx Tx
-	db Database
-}
-
-func wrapTx(tx Tx, db Database) Tx {
-	if t, ok := tx.(*translatingTx); ok {
-		return t
-	}
-	return &translatingTx{tx: tx, db: db}
-}
-
-func (t *translatingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	res, err := t.tx.ExecContext(ctx, query, args...)
-	if err != nil {
-		return nil, t.db.TranslateError(err, query)
-	}
-	return res, nil
-}
-
-func (t *translatingTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	rows, err := t.tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, t.db.TranslateError(err, query)
-	}
-	return rows, nil
-}
-
-func (t *translatingTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, query, args...)
-}
-
-// Unwrap is the caller's transaction, for a store that runs its statements on it
-// directly (prepared, on the transaction's connection) and translates their errors
-// itself.
-func (t *translatingTx) Unwrap() Tx { return t.tx }
-
-func (t *translatingTx) Commit() error   { return t.tx.Commit() }
-func (t *translatingTx) Rollback() error { return t.tx.Rollback() }

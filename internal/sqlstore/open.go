@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -74,15 +73,7 @@ func QuotedColumns(cols []string) string {
 
 // Translated reports whether err already carries a refset sentinel, so a store does
 // not translate (and prefix) it twice.
-func Translated(err error) bool {
-	for _, s := range []error{refset.ErrNotFound, refset.ErrDuplicate, refset.ErrReferenced,
-		refset.ErrConflict, refset.ErrConstraint, refset.ErrClosed} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
-}
+func Translated(err error) bool { return refset.IsSentinel(err) }
 
 // Verb is the statement's first keyword, upper-cased ("INSERT", "DELETE"), or "" when
 // query is empty.

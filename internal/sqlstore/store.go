@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/sqlident"
+	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -153,19 +154,11 @@ func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string,
 	return q.ExecContext(ctx, query, args...)
 }
 
-// begun is the Tx under q (refset hands units of work its transaction wrapped), or
-// nil if q is not a transaction a store's database began.
+// begun is the Tx under q (refset hands commands and units of work a view of its
+// transaction), or nil if q is not a transaction a store's database began.
 func begun(q refset.Querier) *Tx {
-	for {
-		switch t := q.(type) {
-		case *Tx:
-			return t
-		case interface{ Unwrap() refset.Tx }:
-			q = t.Unwrap()
-		default:
-			return nil
-		}
-	}
+	tx, _ := txview.Raw(q).(*Tx)
+	return tx
 }
 
 // rowsPerInsert is how many rows of cols columns a multi-row insert takes.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	_ "github.com/lib/pq" // registers the "postgres" driver
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -47,7 +48,7 @@ type DB struct {
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	pool, err := sqlx.Open("postgres", dsn)
 	if err != nil {
-		return nil, fmt.Errorf("refset/postgres: open: %w", err)
+		return nil, fmt.Errorf("refset/postgres: open: %w: %w", refset.ErrInvalidConfig, err)
 	}
 	conns := opts.MaxConns
 	if conns <= 0 {
@@ -58,13 +59,23 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	pool.SetConnMaxIdleTime(5 * time.Minute)
 	if err := pool.PingContext(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("refset/postgres: open: %w", err)
+		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
 	return &DB{Pool: pool, isolation: opts.Isolation, unprepared: opts.Unprepared}, nil
 }
 
+// openError is why the first connection failed: the server's answer or the lost
+// connection as a sentinel, and anything else (lib/pq's complaints about the DSN
+// itself) as ErrInvalidConfig.
+func openError(err error) error {
+	if err = translateError(err, ""); sqlstore.Translated(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
+}
+
 // Begin opens a write transaction.
-func (db *DB) Begin(ctx context.Context) (refset.Tx, error) {
+func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)
 	}

@@ -179,9 +179,9 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	require.NoError(t, plain.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
 	assert.Zero(t, n, "Unprepared: reads are not prepared either")
 
-	for name, begin := range map[string]func() (refset.Tx, error){
-		"another pool": func() (refset.Tx, error) { return other.Begin(ctx) },
-		"the caller's *sqlx.Tx": func() (refset.Tx, error) {
+	for name, begin := range map[string]func() (refset.DatabaseTx, error){
+		"another pool": func() (refset.DatabaseTx, error) { return other.Begin(ctx) },
+		"the caller's *sqlx.Tx": func() (refset.DatabaseTx, error) {
 			conns, err := sqlx.Open("postgres", dsn)
 			if err != nil {
 				return nil, err

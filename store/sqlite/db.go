@@ -47,7 +47,7 @@ type DB struct {
 // Open opens (creating if needed) the SQLite database file at path.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if path == "" || path == ":memory:" {
-		return nil, fmt.Errorf("refset/sqlite: open %q: a database file is needed (write-ahead logging and the separate reader pool need one; use a temporary directory for throwaway databases)", path)
+		return nil, fmt.Errorf("refset/sqlite: open %q: %w: a database file is needed (write-ahead logging and the separate reader pool need one; use a temporary directory for throwaway databases)", path, refset.ErrInvalidConfig)
 	}
 	busy := opts.BusyTimeout
 	if busy == 0 {
@@ -59,7 +59,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		sync = "FULL"
 	case "FULL", "NORMAL":
 	default:
-		return nil, fmt.Errorf("refset/sqlite: Synchronous %q: want FULL or NORMAL", sync)
+		return nil, fmt.Errorf("refset/sqlite: Synchronous %q: %w: want FULL or NORMAL", sync, refset.ErrInvalidConfig)
 	}
 	readers := opts.Readers
 	if readers <= 0 {
@@ -80,7 +80,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	w.Set("_txlock", "immediate")
 	writer, err := sqlx.Open("sqlite3", file+"?"+w.Encode())
 	if err != nil {
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
@@ -89,7 +89,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	// The writer connects first: it is what switches the file to WAL.
 	if err := writer.PingContext(ctx); err != nil {
 		writer.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
 
 	r := url.Values{}
@@ -100,21 +100,30 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	reader, err := sqlx.Open("sqlite3", file+"?"+r.Encode())
 	if err != nil {
 		writer.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 	if err := reader.PingContext(ctx); err != nil {
 		writer.Close()
 		reader.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, err)
+		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
 	return &DB{Writer: writer, Readers: reader}, nil
 }
 
+// openError is why opening failed, as a sentinel: a file that cannot be opened or
+// read as a database is ErrUnavailable, anything else ErrInvalidConfig.
+func openError(err error) error {
+	if err = (&DB{}).TranslateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
+}
+
 // Begin opens a write transaction on the writer connection; it waits for the
 // writer if another transaction has it.
-func (db *DB) Begin(ctx context.Context) (refset.Tx, error) {
+func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("refset/sqlite: begin: %w", refset.ErrClosed)
 	}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,11 +25,12 @@ func (db *DB) TranslateError(err error, query string) error {
 	}
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
-		return err
+		return sqlstore.TranslateConnError(err, "refset/sqlite")
 	}
+	wrap := func(sentinel error) error { return fmt.Errorf("refset/sqlite: %w: %w", sentinel, err) }
 	switch se.ExtendedCode {
 	case sqlite3.ErrConstraintPrimaryKey, sqlite3.ErrConstraintUnique:
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrDuplicate, err)
+		return wrap(refset.ErrDuplicate)
 	case sqlite3.ErrConstraintForeignKey:
 		return sqlstore.ForeignKeyError(err, query)
 	case sqlite3.ErrConstraintTrigger:
@@ -36,14 +38,28 @@ func (db *DB) TranslateError(err error, query string) error {
 		// fails as a trigger (1811), not as a foreign key (787). RESTRICT only ever
 		// guards the parent, so the direction is certain.
 		if strings.Contains(se.Error(), "FOREIGN KEY") {
-			return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrReferenced, err)
+			return wrap(refset.ErrReferenced)
 		}
 	}
 	switch se.Code {
 	case sqlite3.ErrBusy, sqlite3.ErrLocked:
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrConflict, err)
+		return wrap(refset.ErrConflict)
 	case sqlite3.ErrConstraint:
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrConstraint, err)
+		return wrap(refset.ErrConstraint)
+	case sqlite3.ErrInterrupt:
+		// go-sqlite3 interrupts a statement whose context ended; refset adds the
+		// context's own error.
+		return fmt.Errorf("refset/sqlite: statement interrupted: %w: %w", context.Canceled, err)
+	case sqlite3.ErrCantOpen, sqlite3.ErrIoErr, sqlite3.ErrFull, sqlite3.ErrNomem,
+		sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrProtocol:
+		// The file cannot be opened, read or written as a database.
+		return wrap(refset.ErrUnavailable)
+	case sqlite3.ErrError:
+		// SQLite's generic code; its messages for a missing table or column are
+		// stable, so those are told apart as the Postgres codes are.
+		if msg := se.Error(); strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column") {
+			return wrap(refset.ErrSchema)
+		}
 	}
-	return err
+	return wrap(refset.ErrStatement)
 }

@@ -1,0 +1,42 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/refsetdb/refset/refset"
+)
+
+// TranslateConnError maps the errors that are not a database's answer but the loss of
+// it, the same for every driver, to the refset sentinels (wrapping both), and returns
+// any other error unchanged: a connection refused, reset or closed under a statement
+// is ErrUnavailable, and a transaction that had already ended is ErrInvalidTx.
+// prefix starts the message ("refset/postgres").
+func TranslateConnError(err error, prefix string) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
+		isNetError(err):
+		return fmt.Errorf("%s: %w: %w", prefix, refset.ErrUnavailable, err)
+	case errors.Is(err, sql.ErrTxDone):
+		// The transaction ended under the statement: database/sql rolled it back
+		// because the context given to Begin ended (the caller's context error is
+		// added by refset), or a caller ended its own transaction.
+		return fmt.Errorf("%s: %w: %w", prefix, refset.ErrInvalidTx, err)
+	}
+	return err
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}

@@ -1,0 +1,85 @@
+package txview
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEndingStatement(t *testing.T) {
+	tests := []struct {
+		query string
+		want  string
+	}{
+		{"COMMIT", "COMMIT"},
+		{"commit", "COMMIT"},
+		{"  \n\tCommit;", "COMMIT"},
+		{"-- done\nCOMMIT", "COMMIT"},
+		{"/* done */ COMMIT", "COMMIT"},
+		{"/* a /* nested */ comment */ END", "END"},
+		{"END TRANSACTION", "END"},
+		{"ROLLBACK", "ROLLBACK"},
+		{"ROLLBACK WORK", "ROLLBACK"},
+		{"ABORT", "ABORT"},
+		{"BEGIN", "BEGIN"},
+		{"BEGIN IMMEDIATE", "BEGIN"},
+		{"START TRANSACTION", "START"},
+		{"PREPARE TRANSACTION 'x'", "PREPARE TRANSACTION"},
+		{"COMMIT PREPARED 'x'", "COMMIT"},
+		{"SELECT 1; COMMIT", "COMMIT"},
+		{"INSERT INTO t VALUES ('a;b'); commit; SELECT 1", "COMMIT"},
+		{"SELECT 1;;ROLLBACK", "ROLLBACK"},
+
+		{"", ""},
+		{";", ""},
+		{"SELECT 1", ""},
+		{"DELETE FROM pending WHERE id = $1", ""},
+		{"ROLLBACK TO SAVEPOINT mine", ""},
+		{"rollback to mine", ""},
+		{"ROLLBACK TRANSACTION TO SAVEPOINT mine", ""},
+		{"SAVEPOINT mine", ""},
+		{"RELEASE SAVEPOINT mine", ""},
+		{"PREPARE q AS SELECT 1", ""},
+		{"SELECT 'x; COMMIT'", ""},
+		{`SELECT "a;COMMIT" FROM t`, ""},
+		{"SELECT `a;COMMIT` FROM t", ""},
+		{"SELECT [a;COMMIT] FROM t", ""},
+		{"SELECT E'it\\'s; COMMIT'", ""},
+		{"SELECT 'it''s; COMMIT'", ""},
+		{"SELECT 1 -- ; COMMIT", ""},
+		{"SELECT 1 /* ; COMMIT */", ""},
+		{"DO $$ BEGIN PERFORM 1; END $$", ""},
+		{"DO $body$ BEGIN PERFORM 1; COMMIT; END $body$", ""},
+		{"CREATE FUNCTION f() RETURNS int AS 'SELECT 1; ' LANGUAGE sql", ""},
+		{"CREATE TRIGGER tr AFTER DELETE ON t BEGIN DELETE FROM u WHERE id = old.id; END", ""},
+		{"CREATE TRIGGER tr AFTER DELETE ON t BEGIN SELECT CASE WHEN 1 THEN 2 END; DELETE FROM u; END; SELECT 1", ""},
+		{"CREATE TRIGGER tr AFTER DELETE ON t BEGIN DELETE FROM u; END; COMMIT", "COMMIT"},
+		{"SELECT CASE WHEN a THEN 1 END FROM t; END", "END"},
+		{"SELECT $1, $2; COMMIT", "COMMIT"},
+		{"SELECT 'unterminated; COMMIT", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			if got := EndingStatement(tc.query); got != tc.want {
+				t.Errorf("EndingStatement(%q) = %q, want %q", tc.query, got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzEndingStatement checks that the scanner never panics or loops, and that a
+// COMMIT appended as a statement of its own after anything that closes its quotes and
+// comments is always found.
+func FuzzEndingStatement(f *testing.F) {
+	for _, s := range []string{"SELECT 1", "DELETE FROM t WHERE id = $1", "'", "\"", "/*", "$a$", "$$", "E'\\", "[", "`", "CASE END BEGIN", "ROLLBACK TO x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		_ = EndingStatement(q)
+		if strings.ContainsAny(q, "'\"`[$/-") || strings.Contains(strings.ToUpper(q), "BEGIN") || strings.Contains(strings.ToUpper(q), "CASE") {
+			return // may leave a quote, comment or block open
+		}
+		if got := EndingStatement(q + "; COMMIT"); got != "COMMIT" && EndingStatement(q) == "" {
+			t.Errorf("EndingStatement(%q + \"; COMMIT\") = %q", q, got)
+		}
+	})
+}

@@ -1,0 +1,123 @@
+// Package txview is the view of a transaction that refset hands to code it runs inside
+// one: Commands, functions given to refset.InTx. The view runs statements and cannot
+// end the transaction: it has no Commit or Rollback, and it refuses statements that
+// would end it (COMMIT, ROLLBACK, BEGIN, ...). Only refset ends a transaction it began.
+//
+// The package is internal so that the way back from a view to the transaction under
+// it (Raw) is open to the stores, which run their prepared statements on it, and
+// closed to callers.
+package txview
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Querier runs statements: *sql.Tx, *sqlx.Tx and a View all do.
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// ErrEndsTransaction is wrapped by the error a View returns for a statement that would
+// end or begin a transaction. refset wraps it in its own ErrInvalidCommand.
+var ErrEndsTransaction = errors.New("the statement would end the transaction; only refset ends a transaction it began")
+
+// View is a transaction as the code that runs inside it sees it.
+//
+// A refused statement is remembered: whatever the code does with the error (a
+// Command may swallow it), Refused reports it, and refset then rolls the unit of work
+// back instead of committing what a caller meant to commit early.
+type View struct {
+	raw       Querier
+	translate func(err error, query string) error
+	refuse    error // what a transaction-ending statement fails with
+
+	mu      sync.Mutex
+	refused error
+}
+
+// New returns a view of raw for one unit of work or savepoint. raw may itself be a
+// View (a savepoint inside a unit of work): the new view runs on the same
+// transaction and remembers its own refusals. translate maps a driver error of a
+// statement to the caller's sentinels; refuse wraps ErrEndsTransaction for a refused
+// statement.
+func New(raw Querier, translate func(err error, query string) error, refuse func(error) error) *View {
+	if v, ok := raw.(*View); ok {
+		raw = v.raw
+	}
+	return &View{raw: raw, translate: translate, refuse: refuse(ErrEndsTransaction)}
+}
+
+// Refused is the error of the first statement the view refused, or nil.
+func (v *View) Refused() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.refused
+}
+
+// Raw is the transaction under q when q is a View, and q itself otherwise.
+func Raw(q Querier) Querier {
+	if v, ok := q.(*View); ok {
+		return v.raw
+	}
+	return q
+}
+
+// ExecContext runs query in the transaction, refusing one that would end it.
+func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := v.check(query); err != nil {
+		return nil, err
+	}
+	res, err := v.raw.ExecContext(ctx, query, args...)
+	if err != nil {
+		return nil, v.translate(err, query)
+	}
+	return res, nil
+}
+
+// QueryContext runs query in the transaction, refusing one that would end it.
+func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := v.check(query); err != nil {
+		return nil, err
+	}
+	rows, err := v.raw.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, v.translate(err, query)
+	}
+	return rows, nil
+}
+
+// QueryRowContext runs query in the transaction. A query that would end the
+// transaction is not sent: its row's Scan fails with context.Canceled, the one error
+// database/sql lets a caller put in a Row, and the refusal is remembered (Refused), so
+// the unit of work fails with it whatever the caller does with the Scan error.
+func (v *View) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if err := v.check(query); err != nil {
+		// database/sql gives no way to build a Row holding an error of one's own; a
+		// context already cancelled makes it hold context.Canceled without touching
+		// the transaction.
+		dead, cancel := context.WithCancel(ctx)
+		cancel()
+		return v.raw.QueryRowContext(dead, query, args...)
+	}
+	return v.raw.QueryRowContext(ctx, query, args...)
+}
+
+func (v *View) check(query string) error {
+	verb := EndingStatement(query)
+	if verb == "" {
+		return nil
+	}
+	err := fmt.Errorf("%w: %s", v.refuse, verb)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.refused == nil {
+		v.refused = err
+	}
+	return err
+}
