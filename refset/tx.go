@@ -100,7 +100,17 @@ func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // newView is the Tx that Commands and units of work get of raw: statements only,
 // driver errors translated, transaction-ending statements refused.
 func newView(raw Querier, db Database) *txview.View {
-	return txview.New(raw, db.TranslateError, func(err error) error {
+	translate := func(err error, query string) error {
+		// An error here is the database's or the driver's answer to a statement,
+		// never a caller's own: one that no store sentinel names (lib/pq's count of
+		// arguments, say) is still a refused statement.
+		err = db.TranslateError(err, query)
+		if IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		return opError("statement", ErrStatement, err)
+	}
+	return txview.New(raw, translate, func(err error) error {
 		return opError("statement", ErrInvalidCommand, err)
 	})
 }

@@ -1,0 +1,477 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// RunPromises tries to break refset's one promise as a hostile caller would: a
+// hand-over, an Add or Upgrade with commands, and a unit of work are one transaction,
+// never half done, whatever the caller's code does (panic, end the transaction, pass
+// a pool for a transaction, let its context end), and every failure is a typed error
+// that changed nothing.
+func RunPromises(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness)
+	}{
+		{"PanickingCallerCode", testPanics},
+		{"CallerCodeCannotEndTheTransaction", testCannotEndTx},
+		{"PoolIsNotATransaction", testPoolIsNotATx},
+		{"ContextErrors", testContextErrors},
+		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
+// boom is what the hostile commands panic with: the test checks that the very same
+// value comes out of the call.
+type boom struct{ where string }
+
+// panicOnce is a command that writes a row of its own (so a transaction that is not
+// rolled back would show it, and hold its lock) and then panics, the first time
+// only: a second run succeeds, which shows that the token or Acquired was left usable.
+func (e *env) panicOnce(val *boom) refset.Command[string] {
+	var fired atomic.Bool
+	return refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
+		if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO heads (block_id) VALUES (?)`), id); err != nil {
+			return err
+		}
+		if !fired.Swap(true) {
+			panic(val)
+		}
+		return nil
+	})
+}
+
+// recovered runs fn and returns what it panicked with (nil if it did not).
+func recovered(fn func()) (val any) {
+	defer func() { val = recover() }()
+	fn()
+	return nil
+}
+
+// errProbe rolls stillWritable's probe back.
+var errProbe = errors.New("probe done")
+
+// stillWritable checks that the database takes a write promptly, so a failed or
+// panicking call left no transaction open: on SQLite it would hold the one writer
+// connection, on Postgres the locks of the rows its commands inserted (id in blocks
+// and in heads), and the inserts here would wait for them. The probe is rolled back.
+func (e *env) stillWritable(t *testing.T, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		for _, q := range []string{
+			`INSERT INTO blocks (id, height) SELECT ?, 0 WHERE NOT EXISTS (SELECT 1 FROM blocks WHERE id = ?)`,
+			`INSERT INTO heads (block_id) SELECT ? WHERE ? <> ''`,
+		} {
+			if _, err := tx.ExecContext(ctx, e.sql(q), id, id); err != nil {
+				return err
+			}
+		}
+		return errProbe
+	})
+	require.ErrorIs(t, err, errProbe, "a write after the call must go through at once: the call left a transaction open")
+}
+
+func testPanics(t *testing.T, h Harness) {
+	cases := []struct {
+		name string
+		adds bool // the call adds the object, so rolling back removes it
+		// run does the call with cmd among its commands; retry does it again with
+		// whatever the first call left (token, Acquired) and must succeed.
+		run func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) (retry func() error)
+	}{
+		{"Complete", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			acq := e.acquired(t, set, id, cmd)
+			_, _ = acq.Complete(t.Context())
+			return func() error { _, err := acq.Complete(t.Context()); return err }
+		}},
+		{"CompleteTx in InTx", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			acq := e.acquired(t, set, id, cmd)
+			run := func() error {
+				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+					// A row of the unit of work's own, before the hand-over: it must
+					// be rolled back with the rest.
+					if _, err := tx.ExecContext(t.Context(), e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-outer"); err != nil {
+						return err
+					}
+					_, err := acq.CompleteTx(t.Context(), tx)
+					return err
+				})
+			}
+			_ = run()
+			return run
+		}},
+		{"CompleteTx in the caller's transaction", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			acq := e.acquired(t, set, id, cmd)
+			tx, err := e.db.Begin(t.Context())
+			require.NoError(t, err)
+			val := recovered(func() { _, _ = acq.CompleteTx(t.Context(), tx) })
+			// The caller recovers and its transaction is still usable: the savepoint
+			// undid only the hand-over.
+			_, err = tx.ExecContext(t.Context(), e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-caller")
+			require.NoError(t, err, "the caller's transaction is usable after a panic in CompleteTx")
+			require.NoError(t, tx.Commit())
+			assert.Equal(t, 1, e.count(t, "blocks", "id = ?", id+"-caller"))
+			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the panicking hand-over was undone")
+			assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id), "the panicking hand-over was undone")
+			panic(val) // let the table check the value
+		}},
+		{"Add", true, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			run := func() error { _, err := set.Add(t.Context(), mkBlock(id, "", 0), cmd); return err }
+			_ = run()
+			return run
+		}},
+		{"AddTx in InTx", true, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			run := func() error {
+				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+					_, err := set.AddTx(t.Context(), tx, mkBlock(id, "", 0), cmd)
+					return err
+				})
+			}
+			_ = run()
+			return run
+		}},
+		{"Upgrade", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
+			require.NoError(t, err)
+			run := func() error { _, err := set.Upgrade(t.Context(), id, cmd); return err }
+			_ = run()
+			return run
+		}},
+		{"UpgradeTx in InTx", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
+			require.NoError(t, err)
+			run := func() error {
+				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+					_, err := set.UpgradeTx(t.Context(), tx, id, cmd)
+					return err
+				})
+			}
+			_ = run()
+			return run
+		}},
+		{"InTx function", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
+			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
+			require.NoError(t, err)
+			run := func() error {
+				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+					return cmd.Execute(t.Context(), tx, id)
+				})
+			}
+			_ = run()
+			return run
+		}},
+	}
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprintf("p%d", i)
+			val := &boom{where: tc.name}
+			var retry func() error
+			got := recovered(func() { retry = tc.run(t, e, set, id, e.panicOnce(val)) })
+			require.Same(t, val, got, "the panic goes on with its own value")
+			if tc.adds {
+				assert.Equal(t, 0, e.count(t, "blocks", "id = ?", id), "the object of the panicking Add was rolled back")
+			}
+			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the command's row was rolled back")
+			assert.Equal(t, 0, e.count(t, "blocks", "id = ?", id+"-outer"), "the unit of work around it was rolled back")
+			e.stillWritable(t, id)
+			if retry == nil { // the case panicked itself after its own checks
+				return
+			}
+			require.NoError(t, retry(), "the same call succeeds once the command stops panicking: nothing was left half done or consumed")
+			assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", id))
+		})
+	}
+}
+
+// acquired adds id with a pending row and returns it released from pending and
+// acquired with cmd, ready to complete.
+func (e *env) acquired(t *testing.T, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) *refset.Acquired[string] {
+	t.Helper()
+	tok, err := set.Add(t.Context(), mkBlock(id, "", 0), e.insertPending())
+	require.NoError(t, err)
+	rel, err := tok.Release(e.releasePending())
+	require.NoError(t, err)
+	acq, err := rel.Acquire(cmd)
+	require.NoError(t, err)
+	return acq
+}
+
+// endingStatements are ways a caller's SQL could end (or begin) the transaction
+// refset runs it in.
+var endingStatements = []string{
+	"COMMIT",
+	"commit",
+	"  /* done */ COMMIT",
+	"-- done\nEND",
+	"ROLLBACK",
+	"BEGIN",
+	"SELECT 1; COMMIT",
+}
+
+func testCannotEndTx(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+
+	t.Run("no Commit or Rollback in the type", func(t *testing.T) {
+		check := refset.CommandFunc[string](func(_ context.Context, tx refset.Tx, _ string) error {
+			if _, ok := tx.(interface{ Commit() error }); ok {
+				return fmt.Errorf("a command's tx has Commit")
+			}
+			if _, ok := tx.(interface{ Rollback() error }); ok {
+				return fmt.Errorf("a command's tx has Rollback")
+			}
+			if _, ok := tx.(interface{ Unwrap() refset.Tx }); ok {
+				return fmt.Errorf("a command's tx hands out the transaction under it")
+			}
+			return nil
+		})
+		_, err := set.Add(ctx, mkBlock("typed", "", 0), check)
+		require.NoError(t, err)
+		require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error { return check(ctx, tx, "") }))
+	})
+
+	for i, stmt := range endingStatements {
+		t.Run(stmt, func(t *testing.T) {
+			id := fmt.Sprintf("c%d", i)
+			// The command writes a row, then tries to commit it, and swallows the
+			// error: the hand-over must still fail and leave nothing.
+			var execErr error
+			ender := refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
+				if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO heads (block_id) VALUES (?)`), id); err != nil {
+					return err
+				}
+				_, execErr = tx.ExecContext(ctx, stmt)
+				return nil
+			})
+			acq := e.acquired(t, set, id, ender)
+			_, err := acq.Complete(ctx)
+			require.ErrorIs(t, execErr, refset.ErrInvalidCommand, "the statement is refused")
+			require.ErrorIs(t, err, refset.ErrInvalidCommand, "Complete fails even though the command swallowed the refusal")
+			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "nothing was committed")
+			assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id), "nothing was committed")
+
+			// Inside a unit of work: the caller's rows before the hand-over are not
+			// committed by it either.
+			err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-outer"); err != nil {
+					return err
+				}
+				_, err := acq.CompleteTx(ctx, tx)
+				require.ErrorIs(t, err, refset.ErrInvalidCommand)
+				return nil // the caller ignores the failure and would commit
+			})
+			require.NoError(t, err, "the unit of work itself ran nothing that ends it")
+			assert.Equal(t, 1, e.count(t, "blocks", "id = ?", id+"-outer"), "the caller's own work commits")
+			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the refused hand-over was undone")
+
+			// The same statements straight in a unit of work, through each method.
+			for _, via := range []string{"exec", "query", "queryrow"} {
+				err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+					if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO heads (block_id) VALUES (?)`), id); err != nil {
+						return err
+					}
+					switch via {
+					case "exec":
+						_, _ = tx.ExecContext(ctx, stmt)
+					case "query":
+						if rows, err := tx.QueryContext(ctx, stmt); err == nil {
+							rows.Close()
+						}
+					case "queryrow":
+						var x any
+						_ = tx.QueryRowContext(ctx, stmt).Scan(&x)
+					}
+					return nil
+				})
+				require.ErrorIs(t, err, refset.ErrInvalidCommand, via)
+				assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "nothing was committed (%s)", via)
+			}
+
+			e.stillWritable(t, id)
+		})
+	}
+
+	t.Run("savepoints of the caller's own are allowed", func(t *testing.T) {
+		err := refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			for _, q := range []string{"SAVEPOINT mine", "ROLLBACK TO SAVEPOINT mine", "RELEASE SAVEPOINT mine"} {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	})
+}
+
+func testPoolIsNotATx(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	tok, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
+	require.NoError(t, err)
+	pool := e.db.Reader()
+
+	_, err = set.AddTx(ctx, pool, mkBlock("b", "", 0))
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+	_, err = set.AddAllTx(ctx, pool, []block{mkBlock("b", "", 0)})
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+	_, err = set.UpgradeTx(ctx, pool, "a")
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+	_, err = set.AddTx(ctx, nil, mkBlock("b", "", 0))
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+
+	rel, err := tok.Release(e.releasePending())
+	require.NoError(t, err)
+	acq, err := rel.Acquire(e.acquireHead())
+	require.NoError(t, err)
+	_, err = acq.CompleteTx(ctx, pool)
+	require.ErrorIs(t, err, refset.ErrInvalidTx)
+	assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "b"))
+	_, err = acq.Complete(ctx)
+	require.NoError(t, err, "a refused CompleteTx leaves the Acquired usable")
+}
+
+// slowQuery takes seconds on both databases, so a context ends while it runs.
+const slowQuery = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000000) SELECT count(*) FROM c`
+
+func testContextErrors(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	tok, err := set.Add(t.Context(), mkBlock("a", "", 0), e.insertPending())
+	require.NoError(t, err)
+	slow := refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
+		var n int64
+		return tx.QueryRowContext(ctx, slowQuery).Scan(&n)
+	})
+
+	calls := []struct {
+		name string
+		call func(ctx context.Context, cmds ...refset.Command[string]) error
+	}{
+		{"Add", func(ctx context.Context, cmds ...refset.Command[string]) error {
+			_, err := set.Add(ctx, mkBlock("b", "", 0), cmds...)
+			return err
+		}},
+		{"Upgrade", func(ctx context.Context, cmds ...refset.Command[string]) error {
+			_, err := set.Upgrade(ctx, "a", cmds...)
+			return err
+		}},
+		{"Complete", func(ctx context.Context, cmds ...refset.Command[string]) error {
+			tok, err := set.Upgrade(t.Context(), "a")
+			require.NoError(t, err)
+			rel, err := tok.Release(cmds...)
+			require.NoError(t, err)
+			acq, err := rel.Acquire()
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			return err
+		}},
+		{"InTx", func(ctx context.Context, cmds ...refset.Command[string]) error {
+			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				for _, c := range cmds {
+					if err := c.Execute(ctx, tx, "a"); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name+"/cancelled before", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			require.ErrorIs(t, c.call(ctx), context.Canceled)
+		})
+		t.Run(c.name+"/deadline during a statement", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			err := c.call(ctx, slow)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "the driver's report of a statement cut short by the deadline matches the context's error: %v", err)
+		})
+		t.Run(c.name+"/cancelled during a statement", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			time.AfterFunc(300*time.Millisecond, cancel)
+			err := c.call(ctx, slow)
+			require.ErrorIs(t, err, context.Canceled, "%v", err)
+		})
+	}
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = set.Get(cancelled, tok)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, 1, e.count(t, "blocks", ""), "nothing was added")
+	assert.Equal(t, 0, e.count(t, "heads", ""))
+	e.stillWritable(t, "a")
+}
+
+// testErrorsMatchSentinels induces the failures a caller meets without a broken
+// server and checks that each error matches the sentinel the docs promise (and so one
+// of refset's sentinels), and that the set still works after.
+func testErrorsMatchSentinels(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	_, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
+	require.NoError(t, err)
+
+	exec := func(q string) refset.Command[string] { return refset.Exec[string](e.sql(q), -1) }
+	cases := []struct {
+		name string
+		cmd  refset.Command[string]
+		want error
+	}{
+		{"syntax error", exec(`SELEKT 1`), refset.ErrStatement},
+		{"unknown table", exec(`INSERT INTO no_such_table (x) VALUES (?)`), refset.ErrSchema},
+		{"unknown column", exec(`UPDATE blocks SET no_such_column = 1 WHERE id = ?`), refset.ErrSchema},
+		{"not null", exec(`INSERT INTO blocks (id, height) SELECT id || 'x', NULL FROM blocks WHERE id = ?`), refset.ErrConstraint},
+		{"duplicate", exec(`INSERT INTO pending (block_id) VALUES (?)`), refset.ErrDuplicate},
+		{"reference to a missing object", exec(`INSERT INTO heads (block_id) SELECT id || 'missing' FROM blocks WHERE id = ?`), refset.ErrNotFound},
+		{"delete of a held object", exec(`DELETE FROM blocks WHERE id = ?`), refset.ErrReferenced},
+		{"statement ending the transaction", exec(`COMMIT`), refset.ErrInvalidCommand},
+		{"nil command", nil, refset.ErrInvalidCommand},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, via := range []string{"Upgrade", "InTx"} {
+				var err error
+				if via == "Upgrade" {
+					_, err = set.Upgrade(ctx, "a", tc.cmd)
+				} else {
+					if tc.cmd == nil {
+						continue
+					}
+					err = refset.InTx(ctx, e.db, func(tx refset.Tx) error { return tc.cmd.Execute(ctx, tx, "a") })
+				}
+				require.ErrorIs(t, err, tc.want, "%s: %v", via, err)
+				require.True(t, refset.IsSentinel(err), "%s: %v", via, err)
+			}
+		})
+	}
+	assert.Equal(t, 1, e.count(t, "blocks", ""), "no failed call changed anything")
+	assert.Equal(t, 1, e.count(t, "pending", ""))
+	assert.Equal(t, 0, e.count(t, "heads", ""))
+	e.stillWritable(t, "a")
+}
