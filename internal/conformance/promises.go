@@ -93,18 +93,18 @@ func testPanics(t *testing.T, h Harness) {
 	cases := []struct {
 		name string
 		adds bool // the call adds the object, so rolling back removes it
-		// run does the call with cmd among its commands; retry does it again with
-		// whatever the first call left (token, Acquired) and must succeed.
-		run func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) (retry func() error)
+		// prepare sets the case up and returns the call, with cmd among its
+		// commands; the test runs it twice: the first run panics, the second must
+		// succeed with whatever the first left (token, Acquired, transaction).
+		prepare func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) (call func() error)
 	}{
 		{"Complete", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			acq := e.acquired(t, set, id, cmd)
-			_, _ = acq.Complete(t.Context())
 			return func() error { _, err := acq.Complete(t.Context()); return err }
 		}},
 		{"CompleteTx in InTx", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			acq := e.acquired(t, set, id, cmd)
-			run := func() error {
+			return func() error {
 				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
 					// A row of the unit of work's own, before the hand-over: it must
 					// be rolled back with the rest.
@@ -115,68 +115,61 @@ func testPanics(t *testing.T, h Harness) {
 					return err
 				})
 			}
-			_ = run()
-			return run
 		}},
 		{"CompleteTx in the caller's transaction", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			acq := e.acquired(t, set, id, cmd)
-			tx, err := e.db.Begin(t.Context())
-			require.NoError(t, err)
-			val := recovered(func() { _, _ = acq.CompleteTx(t.Context(), tx) })
-			// The caller recovers and its transaction is still usable: the savepoint
-			// undid only the hand-over.
-			_, err = tx.ExecContext(t.Context(), e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-caller")
-			require.NoError(t, err, "the caller's transaction is usable after a panic in CompleteTx")
-			require.NoError(t, tx.Commit())
-			assert.Equal(t, 1, e.count(t, "blocks", "id = ?", id+"-caller"))
-			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the panicking hand-over was undone")
-			assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id), "the panicking hand-over was undone")
-			panic(val) // let the table check the value
+			return func() error {
+				tx, err := e.db.Begin(t.Context())
+				require.NoError(t, err)
+				var completeErr error
+				val := recovered(func() { _, completeErr = acq.CompleteTx(t.Context(), tx) })
+				// The caller recovers and its transaction is still usable: the
+				// savepoint undid only the hand-over.
+				_, err = tx.ExecContext(t.Context(), e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-caller"+fmt.Sprint(val != nil))
+				require.NoError(t, err, "the caller's transaction is usable after a panic in CompleteTx")
+				require.NoError(t, tx.Commit())
+				if val != nil {
+					assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the panicking hand-over was undone")
+					assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id), "the panicking hand-over was undone")
+					panic(val)
+				}
+				return completeErr
+			}
 		}},
 		{"Add", true, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
-			run := func() error { _, err := set.Add(t.Context(), mkBlock(id, "", 0), cmd); return err }
-			_ = run()
-			return run
+			return func() error { _, err := set.Add(t.Context(), mkBlock(id, "", 0), cmd); return err }
 		}},
 		{"AddTx in InTx", true, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
-			run := func() error {
+			return func() error {
 				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
 					_, err := set.AddTx(t.Context(), tx, mkBlock(id, "", 0), cmd)
 					return err
 				})
 			}
-			_ = run()
-			return run
 		}},
 		{"Upgrade", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
 			require.NoError(t, err)
-			run := func() error { _, err := set.Upgrade(t.Context(), id, cmd); return err }
-			_ = run()
-			return run
+			return func() error { _, err := set.Upgrade(t.Context(), id, cmd); return err }
 		}},
 		{"UpgradeTx in InTx", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
 			require.NoError(t, err)
-			run := func() error {
+			return func() error {
 				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
 					_, err := set.UpgradeTx(t.Context(), tx, id, cmd)
 					return err
 				})
 			}
-			_ = run()
-			return run
 		}},
 		{"InTx function", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
 			require.NoError(t, err)
-			run := func() error {
+			return func() error {
 				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
 					return cmd.Execute(t.Context(), tx, id)
 				})
 			}
-			_ = run()
-			return run
 		}},
 	}
 	e := newEnv(t, h)
@@ -185,8 +178,8 @@ func testPanics(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprintf("p%d", i)
 			val := &boom{where: tc.name}
-			var retry func() error
-			got := recovered(func() { retry = tc.run(t, e, set, id, e.panicOnce(val)) })
+			call := tc.prepare(t, e, set, id, e.panicOnce(val))
+			got := recovered(func() { _ = call() })
 			require.Same(t, val, got, "the panic goes on with its own value")
 			if tc.adds {
 				assert.Equal(t, 0, e.count(t, "blocks", "id = ?", id), "the object of the panicking Add was rolled back")
@@ -194,10 +187,8 @@ func testPanics(t *testing.T, h Harness) {
 			assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", id), "the command's row was rolled back")
 			assert.Equal(t, 0, e.count(t, "blocks", "id = ?", id+"-outer"), "the unit of work around it was rolled back")
 			e.stillWritable(t, id)
-			if retry == nil { // the case panicked itself after its own checks
-				return
-			}
-			require.NoError(t, retry(), "the same call succeeds once the command stops panicking: nothing was left half done or consumed")
+
+			require.NoError(t, call(), "the same call succeeds once the command stops panicking: nothing was left half done or consumed")
 			assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", id))
 		})
 	}
