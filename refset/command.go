@@ -11,7 +11,9 @@ import (
 // one transaction, releases first, in order; the first error undoes them all.
 //
 // A command must do its work through tx only: it may run again in a new transaction
-// if the database aborted the first one with a conflict.
+// if the database aborted the first one with a conflict. tx cannot end the
+// transaction (see Tx); a command that panics rolls the transaction back, and the
+// panic goes on.
 type Command[ID comparable] interface {
 	Execute(ctx context.Context, tx Tx, id ID) error
 }

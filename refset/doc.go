@@ -64,10 +64,33 @@
 // instance is freed. Concurrent Gets that miss on one ID read it once. The value is
 // shared: read it, never modify it; a changed object is a new object with a new ID.
 //
+// # What caller code cannot break
+//
+// Commands and functions given to InTx run inside a transaction that refset began,
+// and refset alone ends it. They get a Tx that runs statements but has no Commit or
+// Rollback; a statement that would end or begin a transaction (COMMIT, ROLLBACK, END,
+// BEGIN, ...) is refused with ErrInvalidCommand and the whole unit of work rolls back,
+// whatever the caller did with that error. A Command or function that panics rolls
+// back what it was part of (the transaction, or a *Tx call's savepoint), its
+// connection goes back to the pool, the token or Acquired is left as it was before the
+// call, and the panic then goes on with its own value. A pool passed where a
+// transaction is required is refused with ErrInvalidTx.
+//
 // # Errors
 //
-// Every error the package returns matches one of the sentinels (ErrNotFound,
-// ErrDuplicate, ErrReferenced, ErrTokenConsumed, ErrConflict, ...) with errors.Is and,
-// where a database refused something, also wraps the driver's error. A call that fails
-// with a sentinel error changed nothing.
+// Every error the package returns matches one of the sentinels with errors.Is
+// (ErrNotFound, ErrDuplicate, ErrReferenced, ErrTokenConsumed, ErrConflict,
+// ErrUnavailable, ErrTimeout, ...; IsSentinel tells), or the context's own error
+// (context.Canceled, context.DeadlineExceeded) when the call's context ended, or is
+// the error the caller's own Command or function returned. Where a database refused
+// something the driver's error is wrapped too. A call that fails changed nothing, with
+// one exception the errors say: ErrCommitUnknown, a connection lost while committing,
+// after which the transaction may or may not have committed.
+//
+// The sentinels group as follows. The caller's mistakes: ErrInvalidID,
+// ErrInvalidToken, ErrInvalidCommand, ErrInvalidTx, ErrInvalidIdentifier,
+// ErrInvalidConfig, ErrTokenConsumed. What the data says: ErrNotFound, ErrDuplicate,
+// ErrReferenced, ErrConstraint, ErrSchema, ErrStatement. What passes and may be
+// retried: ErrConflict (already retried by refset where it began the transaction),
+// ErrUnavailable, ErrTimeout. And ErrClosed.
 package refset

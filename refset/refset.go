@@ -36,12 +36,19 @@ func (s *RefSet[T, ID]) Database() Database { return s.db }
 // as the insert: give an object its first reference (a Hold, the caller's own row)
 // there, and no clean-up can ever see it unreferenced. ErrDuplicate if an object with
 // that ID is stored already; nothing changes then.
+//
+// Errors: ErrInvalidID (the zero ID), ErrInvalidCommand (a nil command, or one that
+// tried to end the transaction), ErrDuplicate, ErrNotFound (a command referenced a
+// missing object), ErrConstraint, ErrConflict, ErrUnavailable, ErrTimeout, ErrClosed,
+// the context's error, and whatever a command returned. A panicking command rolls
+// back and goes on panicking.
 func (s *RefSet[T, ID]) Add(ctx context.Context, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
 	return s.add(ctx, nil, obj, cmds)
 }
 
-// AddTx is Add inside the caller's transaction tx. A failure undoes only what AddTx
-// did, and tx stays usable.
+// AddTx is Add inside the caller's transaction tx, under a savepoint. A failure (or
+// a panicking command) undoes only what AddTx did, and tx stays usable. Errors: those
+// of Add, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
 	if err := checkTx(tx); err != nil {
 		return nil, err
@@ -71,12 +78,13 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 
 // AddAll stores objs in one transaction, with multi-row inserts, and returns a token
 // for each, in order. If any ID is stored already (or repeated in objs) it fails
-// with ErrDuplicate and stores none.
+// with ErrDuplicate and stores none. Errors: those of Add.
 func (s *RefSet[T, ID]) AddAll(ctx context.Context, objs []T) ([]*RefToken[ID], error) {
 	return s.addAll(ctx, nil, objs)
 }
 
-// AddAllTx is AddAll inside the caller's transaction tx.
+// AddAllTx is AddAll inside the caller's transaction tx, under a savepoint. Errors:
+// those of AddTx.
 func (s *RefSet[T, ID]) AddAllTx(ctx context.Context, tx Tx, objs []T) ([]*RefToken[ID], error) {
 	if err := checkTx(tx); err != nil {
 		return nil, err
@@ -105,6 +113,8 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 // Upgrade returns a token for the object with that ID, or ErrNotFound. The commands
 // run in one transaction with the check, so a reference they persist is to an object
 // that exists (the database refuses it otherwise).
+//
+// Errors: ErrNotFound, and those of Add but ErrDuplicate.
 func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
 	if len(cmds) == 0 {
 		if err := checkID("upgrade", id); err != nil {
@@ -116,7 +126,8 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 	return s.upgradeIn(ctx, nil, id, cmds)
 }
 
-// UpgradeTx is Upgrade inside the caller's transaction tx.
+// UpgradeTx is Upgrade inside the caller's transaction tx, under a savepoint.
+// Errors: those of Upgrade, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
 	if err := checkTx(tx); err != nil {
 		return nil, err
@@ -164,6 +175,10 @@ func (s *RefSet[T, ID]) upgrade(ctx context.Context, q Querier, id ID, cmds []Co
 // does, the instance is freed. Concurrent Gets that miss on one ID read it once.
 // ErrNotFound if the object is no longer stored (clean-up may remove an object whose
 // references are all gone, even while a token for it is in memory).
+//
+// Errors: ErrNotFound, ErrInvalidToken (nil, or a token of another set),
+// ErrTokenConsumed (a token already released), ErrSchema (a stored row the type
+// cannot hold), ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], error) {
 	if tok == nil || tok.lin == nil || tok.set != completer[ID](s) {
 		return Lease[T]{}, opError("get", ErrInvalidToken, nil)
@@ -185,7 +200,9 @@ func (s *RefSet[T, ID]) Cached() int { return s.cache.len() }
 
 // Hold returns a command that records holder's hold on the object in the set's holds
 // table, expiring ttl from now by the database's clock (never when ttl is 0). Use it
-// in Add, Upgrade or a hand-over; holding again renews the expiry.
+// in Add, Upgrade or a hand-over; holding again renews the expiry. The command fails
+// with ErrInvalidCommand for an empty holder or a negative ttl, and with ErrNotFound
+// if the object does not exist.
 func (s *RefSet[T, ID]) Hold(holder string, ttl time.Duration) Command[ID] {
 	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
 		if holder == "" {

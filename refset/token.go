@@ -72,7 +72,8 @@ func (t *RefToken[ID]) ID() ID { return t.id }
 func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
 
 // Release starts a hand-over: cmds will run, before the taker's, when it completes.
-// The token is consumed.
+// The token is consumed. Errors: ErrInvalidToken (nil), ErrInvalidCommand (a nil
+// command), ErrTokenConsumed.
 func (t *RefToken[ID]) Release(cmds ...Command[ID]) (*Released[ID], error) {
 	if t == nil || t.lin == nil {
 		return nil, opError("release", ErrInvalidToken, nil)
@@ -99,7 +100,7 @@ type Released[ID comparable] struct {
 func (r *Released[ID]) ID() ID { return r.id }
 
 // Acquire records the taker's commands, to run after the giver's. The Released is
-// consumed.
+// consumed. Errors: those of Release.
 func (r *Released[ID]) Acquire(cmds ...Command[ID]) (*Acquired[ID], error) {
 	if r == nil || r.lin == nil {
 		return nil, opError("acquire", ErrInvalidToken, nil)
@@ -129,15 +130,25 @@ func (a *Acquired[ID]) ID() ID { return a.id }
 // Complete runs the release commands and then the acquire commands in one new
 // transaction and commits it, returning the taker's RefToken. If any command fails
 // nothing is committed, the error is returned and the Acquired stays usable, so the
-// caller may fix the cause and Complete again. Once Complete succeeds, every later
-// Complete fails with ErrTokenConsumed and runs nothing.
+// caller may fix the cause and Complete again. If a command panics the transaction
+// rolls back, the Acquired stays usable, and the panic goes on. Once Complete
+// succeeds, every later Complete fails with ErrTokenConsumed and runs nothing.
+//
+// Errors: ErrTokenConsumed, ErrInvalidToken, ErrInvalidCommand (a command tried to
+// end the transaction), ErrNotFound (a reference to a missing object, or an Exec
+// command that affected fewer rows than it wants), ErrReferenced, ErrDuplicate,
+// ErrConstraint, ErrStatement, ErrConflict (after retries), ErrUnavailable (with
+// ErrCommitUnknown if the connection was lost while committing: the hand-over may
+// then have committed, though the Acquired is usable again), ErrTimeout, ErrClosed,
+// the context's error, and whatever a command returned.
 func (a *Acquired[ID]) Complete(ctx context.Context) (*RefToken[ID], error) {
 	return a.complete(ctx, nil)
 }
 
 // CompleteTx runs the commands inside the caller's transaction tx, under a savepoint:
-// if a command fails only the hand-over is undone, tx stays usable, and the Acquired
-// stays usable. On success the token is consumed at once, whether or not tx commits
+// if a command fails or panics only the hand-over is undone, tx stays usable, and the
+// Acquired stays usable. Errors: those of Complete, and ErrInvalidTx when tx is nil
+// or a connection pool. On success the token is consumed at once, whether or not tx commits
 // later; if tx rolls back, Upgrade the ID again for a new token.
 func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], error) {
 	if err := checkTx(tx); err != nil {

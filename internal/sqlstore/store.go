@@ -291,7 +291,11 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 		return obj, fmt.Errorf("refset: %s %v: %w", s.table.Name, id, refset.ErrNotFound)
 	}
 	if err := s.table.Mapping.Scan(rows, reflect.ValueOf(&obj)); err != nil {
-		return obj, s.db.TranslateError(err, s.stmt.Select)
+		if err = s.db.TranslateError(err, s.stmt.Select); !refset.IsSentinel(err) {
+			// database/sql could not convert a stored value to the field's type.
+			err = fmt.Errorf("refset: reading %s %v: %w: %w", s.table.Name, id, refset.ErrSchema, err)
+		}
+		return obj, err
 	}
 	return obj, s.db.TranslateError(rows.Close(), s.stmt.Select)
 }
