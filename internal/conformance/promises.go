@@ -465,4 +465,22 @@ func testErrorsMatchSentinels(t *testing.T, h Harness) {
 	assert.Equal(t, 1, e.count(t, "pending", ""))
 	assert.Equal(t, 0, e.count(t, "heads", ""))
 	e.stillWritable(t, "a")
+
+	t.Run("stored value the type cannot hold", func(t *testing.T) {
+		e.mustExec(t, `CREATE TABLE narrow (id {Text} PRIMARY KEY, v {Int} NOT NULL)`)
+		e.mustExec(t, `INSERT INTO narrow (id, v) VALUES ('wide', 1099511627776)`)
+		narrowSet := refset.New[narrow, string](openStore[narrow, string](t, e, "narrow"))
+		tok, err := narrowSet.Upgrade(ctx, "wide")
+		require.NoError(t, err)
+		_, err = narrowSet.Get(ctx, tok)
+		require.ErrorIs(t, err, refset.ErrSchema, "%v", err)
+	})
 }
+
+// narrow has a field too small for what its table may hold.
+type narrow struct {
+	Key string `db:"id"`
+	V   int32  `db:"v"`
+}
+
+func (n narrow) ID() string { return n.Key }
