@@ -3,22 +3,28 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/jmoiron/sqlx"
-	_ "github.com/lib/pq" // registers the "postgres" driver
+	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
 
-// Options tune Open. The zero value is a safe default.
+// Options tune Open and New. The zero value is a safe default.
 type Options struct {
-	// MaxConns bounds the connection pool. Zero means 20.
+	// MaxConns bounds the connection pool Open makes. Zero means 20. New leaves the
+	// caller's pool as it is.
 	MaxConns int
+
+	// Driver is the database/sql driver Open dials with: "postgres" (lib/pq, the
+	// default) or "pgx" (github.com/jackc/pgx/v5/stdlib). Both are registered by
+	// this package. New finds the driver of the caller's pool by itself.
+	Driver string
 
 	// Isolation is the isolation level of the write transactions refset opens. The
 	// zero value is the server's default (READ COMMITTED), under which foreign keys
@@ -41,12 +47,30 @@ type DB struct {
 
 	isolation  sql.IsolationLevel
 	unprepared bool
+	ownsPool   bool // Open made the pool, so Close closes it
 	closed     atomic.Bool
 }
 
-// Open connects to the database named by dsn (a lib/pq connection string or URL).
+// Drivers Open can dial with.
+const (
+	DriverLibPQ = "postgres" // github.com/lib/pq
+	DriverPgx   = "pgx"      // github.com/jackc/pgx/v5/stdlib
+)
+
+// Open connects to the database named by dsn (a connection string or URL that both
+// lib/pq and pgx understand) through opts.Driver. Errors: refset.ErrUnavailable (the
+// server cannot be reached), refset.ErrInvalidConfig (a malformed DSN, an unknown
+// driver, a role, password or database the server refuses), the context's error.
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
-	pool, err := sqlx.Open("postgres", dsn)
+	driver := opts.Driver
+	switch driver {
+	case "":
+		driver = DriverLibPQ
+	case DriverLibPQ, DriverPgx:
+	default:
+		return nil, fmt.Errorf("refset/postgres: open: %w: driver %q (want %q or %q)", refset.ErrInvalidConfig, driver, DriverLibPQ, DriverPgx)
+	}
+	pool, err := sql.Open(driver, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("refset/postgres: open: %w: %w", refset.ErrInvalidConfig, err)
 	}
@@ -57,11 +81,38 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	pool.SetMaxOpenConns(conns)
 	pool.SetMaxIdleConns(conns)
 	pool.SetConnMaxIdleTime(5 * time.Minute)
-	if err := pool.PingContext(ctx); err != nil {
+	db, err := New(ctx, pool, opts)
+	if err != nil {
 		pool.Close()
+		return nil, err
+	}
+	db.ownsPool = true
+	return db, nil
+}
+
+// New uses the caller's own pool, opened with lib/pq ("postgres") or pgx's stdlib
+// driver ("pgx"; a pgxpool user gets one with stdlib.OpenDBFromPool), configured,
+// shared and traced as the caller likes. A *sqlx.DB user passes its DB field. The
+// pool stays the caller's: Close leaves it open. opts.MaxConns and opts.Driver are
+// not used. Errors: those of Open, and refset.ErrInvalidConfig for a nil pool or a
+// pool of another driver.
+func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("refset/postgres: new: %w: nil pool", refset.ErrInvalidConfig)
+	}
+	var driverName string
+	switch d := pool.Driver().(type) {
+	case *pq.Driver:
+		driverName = DriverLibPQ
+	case *stdlib.Driver:
+		driverName = DriverPgx
+	default:
+		return nil, fmt.Errorf("refset/postgres: new: %w: the pool's driver is %T; want lib/pq or pgx's stdlib", refset.ErrInvalidConfig, d)
+	}
+	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
-	return &DB{Pool: pool, isolation: opts.Isolation, unprepared: opts.Unprepared}, nil
+	return &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}, nil
 }
 
 // openError is why the first connection failed: the server's answer or the lost
@@ -93,10 +144,11 @@ func (db *DB) Unprepared() bool { return db.unprepared }
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }
 
-// Close closes the pool. Later calls fail with refset.ErrClosed.
+// Close closes the pool Open made (a pool given to New stays open: it is the
+// caller's). Later calls of refset on db fail with refset.ErrClosed.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) {
+	if db.closed.Swap(true) || !db.ownsPool {
 		return nil
 	}
-	return errors.Join(db.Pool.Close())
+	return db.Pool.Close()
 }

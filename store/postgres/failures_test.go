@@ -21,8 +21,11 @@ import (
 // while committing) and checks that each failure is the sentinel the docs promise,
 // that it changed nothing, and that the database works right after.
 func TestInducedFailures(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	db := openDSN(t, dsn)
+	forEachDriver(t, testInducedFailures)
+}
+
+func testInducedFailures(t *testing.T, driver string) {
+	db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
 	ctx := t.Context()
 	for _, q := range []string{
 		`CREATE TABLE items (id text PRIMARY KEY)`,
@@ -85,6 +88,10 @@ func TestInducedFailures(t *testing.T) {
 
 // TestOpenFailures: what Open says when it cannot get a first connection.
 func TestOpenFailures(t *testing.T) {
+	forEachDriver(t, testOpenFailures)
+}
+
+func testOpenFailures(t *testing.T, driver string) {
 	good, err := url.Parse(pgtest.DSN(t))
 	require.NoError(t, err)
 
@@ -115,7 +122,7 @@ func TestOpenFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			db, err := Open(ctx, tc.dsn, Options{})
+			db, err := Open(ctx, tc.dsn, Options{Driver: driver})
 			if err == nil {
 				db.Close()
 			}

@@ -68,7 +68,11 @@ func TestStoreInNamedSchema(t *testing.T) {
 // A DEFERRABLE foreign key fails at COMMIT, where no statement says which side
 // failed: the error is still classified, from the server's detail.
 func TestDeferredForeignKeyAtCommit(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	forEachDriver(t, func(t *testing.T, driver string) { testDeferredForeignKeyAtCommit(t, driver) })
+}
+
+func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
+	db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
 	ctx := t.Context()
 	_, err := db.Pool.ExecContext(ctx, `
 		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL);
