@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 
 	"github.com/refsetdb/refset/internal/sqlstore"
@@ -82,10 +83,15 @@ func translateError(err error, query string) error {
 	return wrap(refset.ErrStatement)
 }
 
+// errorDetail is the server's DETAIL line of err, as lib/pq and pgx report it.
 func errorDetail(err error) string {
 	var pe *pq.Error
 	if errors.As(err, &pe) {
 		return pe.Detail
+	}
+	var pgxe *pgconn.PgError
+	if errors.As(err, &pgxe) {
+		return pgxe.Detail
 	}
 	return err.Error()
 }
