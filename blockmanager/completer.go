@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/refsetdb/refset/refset"
 )
@@ -108,37 +110,49 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if err := c.handOver(ctx, tx, tok); err != nil {
 		return Outcome{}, err
 	}
-	out := Outcome{Completed: 1}
-	// Complete whatever waited for it, and whatever waited for those.
-	queue := []string{b.HeaderSignature}
-	for len(queue) > 0 {
-		parent := queue[0]
-		queue = queue[1:]
-		// A receiver of one of parent's children holds this lock while it decides
-		// the child must wait; taking it here means that child is seen below.
-		if err := m.lock(ctx, tx, parent); err != nil {
-			return Outcome{}, err
+	waited, err := c.completeWaiting(ctx, tx, []string{b.HeaderSignature})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return Outcome{Completed: 1 + waited}, nil
+}
+
+// completeWaiting links every block that waits for one of arrived (blocks tx has
+// just stored, linked and not pending, lower blocks first) and hands it over, then
+// does the same for whatever waited for those, and returns how many it handed over.
+// Put runs it too, for the blocks it stores: a block is complete once its
+// predecessor is, whoever stored the predecessor.
+func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived []string) (int, error) {
+	m := c.m
+	completed := 0
+	for parents := arrived; len(parents) > 0; {
+		// A receiver of one of the parents' children holds the parent's lock while
+		// it decides the child must wait; taking it here means that child is seen
+		// below.
+		if err := m.lock(ctx, tx, parents...); err != nil {
+			return 0, err
 		}
-		children, err := c.waitingFor(ctx, tx, parent)
+		waiting, err := c.waitingFor(ctx, tx, parents)
 		if err != nil {
-			return Outcome{}, err
+			return 0, err
 		}
-		for _, child := range children {
-			if err := c.link(ctx, tx, child, parent); err != nil {
-				return Outcome{}, err
+		parents = parents[:0:0]
+		for _, w := range waiting {
+			if err := c.link(ctx, tx, w.child, w.parent); err != nil {
+				return 0, err
 			}
-			tok, err := m.blocks.UpgradeTx(ctx, tx, child)
+			tok, err := m.blocks.UpgradeTx(ctx, tx, w.child)
 			if err != nil {
-				return Outcome{}, err
+				return 0, err
 			}
 			if err := c.handOver(ctx, tx, tok, refset.Exec[string](m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), 1)); err != nil {
-				return Outcome{}, err
+				return 0, err
 			}
-			out.Completed++
-			queue = append(queue, child)
+			completed++
+			parents = append(parents, w.child)
 		}
 	}
-	return out, nil
+	return completed, nil
 }
 
 // handOver releases tok with the completer's commands and has the controller
@@ -162,21 +176,42 @@ func (c *Completer) isPending(ctx context.Context, tx refset.Tx, id string) (boo
 	return n > 0, err
 }
 
-func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parent string) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, c.m.sql(`SELECT block_id FROM pending_blocks WHERE pending_previous_block_id = ? ORDER BY block_id`), parent)
-	if err != nil {
-		return nil, err
+// waitingBlock is a pending block and the predecessor it waits for.
+type waitingBlock struct{ child, parent string }
+
+// waitingFor returns the blocks that wait for one of parents, in the order of
+// parents, then by ID.
+func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parents []string) ([]waitingBlock, error) {
+	order := make(map[string]int, len(parents))
+	for i, p := range parents {
+		order[p] = i
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+	var out []waitingBlock
+	for start := 0; start < len(parents); start += 1000 {
+		cond, args := c.m.oneOf("pending_previous_block_id", parents[start:min(start+1000, len(parents))])
+		rows, err := tx.QueryContext(ctx, `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE `+cond, args...)
+		if err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		for rows.Next() {
+			var w waitingBlock
+			if err := rows.Scan(&w.child, &w.parent); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, w)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
 	}
-	return ids, rows.Err()
+	slices.SortFunc(out, func(a, b waitingBlock) int {
+		if d := order[a.parent] - order[b.parent]; d != 0 {
+			return d
+		}
+		return strings.Compare(a.child, b.child)
+	})
+	return out, nil
 }
 
 // link sets a waiting block's link to its now stored predecessor, after checking its

@@ -118,6 +118,49 @@ func TestForkChoice(t *testing.T) {
 	})
 }
 
+// Committing a block that extends the head makes no fork of the old head: a node
+// that commits every block keeps an empty fork cache. Only an abandoned head is a
+// fork.
+func TestCommitExtendingTheHeadMakesNoFork(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		cc := m.Controller()
+		g := chain("g", NullBlockID, 0, 12)
+		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		for _, b := range g[:10] {
+			require.NoError(t, cc.Commit(ctx, b.HeaderSignature))
+			assert.Empty(t, forks(t, m), "after committing %s", b.HeaderSignature)
+		}
+		require.NoError(t, cc.Commit(ctx, "g0011"), "skipping a block still extends the head")
+		assert.Empty(t, forks(t, m))
+
+		f := chain("f", "g0004", 5, 2)
+		_, err = m.Put(ctx, f, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		require.NoError(t, cc.Commit(ctx, "f0006"))
+		assert.ElementsMatch(t, []string{"g0011"}, forks(t, m), "the abandoned head is a fork")
+		require.NoError(t, cc.Commit(ctx, "g0011"))
+		assert.ElementsMatch(t, []string{"f0006"}, forks(t, m), "back on g: g0011 is committed, no fork")
+		assert.Equal(t, "g0011", head(t, m))
+	})
+}
+
+// A fork head that the committed chain comes to pass through leaves the fork cache.
+func TestCommitThroughAForkHeadDropsItsForkHold(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		receiveAll(t, c, chain("g", NullBlockID, 0, 6))
+		receiveAll(t, c, chain("f", "g0002", 3, 2)) // f0004: a fork head
+		require.ElementsMatch(t, []string{"f0004"}, forks(t, m))
+		_, err := m.Put(ctx, chain("f", "f0004", 5, 3), m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		require.NoError(t, m.Controller().Commit(ctx, "f0007"))
+		assert.ElementsMatch(t, []string{"g0005"}, forks(t, m), "f0004 is committed history now")
+	})
+}
+
 // A fork that stops growing loses its place in the fork cache, and clean-up prunes
 // it down to the committed chain.
 func TestStaleForksArePruned(t *testing.T) {

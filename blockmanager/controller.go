@@ -14,8 +14,9 @@ import (
 // holds table.
 const ForkHolder = "fork-cache"
 
-// ChainController keeps the committed head in chain_heads and every other fork head
-// in a fork cache: a hold with an expiry, renewed while the fork grows. A fork that
+// ChainController keeps the committed head in chain_heads and the head of every
+// other branch in a fork cache: a hold with an expiry, renewed while the fork grows.
+// Blocks of the committed chain are never in the cache: the head keeps them. A fork that
 // stops growing for ForkTTL loses its hold, and clean-up prunes it down to the
 // committed chain. All of it is in the database: a restarted controller picks up
 // exactly where the last one stopped.
@@ -61,14 +62,7 @@ func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) e
 		return err
 	}
 	if head == "" || num > headNum || (num == headNum && id < head) {
-		if err := c.commit(ctx, tx, id); err != nil {
-			return err
-		}
-		if head != "" && (!prev.Valid || head != prev.String) {
-			// The old committed chain becomes a fork.
-			return m.blocks.Hold(ForkHolder, m.forkTTL).Execute(ctx, tx, head)
-		}
-		return nil
+		return c.commit(ctx, tx, id, head, headNum, prev.Valid && prev.String == head)
 	}
 	return m.blocks.Hold(ForkHolder, m.forkTTL).Execute(ctx, tx, id)
 }
@@ -85,17 +79,64 @@ func (c *ChainController) head(ctx context.Context, q refset.Querier) (string, i
 	return id, num, err
 }
 
-func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id string) error {
+// commit makes id the committed head in place of old (numbered oldNum; "" before the
+// first block). The committed chain needs no fork-cache holds, so id and its
+// ancestors down to old's height lose theirs; old becomes a fork only if it is not
+// one of those ancestors, for a committed block is no fork, and a node that commits
+// every block would otherwise add one fork-cache entry per block. extendsOld says
+// the caller knows old is id's predecessor, which spares the walk. Only a switch to
+// another branch walks further, down to the lowest fork head, since a fork head
+// below old's height may be on the branch now committed.
+func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old string, oldNum int64, extendsOld bool) error {
+	m := c.m
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chain_heads`); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, c.m.sql(`INSERT INTO chain_heads (chain_head) VALUES (?)`), id); err != nil {
+	if _, err := tx.ExecContext(ctx, m.sql(`INSERT INTO chain_heads (chain_head) VALUES (?)`), id); err != nil {
 		return err
 	}
-	// A committed head needs no fork-cache hold.
-	_, err := tx.ExecContext(ctx, c.m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, id)
-	return err
+	if old == "" {
+		_, err := tx.ExecContext(ctx, m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, id)
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
+		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, oldNum, ForkHolder); err != nil {
+		return err
+	}
+	if extendsOld {
+		return nil
+	}
+	var ancestor bool
+	if err := tx.QueryRowContext(ctx, m.sql(ancestorsSQL+`
+		SELECT EXISTS (SELECT 1 FROM walk WHERE id = ?)`), id, oldNum, old).Scan(&ancestor); err != nil {
+		return err
+	}
+	if ancestor {
+		return nil
+	}
+	var lowest int64
+	if err := tx.QueryRowContext(ctx, m.sql(`SELECT COALESCE(MIN(b.block_num), ?) FROM blocks_holds h
+		JOIN blocks b ON b.header_signature = h.object_id WHERE h.holder = ?`), oldNum, ForkHolder).Scan(&lowest); err != nil {
+		return err
+	}
+	if lowest < oldNum {
+		if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
+			DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, lowest, ForkHolder); err != nil {
+			return err
+		}
+	}
+	// The old committed chain was abandoned: it becomes a fork.
+	return m.blocks.Hold(ForkHolder, m.forkTTL).Execute(ctx, tx, old)
 }
+
+// ancestorsSQL walks from a block (the first parameter) through its ancestors down to
+// a height (the second): usually a step or two, from a new head to the old one's
+// height.
+const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
+		SELECT header_signature, previous_block_ref FROM blocks WHERE header_signature = ?
+		UNION ALL
+		SELECT b.header_signature, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.prev
+		WHERE b.block_num >= ?)`
 
 // Head returns the committed head's ID, or "" before the first block.
 func (c *ChainController) Head(ctx context.Context) (string, error) {
@@ -104,26 +145,22 @@ func (c *ChainController) Head(ctx context.Context) (string, error) {
 }
 
 // Commit makes a stored block the committed head (a node's consensus may decide
-// against fork choice); the old head's chain becomes a fork.
+// against fork choice). When the block extends the old head, the old head is simply
+// committed history; otherwise the old head's chain was abandoned and becomes a
+// fork, which the fork cache keeps for ForkTTL.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
 	return refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
 		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
 			return err
 		}
-		head, _, err := c.head(ctx, tx)
+		head, headNum, err := c.head(ctx, tx)
 		if err != nil {
 			return err
 		}
 		if head == id {
 			return nil
 		}
-		if err := c.commit(ctx, tx, id); err != nil {
-			return err
-		}
-		if head == "" {
-			return nil
-		}
-		return c.m.blocks.Hold(ForkHolder, c.m.forkTTL).Execute(ctx, tx, head)
+		return c.commit(ctx, tx, id, head, headNum, false)
 	})
 }
 

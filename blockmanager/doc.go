@@ -7,9 +7,14 @@
 // rows of its own. The RFC's two components keep their references in their own
 // tables: the Completer in pending_blocks (blocks waiting for their predecessor), the
 // ChainController in chain_heads (the committed head) and in a fork cache of holds
-// that expire. When a waiting block's predecessor arrives, the completer links it and
-// hands it to the controller: the release command deletes the pending row and the
-// controller's acquire command records it, in one transaction.
+// that expire. When a waiting block's predecessor arrives, through the completer or
+// through Put, the waiting block is linked and handed to the controller: the release
+// command deletes the pending row and the controller's acquire command records it, in
+// the transaction that stored the predecessor. The fork cache holds the heads of
+// branches other than the committed one, never a committed block.
+//
+// Every transaction the package opens is refset.InTx's, so a Command passed to Put
+// that fails or panics leaves nothing behind.
 //
 // Whatever no component references any more (a stale fork, a branch put and then
 // released) is pruned by the set's clean-up (package cleanup), which the Manager

@@ -130,21 +130,32 @@ func (m *Manager) sql(q string) string { return m.dialect.Rebind(q) }
 
 // lock serialises, until tx ends, the transactions that lock the same key: on
 // Postgres a transaction-scoped advisory lock; SQLite's one writer already
-// serialises every write transaction.
-func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
-	if m.dialect != schema.Postgres {
+// serialises every write transaction. Several keys are locked in the order given,
+// in one round trip; callers pass them lower blocks first, the order every locker
+// follows, so two transactions cannot deadlock on them.
+func (m *Manager) lock(ctx context.Context, tx refset.Tx, keys ...string) error {
+	if m.dialect != schema.Postgres || len(keys) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+key)
+	if len(keys) == 1 {
+		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+keys[0])
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('blockmanager:' || k.key, 7262))
+		FROM unnest($1::text[]) WITH ORDINALITY AS k(key, n) ORDER BY k.n`, pq.Array(keys))
 	return err
 }
 
 // Put stores a branch, oldest block first, in one transaction, and runs cmds on its
 // tip in the same transaction (hold it there: a branch nothing references is
 // collected after the grace period). Blocks already stored are kept as they are, so
-// Put is idempotent and a branch may overlap what is stored. It fails with
-// ErrEmptyBranch, ErrMissingPredecessor (the first block's predecessor is not stored;
-// NullBlockID always is) or ErrBrokenChain, and then stores nothing.
+// Put is idempotent and a branch may overlap what is stored, the Completer's pending
+// blocks included. A block that waited in the Completer for a block Put stores is
+// linked to it and handed to the ChainController in the same transaction, as the
+// Completer does when a predecessor arrives, and so is whatever waited for that
+// block; otherwise it would wait for a block that will never arrive again. It fails
+// with ErrEmptyBranch, ErrMissingPredecessor (the first block's predecessor is not
+// stored; NullBlockID always is) or ErrBrokenChain, and then stores nothing.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	var tip *refset.RefToken[string]
 	err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
@@ -182,20 +193,15 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			return nil, err
 		}
 	}
-	// The stored blocks of a branch are a prefix of it (a stored block's predecessor
-	// is stored: the link is a foreign key), so when the first block is new, all are.
-	stored, err := m.storedIDs(ctx, tx, []string{first.HeaderSignature})
+	// Any block of the branch may be stored, not only a prefix of it: a pending
+	// block is stored before its predecessor.
+	ids := make([]string, len(branch))
+	for i, b := range branch {
+		ids[i] = b.HeaderSignature
+	}
+	stored, err := m.storedIDs(ctx, tx, ids)
 	if err != nil {
 		return nil, err
-	}
-	if stored[first.HeaderSignature] {
-		ids := make([]string, len(branch))
-		for i, b := range branch {
-			ids[i] = b.HeaderSignature
-		}
-		if stored, err = m.storedIDs(ctx, tx, ids); err != nil {
-			return nil, err
-		}
 	}
 	var fresh []Block
 	for _, b := range branch {
@@ -212,6 +218,15 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 	}
 	if err := m.insertBlocks(ctx, tx, fresh); err != nil {
 		return nil, err
+	}
+	if len(fresh) > 0 {
+		arrived := make([]string, len(fresh))
+		for i, b := range fresh {
+			arrived[i] = b.HeaderSignature
+		}
+		if _, err := m.Completer().completeWaiting(ctx, tx, arrived); err != nil {
+			return nil, err
+		}
 	}
 	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
 }
@@ -301,20 +316,25 @@ func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (in
 	return num, err
 }
 
+// oneOf is the condition that column is one of ids, and its arguments: one array
+// on Postgres, a list of parameters on SQLite (so pass at most a thousand).
+func (m *Manager) oneOf(column string, ids []string) (string, []any) {
+	if m.dialect == schema.Postgres {
+		return column + ` = ANY ($1)`, []any{pq.Array(ids)}
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return column + ` IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ") + `)`, args
+}
+
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
 	stored := make(map[string]bool)
 	for start := 0; start < len(ids); start += 1000 {
-		chunk := ids[start:min(start+1000, len(ids))]
-		query, args := `SELECT header_signature FROM blocks WHERE header_signature = ANY ($1)`, []any{pq.Array(chunk)}
-		if m.dialect != schema.Postgres {
-			query = `SELECT header_signature FROM blocks WHERE header_signature IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + `)`
-			args = make([]any, len(chunk))
-			for i, id := range chunk {
-				args[i] = id
-			}
-		}
-		rows, err := q.QueryContext(ctx, query, args...)
+		cond, args := m.oneOf("header_signature", ids[start:min(start+1000, len(ids))])
+		rows, err := q.QueryContext(ctx, `SELECT header_signature FROM blocks WHERE `+cond, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +553,9 @@ func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
 
 // ContainsAnyBatches reports whether any of the batches is in a block of tip's
 // branch. It reads only the blocks between tip and the oldest block holding one of
-// them.
+// them. NullBlockID, the predecessor of genesis, is a tip whose branch is empty, so
+// it contains none (as in Sawtooth); any other tip that is not stored is
+// ErrUnknownBlock.
 func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (bool, error) {
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
@@ -545,6 +567,9 @@ func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnID
 }
 
 func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (bool, error) {
+	if tip == NullBlockID {
+		return false, nil
+	}
 	q := m.db.Reader()
 	if _, err := m.blockNum(ctx, q, tip); err != nil {
 		return false, err

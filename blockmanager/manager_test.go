@@ -221,6 +221,9 @@ func TestContainsAnyBatchesAndTransactions(t *testing.T) {
 			{"g0001", []string{"batch-g0003"}, false},
 			{"g0005", []string{"nope"}, false},
 			{"g0005", nil, false},
+			// The branch before genesis is empty (Sawtooth's own tests).
+			{NullBlockID, []string{"batch-g0000"}, false},
+			{NullBlockID, nil, false},
 		}
 		for _, tc := range tests {
 			got, err := m.ContainsAnyBatches(ctx, tc.tip, tc.ids)
@@ -236,5 +239,70 @@ func TestContainsAnyBatchesAndTransactions(t *testing.T) {
 		}
 		_, err = m.ContainsAnyBatches(ctx, "unknown", []string{"batch-g0001"})
 		require.ErrorIs(t, err, ErrUnknownBlock)
+	})
+}
+
+// A branch may overlap the Completer's pending blocks: Put stores what is missing,
+// and the blocks that waited for it are linked and handed to the controller in the
+// same transaction, as if the Completer had received their predecessor.
+func TestPutOverlapsPendingBlocks(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		receiveAll(t, c, chain("g", NullBlockID, 0, 2)) // g0000, g0001: committed
+		p := chain("p", "g0001", 2, 4)                  // p0002..p0005
+		for _, b := range []Block{p[1], p[2], p[3]} {   // all wait for p0002
+			out, err := c.Receive(ctx, b)
+			require.NoError(t, err)
+			require.True(t, out.Pending, b.HeaderSignature)
+		}
+		other := chain("q", "p0003", 4, 1)[0] // waits for p0003 too: a fork off a pending block
+		out, err := c.Receive(ctx, other)
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+
+		tip, err := m.Put(ctx, p[:2], m.Blocks().Hold("t", 0)) // p0002 is new, p0003 pending
+		require.NoError(t, err)
+		assert.Equal(t, "p0003", tip.ID())
+
+		waiting, missing, err := c.Pending(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, waiting, "every block that waited for p0002 was completed")
+		assert.Empty(t, missing)
+		assert.Equal(t, "p0005", head(t, m), "the completed blocks were handed to the controller")
+		assert.ElementsMatch(t, []string{"q0004"}, forks(t, m))
+		assert.Equal(t, []string{"p0005", "p0004", "p0003", "p0002", "g0001", "g0000"}, branch(t, m, "p0005"))
+		assert.Equal(t, []string{"q0004", "p0003", "p0002", "g0001", "g0000"}, branch(t, m, "q0004"))
+		assert.Equal(t, 1, count(t, m, `SELECT COUNT(*) FROM blocks_holds WHERE holder = 't' AND object_id = 'p0003'`),
+			"the caller's command ran on the tip")
+
+		// Putting the same branch again changes nothing.
+		_, err = m.Put(ctx, p, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		assert.Equal(t, "p0005", head(t, m))
+		assert.Equal(t, 7, count(t, m, `SELECT COUNT(*) FROM blocks`))
+	})
+}
+
+// A block Put stores on its own completes what waited for it in the Completer too:
+// the Completer will not see that block arrive again.
+func TestPutCompletesBlocksWaitingForItsBlocks(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		g := chain("g", NullBlockID, 0, 3)
+		out, err := c.Receive(ctx, g[2])
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+
+		_, err = m.Put(ctx, g[:2], m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		waiting, _, err := c.Pending(ctx)
+		require.NoError(t, err)
+		assert.Zero(t, waiting)
+		assert.Equal(t, "g0002", head(t, m))
+		out, err = c.Receive(ctx, g[2])
+		require.NoError(t, err)
+		assert.True(t, out.Duplicate)
 	})
 }

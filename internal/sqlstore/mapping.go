@@ -32,7 +32,10 @@ var (
 )
 
 // NewMapping reads the `db` tags of struct type T. A field tagged `db:"-"` or untagged
-// is not stored; every tagged field must have a type the drivers can store.
+// is not stored; every tagged field must have a type the drivers can store. Tagged
+// fields of embedded structs are mapped too, but not through an embedded pointer: a
+// row is scanned into a zero struct, where that pointer is nil, so the field has no
+// place to go.
 func NewMapping(t reflect.Type) (*Mapping, error) {
 	if t.Kind() != reflect.Struct {
 		return nil, fmt.Errorf("refset: %v is not a struct: %w", t, refset.ErrSchema)
@@ -52,6 +55,10 @@ func NewMapping(t reflect.Type) (*Mapping, error) {
 			return nil, fmt.Errorf("refset: %s maps column %q twice: %w", t.Name(), col, refset.ErrSchema)
 		}
 		seen[col] = true
+		if through := embeddedPointer(t, sf.Index); through != nil {
+			return nil, fmt.Errorf("refset: field %s.%s is promoted through the embedded pointer %v (embed the struct, not a pointer to it): %w",
+				t.Name(), sf.Name, through, refset.ErrSchema)
+		}
 		f := field{column: col, index: sf.Index, typ: sf.Type}
 		switch {
 		case isByteArray(sf.Type):
@@ -66,6 +73,19 @@ func NewMapping(t reflect.Type) (*Mapping, error) {
 		return nil, fmt.Errorf("refset: %s has no field tagged `db:\"column\"`: %w", t.Name(), refset.ErrSchema)
 	}
 	return m, nil
+}
+
+// embeddedPointer is the type of the first embedded pointer on the path index takes
+// from t to a promoted field, or nil if there is none.
+func embeddedPointer(t reflect.Type, index []int) reflect.Type {
+	for _, i := range index[:len(index)-1] {
+		ft := t.Field(i).Type
+		if ft.Kind() == reflect.Pointer {
+			return ft
+		}
+		t = ft
+	}
+	return nil
 }
 
 func isByteArray(t reflect.Type) bool {
