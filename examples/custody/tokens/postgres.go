@@ -95,36 +95,46 @@ const fastPage = 16
 // placeholders: $1 owner, $2 pivot, $3 amount, $4 holder, $5 ttl in milliseconds;
 // %[1]s is the filter's extra conditions on t. The steps:
 //
-//  1. page: up to fastPage of the owner's matching tokens that no lock (live or
-//     expired) holds, from a random pivot in ID order, wrapping around;
+//  1. page: up to fastPage of the owner's matching tokens that no live lock holds
+//     (a lock whose expiry has passed by the database's clock does not count), from a
+//     random pivot in ID order, wrapping around;
 //  2. wanted: the first of them that cover twice the amount, spares for step 3;
 //  3. locked: those rows, locked FOR UPDATE SKIP LOCKED, so a token another select is
 //     taking right now is skipped rather than waited for;
 //  4. chosen: the first locked ones that cover the amount; locks: their holds, only
-//     if they cover it.
+//     if they cover it. An expired lock on a chosen token is taken over in the same
+//     insert, compare-and-swap: ON CONFLICT on the one-lock index replaces the lock
+//     row only if it has expired, judged on the row as it stands when the insert
+//     meets it, not as the statement's snapshot saw it;
+//  5. taken: every chosen token got its lock, or custody_refuse undoes the whole
+//     statement (CU004). A lock committed after the snapshot by another select (or
+//     a takeover of the same expired lock) is live, so the compare fails, and the
+//     statement loses the race without changing anything.
 //
 // One row comes back even when nothing was locked: ok, how many were wanted and how
 // many locked (fewer means another select took some), and the chosen tokens if ok.
-// A lock taken by a select that committed after this statement's snapshot makes the
-// insert fail on the one-lock index (ErrDuplicate): a lost race, nothing changed.
+// Twice the amount is computed in numeric, so an absurd amount finds too little
+// rather than overflowing bigint.
 const fastSelectSQL = `
 WITH page AS (
 	SELECT * FROM (
 		(SELECT 0 AS part, t.id, t.amount FROM tokens t
 		 WHERE t.owner = $1 %[1]s AND t.id >= $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+			AND (h.expires_at IS NULL OR h.expires_at > now()))
 		 ORDER BY t.id LIMIT %[2]d)
 		UNION ALL
 		(SELECT 1 AS part, t.id, t.amount FROM tokens t
 		 WHERE t.owner = $1 %[1]s AND t.id < $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+			AND (h.expires_at IS NULL OR h.expires_at > now()))
 		 ORDER BY t.id LIMIT %[2]d)
 	) p LIMIT %[2]d
 ),
 wanted AS (
 	SELECT part, id FROM (
 		SELECT part, id, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM page
-	) w WHERE before < 2 * $3::bigint
+	) w WHERE before < 2 * $3::numeric
 ),
 locked AS (
 	SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount, w.part
@@ -143,13 +153,21 @@ verdict AS (
 	FROM chosen
 ),
 locks AS (
-	INSERT INTO tokens_holds (holder, object_id, expires_at)
+	INSERT INTO tokens_holds AS h (holder, object_id, expires_at)
 	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
 	FROM chosen c, verdict v WHERE v.ok
+	ON CONFLICT (object_id) WHERE holder <> 'owner' DO UPDATE
+	SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at
+	WHERE h.expires_at <= now()
 	RETURNING object_id
+),
+taken AS (
+	SELECT custody_refuse('CU004', CASE WHEN v.ok AND (SELECT count(*) FROM locks) <> (SELECT count(*) FROM chosen)
+		THEN 'a chosen token was locked by another transaction first' END) AS ok
+	FROM verdict v
 )
 SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
-FROM verdict v LEFT JOIN chosen c ON v.ok`
+FROM verdict v JOIN taken k ON k.ok LEFT JOIN chosen c ON v.ok` // joined, taken is always evaluated
 
 // errShort: the fast select found too little to lock, without losing a race; the
 // general path settles why (too little, locked, expired locks, a large amount).
@@ -170,7 +188,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 	query := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
 	rows, err := v.stmts.query(ctx, query, args...)
 	if err != nil {
-		return nil, v.pg.TranslateError(err, query)
+		return nil, v.lostTakeover(err, query)
 	}
 	defer rows.Close()
 	var ok bool
@@ -188,7 +206,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, v.pg.TranslateError(err, query)
+		return nil, v.lostTakeover(err, query)
 	}
 	switch {
 	case ok:
@@ -198,6 +216,16 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 	default:
 		return nil, errShort
 	}
+}
+
+// lostTakeover is err as errRace when the fast select refused itself because another
+// transaction locked a chosen token first (CU004), and translated otherwise.
+func (v *Vault) lostTakeover(err error, query string) error {
+	var se interface{ SQLState() string } // lib/pq's and pgx's errors alike
+	if errors.As(err, &se) && se.SQLState() == "CU004" {
+		return fmt.Errorf("%w: %w", errRace, err)
+	}
+	return v.pg.TranslateError(err, query)
 }
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
