@@ -28,8 +28,10 @@
 // On Postgres the usual select and spend are one prepared statement each (postgres.go),
 // since for statements this small the round trips and the planning cost more than the
 // work. The select reads a few of the owner's tokens that no live lock holds from a
-// random point, locks rows FOR UPDATE SKIP LOCKED and inserts the locks (taking over
-// expired ones) only if what it locked covers the amount, committing on its own.
+// random point, locks rows FOR UPDATE SKIP LOCKED and inserts the locks only if what
+// it locked covers the amount, committing on its own; if the insert meets a lock, the
+// same select runs again at once as the takeover statement, which replaces expired
+// locks (most selects meet none, and so do not pay for the takeover's extra work).
 // Whatever it cannot settle (a Predicate, a large amount, funds short or locked) goes
 // to the general path, a transaction of several statements, which SQLite always
 // takes; LockStats.General counts those. The spend deletes, records, creates and

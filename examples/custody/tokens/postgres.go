@@ -101,15 +101,8 @@ const fastPage = 16
 //  2. wanted: the first of them that cover twice the amount, spares for step 3;
 //  3. locked: those rows, locked FOR UPDATE SKIP LOCKED, so a token another select is
 //     taking right now is skipped rather than waited for;
-//  4. chosen: the first locked ones that cover the amount; locks: their holds, only
-//     if they cover it. An expired lock on a chosen token is taken over in the same
-//     insert, compare-and-swap: ON CONFLICT on the one-lock index replaces the lock
-//     row only if it has expired, judged on the row as it stands when the insert
-//     meets it, not as the statement's snapshot saw it;
-//  5. taken: every chosen token got its lock, or custody_refuse undoes the whole
-//     statement (CU004). A lock committed after the snapshot by another select (or
-//     a takeover of the same expired lock) is live, so the compare fails, and the
-//     statement loses the race without changing anything.
+//  4. chosen: the first locked ones that cover the amount; verdict: whether they do;
+//  5. locks: their holds, only if they cover it, by one of the two endings below.
 //
 // One row comes back even when nothing was locked: ok, how many were wanted and how
 // many locked (fewer means another select took some), and the chosen tokens if ok.
@@ -151,7 +144,32 @@ verdict AS (
 	       (SELECT count(*) FROM wanted) AS wanted,
 	       (SELECT count(*) FROM locked) AS locked
 	FROM chosen
-),
+)`
+
+// fastLockSQL ends fastSelectSQL with a plain insert of the locks. A lock on a chosen
+// token, expired or committed after the statement's snapshot by another select, makes
+// it fail on the one-lock index (ErrDuplicate), and nothing changes. It is the usual
+// ending because it is the cheapest: taking over costs an extra statement trigger
+// and a check, which most selects, meeting no expired lock, need not pay.
+const fastLockSQL = `,
+locks AS (
+	INSERT INTO tokens_holds (holder, object_id, expires_at)
+	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
+	FROM chosen c, verdict v WHERE v.ok
+	RETURNING object_id
+)
+SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
+FROM verdict v LEFT JOIN chosen c ON v.ok`
+
+// fastTakeoverSQL ends fastSelectSQL when fastLockSQL met a lock: it takes expired
+// locks over in the insert itself, compare-and-swap. ON CONFLICT on the one-lock
+// index replaces a lock row only if it has expired, judged on the row as it stands
+// when the insert meets it, not as the statement's snapshot saw it; then taken
+// checks that every chosen token got its lock, or custody_refuse undoes the whole
+// statement (CU004): a lock committed after the snapshot by another select, or its
+// takeover of the same expired lock, is live, so the compare failed and the
+// statement lost the race, changing nothing.
+const fastTakeoverSQL = `,
 locks AS (
 	INSERT INTO tokens_holds AS h (holder, object_id, expires_at)
 	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
@@ -170,10 +188,12 @@ SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.is
 FROM verdict v JOIN taken k ON k.ok LEFT JOIN chosen c ON v.ok` // joined, taken is always evaluated
 
 // errShort: the fast select found too little to lock, without losing a race; the
-// general path settles why (too little, locked, expired locks, a large amount).
+// general path settles why (too little, locked, a large amount).
 var errShort = errors.New("tokens: the fast select could not cover the amount")
 
-// selectFast is one attempt of the fast select.
+// selectFast is one attempt of the fast select: with the plain insert of the locks,
+// and if that met a lock, at once with the takeover, which settles whether it was an
+// expired one to take over or a race lost.
 func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	args := []any{owner, NewID(), amount, lockHolder(txID), ttl.Milliseconds()}
 	var extra strings.Builder
@@ -185,7 +205,16 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 			fmt.Fprintf(&extra, " AND %s = $%d", c.col, len(args))
 		}
 	}
-	query := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
+	head := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
+	got, err := v.selectFastWith(ctx, head+fastLockSQL, args)
+	if errors.Is(err, refset.ErrDuplicate) {
+		v.takeovers.Add(1)
+		got, err = v.selectFastWith(ctx, head+fastTakeoverSQL, args)
+	}
+	return got, err
+}
+
+func (v *Vault) selectFastWith(ctx context.Context, query string, args []any) ([]Token, error) {
 	rows, err := v.stmts.query(ctx, query, args...)
 	if err != nil {
 		return nil, v.lostTakeover(err, query)

@@ -104,6 +104,7 @@ type Vault struct {
 	attempts    atomic.Int64
 	lost        atomic.Int64
 	general     atomic.Int64
+	takeovers   atomic.Int64
 }
 
 // Open creates the custody tables if needed (on a *sqlite.DB or a *postgres.DB),
@@ -721,11 +722,13 @@ func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 }
 
 // LockStats counts Select's lock attempts, the attempts that lost a race for a
-// token to another transaction, and the attempts that took the general path (on
-// Postgres those the one-statement select could not settle; on SQLite all).
-type LockStats struct{ Attempts, LostRaces, General int64 }
+// token to another transaction, the attempts that took the general path (on
+// Postgres those the one-statement select could not settle; on SQLite all), and on
+// Postgres the fast selects that met a lock and ran the takeover statement.
+type LockStats struct{ Attempts, LostRaces, General, Takeovers int64 }
 
 // Stats are this vault's lock attempts so far.
 func (v *Vault) Stats() LockStats {
-	return LockStats{Attempts: v.attempts.Load(), LostRaces: v.lost.Load(), General: v.general.Load()}
+	return LockStats{Attempts: v.attempts.Load(), LostRaces: v.lost.Load(), General: v.general.Load(),
+		Takeovers: v.takeovers.Load()}
 }
