@@ -14,19 +14,34 @@
 // little) from ErrLocked (enough, but locked by other transactions). Spend deletes
 // the transaction's locks and the locked tokens and adds the outputs, change
 // included, in one transaction; a history table records every token created and the
-// one transaction that spent it. Release drops a transaction's locks; expired locks are
-// taken over by the next Select or removed by clean-up, and unlocking a lock that
-// another transaction has since taken does nothing.
+// one transaction that spent it. Release drops a transaction's locks, and unlocking a
+// lock that another transaction has since taken does nothing.
+//
+// A lock whose time-to-live has passed by the database's clock is no lock: the next
+// Select may take its token at once, on either database and on either path below,
+// without waiting for clean-up (which removes the expired locks no Select took). The
+// takeover replaces the old lock in the statement or transaction that inserts the
+// new one, and only if the old one is still expired when that statement meets it
+// (compare-and-swap on the one-lock index), so a token never has two locks, and a
+// lock taken over is live again and cannot be taken over in turn.
 //
 // On Postgres the usual select and spend are one prepared statement each (postgres.go),
 // since for statements this small the round trips and the planning cost more than the
-// work. The select reads a few of the owner's unlocked tokens from a random point,
-// locks rows FOR UPDATE SKIP LOCKED and inserts the locks only if what it locked
-// covers the amount, committing on its own. Whatever it cannot settle (a Predicate,
-// expired locks to take over, a large amount, funds short or locked) goes to the
-// general path, a transaction of several statements, which SQLite always takes. The
-// spend deletes, records, creates and checks in one statement; a refusal (nothing
-// locked, unbalanced outputs) is raised inside it, so it changes nothing.
+// work. The select reads a few of the owner's tokens that no live lock holds from a
+// random point, locks rows FOR UPDATE SKIP LOCKED and inserts the locks only if what
+// it locked covers the amount, committing on its own; if the insert meets a lock, the
+// same select runs again at once as the takeover statement, which replaces expired
+// locks (most selects meet none, and so do not pay for the takeover's extra work).
+// Whatever it cannot settle (a Predicate, a large amount, funds short or locked) goes
+// to the general path, a transaction of several statements, which SQLite always
+// takes; LockStats.General counts those. The spend deletes, records, creates and
+// checks in one statement; a refusal (nothing locked, unbalanced outputs) is raised
+// inside it, so it changes nothing.
+//
+// The caller's code runs in one place only: a Filter's Predicate, on the general path,
+// inside its transaction. A Predicate that panics has the transaction rolled back
+// (no lock taken, no transaction left open) before the panic continues with its own
+// value. The fast paths run no caller code while a statement is open.
 //
 // Audit reads the books in one snapshot and checks conservation two ways: per
 // identifier, what remains must equal what Issue put into circulation (a spend only
@@ -35,7 +50,7 @@
 // spent yet present, tokens locked twice and tokens their owner does not hold, all of
 // which must be zero.
 //
-// If the connection fails after a select's statement has run but before its result
-// is read, the locks it took may stand: they expire after their time-to-live, and
-// Release(txID) drops them at once.
+// If the connection fails, or the context ends, after a select's statement has run
+// but before its result is read, the locks it took may stand: they expire after
+// their time-to-live, and Release(txID) drops them at once.
 package tokens

@@ -95,36 +95,39 @@ const fastPage = 16
 // placeholders: $1 owner, $2 pivot, $3 amount, $4 holder, $5 ttl in milliseconds;
 // %[1]s is the filter's extra conditions on t. The steps:
 //
-//  1. page: up to fastPage of the owner's matching tokens that no lock (live or
-//     expired) holds, from a random pivot in ID order, wrapping around;
+//  1. page: up to fastPage of the owner's matching tokens that no live lock holds
+//     (a lock whose expiry has passed by the database's clock does not count), from a
+//     random pivot in ID order, wrapping around;
 //  2. wanted: the first of them that cover twice the amount, spares for step 3;
 //  3. locked: those rows, locked FOR UPDATE SKIP LOCKED, so a token another select is
 //     taking right now is skipped rather than waited for;
-//  4. chosen: the first locked ones that cover the amount; locks: their holds, only
-//     if they cover it.
+//  4. chosen: the first locked ones that cover the amount; verdict: whether they do;
+//  5. locks: their holds, only if they cover it, by one of the two endings below.
 //
 // One row comes back even when nothing was locked: ok, how many were wanted and how
 // many locked (fewer means another select took some), and the chosen tokens if ok.
-// A lock taken by a select that committed after this statement's snapshot makes the
-// insert fail on the one-lock index (ErrDuplicate): a lost race, nothing changed.
+// Twice the amount is computed in numeric, so an absurd amount finds too little
+// rather than overflowing bigint.
 const fastSelectSQL = `
 WITH page AS (
 	SELECT * FROM (
 		(SELECT 0 AS part, t.id, t.amount FROM tokens t
 		 WHERE t.owner = $1 %[1]s AND t.id >= $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+			AND (h.expires_at IS NULL OR h.expires_at > now()))
 		 ORDER BY t.id LIMIT %[2]d)
 		UNION ALL
 		(SELECT 1 AS part, t.id, t.amount FROM tokens t
 		 WHERE t.owner = $1 %[1]s AND t.id < $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner')
+			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+			AND (h.expires_at IS NULL OR h.expires_at > now()))
 		 ORDER BY t.id LIMIT %[2]d)
 	) p LIMIT %[2]d
 ),
 wanted AS (
 	SELECT part, id FROM (
 		SELECT part, id, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM page
-	) w WHERE before < 2 * $3::bigint
+	) w WHERE before < 2 * $3::numeric
 ),
 locked AS (
 	SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount, w.part
@@ -141,7 +144,14 @@ verdict AS (
 	       (SELECT count(*) FROM wanted) AS wanted,
 	       (SELECT count(*) FROM locked) AS locked
 	FROM chosen
-),
+)`
+
+// fastLockSQL ends fastSelectSQL with a plain insert of the locks. A lock on a chosen
+// token, expired or committed after the statement's snapshot by another select, makes
+// it fail on the one-lock index (ErrDuplicate), and nothing changes. It is the usual
+// ending because it is the cheapest: taking over costs an extra statement trigger
+// and a check, which most selects, meeting no expired lock, need not pay.
+const fastLockSQL = `,
 locks AS (
 	INSERT INTO tokens_holds (holder, object_id, expires_at)
 	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
@@ -151,11 +161,39 @@ locks AS (
 SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
 FROM verdict v LEFT JOIN chosen c ON v.ok`
 
+// fastTakeoverSQL ends fastSelectSQL when fastLockSQL met a lock: it takes expired
+// locks over in the insert itself, compare-and-swap. ON CONFLICT on the one-lock
+// index replaces a lock row only if it has expired, judged on the row as it stands
+// when the insert meets it, not as the statement's snapshot saw it; then taken
+// checks that every chosen token got its lock, or custody_refuse undoes the whole
+// statement (CU004): a lock committed after the snapshot by another select, or its
+// takeover of the same expired lock, is live, so the compare failed and the
+// statement lost the race, changing nothing.
+const fastTakeoverSQL = `,
+locks AS (
+	INSERT INTO tokens_holds AS h (holder, object_id, expires_at)
+	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
+	FROM chosen c, verdict v WHERE v.ok
+	ON CONFLICT (object_id) WHERE holder <> 'owner' DO UPDATE
+	SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at
+	WHERE h.expires_at <= now()
+	RETURNING object_id
+),
+taken AS (
+	SELECT custody_refuse('CU004', CASE WHEN v.ok AND (SELECT count(*) FROM locks) <> (SELECT count(*) FROM chosen)
+		THEN 'a chosen token was locked by another transaction first' END) AS ok
+	FROM verdict v
+)
+SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
+FROM verdict v JOIN taken k ON k.ok LEFT JOIN chosen c ON v.ok` // joined, taken is always evaluated
+
 // errShort: the fast select found too little to lock, without losing a race; the
-// general path settles why (too little, locked, expired locks, a large amount).
+// general path settles why (too little, locked, a large amount).
 var errShort = errors.New("tokens: the fast select could not cover the amount")
 
-// selectFast is one attempt of the fast select.
+// selectFast is one attempt of the fast select: with the plain insert of the locks,
+// and if that met a lock, at once with the takeover, which settles whether it was an
+// expired one to take over or a race lost.
 func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	args := []any{owner, NewID(), amount, lockHolder(txID), ttl.Milliseconds()}
 	var extra strings.Builder
@@ -167,10 +205,19 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 			fmt.Fprintf(&extra, " AND %s = $%d", c.col, len(args))
 		}
 	}
-	query := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
+	head := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
+	got, err := v.selectFastWith(ctx, head+fastLockSQL, args)
+	if errors.Is(err, refset.ErrDuplicate) {
+		v.takeovers.Add(1)
+		got, err = v.selectFastWith(ctx, head+fastTakeoverSQL, args)
+	}
+	return got, err
+}
+
+func (v *Vault) selectFastWith(ctx context.Context, query string, args []any) ([]Token, error) {
 	rows, err := v.stmts.query(ctx, query, args...)
 	if err != nil {
-		return nil, v.pg.TranslateError(err, query)
+		return nil, v.lostTakeover(err, query)
 	}
 	defer rows.Close()
 	var ok bool
@@ -188,7 +235,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, v.pg.TranslateError(err, query)
+		return nil, v.lostTakeover(err, query)
 	}
 	switch {
 	case ok:
@@ -198,6 +245,16 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 	default:
 		return nil, errShort
 	}
+}
+
+// lostTakeover is err as errRace when the fast select refused itself because another
+// transaction locked a chosen token first (CU004), and translated otherwise.
+func (v *Vault) lostTakeover(err error, query string) error {
+	var se interface{ SQLState() string } // lib/pq's and pgx's errors alike
+	if errors.As(err, &se) && se.SQLState() == "CU004" {
+		return fmt.Errorf("%w: %w", errRace, err)
+	}
+	return v.pg.TranslateError(err, query)
 }
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	mrand "math/rand/v2"
 	"strings"
 	"sync/atomic"
@@ -40,6 +41,11 @@ func (t Token) ID() string { return t.TokenID }
 
 // Filter narrows a selection: empty fields match anything; Predicate, if set, is
 // asked about each candidate.
+//
+// Predicate runs while Select's transaction is open, so it should be quick and must
+// not call the Vault (on SQLite that transaction holds the one writer connection). If
+// it panics, Select rolls its transaction back, so no lock or open transaction is
+// left behind, and then panics again with the same value.
 type Filter struct {
 	Type, Identifier, Issuer, Notary string
 	Predicate                        func(Token) bool
@@ -97,6 +103,8 @@ type Vault struct {
 	lockWait    time.Duration
 	attempts    atomic.Int64
 	lost        atomic.Int64
+	general     atomic.Int64
+	takeovers   atomic.Int64
 }
 
 // Open creates the custody tables if needed (on a *sqlite.DB or a *postgres.DB),
@@ -293,7 +301,7 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 // selectAttempt tries once to lock tokens covering amount: on Postgres with the one
 // statement of selectFast when the filter can be said in SQL, and otherwise, or when
 // that statement finds too little, with the general path, a transaction of several
-// statements that also takes over expired locks and tells why funds are short.
+// statements that also tells why funds are short. Both take over expired locks.
 func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	if v.pg != nil && f.Predicate == nil {
 		got, err := v.selectFast(ctx, txID, owner, amount, f, ttl)
@@ -301,13 +309,29 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 			return got, err
 		}
 	}
+	v.general.Add(1)
 	var got []Token
 	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
 		var err error
 		got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
 		return err
 	})
+	// The caller's Predicate panicked: the transaction has rolled back on the error
+	// that carried the panic out of it, and the panic goes on.
+	var p *predicatePanic
+	if errors.As(err, &p) {
+		panic(p.value)
+	}
 	return got, err
+}
+
+// predicatePanic carries a panic of the caller's Predicate out of Select's
+// transaction as an error, so that the transaction ends the way every failed one does
+// (rolled back, its connection back in the pool) before the panic continues.
+type predicatePanic struct{ value any }
+
+func (p *predicatePanic) Error() string {
+	return fmt.Sprintf("tokens: the selection's Predicate panicked: %v", p.value)
 }
 
 func pause(ctx context.Context, d time.Duration) error {
@@ -346,9 +370,10 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	pivot := NewID()
 	var candidates []Token
 	var available int64
+	spares := min(amount, math.MaxInt64/2) * 2 // twice the amount, without overflowing
 	for _, segment := range []string{"t.id >= ?", "t.id < ?"} {
 		cursor := ""
-		for available < 2*amount {
+		for available < spares {
 			q, qargs := base+" AND "+segment, append(append([]any(nil), args...), pivot)
 			if cursor != "" {
 				q, qargs = q+" AND t.id > ?", append(qargs, cursor)
@@ -357,7 +382,11 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 			if err != nil {
 				return nil, err
 			}
-			for _, t := range keep(got, f.Predicate) {
+			kept, err := keep(got, f.Predicate)
+			if err != nil {
+				return nil, err
+			}
+			for _, t := range kept {
 				candidates = append(candidates, t)
 				available += t.Amount
 			}
@@ -374,8 +403,12 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 		if err != nil {
 			return nil, err
 		}
+		kept, err := keep(all, f.Predicate)
+		if err != nil {
+			return nil, err
+		}
 		var total int64
-		for _, t := range keep(all, f.Predicate) {
+		for _, t := range kept {
 			total += t.Amount
 		}
 		if total < amount {
@@ -412,7 +445,9 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	for i, t := range chosen {
 		ids[i] = t.TokenID
 	}
-	// Expired locks on them are taken over.
+	// Expired locks on them are taken over: deleted here, replaced below, in this
+	// transaction, which holds the tokens' rows (Postgres) or the one writer (SQLite),
+	// so no other selector can take them in between.
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder <> 'owner' AND expires_at <= `+
 		v.now()+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
@@ -468,17 +503,22 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 	return got, r.Err()
 }
 
-func keep(toks []Token, pred func(Token) bool) []Token {
+// keep is the tokens pred accepts. A panic of pred comes back as a *predicatePanic.
+func keep(toks []Token, pred func(Token) bool) (out []Token, err error) {
 	if pred == nil {
-		return toks
+		return toks, nil
 	}
-	var out []Token
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = nil, &predicatePanic{value: p}
+		}
+	}()
 	for _, t := range toks {
 		if pred(t) {
 			out = append(out, t)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func (v *Vault) query(ctx context.Context, q refset.Querier, sql string, args ...any) ([]Token, error) {
@@ -541,14 +581,26 @@ type kind struct{ typ, identifier, issuer, notary string }
 
 func kindOf(t Token) kind { return kind{t.Type, t.Identifier, t.Issuer, t.Notary} }
 
-// balanced checks that outputs add up to inputs, per kind of token.
+// balanced checks that outputs add up to inputs, per kind of token. Sums that
+// overflow int64 do not balance: wrapped around, outputs of huge amounts could
+// otherwise add up to the inputs and create value.
 func balanced(inputs, outputs []Token) error {
 	balance := map[kind]int64{}
 	for _, t := range inputs {
-		balance[kindOf(t)] += t.Amount
+		k := kindOf(t)
+		b := balance[k] + t.Amount
+		if b < balance[k] { // amounts are positive: the sum wrapped around
+			return fmt.Errorf("%w: %s %s inputs overflow", ErrUnbalanced, k.identifier, k.typ)
+		}
+		balance[k] = b
 	}
 	for _, t := range outputs {
-		balance[kindOf(t)] -= t.Amount
+		k := kindOf(t)
+		b := balance[k] - t.Amount
+		if b > balance[k] {
+			return fmt.Errorf("%w: %s %s outputs overflow", ErrUnbalanced, k.identifier, k.typ)
+		}
+		balance[k] = b
 	}
 	for k, b := range balance {
 		if b != 0 {
@@ -669,11 +721,14 @@ func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 	return a, err
 }
 
-// LockStats counts Select's lock attempts and the attempts that lost a race for a
-// token to another transaction.
-type LockStats struct{ Attempts, LostRaces int64 }
+// LockStats counts Select's lock attempts, the attempts that lost a race for a
+// token to another transaction, the attempts that took the general path (on
+// Postgres those the one-statement select could not settle; on SQLite all), and on
+// Postgres the fast selects that met a lock and ran the takeover statement.
+type LockStats struct{ Attempts, LostRaces, General, Takeovers int64 }
 
 // Stats are this vault's lock attempts so far.
 func (v *Vault) Stats() LockStats {
-	return LockStats{Attempts: v.attempts.Load(), LostRaces: v.lost.Load()}
+	return LockStats{Attempts: v.attempts.Load(), LostRaces: v.lost.Load(), General: v.general.Load(),
+		Takeovers: v.takeovers.Load()}
 }
