@@ -316,22 +316,9 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 		got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
 		return err
 	})
-	// The caller's Predicate panicked: the transaction has rolled back on the error
-	// that carried the panic out of it, and the panic goes on.
-	var p *predicatePanic
-	if errors.As(err, &p) {
-		panic(p.value)
-	}
+	// A panic of the caller's Predicate rolls the transaction back (refset.InTx does
+	// that for any panic) and goes on with its own value and stack.
 	return got, err
-}
-
-// predicatePanic carries a panic of the caller's Predicate out of Select's
-// transaction as an error, so that the transaction ends the way every failed one does
-// (rolled back, its connection back in the pool) before the panic continues.
-type predicatePanic struct{ value any }
-
-func (p *predicatePanic) Error() string {
-	return fmt.Sprintf("tokens: the selection's Predicate panicked: %v", p.value)
 }
 
 func pause(ctx context.Context, d time.Duration) error {
@@ -382,11 +369,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 			if err != nil {
 				return nil, err
 			}
-			kept, err := keep(got, f.Predicate)
-			if err != nil {
-				return nil, err
-			}
-			for _, t := range kept {
+			for _, t := range keep(got, f.Predicate) {
 				candidates = append(candidates, t)
 				available += t.Amount
 			}
@@ -403,12 +386,8 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 		if err != nil {
 			return nil, err
 		}
-		kept, err := keep(all, f.Predicate)
-		if err != nil {
-			return nil, err
-		}
 		var total int64
-		for _, t := range kept {
+		for _, t := range keep(all, f.Predicate) {
 			total += t.Amount
 		}
 		if total < amount {
@@ -503,22 +482,18 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 	return got, r.Err()
 }
 
-// keep is the tokens pred accepts. A panic of pred comes back as a *predicatePanic.
-func keep(toks []Token, pred func(Token) bool) (out []Token, err error) {
+// keep is the tokens pred accepts.
+func keep(toks []Token, pred func(Token) bool) []Token {
 	if pred == nil {
-		return toks, nil
+		return toks
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			out, err = nil, &predicatePanic{value: p}
-		}
-	}()
+	var out []Token
 	for _, t := range toks {
 		if pred(t) {
 			out = append(out, t)
 		}
 	}
-	return out, nil
+	return out
 }
 
 func (v *Vault) query(ctx context.Context, q refset.Querier, sql string, args ...any) ([]Token, error) {
