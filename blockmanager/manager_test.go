@@ -1,8 +1,10 @@
 package blockmanager
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -304,5 +306,29 @@ func TestPutCompletesBlocksWaitingForItsBlocks(t *testing.T) {
 		out, err = c.Receive(ctx, g[2])
 		require.NoError(t, err)
 		assert.True(t, out.Duplicate)
+	})
+}
+
+// A Command given to Put that panics leaves nothing stored and no transaction open:
+// the panic goes on with its own value, and the same Put succeeds after.
+func TestPutWithPanickingCommand(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		blocks := m.Blocks()
+		val := &struct{ name string }{"hook"}
+		hook := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { panic(val) })
+		got := func() (p any) {
+			defer func() { p = recover() }()
+			_, _ = m.Put(ctx, chain("a", NullBlockID, 0, 3), blocks.Hold("test", 0), hook)
+			return nil
+		}()
+		require.Same(t, val, got)
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks`), "the panicking Put stored nothing")
+
+		quick, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		tip, err := m.Put(quick, chain("a", NullBlockID, 0, 3), blocks.Hold("test", 0))
+		require.NoError(t, err, "no transaction was left open")
+		assert.Equal(t, "a0002", tip.ID())
 	})
 }
