@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -11,7 +12,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	_ "github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -41,7 +43,8 @@ type DB struct {
 	// Readers is the pool of read-only connections.
 	Readers *sqlx.DB
 
-	closed atomic.Bool
+	ownsPools bool // Open made the pools, so Close closes them
+	closed    atomic.Bool
 }
 
 // Open opens (creating if needed) the SQLite database file at path.
@@ -109,7 +112,123 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		reader.Close()
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
-	return &DB{Writer: writer, Readers: reader}, nil
+	return &DB{Writer: writer, Readers: reader, ownsPools: true}, nil
+}
+
+// New uses pools the caller opened with github.com/mattn/go-sqlite3 on one database
+// file: writer for every write, readers (nil: the writer too) for reads outside a
+// transaction. refset needs of them what Open sets up, and checks it, refusing with
+// refset.ErrInvalidConfig that names what is missing:
+//
+//   - every connection enforces foreign keys (_foreign_keys=on in the DSN);
+//   - the writer is one connection (SetMaxOpenConns(1)) in WAL mode
+//     (_journal_mode=WAL) that waits for locks (_busy_timeout=5000) and begins its
+//     transactions IMMEDIATE (_txlock=immediate), so concurrent writers queue
+//     instead of failing with "database is locked";
+//   - the readers are on the same file.
+//
+// The pools stay the caller's: Close leaves them open.
+func New(ctx context.Context, writer, readers *sql.DB) (*DB, error) {
+	if writer == nil {
+		return nil, fmt.Errorf("refset/sqlite: new: %w: nil writer pool", refset.ErrInvalidConfig)
+	}
+	if readers == nil {
+		readers = writer
+	}
+	for _, p := range []*sql.DB{writer, readers} {
+		if _, ok := p.Driver().(*sqlite3.SQLiteDriver); !ok {
+			return nil, fmt.Errorf("refset/sqlite: new: %w: the pool's driver is %T; want github.com/mattn/go-sqlite3", refset.ErrInvalidConfig, p.Driver())
+		}
+	}
+	if err := checkPools(ctx, writer, readers); err != nil {
+		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/sqlite: new: %w", err))
+	}
+	return &DB{Writer: sqlx.NewDb(writer, "sqlite3"), Readers: sqlx.NewDb(readers, "sqlite3")}, nil
+}
+
+// checkPools checks that writer and readers are set up as refset needs (see New).
+func checkPools(ctx context.Context, writer, readers *sql.DB) error {
+	if n := writer.Stats().MaxOpenConnections; n != 1 {
+		return fmt.Errorf("%w: the writer pool may open %d connections; call SetMaxOpenConns(1) so writers queue on one connection", refset.ErrInvalidConfig, n)
+	}
+	pragma := func(p *sql.DB, name string) (string, error) {
+		var v string
+		if err := p.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v); err != nil {
+			return "", openError(err)
+		}
+		return v, nil
+	}
+	var writerFile string
+	for _, c := range []struct {
+		pool *sql.DB
+		role string
+	}{{writer, "writer"}, {readers, "readers"}} {
+		fk, err := pragma(c.pool, "foreign_keys")
+		if err != nil {
+			return err
+		}
+		if fk != "1" {
+			return fmt.Errorf("%w: the %s' connections do not enforce foreign keys; add _foreign_keys=on to the DSN", refset.ErrInvalidConfig, c.role)
+		}
+		var file string
+		if err := c.pool.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+			return openError(err)
+		}
+		if c.role == "writer" {
+			writerFile = file
+		} else if file != writerFile {
+			return fmt.Errorf("%w: the readers are on %q, the writer on %q", refset.ErrInvalidConfig, file, writerFile)
+		}
+	}
+	if writerFile == "" {
+		return fmt.Errorf("%w: the writer is on a memory database; refset needs a file (write-ahead logging and the separate readers need one)", refset.ErrInvalidConfig)
+	}
+	mode, err := pragma(writer, "journal_mode")
+	if err != nil {
+		return err
+	}
+	if mode != "wal" {
+		return fmt.Errorf("%w: the writer's journal mode is %q; add _journal_mode=WAL to the DSN", refset.ErrInvalidConfig, mode)
+	}
+	busy, err := pragma(writer, "busy_timeout")
+	if err != nil {
+		return err
+	}
+	if busy == "0" {
+		return fmt.Errorf("%w: the writer does not wait for locks; add _busy_timeout=5000 to the DSN", refset.ErrInvalidConfig)
+	}
+	return checkImmediate(ctx, writer, writerFile)
+}
+
+// checkImmediate checks that writer begins its transactions IMMEDIATE, which no
+// pragma tells: while a transaction of the writer is open, but before it writes, a
+// second connection to the file must find the database locked for writing.
+func checkImmediate(ctx context.Context, writer *sql.DB, file string) error {
+	tx, err := writer.BeginTx(ctx, nil)
+	if err != nil {
+		return openError(err)
+	}
+	defer tx.Rollback()
+	probe, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: file}).EscapedPath()+"?_busy_timeout=0")
+	if err != nil {
+		return openError(err)
+	}
+	defer probe.Close()
+	conn, err := probe.Conn(ctx)
+	if err != nil {
+		return openError(err)
+	}
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	if err == nil {
+		_, _ = conn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("%w: the writer begins its transactions DEFERRED; add _txlock=immediate to the DSN, or a transaction that reads and then writes fails at once with \"database is locked\"", refset.ErrInvalidConfig)
+	}
+	var se sqlite3.Error
+	if errors.As(err, &se) && se.Code == sqlite3.ErrBusy {
+		return nil
+	}
+	return openError(err)
 }
 
 // openError is why opening failed, as a sentinel: a file that cannot be opened or
@@ -137,9 +256,10 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 // Reader is the read-only pool.
 func (db *DB) Reader() refset.Querier { return db.Readers }
 
-// Close closes both pools. Later calls fail with refset.ErrClosed.
+// Close closes both pools Open made (pools given to New stay open: they are the
+// caller's). Later calls of refset on db fail with refset.ErrClosed.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) {
+	if db.closed.Swap(true) || !db.ownsPools {
 		return nil
 	}
 	return errors.Join(db.Readers.Close(), db.Writer.Close())

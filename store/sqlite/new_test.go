@@ -1,0 +1,104 @@
+package sqlite
+
+import (
+	"database/sql"
+	"path/filepath"
+	"testing"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const goodWriter = "?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate"
+
+// TestNewFromCallersPools: pools the caller opened serve a set when they are set up
+// as refset needs, stay open on Close, and are refused, saying what to change, when
+// they are not.
+func TestNewFromCallersPools(t *testing.T) {
+	ctx := t.Context()
+	open := func(t *testing.T, dsn string, conns int) *sql.DB {
+		t.Helper()
+		p, err := sql.Open("sqlite3", dsn)
+		require.NoError(t, err)
+		p.SetMaxOpenConns(conns)
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+
+	t.Run("set up as refset needs", func(t *testing.T) {
+		file := "file:" + filepath.Join(t.TempDir(), "own.db")
+		writer := open(t, file+goodWriter, 1)
+		readers := open(t, file+"?_foreign_keys=on&_query_only=true", 4)
+		_, err := writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+		require.NoError(t, err)
+
+		db, err := New(ctx, writer, readers)
+		require.NoError(t, err)
+		store, err := NewStore[item, string](ctx, db, Config{Table: "items"})
+		require.NoError(t, err)
+		set := refset.New(store)
+		tok, err := set.Add(ctx, item{Key: "a", N: 7}, set.Hold("me", 0))
+		require.NoError(t, err)
+		lease, err := set.Get(ctx, tok)
+		require.NoError(t, err)
+		assert.Equal(t, int64(7), lease.Value().N)
+
+		require.NoError(t, db.Close())
+		_, err = set.Add(ctx, item{Key: "b", N: 1})
+		require.ErrorIs(t, err, refset.ErrClosed)
+		require.NoError(t, writer.PingContext(ctx), "the caller's writer stays open")
+		require.NoError(t, readers.PingContext(ctx), "the caller's readers stay open")
+	})
+
+	cases := []struct {
+		name          string
+		writer        string // DSN parameters
+		writerConns   int
+		readers       string // "" : no reader pool; "other": readers on another file
+		wantInMessage string
+	}{
+		{"foreign keys off", "?_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate", 1, "", "_foreign_keys=on"},
+		{"readers without foreign keys", goodWriter, 1, "?_query_only=true", "_foreign_keys=on"},
+		{"not WAL", "?_foreign_keys=on&_busy_timeout=5000&_txlock=immediate", 1, "", "_journal_mode=WAL"},
+		{"no busy timeout", "?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=0&_txlock=immediate", 1, "", "_busy_timeout"},
+		{"deferred transactions", "?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000", 1, "", "_txlock=immediate"},
+		{"several writer connections", goodWriter, 4, "", "SetMaxOpenConns(1)"},
+		{"readers on another file", goodWriter, 1, "other", "readers are on"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := "file:" + filepath.Join(dir, "own.db")
+			writer := open(t, file+tc.writer, tc.writerConns)
+			var readers *sql.DB
+			switch tc.readers {
+			case "":
+			case "other":
+				readers = open(t, "file:"+filepath.Join(dir, "other.db")+"?_foreign_keys=on", 2)
+			default:
+				readers = open(t, file+tc.readers, 2)
+			}
+			_, err := New(ctx, writer, readers)
+			require.ErrorIs(t, err, refset.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), tc.wantInMessage)
+		})
+	}
+
+	_, err := New(ctx, nil, nil)
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+}
+
+type item struct {
+	Key string `db:"id"`
+	N   int64  `db:"n"`
+}
+
+func (i item) ID() string { return i.Key }
+
+// The pools Open sets up pass New's checks: the checks ask for what Open does.
+func TestOpenPoolsPassNewChecks(t *testing.T) {
+	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
+	_, err := New(t.Context(), db.Writer.DB, db.Readers.DB)
+	require.NoError(t, err)
+}
