@@ -39,9 +39,9 @@ func translateError(err error, query string) error {
 	}
 	wrap := func(sentinel error) error { return fmt.Errorf("refset/postgres: %w: %w", sentinel, err) }
 	switch code {
-	case "23505": // unique_violation
+	case codeUniqueViolation:
 		return wrap(refset.ErrDuplicate)
-	case "23503": // foreign_key_violation
+	case codeForeignKeyViolation:
 		// The server's detail says which side failed, even at a COMMIT that checks a
 		// deferred constraint or in a CTE; lc_messages may translate it, and then the
 		// statement's verb decides.
@@ -53,11 +53,11 @@ func translateError(err error, query string) error {
 			return wrap(refset.ErrNotFound)
 		}
 		return sqlstore.ForeignKeyError(err, query)
-	case "40001", "40P01": // serialization_failure, deadlock_detected
+	case codeSerializationFailure, codeDeadlockDetected:
 		return wrap(refset.ErrConflict)
-	case "55P03", "25P03", "57P05": // lock_not_available (lock_timeout, NOWAIT), idle_in_transaction_session_timeout, idle_session_timeout
+	case codeLockNotAvailable, codeIdleInTransactionTimeout, codeIdleSessionTimeout:
 		return wrap(refset.ErrTimeout)
-	case "57014": // query_canceled
+	case codeQueryCanceled:
 		// By the server's statement_timeout, or on request: the driver's, when the
 		// statement's context ended (refset then adds the context's own error), or an
 		// operator's pg_cancel_backend.
@@ -65,19 +65,19 @@ func translateError(err error, query string) error {
 			return wrap(refset.ErrTimeout)
 		}
 		return fmt.Errorf("refset/postgres: statement cancelled: %w: %w", context.Canceled, err)
-	case "57P01", "57P02", "57P03", "57P04": // admin_shutdown (also a terminated backend), crash_shutdown, cannot_connect_now, database_dropped
+	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeDatabaseDropped:
 		return wrap(refset.ErrUnavailable)
-	case "25P02": // in_failed_sql_transaction: a statement failed earlier and the caller went on
+	case codeInFailedSQLTransaction: // a statement failed earlier and the caller went on
 		return wrap(refset.ErrInvalidTx)
-	case "42P01", "42703", "42704", "42883", "3F000": // undefined table, column, object, function; invalid schema name
+	case codeUndefinedTable, codeUndefinedColumn, codeUndefinedObject, codeUndefinedFunction, codeInvalidSchemaName:
 		return wrap(refset.ErrSchema)
 	}
 	switch code[:2] {
-	case "23": // integrity_constraint_violation: not null, check, exclusion, ...
+	case classIntegrityConstraint: // not null, check, exclusion, ...
 		return wrap(refset.ErrConstraint)
-	case "08", "53", "58": // connection_exception, insufficient_resources, system_error
+	case classConnectionException, classInsufficientResource, classSystemError:
 		return wrap(refset.ErrUnavailable)
-	case "28", "3D": // invalid_authorization_specification, invalid_catalog_name (no such database)
+	case classInvalidAuthorization, classInvalidCatalogName:
 		return wrap(refset.ErrInvalidConfig)
 	}
 	return wrap(refset.ErrStatement)
