@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -242,6 +243,7 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 // Pending returns how many blocks wait for a predecessor, and the predecessors they
 // wait for that are not stored (the ones to request from peers).
 func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	q := c.m.db.Reader()
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
 		return 0, nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -139,7 +140,8 @@ const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
 		WHERE b.block_num >= ?)`
 
 // Head returns the committed head's ID, or "" before the first block.
-func (c *ChainController) Head(ctx context.Context) (string, error) {
+func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	id, _, err := c.head(ctx, c.m.db.Reader())
 	return id, err
 }
@@ -165,7 +167,8 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 }
 
 // Forks returns the fork heads the cache holds, with when each expires.
-func (c *ChainController) Forks(ctx context.Context) (map[string]time.Time, error) {
+func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	rows, err := c.m.db.Reader().QueryContext(ctx, c.m.sql(`SELECT object_id, expires_at FROM blocks_holds WHERE holder = ?`), ForkHolder)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
@@ -356,7 +357,8 @@ func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string)
 // Get returns the stored blocks with those IDs, in order, nil for each one that is
 // not stored. The blocks are the set's shared instances: read them, never modify
 // them.
-func (m *Manager) Get(ctx context.Context, ids []string) ([]*Block, error) {
+func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	out := make([]*Block, len(ids))
 	for i, id := range ids {
 		tok, err := m.blocks.Upgrade(ctx, id)
@@ -396,7 +398,7 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 		for {
 			b, err := w.next()
 			if err != nil {
-				yield(nil, err)
+				yield(nil, ctxerr.Wrap(ctx, err))
 				return
 			}
 			if b == nil || !yield(b, nil) {
@@ -411,14 +413,14 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 // down to the other's height first, then both together.
 func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
 	diff, _, err := m.diverge(ctx, tip, exclude)
-	return diff, err
+	return diff, ctxerr.Wrap(ctx, err)
 }
 
 // CommonAncestor returns the newest block on both branches, or nil if they share
 // none.
 func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, error) {
 	_, common, err := m.diverge(ctx, a, b)
-	return common, err
+	return common, ctxerr.Wrap(ctx, err)
 }
 
 func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
@@ -556,13 +558,15 @@ func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
 // them. NullBlockID, the predecessor of genesis, is a tip whose branch is empty, so
 // it contains none (as in Sawtooth); any other tip that is not stored is
 // ErrUnknownBlock.
-func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (bool, error) {
+func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (_ bool, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
 
 // ContainsAnyTransactions reports whether any of the transactions is in a block of
 // tip's branch.
-func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (bool, error) {
+func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (_ bool, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
 }
 

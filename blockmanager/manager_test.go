@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -331,4 +333,48 @@ func TestPutWithPanickingCommand(t *testing.T) {
 		require.NoError(t, err, "no transaction was left open")
 		assert.Equal(t, "a0002", tip.ID())
 	})
+}
+
+// A read cut short by its context's deadline says so: lib/pq reports the cancelled
+// statement as the server's 57014, which must still match context.DeadlineExceeded.
+// Another session's exclusive lock on the blocks table holds the reads until the
+// deadline passes.
+func TestReadsReportTheirDeadline(t *testing.T) {
+	ctx := t.Context()
+	db := openPostgres(t, pgtest.DSN(t))
+	m := openManager(t, db, Config{})
+	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
+	require.NoError(t, err)
+
+	pool := db.(*postgres.DB).Pool
+	locker, err := pool.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer locker.Rollback()
+	_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	reads := map[string]func(ctx context.Context) error{
+		"Get": func(ctx context.Context) error { _, err := m.Get(ctx, []string{"a0002"}); return err },
+		"Branch": func(ctx context.Context) error {
+			for _, err := range m.Branch(ctx, "a0002") {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		"BranchDiff": func(ctx context.Context) error { _, err := m.BranchDiff(ctx, "a0002", "a0000"); return err },
+		"ContainsAnyBatches": func(ctx context.Context) error {
+			_, err := m.ContainsAnyBatches(ctx, "a0002", []string{"x"})
+			return err
+		},
+		"Head": func(ctx context.Context) error { _, err := m.Controller().Head(ctx); return err },
+	}
+	for name, read := range reads {
+		t.Run(name, func(t *testing.T) {
+			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, read(short), context.DeadlineExceeded)
+		})
+	}
 }
