@@ -24,17 +24,25 @@ type CommandFunc[ID comparable] func(ctx context.Context, tx Tx, id ID) error
 // Execute calls f.
 func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { return f(ctx, tx, id) }
 
-// Exec returns a Command that runs query with the object's ID as its only argument,
-// written in the dialect's placeholder ($1 on Postgres, ? on SQLite), for example
+// Exec returns a Command that runs query with the object's ID as its only argument.
+// Write the placeholder as ? and the command rewrites it to the database's own ($1 on
+// Postgres) when it runs, so one command serves both stores, for example
 //
-//	refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = $1`)
+//	refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)
+//
+// ($1 works on both too; on Postgres, a query whose ? is an operator, as jsonb's is,
+// must be written with $1 and without ?).
 //
 // If wantRows is at least 0 the statement must affect exactly that many rows, or the
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
 // should stop the hand-over, not pass silently. Pass -1 to accept any count.
 func Exec[ID comparable](query string, wantRows int64) Command[ID] {
 	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		res, err := tx.ExecContext(ctx, query, Arg(id))
+		q := query
+		if v, ok := tx.(interface{ Rebind(string) string }); ok {
+			q = v.Rebind(query)
+		}
+		res, err := tx.ExecContext(ctx, q, Arg(id))
 		if err != nil {
 			return err
 		}

@@ -110,9 +110,13 @@ func newView(raw Querier, db Database) *txview.View {
 		}
 		return opError("statement", ErrStatement, err)
 	}
+	var rebind func(string) string
+	if r, ok := db.(interface{ Rebind(query string) string }); ok {
+		rebind = r.Rebind
+	}
 	return txview.New(raw, translate, func(err error) error {
 		return opError("statement", ErrInvalidCommand, err)
-	})
+	}, rebind)
 }
 
 // refusedOr is the error a unit of work ends with: the statement view refused, if

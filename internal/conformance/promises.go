@@ -28,6 +28,7 @@ func RunPromises(t *testing.T, h Harness) {
 		{"PoolIsNotATransaction", testPoolIsNotATx},
 		{"ContextErrors", testContextErrors},
 		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
+		{"ExecPlaceholders", testExecPlaceholders},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -484,3 +485,23 @@ type narrow struct {
 }
 
 func (n narrow) ID() string { return n.Key }
+
+// testExecPlaceholders: a Command written once with refset.Exec runs on every store,
+// with ? or $1 for the object's ID.
+func testExecPlaceholders(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.blocks(t)
+	ctx := t.Context()
+	for _, q := range []string{
+		`INSERT INTO pending (block_id) VALUES (?)`,
+		`INSERT INTO pending (block_id) VALUES ($1)`,
+		"INSERT INTO pending (block_id) /* a ? in a comment stays */ SELECT id FROM blocks WHERE id = ?",
+	} {
+		t.Run(q, func(t *testing.T) {
+			id := fmt.Sprintf("x%d", len(q))
+			_, err := set.Add(ctx, mkBlock(id, "", 0), refset.Exec[string](q, 1))
+			require.NoError(t, err)
+			assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id))
+		})
+	}
+}

@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/refsetdb/refset/internal/sqltext"
 )
 
 // Querier runs statements: *sql.Tx, *sqlx.Tx and a View all do.
@@ -36,6 +38,7 @@ type View struct {
 	raw       Querier
 	translate func(err error, query string) error
 	refuse    error // what a transaction-ending statement fails with
+	rebind    func(query string) string
 
 	mu      sync.Mutex
 	refused error
@@ -46,11 +49,19 @@ type View struct {
 // transaction and remembers its own refusals. translate maps a driver error of a
 // statement to the caller's sentinels; refuse wraps ErrEndsTransaction for a refused
 // statement.
-func New(raw Querier, translate func(err error, query string) error, refuse func(error) error) *View {
+func New(raw Querier, translate func(err error, query string) error, refuse func(error) error, rebind func(query string) string) *View {
 	if v, ok := raw.(*View); ok {
 		raw = v.raw
 	}
-	return &View{raw: raw, translate: translate, refuse: refuse(ErrEndsTransaction)}
+	return &View{raw: raw, translate: translate, refuse: refuse(ErrEndsTransaction), rebind: rebind}
+}
+
+// Rebind rewrites query's ? placeholders to the database's own ($1 on Postgres).
+func (v *View) Rebind(query string) string {
+	if v.rebind == nil {
+		return query
+	}
+	return v.rebind(query)
 }
 
 // Refused is the error of the first statement the view refused, or nil.
@@ -109,7 +120,7 @@ func (v *View) QueryRowContext(ctx context.Context, query string, args ...any) *
 }
 
 func (v *View) check(query string) error {
-	verb := EndingStatement(query)
+	verb := sqltext.EndingStatement(query)
 	if verb == "" {
 		return nil
 	}

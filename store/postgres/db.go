@@ -12,6 +12,7 @@ import (
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -140,6 +141,10 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 // Unprepared reports whether Options.Unprepared was set: code with statements of its
 // own to prepare should run them unprepared too.
 func (db *DB) Unprepared() bool { return db.unprepared }
+
+// Rebind rewrites a query's ? placeholders to Postgres's $1, $2, ..., leaving any ?
+// in a literal, a quoted name or a comment as it is.
+func (db *DB) Rebind(query string) string { return sqltext.Dollar(query) }
 
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }

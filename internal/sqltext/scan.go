@@ -1,6 +1,13 @@
-package txview
+// Package sqltext reads SQL text as the database would, one token at a time, without
+// parsing it: string literals, quoted identifiers, dollar quotes and comments are
+// skipped, so what it finds (a statement's first keyword, a ? placeholder) is never
+// inside one of them.
+package sqltext
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // EndingStatement returns the leading keyword of the first statement in query that
 // would begin or end a transaction (COMMIT, END, ROLLBACK but not ROLLBACK TO a
@@ -48,10 +55,36 @@ func ending(w []string) string {
 	return ""
 }
 
+// Dollar rewrites the ? placeholders of query to Postgres's $1, $2, ... in order,
+// leaving any ? inside a literal, a quoted identifier or a comment as it is.
+func Dollar(query string) string {
+	if !strings.Contains(query, "?") {
+		return query
+	}
+	var b strings.Builder
+	sc := scanner{src: query}
+	n, last := 0, 0
+	sc.onPlaceholder = func(pos int) {
+		n++
+		b.WriteString(query[last:pos])
+		b.WriteString("$" + strconv.Itoa(n))
+		last = pos + 1
+	}
+	for {
+		if _, more := sc.statement(); !more {
+			break
+		}
+	}
+	b.WriteString(query[last:])
+	return b.String()
+}
+
 // scanner walks SQL text one statement at a time.
 type scanner struct {
 	src string
 	pos int
+	// onPlaceholder, if set, is told where each ? outside quotes and comments is.
+	onPlaceholder func(pos int)
 }
 
 // statement reads up to the next top-level semicolon and returns the statement's
@@ -79,6 +112,9 @@ func (s *scanner) statement() (words []string, more bool) {
 			s.skipTo(']')
 		case c == '$' && s.dollarTag() != "":
 			s.skipDollarQuoted()
+		case c == '?' && s.onPlaceholder != nil:
+			s.onPlaceholder(s.pos)
+			s.pos++
 		case isWordStart(c):
 			w := strings.ToUpper(s.word())
 			if len(words) < 3 {

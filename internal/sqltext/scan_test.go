@@ -1,4 +1,4 @@
-package txview
+package sqltext
 
 import (
 	"strings"
@@ -80,6 +80,44 @@ func FuzzEndingStatement(f *testing.F) {
 		}
 		if got := EndingStatement(q + "; COMMIT"); got != "COMMIT" && EndingStatement(q) == "" {
 			t.Errorf("EndingStatement(%q + \"; COMMIT\") = %q", q, got)
+		}
+	})
+}
+
+func TestDollar(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"SELECT 1", "SELECT 1"},
+		{"DELETE FROM t WHERE id = ?", "DELETE FROM t WHERE id = $1"},
+		{"INSERT INTO t VALUES (?, ?, ?)", "INSERT INTO t VALUES ($1, $2, $3)"},
+		{"SELECT '?' FROM t WHERE id = ?", "SELECT '?' FROM t WHERE id = $1"},
+		{`SELECT "a?" FROM t WHERE id = ?`, `SELECT "a?" FROM t WHERE id = $1`},
+		{"SELECT 1 /* ? */ WHERE x = ? -- ?\n", "SELECT 1 /* ? */ WHERE x = $1 -- ?\n"},
+		{"SELECT $q$?$q$, ?", "SELECT $q$?$q$, $1"},
+		{"SELECT $1", "SELECT $1"},
+	}
+	for _, tc := range tests {
+		if got := Dollar(tc.in); got != tc.want {
+			t.Errorf("Dollar(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzDollar: never panics, leaves text without ? alone, and leaves no ? outside
+// quotes and comments.
+func FuzzDollar(f *testing.F) {
+	for _, s := range []string{"SELECT ?", "'?'", "/* ? */ ?", "$a$?$a$ ?", "E'\\'?'", "?"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		got := Dollar(q)
+		if !strings.Contains(q, "?") && got != q {
+			t.Fatalf("Dollar(%q) = %q changed a query without ?", q, got)
+		}
+		if strings.ContainsAny(q, "'\"`[$-/") {
+			return // quotes and comments may keep a ?
+		}
+		if strings.Contains(got, "?") {
+			t.Fatalf("Dollar(%q) = %q left a placeholder", q, got)
 		}
 	})
 }
