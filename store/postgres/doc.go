@@ -1,4 +1,7 @@
-// Package postgres keeps a refset.RefSet in PostgreSQL, through lib/pq.
+// Package postgres keeps a refset.RefSet in PostgreSQL, through lib/pq or pgx's
+// stdlib driver: Open dials a DSN with either (Options.Driver), and New uses a
+// *sql.DB the caller opened and owns (from a pgxpool.Pool: stdlib.OpenDBFromPool).
+// Errors are translated by SQLSTATE in one place, the same on both drivers.
 //
 // Several processes may share one database: nothing here relies on in-process state
 // for correctness. Foreign keys with ON DELETE RESTRICT make the database refuse to
@@ -13,7 +16,8 @@
 // A store runs its own statements prepared (database/sql prepares each once per pooled
 // connection): its reads outside a transaction (a cache miss, Has), and its inserts,
 // holds and unholds in the transactions DB.Begin opens, refset.InTx's among them. That
-// is one round trip a statement instead of lib/pq's two. Named prepared statements
+// is one round trip a statement instead of two (lib/pq parses an unprepared statement
+// with arguments in a round trip of its own). Named prepared statements
 // need a connection that stays the same server session: connect directly or through a
 // pooler in session mode (PgBouncer's transaction mode keeps them only from version
 // 1.21, with max_prepared_statements set), or set Options.Unprepared. A prepared read

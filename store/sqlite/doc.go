@@ -5,7 +5,9 @@
 // logging, and write transactions that take the write lock when they begin (BEGIN
 // IMMEDIATE), all on one writer connection, with a separate pool of read-only
 // connections. Concurrent writers therefore queue for the writer instead of failing
-// with "database is locked", and readers never wait for them.
+// with "database is locked", and readers never wait for them. New takes pools the
+// caller opened instead, and checks each of these settings, refusing with
+// refset.ErrInvalidConfig that names the DSN parameter to add.
 //
 // NewStore maps a struct to an existing table through its `db` tags, checks both
 // against the catalog, and creates the set's holds table beside it.
