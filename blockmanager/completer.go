@@ -33,7 +33,8 @@ type Outcome struct {
 	Completed int  // blocks handed to the controller: this one and those that waited for it
 }
 
-// Receive takes one block, in one transaction.
+// Receive takes one block, in one transaction. Errors: ErrBrokenChain (a block whose
+// number does not follow its stored predecessor's), and those of refset.InTx.
 func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
 	var out Outcome
 	err := refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
@@ -241,7 +242,8 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 }
 
 // Pending returns how many blocks wait for a predecessor, and the predecessors they
-// wait for that are not stored (the ones to request from peers).
+// wait for that are not stored (the ones to request from peers). Errors: those of
+// Manager.Get.
 func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	q := c.m.db.Reader()

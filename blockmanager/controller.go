@@ -139,7 +139,8 @@ const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
 		SELECT b.header_signature, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.prev
 		WHERE b.block_num >= ?)`
 
-// Head returns the committed head's ID, or "" before the first block.
+// Head returns the committed head's ID, or "" before the first block. Errors:
+// those of Manager.Get.
 func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	id, _, err := c.head(ctx, c.m.db.Reader())
@@ -149,7 +150,8 @@ func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 // Commit makes a stored block the committed head (a node's consensus may decide
 // against fork choice). When the block extends the old head, the old head is simply
 // committed history; otherwise the old head's chain was abandoned and becomes a
-// fork, which the fork cache keeps for ForkTTL.
+// fork, which the fork cache keeps for ForkTTL. Errors: ErrUnknownBlock, and those
+// of refset.InTx.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
 	return refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
 		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
@@ -166,7 +168,8 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 	})
 }
 
-// Forks returns the fork heads the cache holds, with when each expires.
+// Forks returns the fork heads the cache holds, with when each expires. Errors:
+// those of Manager.Get.
 func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	rows, err := c.m.db.Reader().QueryContext(ctx, c.m.sql(`SELECT object_id, expires_at FROM blocks_holds WHERE holder = ?`), ForkHolder)

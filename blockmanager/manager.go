@@ -156,7 +156,10 @@ func (m *Manager) lock(ctx context.Context, tx refset.Tx, keys ...string) error 
 // Completer does when a predecessor arrives, and so is whatever waited for that
 // block; otherwise it would wait for a block that will never arrive again. It fails
 // with ErrEmptyBranch, ErrMissingPredecessor (the first block's predecessor is not
-// stored; NullBlockID always is) or ErrBrokenChain, and then stores nothing.
+// stored; NullBlockID always is) or ErrBrokenChain, and then stores nothing; and
+// with the errors of refset.InTx (ErrConflict after retries, ErrUnavailable,
+// ErrTimeout, ErrClosed, the context's error, what a command returned). A command
+// that panics rolls the Put back and the panic goes on.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	var tip *refset.RefToken[string]
 	err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
@@ -167,7 +170,8 @@ func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Comman
 	return tip, err
 }
 
-// PutTx is Put inside the caller's transaction.
+// PutTx is Put inside the caller's transaction. Errors: those of Put, and
+// refset.ErrInvalidTx when tx is nil or a connection pool.
 func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	if len(branch) == 0 {
 		return nil, ErrEmptyBranch
@@ -356,7 +360,7 @@ func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string)
 
 // Get returns the stored blocks with those IDs, in order, nil for each one that is
 // not stored. The blocks are the set's shared instances: read them, never modify
-// them.
+// them. Errors: refset.ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	out := make([]*Block, len(ids))
@@ -380,7 +384,7 @@ func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error)
 	return out, nil
 }
 
-// Contains reports whether the block is stored.
+// Contains reports whether the block is stored. Errors: those of Get.
 func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 	_, err := m.blocks.Upgrade(ctx, id)
 	if errors.Is(err, refset.ErrNotFound) {
@@ -391,7 +395,7 @@ func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 
 // Branch walks from tip back to genesis (or to the oldest block whose predecessor
 // is not linked yet), reading a page of blocks per query. An unknown tip yields
-// ErrUnknownBlock.
+// ErrUnknownBlock; a failed read yields the errors of Get, and ends the walk.
 func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
 	return func(yield func(*Block, error) bool) {
 		w := m.walk(ctx, tip)
@@ -410,14 +414,15 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 
 // BranchDiff returns the blocks on tip's branch that are not on exclude's, tip
 // first, down to (not including) their common ancestor. It walks the higher branch
-// down to the other's height first, then both together.
+// down to the other's height first, then both together. Errors: ErrUnknownBlock
+// (either tip is not stored), and those of Get.
 func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
 	diff, _, err := m.diverge(ctx, tip, exclude)
 	return diff, ctxerr.Wrap(ctx, err)
 }
 
 // CommonAncestor returns the newest block on both branches, or nil if they share
-// none.
+// none. Errors: those of BranchDiff.
 func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, error) {
 	_, common, err := m.diverge(ctx, a, b)
 	return common, ctxerr.Wrap(ctx, err)
@@ -557,14 +562,14 @@ func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
 // branch. It reads only the blocks between tip and the oldest block holding one of
 // them. NullBlockID, the predecessor of genesis, is a tip whose branch is empty, so
 // it contains none (as in Sawtooth); any other tip that is not stored is
-// ErrUnknownBlock.
+// ErrUnknownBlock. Errors: ErrUnknownBlock, and those of Get.
 func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (_ bool, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
 
 // ContainsAnyTransactions reports whether any of the transactions is in a block of
-// tip's branch.
+// tip's branch, as ContainsAnyBatches does for batches, with the same errors.
 func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (_ bool, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
