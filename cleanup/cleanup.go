@@ -235,9 +235,6 @@ func (c *Collector) References() []Reference { return append([]Reference(nil), c
 // no retry mends either.
 func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	start := time.Now()
-	if err := ctx.Err(); err != nil {
-		return Stats{}, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, err)
-	}
 	var (
 		mu    sync.Mutex
 		total Stats
@@ -278,8 +275,8 @@ func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	wg.Wait()
 	total.Duration = time.Since(start)
 	if first == nil {
-		// A worker stopped between batches because ctx ended: the queue may not be
-		// done, and the caller must not read the stats as if it were.
+		// The workers stopped between batches (or never began) because ctx ended: the
+		// queue may not be done, and the caller must not read the stats as if it were.
 		first = ctx.Err()
 	}
 	if first != nil {
