@@ -56,6 +56,18 @@ type Reference struct {
 
 func (r Reference) String() string { return r.Table.String() + "." + r.Column }
 
+// UnfollowedKeys is the error a Dialect's Describe returns for foreign keys to the
+// set's table that Install cannot follow and that would refuse an object's deletion
+// (ON DELETE NO ACTION or RESTRICT): each key, as the dialect describes it (its name,
+// table and columns), would keep objects alive that Collect could never account
+// for. It matches refset.ErrSchema.
+func UnfollowedKeys(table sqlident.Ident, idColumn string, keys []string) error {
+	return fmt.Errorf("%w: %s is referenced by %s; clean-up follows foreign keys of one column to the ID column %q "+
+		"(keys ON DELETE CASCADE, SET NULL or SET DEFAULT never refuse a delete and are left alone): "+
+		"reference %q instead, or declare the key ON DELETE CASCADE if its rows are parts of the object",
+		refset.ErrSchema, table, strings.Join(keys, " and "), idColumn, idColumn)
+}
+
 // Plan is everything a dialect needs to know about a set to collect it.
 type Plan struct {
 	Table      sqlident.Ident
@@ -85,12 +97,16 @@ type Dialect interface {
 	// Schema names the dialect.
 	Schema() schema.Dialect
 	// Describe reads the ID column's type and every reference to it from the catalog.
+	// A key to the table that refuses deletion but does not reference the ID column
+	// alone fails it with UnfollowedKeys.
 	Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
 	// Install creates or replaces the triggers of p, inside tx.
 	Install(ctx context.Context, tx refset.Tx, p *Plan) error
 	// ExpireHolds deletes up to limit expired holds.
 	ExpireHolds(ctx context.Context, tx refset.Tx, p *Plan, limit int) (int64, error)
-	// CollectBatch reviews up to limit due queue entries.
+	// CollectBatch reviews up to limit due queue entries. An object the database
+	// refuses to delete (a reference Install did not find) must not fail the batch: it
+	// is counted in Batch.Refused and postponed by p.Grace.
 	CollectBatch(ctx context.Context, tx refset.Tx, p *Plan, limit int) (Batch, error)
 	// EnqueueUnreachable queues, due now, every object no root reaches.
 	EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *Plan) (int64, error)

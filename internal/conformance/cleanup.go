@@ -35,6 +35,8 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"UnindexedReferenceRefused", testUnindexed},
 		{"BackgroundRunStopsCleanly", testBackground},
 		{"SuggestedIndexesAreValidSQL", testSuggestedIndexes},
+		{"UnfollowedKeysRefused", testUnfollowedKeys},
+		{"KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
 		{"EndedContextIsAnError", testEndedContext},
 		{"RunStopsOnClosedDatabase", testRunClosed},
 		{"RunStopsOnDroppedTables", testRunSchemaGone},
@@ -738,4 +740,99 @@ func testRunCallbackPanic(t *testing.T, h Harness) {
 	_, err = c.Collect(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"held"}, e.ids(t, "blocks", "id"))
+}
+
+// foreignKeys are references to blocks by other columns than its ID alone. Each
+// creates a table named keyTable whose one row, made by pin, references the block
+// with that ID and height.
+var foreignKeys = []struct {
+	name   string
+	create []string
+	pin    string
+}{
+	{
+		name:   "to the ID column",
+		create: []string{`CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`},
+		pin:    `INSERT INTO keyed (block_id) SELECT id FROM blocks WHERE id = ? AND height = ?`,
+	},
+	{
+		name: "to a unique column",
+		create: []string{`CREATE UNIQUE INDEX blocks_height_key ON blocks (height)`,
+			`CREATE TABLE keyed (height {Int} NOT NULL REFERENCES blocks (height))`},
+		pin: `INSERT INTO keyed (height) SELECT height FROM blocks WHERE id = ? AND height = ?`,
+	},
+	{
+		name: "composite",
+		create: []string{`CREATE UNIQUE INDEX blocks_id_height_key ON blocks (id, height)`,
+			`CREATE TABLE keyed (block_id {Text} NOT NULL, height {Int} NOT NULL, FOREIGN KEY (block_id, height) REFERENCES blocks (id, height))`},
+		pin: `INSERT INTO keyed (block_id, height) SELECT id, height FROM blocks WHERE id = ? AND height = ?`,
+	},
+}
+
+// A key that would refuse an object's deletion and does not reference the ID column
+// alone is refused by Install, by name; one ON DELETE CASCADE is left alone.
+func testUnfollowedKeys(t *testing.T, h Harness) {
+	for _, fk := range foreignKeys[1:] {
+		t.Run(fk.name, func(t *testing.T) {
+			e := newEnv(t, h)
+			e.chain(t)
+			for _, stmt := range fk.create {
+				e.mustExec(t, stmt)
+			}
+			_, err := cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks"})
+			require.ErrorIs(t, err, refset.ErrSchema)
+			assert.Contains(t, err.Error(), "keyed (", "the error names the key's table and columns")
+			assert.Contains(t, err.Error(), `to the ID column "id"`, "the error says what is followed")
+			assert.Zero(t, e.count(t, "blocks_review", ""), "a refused Install changes nothing")
+		})
+	}
+	t.Run("on delete cascade", func(t *testing.T) {
+		e := newEnv(t, h)
+		e.chain(t)
+		e.mustExec(t, `CREATE UNIQUE INDEX blocks_height_key ON blocks (height)`)
+		e.mustExec(t, `CREATE TABLE parts (height {Int} NOT NULL REFERENCES blocks (height) ON DELETE CASCADE)`)
+		e.collector(t, cleanup.Config{})
+	})
+}
+
+// A key added after Install, which its triggers and checks know nothing of, does not
+// wedge the queue: the object it keeps alive is refused, counted and postponed by a
+// grace period, the others are collected, and later passes succeed. Once the
+// reference goes, the object is collected.
+func testKeyAddedAfterInstall(t *testing.T, h Harness) {
+	for _, fk := range foreignKeys {
+		for _, batch := range []int{1, 100} {
+			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
+				e := newEnv(t, h)
+				set := e.chain(t)
+				c := e.collector(t, cleanup.Config{BatchSize: batch})
+				for _, stmt := range fk.create {
+					e.mustExec(t, stmt)
+				}
+				ctx := t.Context()
+				for i, id := range []string{"free1", "pinned", "free2", "free3"} {
+					_, err := set.Add(ctx, mkBlock(id, "", int64(i)))
+					require.NoError(t, err)
+				}
+				e.mustExec(t, fk.pin, "pinned", 1)
+				e.makeDue(t)
+
+				s, err := c.Collect(ctx)
+				require.NoError(t, err, "an unknown reference fails the collection")
+				assert.Equal(t, int64(3), s.Deleted, "%v", s)
+				assert.Equal(t, int64(1), s.Refused, "%v", s)
+				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
+				s, err = c.Collect(ctx)
+				require.NoError(t, err)
+				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+
+				e.mustExec(t, `DELETE FROM keyed`)
+				e.makeDue(t, "pinned")
+				s, err = c.Collect(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), s.Deleted, "it stayed queued, and goes once the reference does: %v", s)
+				assert.Zero(t, e.count(t, "blocks_review", ""))
+			})
+		}
+	}
 }

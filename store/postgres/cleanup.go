@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
@@ -53,6 +54,21 @@ WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND cardinality(c.conkey
   AND c.confdeltype <> 'c'
 ORDER BY n.nspname, r.relname, a.attname`
 
+// unfollowedSQL lists the foreign keys to the set's table that would refuse an
+// object's deletion but do not reference its ID column alone (a key to a UNIQUE
+// column, a composite key), each described for an error message.
+const unfollowedSQL = `
+SELECT format('constraint %I on %s (%s) referencing (%s)', c.conname, c.conrelid::regclass,
+       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum),
+       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.confkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum))
+FROM pg_constraint c
+WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND c.confdeltype IN ('a', 'r')
+  AND NOT (cardinality(c.confkey) = 1 AND c.confkey[1] =
+           (SELECT attnum FROM pg_attribute WHERE attrelid = c.confrelid AND attname = $2))
+ORDER BY 1`
+
 func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
 	var idType string
 	if err := q.QueryRowContext(ctx, idTypeSQL, table.Quoted(), idColumn).Scan(&idType); err != nil {
@@ -64,7 +80,26 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err := sqlident.CheckType(idType); err != nil {
 		return "", nil, err
 	}
-	rows, err := q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
+	var unfollowed []string
+	rows, err := q.QueryContext(ctx, unfollowedSQL, table.Quoted(), idColumn)
+	if err != nil {
+		return "", nil, err
+	}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		unfollowed = append(unfollowed, key)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return "", nil, err
+	}
+	if len(unfollowed) > 0 {
+		return "", nil, cleanup.UnfollowedKeys(table, idColumn, unfollowed)
+	}
+	rows, err = q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
 	if err != nil {
 		return "", nil, err
 	}
@@ -242,9 +277,15 @@ func unreferenced(p *cleanup.Plan, o string) string {
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
 // is reviewed again the careful way (lockedBatch), which locks the objects first.
+//
+// Deferred constraints are checked at each statement's end, not at COMMIT: a
+// reference Install did not find then refuses the delete, which lockedBatch handles,
+// instead of failing the batch's COMMIT again and again.
 func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT refset_collect`); err != nil {
-		return cleanup.Batch{}, err
+	for _, stmt := range []string{`SET CONSTRAINTS ALL IMMEDIATE`, `SAVEPOINT refset_collect`} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return cleanup.Batch{}, err
+		}
 	}
 	b, err := fastBatch(ctx, tx, p, limit)
 	if err == nil {
@@ -324,21 +365,17 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) 
 	}
 
 	// A new statement sees every reference committed before the locks were taken.
+	var refused []string
 	if len(locked) > 0 {
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (%s) AND %s`,
-			p.Table.Quoted(), p.IDColumn, idArray, unreferenced(p, "o")), pq.Array(locked))
-		if err != nil {
-			return b, err
-		}
-		if b.Deleted, err = res.RowsAffected(); err != nil {
+		if b.Deleted, refused, err = deleteUnreferenced(ctx, tx, p, locked); err != nil {
 			return b, err
 		}
 	}
 
 	// Dequeue what was reviewed, unless it was queued again meanwhile (its version
-	// moved: a deletion in this batch may have queued its predecessor).
-	skip := make(map[string]bool, len(busy))
-	for _, id := range busy {
+	// moved: a deletion in this batch may have queued its predecessor) or must wait.
+	skip := make(map[string]bool, len(busy)+len(refused))
+	for _, id := range append(busy, refused...) {
 		skip[id] = true
 	}
 	var doneIDs []string
@@ -356,14 +393,66 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) 
 			return b, err
 		}
 	}
-	if len(busy) > 0 {
-		b.Postponed = int64(len(busy))
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
-			WHERE object_id = ANY (%s)`, p.Queue.Quoted(), idArray), pq.Array(busy), p.RetryDelay.Milliseconds()); err != nil {
-			return b, err
-		}
+	b.Postponed, b.Refused = int64(len(busy)), int64(len(refused))
+	if err := postpone(ctx, tx, p, busy, p.RetryDelay); err != nil {
+		return b, err
 	}
-	return b, nil
+	return b, postpone(ctx, tx, p, refused, p.Grace)
+}
+
+// deleteUnreferenced deletes the objects of ids that no known reference points at,
+// in one statement. If the database refuses that (ErrReferenced: a foreign key
+// Install did not find, added since), it deletes them one by one instead, each under
+// a savepoint, and returns those it refused: one object with an unknown holder must
+// not keep the rest of the batch, and the queue behind it, from being collected.
+func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string) (deleted int64, refused []string, err error) {
+	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
+		p.Table.Quoted(), p.IDColumn, p.IDType, unreferenced(p, "o"))
+	deleted, err = execUnder(ctx, tx, "refset_delete", del, pq.Array(ids))
+	if !errors.Is(err, refset.ErrReferenced) {
+		return deleted, nil, err
+	}
+	deleted = 0
+	for _, id := range ids {
+		n, err := execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
+		switch {
+		case errors.Is(err, refset.ErrReferenced):
+			refused = append(refused, id)
+		case err != nil:
+			return deleted, refused, err
+		}
+		deleted += n
+	}
+	return deleted, refused, nil
+}
+
+// execUnder runs one statement under a savepoint, so that its failure leaves the
+// transaction usable, and returns the rows it affected.
+func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args ...any) (int64, error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT `+savepoint); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT `+savepoint); rbErr != nil {
+			return 0, errors.Join(err, rbErr)
+		}
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT `+savepoint); err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// postpone moves the reviews of ids delay ahead.
+func postpone(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string, delay time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
+		WHERE object_id = ANY ($1::text[]::%s[])`, p.Queue.Quoted(), p.IDType), pq.Array(ids), delay.Milliseconds())
+	return err
 }
 
 // claim takes up to limit due entries; entries another collector holds are skipped.
