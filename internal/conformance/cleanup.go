@@ -37,6 +37,7 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"SuggestedIndexesAreValidSQL", testSuggestedIndexes},
 		{"UnfollowedKeysRefused", testUnfollowedKeys},
 		{"KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
+		{"RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
 		{"EndedContextIsAnError", testEndedContext},
 		{"RunStopsOnClosedDatabase", testRunClosed},
 		{"RunStopsOnDroppedTables", testRunSchemaGone},
@@ -835,4 +836,24 @@ func testKeyAddedAfterInstall(t *testing.T, h Harness) {
 			})
 		}
 	}
+}
+
+// An object refused again and again (a key added after Install keeps it) and due
+// again at once (a grace period shorter than a batch) does not keep Collect from
+// returning.
+func testRefusedShortGrace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
+	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
+	_, err := set.Add(t.Context(), mkBlock("pinned", "", 0))
+	require.NoError(t, err)
+	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
+	e.makeDue(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := c.Collect(ctx)
+	require.NoError(t, err, "Collect went on reviewing the refused object")
+	assert.Positive(t, s.Refused)
+	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }
