@@ -282,12 +282,11 @@ func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 				total.Postponed += b.Postponed
 				total.Refused += b.Refused
 				mu.Unlock()
-				// Done when a batch found nothing due, or found less than a full batch
-				// and could only put it back for later (objects that are busy or
-				// refused, which a short RetryDelay or Grace may make due again at
-				// once): going on would review them again and again.
-				putBack := b.Postponed + b.Refused
-				if expired == 0 && (b.Reviewed == 0 || b.Reviewed == putBack && b.Reviewed < int64(c.batch)) {
+				// Done when a batch found nothing due, or could only put what it found
+				// back for later (objects busy or refused, which a short RetryDelay or
+				// Grace may make due again at once): going on could review them again
+				// and again. What else is due, the other workers or the next call take.
+				if expired == 0 && b.Reviewed == b.Postponed+b.Refused {
 					return
 				}
 			}
