@@ -78,6 +78,11 @@ type Plan struct {
 	References []Reference
 	Grace      time.Duration
 	RetryDelay time.Duration
+
+	// registeredQueue is the queue's name as the set's store registered it, before
+	// Qualify: Name derives from it, so the names of an earlier Install's triggers
+	// and functions stay those of this one.
+	registeredQueue string
 }
 
 // Batch is what one collection transaction did.
@@ -96,6 +101,11 @@ type Batch struct {
 type Dialect interface {
 	// Schema names the dialect.
 	Schema() schema.Dialect
+	// Qualify names the table the session finds under name with its schema, so that
+	// SQL written with it means the same table in every session (a Postgres trigger
+	// runs with the search path of whoever fires it). A dialect without schemas
+	// returns name.
+	Qualify(ctx context.Context, q refset.Querier, name sqlident.Ident) (sqlident.Ident, error)
 	// Describe reads the ID column's type and every reference to it from the catalog.
 	// A key to the table that refuses deletion but does not reference the ID column
 	// alone fails it with UnfollowedKeys.
@@ -216,8 +226,18 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 		if err != nil {
 			return err
 		}
-		p.IDColumn, p.Holds, p.Queue = reg.IDColumn, reg.Holds, reg.Queue
-		p.IDType, p.References, err = d.Describe(ctx, tx, table, reg.IDColumn)
+		p.IDColumn, p.registeredQueue = reg.IDColumn, reg.Queue.String()
+		// Resolved once, here: the triggers must name the same tables in every
+		// session, whatever its search path.
+		for _, n := range []struct {
+			to   *sqlident.Ident
+			name sqlident.Ident
+		}{{&p.Table, table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
+			if *n.to, err = d.Qualify(ctx, tx, n.name); err != nil {
+				return err
+			}
+		}
+		p.IDType, p.References, err = d.Describe(ctx, tx, p.Table, reg.IDColumn)
 		if err != nil {
 			return err
 		}
@@ -453,7 +473,7 @@ func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 // the queue and parts, so installing again replaces rather than adds, and short
 // enough for Postgres whatever the table names.
 func (p *Plan) Name(parts ...string) string {
-	h := sha256.Sum256([]byte(p.Queue.String() + "\x00" + strings.Join(parts, "\x00")))
+	h := sha256.Sum256([]byte(p.registeredQueue + "\x00" + strings.Join(parts, "\x00")))
 	return "refset_rv_" + hex.EncodeToString(h[:6])
 }
 

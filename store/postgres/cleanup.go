@@ -137,6 +137,34 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
 }
 
+// qualifySQL finds the schema of the table a name resolves to in this session.
+const qualifySQL = `
+SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
+
+func (cleanupDialect) Qualify(ctx context.Context, q refset.Querier, name sqlident.Ident) (sqlident.Ident, error) {
+	if name.Schema != "" {
+		return name, nil
+	}
+	var nsp string
+	if err := q.QueryRowContext(ctx, qualifySQL, name.Quoted()).Scan(&nsp); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return name, fmt.Errorf("no table %s on the search path: %w", name, refset.ErrSchema)
+		}
+		return name, err
+	}
+	q2, err := sqlident.Parse(nsp+"."+name.Name, true)
+	if err != nil {
+		return name, fmt.Errorf("schema of %s: %w", name, err)
+	}
+	return q2, nil
+}
+
+// triggerFunctionSQL finds the function an existing trigger runs.
+const triggerFunctionSQL = `
+SELECT n.nspname, f.proname
+FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid JOIN pg_namespace n ON n.oid = f.pronamespace
+WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
+
 // Install creates a statement-level trigger per reference (sorted keys, so concurrent
 // statements queue objects in one order and do not deadlock) and one on the object
 // table for new objects.
@@ -150,39 +178,32 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // it. Each check is an index probe: Install refuses a referencing column that no index
 // leads with.
 //
-// Installing again (every collector process does, as it starts) replaces the trigger
-// functions, which locks no table, and creates only the triggers that are missing. It
-// never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE, against every reader
-// too, and a writer that holds one table of the set while it reads another would
-// deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE, which lets reads through.
+// Every table and function the triggers name is schema-qualified (the plan's names
+// are, see cleanup.Dialect.Qualify): a trigger runs with the search path of the
+// session that fires it, and one that named "blocks_review" would fail every write of
+// a session whose search path finds no such table (another service, psql, a
+// migration tool).
+//
+// Installing again (every collector process does, as it starts) replaces the bodies
+// of the trigger functions, which locks no table, and creates only the triggers that
+// are missing. It never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE,
+// against every reader too, and a writer that holds one table of the set while it
+// reads another would deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE,
+// which lets reads through. An existing trigger keeps the function it runs, wherever
+// an earlier Install put it (before names were qualified, the object table's trigger
+// function went to the installing session's current schema): its body is what is
+// replaced, so an old install is brought up to date in place.
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
 	type trig struct {
-		table      sqlident.Ident
-		name, stmt string
+		table             sqlident.Ident
+		name, event, with string
+		fn                sqlident.Ident // where a new trigger's function goes
+		body              string
 	}
-	var functions []string
 	var triggers []trig
 	trigger := func(name string, table sqlident.Ident, event, transition, body string) {
-		fn := sqlident.Ident{Schema: table.Schema, Name: name}.Quoted()
-		if table.Schema == "" {
-			fn = `"` + name + `"`
-		}
-		// A trigger function's plans are made at its first call in a session and kept:
-		// made while a table was empty they would scan it, and go on scanning it for
-		// every statement once it holds millions of rows. With sequential scans off, the
-		// plans look objects and references up through their indexes (Install refuses
-		// a reference without one), at a cost that follows the rows changed.
-		functions = append(functions, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
-SET enable_seqscan = off AS $refset$
-BEGIN
-	%s;
-	RETURN NULL;
-END
-$refset$`, fn, body))
-		tname := name + "_" + strings.ToLower(event)
-		triggers = append(triggers, trig{table, tname, fmt.Sprintf(
-			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
-			tname, event, table.Quoted(), transition, fn)})
+		triggers = append(triggers, trig{table: table, name: name + "_" + strings.ToLower(event), event: event,
+			with: transition, fn: sqlident.Ident{Schema: table.Schema, Name: name}, body: body})
 	}
 	// exists: the object that column col of the old reference row o pointed at is
 	// still there. Written as a scalar subquery, which the planner runs as an index
@@ -216,25 +237,55 @@ $refset$`, fn, body))
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
 		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
 		p.IDColumn, p.Grace.Milliseconds(), unprobed(p, "n"))))
-	for _, f := range functions {
-		if _, err := tx.ExecContext(ctx, f); err != nil {
+	for _, t := range triggers {
+		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
+		if err != nil {
 			return err
 		}
-	}
-	for _, t := range triggers {
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)`,
-			t.table.Quoted(), t.name).Scan(&exists); err != nil {
+		if !exists {
+			fn = t.fn
+		}
+		// A trigger function's plans are made at its first call in a session and kept:
+		// made while a table was empty they would scan it, and go on scanning it for
+		// every statement once it holds millions of rows. With sequential scans off, the
+		// plans look objects and references up through their indexes (Install refuses
+		// a reference without one), at a cost that follows the rows changed.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off AS $refset$
+BEGIN
+	%s;
+	RETURN NULL;
+END
+$refset$`, fn.Quoted(), t.body)); err != nil {
 			return err
 		}
 		if exists {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, t.stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(
+			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
+			t.name, t.event, t.table.Quoted(), t.with, fn.Quoted())); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// triggerFunction is the function the trigger name on table runs, if it exists.
+func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, name string) (sqlident.Ident, bool, error) {
+	var nsp, fn string
+	err := tx.QueryRowContext(ctx, triggerFunctionSQL, table.Quoted(), name).Scan(&nsp, &fn)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sqlident.Ident{}, false, nil
+	}
+	if err != nil {
+		return sqlident.Ident{}, false, err
+	}
+	id, err := sqlident.Parse(nsp+"."+fn, true)
+	if err != nil {
+		return sqlident.Ident{}, false, fmt.Errorf("function of trigger %s on %s: %w", name, table, err)
+	}
+	return id, true, nil
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {

@@ -60,6 +60,12 @@ SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) il, pragma_index_info(il.name
 
 const keyColumnsSQL = `SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk`
 
+// Qualify returns name: SQLite's triggers live in the schema of their table and name
+// only tables of it.
+func (cleanupDialect) Qualify(_ context.Context, _ refset.Querier, name sqlident.Ident) (sqlident.Ident, error) {
+	return name, nil
+}
+
 func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
 	cols, err := dialect{}.Columns(ctx, q, table)
 	if err != nil {
