@@ -194,7 +194,8 @@ const maxIdentLen = 63
 // review queue's triggers on every referencing table (replacing those of an earlier
 // Install, so running it again after a schema change picks up new referencing tables),
 // and returns a Collector. It is idempotent. It fails with ErrUnindexed if a
-// referencing column has no index.
+// referencing column has no index, and with refset.ErrSchema if a key it cannot
+// follow would refuse deletes (see UnfollowedKeys); either way it changes nothing.
 func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Collector, error) {
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
