@@ -397,3 +397,31 @@ func withSearchPath(tb testing.TB, dsn, path string) string {
 	u.RawQuery = v.Encode()
 	return u.String()
 }
+
+// A deferred foreign key added after Install would refuse a delete only at COMMIT,
+// failing the whole batch on every pass; collection checks it at the delete instead,
+// so the object is refused and postponed like any other unknown reference.
+func TestCollectWithDeferredUnknownKey(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
+	require.NoError(t, err)
+	_, err = NewStore[block, string](ctx, db, Config{Table: "things"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things"})
+	require.NoError(t, err)
+	_, err = db.Pool.ExecContext(ctx, `
+		CREATE TABLE later (thing_id text NOT NULL REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO things (id) VALUES ('pinned'), ('free');
+		INSERT INTO later VALUES ('pinned');
+		UPDATE things_review SET review_after = now() - interval '1 second'`)
+	require.NoError(t, err)
+
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), s.Deleted, "%v", s)
+	assert.Equal(t, int64(1), s.Refused, "%v", s)
+	var left []string
+	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things`))
+	assert.Equal(t, []string{"pinned"}, left)
+}
