@@ -56,6 +56,18 @@ type Reference struct {
 
 func (r Reference) String() string { return r.Table.String() + "." + r.Column }
 
+// UnfollowedKeys is the error a Dialect's Describe returns for foreign keys to the
+// set's table that Install cannot follow and that would refuse an object's deletion
+// (ON DELETE NO ACTION or RESTRICT): each key, as the dialect describes it (its name,
+// table and columns), would keep objects alive that Collect could never account
+// for. It matches refset.ErrSchema.
+func UnfollowedKeys(table sqlident.Ident, idColumn string, keys []string) error {
+	return fmt.Errorf("%w: %s is referenced by %s; clean-up follows foreign keys of one column to the ID column %q "+
+		"(keys ON DELETE CASCADE, SET NULL or SET DEFAULT never refuse a delete and are left alone): "+
+		"reference %q instead, or declare the key ON DELETE CASCADE if its rows are parts of the object",
+		refset.ErrSchema, table, strings.Join(keys, " and "), idColumn, idColumn)
+}
+
 // Plan is everything a dialect needs to know about a set to collect it.
 type Plan struct {
 	Table      sqlident.Ident
@@ -66,6 +78,11 @@ type Plan struct {
 	References []Reference
 	Grace      time.Duration
 	RetryDelay time.Duration
+
+	// registeredQueue is the queue's name as the set's store registered it, before
+	// Qualify: Name derives from it, so the names of an earlier Install's triggers
+	// and functions stay those of this one.
+	registeredQueue string
 }
 
 // Batch is what one collection transaction did.
@@ -73,19 +90,33 @@ type Batch struct {
 	Reviewed  int64 // queue entries claimed
 	Deleted   int64 // objects deleted
 	Postponed int64 // objects another transaction was referencing; reviewed again later
+	// Refused counts objects the database would not delete because of a reference
+	// Install did not find (a foreign key added since): they are postponed by a grace
+	// period, and the rest of the batch is collected all the same. Install again to
+	// follow the new key.
+	Refused int64
 }
 
 // Dialect is the SQL of one database, written by a store package.
 type Dialect interface {
 	// Schema names the dialect.
 	Schema() schema.Dialect
+	// Qualify names the table the session finds under name with its schema, so that
+	// SQL written with it means the same table in every session (a Postgres trigger
+	// runs with the search path of whoever fires it). A dialect without schemas
+	// returns name.
+	Qualify(ctx context.Context, q refset.Querier, name sqlident.Ident) (sqlident.Ident, error)
 	// Describe reads the ID column's type and every reference to it from the catalog.
+	// A key to the table that refuses deletion but does not reference the ID column
+	// alone fails it with UnfollowedKeys.
 	Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
 	// Install creates or replaces the triggers of p, inside tx.
 	Install(ctx context.Context, tx refset.Tx, p *Plan) error
 	// ExpireHolds deletes up to limit expired holds.
 	ExpireHolds(ctx context.Context, tx refset.Tx, p *Plan, limit int) (int64, error)
-	// CollectBatch reviews up to limit due queue entries.
+	// CollectBatch reviews up to limit due queue entries. An object the database
+	// refuses to delete (a reference Install did not find) must not fail the batch: it
+	// is counted in Batch.Refused and postponed by p.Grace.
 	CollectBatch(ctx context.Context, tx refset.Tx, p *Plan, limit int) (Batch, error)
 	// EnqueueUnreachable queues, due now, every object no root reaches.
 	EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *Plan) (int64, error)
@@ -94,6 +125,9 @@ type Dialect interface {
 	Reach(p *Plan, withQueue bool) string
 	// Text renders the SQL expression expr as a literal in text, for reports.
 	Text(expr string) string
+	// SchemaError reports whether err says a table or column is missing: the set's
+	// schema changed under the collector, and no retry mends that.
+	SchemaError(err error) bool
 }
 
 // Stats is what a Collect call did.
@@ -102,13 +136,14 @@ type Stats struct {
 	Reviewed     int64
 	Deleted      int64
 	Postponed    int64
+	Refused      int64 // see Batch.Refused; not zero means Install should run again
 	HoldsExpired int64
 	Duration     time.Duration
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("reviewed %d, deleted %d, postponed %d, holds expired %d in %d batches, %v",
-		s.Reviewed, s.Deleted, s.Postponed, s.HoldsExpired, s.Batches, s.Duration.Round(time.Microsecond))
+	return fmt.Sprintf("reviewed %d, deleted %d, postponed %d, refused %d, holds expired %d in %d batches, %v",
+		s.Reviewed, s.Deleted, s.Postponed, s.Refused, s.HoldsExpired, s.Batches, s.Duration.Round(time.Microsecond))
 }
 
 // Collector collects the garbage of one set. It is safe for concurrent use, and
@@ -122,14 +157,45 @@ type Collector struct {
 }
 
 // ErrUnindexed: a referencing column has no index, so every review would scan its
-// table. The error names the index to create.
+// table. Install returns it as an *UnindexedError, which holds the statements that
+// create the missing indexes.
 var ErrUnindexed = errors.New("referencing column has no index")
+
+// UnindexedError is Install's refusal of references without an index. It matches
+// ErrUnindexed.
+type UnindexedError struct {
+	Table string
+	// Indexes are CREATE INDEX statements, one per unindexed reference, valid SQL on
+	// the set's database as they stand: a migration can run them verbatim.
+	Indexes []string
+}
+
+func (e *UnindexedError) Error() string {
+	return fmt.Sprintf("%s: %v; create: %s", e.Table, ErrUnindexed, strings.Join(e.Indexes, "; "))
+}
+
+// Is makes errors.Is(err, ErrUnindexed) hold.
+func (e *UnindexedError) Is(target error) bool { return target == ErrUnindexed }
+
+// indexStatement is the CREATE INDEX that makes a review of r an index probe. The
+// index is named, as SQLite requires; Postgres puts it in its table's schema.
+func indexStatement(r Reference) string {
+	name := r.Table.Name + "_" + r.Column + "_idx"
+	if len(name) > maxIdentLen {
+		name = name[:maxIdentLen]
+	}
+	return fmt.Sprintf(`CREATE INDEX "%s" ON %s ("%s")`, name, r.Table.Quoted(), r.Column)
+}
+
+// maxIdentLen is the longest name Postgres keeps whole (NAMEDATALEN-1).
+const maxIdentLen = 63
 
 // Install reads the references of the set's table from the catalog, creates the
 // review queue's triggers on every referencing table (replacing those of an earlier
 // Install, so running it again after a schema change picks up new referencing tables),
 // and returns a Collector. It is idempotent. It fails with ErrUnindexed if a
-// referencing column has no index.
+// referencing column has no index, and with refset.ErrSchema if a key it cannot
+// follow would refuse deletes (see UnfollowedKeys); either way it changes nothing.
 func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Collector, error) {
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
@@ -161,19 +227,29 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 		if err != nil {
 			return err
 		}
-		p.IDColumn, p.Holds, p.Queue = reg.IDColumn, reg.Holds, reg.Queue
-		p.IDType, p.References, err = d.Describe(ctx, tx, table, reg.IDColumn)
+		p.IDColumn, p.registeredQueue = reg.IDColumn, reg.Queue.String()
+		// Resolved once, here: the triggers must name the same tables in every
+		// session, whatever its search path.
+		for _, n := range []struct {
+			to   *sqlident.Ident
+			name sqlident.Ident
+		}{{&p.Table, table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
+			if *n.to, err = d.Qualify(ctx, tx, n.name); err != nil {
+				return err
+			}
+		}
+		p.IDType, p.References, err = d.Describe(ctx, tx, p.Table, reg.IDColumn)
 		if err != nil {
 			return err
 		}
-		var unindexed []string
+		unindexed := &UnindexedError{Table: table.String()}
 		for _, r := range p.References {
 			if !r.Indexed {
-				unindexed = append(unindexed, fmt.Sprintf("CREATE INDEX ON %s (%q)", r.Table.Quoted(), r.Column))
+				unindexed.Indexes = append(unindexed.Indexes, indexStatement(r))
 			}
 		}
-		if len(unindexed) > 0 {
-			return fmt.Errorf("refset/cleanup: %s: %w; create: %v", table, ErrUnindexed, unindexed)
+		if len(unindexed.Indexes) > 0 {
+			return unindexed
 		}
 		return d.Install(ctx, tx, &p)
 	})
@@ -188,7 +264,12 @@ func (c *Collector) References() []Reference { return append([]Reference(nil), c
 
 // Collect deletes expired holds and every due object nothing references, batch by
 // batch, until nothing is due, and returns what it did. Each batch commits on its
-// own: if ctx ends, what was done stays done and the rest waits for the next call.
+// own: if ctx ends, what was done stays done, the rest waits for the next call, and
+// Collect returns ctx's error with the stats of the batches that committed.
+//
+// An error that says the set's tables or columns are gone (dropped or renamed since
+// Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
+// no retry mends either.
 func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	start := time.Now()
 	var (
@@ -197,14 +278,15 @@ func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 		first error
 		wg    sync.WaitGroup
 	)
-	ctx, cancel := context.WithCancel(ctx)
+	// workCtx also ends when one worker fails, to stop the others.
+	workCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range c.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				expired, b, err := c.batchOnce(ctx)
+			for workCtx.Err() == nil {
+				expired, b, err := c.batchOnce(workCtx)
 				mu.Lock()
 				if err != nil {
 					if first == nil {
@@ -219,8 +301,13 @@ func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 				total.Reviewed += b.Reviewed
 				total.Deleted += b.Deleted
 				total.Postponed += b.Postponed
+				total.Refused += b.Refused
 				mu.Unlock()
-				if b.Reviewed == 0 && expired == 0 {
+				// Done when a batch found nothing due, or could only put what it found
+				// back for later (objects busy or refused, which a short RetryDelay or
+				// Grace may make due again at once): going on could review them again
+				// and again. What else is due, the other workers or the next call take.
+				if expired == 0 && b.Reviewed == b.Postponed+b.Refused {
 					return
 				}
 			}
@@ -228,6 +315,11 @@ func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	}
 	wg.Wait()
 	total.Duration = time.Since(start)
+	if first == nil {
+		// The workers stopped between batches (or never began) because ctx ended: the
+		// queue may not be done, and the caller must not read the stats as if it were.
+		first = ctx.Err()
+	}
 	if first != nil {
 		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, first)
 	}
@@ -244,18 +336,42 @@ func (c *Collector) batchOnce(ctx context.Context) (expired int64, b Batch, err 
 		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
 		return err
 	})
-	return expired, b, err
+	return expired, b, c.schemaError(err)
 }
 
+// schemaError marks an error that says a table or column of the plan is gone as
+// refset.ErrSchema, so callers (Run above all) can tell it from a passing failure.
+func (c *Collector) schemaError(err error) error {
+	if err != nil && !errors.Is(err, refset.ErrSchema) && c.dialect.SchemaError(err) {
+		return fmt.Errorf("%w (was it dropped or changed since Install?): %w", refset.ErrSchema, err)
+	}
+	return err
+}
+
+// MaxFailedPasses is how many passes in a row may fail before a Run without onPass
+// gives up and returns the last error: with no one to tell, a collector that fails
+// on and on must stop rather than hide it. The passes are an interval apart, so a
+// database that is unreachable for a moment does not stop it.
+const MaxFailedPasses = 5
+
 // Run collects every interval until ctx ends, then returns nil. A batch in flight
-// when ctx ends rolls back; nothing is left half done. onPass, if not nil, is called
-// after every pass with its result, for logging and metrics.
+// when ctx ends rolls back; nothing is left half done.
+//
+// onPass, if not nil, is called after every pass with its result, for logging and
+// metrics; it runs between passes, never inside a transaction, so a panic in it
+// leaves nothing open (and goes on up through Run). With onPass, Run carries on
+// through failing passes: the callback sees each, and may cancel ctx. Without it, Run
+// returns the error of the MaxFailedPasses-th failed pass in a row.
+//
+// Either way Run returns at once on an error no retry mends: the database was closed
+// (refset.ErrClosed) or the set's tables or columns are gone (refset.ErrSchema).
 func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func(Stats, error)) error {
 	if interval <= 0 {
 		return fmt.Errorf("refset/cleanup: Run needs a positive interval, not %v", interval)
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	failed := 0
 	for {
 		s, err := c.Collect(ctx)
 		if ctx.Err() != nil {
@@ -263,6 +379,16 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func
 		}
 		if onPass != nil {
 			onPass(s, err)
+		}
+		switch {
+		case err == nil:
+			failed = 0
+		case errors.Is(err, refset.ErrClosed) || errors.Is(err, refset.ErrSchema):
+			return fmt.Errorf("refset/cleanup: run stopped: %w", err)
+		case onPass == nil:
+			if failed++; failed == MaxFailedPasses {
+				return fmt.Errorf("refset/cleanup: run stopped after %d failed passes in a row, the last: %w", failed, err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -282,7 +408,7 @@ func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error
 		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
 		return err
 	})
-	if err != nil {
+	if err = c.schemaError(err); err != nil {
 		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
 	}
 	s, err = c.Collect(ctx)
@@ -309,10 +435,19 @@ func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 // is an audit, not part of collection.
 func (c *Collector) Check(ctx context.Context) (Report, error) {
 	r, err := c.check(ctx)
-	if err != nil {
+	if err = c.readError(err); err != nil {
 		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
 	}
 	return r, nil
+}
+
+// readError translates an error of a read on the database's reader, which no
+// transaction of refset's translated.
+func (c *Collector) readError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.schemaError(c.db.TranslateError(err, ""))
 }
 
 // Holder is a row that keeps an object alive.
@@ -329,7 +464,7 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // due. ErrNotFound if there is no such object.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 	hs, err := c.why(ctx, refset.Arg(id))
-	if err != nil {
+	if err = c.readError(err); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
@@ -339,7 +474,7 @@ func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 // the queue and parts, so installing again replaces rather than adds, and short
 // enough for Postgres whatever the table names.
 func (p *Plan) Name(parts ...string) string {
-	h := sha256.Sum256([]byte(p.Queue.String() + "\x00" + strings.Join(parts, "\x00")))
+	h := sha256.Sum256([]byte(p.registeredQueue + "\x00" + strings.Join(parts, "\x00")))
 	return "refset_rv_" + hex.EncodeToString(h[:6])
 }
 

@@ -6,14 +6,22 @@
 // to itself (a block's predecessor) is an edge; every other referencing table (the
 // set's holds table, a chain_heads table) is a root. A key declared ON DELETE CASCADE
 // says its rows are part of the object (a block's list of batch IDs), not holders of
-// it: it keeps nothing alive, and its rows go with the object.
+// it: it keeps nothing alive, and its rows go with the object. A key that would
+// refuse an object's deletion but does not reference the ID column alone (a key to
+// a UNIQUE column, a composite key) cannot be followed, so Install refuses it with
+// refset.ErrSchema, by name, rather than leave Collect to trip over it. It refuses a
+// referencing column without an index too, since every review would scan its table
+// (ErrUnindexed, as an *UnindexedError that holds the CREATE INDEX statements to run).
 //
 // Install creates database triggers on every referencing table: whenever a reference
 // row is deleted, or its key changed, by refset or by plain SQL, the object it pointed
 // at is put in the set's review queue. A new object is queued one grace period ahead,
 // so a holder that persists its reference a little after adding the object is not
 // robbed of it. Queueing never loses a signal: a second one for the same object
-// postpones the review to the later time and marks the entry changed.
+// postpones the review to the later time and marks the entry changed. On PostgreSQL
+// every name the triggers use is qualified with its schema, resolved at Install, so
+// they work whatever the search path of the session that fires them; installing
+// again rewrites the functions of triggers an earlier Install made.
 //
 // On PostgreSQL the triggers run once per statement, at its end, and queue only what
 // may be garbage then: not an object the same statement deleted along with its
@@ -28,7 +36,15 @@
 // them, and so queues what they referenced: an abandoned fork of any length goes in
 // one Collect call. Several collectors, goroutines or processes, share the work
 // without waiting on each other. Expired holds are deleted by the same pass, which
-// makes their objects due.
+// makes their objects due. An object the database still refuses to delete, because
+// of a foreign key added since Install, is counted (Stats.Refused), stays queued a
+// grace period later, and holds up nothing else; install again to follow the key.
+// Collect whose ctx ends returns ctx's error; what committed stays done.
+//
+// Run calls Collect every interval. It returns at once on an error no retry mends, a
+// closed database (refset.ErrClosed) or a table or column of the set gone
+// (refset.ErrSchema); any other failed pass goes to its callback, or, with none,
+// ends Run after MaxFailedPasses in a row, so a failing collector is never silent.
 //
 // Sweep is the repair: a full mark from the roots, for a database whose queue was
 // lost or never installed. Check reports what Collect would never delete (objects

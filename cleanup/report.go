@@ -31,7 +31,7 @@ func (c *Collector) check(ctx context.Context) (Report, error) {
 		}
 		r.Samples = append(r.Samples, "leaked "+sample)
 	}
-	if err := rows.Close(); err != nil {
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return r, err
 	}
 	for _, ref := range p.References {
@@ -87,7 +87,7 @@ func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
 			}
 			hs = append(hs, h)
 		}
-		if err := rows.Close(); err != nil {
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -33,6 +34,15 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"CheckAndWhy", testCheckAndWhy},
 		{"UnindexedReferenceRefused", testUnindexed},
 		{"BackgroundRunStopsCleanly", testBackground},
+		{"SuggestedIndexesAreValidSQL", testSuggestedIndexes},
+		{"UnfollowedKeysRefused", testUnfollowedKeys},
+		{"KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
+		{"RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
+		{"EndedContextIsAnError", testEndedContext},
+		{"RunStopsOnClosedDatabase", testRunClosed},
+		{"RunStopsOnDroppedTables", testRunSchemaGone},
+		{"RunFailuresAreNeverLost", testRunFailures},
+		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -504,4 +514,346 @@ func testBackground(t *testing.T, h Harness) {
 	require.Error(t, err, "a zero interval is refused")
 	_, err = cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks", BatchSize: -1})
 	require.Error(t, err, "a negative batch size is refused")
+}
+
+// The statements an ErrUnindexed names run as they stand, and make Install succeed.
+func testSuggestedIndexes(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.blocks(t) // prev has no index
+	e.mustExec(t, `CREATE TABLE votes (voter {Text} NOT NULL, block_id {Text} NOT NULL REFERENCES blocks (id), PRIMARY KEY (voter, block_id))`)
+	_, err := cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks"})
+	var unindexed *cleanup.UnindexedError
+	require.ErrorAs(t, err, &unindexed)
+	require.ErrorIs(t, err, cleanup.ErrUnindexed)
+	require.Len(t, unindexed.Indexes, 2, "blocks.prev and votes.block_id: %v", unindexed.Indexes)
+	for _, stmt := range unindexed.Indexes {
+		err := refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+			_, err := tx.ExecContext(t.Context(), stmt) // verbatim: no rewriting
+			return err
+		})
+		require.NoError(t, err, stmt)
+	}
+	e.collector(t, cleanup.Config{})
+}
+
+// Collect, Sweep, Check and Why on an ended context return its error, and change
+// nothing.
+func testEndedContext(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	_, err := set.Add(t.Context(), mkBlock("due", "", 0))
+	require.NoError(t, err)
+	e.makeDue(t)
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	calls := []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"Collect", func(ctx context.Context) error { _, err := c.Collect(ctx); return err }},
+		{"Sweep", func(ctx context.Context) error { _, _, err := c.Sweep(ctx); return err }},
+		{"Check", func(ctx context.Context) error { _, err := c.Check(ctx); return err }},
+		{"Why", func(ctx context.Context) error { _, err := c.Why(ctx, "due"); return err }},
+	}
+	for _, call := range calls {
+		t.Run(call.name, func(t *testing.T) {
+			require.ErrorIs(t, call.call(cancelled), context.Canceled)
+			require.ErrorIs(t, call.call(expired), context.DeadlineExceeded)
+			assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "due"), "nothing was collected")
+			assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "due"), "nothing was dequeued")
+		})
+	}
+}
+
+// runBriefly runs c.Run and returns its error, failing the test if Run goes on past a
+// generous deadline: the cases here must end Run by themselves. With an interval of an
+// hour, Run must end after its first pass.
+func runBriefly(t *testing.T, c *cleanup.Collector, interval time.Duration, onPass func(cleanup.Stats, error)) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := c.Run(ctx, interval, onPass)
+	require.NoError(t, ctx.Err(), "Run went on until its context ended")
+	return err
+}
+
+// withAndWithoutCallback are Run's two ways of being told about a failed pass.
+var withAndWithoutCallback = []struct {
+	name     string
+	callback bool
+}{{"with callback", true}, {"without callback", false}}
+
+// Run on a database that was closed returns refset.ErrClosed after its first pass,
+// instead of failing pass after pass until its context ends.
+func testRunClosed(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	e.chain(t)
+	for _, tc := range withAndWithoutCallback {
+		t.Run(tc.name, func(t *testing.T) {
+			db := h.Reopen(t, e.db)
+			c, err := cleanup.Install(t.Context(), db, h.Cleanup, cleanup.Config{Table: "blocks"})
+			require.NoError(t, err)
+			closer, ok := db.(interface{ Close() error })
+			require.True(t, ok, "the store's database has a Close method")
+			require.NoError(t, closer.Close())
+
+			var reported []error
+			var onPass func(cleanup.Stats, error)
+			if tc.callback {
+				onPass = func(_ cleanup.Stats, err error) { reported = append(reported, err) }
+			}
+			err = runBriefly(t, c, time.Hour, onPass)
+			require.ErrorIs(t, err, refset.ErrClosed)
+			if tc.callback {
+				require.Len(t, reported, 1, "the failed pass is reported, then Run stops")
+				require.ErrorIs(t, reported[0], refset.ErrClosed)
+			}
+		})
+	}
+}
+
+// Run whose set's tables were dropped returns refset.ErrSchema after its first pass,
+// and Collect returns it too.
+func testRunSchemaGone(t *testing.T, h Harness) {
+	drops := []struct {
+		name  string
+		drops []string
+	}{
+		{"review queue", []string{`DROP TABLE blocks_review`}},
+		{"every table of the set", []string{`DROP TABLE heads`, `DROP TABLE pending`, `DROP TABLE blocks_holds`,
+			`DROP TABLE blocks`, `DROP TABLE blocks_review`}},
+	}
+	for _, d := range drops {
+		for _, tc := range withAndWithoutCallback {
+			t.Run(d.name+" "+tc.name, func(t *testing.T) {
+				e := newEnv(t, h)
+				e.chain(t)
+				c := e.collector(t, cleanup.Config{})
+				for _, stmt := range d.drops {
+					e.mustExec(t, stmt)
+				}
+				_, err := c.Collect(t.Context())
+				require.ErrorIs(t, err, refset.ErrSchema)
+
+				passes := 0
+				var onPass func(cleanup.Stats, error)
+				if tc.callback {
+					onPass = func(_ cleanup.Stats, err error) {
+						passes++
+						assert.ErrorIs(t, err, refset.ErrSchema)
+					}
+				}
+				require.ErrorIs(t, runBriefly(t, c, time.Hour, onPass), refset.ErrSchema)
+				if tc.callback {
+					assert.Equal(t, 1, passes)
+				}
+			})
+		}
+	}
+}
+
+// refuseDeletes makes every delete of a block fail with an error that is neither a
+// closed database nor a schema change: a trigger of the user's that raises.
+func (e *env) refuseDeletes(tb testing.TB) {
+	tb.Helper()
+	if e.h.Cleanup.Schema() == schema.Postgres {
+		e.mustExec(tb, `CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'deletes of blocks are refused'; END $$`)
+		e.mustExec(tb, `CREATE TRIGGER refuse_delete BEFORE DELETE ON blocks FOR EACH ROW EXECUTE FUNCTION refuse_delete()`)
+		return
+	}
+	e.mustExec(tb, `CREATE TRIGGER refuse_delete BEFORE DELETE ON blocks BEGIN SELECT RAISE(ABORT, 'deletes of blocks are refused'); END`)
+}
+
+// A pass that fails for a reason Run cannot judge permanent is never lost: with a
+// callback, the callback sees each and Run goes on; without one, Run returns the
+// error once MaxFailedPasses passes in a row failed.
+func testRunFailures(t *testing.T, h Harness) {
+	for _, tc := range withAndWithoutCallback {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, h)
+			set := e.chain(t)
+			c := e.collector(t, cleanup.Config{})
+			_, err := set.Add(t.Context(), mkBlock("doomed", "", 0))
+			require.NoError(t, err)
+			e.makeDue(t)
+			e.refuseDeletes(t)
+
+			if !tc.callback {
+				err := runBriefly(t, c, 5*time.Millisecond, nil)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "deletes of blocks are refused")
+				assert.Contains(t, err.Error(), fmt.Sprint(cleanup.MaxFailedPasses))
+				return
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var failures int
+			err = c.Run(ctx, 5*time.Millisecond, func(_ cleanup.Stats, err error) {
+				if assert.Error(t, err) {
+					assert.Contains(t, err.Error(), "deletes of blocks are refused")
+				}
+				if failures++; failures == 2*cleanup.MaxFailedPasses {
+					cancel()
+				}
+			})
+			require.NoError(t, err, "a Run whose context ends returns nil")
+			assert.Equal(t, 2*cleanup.MaxFailedPasses, failures, "with a callback, Run goes on through failures")
+		})
+	}
+}
+
+// Run's callback is called with no transaction open: a write from it does not wait
+// for one, and a panic in it leaves the database free for the next pass.
+func testRunCallbackPanic(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{})
+	_, err := set.Add(t.Context(), mkBlock("held", "", 0), e.acquireHead())
+	require.NoError(t, err)
+	_, err = set.Add(t.Context(), mkBlock("loose", "", 0))
+	require.NoError(t, err)
+	e.makeDue(t)
+
+	// A transaction left open would hold the writer (SQLite) or the row locks of the
+	// entries it claimed (Postgres): a write to them would wait out its deadline.
+	probe := func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		return e.exec(ctx, `UPDATE blocks_review SET version = version + 1`)
+	}
+	var probed error
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		_ = c.Run(t.Context(), time.Hour, func(cleanup.Stats, error) {
+			probed = probe()
+			panic("callback failed")
+		})
+		return nil
+	}()
+	assert.Equal(t, "callback failed", recovered, "the panic goes on up through Run")
+	require.NoError(t, probed, "the callback ran inside a transaction")
+	require.NoError(t, probe(), "a transaction was left open")
+	_, err = c.Collect(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"held"}, e.ids(t, "blocks", "id"))
+}
+
+// foreignKeys are references to blocks by other columns than its ID alone. Each
+// creates a table named keyTable whose one row, made by pin, references the block
+// with that ID and height.
+var foreignKeys = []struct {
+	name   string
+	create []string
+	pin    string
+}{
+	{
+		name:   "to the ID column",
+		create: []string{`CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`},
+		pin:    `INSERT INTO keyed (block_id) SELECT id FROM blocks WHERE id = ? AND height = ?`,
+	},
+	{
+		name: "to a unique column",
+		create: []string{`CREATE UNIQUE INDEX blocks_height_key ON blocks (height)`,
+			`CREATE TABLE keyed (height {Int} NOT NULL REFERENCES blocks (height))`},
+		pin: `INSERT INTO keyed (height) SELECT height FROM blocks WHERE id = ? AND height = ?`,
+	},
+	{
+		name: "composite",
+		create: []string{`CREATE UNIQUE INDEX blocks_id_height_key ON blocks (id, height)`,
+			`CREATE TABLE keyed (block_id {Text} NOT NULL, height {Int} NOT NULL, FOREIGN KEY (block_id, height) REFERENCES blocks (id, height))`},
+		pin: `INSERT INTO keyed (block_id, height) SELECT id, height FROM blocks WHERE id = ? AND height = ?`,
+	},
+}
+
+// A key that would refuse an object's deletion and does not reference the ID column
+// alone is refused by Install, by name; one ON DELETE CASCADE is left alone.
+func testUnfollowedKeys(t *testing.T, h Harness) {
+	for _, fk := range foreignKeys[1:] {
+		t.Run(fk.name, func(t *testing.T) {
+			e := newEnv(t, h)
+			e.chain(t)
+			for _, stmt := range fk.create {
+				e.mustExec(t, stmt)
+			}
+			_, err := cleanup.Install(t.Context(), e.db, h.Cleanup, cleanup.Config{Table: "blocks"})
+			require.ErrorIs(t, err, refset.ErrSchema)
+			assert.Contains(t, err.Error(), "keyed (", "the error names the key's table and columns")
+			assert.Contains(t, err.Error(), `to the ID column "id"`, "the error says what is followed")
+			assert.Zero(t, e.count(t, "blocks_review", ""), "a refused Install changes nothing")
+		})
+	}
+	t.Run("on delete cascade", func(t *testing.T) {
+		e := newEnv(t, h)
+		e.chain(t)
+		e.mustExec(t, `CREATE UNIQUE INDEX blocks_height_key ON blocks (height)`)
+		e.mustExec(t, `CREATE TABLE parts (height {Int} NOT NULL REFERENCES blocks (height) ON DELETE CASCADE)`)
+		e.collector(t, cleanup.Config{})
+	})
+}
+
+// A key added after Install, which its triggers and checks know nothing of, does not
+// wedge the queue: the object it keeps alive is refused, counted and postponed by a
+// grace period, the others are collected, and later passes succeed. Once the
+// reference goes, the object is collected.
+func testKeyAddedAfterInstall(t *testing.T, h Harness) {
+	for _, fk := range foreignKeys {
+		for _, batch := range []int{1, 100} {
+			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
+				e := newEnv(t, h)
+				set := e.chain(t)
+				c := e.collector(t, cleanup.Config{BatchSize: batch})
+				for _, stmt := range fk.create {
+					e.mustExec(t, stmt)
+				}
+				ctx := t.Context()
+				for i, id := range []string{"free1", "pinned", "free2", "free3"} {
+					_, err := set.Add(ctx, mkBlock(id, "", int64(i)))
+					require.NoError(t, err)
+				}
+				e.mustExec(t, fk.pin, "pinned", 1)
+				e.makeDue(t)
+
+				s, err := c.Collect(ctx)
+				require.NoError(t, err, "an unknown reference fails the collection")
+				assert.Equal(t, int64(3), s.Deleted, "%v", s)
+				assert.Equal(t, int64(1), s.Refused, "%v", s)
+				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
+				s, err = c.Collect(ctx)
+				require.NoError(t, err)
+				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+
+				e.mustExec(t, `DELETE FROM keyed`)
+				e.makeDue(t, "pinned")
+				s, err = c.Collect(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, int64(1), s.Deleted, "it stayed queued, and goes once the reference does: %v", s)
+				assert.Zero(t, e.count(t, "blocks_review", ""))
+			})
+		}
+	}
+}
+
+// An object refused again and again (a key added after Install keeps it) and due
+// again at once (a grace period shorter than a batch) does not keep Collect from
+// returning.
+func testRefusedShortGrace(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
+	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
+	_, err := set.Add(t.Context(), mkBlock("pinned", "", 0))
+	require.NoError(t, err)
+	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
+	e.makeDue(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := c.Collect(ctx)
+	require.NoError(t, err, "Collect went on reviewing the refused object")
+	assert.Positive(t, s.Refused)
+	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
@@ -53,6 +54,21 @@ WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND cardinality(c.conkey
   AND c.confdeltype <> 'c'
 ORDER BY n.nspname, r.relname, a.attname`
 
+// unfollowedSQL lists the foreign keys to the set's table that would refuse an
+// object's deletion but do not reference its ID column alone (a key to a UNIQUE
+// column, a composite key), each described for an error message.
+const unfollowedSQL = `
+SELECT format('constraint %I on %s (%s) referencing (%s)', c.conname, c.conrelid::regclass,
+       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum),
+       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.confkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum))
+FROM pg_constraint c
+WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND c.confdeltype IN ('a', 'r')
+  AND NOT (cardinality(c.confkey) = 1 AND c.confkey[1] =
+           (SELECT attnum FROM pg_attribute WHERE attrelid = c.confrelid AND attname = $2))
+ORDER BY 1`
+
 func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
 	var idType string
 	if err := q.QueryRowContext(ctx, idTypeSQL, table.Quoted(), idColumn).Scan(&idType); err != nil {
@@ -64,7 +80,26 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err := sqlident.CheckType(idType); err != nil {
 		return "", nil, err
 	}
-	rows, err := q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
+	var unfollowed []string
+	rows, err := q.QueryContext(ctx, unfollowedSQL, table.Quoted(), idColumn)
+	if err != nil {
+		return "", nil, err
+	}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		unfollowed = append(unfollowed, key)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return "", nil, err
+	}
+	if len(unfollowed) > 0 {
+		return "", nil, cleanup.UnfollowedKeys(table, idColumn, unfollowed)
+	}
+	rows, err = q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
 	if err != nil {
 		return "", nil, err
 	}
@@ -102,6 +137,34 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
 }
 
+// qualifySQL finds the schema of the table a name resolves to in this session.
+const qualifySQL = `
+SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
+
+func (cleanupDialect) Qualify(ctx context.Context, q refset.Querier, name sqlident.Ident) (sqlident.Ident, error) {
+	if name.Schema != "" {
+		return name, nil
+	}
+	var nsp string
+	if err := q.QueryRowContext(ctx, qualifySQL, name.Quoted()).Scan(&nsp); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return name, fmt.Errorf("no table %s on the search path: %w", name, refset.ErrSchema)
+		}
+		return name, err
+	}
+	q2, err := sqlident.Parse(nsp+"."+name.Name, true)
+	if err != nil {
+		return name, fmt.Errorf("schema of %s: %w", name, err)
+	}
+	return q2, nil
+}
+
+// triggerFunctionSQL finds the function an existing trigger runs.
+const triggerFunctionSQL = `
+SELECT n.nspname, f.proname
+FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid JOIN pg_namespace n ON n.oid = f.pronamespace
+WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
+
 // Install creates a statement-level trigger per reference (sorted keys, so concurrent
 // statements queue objects in one order and do not deadlock) and one on the object
 // table for new objects.
@@ -115,39 +178,32 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // it. Each check is an index probe: Install refuses a referencing column that no index
 // leads with.
 //
-// Installing again (every collector process does, as it starts) replaces the trigger
-// functions, which locks no table, and creates only the triggers that are missing. It
-// never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE, against every reader
-// too, and a writer that holds one table of the set while it reads another would
-// deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE, which lets reads through.
+// Every table and function the triggers name is schema-qualified (the plan's names
+// are, see cleanup.Dialect.Qualify): a trigger runs with the search path of the
+// session that fires it, and one that named "blocks_review" would fail every write of
+// a session whose search path finds no such table (another service, psql, a
+// migration tool).
+//
+// Installing again (every collector process does, as it starts) replaces the bodies
+// of the trigger functions, which locks no table, and creates only the triggers that
+// are missing. It never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE,
+// against every reader too, and a writer that holds one table of the set while it
+// reads another would deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE,
+// which lets reads through. An existing trigger keeps the function it runs, wherever
+// an earlier Install put it (before names were qualified, the object table's trigger
+// function went to the installing session's current schema): its body is what is
+// replaced, so an old install is brought up to date in place.
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
 	type trig struct {
-		table      sqlident.Ident
-		name, stmt string
+		table             sqlident.Ident
+		name, event, with string
+		fn                sqlident.Ident // where a new trigger's function goes
+		body              string
 	}
-	var functions []string
 	var triggers []trig
 	trigger := func(name string, table sqlident.Ident, event, transition, body string) {
-		fn := sqlident.Ident{Schema: table.Schema, Name: name}.Quoted()
-		if table.Schema == "" {
-			fn = `"` + name + `"`
-		}
-		// A trigger function's plans are made at its first call in a session and kept:
-		// made while a table was empty they would scan it, and go on scanning it for
-		// every statement once it holds millions of rows. With sequential scans off, the
-		// plans look objects and references up through their indexes (Install refuses
-		// a reference without one), at a cost that follows the rows changed.
-		functions = append(functions, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
-SET enable_seqscan = off AS $refset$
-BEGIN
-	%s;
-	RETURN NULL;
-END
-$refset$`, fn, body))
-		tname := name + "_" + strings.ToLower(event)
-		triggers = append(triggers, trig{table, tname, fmt.Sprintf(
-			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
-			tname, event, table.Quoted(), transition, fn)})
+		triggers = append(triggers, trig{table: table, name: name + "_" + strings.ToLower(event), event: event,
+			with: transition, fn: sqlident.Ident{Schema: table.Schema, Name: name}, body: body})
 	}
 	// exists: the object that column col of the old reference row o pointed at is
 	// still there. Written as a scalar subquery, which the planner runs as an index
@@ -181,25 +237,55 @@ $refset$`, fn, body))
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
 		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
 		p.IDColumn, p.Grace.Milliseconds(), unprobed(p, "n"))))
-	for _, f := range functions {
-		if _, err := tx.ExecContext(ctx, f); err != nil {
+	for _, t := range triggers {
+		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
+		if err != nil {
 			return err
 		}
-	}
-	for _, t := range triggers {
-		var exists bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $2)`,
-			t.table.Quoted(), t.name).Scan(&exists); err != nil {
+		if !exists {
+			fn = t.fn
+		}
+		// A trigger function's plans are made at its first call in a session and kept:
+		// made while a table was empty they would scan it, and go on scanning it for
+		// every statement once it holds millions of rows. With sequential scans off, the
+		// plans look objects and references up through their indexes (Install refuses
+		// a reference without one), at a cost that follows the rows changed.
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off AS $refset$
+BEGIN
+	%s;
+	RETURN NULL;
+END
+$refset$`, fn.Quoted(), t.body)); err != nil {
 			return err
 		}
 		if exists {
 			continue
 		}
-		if _, err := tx.ExecContext(ctx, t.stmt); err != nil {
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(
+			`CREATE TRIGGER "%s" AFTER %s ON %s REFERENCING %s FOR EACH STATEMENT EXECUTE FUNCTION %s()`,
+			t.name, t.event, t.table.Quoted(), t.with, fn.Quoted())); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// triggerFunction is the function the trigger name on table runs, if it exists.
+func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, name string) (sqlident.Ident, bool, error) {
+	var nsp, fn string
+	err := tx.QueryRowContext(ctx, triggerFunctionSQL, table.Quoted(), name).Scan(&nsp, &fn)
+	if errors.Is(err, sql.ErrNoRows) {
+		return sqlident.Ident{}, false, nil
+	}
+	if err != nil {
+		return sqlident.Ident{}, false, err
+	}
+	id, err := sqlident.Parse(nsp+"."+fn, true)
+	if err != nil {
+		return sqlident.Ident{}, false, fmt.Errorf("function of trigger %s on %s: %w", name, table, err)
+	}
+	return id, true, nil
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {
@@ -242,9 +328,15 @@ func unreferenced(p *cleanup.Plan, o string) string {
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
 // is reviewed again the careful way (lockedBatch), which locks the objects first.
+//
+// Deferred constraints are checked at each statement's end, not at COMMIT: a
+// reference Install did not find then refuses the delete, which lockedBatch handles,
+// instead of failing the batch's COMMIT again and again.
 func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	if _, err := tx.ExecContext(ctx, `SAVEPOINT refset_collect`); err != nil {
-		return cleanup.Batch{}, err
+	for _, stmt := range []string{`SET CONSTRAINTS ALL IMMEDIATE`, `SAVEPOINT refset_collect`} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return cleanup.Batch{}, err
+		}
 	}
 	b, err := fastBatch(ctx, tx, p, limit)
 	if err == nil {
@@ -324,21 +416,17 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) 
 	}
 
 	// A new statement sees every reference committed before the locks were taken.
+	var refused []string
 	if len(locked) > 0 {
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (%s) AND %s`,
-			p.Table.Quoted(), p.IDColumn, idArray, unreferenced(p, "o")), pq.Array(locked))
-		if err != nil {
-			return b, err
-		}
-		if b.Deleted, err = res.RowsAffected(); err != nil {
+		if b.Deleted, refused, err = deleteUnreferenced(ctx, tx, p, locked); err != nil {
 			return b, err
 		}
 	}
 
 	// Dequeue what was reviewed, unless it was queued again meanwhile (its version
-	// moved: a deletion in this batch may have queued its predecessor).
-	skip := make(map[string]bool, len(busy))
-	for _, id := range busy {
+	// moved: a deletion in this batch may have queued its predecessor) or must wait.
+	skip := make(map[string]bool, len(busy)+len(refused))
+	for _, id := range append(busy, refused...) {
 		skip[id] = true
 	}
 	var doneIDs []string
@@ -356,14 +444,66 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) 
 			return b, err
 		}
 	}
-	if len(busy) > 0 {
-		b.Postponed = int64(len(busy))
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
-			WHERE object_id = ANY (%s)`, p.Queue.Quoted(), idArray), pq.Array(busy), p.RetryDelay.Milliseconds()); err != nil {
-			return b, err
-		}
+	b.Postponed, b.Refused = int64(len(busy)), int64(len(refused))
+	if err := postpone(ctx, tx, p, busy, p.RetryDelay); err != nil {
+		return b, err
 	}
-	return b, nil
+	return b, postpone(ctx, tx, p, refused, p.Grace)
+}
+
+// deleteUnreferenced deletes the objects of ids that no known reference points at,
+// in one statement. If the database refuses that (ErrReferenced: a foreign key
+// Install did not find, added since), it deletes them one by one instead, each under
+// a savepoint, and returns those it refused: one object with an unknown holder must
+// not keep the rest of the batch, and the queue behind it, from being collected.
+func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string) (deleted int64, refused []string, err error) {
+	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
+		p.Table.Quoted(), p.IDColumn, p.IDType, unreferenced(p, "o"))
+	deleted, err = execUnder(ctx, tx, "refset_delete", del, pq.Array(ids))
+	if !errors.Is(err, refset.ErrReferenced) {
+		return deleted, nil, err
+	}
+	deleted = 0
+	for _, id := range ids {
+		n, err := execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
+		switch {
+		case errors.Is(err, refset.ErrReferenced):
+			refused = append(refused, id)
+		case err != nil:
+			return deleted, refused, err
+		}
+		deleted += n
+	}
+	return deleted, refused, nil
+}
+
+// execUnder runs one statement under a savepoint, so that its failure leaves the
+// transaction usable, and returns the rows it affected.
+func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args ...any) (int64, error) {
+	if _, err := tx.ExecContext(ctx, `SAVEPOINT `+savepoint); err != nil {
+		return 0, err
+	}
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT `+savepoint); rbErr != nil {
+			return 0, errors.Join(err, rbErr)
+		}
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT `+savepoint); err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// postpone moves the reviews of ids delay ahead.
+func postpone(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string, delay time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
+		WHERE object_id = ANY ($1::text[]::%s[])`, p.Queue.Quoted(), p.IDType), pq.Array(ids), delay.Milliseconds())
+	return err
 }
 
 // claim takes up to limit due entries; entries another collector holds are skipped.
@@ -425,3 +565,16 @@ func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *c
 
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote_nullable((" + expr + ")::text)" }
+
+// SchemaError: a table, column or schema the collector's SQL names does not exist.
+func (cleanupDialect) SchemaError(err error) bool {
+	var se sqlStater
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.SQLState() {
+	case "42P01", "42703", "3F000": // undefined_table, undefined_column, invalid_schema_name
+		return true
+	}
+	return false
+}

@@ -3,10 +3,12 @@ package postgres
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -296,4 +298,130 @@ func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
 	report, err := c.Check(ctx)
 	require.NoError(t, err)
 	assert.True(t, report.OK(), "%+v", report)
+}
+
+// The triggers clean-up installs name every table with its schema: a session whose
+// search path is another one (another service, psql, a migration tool) writes the
+// set's tables by their qualified names without an error, and its writes queue
+// what they should. A set installed before names were qualified is brought up to
+// date by installing again.
+func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
+	for _, stale := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fresh install", true: "install over an unqualified one"}[stale], func(t *testing.T) {
+			dsn, sch := pgtest.New(t)
+			db := openDSN(t, dsn)
+			ctx := t.Context()
+			_, err := db.Pool.ExecContext(ctx, `
+				CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
+				CREATE INDEX chain_prev ON chain (prev);
+				CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)
+			require.NoError(t, err)
+			_, err = NewStore[link, string](ctx, db, Config{Table: "chain"})
+			require.NoError(t, err)
+			install := func() {
+				t.Helper()
+				_, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour})
+				require.NoError(t, err)
+			}
+			install()
+
+			other, err := sql.Open("postgres", withSearchPath(t, dsn, "public"))
+			require.NoError(t, err)
+			t.Cleanup(func() { other.Close() })
+			q := func(query string) string { return strings.ReplaceAll(query, "$s.", `"`+sch+`".`) }
+			if stale {
+				unqualifyTriggerFunctions(t, db, sch)
+				_, err := other.ExecContext(ctx, q(`INSERT INTO $s.chain (id) VALUES ('probe')`))
+				require.ErrorContains(t, err, "does not exist", "the stale install fails in another search path")
+				install()
+			}
+
+			steps := []struct {
+				name, sql string
+				queued    []string
+			}{
+				{"new objects", `INSERT INTO $s.chain (id, prev) VALUES ('g', NULL), ('a', 'g'), ('b', 'g')`, []string{"a", "b"}},
+				{"new references", `INSERT INTO $s.tips (block_id) VALUES ('a'), ('b')`, nil},
+				{"a reference deleted", `DELETE FROM $s.tips WHERE block_id = 'a'`, []string{"a"}},
+				{"a reference moved", `UPDATE $s.tips SET block_id = 'g' WHERE block_id = 'b'`, []string{"b"}},
+				{"a hold taken", `INSERT INTO $s.chain_holds (holder, object_id) VALUES ('me', 'a')`, nil},
+				{"a hold dropped", `DELETE FROM $s.chain_holds WHERE holder = 'me'`, []string{"a"}},
+				{"an object deleted", `DELETE FROM $s.chain WHERE id = 'a'`, []string{"g"}},
+			}
+			for _, step := range steps {
+				_, err := other.ExecContext(ctx, q(`DELETE FROM $s.chain_review`))
+				require.NoError(t, err)
+				_, err = other.ExecContext(ctx, q(step.sql))
+				require.NoError(t, err, step.name)
+				var queued []string
+				require.NoError(t, db.Pool.SelectContext(ctx, &queued, `SELECT object_id FROM chain_review ORDER BY 1`))
+				assert.Equal(t, step.queued, queued, step.name)
+			}
+		})
+	}
+}
+
+// unqualifyTriggerFunctions makes the functions of the set's triggers what an
+// Install before names were qualified made them: every name in their bodies
+// unqualified, resolved through the search path of whoever fires them.
+func unqualifyTriggerFunctions(tb testing.TB, db *DB, sch string) {
+	tb.Helper()
+	var fns []struct {
+		Name string `db:"name"`
+		Body string `db:"body"`
+	}
+	require.NoError(tb, db.Pool.SelectContext(tb.Context(), &fns, `
+		SELECT DISTINCT t.tgfoid::regproc::text AS name, f.prosrc AS body
+		FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
+		WHERE t.tgname LIKE 'refset_rv_%' AND t.tgrelid::regclass::text IN ('chain', 'tips', 'chain_holds')`))
+	require.NotEmpty(tb, fns)
+	for _, f := range fns {
+		body := strings.ReplaceAll(f.Body, `"`+sch+`".`, "")
+		require.NotEqual(tb, f.Body, body, "the body of %s names no table with its schema", f.Name)
+		_, err := db.Pool.ExecContext(tb.Context(), `CREATE OR REPLACE FUNCTION `+f.Name+`() RETURNS trigger LANGUAGE plpgsql
+			SET enable_seqscan = off AS $refset$`+body+`$refset$`)
+		require.NoError(tb, err)
+	}
+}
+
+// withSearchPath is dsn with its search_path replaced by path.
+func withSearchPath(tb testing.TB, dsn, path string) string {
+	tb.Helper()
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " search_path=" + path // a later key overrides an earlier one
+	}
+	u, err := url.Parse(dsn)
+	require.NoError(tb, err)
+	v := u.Query()
+	v.Set("search_path", path)
+	u.RawQuery = v.Encode()
+	return u.String()
+}
+
+// A deferred foreign key added after Install would refuse a delete only at COMMIT,
+// failing the whole batch on every pass; collection checks it at the delete instead,
+// so the object is refused and postponed like any other unknown reference.
+func TestCollectWithDeferredUnknownKey(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
+	require.NoError(t, err)
+	_, err = NewStore[block, string](ctx, db, Config{Table: "things"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things"})
+	require.NoError(t, err)
+	_, err = db.Pool.ExecContext(ctx, `
+		CREATE TABLE later (thing_id text NOT NULL REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED);
+		INSERT INTO things (id) VALUES ('pinned'), ('free');
+		INSERT INTO later VALUES ('pinned');
+		UPDATE things_review SET review_after = now() - interval '1 second'`)
+	require.NoError(t, err)
+
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), s.Deleted, "%v", s)
+	assert.Equal(t, int64(1), s.Refused, "%v", s)
+	var left []string
+	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things`))
+	assert.Equal(t, []string{"pinned"}, left)
 }

@@ -3,9 +3,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
@@ -39,6 +41,16 @@ WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE
   AND (SELECT count(*) FROM pragma_foreign_key_list(m.name) g WHERE g.id = f.id) = 1
 ORDER BY m.name, f."from"`
 
+// keysSQL lists every foreign key to the set's table that would refuse an object's
+// deletion (ON DELETE NO ACTION or RESTRICT), one row per key, with its columns and
+// the columns it references ("" for the primary key, when the key names none).
+const keysSQL = `
+SELECT m.name, group_concat(f."from", ', '), group_concat(coalesce(f."to", ''), ', '), count(*)
+FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
+WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE AND upper(f.on_delete) IN ('NO ACTION', 'RESTRICT')
+GROUP BY m.name, f.id
+ORDER BY m.name, f.id`
+
 const leadingIndexSQL = `
 SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) il, pragma_index_info(il.name) ii
                WHERE ii.seqno = 0 AND ii.name = ?2 COLLATE NOCASE)
@@ -47,6 +59,12 @@ SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) il, pragma_index_info(il.name
                  AND (SELECT count(*) FROM pragma_table_info(?1) WHERE pk > 0) = 1)`
 
 const keyColumnsSQL = `SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk`
+
+// Qualify returns name: SQLite's triggers live in the schema of their table and name
+// only tables of it.
+func (cleanupDialect) Qualify(_ context.Context, _ refset.Querier, name sqlident.Ident) (sqlident.Ident, error) {
+	return name, nil
+}
 
 func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
 	cols, err := dialect{}.Columns(ctx, q, table)
@@ -61,6 +79,9 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	}
 	if idType == "" {
 		return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
+	}
+	if err := checkFollowed(ctx, q, table, idColumn); err != nil {
+		return "", nil, err
 	}
 	type fk struct{ table, from string }
 	var fks []fk
@@ -116,6 +137,38 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		refs = append(refs, r)
 	}
 	return idType, refs, nil
+}
+
+// checkFollowed fails with cleanup.UnfollowedKeys if a key that would refuse an
+// object's deletion references other columns than the ID column alone.
+func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) error {
+	rows, err := q.QueryContext(ctx, keysSQL, table.Name)
+	if err != nil {
+		return err
+	}
+	var unfollowed []string
+	for rows.Next() {
+		var from, to, referencing string
+		var columns int
+		if err := rows.Scan(&referencing, &from, &to, &columns); err != nil {
+			rows.Close()
+			return err
+		}
+		if columns == 1 && (to == "" || strings.EqualFold(to, idColumn)) {
+			continue
+		}
+		if to == "" {
+			to = "its primary key"
+		}
+		unfollowed = append(unfollowed, fmt.Sprintf("a key on %s (%s) referencing (%s)", referencing, from, to))
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	if len(unfollowed) > 0 {
+		return cleanup.UnfollowedKeys(table, idColumn, unfollowed)
+	}
+	return nil
 }
 
 // enqueue is the upsert every trigger uses: a second signal for a queued object
@@ -185,10 +238,6 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup
 		{sql: `DELETE FROM temp.refset_claim`},
 		{sql: fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
 			WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), args: []any{limit}, into: &b.Reviewed},
-		{sql: fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
-			p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted())), into: &b.Deleted},
-		{sql: fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
-			p.Queue.Quoted())},
 	}
 	for _, s := range steps {
 		res, err := tx.ExecContext(ctx, s.sql, s.args...)
@@ -200,11 +249,81 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup
 				return b, err
 			}
 		}
-		if s.into == &b.Reviewed && b.Reviewed == 0 {
-			return b, nil
-		}
 	}
-	return b, nil
+	if b.Reviewed == 0 {
+		return b, nil
+	}
+	var err error
+	if b.Deleted, b.Refused, err = deleteClaimed(ctx, tx, p); err != nil {
+		return b, err
+	}
+	_, err = tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
+		p.Queue.Quoted()))
+	return b, err
+}
+
+// deleteClaimed deletes the claimed objects that no known reference points at, in
+// one statement. If the database refuses that (ErrReferenced: a foreign key Install
+// did not find, added since), it deletes them one by one instead: an object it still
+// refuses is postponed by a grace period and unclaimed, so it stays queued, and the
+// rest of the batch, and the queue behind it, is collected all the same. A failed
+// statement undoes only itself in SQLite; the transaction goes on.
+func deleteClaimed(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (deleted, refused int64, err error) {
+	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
+		p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted()))
+	res, err := tx.ExecContext(ctx, del)
+	if err == nil {
+		deleted, err = res.RowsAffected()
+		return deleted, 0, err
+	}
+	if !errors.Is(err, refset.ErrReferenced) {
+		return 0, 0, err
+	}
+	ids, err := claimedIDs(ctx, tx)
+	if err != nil {
+		return 0, 0, err
+	}
+	delOne := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" = ? AND %[3]s`, p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted()))
+	postpone := fmt.Sprintf(`UPDATE %s SET review_after = %s + ? WHERE object_id = ?`, p.Queue.Quoted(), nowMillis)
+	for _, id := range ids {
+		res, err := tx.ExecContext(ctx, delOne, id)
+		if errors.Is(err, refset.ErrReferenced) {
+			refused++
+			if _, err := tx.ExecContext(ctx, postpone, p.Grace.Milliseconds(), id); err != nil {
+				return deleted, refused, err
+			}
+			if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim WHERE object_id = ?`, id); err != nil {
+				return deleted, refused, err
+			}
+			continue
+		}
+		if err != nil {
+			return deleted, refused, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return deleted, refused, err
+		}
+		deleted += n
+	}
+	return deleted, refused, nil
+}
+
+func claimedIDs(ctx context.Context, tx refset.Tx) ([]any, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT object_id FROM temp.refset_claim`)
+	if err != nil {
+		return nil, err
+	}
+	var ids []any
+	for rows.Next() {
+		var id any
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, errors.Join(rows.Err(), rows.Close())
 }
 
 // Reach is a recursive query of every object reachable from the roots (and, when
@@ -243,3 +362,14 @@ func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *c
 
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote(" + expr + ")" }
+
+// SchemaError: a table or column the collector's SQL names does not exist. SQLite
+// gives these the generic code SQLITE_ERROR, so only its message tells them apart.
+func (cleanupDialect) SchemaError(err error) bool {
+	var se sqlite3.Error
+	if !errors.As(err, &se) || se.Code != sqlite3.ErrError {
+		return false
+	}
+	msg := se.Error()
+	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+}
