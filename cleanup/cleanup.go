@@ -196,6 +196,8 @@ const maxIdentLen = 63
 // and returns a Collector. It is idempotent. It fails with ErrUnindexed if a
 // referencing column has no index, and with refset.ErrSchema if a key it cannot
 // follow would refuse deletes (see UnfollowedKeys); either way it changes nothing.
+// Other errors: refset.ErrInvalidIdentifier (a bad table name in cfg), and those of
+// refset.InTx (ErrConflict, ErrUnavailable, ErrTimeout, ErrClosed, the context's).
 func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Collector, error) {
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
@@ -269,7 +271,8 @@ func (c *Collector) References() []Reference { return append([]Reference(nil), c
 //
 // An error that says the set's tables or columns are gone (dropped or renamed since
 // Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
-// no retry mends either.
+// no retry mends either. Other errors: refset.ErrConflict (after retries),
+// ErrUnavailable, ErrTimeout, the context's error.
 func (c *Collector) Collect(ctx context.Context) (Stats, error) {
 	start := time.Now()
 	var (
@@ -401,7 +404,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func
 // Sweep is the full mark-and-sweep: it marks every object reachable from a root,
 // queues the rest (objects still in their grace period keep it), and collects. Use
 // it to repair a database whose queue was lost or that had objects before Install;
-// its cost follows the size of the set.
+// its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
 	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
 		var err error
@@ -432,7 +435,8 @@ type Report struct {
 func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 
 // Check scans the set and its references. Its cost follows the size of the set: it
-// is an audit, not part of collection.
+// is an audit, not part of collection. Errors: refset.ErrSchema, ErrUnavailable,
+// ErrTimeout, ErrClosed, the context's error.
 func (c *Collector) Check(ctx context.Context) (Report, error) {
 	r, err := c.check(ctx)
 	if err = c.readError(err); err != nil {
@@ -461,7 +465,7 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 
 // Why lists the rows that keep the object with that ID alive (up to a few per
 // referencing table). None means it is garbage: Collect will delete it once it is
-// due. ErrNotFound if there is no such object.
+// due. ErrNotFound if there is no such object; otherwise the errors of Check.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 	hs, err := c.why(ctx, refset.Arg(id))
 	if err = c.readError(err); err != nil {
