@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
@@ -273,7 +274,8 @@ func (c *Collector) References() []Reference { return append([]Reference(nil), c
 // Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
 // no retry mends either. Other errors: refset.ErrConflict (after retries),
 // ErrUnavailable, ErrTimeout, the context's error.
-func (c *Collector) Collect(ctx context.Context) (Stats, error) {
+func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	start := time.Now()
 	var (
 		mu    sync.Mutex
@@ -406,6 +408,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func
 // it to repair a database whose queue was lost or that had objects before Install;
 // its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
 		var err error
 		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
@@ -437,7 +440,8 @@ func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 // Check scans the set and its references. Its cost follows the size of the set: it
 // is an audit, not part of collection. Errors: refset.ErrSchema, ErrUnavailable,
 // ErrTimeout, ErrClosed, the context's error.
-func (c *Collector) Check(ctx context.Context) (Report, error) {
+func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	r, err := c.check(ctx)
 	if err = c.readError(err); err != nil {
 		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
@@ -466,7 +470,8 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // Why lists the rows that keep the object with that ID alive (up to a few per
 // referencing table). None means it is garbage: Collect will delete it once it is
 // due. ErrNotFound if there is no such object; otherwise the errors of Check.
-func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
+func (c *Collector) Why(ctx context.Context, id any) (_ []Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	hs, err := c.why(ctx, refset.Arg(id))
 	if err = c.readError(err); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -179,4 +180,43 @@ func count(t *testing.T, db *DB, q string) int {
 	var n int
 	require.NoError(t, db.Pool.QueryRowContext(t.Context(), q).Scan(&n))
 	return n
+}
+
+// Clean-up's reads and passes cut short by their context's deadline say so: lib/pq
+// reports the cancelled statement as the server's 57014, which must still match
+// context.DeadlineExceeded. Another session's exclusive lock on the set's table holds
+// them until the deadline passes.
+func TestCleanupReportsItsDeadline(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
+		ctx := t.Context()
+		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+		require.NoError(t, err)
+		store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+		require.NoError(t, err)
+		set := refset.New(store)
+		c, err := NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
+		require.NoError(t, err)
+		_, err = set.Add(ctx, block{Hash: "a", Height: 1})
+		require.NoError(t, err)
+
+		locker, err := db.Pool.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		defer locker.Rollback()
+		_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
+
+		calls := map[string]func(ctx context.Context) error{
+			"Collect": func(ctx context.Context) error { _, err := c.Collect(ctx); return err },
+			"Check":   func(ctx context.Context) error { _, err := c.Check(ctx); return err },
+			"Why":     func(ctx context.Context) error { _, err := c.Why(ctx, "a"); return err },
+		}
+		for name, call := range calls {
+			t.Run(name, func(t *testing.T) {
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				require.ErrorIs(t, call(short), context.DeadlineExceeded)
+			})
+		}
+	})
 }
