@@ -34,6 +34,7 @@ func Run(t *testing.T, h Harness) {
 		{"TokenSingleUse", testTokenSingleUse},
 		{"DatabaseRefusesDeletingHeld", testRefusesDeletingHeld},
 		{"ReferenceToMissingObject", testReferenceToMissing},
+		{"ForeignKeyErrorsWhateverTheSQL", testForeignKeyErrorsWhateverTheSQL},
 		{"Holds", testHolds},
 		{"CancelledContext", testCancelledContext},
 		{"BadIdentifiers", testBadIdentifiers},
