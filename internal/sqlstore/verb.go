@@ -279,6 +279,8 @@ func (l *lexer) skipParens() {
 	}
 }
 
-func isDigit(c byte) bool     { return c >= '0' && c <= '9' }
-func isWordStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 }
-func isWordPart(c byte) bool  { return isWordStart(c) || isDigit(c) || c == '$' }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isWordStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+func isWordPart(c byte) bool { return isWordStart(c) || isDigit(c) || c == '$' }
