@@ -29,7 +29,7 @@ func testBadIdentifiers(t *testing.T, h Harness) {
 		{Table: "blocks", HoldsTable: "schema.h"},
 	} {
 		t.Run(cfg.Table+"|"+cfg.IDColumn+"|"+cfg.HoldsTable, func(t *testing.T) {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, cfg)
+			_, err := newStore[block, string](ctx, e.db, cfg)
 			require.ErrorIs(t, err, refset.ErrInvalidIdentifier)
 		})
 	}
@@ -48,31 +48,31 @@ func testSchemaMismatch(t *testing.T, h Harness) {
 		open func() error
 	}{
 		{"no such table", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nosuch"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "nosuch"})
 			return err
 		}},
 		{"no primary key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nokey"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "nokey"})
 			return err
 		}},
 		{"two-column primary key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "twokeys"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "twokeys"})
 			return err
 		}},
 		{"id column not the key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks", IDColumn: "height"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "blocks", IDColumn: "height"})
 			return err
 		}},
 		{"missing column", func() error {
-			_, err := sqlstore.Open[missingColumn, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[missingColumn, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 		{"unsupported field type", func() error {
-			_, err := sqlstore.Open[unsupported, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[unsupported, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 		{"ID type differs from the key field", func() error {
-			_, err := sqlstore.Open[wrongID, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[wrongID, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 	}
@@ -249,7 +249,7 @@ func testMigrate(t *testing.T, h Harness) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := sqlstore.Open[block, string](ctx, other, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[block, string](ctx, other, sqlstore.Config{Table: "blocks"})
 			errs <- err
 		}()
 	}

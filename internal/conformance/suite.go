@@ -30,6 +30,7 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseSharesInstance", testLeaseSharesInstance},
 		{"CacheFreesReleasedObjects", testCacheFrees},
 		{"ConcurrentMissesLoadOnce", testConcurrentMisses},
+		{"ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
 		{"HandOver", testHandOver},
 		{"TokenSingleUse", testTokenSingleUse},
 		{"DatabaseRefusesDeletingHeld", testRefusesDeletingHeld},
