@@ -105,12 +105,18 @@ CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id
 // blocks creates the RFC tables and returns a set on them.
 func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
 	tb.Helper()
+	e.createBlocks(tb)
+	return refset.New[block, string](openStore[block, string](tb, e, "blocks"))
+}
+
+// createBlocks creates the RFC tables only: refset's own tables are not there yet.
+func (e *env) createBlocks(tb testing.TB) {
+	tb.Helper()
 	for _, stmt := range strings.Split(blocksSchema, ";") {
 		if strings.TrimSpace(stmt) != "" {
 			e.mustExec(tb, stmt)
 		}
 	}
-	return refset.New[block, string](openStore[block, string](tb, e, "blocks"))
 }
 
 // openStore builds the store of a set on table, as newStore does.
