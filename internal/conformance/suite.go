@@ -44,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"ConcurrentHandOversOfOneToken", testConcurrentComplete},
+		{"ReferenceRaceBothWays", testReferenceRaceBothWays},
 		{"MigrateTwiceAndConcurrently", testMigrate},
 		{"Closed", testClosed},
 	}
