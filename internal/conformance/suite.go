@@ -46,6 +46,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentHandOversOfOneToken", testConcurrentComplete},
 		{"ReferenceRaceBothWays", testReferenceRaceBothWays},
 		{"MigrateTwiceAndConcurrently", testMigrate},
+		{"TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
 		{"Closed", testClosed},
 	}
 	for _, tc := range tests {
