@@ -25,7 +25,7 @@ func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { retu
 // Exec returns a Command that runs query with the object's ID as its only argument,
 // written in the dialect's placeholder ($1 on Postgres, ? on SQLite), for example
 //
-//	refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = $1`)
+//	refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = $1`, 1)
 //
 // If wantRows is at least 0 the statement must affect exactly that many rows, or the
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
