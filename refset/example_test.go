@@ -151,3 +151,40 @@ func ExampleRefSet_Get() {
 	// same instance: true
 	// cached: 1
 }
+
+// A component's reference is a row of its own table; Exec writes or deletes it in the
+// transaction of an Add or a hand-over. With a row count, a command that finds nothing
+// to delete stops the hand-over: releasing what one never held is a bug.
+func ExampleExec() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "refset-example")
+	defer os.RemoveAll(dir)
+	db, blocks := openBlocks(ctx, dir)
+	defer db.Close()
+
+	hold := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
+	release := refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)
+	tok, err := blocks.Add(ctx, Block{Hash: "b1"}, hold)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rel, err := tok.Release(release, release) // the second finds no row
+	if err != nil {
+		log.Fatal(err)
+	}
+	acq, err := rel.Acquire()
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = acq.Complete(ctx)
+	fmt.Println("released twice:", errors.Is(err, refset.ErrNotFound))
+
+	var pending int
+	if err := db.Readers.GetContext(ctx, &pending, `SELECT COUNT(*) FROM pending_blocks`); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("still pending:", pending)
+	// Output:
+	// released twice: true
+	// still pending: 1
+}

@@ -9,6 +9,14 @@
 // running it at once are serialised (by an advisory lock on Postgres, by SQLite's
 // single writer).
 //
+// The record can outlive the tables: dropping a set's tables by hand, or a Postgres
+// schema with CASCADE while refset's bookkeeping lives in another schema, leaves
+// versions recorded for tables that are gone. Migrate and MigrateSet therefore check
+// that the tables a record stands for exist, and when one does not they apply that
+// record's migrations again; every refset migration creates only what is missing, so
+// this rebuilds exactly what was lost. A component migrated with MigrateFS is not
+// checked: after dropping its tables, delete its row from refset_schema_version.
+//
 // The stores call MigrateSet when a store is built, so most programs never call this
 // package directly.
 package schema

@@ -183,7 +183,11 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 			}
 			ms[i].SQL = b.String()
 		}
-		if err := apply(ctx, tx, d, "set:"+set.Table.String(), ms); err != nil {
+		component := "set:" + set.Table.String()
+		if err := forgetIfGone(ctx, tx, d, component, set.Holds, set.Queue); err != nil {
+			return err
+		}
+		if err := apply(ctx, tx, d, component, ms); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table, queue_table) VALUES (?, ?, ?, ?)
@@ -220,11 +224,51 @@ func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
 	)`); err != nil {
 		return err
 	}
+	if err := forgetIfGone(ctx, tx, d, "core", sqlident.Ident{Name: "refset_sets"}); err != nil {
+		return err
+	}
 	ms, err := Migrations(d, "core")
 	if err != nil {
 		return err
 	}
 	return apply(ctx, tx, d, "core", ms)
+}
+
+// forgetIfGone forgets the versions recorded for component when any of the tables its
+// migrations create is missing, so that apply runs them all again. The record and
+// the tables part ways when tables are dropped without refset: a test resets its
+// fixtures, an operator drops a Postgres schema with CASCADE while refset's
+// bookkeeping lives in another one. Running the migrations again is safe because
+// every one of them creates only what does not exist (IF NOT EXISTS), which is why
+// they must stay written that way.
+func forgetIfGone(ctx context.Context, tx refset.Tx, d Dialect, component string, tables ...sqlident.Ident) error {
+	for _, table := range tables {
+		found, err := tableExists(ctx, tx, d, table)
+		if err != nil {
+			return fmt.Errorf("refset/schema: looking for %s: %w", table, err)
+		}
+		if !found {
+			_, err := tx.ExecContext(ctx, d.Rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
+			return err
+		}
+	}
+	return nil
+}
+
+// tableExists looks table up as the statements that use it will: on Postgres an
+// unqualified name through search_path.
+func tableExists(ctx context.Context, tx refset.Tx, d Dialect, table sqlident.Ident) (bool, error) {
+	var found bool
+	var err error
+	switch d {
+	case Postgres:
+		err = tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table.Quoted()).Scan(&found)
+	case SQLite:
+		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`, table.Name).Scan(&found)
+	default:
+		err = fmt.Errorf("unknown dialect %q", d)
+	}
+	return found, err
 }
 
 // apply runs the migrations of component newer than its recorded version.

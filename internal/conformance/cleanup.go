@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -27,7 +26,6 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"GracePeriod", testGrace},
 		{"ExpiringHolds", testExpiringHolds},
 		{"ReReferencedSurvives", testReReferenced},
-		{"ReferenceRacesCollector", testReferenceRace},
 		{"HandOverNeverCollected", testHandOverVersusCollector},
 		{"InstallTwiceAndAfterNewReference", testInstallAgain},
 		{"SweepRepairsLostQueue", testSweep},
@@ -235,68 +233,6 @@ func testReReferenced(t *testing.T, h Harness) {
 	assert.Equal(t, int64(0), s.Deleted)
 	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "x"))
 	assert.Equal(t, 0, e.count(t, "blocks_review", ""), "reviewed and dequeued")
-}
-
-// The race every collector has been bitten by: an object is due, one goroutine takes
-// a reference to it while a collector deletes it. Each round ends with the reference
-// in place and the object present, or with the reference refused (ErrNotFound) and
-// the object gone: never a reference to a missing object, never another error.
-func testReferenceRace(t *testing.T, h Harness) {
-	rounds := 10_000
-	if testing.Short() {
-		rounds = 500
-	}
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
-	var referenced, collected int
-	for i := range rounds {
-		id := fmt.Sprintf("r%05d", i)
-		// Due at once: added with a hold, which is then dropped.
-		_, err := set.Add(ctx, mkBlock(id, "", 0), set.Hold("setup", 0))
-		require.NoError(t, err)
-		require.NoError(t, e.exec(ctx, `DELETE FROM blocks_holds WHERE object_id = ?`, id))
-		e.makeDue(t, id)
-
-		var wg sync.WaitGroup
-		var refErr, colErr error
-		start := make(chan struct{})
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, refErr = set.Upgrade(ctx, id, e.acquireHead())
-		}()
-		go func() {
-			defer wg.Done()
-			<-start
-			_, colErr = c.Collect(ctx)
-		}()
-		close(start)
-		wg.Wait()
-		require.NoError(t, colErr, "round %d", i)
-		present := e.count(t, "blocks", "id = ?", id) == 1
-		headed := e.count(t, "heads", "block_id = ?", id) == 1
-		switch {
-		case refErr == nil:
-			require.True(t, present && headed, "round %d: reference taken, yet present=%v headed=%v", i, present, headed)
-			referenced++
-		case errors.Is(refErr, refset.ErrNotFound):
-			require.False(t, present || headed, "round %d: refused, yet present=%v headed=%v", i, present, headed)
-			collected++
-		default:
-			t.Fatalf("round %d: an error of another kind: %v", i, refErr)
-		}
-		// Clear the round's reference, so the next round starts alike.
-		if headed {
-			e.mustExec(t, `DELETE FROM heads WHERE block_id = ?`, id)
-		}
-	}
-	t.Logf("%d rounds: reference won %d, collector won %d", rounds, referenced, collected)
-	report, err := c.Check(ctx)
-	require.NoError(t, err)
-	assert.Zero(t, report.Dangling)
 }
 
 // A hand-over moves a reference from one holder to another in one transaction: a

@@ -2,12 +2,15 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -15,7 +18,9 @@ import (
 type Harness struct {
 	// Dialect is the store's dialect, used to build stores of the suite's types.
 	Dialect sqlstore.Dialect
-	// Open returns a new, empty database owned by the test (closed by its cleanup).
+	// Open returns a new, empty database owned by the test (closed by its cleanup),
+	// opened with the store package's Open (a *sqlite.DB or a *postgres.DB): the suite
+	// builds its stores with that package's NewStore.
 	Open func(tb testing.TB) refset.Database
 	// Reopen returns a second, independent handle on the same database as db, as
 	// another process would have (closed by the test's cleanup).
@@ -100,19 +105,40 @@ CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id
 // blocks creates the RFC tables and returns a set on them.
 func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
 	tb.Helper()
+	e.createBlocks(tb)
+	return refset.New[block, string](openStore[block, string](tb, e, "blocks"))
+}
+
+// createBlocks creates the RFC tables only: refset's own tables are not there yet.
+func (e *env) createBlocks(tb testing.TB) {
+	tb.Helper()
 	for _, stmt := range strings.Split(blocksSchema, ";") {
 		if strings.TrimSpace(stmt) != "" {
 			e.mustExec(tb, stmt)
 		}
 	}
-	return refset.New[block, string](openStore[block, string](tb, e, "blocks"))
 }
 
+// openStore builds the store of a set on table, as newStore does.
 func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, table string) *sqlstore.Store[T, ID] {
 	tb.Helper()
-	s, err := sqlstore.Open[T, ID](context.Background(), e.db, e.h.Dialect, sqlstore.Config{Table: table})
+	s, err := newStore[T, ID](tb.Context(), e.db, sqlstore.Config{Table: table})
 	require.NoError(tb, err)
 	return s
+}
+
+// newStore builds a store with the public constructor of db's store package, the
+// way users do: NewStore prepares the store's statements (unless the database was
+// opened unprepared), and a store built any other way would leave the prepared paths
+// untested.
+func newStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (*sqlstore.Store[T, ID], error) {
+	switch db := db.(type) {
+	case *sqlite.DB:
+		return sqlite.NewStore[T, ID](ctx, db, sqlite.Config(cfg))
+	case *postgres.DB:
+		return postgres.NewStore[T, ID](ctx, db, postgres.Config(cfg))
+	}
+	return nil, fmt.Errorf("conformance: no store package opens a %T", db)
 }
 
 func mkBlock(hash string, prev string, height int64) block {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
@@ -29,7 +30,7 @@ func testBadIdentifiers(t *testing.T, h Harness) {
 		{Table: "blocks", HoldsTable: "schema.h"},
 	} {
 		t.Run(cfg.Table+"|"+cfg.IDColumn+"|"+cfg.HoldsTable, func(t *testing.T) {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, cfg)
+			_, err := newStore[block, string](ctx, e.db, cfg)
 			require.ErrorIs(t, err, refset.ErrInvalidIdentifier)
 		})
 	}
@@ -48,31 +49,31 @@ func testSchemaMismatch(t *testing.T, h Harness) {
 		open func() error
 	}{
 		{"no such table", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nosuch"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "nosuch"})
 			return err
 		}},
 		{"no primary key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "nokey"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "nokey"})
 			return err
 		}},
 		{"two-column primary key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "twokeys"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "twokeys"})
 			return err
 		}},
 		{"id column not the key", func() error {
-			_, err := sqlstore.Open[block, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks", IDColumn: "height"})
+			_, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "blocks", IDColumn: "height"})
 			return err
 		}},
 		{"missing column", func() error {
-			_, err := sqlstore.Open[missingColumn, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[missingColumn, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 		{"unsupported field type", func() error {
-			_, err := sqlstore.Open[unsupported, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[unsupported, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 		{"ID type differs from the key field", func() error {
-			_, err := sqlstore.Open[wrongID, string](ctx, e.db, h.Dialect, sqlstore.Config{Table: "blocks"})
+			_, err := newStore[wrongID, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
 			return err
 		}},
 	}
@@ -233,34 +234,67 @@ func testConcurrentWriters(t *testing.T, h Harness) {
 	assert.Equal(t, 0, e.count(t, "pending", ""))
 }
 
+// Migrations run once per database, however often and from however many processes
+// they are asked for: a version recorded is never applied again. The test component's
+// migrations log every run of theirs in a table without a key, so a second run shows.
 func testMigrate(t *testing.T, h Harness) {
 	e := newEnv(t, h)
-	e.blocks(t)
+	e.createBlocks(t)
 	ctx := t.Context()
-	require.NoError(t, schema.Migrate(ctx, e.db, h.Dialect.Schema()))
-	require.NoError(t, schema.Migrate(ctx, e.db, h.Dialect.Schema()))
-
-	// Several handles on one database, as several processes would have, building the
-	// same store (which migrates) at once.
+	d := h.Dialect.Schema()
+	logged := fstest.MapFS{
+		"0001_log.sql":  {Data: []byte(e.sql(`CREATE TABLE migration_runs (version {Int} NOT NULL); INSERT INTO migration_runs (version) VALUES (1)`))},
+		"0002_more.sql": {Data: []byte(`INSERT INTO migration_runs (version) VALUES (2)`)},
+	}
+	migrate := func(db refset.Database) error {
+		if err := schema.Migrate(ctx, db, d); err != nil {
+			return err
+		}
+		if err := schema.MigrateFS(ctx, db, d, "logged", logged); err != nil {
+			return err
+		}
+		_, err := newStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
+		return err
+	}
+	// Several handles on a database refset has not seen yet, as several processes would
+	// have, migrating and building the same store (which migrates the set) at once; then
+	// the same twice more.
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
+	start := make(chan struct{})
 	for range 4 {
 		other := h.Reopen(t, e.db)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := sqlstore.Open[block, string](ctx, other, h.Dialect, sqlstore.Config{Table: "blocks"})
-			errs <- err
+			<-start
+			errs <- migrate(other)
 		}()
 	}
+	close(start)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 1, e.count(t, "refset_sets", "table_name = ?", "blocks"))
-	assert.Equal(t, 1, e.count(t, "refset_schema_version", "component = ?", "core"))
-	assert.Equal(t, 1, e.count(t, "refset_schema_version", "component = ?", "set:blocks"))
+	require.NoError(t, migrate(e.db))
+	require.NoError(t, migrate(e.db))
+	assert.Equal(t, []string{"1", "2"}, e.ids(t, "migration_runs", "version"), "each migration ran once")
+
+	versions := map[string]int{"logged": 2}
+	for component, kind := range map[string]string{"core": "core", "set:blocks": "set"} {
+		ms, err := schema.Migrations(d, kind)
+		require.NoError(t, err)
+		versions[component] = ms[len(ms)-1].Version
+	}
+	for component, want := range versions {
+		var got int
+		require.NoError(t, e.db.Reader().QueryRowContext(ctx, e.sql(`SELECT version FROM refset_schema_version WHERE component = ?`), component).Scan(&got))
+		assert.Equal(t, want, got, component)
+	}
+	var sets int
+	require.NoError(t, e.db.Reader().QueryRowContext(ctx, `SELECT COUNT(*) FROM refset_sets`).Scan(&sets))
+	assert.Equal(t, 1, sets, "one set registered")
 }
 
 func testClosed(t *testing.T, h Harness) {

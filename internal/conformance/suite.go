@@ -30,10 +30,12 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseSharesInstance", testLeaseSharesInstance},
 		{"CacheFreesReleasedObjects", testCacheFrees},
 		{"ConcurrentMissesLoadOnce", testConcurrentMisses},
+		{"ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
 		{"HandOver", testHandOver},
 		{"TokenSingleUse", testTokenSingleUse},
 		{"DatabaseRefusesDeletingHeld", testRefusesDeletingHeld},
 		{"ReferenceToMissingObject", testReferenceToMissing},
+		{"ForeignKeyErrorsWhateverTheSQL", testForeignKeyErrorsWhateverTheSQL},
 		{"Holds", testHolds},
 		{"CancelledContext", testCancelledContext},
 		{"BadIdentifiers", testBadIdentifiers},
@@ -42,7 +44,9 @@ func Run(t *testing.T, h Harness) {
 		{"TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"ConcurrentHandOversOfOneToken", testConcurrentComplete},
+		{"ReferenceRaceBothWays", testReferenceRaceBothWays},
 		{"MigrateTwiceAndConcurrently", testMigrate},
+		{"TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
 		{"Closed", testClosed},
 	}
 	for _, tc := range tests {

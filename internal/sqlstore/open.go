@@ -74,32 +74,3 @@ func QuotedColumns(cols []string) string {
 // Translated reports whether err already carries a refset sentinel, so a store does
 // not translate (and prefix) it twice.
 func Translated(err error) bool { return refset.IsSentinel(err) }
-
-// Verb is the statement's first keyword, upper-cased ("INSERT", "DELETE"), or "" when
-// query is empty.
-func Verb(query string) string {
-	q := strings.TrimSpace(query)
-	for strings.HasPrefix(q, "--") {
-		_, rest, _ := strings.Cut(q, "\n")
-		q = strings.TrimSpace(rest)
-	}
-	end := strings.IndexFunc(q, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') })
-	if end < 0 {
-		end = len(q)
-	}
-	return strings.ToUpper(q[:end])
-}
-
-// ForeignKeyError says what a refused foreign key means, from the statement that
-// tripped it: a DELETE removes a row that is still referenced; an INSERT or UPDATE
-// writes a reference to a row that does not exist. Anything else (a COMMIT of a
-// deferred constraint) is reported as a plain constraint violation.
-func ForeignKeyError(err error, query string) error {
-	switch Verb(query) {
-	case "DELETE":
-		return fmt.Errorf("refset: %w: %w", refset.ErrReferenced, err)
-	case "INSERT", "UPDATE":
-		return fmt.Errorf("refset: %w: %w", refset.ErrNotFound, err)
-	}
-	return fmt.Errorf("refset: %w: %w", refset.ErrConstraint, err)
-}

@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/refsetdb/refset/internal/conformance"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -30,31 +29,8 @@ func openWith(tb testing.TB, dsn string, opts Options) *DB {
 	}
 	db, err := Open(tb.Context(), dsn, opts)
 	require.NoError(tb, err)
-	dsnOf.Store(db, dsn)
-	tb.Cleanup(func() { dsnOf.Delete(db); db.Close() })
+	tb.Cleanup(func() { db.Close() })
 	return db
-}
-
-// pgxHarness is the conformance harness on pgx's stdlib driver.
-func pgxHarness() conformance.Harness {
-	h := harness
-	opts := Options{Driver: DriverPgx}
-	h.Open = func(tb testing.TB) refset.Database {
-		tb.Helper()
-		return openWith(tb, pgtest.DSN(tb), opts)
-	}
-	h.Reopen = func(tb testing.TB, db refset.Database) refset.Database {
-		tb.Helper()
-		dsn, _ := dsnOf.Load(db)
-		return openWith(tb, dsn.(string), opts)
-	}
-	return h
-}
-
-func TestConformancePgx(t *testing.T)        { conformance.Run(t, pgxHarness()) }
-func TestCleanupConformancePgx(t *testing.T) { conformance.RunCleanup(t, pgxHarness()) }
-func TestPromisesConformancePgx(t *testing.T) {
-	conformance.RunPromises(t, pgxHarness())
 }
 
 // TestNewFromCallersPool: a pool the caller opened, with either driver, serves a set;

@@ -24,8 +24,10 @@ type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
 
 // NewStore returns the store of a set of T in db. It checks every name in cfg, checks
 // that each `db`-tagged field of T has a column and that the primary key is mapped to
-// a field of type ID (refset.ErrSchema otherwise), and creates the holds table if it
-// does not exist.
+// a field of type ID (refset.ErrSchema otherwise), and creates the holds table and
+// review queue if they do not exist, also when refset's records say it made them
+// before: tables dropped and made again (by hand, or by DROP SCHEMA ... CASCADE while
+// refset_schema_version lives in another schema) get a working set.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
 	s, err := sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
 	if err != nil {

@@ -1,4 +1,4 @@
-package sqlite
+package sqlite_test
 
 import (
 	"path/filepath"
@@ -6,29 +6,31 @@ import (
 
 	"github.com/refsetdb/refset/internal/conformance"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
-// harness opens each test's database as a file in its own temporary directory.
+// harness opens each test's database as a file in its own temporary directory, with
+// the public Open, as users do.
 var harness = conformance.Harness{
-	Dialect: dialect{},
-	Cleanup: cleanupDialect{},
+	Dialect: sqlite.TestDialect,
+	Cleanup: sqlite.TestCleanupDialect,
 	Open: func(tb testing.TB) refset.Database {
 		tb.Helper()
-		return openFile(tb, filepath.Join(tb.TempDir(), "refset.db"))
+		return open(tb, filepath.Join(tb.TempDir(), "refset.db"))
 	},
 	Reopen: func(tb testing.TB, db refset.Database) refset.Database {
 		tb.Helper()
 		var path string
-		require.NoError(tb, db.(*DB).Writer.QueryRowContext(tb.Context(), `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
-		return openFile(tb, path)
+		require.NoError(tb, db.(*sqlite.DB).Writer.QueryRowContext(tb.Context(), `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&path))
+		return open(tb, path)
 	},
 	Types: conformance.Types{Text: "TEXT", Int: "INTEGER", Bytes: "BLOB", Time: "TIMESTAMP", Bool: "BOOLEAN", Float: "REAL"},
 }
 
-func openFile(tb testing.TB, path string) *DB {
+func open(tb testing.TB, path string) *sqlite.DB {
 	tb.Helper()
-	db, err := Open(tb.Context(), path, Options{})
+	db, err := sqlite.Open(tb.Context(), path, sqlite.Options{})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { db.Close() })
 	return db
@@ -40,4 +42,8 @@ func TestConformance(t *testing.T) {
 
 func TestCleanupConformance(t *testing.T) {
 	conformance.RunCleanup(t, harness)
+}
+
+func TestPromisesConformance(t *testing.T) {
+	conformance.RunPromises(t, harness)
 }

@@ -93,3 +93,12 @@ func TestReadersAreReadOnly(t *testing.T) {
 func mkdirFor(path string) error {
 	return os.MkdirAll(filepath.Dir(path), 0o755)
 }
+
+// openFile opens the database file at path, closed when tb ends.
+func openFile(tb testing.TB, path string) *DB {
+	tb.Helper()
+	db, err := Open(tb.Context(), path, Options{})
+	require.NoError(tb, err)
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
