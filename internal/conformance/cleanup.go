@@ -18,10 +18,7 @@ import (
 
 // RunCleanup runs the clean-up suite against the store h describes.
 func RunCleanup(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
+	runParallel(t, h, []suiteTest{
 		{"AbandonedForkGoesInOneCall", testAbandonedFork},
 		{"GracePeriod", testGrace},
 		{"ExpiringHolds", testExpiringHolds},
@@ -41,13 +38,7 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"RunStopsOnDroppedTables", testRunSchemaGone},
 		{"RunFailuresAreNeverLost", testRunFailures},
 		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, h)
-		})
-	}
+	})
 }
 
 // chain creates the RFC tables with indexed references (clean-up refuses

@@ -19,23 +19,14 @@ import (
 // a pool for a transaction, let its context end), and every failure is a typed error
 // that changed nothing.
 func RunPromises(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
+	runParallel(t, h, []suiteTest{
 		{"PanickingCallerCode", testPanics},
 		{"CallerCodeCannotEndTheTransaction", testCannotEndTx},
 		{"PoolIsNotATransaction", testPoolIsNotATx},
 		{"ContextErrors", testContextErrors},
 		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
 		{"ExecPlaceholders", testExecPlaceholders},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, h)
-		})
-	}
+	})
 }
 
 // boom is what the hostile commands panic with: the test checks that the very same

@@ -15,12 +15,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// suiteTest is one test of a suite, run against the store a Harness describes.
+type suiteTest struct {
+	name string
+	fn   func(t *testing.T, h Harness)
+}
+
+// runParallel runs each test as a parallel subtest.
+func runParallel(t *testing.T, h Harness, tests []suiteTest) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(t, h)
+		})
+	}
+}
+
 // Run runs the whole suite against the store h describes.
 func Run(t *testing.T, h Harness) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h Harness)
-	}{
+	runParallel(t, h, []suiteTest{
 		{"RoundTripColumnTypes", testRoundTrip},
 		{"IDTypes", testIDTypes},
 		{"AddDuplicate", testAddDuplicate},
@@ -48,13 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"MigrateTwiceAndConcurrently", testMigrate},
 		{"TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
 		{"Closed", testClosed},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			tc.fn(t, h)
-		})
-	}
+	})
 }
 
 // every is a row with one column of each type a store must round-trip.
