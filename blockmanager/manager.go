@@ -15,11 +15,10 @@ import (
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 //go:embed sql
@@ -52,7 +51,8 @@ type Manager struct {
 	forkTTL   time.Duration
 }
 
-// Open creates the block tables if needed (on a *sqlite.DB or a *postgres.DB),
+// Open creates the block tables if needed (on a database of store/sqlite or
+// store/postgres; anything else is refset.ErrInvalidConfig),
 // installs clean-up on them and returns the manager.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error) {
 	m := &Manager{db: db, pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
@@ -67,30 +67,18 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		grace = time.Minute
 	}
 	collect := cleanup.Config{Table: "blocks", Grace: grace}
-	var err error
-	switch db := db.(type) {
-	case *sqlite.DB:
-		m.dialect = schema.SQLite
-		if err = m.migrate(ctx); err != nil {
-			return nil, err
-		}
-		var store *sqlite.Store[Block, string]
-		if store, err = sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"}); err == nil {
-			m.blocks = refset.New(store)
-			m.collector, err = sqlite.NewCollector(ctx, db, collect)
-		}
-	case *postgres.DB:
-		m.dialect = schema.Postgres
-		if err = m.migrate(ctx); err != nil {
-			return nil, err
-		}
-		var store *postgres.Store[Block, string]
-		if store, err = postgres.NewStore[Block, string](ctx, db, postgres.Config{Table: "blocks"}); err == nil {
-			m.blocks = refset.New(store)
-			m.collector, err = postgres.NewCollector(ctx, db, collect)
-		}
-	default:
-		return nil, fmt.Errorf("blockmanager: a *sqlite.DB or a *postgres.DB is needed, not %T", db)
+	drv, err := driver.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("blockmanager: open: %w", err)
+	}
+	m.dialect = drv.Schema()
+	if err = m.migrate(ctx); err != nil {
+		return nil, err
+	}
+	var store *sqlstore.Store[Block, string]
+	if store, err = driver.NewStore[Block, string](ctx, db, sqlstore.Config{Table: "blocks"}); err == nil {
+		m.blocks = refset.New[Block, string](store)
+		m.collector, err = driver.NewCollector(ctx, db, collect)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)

@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run Foo -v
 #
-# Steps: gofmt check, go vet, go test -race against PostgreSQL.
+# Steps: gofmt check, go vet, a build of the Postgres path without cgo, go test
+# -race against PostgreSQL (lib/pq and pgx).
 #
 # Environment:
 #   REFSET_TEST_POSTGRES   lib/pq DSN of a server to test against. When unset,
@@ -95,6 +96,14 @@ echo "ok (${#files[@]} files)"
 
 step "go vet"
 go vet "${packages[@]}"
+
+# A Postgres-only program must build without a C compiler: nothing on the Postgres
+# path may import store/sqlite (go-sqlite3 needs cgo). Only the full run checks it.
+if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
+	step "CGO_ENABLED=0 build of the Postgres path"
+	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./schema ./blockmanager ./examples/custody/tokens
+	echo ok
+fi
 
 # -------------------------------------------------------------- C compiler
 # -race (and cgo packages such as go-sqlite3) need a C compiler; without

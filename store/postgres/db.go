@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
@@ -50,6 +51,7 @@ type DB struct {
 	unprepared bool
 	ownsPool   bool // Open made the pool, so Close closes it
 	closed     atomic.Bool
+	driverHandle
 }
 
 // Drivers Open can dial with.
@@ -113,7 +115,9 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
-	return &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}, nil
+	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
+	db.driverHandle = driver.NewHandle(dialectDriver{pool: pool, unprepared: opts.Unprepared})
+	return db, nil
 }
 
 // openError is why the first connection failed: the server's answer or the lost

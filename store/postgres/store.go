@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -29,15 +30,5 @@ type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
 // before: tables dropped and made again (by hand, or by DROP SCHEMA ... CASCADE while
 // refset_schema_version lives in another schema) get a working set.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
-	s, err := sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
-	if err != nil {
-		return nil, err
-	}
-	if db.unprepared {
-		return s, nil
-	}
-	if err := s.Prepare(ctx, db.Pool.DB); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return driver.NewStore[T, ID](ctx, db, sqlstore.Config(cfg))
 }

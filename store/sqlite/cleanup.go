@@ -9,6 +9,7 @@ import (
 
 	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
@@ -22,7 +23,7 @@ import (
 // been built) and returns its collector. Installing again, after a schema change,
 // picks up new referencing tables.
 func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return cleanup.Install(ctx, db, cleanupDialect{}, cfg)
+	return driver.NewCollector(ctx, db, cfg)
 }
 
 type cleanupDialect struct{}

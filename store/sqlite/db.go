@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -43,6 +44,7 @@ type DB struct {
 	// Readers is the pool of read-only connections.
 	Readers *sqlx.DB
 
+	driverHandle
 	ownsPools bool // Open made the pools, so Close closes them
 	closed    atomic.Bool
 }
@@ -112,7 +114,14 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		reader.Close()
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
-	return &DB{Writer: writer, Readers: reader, ownsPools: true}, nil
+	return newDB(writer, reader, true), nil
+}
+
+// newDB is a database on writer and readers, carrying its driver.
+func newDB(writer, readers *sqlx.DB, ownsPools bool) *DB {
+	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
+	db.driverHandle = driver.NewHandle(dialectDriver{pool: writer.DB})
+	return db
 }
 
 // New uses pools the caller opened with github.com/mattn/go-sqlite3 on one database
@@ -143,7 +152,7 @@ func New(ctx context.Context, writer, readers *sql.DB) (*DB, error) {
 	if err := checkPools(ctx, writer, readers); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/sqlite: new: %w", err))
 	}
-	return &DB{Writer: sqlx.NewDb(writer, "sqlite3"), Readers: sqlx.NewDb(readers, "sqlite3")}, nil
+	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false), nil
 }
 
 // checkPools checks that writer and readers are set up as refset needs (see New).

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 
+	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -28,12 +29,5 @@ type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
 // review queue if they do not exist, also when refset's records say it made them
 // before: tables dropped and made again (by hand) get a working set.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
-	s, err := sqlstore.Open[T, ID](ctx, db, dialect{}, sqlstore.Config(cfg))
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Prepare(ctx, db.Writer.DB); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return driver.NewStore[T, ID](ctx, db, sqlstore.Config(cfg))
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/refset"
 )
@@ -51,8 +52,7 @@ func (s *statements) query(ctx context.Context, query string, args ...any) (*sql
 			return nil, err
 		}
 		rows, err := st.QueryContext(ctx, args...)
-		var pe *pq.Error
-		if attempt == 0 && errors.As(err, &pe) && pe.Code == "0A000" {
+		if attempt == 0 && sqlState(err) == "0A000" { // feature_not_supported: the cached plan's result type changed
 			s.forget(query, st)
 			continue
 		}
@@ -254,7 +254,7 @@ func (v *Vault) lostTakeover(err error, query string) error {
 	if errors.As(err, &se) && se.SQLState() == "CU004" {
 		return fmt.Errorf("%w: %w", errRace, err)
 	}
-	return v.pg.TranslateError(err, query)
+	return v.db.TranslateError(err, query)
 }
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
@@ -404,11 +404,30 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 
 // refusal is err as custody's sentinel when custody_refuse raised it.
 func (v *Vault) refusal(err error) error {
+	if sentinel, ok := refusals[sqlState(err)]; ok {
+		return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(serverMessage(err), "custody: "))
+	}
+	return v.db.TranslateError(err, fastSpendSQL)
+}
+
+// sqlState is the SQLSTATE of a server error from lib/pq or pgx, or "".
+func sqlState(err error) string {
+	var se interface{ SQLState() string }
+	if errors.As(err, &se) {
+		return se.SQLState()
+	}
+	return ""
+}
+
+// serverMessage is the server's primary message of err, without the driver's prefix.
+func serverMessage(err error) string {
 	var pe *pq.Error
 	if errors.As(err, &pe) {
-		if sentinel, ok := refusals[string(pe.Code)]; ok {
-			return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(pe.Message, "custody: "))
-		}
+		return pe.Message
 	}
-	return v.pg.TranslateError(err, fastSpendSQL)
+	var pgxe *pgconn.PgError
+	if errors.As(err, &pgxe) {
+		return pgxe.Message
+	}
+	return err.Error()
 }

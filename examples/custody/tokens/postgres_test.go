@@ -21,7 +21,7 @@ import (
 func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	ctx := t.Context()
 	v := backends[1].open(t, 1, Config{})[0] // postgres
-	require.NotNil(t, v.pg)
+	require.True(t, v.fast, "the fast paths run on Postgres")
 	issue(t, v, "alice", 10)
 	locked, err := v.Select(ctx, "A", "alice", 10, Filter{}, time.Minute)
 	require.NoError(t, err)
@@ -29,7 +29,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	token := locked[0].TokenID
 
 	// The stale select: it has locked the token's row, not seeing A's lock.
-	conn, err := v.pg.Pool.Conn(ctx)
+	conn, err := v.stmts.pool.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
 	stale, err := conn.BeginTx(ctx, nil)
@@ -48,7 +48,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	// Wait until the spend waits for the row.
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := v.pg.Pool.QueryRowContext(ctx,
+		err := v.stmts.pool.QueryRowContext(ctx,
 			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, stalePID).Scan(&waiting)
 		return err == nil && waiting > 0
 	}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
@@ -99,7 +99,7 @@ func TestPaymentsSurviveColumnTypeChange(t *testing.T) {
 	v := backends[1].open(t, 1, Config{})[0] // postgres
 	issue(t, v, "erin", 5, 5, 5, 5)
 	require.NoError(t, pay(ctx, v, "erin", "frank", 3))
-	_, err := v.pg.Pool.ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
+	_, err := v.stmts.pool.ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
 	require.NoError(t, err)
 	for range 4 { // every pooled connection that prepared the statements
 		require.NoError(t, pay(ctx, v, "erin", "frank", 1))

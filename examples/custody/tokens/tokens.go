@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 //go:embed sql
@@ -94,8 +94,8 @@ type Config struct {
 // same database.
 type Vault struct {
 	db          refset.Database
-	pg          *postgres.DB // set on Postgres: the fast paths (postgres.go) use it
-	stmts       statements   // the fast paths' prepared statements
+	fast        bool       // on Postgres: the fast paths (postgres.go) run
+	stmts       statements // the fast paths' prepared statements
 	dialect     schema.Dialect
 	set         *refset.RefSet[Token, string]
 	collector   *cleanup.Collector
@@ -107,7 +107,8 @@ type Vault struct {
 	takeovers   atomic.Int64
 }
 
-// Open creates the custody tables if needed (on a *sqlite.DB or a *postgres.DB),
+// Open creates the custody tables if needed (on a database of store/sqlite or
+// store/postgres),
 // installs clean-up and returns the vault.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	v := &Vault{db: db, maxAttempts: cfg.MaxAttempts, lockWait: cfg.LockWait}
@@ -119,31 +120,20 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		grace = time.Minute
 	}
 	collect := cleanup.Config{Table: "tokens", Grace: grace}
-	var err error
-	switch db := db.(type) {
-	case *sqlite.DB:
-		v.dialect = schema.SQLite
-		if err = v.migrate(ctx, "tables"); err != nil {
-			return nil, err
-		}
-		var store *sqlite.Store[Token, string]
-		if store, err = sqlite.NewStore[Token, string](ctx, db, sqlite.Config{Table: "tokens"}); err == nil {
-			v.set = refset.New(store)
-			v.collector, err = sqlite.NewCollector(ctx, db, collect)
-		}
-	case *postgres.DB:
-		v.dialect, v.pg = schema.Postgres, db
-		v.stmts.pool, v.stmts.unprepared = db.Pool.DB, db.Unprepared()
-		if err = v.migrate(ctx, "tables"); err != nil {
-			return nil, err
-		}
-		var store *postgres.Store[Token, string]
-		if store, err = postgres.NewStore[Token, string](ctx, db, postgres.Config{Table: "tokens"}); err == nil {
-			v.set = refset.New(store)
-			v.collector, err = postgres.NewCollector(ctx, db, collect)
-		}
-	default:
-		return nil, fmt.Errorf("tokens: a *sqlite.DB or a *postgres.DB is needed, not %T", db)
+	drv, err := driver.Of(db)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: open: %w", err)
+	}
+	v.dialect = drv.Schema()
+	v.fast = v.dialect == schema.Postgres
+	v.stmts.pool, v.stmts.unprepared = drv.Pool(), drv.Unprepared()
+	if err = v.migrate(ctx, "tables"); err != nil {
+		return nil, err
+	}
+	var store *sqlstore.Store[Token, string]
+	if store, err = driver.NewStore[Token, string](ctx, db, sqlstore.Config{Table: "tokens"}); err == nil {
+		v.set = refset.New[Token, string](store)
+		v.collector, err = driver.NewCollector(ctx, db, collect)
 	}
 	if err == nil {
 		err = v.migrate(ctx, "locks")
@@ -303,7 +293,7 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 // that statement finds too little, with the general path, a transaction of several
 // statements that also tells why funds are short. Both take over expired locks.
 func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
-	if v.pg != nil && f.Predicate == nil {
+	if v.fast && f.Predicate == nil {
 		got, err := v.selectFast(ctx, txID, owner, amount, f, ttl)
 		if !errors.Is(err, errShort) {
 			return got, err
@@ -538,7 +528,7 @@ func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent,
 	if created, err = prepare(txID, outputs); err != nil {
 		return nil, nil, err
 	}
-	if v.pg != nil {
+	if v.fast {
 		spent, err = v.spendFast(ctx, txID, created)
 	} else {
 		err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {

@@ -41,11 +41,17 @@ var backends = []backend{
 		}
 		return vs
 	}},
-	{"postgres", func(tb testing.TB, n int, cfg Config) []*Vault {
+	{"postgres", openPostgres(postgres.DriverLibPQ)},
+	{"pgx", openPostgres(postgres.DriverPgx)},
+}
+
+// openPostgres opens n vaults on one fresh schema, each on its own pool of driver.
+func openPostgres(driver string) func(tb testing.TB, n int, cfg Config) []*Vault {
+	return func(tb testing.TB, n int, cfg Config) []*Vault {
 		dsn := pgtest.DSN(tb)
 		var vs []*Vault
 		for range n {
-			db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 4})
+			db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 4, Driver: driver})
 			require.NoError(tb, err)
 			tb.Cleanup(func() { db.Close() })
 			v, err := Open(context.Background(), db, cfg)
@@ -54,7 +60,7 @@ var backends = []backend{
 			vs = append(vs, v)
 		}
 		return vs
-	}},
+	}
 }
 
 // where remembers the file or DSN each test vault was opened on, for reopen.
@@ -447,7 +453,7 @@ func TestIssuedBackfill(t *testing.T) {
 			require.NoError(t, pay(ctx, v, "alice", "bob", 15))
 			require.NoError(t, pay(ctx, v, "bob", "carol", 7))
 
-			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql"}[b.name]
+			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql", "pgx": "sql/postgres/tables/0003_issued.sql"}[b.name]
 			text, err := migrations.ReadFile(file)
 			require.NoError(t, err)
 			_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
@@ -477,7 +483,7 @@ func TestPaymentsLeaveNothingToReview(t *testing.T) {
 	issue(t, v, "erin", 4, 6)
 	queued := func() (n int) {
 		t.Helper()
-		require.NoError(t, v.pg.Pool.GetContext(ctx, &n, `SELECT count(*) FROM tokens_review`))
+		require.NoError(t, v.stmts.pool.QueryRowContext(ctx, `SELECT count(*) FROM tokens_review`).Scan(&n))
 		return n
 	}
 	before := queued()

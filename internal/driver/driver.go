@@ -1,0 +1,86 @@
+// Package driver is the one value per SQL dialect that the code above the stores asks
+// for what differs between databases, as river's riverdriver is for river: a store
+// package's database carries its Driver, and blockmanager, custody and the stores'
+// own constructors build sets and collectors through it, so none of them switches on
+// a concrete database type (and a Postgres-only program never links SQLite's C code).
+//
+// A database carries its Driver in an embedded Handle. Handle's one method is
+// unexported, so Of finds the Driver of any store's database while a caller, outside
+// this module, can neither reach it nor fake it.
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+)
+
+// Driver is one dialect bound to one database: the statements and catalog reads of
+// its stores (sqlstore.Dialect), the SQL of clean-up (cleanup.Dialect), and where its
+// statements are prepared.
+type Driver interface {
+	sqlstore.Dialect
+	cleanup.Dialect
+
+	// Pool is the pool the database begins its write transactions on, where a store
+	// prepares its writing statements.
+	Pool() *sql.DB
+
+	// Unprepared reports that statements must run unprepared (a connection pooler
+	// that keeps no prepared statements).
+	Unprepared() bool
+}
+
+// Handle carries a database's Driver. A store's database embeds it through an
+// unexported alias, so the field stays out of the database's API.
+type Handle struct{ d Driver }
+
+// NewHandle returns the Handle of d.
+func NewHandle(d Driver) Handle { return Handle{d: d} }
+
+func (h Handle) refsetDriver() Driver { return h.d }
+
+// carrier is a database that embeds a Handle.
+type carrier interface{ refsetDriver() Driver }
+
+// Of is the Driver of db, or refset.ErrInvalidConfig when db is not a database of
+// one of refset's stores.
+func Of(db refset.Database) (Driver, error) {
+	if c, ok := db.(carrier); ok && c.refsetDriver() != nil {
+		return c.refsetDriver(), nil
+	}
+	return nil, fmt.Errorf("refset: %w: %T is not a database opened by store/sqlite or store/postgres", refset.ErrInvalidConfig, db)
+}
+
+// NewStore is the store of a set of T in db, through db's Driver: what
+// sqlite.NewStore and postgres.NewStore return, for code that takes any store's
+// database.
+func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (*sqlstore.Store[T, ID], error) {
+	d, err := Of(db)
+	if err != nil {
+		return nil, err
+	}
+	s, err := sqlstore.Open[T, ID](ctx, db, d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !d.Unprepared() {
+		if err := s.Prepare(ctx, d.Pool()); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// NewCollector installs clean-up of cfg's set in db, through db's Driver.
+func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
+	d, err := Of(db)
+	if err != nil {
+		return nil, err
+	}
+	return cleanup.Install(ctx, db, d, cfg)
+}

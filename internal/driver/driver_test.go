@@ -1,0 +1,34 @@
+package driver_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// foreign is a refset.Database that is not one of refset's stores: it passes every
+// call on to one, but carries no driver of its own.
+type foreign struct{ refset.Database }
+
+func TestOf(t *testing.T) {
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	d, err := driver.Of(db)
+	require.NoError(t, err)
+	assert.Equal(t, schema.SQLite, d.Schema())
+	assert.Same(t, db.Writer.DB, d.Pool(), "statements are prepared on the pool writes begin on")
+
+	_, err = driver.Of(foreign{db})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	_, err = blockmanager.Open(t.Context(), foreign{db}, blockmanager.Config{})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig, "code above the stores finds the dialect through the driver, not the type")
+}
