@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Defaults for the zero Config.
@@ -98,7 +98,9 @@ type Batch struct {
 	Refused int64
 }
 
-// Dialect is the SQL of one database, written by a store package.
+// Dialect is the SQL of one database, written by a store package: store/sqlite and
+// store/postgres implement it and build collectors with it (NewCollector). Do not
+// implement it outside a store; it grows with clean-up.
 type Dialect interface {
 	// Schema names the dialect.
 	Schema() schema.Dialect

@@ -40,7 +40,8 @@ type DatabaseTx interface {
 
 // Database is the database a set lives in, as a store sees it. store/sqlite and
 // store/postgres provide one; several sets may share it, and a unit of work (InTx) may
-// span all of them.
+// span all of them. Do not implement it: open a store's database instead. refset finds
+// each store's dialect through the database it opened, and may add methods here.
 type Database interface {
 	// Begin opens a write transaction.
 	Begin(ctx context.Context) (DatabaseTx, error)
@@ -56,7 +57,9 @@ type Database interface {
 
 // SetStore persists the objects of one set. Every method runs on the Querier it is
 // given, which is a transaction or the database's reader, so the caller decides what
-// commits together. Errors are translated to the refset sentinels.
+// commits together. Errors are translated to the refset sentinels. The stores'
+// NewStore functions return one; implement it only for a store of your own, and expect
+// methods to be added.
 type SetStore[T Identifiable[ID], ID comparable] interface {
 	// Persist inserts obj, or fails with ErrDuplicate if its ID is stored.
 	Persist(ctx context.Context, q Querier, obj T) error

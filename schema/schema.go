@@ -14,8 +14,8 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 //go:embed sqlite postgres

@@ -149,7 +149,7 @@ func (e *gcEnv) setup(b *testing.B, live int) (*refset.RefSet[gcObj, string], *c
 	var err error
 	if e.pg {
 		db := e.db.(*postgres.DB)
-		var store *postgres.Store[gcObj, string]
+		var store refset.SetStore[gcObj, string]
 		if store, err = postgres.NewStore[gcObj, string](ctx, db, postgres.Config{Table: "objs"}); err == nil {
 			set = refset.New(store)
 			c, err = postgres.NewCollector(ctx, db, cfg)
@@ -157,7 +157,7 @@ func (e *gcEnv) setup(b *testing.B, live int) (*refset.RefSet[gcObj, string], *c
 		e.exec(b, "ANALYZE")
 	} else {
 		db := e.db.(*sqlite.DB)
-		var store *sqlite.Store[gcObj, string]
+		var store refset.SetStore[gcObj, string]
 		if store, err = sqlite.NewStore[gcObj, string](ctx, db, sqlite.Config{Table: "objs"}); err == nil {
 			set = refset.New(store)
 			c, err = sqlite.NewCollector(ctx, db, cfg)

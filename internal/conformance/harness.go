@@ -120,7 +120,7 @@ func (e *env) createBlocks(tb testing.TB) {
 }
 
 // openStore builds the store of a set on table, as newStore does.
-func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, table string) *sqlstore.Store[T, ID] {
+func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, table string) refset.SetStore[T, ID] {
 	tb.Helper()
 	s, err := newStore[T, ID](tb.Context(), e.db, sqlstore.Config{Table: table})
 	require.NoError(tb, err)
@@ -131,7 +131,7 @@ func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, 
 // way users do: NewStore prepares the store's statements (unless the database was
 // opened unprepared), and a store built any other way would leave the prepared paths
 // untested.
-func newStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (*sqlstore.Store[T, ID], error) {
+func newStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (refset.SetStore[T, ID], error) {
 	switch db := db.(type) {
 	case *sqlite.DB:
 		return sqlite.NewStore[T, ID](ctx, db, sqlite.Config(cfg))

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Mapping ties the `db`-tagged fields of a struct type to table columns.

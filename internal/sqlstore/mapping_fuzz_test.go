@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // FuzzInner is embedded in the fuzzed structs, by value or by pointer, so that their

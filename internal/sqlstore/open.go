@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Dialect is what a store package tells Open about its database.

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 type fuzzObject struct {

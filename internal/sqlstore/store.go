@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Column is a table column as the database catalog describes it.

@@ -11,9 +11,9 @@ import (
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/driver"
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // All of this store's SQL is here.

@@ -20,15 +20,16 @@ type Config struct {
 	HoldsTable string
 }
 
-// Store is a refset.SetStore on PostgreSQL.
-type Store[T refset.Identifiable[ID], ID comparable] = sqlstore.Store[T, ID]
-
 // NewStore returns the store of a set of T in db. It checks every name in cfg, checks
 // that each `db`-tagged field of T has a column and that the primary key is mapped to
 // a field of type ID (refset.ErrSchema otherwise), and creates the holds table and
 // review queue if they do not exist, also when refset's records say it made them
 // before: tables dropped and made again (by hand, or by DROP SCHEMA ... CASCADE while
 // refset_schema_version lives in another schema) get a working set.
-func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (*Store[T, ID], error) {
-	return driver.NewStore[T, ID](ctx, db, sqlstore.Config(cfg))
+func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db *DB, cfg Config) (refset.SetStore[T, ID], error) {
+	s, err := driver.NewStore[T, ID](ctx, db, sqlstore.Config(cfg))
+	if err != nil {
+		return nil, err // not a nil *Store in a non-nil interface
+	}
+	return s, nil
 }

@@ -10,9 +10,9 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/driver"
-	"github.com/refsetdb/refset/internal/sqlident"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
