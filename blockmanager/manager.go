@@ -72,7 +72,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
 	m.dialect = drv.Schema()
-	if err = m.migrate(ctx); err != nil {
+	if err = m.migrate(ctx, drv.SchemaSQL()); err != nil {
 		return nil, err
 	}
 	var store *sqlstore.Store[Block, string]
@@ -94,12 +94,12 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	return m, nil
 }
 
-func (m *Manager) migrate(ctx context.Context) error {
+func (m *Manager) migrate(ctx context.Context, refsetSQL schema.SQL) error {
 	sub, err := fs.Sub(migrations, "sql/"+string(m.dialect))
 	if err != nil {
 		return err
 	}
-	if err := schema.MigrateFS(ctx, m.db, m.dialect, "blockmanager", sub); err != nil {
+	if err := schema.MigrateFS(ctx, m.db, refsetSQL, "blockmanager", sub); err != nil {
 		return fmt.Errorf("blockmanager: creating the tables: %w", err)
 	}
 	return nil

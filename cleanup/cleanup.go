@@ -104,6 +104,11 @@ type Batch struct {
 type Dialect interface {
 	// Schema names the dialect.
 	Schema() schema.Dialect
+	// SchemaSQL is the dialect's migrations of refset's own tables, and their lock.
+	SchemaSQL() schema.SQL
+	// RowAddress is the expression naming a row of any table in reports (Postgres
+	// ctid, SQLite rowid), for tables without a primary key.
+	RowAddress() string
 	// Qualify names the table the session finds under name with its schema, so that
 	// SQL written with it means the same table in every session (a Postgres trigger
 	// runs with the search path of whoever fires it). A dialect without schemas
@@ -225,7 +230,7 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 		batch = DefaultBatchSize
 	}
 	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
-		if err := schema.Lock(ctx, tx, d.Schema()); err != nil {
+		if err := schema.Lock(ctx, tx, d.SchemaSQL()); err != nil {
 			return err
 		}
 		reg, err := schema.Lookup(ctx, tx, d.Schema(), table)

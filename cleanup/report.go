@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 )
 
 // check counts the objects reachable from no root and no queued object, and the
@@ -72,7 +71,7 @@ func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
 			parts = append(parts, fmt.Sprintf(`'%s=' || %s`, k, d.Text(`"`+k+`"`)))
 		}
 		if len(parts) == 0 {
-			parts = []string{`'row=' || ` + d.Text(rowAddress[d.Schema()])}
+			parts = []string{`'row=' || ` + d.Text(d.RowAddress())}
 		}
 		rows, err := q.QueryContext(ctx, rebind(fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ? LIMIT 5`,
 			strings.Join(parts, ` || ', ' || `), r.Table.Quoted(), r.Column)), id)
@@ -94,5 +93,3 @@ func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
 	return hs, nil
 }
 
-// rowAddress names a row of a table without a primary key.
-var rowAddress = map[schema.Dialect]string{schema.Postgres: "ctid", schema.SQLite: "rowid"}

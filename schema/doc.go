@@ -1,5 +1,8 @@
-// Package schema holds refset's own SQL, per dialect, embedded in the binary and
-// versioned.
+// Package schema runs refset's own migrations, versioned. The SQL itself belongs to
+// each store: store/sqlite and store/postgres embed their dialect's files (in
+// sql/schema/ of their folder) and give them to this package as a schema.SQL, with the
+// few statements the runner needs that differ between databases (the migration lock, a
+// table lookup).
 //
 // Two kinds of migration exist. The core ones (Migrate) create the tables refset
 // needs once per database. The per-set ones (MigrateSet) create what each set needs

@@ -4,22 +4,18 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
 	"text/template"
 
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
 )
-
-//go:embed sqlite postgres
-var files embed.FS
 
 // Dialect names the SQL dialect a database speaks.
 type Dialect string
@@ -29,9 +25,23 @@ const (
 	Postgres Dialect = "postgres"
 )
 
-// advisoryLockKey serialises migrations of one Postgres database across processes.
-// The value spells "refset" in ASCII.
-const advisoryLockKey = 0x726566736574
+// SQL is a dialect's own part of refset's schema, which its store provides (all of a
+// store's SQL lives in the store's folder): the migration files and the few
+// statements the runner needs that differ between databases. store/sqlite and
+// store/postgres implement it; do not implement it outside a store.
+type SQL interface {
+	// Dialect names the dialect.
+	Dialect() Dialect
+	// Migrations holds core/NNNN_name.sql, refset's own tables, and
+	// set/NNNN_name.sql, the templates of each set's holds table and review queue.
+	Migrations() fs.FS
+	// LockMigrations serialises schema changes of the database across processes
+	// until tx ends.
+	LockMigrations(ctx context.Context, tx refset.Tx) error
+	// TableExists looks table up as the statements that use it will (on Postgres an
+	// unqualified name through search_path).
+	TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
+}
 
 // Set describes the object table a set's migrations are written for.
 type Set struct {
@@ -49,16 +59,16 @@ type Migration struct {
 	SQL     string
 }
 
-// Migrations lists the embedded migrations of a dialect, "core" or "set", in version
+// Migrations lists a dialect's migrations of one kind, "core" or "set", in version
 // order. Set migrations are templates, rendered by MigrateSet.
-func Migrations(d Dialect, kind string) ([]Migration, error) {
-	sub, err := fs.Sub(files, path.Join(string(d), kind))
+func Migrations(s SQL, kind string) ([]Migration, error) {
+	sub, err := fs.Sub(s.Migrations(), kind)
 	if err != nil {
 		return nil, err
 	}
 	ms, err := readMigrations(sub)
 	if err != nil {
-		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, d, err)
+		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, s.Dialect(), err)
 	}
 	return ms, nil
 }
@@ -91,10 +101,10 @@ func readMigrations(fsys fs.FS) ([]Migration, error) {
 }
 
 // MigrateFS applies another component's migrations, the files NNNN_name.sql at the
-// root of fsys (written for dialect d), after refset's core ones, recording their
-// versions under component. Packages built on refset (blockmanager) keep their tables
-// this way. It is idempotent and safe to run from several processes at once.
-func MigrateFS(ctx context.Context, db refset.Database, d Dialect, component string, fsys fs.FS) error {
+// root of fsys (written for the dialect of s), after refset's core ones, recording
+// their versions under component. Packages built on refset (blockmanager) keep their
+// tables this way. It is idempotent and safe to run from several processes at once.
+func MigrateFS(ctx context.Context, db refset.Database, d SQL, component string, fsys fs.FS) error {
 	ms, err := readMigrations(fsys)
 	if err != nil {
 		return fmt.Errorf("refset/schema: %s: %w", component, err)
@@ -109,7 +119,7 @@ func MigrateFS(ctx context.Context, db refset.Database, d Dialect, component str
 
 // Migrate brings refset's core tables up to date. It is idempotent and safe to run
 // from several processes at once.
-func Migrate(ctx context.Context, db refset.Database, d Dialect) error {
+func Migrate(ctx context.Context, db refset.Database, d SQL) error {
 	return refset.InTx(ctx, db, func(tx refset.Tx) error {
 		return migrate(ctx, tx, d)
 	})
@@ -148,7 +158,7 @@ func Lookup(ctx context.Context, q refset.Querier, d Dialect, table sqlident.Ide
 // MigrateSet brings the tables of one set (its holds table and review queue) up to date, after the
 // core ones, and registers the set in refset_sets. It is idempotent and safe to run
 // from several processes at once.
-func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) error {
+func MigrateSet(ctx context.Context, db refset.Database, d SQL, set Set) error {
 	if err := sqlident.CheckType(set.IDType); err != nil {
 		return err
 	}
@@ -190,7 +200,7 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 		if err := apply(ctx, tx, d, component, ms); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table, queue_table) VALUES (?, ?, ?, ?)
+		_, err = tx.ExecContext(ctx, d.Dialect().Rebind(`INSERT INTO refset_sets (table_name, id_column, holds_table, queue_table) VALUES (?, ?, ?, ?)
 			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column,
 				holds_table = excluded.holds_table, queue_table = excluded.queue_table`),
 			set.Table.String(), set.IDColumn, set.Holds.String(), set.Queue.String())
@@ -201,18 +211,9 @@ func MigrateSet(ctx context.Context, db refset.Database, d Dialect, set Set) err
 // Lock serialises schema changes (migrations, clean-up installs) of one database
 // across processes until tx ends: an advisory lock on Postgres; on SQLite the write
 // transaction itself already excludes every other writer.
-func Lock(ctx context.Context, tx refset.Tx, d Dialect) error {
-	switch d {
-	case Postgres:
-		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey)
-		return err
-	case SQLite:
-		return nil
-	}
-	return fmt.Errorf("refset/schema: unknown dialect %q", d)
-}
+func Lock(ctx context.Context, tx refset.Tx, d SQL) error { return d.LockMigrations(ctx, tx) }
 
-func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
+func migrate(ctx context.Context, tx refset.Tx, d SQL) error {
 	// Held to the end of the transaction: a second process waits here, then finds
 	// everything applied.
 	if err := Lock(ctx, tx, d); err != nil {
@@ -241,40 +242,24 @@ func migrate(ctx context.Context, tx refset.Tx, d Dialect) error {
 // bookkeeping lives in another one. Running the migrations again is safe because
 // every one of them creates only what does not exist (IF NOT EXISTS), which is why
 // they must stay written that way.
-func forgetIfGone(ctx context.Context, tx refset.Tx, d Dialect, component string, tables ...sqlident.Ident) error {
+func forgetIfGone(ctx context.Context, tx refset.Tx, d SQL, component string, tables ...sqlident.Ident) error {
 	for _, table := range tables {
-		found, err := tableExists(ctx, tx, d, table)
+		found, err := d.TableExists(ctx, tx, table)
 		if err != nil {
 			return fmt.Errorf("refset/schema: looking for %s: %w", table, err)
 		}
 		if !found {
-			_, err := tx.ExecContext(ctx, d.Rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
+			_, err := tx.ExecContext(ctx, d.Dialect().Rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
 			return err
 		}
 	}
 	return nil
 }
 
-// tableExists looks table up as the statements that use it will: on Postgres an
-// unqualified name through search_path.
-func tableExists(ctx context.Context, tx refset.Tx, d Dialect, table sqlident.Ident) (bool, error) {
-	var found bool
-	var err error
-	switch d {
-	case Postgres:
-		err = tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table.Quoted()).Scan(&found)
-	case SQLite:
-		err = tx.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`, table.Name).Scan(&found)
-	default:
-		err = fmt.Errorf("unknown dialect %q", d)
-	}
-	return found, err
-}
-
 // apply runs the migrations of component newer than its recorded version.
-func apply(ctx context.Context, tx refset.Tx, d Dialect, component string, ms []Migration) error {
+func apply(ctx context.Context, tx refset.Tx, d SQL, component string, ms []Migration) error {
 	var current int
-	err := tx.QueryRowContext(ctx, d.Rebind(`SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
+	err := tx.QueryRowContext(ctx, d.Dialect().Rebind(`SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
 		component).Scan(&current)
 	if err != nil {
 		return err
@@ -288,27 +273,17 @@ func apply(ctx context.Context, tx refset.Tx, d Dialect, component string, ms []
 		}
 		current = m.Version
 	}
-	_, err = tx.ExecContext(ctx, d.Rebind(`INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
+	_, err = tx.ExecContext(ctx, d.Dialect().Rebind(`INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
 		ON CONFLICT (component) DO UPDATE SET version = excluded.version`), component, current)
 	return err
 }
 
 // Rebind writes the dialect's placeholders into a statement written with ?
-// placeholders: $1, $2, ... on Postgres; SQLite takes ? as it is. A ? inside a string
-// literal would be rewritten too, so pass values as arguments, never inline.
+// placeholders: $1, $2, ... on Postgres (a ? in a literal, a quoted name or a comment
+// stays as it is); SQLite takes ? as it is.
 func (d Dialect) Rebind(q string) string {
 	if d != Postgres {
 		return q
 	}
-	var b strings.Builder
-	n := 0
-	for _, r := range q {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return sqltext.Dollar(q)
 }

@@ -1,25 +1,46 @@
 package schema
 
 import (
+	"context"
+	"io/fs"
+	"os"
 	"testing"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
+// files is a dialect's migrations read from its store's folder, for tests that look at
+// the files alone.
+type files struct {
+	d   Dialect
+	dir string
+}
+
+func (f files) Dialect() Dialect                              { return f.d }
+func (f files) Migrations() fs.FS                             { return os.DirFS(f.dir) }
+func (files) LockMigrations(context.Context, refset.Tx) error { return nil }
+func (files) TableExists(context.Context, refset.Querier, sqlident.Ident) (bool, error) {
+	return true, nil
+}
+
 // Both dialects ship the same versions, in order, numbered from 1 without gaps: a
 // version recorded by one process must mean the same tables to every other.
 func TestMigrationsAreSequentialAndParallel(t *testing.T) {
+	dialects := []files{{SQLite, "../store/sqlite/sql/schema"}, {Postgres, "../store/postgres/sql/schema"}}
 	for _, kind := range []string{"core", "set"} {
 		t.Run(kind, func(t *testing.T) {
 			var versions [][]int
-			for _, d := range []Dialect{SQLite, Postgres} {
+			for _, d := range dialects {
 				ms, err := Migrations(d, kind)
 				require.NoError(t, err)
 				require.NotEmpty(t, ms)
 				var vs []int
 				for i, m := range ms {
-					assert.Equal(t, i+1, m.Version, "%s %s", d, m.Name)
+					assert.Equal(t, i+1, m.Version, "%s %s", d.d, m.Name)
 					assert.NotEmpty(t, m.SQL)
 					vs = append(vs, m.Version)
 				}
@@ -28,7 +49,7 @@ func TestMigrationsAreSequentialAndParallel(t *testing.T) {
 			assert.Equal(t, versions[0], versions[1])
 		})
 	}
-	_, err := Migrations("mysql", "core")
+	_, err := Migrations(files{"mysql", "../store/mysql/sql/schema"}, "core")
 	require.Error(t, err)
 }
 

@@ -14,6 +14,8 @@ import (
 type Dialect interface {
 	// Schema names the dialect's embedded migrations.
 	Schema() schema.Dialect
+	// SchemaSQL is the dialect's migrations of refset's own tables.
+	SchemaSQL() schema.SQL
 	// Columns reads a table's columns from the catalog; none if it does not exist.
 	Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]Column, error)
 	// Statements writes the SQL of a resolved table.
@@ -55,7 +57,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, err
 	}
 	t.Holds = holds
-	err = schema.MigrateSet(ctx, db, d.Schema(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue})
+	err = schema.MigrateSet(ctx, db, d.SchemaSQL(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue})
 	if err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}

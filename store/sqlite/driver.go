@@ -25,3 +25,5 @@ func (dialectDriver) Schema() schema.Dialect { return schema.SQLite }
 func (d dialectDriver) Pool() *sql.DB { return d.pool }
 
 func (d dialectDriver) Unprepared() bool { return d.unprepared }
+
+func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }

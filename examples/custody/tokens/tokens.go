@@ -97,6 +97,7 @@ type Vault struct {
 	fast        bool       // on Postgres: the fast paths (postgres.go) run
 	stmts       statements // the fast paths' prepared statements
 	dialect     schema.Dialect
+	schemaSQL   schema.SQL // refset's own migrations, which custody's run after
 	set         *refset.RefSet[Token, string]
 	collector   *cleanup.Collector
 	maxAttempts int
@@ -124,7 +125,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
-	v.dialect = drv.Schema()
+	v.dialect, v.schemaSQL = drv.Schema(), drv.SchemaSQL()
 	v.fast = v.dialect == schema.Postgres
 	v.stmts.pool, v.stmts.unprepared = drv.Pool(), drv.Unprepared()
 	if err = v.migrate(ctx, "tables"); err != nil {
@@ -149,7 +150,7 @@ func (v *Vault) migrate(ctx context.Context, part string) error {
 	if err != nil {
 		return err
 	}
-	return schema.MigrateFS(ctx, v.db, v.dialect, "custody-"+part, sub)
+	return schema.MigrateFS(ctx, v.db, v.schemaSQL, "custody-"+part, sub)
 }
 
 // Collector is the tokens' clean-up: it removes expired locks (and would collect a

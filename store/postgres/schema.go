@@ -1,0 +1,51 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"io/fs"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+//go:embed sql/schema
+var schemaFiles embed.FS
+
+// advisoryLockKey serialises migrations of one database across processes. The value
+// spells "refset" in ASCII.
+const advisoryLockKey = 0x726566736574
+
+// schemaSQL is this store's part of refset's schema (schema.SQL).
+type schemaSQL struct{}
+
+func (schemaSQL) Dialect() schema.Dialect { return schema.Postgres }
+
+func (schemaSQL) Migrations() fs.FS {
+	sub, err := fs.Sub(schemaFiles, "sql/schema")
+	if err != nil {
+		panic(err) // the embedded folder is part of this package
+	}
+	return sub
+}
+
+// LockMigrations takes a transaction-scoped advisory lock: a second process waits
+// here, then finds everything applied.
+func (schemaSQL) LockMigrations(ctx context.Context, tx refset.Tx) error {
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey)
+	return err
+}
+
+func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
+	var found bool
+	err := q.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, table.Quoted()).Scan(&found)
+	return found, err
+}
+
+func (dialect) SchemaSQL() schema.SQL { return schemaSQL{} }
+
+func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
+
+// RowAddress names a row of any table, for reports on tables without a primary key.
+func (cleanupDialect) RowAddress() string { return "ctid" }

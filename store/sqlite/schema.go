@@ -1,0 +1,44 @@
+package sqlite
+
+import (
+	"context"
+	"embed"
+	"io/fs"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+//go:embed sql/schema
+var schemaFiles embed.FS
+
+// schemaSQL is this store's part of refset's schema (schema.SQL).
+type schemaSQL struct{}
+
+func (schemaSQL) Dialect() schema.Dialect { return schema.SQLite }
+
+func (schemaSQL) Migrations() fs.FS {
+	sub, err := fs.Sub(schemaFiles, "sql/schema")
+	if err != nil {
+		panic(err) // the embedded folder is part of this package
+	}
+	return sub
+}
+
+// LockMigrations does nothing: the write transaction itself (BEGIN IMMEDIATE)
+// already excludes every other writer.
+func (schemaSQL) LockMigrations(context.Context, refset.Tx) error { return nil }
+
+func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
+	var found bool
+	err := q.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`, table.Name).Scan(&found)
+	return found, err
+}
+
+func (dialect) SchemaSQL() schema.SQL { return schemaSQL{} }
+
+func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
+
+// RowAddress names a row of any table, for reports on tables without a primary key.
+func (cleanupDialect) RowAddress() string { return "rowid" }
