@@ -92,4 +92,3 @@ func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
 	}
 	return hs, nil
 }
-
