@@ -17,8 +17,12 @@ import (
 // with SQLSTATE 40001. InTx runs the aborted ones again, so every unit commits, each
 // exactly once, and the sequence has no gaps and no duplicates.
 func TestInTxRetriesSerializationFailures(t *testing.T) {
+	forEachDriver(t, testInTxRetriesSerializationFailures)
+}
+
+func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 	dsn := pgtest.DSN(t)
-	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8})
+	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()
