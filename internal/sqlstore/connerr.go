@@ -15,14 +15,16 @@ import (
 // TranslateConnError maps the errors that are not a database's answer but the loss of
 // it, the same for every driver, to the refset sentinels (wrapping both), and returns
 // any other error unchanged: a connection refused, reset or closed under a statement
-// is ErrUnavailable, and a transaction that had already ended is ErrInvalidTx.
+// is ErrUnavailable, and a transaction that had already ended is ErrInvalidTx. A
+// plain io.EOF is left alone: a caller's own error (a file read to its end) may wrap
+// it, and refset returns a caller's errors as they are.
 // prefix starts the message ("refset/postgres").
 func TranslateConnError(err error, prefix string) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
 		isNetError(err):
