@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -457,6 +458,17 @@ func testErrorsMatchSentinels(t *testing.T, h Harness) {
 	assert.Equal(t, 1, e.count(t, "pending", ""))
 	assert.Equal(t, 0, e.count(t, "heads", ""))
 	e.stillWritable(t, "a")
+
+	t.Run("the caller's own error comes back as it is", func(t *testing.T) {
+		mine := fmt.Errorf("a business rule refused it: %w", io.EOF)
+		own := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { return mine })
+		_, err := set.Upgrade(ctx, "a", own)
+		require.ErrorIs(t, err, mine)
+		require.False(t, refset.IsSentinel(err), "not dressed up as one of refset's: %v", err)
+		err = refset.InTx(ctx, e.db, func(tx refset.Tx) error { return own(ctx, tx, "a") })
+		require.ErrorIs(t, err, mine)
+		require.False(t, refset.IsSentinel(err), "not dressed up as one of refset's: %v", err)
+	})
 
 	t.Run("stored value the type cannot hold", func(t *testing.T) {
 		e.mustExec(t, `CREATE TABLE narrow (id {Text} PRIMARY KEY, v {Int} NOT NULL)`)
