@@ -10,10 +10,12 @@
 # refset side by side.
 #
 # Environment:
-#   REFSET_TEST_POSTGRES   lib/pq DSN of a PostgreSQL server for the Postgres
-#                          benchmarks; each benchmark works in a schema of its
-#                          own, dropped afterwards. When unset, only the SQLite
-#                          benchmarks run. (scripts/test.sh starts a throwaway
+#   REFSET_TEST_POSTGRES   DSN (one lib/pq and pgx both read) of a PostgreSQL
+#                          server for the Postgres benchmarks, which run once
+#                          per driver (Benchmark<Op>/postgres/... on lib/pq,
+#                          Benchmark<Op>/pgx/... on pgx); each benchmark works
+#                          in a schema of its own, dropped afterwards. When
+#                          unset, only the SQLite benchmarks run. (scripts/test.sh starts a throwaway
 #                          server, but only around its own test run.)
 #   BENCH                  which benchmarks to run (go test -bench); default
 #                          ".", all of internal/bench. The refset-versus-sqlx

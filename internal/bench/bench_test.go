@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -68,9 +69,24 @@ type dialect struct {
 	open               func(tb testing.TB, d dialect) *env
 }
 
+// The databases every benchmark runs on, by sub-benchmark name. PostgreSQL runs once
+// per driver refset supports; lib/pq's runs keep the name "postgres" they had before
+// pgx was measured, so that earlier figures stay comparable.
+const (
+	onSQLite = "sqlite"
+	onLibPQ  = "postgres"
+	onPgx    = "pgx"
+)
+
+var databases = []string{onSQLite, onLibPQ, onPgx}
+
+// pgDrivers is the database/sql driver of each PostgreSQL database in databases.
+var pgDrivers = map[string]string{onLibPQ: postgres.DriverLibPQ, onPgx: postgres.DriverPgx}
+
 var dialects = []dialect{
-	{name: "sqlite", text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
-	{name: "postgres", text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
+	{name: onSQLite, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
+	{name: onLibPQ, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
+	{name: onPgx, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
 }
 
 // env is one benchmark's database, shared by its refset and sqlx sides.
@@ -100,16 +116,34 @@ func openSQLite(tb testing.TB, d dialect) *env {
 func openPostgres(tb testing.TB, d dialect) *env {
 	tb.Helper()
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.DSN(tb), postgres.Options{})
-	must(tb, err)
-	// Registered after pgtest's, so it runs first: the schema is dropped with no
-	// connection left open.
-	tb.Cleanup(func() { _ = db.Close() })
-	e := &env{close: db.Close, writer: db.Pool, reader: db.Pool}
+	db, pool := openPool(tb, d.name)
+	e := &env{close: func() error { return errors.Join(db.Close(), pool.Close()) }, writer: pool, reader: pool}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
 		return postgres.NewStore[block, string](ctx, db, postgres.Config{Table: "blocks"})
 	})
 	return e
+}
+
+// openPool opens a pool of its own on a fresh schema through the driver of database
+// (onLibPQ or onPgx), as a user with a pool of their own would, and hands it to
+// refset with postgres.New: the raw side runs on that pool and the refset side on
+// the same connections, so each ratio compares the same driver with itself, and the
+// stores' prepared statements are measured on a pool that is not refset's. The pool
+// is sized as postgres.Open would size it, so figures stay comparable with runs made
+// through Open.
+func openPool(tb testing.TB, database string) (*postgres.DB, *sqlx.DB) {
+	tb.Helper()
+	ctx := context.Background()
+	pool, err := sqlx.Open(pgDrivers[database], pgtest.DSN(tb))
+	must(tb, err)
+	pool.SetMaxOpenConns(20)
+	pool.SetMaxIdleConns(20)
+	db, err := postgres.New(ctx, pool.DB, postgres.Options{})
+	must(tb, err)
+	// Registered after pgtest's, so it runs first: the schema is dropped with no
+	// connection left open.
+	tb.Cleanup(func() { _ = db.Close(); _ = pool.Close() })
+	return db, pool
 }
 
 // setUp creates the tables, opens the store and stores the genesis block.

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/blockmanager"
-	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -24,13 +22,9 @@ func bmOpen(b *testing.B, dialect string) (*blockmanager.Manager, refset.Databas
 	ctx := context.Background()
 	var db refset.Database
 	d := schema.SQLite
-	if dialect == "postgres" {
-		p, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { p.Close() })
-		db, d = p, schema.Postgres
+	if dialect != onSQLite {
+		db, _ = openPool(b, dialect)
+		d = schema.Postgres
 	} else {
 		s, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "chain.db"), sqlite.Options{})
 		if err != nil {
@@ -103,7 +97,7 @@ func rawPut(ctx context.Context, db refset.Database, d schema.Dialect, branch []
 // BenchmarkPut: 100,000 blocks in branches of 1,000, by Put and by a raw bulk insert.
 func BenchmarkPut(b *testing.B) {
 	const total, branch = 100_000, 1000
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		for _, how := range []string{"refset", "raw"} {
 			b.Run(dialect+"/"+how, func(b *testing.B) {
 				ctx := context.Background()
@@ -136,7 +130,7 @@ func BenchmarkPut(b *testing.B) {
 // BenchmarkBranch walks 10,000 blocks from tip to genesis; BenchmarkBranchDiff
 // compares two forks of 5,000 blocks each.
 func BenchmarkBranch(b *testing.B) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			ctx := context.Background()
 			m, _, _ := bmOpen(b, dialect)
@@ -167,7 +161,7 @@ func BenchmarkBranch(b *testing.B) {
 }
 
 func BenchmarkBranchDiff(b *testing.B) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			ctx := context.Background()
 			m, _, _ := bmOpen(b, dialect)
@@ -210,7 +204,7 @@ var bmPayload = make([]byte, 100)
 // raw's.
 func BenchmarkPutPaired(b *testing.B) {
 	const total, branch = 100_000, 1000
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			ctx := context.Background()
 			var refsetTime, rawTime time.Duration

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/postgres"
@@ -49,7 +51,7 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 	b.Helper()
 	ctx := context.Background()
 	switch dialect {
-	case "sqlite":
+	case onSQLite:
 		db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gc.db"), sqlite.Options{Synchronous: "NORMAL"})
 		if err != nil {
 			b.Fatal(err)
@@ -88,42 +90,22 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 			}
 		}
 		return e
-	case "postgres":
-		db, err := postgres.Open(ctx, pgtest.DSN(b), postgres.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { db.Close() })
+	case onLibPQ, onPgx:
+		db, pool := openPool(b, dialect)
 		e := &gcEnv{db: db, pg: true, typeMap: strings.NewReplacer("{Text}", "text")}
 		e.exec = func(b *testing.B, q string, args ...any) {
 			b.Helper()
-			if _, err := db.Pool.ExecContext(ctx, schema.Postgres.Rebind(q), args...); err != nil {
+			if _, err := pool.ExecContext(ctx, schema.Postgres.Rebind(q), args...); err != nil {
 				b.Fatalf("%s: %v", q, err)
 			}
 		}
 		e.load = func(b *testing.B, table string, cols []string, n int, row func(i int) []any) {
 			b.Helper()
-			tx, err := db.Pool.BeginTx(ctx, nil)
-			if err != nil {
-				b.Fatal(err)
+			copyIn := copyLibPQ
+			if dialect == onPgx {
+				copyIn = copyPgx
 			}
-			defer tx.Rollback()
-			stmt, err := tx.PrepareContext(ctx, pq.CopyIn(table, cols...))
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := range n {
-				if _, err := stmt.ExecContext(ctx, row(i)...); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if _, err := stmt.ExecContext(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := stmt.Close(); err != nil {
-				b.Fatal(err)
-			}
-			if err := tx.Commit(); err != nil {
+			if err := copyIn(ctx, pool, table, cols, n, row); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -131,6 +113,46 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 	}
 	b.Fatalf("unknown dialect %s", dialect)
 	return nil
+}
+
+// copyLibPQ loads n rows into table with COPY, through lib/pq's COPY statement.
+func copyLibPQ(ctx context.Context, pool *sqlx.DB, table string, cols []string, n int, row func(i int) []any) error {
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, pq.CopyIn(table, cols...))
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		if _, err := stmt.ExecContext(ctx, row(i)...); err != nil {
+			return err
+		}
+	}
+	if _, err := stmt.ExecContext(ctx); err != nil {
+		return err
+	}
+	if err := stmt.Close(); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// copyPgx loads n rows into table with COPY, through pgx's own connection under
+// database/sql's: pgx's stdlib driver has no COPY statement.
+func copyPgx(ctx context.Context, pool *sqlx.DB, table string, cols []string, n int, row func(i int) []any) error {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(driverConn any) error {
+		rows := pgx.CopyFromSlice(n, func(i int) ([]any, error) { return row(i), nil })
+		_, err := driverConn.(*stdlib.Conn).Conn().CopyFrom(ctx, pgx.Identifier{table}, cols, rows)
+		return err
+	})
 }
 
 // setup creates the tables, loads live rooted objects, builds the store and installs
@@ -206,7 +228,7 @@ func collectGarbage(b *testing.B, dialect string, live, garbage int) {
 // BenchmarkCollectGarbage: the same 10,000 garbage objects collected from 10,000 and
 // from 1,000,000 live ones; the cost should not follow the live set.
 func BenchmarkCollectGarbage(b *testing.B) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		for _, live := range []int{10_000, 1_000_000} {
 			b.Run(fmt.Sprintf("%s/live=%d/garbage=10000", dialect, live), func(b *testing.B) {
 				collectGarbage(b, dialect, live, 10_000)
@@ -217,7 +239,7 @@ func BenchmarkCollectGarbage(b *testing.B) {
 
 // BenchmarkCollect100kOf1M: 100,000 garbage objects beside 1,000,000 live ones.
 func BenchmarkCollect100kOf1M(b *testing.B) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) { collectGarbage(b, dialect, 1_000_000, 100_000) })
 	}
 }
@@ -225,7 +247,7 @@ func BenchmarkCollect100kOf1M(b *testing.B) {
 // BenchmarkExpireHolds: 1,000,000 holds, of which 100,000 have expired; one Collect
 // deletes the expired ones and reviews their objects (which roots keep alive).
 func BenchmarkExpireHolds(b *testing.B) {
-	for _, dialect := range []string{"sqlite", "postgres"} {
+	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			const total, expired = 1_000_000, 100_000
 			e := gcOpen(b, dialect)

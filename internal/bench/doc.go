@@ -2,11 +2,15 @@
 // same database in the same run. It has only benchmarks; scripts/bench.sh runs them
 // and BENCHMARKS.md at the repository root records the results.
 //
-// Each benchmark runs once per database, SQLite (a file in a temporary directory,
-// sqlite.Options{} defaults, so synchronous=FULL in WAL mode, as users get it) and
+// Each benchmark runs once per database: SQLite (a file in a temporary directory,
+// sqlite.Options{} defaults, so synchronous=FULL in WAL mode, as users get it), and
 // PostgreSQL (a fresh schema from internal/pgtest; skipped unless
-// REFSET_TEST_POSTGRES is set). Within a database both sides share one database
-// handle, so names read like BenchmarkAdd/sqlite/refset and BenchmarkAdd/sqlite/sqlx
+// REFSET_TEST_POSTGRES is set) once through each driver, lib/pq under the name
+// "postgres" (the name its figures had before pgx was measured) and pgx's stdlib
+// driver under "pgx". On PostgreSQL the benchmark opens a pool of its own with the
+// driver, as a user would, and hands it to refset with postgres.New, so the raw side
+// always runs on the same driver as refset. Within a database both sides share one
+// pool, so names read like BenchmarkAdd/sqlite/refset and BenchmarkAdd/sqlite/sqlx
 // and benchstat can put the pair side by side. Both sides pass context.Background()
 // and the same statement text with the same arguments; everything that is setup
 // (rows to read or hand over, tokens) happens before the timer starts.
@@ -22,14 +26,15 @@
 //
 //   - Add: RefSet.Add of one block, a one-row INSERT in its own transaction, against
 //     BEGIN, the store's INSERT, COMMIT on the connection refset writes through
-//     (sqlite DB.Writer, postgres DB.Pool). Every iteration inserts a new ID.
+//     (sqlite DB.Writer, on postgres the pool given to postgres.New). Every
+//     iteration inserts a new ID.
 //   - GetHit: RefSet.Get while a lease on the object is alive. The database handle is
 //     closed before the timer starts, so any database access would fail the
 //     benchmark: a hit is measured, not assumed. There is no raw counterpart.
 //   - GetMiss: RefSet.Get of an object no lease or earlier Get of that set has
 //     touched (every iteration reads an ID the set has never read), the lease then
 //     dropped, against the store's SELECT by primary key scanned by sqlx into the
-//     struct, on the reader pool (sqlite DB.Readers, postgres DB.Pool).
+//     struct, on the reader pool (sqlite DB.Readers, postgres the same pool).
 //   - Complete: a two-command hand-over, Release(DELETE FROM pending ...) then
 //     Acquire(INSERT INTO heads ...) then Complete, against BEGIN, the same DELETE
 //     (checking one row), the same INSERT, COMMIT.
@@ -39,7 +44,7 @@
 // walks), cleanup_test.go (collecting garbage, expiring holds) and custody_test.go
 // (select-and-spend payments by eight replicas on Postgres, against the same payments
 // written with sqlx in custody_sqlx_test.go; scripts/custody-bench.sh runs them beside
-// pgbench). Custody also reports cpu-us/cycle, the whole machine's busy CPU time per
+// pgbench). Custody runs on lib/pq only: both its sides read lib/pq's error type. Custody also reports cpu-us/cycle, the whole machine's busy CPU time per
 // payment, read from /proc/stat: client and server share the machine, and that figure
 // moves less with the scheduler than throughput does.
 package bench
