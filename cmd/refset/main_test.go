@@ -84,8 +84,8 @@ func backends() []backend {
 // puts in them, by plain SQL, a known state:
 //
 //	blocks: g <- a <- b, b a chain head; h held by seven live holds; e by one expired
-//	        hold; x unreferenced and overdue in the queue; y unreferenced and not
-//	        queued (leaked); a queued an hour ahead.
+//	        hold; x unreferenced and overdue in the queue, b overdue too; y
+//	        unreferenced and not queued (leaked); a queued an hour ahead.
 //	tokens: t1 held by its owner; nothing queued.
 func prepare(t *testing.T, b backend, db refset.Database) {
 	t.Helper()
@@ -121,7 +121,7 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `INSERT INTO tokens_holds (holder, object_id) VALUES ('owner', 't1')`)
 		exec(tx, `DELETE FROM blocks_review`)
 		exec(tx, `DELETE FROM tokens_review`)
-		exec(tx, `INSERT INTO blocks_review (object_id, review_after) VALUES ('x', `+b.past+`), ('a', `+b.future+`)`)
+		exec(tx, `INSERT INTO blocks_review (object_id, review_after) VALUES ('x', `+b.past+`), ('b', `+b.past+`), ('a', `+b.future+`)`)
 		return nil
 	}))
 }
@@ -183,7 +183,7 @@ func TestCommands(t *testing.T) {
 				lag := s.Now.Sub(*blocks.OldestDue)
 				require.InDelta(t, time.Hour.Seconds(), lag.Seconds(), 60, "the oldest due entry is an hour old")
 				blocks.OldestDue = nil
-				require.Equal(t, setJSON{Table: "blocks", Objects: 7, HoldsLive: 7, HoldsExpired: 1, Queued: 2, Overdue: 1}, blocks)
+				require.Equal(t, setJSON{Table: "blocks", Objects: 7, HoldsLive: 7, HoldsExpired: 1, Queued: 3, Overdue: 2}, blocks)
 				require.Equal(t, setJSON{Table: "tokens", Objects: 1, HoldsLive: 1}, tokens)
 				require.Equal(t, []versionJSON{{"core", 1}, {"set:blocks", 2}, {"set:tokens", 2}}, s.Versions)
 			},
@@ -293,7 +293,7 @@ func TestCommands(t *testing.T) {
 				stdout, stderr, code := runCLI(t, bin, append([]string{"collect", "--until-empty", "--grace", "1h", "--table", "blocks"}, dbArgs...)...)
 				require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 				require.Contains(t, stdout, "pass 1: reviewed")
-				require.Contains(t, stdout, "done: reviewed 2, deleted 2, holds expired 1")
+				require.Contains(t, stdout, "done: reviewed 3, deleted 2, holds expired 1")
 				for id, want := range map[string]int{"x": exitError, "e": exitError, "y": exitOK, "g": exitOK} {
 					_, stderr, code := runCLI(t, bin, append([]string{"why", id, "--table", "blocks"}, dbArgs...)...)
 					require.Equal(t, want, code, "why %s: %s", id, stderr)
