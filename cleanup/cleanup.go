@@ -207,6 +207,33 @@ const maxIdentLen = 63
 // Other errors: refset.ErrInvalidIdentifier (a bad table name in cfg), and those of
 // refset.InTx (ErrConflict, ErrUnavailable, ErrTimeout, ErrClosed, the context's).
 func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Collector, error) {
+	c, err := newCollector(db, d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, table := &c.plan, c.plan.Table
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if err := schema.Lock(ctx, tx, d.SchemaSQL()); err != nil {
+			return err
+		}
+		reg, err := schema.Lookup(ctx, tx, d.Schema(), table)
+		if err != nil {
+			return err
+		}
+		if err := describe(ctx, tx, d, p, reg); err != nil {
+			return err
+		}
+		return d.Install(ctx, tx, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+	}
+	return c, nil
+}
+
+// newCollector checks cfg and fills in its defaults: a Collector whose plan knows
+// only its table and times until describe completes it.
+func newCollector(db refset.Database, d Dialect, cfg Config) (*Collector, error) {
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
 		return nil, err
@@ -229,44 +256,39 @@ func Install(ctx context.Context, db refset.Database, d Dialect, cfg Config) (*C
 	if batch == 0 {
 		batch = DefaultBatchSize
 	}
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
-		if err := schema.Lock(ctx, tx, d.SchemaSQL()); err != nil {
-			return err
-		}
-		reg, err := schema.Lookup(ctx, tx, d.Schema(), table)
-		if err != nil {
-			return err
-		}
-		p.IDColumn, p.registeredQueue = reg.IDColumn, reg.Queue.String()
-		// Resolved once, here: the triggers must name the same tables in every
-		// session, whatever its search path.
-		for _, n := range []struct {
-			to   *sqlident.Ident
-			name sqlident.Ident
-		}{{&p.Table, table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
-			if *n.to, err = d.Qualify(ctx, tx, n.name); err != nil {
-				return err
-			}
-		}
-		p.IDType, p.References, err = d.Describe(ctx, tx, p.Table, reg.IDColumn)
-		if err != nil {
-			return err
-		}
-		unindexed := &UnindexedError{Table: table.String()}
-		for _, r := range p.References {
-			if !r.Indexed {
-				unindexed.Indexes = append(unindexed.Indexes, indexStatement(r))
-			}
-		}
-		if len(unindexed.Indexes) > 0 {
-			return unindexed
-		}
-		return d.Install(ctx, tx, &p)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
-	}
 	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers}, nil
+}
+
+// describe completes p from the set's registration and the catalog, through q: the
+// qualified names, the ID type and every reference. It fails with an
+// *UnindexedError if a referencing column has no index.
+func describe(ctx context.Context, q refset.Querier, d Dialect, p *Plan, reg schema.Registered) error {
+	var err error
+	p.IDColumn, p.registeredQueue = reg.IDColumn, reg.Queue.String()
+	// Resolved once, here: the triggers must name the same tables in every
+	// session, whatever its search path.
+	for _, n := range []struct {
+		to   *sqlident.Ident
+		name sqlident.Ident
+	}{{&p.Table, reg.Table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
+		if *n.to, err = d.Qualify(ctx, q, n.name); err != nil {
+			return err
+		}
+	}
+	p.IDType, p.References, err = d.Describe(ctx, q, p.Table, reg.IDColumn)
+	if err != nil {
+		return err
+	}
+	unindexed := &UnindexedError{Table: reg.Table.String()}
+	for _, r := range p.References {
+		if !r.Indexed {
+			unindexed.Indexes = append(unindexed.Indexes, indexStatement(r))
+		}
+	}
+	if len(unindexed.Indexes) > 0 {
+		return unindexed
+	}
+	return nil
 }
 
 // References are the foreign keys Install found, roots and edges.
@@ -474,12 +496,12 @@ type Holder struct {
 
 func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Column, h.Key) }
 
-// Why lists the rows that keep the object with that ID alive (up to a few per
-// referencing table). None means it is garbage: Collect will delete it once it is
+// Why lists the rows that keep the object with that ID alive (up to whyLimit per
+// referencing table; WhyAll lists them all). None means it is garbage: Collect will delete it once it is
 // due. ErrNotFound if there is no such object; otherwise the errors of Check.
 func (c *Collector) Why(ctx context.Context, id any) (_ []Holder, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	hs, err := c.why(ctx, refset.Arg(id))
+	hs, err := c.why(ctx, refset.Arg(id), whyLimit)
 	if err = c.readError(err); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}

@@ -51,9 +51,12 @@ func (c *Collector) check(ctx context.Context) (Report, error) {
 	return r, nil
 }
 
-// why lists up to five rows per referencing table that reference id, each named by
-// its primary key (or its row address, for a table without one).
-func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
+// whyLimit is how many rows per referencing table Why lists.
+const whyLimit = 5
+
+// why lists up to limit rows (0: all of them) per referencing table that reference
+// id, each named by its primary key (or its row address, for a table without one).
+func (c *Collector) why(ctx context.Context, id any, limit int) ([]Holder, error) {
 	p, d, q := &c.plan, c.dialect, c.db.Reader()
 	rebind := d.Schema().Rebind
 	var one int
@@ -73,8 +76,11 @@ func (c *Collector) why(ctx context.Context, id any) ([]Holder, error) {
 		if len(parts) == 0 {
 			parts = []string{`'row=' || ` + d.Text(d.RowAddress())}
 		}
-		rows, err := q.QueryContext(ctx, rebind(fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ? LIMIT 5`,
-			strings.Join(parts, ` || ', ' || `), r.Table.Quoted(), r.Column)), id)
+		query := fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ?`, strings.Join(parts, ` || ', ' || `), r.Table.Quoted(), r.Column)
+		if limit > 0 {
+			query += fmt.Sprintf(` LIMIT %d`, limit)
+		}
+		rows, err := q.QueryContext(ctx, rebind(query), id)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+// Exit codes; see the package documentation.
+const (
+	exitOK       = 0
+	exitFindings = 1
+	exitError    = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// command is one subcommand: its flags are declared on fs by setup, which returns
+// the function that runs it once the flags are parsed.
+type command struct {
+	name, args, summary string
+	positional          int // how many arguments besides the flags
+	setup               func(fs *flag.FlagSet) func(ctx context.Context, db opened, args []string, out io.Writer) (int, error)
+}
+
+var commands = []command{
+	{name: "status", summary: "every set's objects, holds and review queue, and the schema versions", setup: statusCommand},
+	{name: "why", args: "ID", positional: 1, summary: "every row that keeps object ID of the set on --table alive", setup: whyCommand},
+	{name: "check", summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: checkCommand},
+	{name: "collect", summary: "delete what nothing references in the set on --table", setup: collectCommand},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: refset <command> [flags]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nrefset <command> -h shows a command's flags.\n"+
+		"Exit codes: 0 success, 1 check found leaked or dangling objects, 2 usage, connection or database error.\n")
+}
+
+// run is the whole program but for the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitError
+	}
+	if a := args[0]; a == "-h" || a == "-help" || a == "--help" || a == "help" {
+		usage(stdout)
+		return exitOK
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == args[0] {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "refset: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitError
+	}
+
+	fs := flag.NewFlagSet("refset "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // usage goes to stdout on -h, to stderr after an error
+	dbFlag := fs.String("db", "", "a SQLite file path, or a PostgreSQL DSN (postgres://... or key=value ...)")
+	driverFlag := fs.String("driver", "", "the Postgres driver: postgres (lib/pq, the default) or pgx")
+	exec := cmd.setup(fs)
+	cmdUsage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: refset %s [flags]%s\n\n%s.\n\nFlags:\n", cmd.name, strings.TrimRight(" "+cmd.args, " "), cmd.summary)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+	pos, err := parse(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		cmdUsage(stdout)
+		return exitOK
+	}
+	if err == nil && len(pos) != cmd.positional {
+		err = fmt.Errorf("want %d argument(s) (%s), got %d: %q", cmd.positional, cmd.args, len(pos), pos)
+	}
+	if err == nil && *dbFlag == "" {
+		err = errors.New("--db is required")
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "refset %s: %v\n\n", cmd.name, err)
+		cmdUsage(stderr)
+		return exitError
+	}
+
+	db, err := open(ctx, *dbFlag, *driverFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
+		return exitError
+	}
+	defer db.Close()
+	code, err := exec(ctx, db, pos, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
+		return exitError
+	}
+	return code
+}
+
+// parse parses flags wherever they stand among the arguments (refset why ID --table
+// T), which flag.FlagSet alone stops at the first argument to do; after "--" every
+// argument is positional.
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// opened is a database of either store, with what the commands need of it.
+type opened struct {
+	refset.Database
+	collector func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error)
+	Close     func() error
+}
+
+// isPostgres tells a Postgres DSN from a SQLite path: a URL of the postgres schemes,
+// or key=value pairs. A SQLite file whose name holds "=" cannot be named.
+func isPostgres(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "=")
+}
+
+func open(ctx context.Context, dsn, driverName string) (opened, error) {
+	if isPostgres(dsn) {
+		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driverName, MaxConns: 4})
+		if err != nil {
+			return opened{}, err
+		}
+		return opened{Database: db, Close: db.Close, collector: func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error) {
+			return postgres.NewCollector(ctx, db, cfg)
+		}}, nil
+	}
+	if driverName != "" {
+		return opened{}, fmt.Errorf("%w: --driver %q is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, driverName, dsn)
+	}
+	// sqlite.Open creates a missing file; a tool that reads must not.
+	if _, err := os.Stat(dsn); err != nil {
+		return opened{}, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, dsn, err)
+	}
+	db, err := sqlite.Open(ctx, dsn, sqlite.Options{Readers: 2})
+	if err != nil {
+		return opened{}, err
+	}
+	return opened{Database: db, Close: db.Close, collector: func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error) {
+		return sqlite.NewCollector(ctx, db, cfg)
+	}}, nil
+}
+
+// inspect is a collector of the set on table that installs nothing (cleanup.Inspect).
+func inspect(ctx context.Context, db opened, table string) (*cleanup.Collector, error) {
+	d, err := driver.Of(db.Database)
+	if err != nil {
+		return nil, err
+	}
+	return cleanup.Inspect(ctx, db.Database, d, cleanup.Config{Table: table})
+}
+
+func writeJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// The JSON documents the commands print: their field names are the command's
+// interface, kept apart from the Go types they are read from.
+type (
+	statusJSON struct {
+		Now      time.Time     `json:"now"`
+		Sets     []setJSON     `json:"sets"`
+		Versions []versionJSON `json:"schema_versions"`
+	}
+	setJSON struct {
+		Table        string     `json:"table"`
+		Objects      int64      `json:"objects"`
+		HoldsLive    int64      `json:"holds_live"`
+		HoldsExpired int64      `json:"holds_expired"`
+		Queued       int64      `json:"queued"`
+		Overdue      int64      `json:"overdue"`
+		OldestDue    *time.Time `json:"oldest_due"` // null when the queue is empty
+	}
+	versionJSON struct {
+		Component string `json:"component"`
+		Version   int    `json:"version"`
+	}
+	whyJSON struct {
+		Table   string       `json:"table"`
+		ID      string       `json:"id"`
+		Holders []holderJSON `json:"holders"` // empty: the object is garbage
+	}
+	holderJSON struct {
+		Table  string `json:"table"`
+		Column string `json:"column"`
+		Key    string `json:"key"`
+	}
+	checkJSON struct {
+		Table    string   `json:"table"`
+		OK       bool     `json:"ok"`
+		Leaked   int64    `json:"leaked"`
+		Dangling int64    `json:"dangling"`
+		Samples  []string `json:"samples"`
+	}
+)
+
+func statusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		d, err := driver.Of(db.Database)
+		if err != nil {
+			return exitError, err
+		}
+		s, err := cleanup.Status(ctx, db.Database, d)
+		if err != nil {
+			return exitError, err
+		}
+		if *asJSON {
+			doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}}
+			for _, st := range s.Sets {
+				j := setJSON{Table: st.Table, Objects: st.Objects, HoldsLive: st.HoldsLive, HoldsExpired: st.HoldsExpired,
+					Queued: st.Queued, Overdue: st.Overdue}
+				if !st.OldestDue.IsZero() {
+					j.OldestDue = &st.OldestDue
+				}
+				doc.Sets = append(doc.Sets, j)
+			}
+			for _, v := range s.Versions {
+				doc.Versions = append(doc.Versions, versionJSON{Component: v.Component, Version: v.Version})
+			}
+			return exitOK, writeJSON(out, doc)
+		}
+		fmt.Fprintf(out, "database clock %s\n\n", s.Now.Format(time.RFC3339))
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "SET\tOBJECTS\tHOLDS LIVE\tHOLDS EXPIRED\tQUEUED\tOVERDUE\tOLDEST DUE")
+		for _, st := range s.Sets {
+			oldest := "-"
+			if !st.OldestDue.IsZero() {
+				oldest = st.OldestDue.Format(time.RFC3339)
+				if lag := s.Now.Sub(st.OldestDue); lag > 0 {
+					oldest += fmt.Sprintf(" (%s ago)", lag.Round(time.Second))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", st.Table, st.Objects, st.HoldsLive, st.HoldsExpired, st.Queued, st.Overdue, oldest)
+		}
+		if err := tw.Flush(); err != nil {
+			return exitError, err
+		}
+		fmt.Fprintf(out, "\nschema versions\n")
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		for _, v := range s.Versions {
+			fmt.Fprintf(tw, "  %s\t%d\n", v.Component, v.Version)
+		}
+		return exitOK, tw.Flush()
+	}
+}
+
+func whyCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	table := fs.String("table", "", "the set's object table (required)")
+	return func(ctx context.Context, db opened, args []string, out io.Writer) (int, error) {
+		if *table == "" {
+			return exitError, errors.New("--table is required")
+		}
+		c, err := inspect(ctx, db, *table)
+		if err != nil {
+			return exitError, err
+		}
+		id := args[0]
+		hs, err := c.WhyAll(ctx, id)
+		if err != nil {
+			return exitError, err
+		}
+		if *asJSON {
+			doc := whyJSON{Table: *table, ID: id, Holders: []holderJSON{}}
+			for _, h := range hs {
+				doc.Holders = append(doc.Holders, holderJSON{Table: h.Table, Column: h.Column, Key: h.Key})
+			}
+			return exitOK, writeJSON(out, doc)
+		}
+		if len(hs) == 0 {
+			fmt.Fprintf(out, "%s: nothing references it; clean-up deletes it once it is due\n", id)
+			return exitOK, nil
+		}
+		for _, h := range hs {
+			fmt.Fprintln(out, h)
+		}
+		return exitOK, nil
+	}
+}
+
+func checkCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	table := fs.String("table", "", "the set's object table (required)")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		if *table == "" {
+			return exitError, errors.New("--table is required")
+		}
+		c, err := inspect(ctx, db, *table)
+		if err != nil {
+			return exitError, err
+		}
+		r, err := c.Check(ctx)
+		if err != nil {
+			return exitError, err
+		}
+		code := exitOK
+		if !r.OK() {
+			code = exitFindings
+		}
+		if *asJSON {
+			doc := checkJSON{Table: *table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples}
+			if doc.Samples == nil {
+				doc.Samples = []string{}
+			}
+			return code, writeJSON(out, doc)
+		}
+		fmt.Fprintf(out, "%s: %d leaked, %d dangling\n", *table, r.Leaked, r.Dangling)
+		for _, s := range r.Samples {
+			fmt.Fprintf(out, "  %s\n", s)
+		}
+		if r.Leaked > 0 {
+			fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")
+		}
+		return code, nil
+	}
+}
+
+func collectCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	table := fs.String("table", "", "the set's object table (required)")
+	untilEmpty := fs.Bool("until-empty", false, "repeat passes, --interval apart, while a pass postponed objects another transaction was using")
+	interval := fs.Duration("interval", time.Second, "the pause between passes with --until-empty")
+	grace := fs.Duration("grace", cleanup.DefaultGrace, "the grace period of new objects; collect installs clean-up's triggers with it, so give the one the set's program uses")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		if *table == "" {
+			return exitError, errors.New("--table is required")
+		}
+		if *grace <= 0 || *interval <= 0 {
+			return exitError, fmt.Errorf("%w: --grace and --interval must be positive", refset.ErrInvalidConfig)
+		}
+		c, err := db.collector(ctx, cleanup.Config{Table: *table, Grace: *grace})
+		if err != nil {
+			return exitError, err
+		}
+		var total cleanup.Stats
+		for pass := 1; ; pass++ {
+			s, err := c.Collect(ctx)
+			fmt.Fprintf(out, "pass %d: %s\n", pass, s)
+			total.Reviewed += s.Reviewed
+			total.Deleted += s.Deleted
+			total.HoldsExpired += s.HoldsExpired
+			if err != nil {
+				return exitError, err
+			}
+			if !*untilEmpty || s.Postponed == 0 {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return exitError, ctx.Err()
+			case <-time.After(*interval):
+			}
+		}
+		fmt.Fprintf(out, "done: reviewed %d, deleted %d, holds expired %d\n", total.Reviewed, total.Deleted, total.HoldsExpired)
+		return exitOK, nil
+	}
+}

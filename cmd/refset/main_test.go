@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/stretchr/testify/require"
+)
+
+type block struct {
+	Hash string  `db:"id"`
+	Prev *string `db:"prev"`
+}
+
+func (b block) ID() string { return b.Hash }
+
+type token struct {
+	Name string `db:"id"`
+}
+
+func (t token) ID() string { return t.Name }
+
+// backend is a database the command is run against: how the test opens it to
+// prepare it, and the flags that name it on the command line.
+type backend struct {
+	name string
+	// open returns the database and its --db (and --driver) flags.
+	open func(t *testing.T) (refset.Database, []string)
+	// past and future are SQL times one hour from the database's clock, as the holds
+	// and queue tables store them.
+	past, future string
+}
+
+const sqliteNow = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+
+func backends() []backend {
+	pg := func(driverName string) func(t *testing.T) (refset.Database, []string) {
+		return func(t *testing.T) (refset.Database, []string) {
+			t.Helper()
+			dsn := pgtest.DSN(t)
+			db, err := postgres.Open(t.Context(), dsn, postgres.Options{Driver: driverName})
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			args := []string{"--db", dsn}
+			if driverName != "" {
+				args = append(args, "--driver", driverName)
+			}
+			return db, args
+		}
+	}
+	return []backend{
+		{
+			name: "sqlite",
+			open: func(t *testing.T) (refset.Database, []string) {
+				t.Helper()
+				path := filepath.Join(t.TempDir(), "refset.db")
+				db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+				require.NoError(t, err)
+				t.Cleanup(func() { db.Close() })
+				return db, []string{"--db", path}
+			},
+			past: sqliteNow + ` - 3600000`, future: sqliteNow + ` + 3600000`,
+		},
+		{name: "postgres", open: pg(""), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
+		{name: "pgx", open: pg(postgres.DriverPgx), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
+	}
+}
+
+// prepare builds two sets as a program would (stores, then clean-up installed) and
+// puts in them, by plain SQL, a known state:
+//
+//	blocks: g <- a <- b, b a chain head; h held by seven live holds; e by one expired
+//	        hold; x unreferenced and overdue in the queue, b overdue too; y
+//	        unreferenced and not queued (leaked); a queued an hour ahead.
+//	tokens: t1 held by its owner; nothing queued.
+func prepare(t *testing.T, b backend, db refset.Database) {
+	t.Helper()
+	ctx := t.Context()
+	d, err := driver.Of(db)
+	require.NoError(t, err)
+	exec := func(tx refset.Tx, q string) {
+		t.Helper()
+		_, err := tx.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		exec(tx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id))`)
+		exec(tx, `CREATE INDEX blocks_prev ON blocks (prev)`)
+		exec(tx, `CREATE TABLE chain_heads (block_id TEXT PRIMARY KEY REFERENCES blocks (id))`)
+		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
+		return nil
+	}))
+	_, err = driver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
+	require.NoError(t, err)
+	_, err = driver.NewStore[token, string](ctx, db, sqlstore.Config{Table: "tokens"})
+	require.NoError(t, err)
+	for _, table := range []string{"blocks", "tokens"} {
+		_, err := cleanup.Install(ctx, db, d, cleanup.Config{Table: table})
+		require.NoError(t, err)
+	}
+	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		exec(tx, `INSERT INTO blocks (id, prev) VALUES ('g', NULL), ('a', 'g'), ('b', 'a'), ('x', NULL), ('y', NULL), ('h', NULL), ('e', NULL)`)
+		exec(tx, `INSERT INTO chain_heads (block_id) VALUES ('b')`)
+		exec(tx, `INSERT INTO blocks_holds (holder, object_id) VALUES ('alice', 'h'), ('h1', 'h'), ('h2', 'h'), ('h3', 'h'), ('h4', 'h'), ('h5', 'h'), ('h6', 'h')`)
+		exec(tx, `INSERT INTO blocks_holds (holder, object_id, expires_at) VALUES ('bob', 'e', `+b.past+`)`)
+		exec(tx, `INSERT INTO tokens (id) VALUES ('t1')`)
+		exec(tx, `INSERT INTO tokens_holds (holder, object_id) VALUES ('owner', 't1')`)
+		exec(tx, `DELETE FROM blocks_review`)
+		exec(tx, `DELETE FROM tokens_review`)
+		exec(tx, `INSERT INTO blocks_review (object_id, review_after) VALUES ('x', `+b.past+`), ('b', `+b.past+`), ('a', `+b.future+`)`)
+		return nil
+	}))
+}
+
+// unqualified drops the schema Postgres names tables with.
+func unqualified(table string) string { return table[strings.LastIndex(table, ".")+1:] }
+
+// buildCLI builds the command into a temporary directory.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "refset")
+	out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// runCLI runs the binary and returns its stdout, stderr and exit code.
+func runCLI(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var o, e bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return o.String(), e.String(), exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return o.String(), e.String(), 0
+}
+
+type cliCase struct {
+	name   string
+	args   []string // before the database's flags
+	code   int
+	stdout []string // substrings of stdout
+	stderr []string // substrings of stderr
+	// json, if set, decodes stdout and checks it.
+	json func(t *testing.T, out []byte)
+}
+
+func TestCommands(t *testing.T) {
+	bin := buildCLI(t)
+	cases := []cliCase{
+		{
+			name: "status text", args: []string{"status"},
+			stdout: []string{"SET", "OVERDUE", "blocks", "tokens", "schema versions", "core", "set:blocks", "ago)"},
+		},
+		{
+			name: "status json", args: []string{"status", "--json"},
+			json: func(t *testing.T, out []byte) {
+				var s statusJSON
+				require.NoError(t, json.Unmarshal(out, &s))
+				require.Len(t, s.Sets, 2)
+				blocks, tokens := s.Sets[0], s.Sets[1]
+				require.NotNil(t, blocks.OldestDue)
+				lag := s.Now.Sub(*blocks.OldestDue)
+				require.InDelta(t, time.Hour.Seconds(), lag.Seconds(), 60, "the oldest due entry is an hour old")
+				blocks.OldestDue = nil
+				require.Equal(t, setJSON{Table: "blocks", Objects: 7, HoldsLive: 7, HoldsExpired: 1, Queued: 3, Overdue: 2}, blocks)
+				require.Equal(t, setJSON{Table: "tokens", Objects: 1, HoldsLive: 1}, tokens)
+				require.Equal(t, []versionJSON{{"core", 1}, {"set:blocks", 2}, {"set:tokens", 2}}, s.Versions)
+			},
+		},
+		{
+			name: "why lists every hold, past Why's limit", args: []string{"why", "h", "--table", "blocks"},
+			stdout: []string{"blocks_holds.object_id", "'alice'", "'h6'"},
+			json:   nil,
+		},
+		{
+			name: "why json", args: []string{"why", "--json", "--table", "blocks", "h"},
+			json: func(t *testing.T, out []byte) {
+				var w whyJSON
+				require.NoError(t, json.Unmarshal(out, &w))
+				require.Equal(t, "h", w.ID)
+				require.Len(t, w.Holders, 7)
+				for _, h := range w.Holders {
+					require.Equal(t, "blocks_holds", unqualified(h.Table))
+					require.Equal(t, "object_id", h.Column)
+				}
+			},
+		},
+		{
+			name: "why of a predecessor names its successor", args: []string{"why", "--json", "g", "--table", "blocks"},
+			json: func(t *testing.T, out []byte) {
+				var w whyJSON
+				require.NoError(t, json.Unmarshal(out, &w))
+				require.Len(t, w.Holders, 1)
+				w.Holders[0].Table = unqualified(w.Holders[0].Table)
+				require.Equal(t, []holderJSON{{Table: "blocks", Column: "prev", Key: "id='a'"}}, w.Holders)
+			},
+		},
+		{
+			name: "why of garbage", args: []string{"why", "x", "--table", "blocks"},
+			stdout: []string{"x: nothing references it"},
+		},
+		{
+			name: "why of garbage json", args: []string{"why", "--json", "x", "--table", "blocks"},
+			json: func(t *testing.T, out []byte) {
+				var w whyJSON
+				require.NoError(t, json.Unmarshal(out, &w))
+				require.NotNil(t, w.Holders)
+				require.Empty(t, w.Holders)
+			},
+		},
+		{
+			name: "why of a missing object", args: []string{"why", "nope", "--table", "blocks"},
+			code: exitError, stderr: []string{"not found"},
+		},
+		{
+			name: "check finds the leaked object", args: []string{"check", "--table", "blocks"},
+			code: exitFindings, stdout: []string{"blocks: 1 leaked, 0 dangling", "leaked 'y'"},
+		},
+		{
+			name: "check json", args: []string{"check", "--json", "--table", "blocks"},
+			code: exitFindings,
+			json: func(t *testing.T, out []byte) {
+				var c checkJSON
+				require.NoError(t, json.Unmarshal(out, &c))
+				require.Equal(t, checkJSON{Table: "blocks", Leaked: 1, Samples: []string{"leaked 'y'"}}, c)
+			},
+		},
+		{
+			name: "check of a healthy set", args: []string{"check", "--json", "--table", "tokens"},
+			json: func(t *testing.T, out []byte) {
+				var c checkJSON
+				require.NoError(t, json.Unmarshal(out, &c))
+				require.Equal(t, checkJSON{Table: "tokens", OK: true, Samples: []string{}}, c)
+			},
+		},
+		{
+			name: "check of an unknown set", args: []string{"check", "--table", "nosuch"},
+			code: exitError, stderr: []string{"no set on table nosuch"},
+		},
+		{
+			name: "check without --table", args: []string{"check"},
+			code: exitError, stderr: []string{"--table is required"},
+		},
+		{
+			name: "why without an ID", args: []string{"why", "--table", "blocks"},
+			code: exitError, stderr: []string{"want 1 argument(s)", "Usage: refset why"},
+		},
+	}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			prepare(t, b, db)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					stdout, stderr, code := runCLI(t, bin, append(c.args, dbArgs...)...)
+					require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+					for _, s := range c.stdout {
+						require.Contains(t, stdout, s)
+					}
+					for _, s := range c.stderr {
+						require.Contains(t, stderr, s)
+					}
+					if c.json != nil {
+						c.json(t, []byte(stdout))
+					}
+				})
+			}
+			// Last, since it changes the set: the overdue garbage and the object of
+			// the expired hold go; the leaked object, which no queue entry leads
+			// to, stays.
+			t.Run("collect", func(t *testing.T) {
+				stdout, stderr, code := runCLI(t, bin, append([]string{"collect", "--until-empty", "--grace", "1h", "--table", "blocks"}, dbArgs...)...)
+				require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+				require.Contains(t, stdout, "pass 1: reviewed")
+				require.Contains(t, stdout, "done: reviewed 3, deleted 2, holds expired 1")
+				for id, want := range map[string]int{"x": exitError, "e": exitError, "y": exitOK, "g": exitOK} {
+					_, stderr, code := runCLI(t, bin, append([]string{"why", id, "--table", "blocks"}, dbArgs...)...)
+					require.Equal(t, want, code, "why %s: %s", id, stderr)
+				}
+			})
+		})
+	}
+}
+
+// TestUsage runs what needs no database: help, and the mistakes caught before one is
+// opened.
+func TestUsage(t *testing.T) {
+	bin := buildCLI(t)
+	missing := filepath.Join(t.TempDir(), "missing.db")
+	cases := []cliCase{
+		{name: "no command", code: exitError, stderr: []string{"Usage: refset <command>"}},
+		{name: "help", args: []string{"-h"}, stdout: []string{"Usage: refset <command>", "Exit codes"}},
+		{name: "unknown command", args: []string{"frob"}, code: exitError, stderr: []string{`unknown command "frob"`}},
+		{name: "status -h", args: []string{"status", "-h"}, stdout: []string{"Usage: refset status", "-db", "-json"}},
+		{name: "why -h", args: []string{"why", "-h"}, stdout: []string{"Usage: refset why [flags] ID", "-table"}},
+		{name: "check -h", args: []string{"check", "-h"}, stdout: []string{"Usage: refset check", "-table"}},
+		{name: "collect -h", args: []string{"collect", "-h"}, stdout: []string{"Usage: refset collect", "-until-empty", "-grace"}},
+		{name: "unknown flag", args: []string{"status", "--frob"}, code: exitError, stderr: []string{"flag provided but not defined: -frob", "Usage: refset status"}},
+		{name: "no --db", args: []string{"status"}, code: exitError, stderr: []string{"--db is required"}},
+		{name: "missing SQLite file", args: []string{"status", "--db", missing}, code: exitError, stderr: []string{"no such file"}},
+		{name: "--driver with a SQLite path", args: []string{"status", "--db", missing, "--driver", "pgx"}, code: exitError, stderr: []string{"--driver \"pgx\" is for PostgreSQL"}},
+		{name: "unknown Postgres driver", args: []string{"status", "--db", "postgres://127.0.0.1:1/x", "--driver", "odbc"}, code: exitError, stderr: []string{`driver "odbc"`}},
+		{name: "unreachable Postgres", args: []string{"status", "--db", "postgres://127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError, stderr: []string{"database unavailable"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, bin, c.args...)
+			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			for _, s := range c.stdout {
+				require.Contains(t, stdout, s)
+			}
+			for _, s := range c.stderr {
+				require.Contains(t, stderr, s)
+			}
+		})
+	}
+	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
+}
+
+// TestStatusWithoutRefset: a database no store was built on is an error (exit 2),
+// not an empty report.
+func TestStatusWithoutRefset(t *testing.T) {
+	bin := buildCLI(t)
+	path := filepath.Join(t.TempDir(), "empty.db")
+	db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	_, stderr, code := runCLI(t, bin, "status", "--db", path)
+	require.Equal(t, exitError, code)
+	require.True(t, strings.Contains(stderr, "no refset tables"), stderr)
+}
