@@ -106,6 +106,8 @@ type Dialect interface {
 	Schema() schema.Dialect
 	// SchemaSQL is the dialect's migrations of refset's own tables, and their lock.
 	SchemaSQL() schema.SQL
+	// Clock is how the dialect keeps time in refset's tables, for reports.
+	Clock() Clock
 	// RowAddress is the expression naming a row of any table in reports (Postgres
 	// ctid, SQLite rowid), for tables without a primary key.
 	RowAddress() string

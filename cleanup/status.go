@@ -2,7 +2,6 @@ package cleanup
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -105,52 +104,17 @@ func Status(ctx context.Context, db refset.Database, d Dialect) (_ DatabaseStatu
 	return s, nil
 }
 
-// clock is how a dialect keeps time in refset's tables. It is chosen by the
-// dialect's name because the stores' Dialect has no clock of its own yet; a new
-// dialect must be added here (Status fails on one it does not know).
-type clock struct {
-	now  string                         // the database's clock as the tables store it
-	scan func() (any, func() time.Time) // a destination for a stored time, and its reading
-}
-
-func clockOf(d Dialect) (clock, error) {
-	switch d.Schema() {
-	case schema.SQLite: // Unix milliseconds in INTEGER columns
-		return clock{
-			now: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
-			scan: func() (any, func() time.Time) {
-				var ms sql.NullInt64
-				return &ms, func() time.Time {
-					if !ms.Valid {
-						return time.Time{}
-					}
-					return time.UnixMilli(ms.Int64).UTC()
-				}
-			},
-		}, nil
-	case schema.Postgres: // timestamptz
-		return clock{
-			now: `now()`,
-			scan: func() (any, func() time.Time) {
-				var t sql.NullTime
-				return &t, func() time.Time {
-					if !t.Valid {
-						return time.Time{}
-					}
-					return t.Time.UTC()
-				}
-			},
-		}, nil
-	}
-	return clock{}, fmt.Errorf("%w: status does not know the clock of dialect %q", refset.ErrInvalidConfig, d.Schema())
+// Clock is how a dialect keeps time in refset's tables: the database's clock as the
+// tables store it (Now, an SQL expression), and how to read a stored time (Scan
+// returns a destination for rows.Scan and the function that reads it after).
+type Clock struct {
+	Now  string
+	Scan func() (dest any, read func() time.Time)
 }
 
 func status(ctx context.Context, q refset.Querier, d Dialect) (DatabaseStatus, error) {
 	var s DatabaseStatus
-	ck, err := clockOf(d)
-	if err != nil {
-		return s, err
-	}
+	ck := d.Clock()
 	found, err := d.SchemaSQL().TableExists(ctx, q, sqlident.Ident{Name: "refset_sets"})
 	if err != nil {
 		return s, err
@@ -158,8 +122,8 @@ func status(ctx context.Context, q refset.Querier, d Dialect) (DatabaseStatus, e
 	if !found {
 		return s, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
 	}
-	dst, now := ck.scan()
-	if err := q.QueryRowContext(ctx, `SELECT `+ck.now).Scan(dst); err != nil {
+	dst, now := ck.Scan()
+	if err := q.QueryRowContext(ctx, `SELECT `+ck.Now).Scan(dst); err != nil {
 		return s, err
 	}
 	s.Now = now()
@@ -197,14 +161,14 @@ func status(ctx context.Context, q refset.Querier, d Dialect) (DatabaseStatus, e
 		err = q.QueryRowContext(ctx, fmt.Sprintf(`SELECT
 			coalesce(sum(CASE WHEN expires_at IS NULL OR expires_at > %[1]s THEN 1 ELSE 0 END), 0),
 			coalesce(sum(CASE WHEN expires_at <= %[1]s THEN 1 ELSE 0 END), 0)
-			FROM %[2]s`, ck.now, reg.Holds.Quoted())).Scan(&st.HoldsLive, &st.HoldsExpired)
+			FROM %[2]s`, ck.Now, reg.Holds.Quoted())).Scan(&st.HoldsLive, &st.HoldsExpired)
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", reg.Holds, err)
 		}
-		oldest, read := ck.scan()
+		oldest, read := ck.Scan()
 		err = q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*),
 			coalesce(sum(CASE WHEN review_after <= %[1]s THEN 1 ELSE 0 END), 0), min(review_after)
-			FROM %[2]s`, ck.now, reg.Queue.Quoted())).Scan(&st.Queued, &st.Overdue, oldest)
+			FROM %[2]s`, ck.Now, reg.Queue.Quoted())).Scan(&st.Queued, &st.Overdue, oldest)
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", reg.Queue, err)
 		}

@@ -2,9 +2,12 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"io/fs"
+	"time"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -49,3 +52,19 @@ func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
 
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "ctid" }
+
+// Clock: refset's tables keep times as timestamptz.
+func (cleanupDialect) Clock() cleanup.Clock {
+	return cleanup.Clock{
+		Now: `now()`,
+		Scan: func() (any, func() time.Time) {
+			var t sql.NullTime
+			return &t, func() time.Time {
+				if !t.Valid {
+					return time.Time{}
+				}
+				return t.Time.UTC()
+			}
+		},
+	}
+}

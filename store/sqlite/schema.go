@@ -2,9 +2,12 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"io/fs"
+	"time"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -42,3 +45,19 @@ func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
 
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "rowid" }
+
+// Clock: refset's tables keep times as Unix milliseconds in INTEGER columns.
+func (cleanupDialect) Clock() cleanup.Clock {
+	return cleanup.Clock{
+		Now: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
+		Scan: func() (any, func() time.Time) {
+			var ms sql.NullInt64
+			return &ms, func() time.Time {
+				if !ms.Valid {
+					return time.Time{}
+				}
+				return time.UnixMilli(ms.Int64).UTC()
+			}
+		},
+	}
+}
