@@ -150,4 +150,3 @@ func run(t *testing.T, f func(tb testing.TB)) (rec *recorder, returned bool) {
 	<-done
 	return rec, returned
 }
-
