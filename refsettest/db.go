@@ -65,6 +65,13 @@ func SQLite(tb testing.TB) *sqlite.DB {
 func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 	tb.Helper()
 	base := serverDSN(tb)
+	schema := SchemaPrefix + randomHex(6)
+	// First, so a malformed URL is reported here, without the password the drivers'
+	// own errors would quote.
+	dsn, err := withSearchPath(base, schema)
+	if err != nil {
+		tb.Fatalf("refsettest: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(tb.Context(), connectTimeout)
 	defer cancel()
 
@@ -74,7 +81,6 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 	if err != nil {
 		tb.Fatalf("refsettest: cannot reach the server in %s: %v", EnvPostgres, err)
 	}
-	schema := SchemaPrefix + randomHex(6)
 	// The name is the prefix and hex digits: quoting cannot go wrong.
 	if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
 		_ = admin.Close()
@@ -90,10 +96,6 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 		}
 	})
 
-	dsn, err := withSearchPath(base, schema)
-	if err != nil {
-		tb.Fatalf("refsettest: %v", err)
-	}
 	db, err := postgres.Open(ctx, dsn, opts)
 	if err != nil {
 		tb.Fatalf("refsettest: open schema %s: %v", schema, err)
