@@ -1,0 +1,200 @@
+package refsettest
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// AssertClean checks that c.Check finds the set healthy: no leaked object (one no
+// root reaches, which Collect would never delete) and no dangling reference. The
+// failure message gives the counts and Check's samples. It reports false after a
+// failure.
+func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
+	tb.Helper()
+	r, err := c.Check(tb.Context())
+	if err != nil {
+		tb.Errorf("refsettest: AssertClean: check: %v", err)
+		return false
+	}
+	if r.OK() {
+		return true
+	}
+	tb.Errorf("refsettest: AssertClean: the set is not clean: %d leaked, %d dangling; samples:\n\t%s",
+		r.Leaked, r.Dangling, strings.Join(r.Samples, "\n\t"))
+	return false
+}
+
+// AssertHeldBy checks that exactly the rows in want keep the object id alive, as
+// c.Why lists them. No want means nothing holds it: it is still there, but garbage.
+//
+// A want names one row, written as "table.column" (any one row of that table that
+// references id through that column) or as Why's Holder prints it, "table.column
+// (key)", the key as Why renders it: "block_id='b1'" on text, "id=7" on a number;
+// a failure prints the holders found in that form. On Postgres, where Why names
+// tables with their schema, a want's table without a schema matches the table of
+// that name in any schema, so the same wants serve both stores. Two rows of one
+// table are two wants. Why lists at most five rows per referencing table, so a
+// want of more than five rows of one table cannot be met.
+//
+// An object that does not exist fails the assertion: use [AssertGone] for that.
+// It reports false after a failure.
+func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) bool {
+	tb.Helper()
+	holders, err := c.Why(tb.Context(), id)
+	if err != nil {
+		tb.Errorf("refsettest: AssertHeldBy(%v): why: %v", id, err)
+		return false
+	}
+	var wants []heldBy
+	for _, w := range want {
+		h, err := parseHeldBy(w)
+		if err != nil {
+			tb.Errorf("refsettest: AssertHeldBy(%v): %v", id, err)
+			return false
+		}
+		wants = append(wants, h)
+	}
+	missing, extra := match(wants, holders)
+	if len(missing) == 0 && len(extra) == 0 {
+		return true
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "refsettest: AssertHeldBy(%v): held by %s; want %s", id, list(holders), quoteAll(want))
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "\n\tmissing: %s", quoteAll(missing))
+	}
+	if len(extra) > 0 {
+		fmt.Fprintf(&b, "\n\tunexpected: %s", list(extra))
+	}
+	tb.Errorf("%s", b.String())
+	return false
+}
+
+// AssertGone checks that the object id does not exist any more: clean-up deleted
+// it (or it never was). A failure names the rows that still hold it, if any. It
+// reports false after a failure.
+func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
+	tb.Helper()
+	holders, err := c.Why(tb.Context(), id)
+	switch {
+	case errors.Is(err, refset.ErrNotFound):
+		return true
+	case err != nil:
+		tb.Errorf("refsettest: AssertGone(%v): why: %v", id, err)
+	case len(holders) == 0:
+		tb.Errorf("refsettest: AssertGone(%v): it still exists, held by nothing (not collected yet: is it due? see cleanup.Config.Grace)", id)
+	default:
+		tb.Errorf("refsettest: AssertGone(%v): it still exists, held by %s", id, list(holders))
+	}
+	return false
+}
+
+// heldBy is a parsed want of AssertHeldBy.
+type heldBy struct {
+	text          string // as the caller wrote it
+	schema, table string
+	column        string
+	key           string
+	anyKey        bool // "table.column" without a key
+}
+
+// parseHeldBy reads "[schema.]table.column" with an optional " (key)".
+func parseHeldBy(s string) (heldBy, error) {
+	h := heldBy{text: s, anyKey: true}
+	name := s
+	if open := strings.Index(s, " ("); open >= 0 {
+		if !strings.HasSuffix(s, ")") {
+			return h, fmt.Errorf("holder %q: want \"table.column\" or \"table.column (key)\"", s)
+		}
+		name, h.key, h.anyKey = s[:open], s[open+2:len(s)-1], false
+	}
+	dot := strings.LastIndex(name, ".")
+	if dot <= 0 || dot == len(name)-1 {
+		return h, fmt.Errorf("holder %q: want \"table.column\" or \"table.column (key)\"", s)
+	}
+	h.column = name[dot+1:]
+	t, err := sqlident.Parse(name[:dot], true)
+	if err != nil {
+		return h, fmt.Errorf("holder %q: %w", s, err)
+	}
+	h.schema, h.table = t.Schema, t.Name
+	return h, nil
+}
+
+// matches reports whether the row h is one w names.
+func (w heldBy) matches(h cleanup.Holder) bool {
+	if h.Column != w.column || (!w.anyKey && h.Key != w.key) {
+		return false
+	}
+	t, err := sqlident.Parse(h.Table, true)
+	if err != nil {
+		return h.Table == w.table && w.schema == ""
+	}
+	return t.Name == w.table && (w.schema == "" || w.schema == t.Schema)
+}
+
+// match pairs each want with a row of its own and returns the wants left without
+// one and the rows no want took. A want may fit several rows ("heads.block_id" fits
+// every row of heads) and a row several wants, so it is a bipartite matching: a want
+// that finds its rows taken tries to move the wants holding them elsewhere
+// (augmenting paths), and the result does not depend on the order of the wants.
+func match(wants []heldBy, holders []cleanup.Holder) (missing []string, extra []cleanup.Holder) {
+	owner := make([]int, len(holders)) // the want holding each row, or -1
+	for i := range owner {
+		owner[i] = -1
+	}
+	var assign func(w int, seen []bool) bool
+	assign = func(w int, seen []bool) bool {
+		for i, h := range holders {
+			if seen[i] || !wants[w].matches(h) {
+				continue
+			}
+			seen[i] = true
+			if owner[i] < 0 || assign(owner[i], seen) {
+				owner[i] = w
+				return true
+			}
+		}
+		return false
+	}
+	for w := range wants {
+		if !assign(w, make([]bool, len(holders))) {
+			missing = append(missing, wants[w].text)
+		}
+	}
+	for i, h := range holders {
+		if owner[i] < 0 {
+			extra = append(extra, h)
+		}
+	}
+	return missing, extra
+}
+
+// list prints holders as Holder.String does, quoted, so they can be pasted as wants.
+func list(hs []cleanup.Holder) string {
+	if len(hs) == 0 {
+		return "nothing"
+	}
+	s := make([]string, len(hs))
+	for i, h := range hs {
+		s[i] = h.String()
+	}
+	return quoteAll(s)
+}
+
+func quoteAll(s []string) string {
+	if len(s) == 0 {
+		return "nothing"
+	}
+	q := make([]string, len(s))
+	for i, v := range s {
+		q[i] = fmt.Sprintf("%q", v)
+	}
+	return strings.Join(q, ", ")
+}

@@ -1,0 +1,136 @@
+package refsettest_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsettest"
+)
+
+// TestAssertions runs each assertion, on each store, where it must pass and where it
+// must fail, and checks what a failure says.
+//
+// The set: g <- a <- b, a chain; b is the chain controller's head, a is still
+// pending, the publisher holds g in the set's holds table; o was garbage and has been
+// collected; late was added after the collection and is held by nothing.
+func TestAssertions(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			w := st.open(t)
+			w.add(t, "g", "", w.blocks.Hold("publisher", 0))
+			w.add(t, "a", "g", refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1))
+			w.add(t, "b", "a", refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1))
+			w.add(t, "o", "g")
+			require.EqualValues(t, 1, w.collect(t).Deleted)
+			w.add(t, "late", "")
+
+			c := w.collector
+			// The schema-qualified name of a table, as Why names it on Postgres.
+			qualified := func(table string) string {
+				if w.schema == "" {
+					return table
+				}
+				return w.schema + "." + table
+			}
+			tests := []struct {
+				name    string
+				assert  func(tb testing.TB) bool
+				wantMsg []string // nil: the assertion must pass
+			}{
+				{"clean", func(tb testing.TB) bool { return refsettest.AssertClean(tb, c) }, nil},
+				{"held by a row named by its key", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "chain_heads.block_id (block_id='b')")
+				}, nil},
+				{"held by rows named by table and column, in any order", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "a", "pending_blocks.block_id", "blocks.prev")
+				}, nil},
+				{"held by an edge and a hold", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "g", "blocks.prev (id='a')", "blocks_holds.object_id")
+				}, nil},
+				{"held by a table named with its schema", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", qualified("chain_heads")+".block_id")
+				}, nil},
+				{"held by nothing", func(tb testing.TB) bool { return refsettest.AssertHeldBy(tb, c, "late") }, nil},
+				{"gone", func(tb testing.TB) bool { return refsettest.AssertGone(tb, c, "o") }, nil},
+
+				{"a wanted holder is missing", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "chain_heads.block_id", "pending_blocks.block_id")
+				}, []string{`AssertHeldBy(b): held by "` + qualified("chain_heads") + `.block_id (block_id='b')"`, `missing: "pending_blocks.block_id"`}},
+				{"a holder is not wanted", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "a", "blocks.prev")
+				}, []string{`unexpected: "` + qualified("pending_blocks") + `.block_id (block_id='a')"`}},
+				{"the key differs", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "chain_heads.block_id (block_id='a')")
+				}, []string{`missing: "chain_heads.block_id (block_id='a')"`, "unexpected: "}},
+				{"two rows wanted, one there", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "chain_heads.block_id", "chain_heads.block_id")
+				}, []string{`missing: "chain_heads.block_id"`}},
+				{"another schema", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "elsewhere.chain_heads.block_id")
+				}, []string{`missing: "elsewhere.chain_heads.block_id"`}},
+				{"held, but nothing wanted", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b")
+				}, []string{"want nothing", "unexpected: "}},
+				{"a malformed want", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "b", "chain_heads")
+				}, []string{`holder "chain_heads": want "table.column"`}},
+				{"held by, but gone", func(tb testing.TB) bool {
+					return refsettest.AssertHeldBy(tb, c, "o")
+				}, []string{"AssertHeldBy(o): why:", "no object o"}},
+				{"gone, but held", func(tb testing.TB) bool {
+					return refsettest.AssertGone(tb, c, "b")
+				}, []string{`AssertGone(b): it still exists, held by "` + qualified("chain_heads") + `.block_id`}},
+				{"gone, but still there unheld", func(tb testing.TB) bool {
+					return refsettest.AssertGone(tb, c, "late")
+				}, []string{"AssertGone(late): it still exists, held by nothing"}},
+			}
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					var ok bool
+					rec, returned := run(t, func(tb testing.TB) { ok = tc.assert(tb) })
+					require.True(t, returned, "assertions report with Errorf and return, never end the test")
+					require.False(t, rec.fatal || rec.skipped)
+					if tc.wantMsg == nil {
+						require.True(t, ok)
+						require.Empty(t, rec.errors)
+						return
+					}
+					require.False(t, ok, "the assertion passed")
+					require.Len(t, rec.errors, 1, "one failure, one message")
+					for _, m := range tc.wantMsg {
+						require.Contains(t, rec.errors[0], m)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestAssertCleanFindsLeak loses an unreferenced object's review-queue entry, which
+// leaves it garbage no Collect will find: AssertClean must fail and name it.
+func TestAssertCleanFindsLeak(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			w := st.open(t)
+			w.add(t, "kept", "", refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1))
+			w.add(t, "lost", "")
+			require.True(t, refsettest.AssertClean(t, w.collector))
+
+			var queue string
+			require.NoError(t, w.db.Reader().QueryRowContext(t.Context(),
+				`SELECT queue_table FROM refset_sets WHERE table_name = 'blocks'`).Scan(&queue))
+			exec(t, w.db, `DELETE FROM `+queue+` WHERE object_id = 'lost'`)
+
+			var ok bool
+			rec, _ := run(t, func(tb testing.TB) { ok = refsettest.AssertClean(tb, w.collector) })
+			require.False(t, ok)
+			require.Len(t, rec.errors, 1)
+			require.Contains(t, rec.errors[0], "AssertClean: the set is not clean: 1 leaked, 0 dangling")
+			require.Contains(t, rec.errors[0], "leaked 'lost'")
+		})
+	}
+}

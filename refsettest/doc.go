@@ -1,0 +1,29 @@
+// Package refsettest helps the tests of programs that use refset: a throwaway
+// database on each store, and assertions about what clean-up sees.
+//
+// # Databases
+//
+// [SQLite] opens a database file in the test's temporary directory and closes it
+// when the test ends. [Postgres] creates a schema of its own for the test on the
+// server named by the REFSET_TEST_POSTGRES environment variable ([EnvPostgres]),
+// opens the database with every connection's search_path set to that schema only,
+// and drops the schema (CASCADE) when the test ends. Tests can therefore run in
+// parallel on one server, create unqualified tables, and never see each other's
+// rows or what an earlier run left behind.
+//
+// Without REFSET_TEST_POSTGRES, Postgres skips the test, so a plain go test keeps
+// working on a machine without PostgreSQL; when CI=true it fails the test instead,
+// because a suite whose database tests are all skipped would pass in CI while
+// testing nothing. A variable that is set but names a server that does not answer
+// always fails the test: it was set on purpose. The variable is the one refset's
+// own suite reads, so one setting serves both.
+//
+// # Assertions
+//
+// [AssertClean], [AssertHeldBy] and [AssertGone] check what a [cleanup.Collector]
+// reports: that the set has no leaked objects and no dangling references, which
+// rows keep an object alive, that an object was collected. Like testify's assert
+// package, each reports a failure with tb.Errorf, saying what it found, and returns
+// false; the test goes on (stop it with t.FailNow if it cannot). An error of the
+// database while asking is a failure too.
+package refsettest
