@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -87,11 +89,49 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	db, err := New(ctx, pool, opts)
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return nil, redactPassword(err, dsn)
 	}
 	db.ownsPool = true
 	return db, nil
 }
+
+// redactPassword hides dsn's password in err's message: drivers quote a DSN they
+// cannot parse whole, and an error message ends up in logs. errors.Is and errors.As
+// still see the driver's error.
+func redactPassword(err error, dsn string) error {
+	password := ""
+	if u, perr := url.Parse(dsn); perr == nil && u.User != nil {
+		password, _ = u.User.Password()
+	} else if i := strings.Index(dsn, "://"); i >= 0 {
+		// A URL too malformed to parse: the password sits between the first ':'
+		// after the scheme and the '@'.
+		rest := dsn[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if colon := strings.Index(rest[:at], ":"); colon >= 0 {
+				password = rest[colon+1 : at]
+			}
+		}
+	} else {
+		for _, field := range strings.Fields(dsn) {
+			if v, ok := strings.CutPrefix(field, "password="); ok {
+				password = strings.Trim(v, "'")
+			}
+		}
+	}
+	if password == "" || !strings.Contains(err.Error(), password) {
+		return err
+	}
+	return &redacted{err: err, msg: strings.ReplaceAll(err.Error(), password, "xxxxx")}
+}
+
+// redacted is an error whose message hides a secret.
+type redacted struct {
+	err error
+	msg string
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
 
 // New uses the caller's own pool, opened with lib/pq ("postgres") or pgx's stdlib
 // driver ("pgx"; a pgxpool user gets one with stdlib.OpenDBFromPool), configured,

@@ -130,6 +130,17 @@ func testOpenFailures(t *testing.T, driver string) {
 			require.ErrorIs(t, err, tc.want)
 		})
 	}
+
+	// A DSN the driver cannot parse is quoted in its error; the password is not.
+	for _, dsn := range []string{
+		"postgres://u:s3cret-pw@127.0.0.1:notaport/x",
+		"postgres://u:s3cret-pw@" + refused.Host + "/x?sslmode=disable",
+		"host=127.0.0.1 port=notaport user=u password=s3cret-pw",
+	} {
+		_, err := Open(t.Context(), dsn, Options{Driver: driver})
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "s3cret-pw", "the password is redacted")
+	}
 }
 
 // TestTranslateSQLStates: every server error maps to a sentinel, by SQLSTATE, for the
