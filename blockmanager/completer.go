@@ -47,13 +47,7 @@ func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
 
 func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome, error) {
 	m := c.m
-	// Concurrent receivers: a block and its child must not each miss the other (the
-	// child recorded as waiting while its parent, not yet committed, looked for
-	// waiting children). Both lock the parent's ID; locks go from lower blocks to
-	// higher, so they cannot deadlock.
-	if err := m.lock(ctx, tx, b.PreviousBlockID); err != nil {
-		return Outcome{}, err
-	}
+	// Two receivers of one block: the second waits, then finds it stored.
 	if err := m.lock(ctx, tx, b.HeaderSignature); err != nil {
 		return Outcome{}, err
 	}
@@ -68,22 +62,24 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
 		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
 	}
-	// The predecessor is locked against collection while this transaction links to
-	// it; if a collector took it first, the block waits for it like any other.
-	var prevNum int64
-	waiting := false
-	if b.PreviousBlockID != NullBlockID {
-		prevNum, err = m.keepNum(ctx, tx, b.PreviousBlockID)
-		waiting = errors.Is(err, refset.ErrNotFound)
-		if err != nil && !waiting {
-			return Outcome{}, err
-		}
+	prevNum, waiting, err := c.mustWait(ctx, tx, b)
+	if err != nil {
+		return Outcome{}, err
 	}
-	if !waiting && b.PreviousBlockID != NullBlockID {
-		// A predecessor that is stored but itself waits is not complete either.
-		if waiting, err = c.isPending(ctx, tx, b.PreviousBlockID); err != nil {
+	if waiting {
+		// A decision to wait is checked again behind the arrivals gate (see
+		// passGate): the predecessor may be arriving in a transaction not yet
+		// committed.
+		if err := m.passGate(ctx, tx, true); err != nil {
 			return Outcome{}, err
 		}
+		if prevNum, waiting, err = c.mustWait(ctx, tx, b); err != nil {
+			return Outcome{}, err
+		}
+	} else if err := m.passGate(ctx, tx, false); err != nil {
+		// An arrival passes the gate before it takes anything else (the chain
+		// controller's lock), so no lock waits behind it in a circle.
+		return Outcome{}, err
 	}
 	if waiting {
 		// Wait for the predecessor, held by the pending row.
@@ -119,6 +115,26 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	return Outcome{Completed: 1 + waited}, nil
 }
 
+// mustWait reports whether b must wait for its predecessor, which is missing or
+// itself waiting, and otherwise the predecessor's number. The predecessor is locked
+// against collection while this transaction links to it; if a collector took it
+// first, the block waits for it like any other.
+func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prevNum int64, waiting bool, err error) {
+	if b.PreviousBlockID == NullBlockID {
+		return 0, false, nil
+	}
+	prevNum, err = c.m.keepNum(ctx, tx, b.PreviousBlockID)
+	if errors.Is(err, refset.ErrNotFound) {
+		return 0, true, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	// A predecessor that is stored but itself waits is not complete either.
+	waiting, err = c.isPending(ctx, tx, b.PreviousBlockID)
+	return prevNum, waiting, err
+}
+
 // completeWaiting links every block that waits for one of arrived (blocks tx has
 // just stored, linked and not pending, lower blocks first) and hands it over, then
 // does the same for whatever waited for those, and returns how many it handed over.
@@ -127,13 +143,13 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived []string) (int, error) {
 	m := c.m
 	completed := 0
+	// A receiver deciding that a child of one of the arrived blocks must wait holds
+	// the gate exclusive until it commits: passing it here means that child is seen
+	// below, or the receiver sees the arrived blocks (see passGate).
+	if err := m.passGate(ctx, tx, false); err != nil {
+		return 0, err
+	}
 	for parents := arrived; len(parents) > 0; {
-		// A receiver of one of the parents' children holds the parent's lock while
-		// it decides the child must wait; taking it here means that child is seen
-		// below.
-		if err := m.lock(ctx, tx, parents...); err != nil {
-			return 0, err
-		}
 		waiting, err := c.waitingFor(ctx, tx, parents)
 		if err != nil {
 			return 0, err

@@ -428,3 +428,39 @@ func TestCascadeRacesNewChildren(t *testing.T) {
 		assert.Zero(t, neither)
 	})
 }
+
+// Put races receivers: one Put stores a main chain in one transaction while receivers
+// deliver a side child of each of its blocks, each first finding its parent missing.
+// No child may be left waiting behind a parent that Put stored.
+func TestPutRacesReceivers(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		const n = 300
+		main := chain("g", NullBlockID, 0, n)
+		var sides []Block
+		for i := range n {
+			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
+		}
+		rand.New(rand.NewPCG(7, 8)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
+		errs := make(chan error, 3)
+		go func() {
+			_, err := m.Put(t.Context(), main, m.Blocks().Hold("test", 0))
+			errs <- err
+		}()
+		for part := range 2 {
+			go func() {
+				for _, b := range sides[part*n/2 : (part+1)*n/2] {
+					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range 3 {
+			require.NoError(t, <-errs)
+		}
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind parents that Put stored")
+		assert.Equal(t, 2*n, count(t, m, `SELECT COUNT(*) FROM blocks`))
+	})
+}

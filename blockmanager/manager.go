@@ -119,19 +119,40 @@ func (m *Manager) sql(q string) string { return m.dialect.Rebind(q) }
 
 // lock serialises, until tx ends, the transactions that lock the same key: on
 // Postgres a transaction-scoped advisory lock; SQLite's one writer already
-// serialises every write transaction. Several keys are locked in the order given,
-// in one round trip; callers pass them lower blocks first, the order every locker
-// follows, so two transactions cannot deadlock on them.
-func (m *Manager) lock(ctx context.Context, tx refset.Tx, keys ...string) error {
-	if m.dialect != schema.Postgres || len(keys) == 0 {
+// serialises every write transaction.
+func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
+	if m.dialect != schema.Postgres {
 		return nil
 	}
-	if len(keys) == 1 {
-		_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+keys[0])
-		return err
+	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+key)
+	return err
+}
+
+// gateKey names the advisory lock of the arrivals gate.
+const gateKey = "blockmanager:arrivals-gate"
+
+// The arrivals gate keeps a block from waiting for a predecessor that has just
+// arrived. Two kinds of transaction meet at it, until they end:
+//
+//   - an arrival (Put, a Receive that links its block) stores blocks and then looks
+//     for blocks waiting for them: it passes the gate shared, before that look;
+//   - a decision that a block must wait (its predecessor is missing or itself
+//     waiting) is made exclusive, and checked again once the gate is held.
+//
+// So either the waiting block committed before the arrival looked (and is found), or
+// the arrival committed before the decision was checked again (and the block does
+// not wait). One lock a transaction, whatever the number of blocks, where a lock per
+// block made a Put of a thousand blocks take a thousand. On SQLite the one writer
+// already serialises both.
+func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) error {
+	if m.dialect != schema.Postgres {
+		return nil
 	}
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('blockmanager:' || k.key, 7262))
-		FROM unnest($1::text[]) WITH ORDINALITY AS k(key, n) ORDER BY k.n`, pq.Array(keys))
+	fn := "pg_advisory_xact_lock_shared"
+	if exclusive {
+		fn = "pg_advisory_xact_lock"
+	}
+	_, err := tx.ExecContext(ctx, `SELECT `+fn+`(hashtextextended($1, 7262))`, gateKey)
 	return err
 }
 
@@ -186,13 +207,22 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			return nil, err
 		}
 	}
-	// Any block of the branch may be stored, not only a prefix of it: a pending
-	// block is stored before its predecessor.
+	// Which blocks of the branch are stored? A linked block's predecessor is stored
+	// (the link is a foreign key), so when the first block is new the only stored
+	// ones are blocks waiting in the Completer, stored before their predecessor:
+	// look for those in the small pending table, not among every block.
 	ids := make([]string, len(branch))
 	for i, b := range branch {
 		ids[i] = b.HeaderSignature
 	}
-	stored, err := m.storedIDs(ctx, tx, ids)
+	stored, err := m.storedIDs(ctx, tx, ids[:1])
+	if err == nil {
+		if stored[ids[0]] {
+			stored, err = m.storedIDs(ctx, tx, ids)
+		} else {
+			stored, err = m.pendingIDs(ctx, tx, ids)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -324,10 +354,20 @@ func (m *Manager) oneOf(column string, ids []string) (string, []any) {
 
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
+	return m.idsIn(ctx, q, "blocks", "header_signature", ids)
+}
+
+// pendingIDs is which of ids wait in the Completer.
+func (m *Manager) pendingIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
+	return m.idsIn(ctx, q, "pending_blocks", "block_id", ids)
+}
+
+// idsIn is which of ids are in column of table (both names fixed by the caller).
+func (m *Manager) idsIn(ctx context.Context, q refset.Querier, table, column string, ids []string) (map[string]bool, error) {
 	stored := make(map[string]bool)
 	for start := 0; start < len(ids); start += 1000 {
-		cond, args := m.oneOf("header_signature", ids[start:min(start+1000, len(ids))])
-		rows, err := q.QueryContext(ctx, `SELECT header_signature FROM blocks WHERE `+cond, args...)
+		cond, args := m.oneOf(column, ids[start:min(start+1000, len(ids))])
+		rows, err := q.QueryContext(ctx, `SELECT `+column+` FROM `+table+` WHERE `+cond, args...)
 		if err != nil {
 			return nil, err
 		}
