@@ -21,5 +21,17 @@
 // checked: after dropping its tables, delete its row from refset_schema_version.
 //
 // The stores call MigrateSet when a store is built, so most programs never call this
-// package directly.
+// package directly. Apply does what Migrate and MigrateSet do and reports which
+// component went from which version to which, for a program's start-up log.
+//
+// Where a DBA owns the schema and the application's role may not create tables, the
+// stores' ExternalMigrations option makes them call Check instead: it reads the
+// recorded versions and fails with a *PendingError (refset.ErrSchema) that names what
+// is missing and carries the script. Pending and SQLText write that script for a DBA's
+// own migration tool; it records the versions as Apply would, so a later Apply (by a
+// role that may) finds nothing to do.
+//
+// Each migration may have a down one beside it, NNNN_name.down.sql, which undoes it.
+// MigrateDown runs them for refset's own components, to undo a release or remove
+// refset from a database; the up runner never reads them.
 package schema

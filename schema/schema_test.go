@@ -42,8 +42,18 @@ func TestMigrationsAreSequentialAndParallel(t *testing.T) {
 				for i, m := range ms {
 					assert.Equal(t, i+1, m.Version, "%s %s", d.d, m.Name)
 					assert.NotEmpty(t, m.SQL)
+					assert.NotContains(t, m.Name, downSuffix, "a down migration read as an up one")
 					vs = append(vs, m.Version)
 				}
+				// Every up migration has its down one, so MigrateDown can go to 0.
+				downs, err := downMigrations(d, kind)
+				require.NoError(t, err)
+				var dvs []int
+				for _, m := range downs {
+					assert.NotEmpty(t, m.SQL)
+					dvs = append(dvs, m.Version)
+				}
+				assert.Equal(t, vs, dvs, "%s %s down migrations", d.d, kind)
 				versions = append(versions, vs)
 			}
 			assert.Equal(t, versions[0], versions[1])

@@ -20,6 +20,9 @@ type Dialect interface {
 	Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]Column, error)
 	// Statements writes the SQL of a resolved table.
 	Statements(t Table) Statements
+	// ExternalMigrations reports that the schema is migrated by someone else (a DBA):
+	// Open runs no DDL and checks the schema's versions instead.
+	ExternalMigrations() bool
 }
 
 // Config names a set's table. The store packages document it to users.
@@ -30,7 +33,9 @@ type Config struct {
 }
 
 // Open checks cfg and the struct T against the catalog, creates the set's holds table
-// if needed (schema.MigrateSet), and returns the store.
+// if needed (schema.MigrateSet), and returns the store. With d.ExternalMigrations it
+// creates nothing and fails with refset.ErrSchema (a *schema.PendingError, which
+// carries the SQL to run) if the schema is not at the versions this code needs.
 func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Store[T, ID], error) {
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
@@ -57,8 +62,12 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, err
 	}
 	t.Holds = holds
-	err = schema.MigrateSet(ctx, db, d.SchemaSQL(), schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue})
-	if err != nil {
+	set := schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue}
+	if d.ExternalMigrations() {
+		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
+			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, translated(db, err))
+		}
+	} else if err := schema.MigrateSet(ctx, db, d.SchemaSQL(), set); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t)), nil
@@ -71,6 +80,14 @@ func QuotedColumns(cols []string) string {
 		q[i] = `"` + c + `"`
 	}
 	return strings.Join(q, ", ")
+}
+
+// translated is err, a driver's error translated to a sentinel unless it carries one.
+func translated(db refset.Database, err error) error {
+	if Translated(err) {
+		return err
+	}
+	return db.TranslateError(err, "")
 }
 
 // Translated reports whether err already carries a refset sentinel, so a store does

@@ -41,6 +41,14 @@ type Options struct {
 	// round trip a statement: lib/pq parses an unprepared statement with arguments in
 	// a round trip of its own.
 	Unprepared bool
+
+	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
+	// tables and the set's are at the versions this code needs, and fails with
+	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
+	// when they are not, so the application's role needs no CREATE rights. A DBA
+	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
+	// the database's own migrations. Clean-up's Install still creates its triggers.
+	ExternalMigrations bool
 }
 
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
@@ -156,7 +164,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
-	db.driverHandle = driver.NewHandle(dialectDriver{pool: pool, unprepared: opts.Unprepared})
+	db.driverHandle = driver.NewHandle(dialectDriver{pool: pool, unprepared: opts.Unprepared, external: opts.ExternalMigrations})
 	return db, nil
 }
 

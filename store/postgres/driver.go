@@ -18,6 +18,7 @@ type dialectDriver struct {
 	cleanupDialect
 	pool       *sql.DB
 	unprepared bool
+	external   bool // Options.ExternalMigrations
 }
 
 func (dialectDriver) Schema() schema.Dialect { return schema.Postgres }
@@ -25,5 +26,7 @@ func (dialectDriver) Schema() schema.Dialect { return schema.Postgres }
 func (d dialectDriver) Pool() *sql.DB { return d.pool }
 
 func (d dialectDriver) Unprepared() bool { return d.unprepared }
+
+func (d dialectDriver) ExternalMigrations() bool { return d.external }
 
 func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }

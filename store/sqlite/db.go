@@ -33,6 +33,14 @@ type Options struct {
 	// transaction survives a power loss) or "NORMAL" (faster; in WAL mode a power loss
 	// may drop the last transactions, an application crash cannot).
 	Synchronous string
+
+	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
+	// tables and the set's are at the versions this code needs, and fails with
+	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
+	// when they are not, so the application's role needs no CREATE rights. A DBA
+	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
+	// the database's own migrations. Clean-up's Install still creates its triggers.
+	ExternalMigrations bool
 }
 
 // DB is a SQLite database opened for refset. It implements refset.Database, so
@@ -114,13 +122,13 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		reader.Close()
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
-	return newDB(writer, reader, true), nil
+	return newDB(writer, reader, true, opts.ExternalMigrations), nil
 }
 
 // newDB is a database on writer and readers, carrying its driver.
-func newDB(writer, readers *sqlx.DB, ownsPools bool) *DB {
+func newDB(writer, readers *sqlx.DB, ownsPools, external bool) *DB {
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
-	db.driverHandle = driver.NewHandle(dialectDriver{pool: writer.DB})
+	db.driverHandle = driver.NewHandle(dialectDriver{pool: writer.DB, external: external})
 	return db
 }
 
@@ -152,7 +160,7 @@ func New(ctx context.Context, writer, readers *sql.DB) (*DB, error) {
 	if err := checkPools(ctx, writer, readers); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/sqlite: new: %w", err))
 	}
-	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false), nil
+	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false, false), nil
 }
 
 // checkPools checks that writer and readers are set up as refset needs (see New).
