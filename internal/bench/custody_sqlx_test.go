@@ -69,7 +69,7 @@ func sqlxCustody(b *testing.B, owners int) *custody {
 	c := &custody{owners: owners}
 	var first *sqlx.DB
 	for range custodySelectors {
-		db, err := sqlx.Open("postgres", dsn)
+		db, err := sqlx.Open(custodyDriver(), dsn)
 		must(b, err)
 		db.SetMaxOpenConns(2)
 		db.SetMaxIdleConns(2)
@@ -163,12 +163,13 @@ func (p *sqlxPayer) lock(ctx context.Context, tx, owner string, amount int64) ([
 // committed after the select's snapshot. A deadlock happens when a select whose
 // snapshot predates a lock locks the token FOR UPDATE just before the lock's own spend
 // deletes it: the spend waits for the row, the select's insert for the spend.
-func retryable(err error, codes ...pq.ErrorCode) bool {
-	var pe *pq.Error
-	if !errors.As(err, &pe) {
+func retryable(err error, codes ...string) bool {
+	var se interface{ SQLState() string } // lib/pq's and pgx's errors alike
+	if !errors.As(err, &se) {
 		return false
 	}
-	return pe.Code == "40P01" || pe.Code == "40001" || slices.Contains(codes, pe.Code)
+	code := se.SQLState()
+	return code == "40P01" || code == "40001" || slices.Contains(codes, code)
 }
 
 func (p *sqlxPayer) lockOnce(ctx context.Context, txID, owner string, amount int64) ([]tokens.Token, error) {

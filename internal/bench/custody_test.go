@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,13 +172,23 @@ func ownerName(i int) string { return fmt.Sprintf("owner-%04d", i) }
 func issueAmount(i int) int64 { return int64(1 + i%10) }
 
 // refsetCustody: replicas are tokens.Vaults, each on a postgres.DB of its own.
+// custodyDriver is the database/sql driver both sides of the custody benchmarks use:
+// REFSET_BENCH_DRIVER ("postgres" for lib/pq, the default, or "pgx"), so a run keeps
+// the earlier benchmark names and both sides always share a driver.
+func custodyDriver() string {
+	if d := os.Getenv("REFSET_BENCH_DRIVER"); d != "" {
+		return d
+	}
+	return postgres.DriverLibPQ
+}
+
 func refsetCustody(b *testing.B, owners int) *custody {
 	b.Helper()
 	dsn := pgtest.DSN(b)
 	c := &custody{owners: owners}
 	var first *tokens.Vault
 	for range custodySelectors {
-		db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 2})
+		db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 2, Driver: custodyDriver()})
 		must(b, err)
 		b.Cleanup(func() { db.Close() })
 		v, err := tokens.Open(context.Background(), db, tokens.Config{LockWait: 10 * time.Second})

@@ -44,7 +44,9 @@
 // walks), cleanup_test.go (collecting garbage, expiring holds) and custody_test.go
 // (select-and-spend payments by eight replicas on Postgres, against the same payments
 // written with sqlx in custody_sqlx_test.go; scripts/custody-bench.sh runs them beside
-// pgbench). Custody runs on lib/pq only: both its sides read lib/pq's error type. Custody also reports cpu-us/cycle, the whole machine's busy CPU time per
+// pgbench). Custody runs both sides on lib/pq, or on pgx with REFSET_BENCH_DRIVER=pgx,
+// keeping its benchmark names. Custody also reports cpu-us/cycle, the whole machine's
+// busy CPU time per
 // payment, read from /proc/stat: client and server share the machine, and that figure
 // moves less with the scheduler than throughput does.
 package bench
