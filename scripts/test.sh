@@ -302,6 +302,18 @@ fi
 
 # ----------------------------------------------------------------- go test
 step "go test"
-# The race detector slows the long concurrency tests (10,000 collector races, the
-# 20-second multi-process runs) several times over: allow them time.
-go test -race -count=1 -timeout 30m "$@" "${packages[@]}"
+# The race detector slows the long concurrency tests (the collector races, the
+# 20-second multi-process runs) several times over: allow them time. The output is
+# go test's own, kept in a file as well for the summary line at the end.
+out=$(mktemp "${TMPDIR:-/tmp}/refset-test.XXXXXX")
+status=0
+go test -race -count=1 -timeout 30m "$@" "${packages[@]}" 2>&1 | tee "$out" || status=$?
+passed=$(grep -cE '^ok[[:space:]]' "$out" || true)
+failed=$(grep -cE '^FAIL[[:space:]]+[^[:space:]]' "$out" || true)
+rm -f "$out"
+if ((status != 0 && failed == 0)); then
+	failed=1 # go test itself failed (a flag, a timeout) before any package's result
+fi
+echo
+echo "packages: $passed passed, $failed failed"
+exit "$status"
