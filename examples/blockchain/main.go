@@ -54,6 +54,14 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
 	flag.DurationVar(&o.forkTTL, "fork-ttl", time.Second, "how long a fork that stops growing is kept")
 	flag.DurationVar(&o.grace, "grace", 300*time.Millisecond, "how long a new block is safe from clean-up before anything references it")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `blockchain runs a ledger node's block handling on refset: simulated peers send
+blocks with forks, out of order and with duplicates; the completer holds blocks whose
+predecessor is missing and hands completed ones to the chain controller in one
+transaction; clean-up prunes abandoned forks in the background. It prints a summary
+table and exits non-zero if an invariant fails.`, os.Args[0])
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	log.SetFlags(0)
 	ok, err := run(context.Background(), o)

@@ -30,6 +30,12 @@ func main() {
 	pgDSN := flag.String("postgres", "", "PostgreSQL DSN; the demo's tables go in a new schema, dropped at the end")
 	replicas := flag.Int("replicas", 4, "replicas, each with its own connection pool")
 	payments := flag.Int("payments", 400, "payments to make")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `custody demonstrates token custody on refset: tokens issued to a few owners,
+payments made concurrently by several replicas, a lock that expires and is taken over,
+and a summary with the conservation check (exit status 1 if the books do not balance).`, os.Args[0])
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	log.SetFlags(0)
 	ok, err := run(context.Background(), *pgDSN, *replicas, *payments)

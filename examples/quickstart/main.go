@@ -40,6 +40,13 @@ func main() {
 	dbPath := flag.String("db", "", "SQLite database file (default: a new file in a temporary directory)")
 	pgDSN := flag.String("postgres", "", "PostgreSQL DSN; the example's tables are created in a new schema, dropped at the end")
 	n := flag.Int("blocks", 1000, "number of blocks")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `quickstart shows refset's core: a completer holds each arriving block as pending
+and hands it to a chain controller, each hand-over moving the reference between the two
+components' tables in one transaction. At the end it checks the invariants and shows
+that the database refuses to delete a referenced block.`, os.Args[0])
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if err := run(context.Background(), *dbPath, *pgDSN, *n); err != nil {
 		log.SetFlags(0)
