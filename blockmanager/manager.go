@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"iter"
+	"log/slog"
 	"reflect"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type Config struct {
 	ForkTTL time.Duration
 	// PageSize is how many blocks a branch walk reads per query. Zero means 1000.
 	PageSize int
+	// Logger receives the block tables' clean-up passes (see cleanup.Config.Logger).
+	// Nil means the database's logger (the stores' Options.Logger), if any.
+	Logger *slog.Logger
 }
 
 // Manager is Sawtooth's BlockManager on a RefSet: blocks live in the database,
@@ -66,7 +70,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if grace <= 0 {
 		grace = time.Minute
 	}
-	collect := cleanup.Config{Table: "blocks", Grace: grace}
+	collect := cleanup.Config{Table: "blocks", Grace: grace, Logger: cfg.Logger}
 	drv, err := driver.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)

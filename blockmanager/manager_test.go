@@ -2,7 +2,9 @@ package blockmanager
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -378,3 +380,25 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 		})
 	}
 }
+
+// Config.Logger receives the block tables' clean-up passes.
+func TestLoggerReceivesCleanUp(t *testing.T) {
+	var out strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return out.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	eachDB(t, Config{Logger: log}, func(t *testing.T, m *Manager) {
+		_, err := m.Collector().Collect(t.Context())
+		require.NoError(t, err)
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Contains(t, out.String(), `msg="refset/cleanup: collected" table=blocks`)
+	})
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

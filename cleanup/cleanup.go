@@ -6,11 +6,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -44,6 +46,10 @@ type Config struct {
 	// transaction; entries one has claimed the others skip. Zero means 2. (SQLite has
 	// one writer, so there they take turns.)
 	Workers int
+	// Logger receives each Collect's result (debug; a warning when objects were
+	// refused), Run's failed passes (warn) and why Run stopped (error). Nil means the
+	// database's logger (the stores' Options.Logger), if any.
+	Logger *slog.Logger
 }
 
 // Reference is one FOREIGN KEY that points at the set's ID column.
@@ -164,6 +170,7 @@ type Collector struct {
 	plan    Plan
 	batch   int
 	workers int
+	log     *slog.Logger
 }
 
 // ErrUnindexed: a referencing column has no index, so every review would scan its
@@ -241,7 +248,7 @@ func newCollector(db refset.Database, d Dialect, cfg Config) (*Collector, error)
 		return nil, err
 	}
 	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
-		return nil, fmt.Errorf("refset/cleanup: negative Grace, BatchSize, RetryDelay or Workers in %+v", cfg)
+		return nil, fmt.Errorf("refset/cleanup: %w: negative Grace, BatchSize, RetryDelay or Workers in %+v", refset.ErrInvalidConfig, cfg)
 	}
 	workers := cfg.Workers
 	if workers == 0 {
@@ -258,7 +265,12 @@ func newCollector(db refset.Database, d Dialect, cfg Config) (*Collector, error)
 	if batch == 0 {
 		batch = DefaultBatchSize
 	}
-	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers}, nil
+	log := cfg.Logger
+	if log == nil {
+		log, _ = dblog.Of(db)
+	}
+	log = log.With(slog.String("table", table.String()))
+	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log}, nil
 }
 
 // describe completes p from the set's registration and the catalog, through q: the
@@ -359,6 +371,16 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	if first != nil {
 		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, first)
 	}
+	level := slog.LevelDebug
+	if total.Refused > 0 {
+		// A reference Install does not know keeps these objects: run Install again.
+		level = slog.LevelWarn
+	}
+	c.log.LogAttrs(ctx, level, "refset/cleanup: collected",
+		slog.Int64("deleted", total.Deleted), slog.Int64("holds_expired", total.HoldsExpired),
+		slog.Int64("reviewed", total.Reviewed), slog.Int64("postponed", total.Postponed),
+		slog.Int64("refused", total.Refused), slog.Int("batches", total.Batches),
+		slog.Duration("duration", total.Duration))
 	return total, nil
 }
 
@@ -420,9 +442,14 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func
 		case err == nil:
 			failed = 0
 		case errors.Is(err, refset.ErrClosed) || errors.Is(err, refset.ErrSchema):
+			c.log.LogAttrs(ctx, slog.LevelError, "refset/cleanup: run stopped", slog.Any("error", err))
 			return fmt.Errorf("refset/cleanup: run stopped: %w", err)
-		case onPass == nil:
-			if failed++; failed == MaxFailedPasses {
+		default:
+			failed++
+			c.log.LogAttrs(ctx, slog.LevelWarn, "refset/cleanup: pass failed",
+				slog.Int("failed_in_a_row", failed), slog.Any("error", err))
+			if onPass == nil && failed == MaxFailedPasses {
+				c.log.LogAttrs(ctx, slog.LevelError, "refset/cleanup: run stopped", slog.Any("error", err))
 				return fmt.Errorf("refset/cleanup: run stopped after %d failed passes in a row, the last: %w", failed, err)
 			}
 		}

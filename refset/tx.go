@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/txview"
 )
 
@@ -45,7 +47,12 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
-	err := RetryConflicts(ctx, func() error { return inTxOnce(ctx, db, fn) })
+	log, _ := dblog.Of(db)
+	err := retryConflicts(ctx, log, func() error { return inTxOnce(ctx, db, fn) })
+	if errors.Is(err, ErrCommitUnknown) {
+		log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
+			slog.Any("error", err))
+	}
 	return ctxerr.Wrap(ctx, err)
 }
 
@@ -55,11 +62,24 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // transaction; fn must leave nothing behind when it fails. It returns fn's last
 // error, joined with the context's error if ctx ended during a back-off.
 func RetryConflicts(ctx context.Context, fn func() error) error {
+	return retryConflicts(ctx, dblog.Or(nil), fn)
+}
+
+// retryConflicts is RetryConflicts, logging each retry (at debug level, with its
+// cause) and a conflict that outlasted them (a warning) to log.
+func retryConflicts(ctx context.Context, log *slog.Logger, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		if err == nil || !errors.Is(err, ErrConflict) || attempt == maxAttempts {
+		if err == nil || !errors.Is(err, ErrConflict) {
 			return err
 		}
+		if attempt == maxAttempts {
+			log.LogAttrs(ctx, slog.LevelWarn, "refset: transaction still aborted by the database after retries",
+				slog.Int("attempts", attempt), slog.Any("error", err))
+			return err
+		}
+		log.LogAttrs(ctx, slog.LevelDebug, "refset: transaction aborted by the database; retrying",
+			slog.Int("attempt", attempt), slog.Any("cause", err))
 		if werr := backoff(ctx, attempt); werr != nil {
 			return errors.Join(err, werr)
 		}
@@ -114,9 +134,14 @@ func newView(raw Querier, db Database) *txview.View {
 	if r, ok := db.(interface{ Rebind(query string) string }); ok {
 		rebind = r.Rebind
 	}
-	return txview.New(raw, translate, func(err error) error {
-		return opError("statement", ErrInvalidCommand, err)
-	}, rebind)
+	log, slow := dblog.Of(db)
+	return txview.New(raw, txview.Options{
+		Translate: translate,
+		Refuse:    func(err error) error { return opError("statement", ErrInvalidCommand, err) },
+		Rebind:    rebind,
+		Log:       log,
+		Slow:      slow,
+	})
 }
 
 // refusedOr is the error a unit of work ends with: the statement view refused, if

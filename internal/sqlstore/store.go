@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
@@ -146,12 +147,20 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 // runs the statement Prepare made, bound to the transaction's connection; anywhere
 // else, unprepared.
 func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string, args ...any) (sql.Result, error) {
+	defer s.slow(ctx, query, time.Now())
 	if tx := begun(q); tx != nil && tx.db == s.db {
 		if st := s.writes[query]; st != nil {
 			return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 		}
 	}
 	return q.ExecContext(ctx, query, args...)
+}
+
+// slow logs query, started at start, if it was slower than the database's
+// threshold.
+func (s *Store[T, ID]) slow(ctx context.Context, query string, start time.Time) {
+	log, threshold := dblog.Of(s.db)
+	dblog.Slow(ctx, log, threshold, query, start)
 }
 
 // begun is the Tx under q (refset hands commands and units of work a view of its
@@ -220,6 +229,7 @@ func (r *preparedReads) forget(query string, st *sql.Stmt) {
 // before statements were prepared: a schema change, a lost connection or a closed
 // database fail or succeed as they did then.
 func (s *Store[T, ID]) read(ctx context.Context, q refset.Querier, query string, args ...any) (*sql.Rows, error) {
+	defer s.slow(ctx, query, time.Now())
 	if reader := s.db.Reader(); s.reads != nil && q == reader {
 		if st := s.reads.stmt(ctx, reader, query); st != nil {
 			rows, err := st.QueryContext(ctx, args...)

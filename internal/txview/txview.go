@@ -13,8 +13,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqltext"
 )
 
@@ -35,33 +38,43 @@ var ErrEndsTransaction = errors.New("the statement would end the transaction; on
 // Command may swallow it), Refused reports it, and refset then rolls the unit of work
 // back instead of committing what a caller meant to commit early.
 type View struct {
-	raw       Querier
-	translate func(err error, query string) error
-	refuse    error // what a transaction-ending statement fails with
-	rebind    func(query string) string
+	raw Querier
+	Options
+	refuse error // what a transaction-ending statement fails with
 
 	mu      sync.Mutex
 	refused error
 }
 
+// Options are what a View does besides running statements.
+type Options struct {
+	// Translate maps a driver error of a statement to the caller's sentinels.
+	Translate func(err error, query string) error
+	// Refuse wraps ErrEndsTransaction for a refused statement.
+	Refuse func(error) error
+	// Rebind rewrites ? placeholders to the database's own; nil leaves them.
+	Rebind func(query string) string
+	// Log receives statements slower than Slow (none when Slow is 0).
+	Log  *slog.Logger
+	Slow time.Duration
+}
+
 // New returns a view of raw for one unit of work or savepoint. raw may itself be a
 // View (a savepoint inside a unit of work): the new view runs on the same
-// transaction and remembers its own refusals. translate maps a driver error of a
-// statement to the caller's sentinels; refuse wraps ErrEndsTransaction for a refused
-// statement.
-func New(raw Querier, translate func(err error, query string) error, refuse func(error) error, rebind func(query string) string) *View {
+// transaction and remembers its own refusals.
+func New(raw Querier, opts Options) *View {
 	if v, ok := raw.(*View); ok {
 		raw = v.raw
 	}
-	return &View{raw: raw, translate: translate, refuse: refuse(ErrEndsTransaction), rebind: rebind}
+	return &View{raw: raw, Options: opts, refuse: opts.Refuse(ErrEndsTransaction)}
 }
 
 // Rebind rewrites query's ? placeholders to the database's own ($1 on Postgres).
 func (v *View) Rebind(query string) string {
-	if v.rebind == nil {
+	if v.Options.Rebind == nil {
 		return query
 	}
-	return v.rebind(query)
+	return v.Options.Rebind(query)
 }
 
 // Refused is the error of the first statement the view refused, or nil.
@@ -84,9 +97,11 @@ func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.
 	if err := v.check(query); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	res, err := v.raw.ExecContext(ctx, query, args...)
+	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
-		return nil, v.translate(err, query)
+		return nil, v.Translate(err, query)
 	}
 	return res, nil
 }
@@ -96,9 +111,11 @@ func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sq
 	if err := v.check(query); err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	rows, err := v.raw.QueryContext(ctx, query, args...)
+	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
-		return nil, v.translate(err, query)
+		return nil, v.Translate(err, query)
 	}
 	return rows, nil
 }

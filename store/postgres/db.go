@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -49,6 +50,17 @@ type Options struct {
 	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
 	// the database's own migrations. Clean-up's Install still creates its triggers.
 	ExternalMigrations bool
+
+	// Logger receives what refset does that an operator wants to know: transactions
+	// the database aborted and refset retried (debug), conflicts that outlasted the
+	// retries (warn), commits whose outcome is unknown (error), statements slower than
+	// SlowStatement (warn), and clean-up's passes. Nil: refset logs nothing.
+	Logger *slog.Logger
+
+	// SlowStatement is the duration past which a statement refset runs (its own, and
+	// those of Commands and InTx functions) is logged; a query is timed until its
+	// first row is ready. Zero means one second; a negative value turns the log off.
+	SlowStatement time.Duration
 }
 
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
@@ -60,6 +72,8 @@ type DB struct {
 	isolation  sql.IsolationLevel
 	unprepared bool
 	ownsPool   bool // Open made the pool, so Close closes it
+	logger     *slog.Logger
+	slow       time.Duration
 	closed     atomic.Bool
 	driverHandle
 }
@@ -165,6 +179,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	}
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
 	db.driverHandle = driver.NewHandle(dialectDriver{pool: pool, unprepared: opts.Unprepared, external: opts.ExternalMigrations})
+	db.logger, db.slow = opts.Logger, slowThreshold(opts.SlowStatement)
 	return db, nil
 }
 
@@ -198,6 +213,12 @@ func (db *DB) Unprepared() bool { return db.unprepared }
 // in a literal, a quoted name or a comment as it is.
 func (db *DB) Rebind(query string) string { return sqltext.Dollar(query) }
 
+// Logger is where refset logs what it does in db (Options.Logger), or nil.
+func (db *DB) Logger() *slog.Logger { return db.logger }
+
+// SlowStatement is the duration past which a statement is logged.
+func (db *DB) SlowStatement() time.Duration { return db.slow }
+
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }
 
@@ -208,4 +229,16 @@ func (db *DB) Close() error {
 		return nil
 	}
 	return db.Pool.Close()
+}
+
+// slowThreshold is Options.SlowStatement with its zero value made one second and a
+// negative one off.
+func slowThreshold(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return time.Second
+	case d < 0:
+		return 0
+	}
+	return d
 }

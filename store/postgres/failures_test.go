@@ -26,7 +26,8 @@ func TestInducedFailures(t *testing.T) {
 }
 
 func testInducedFailures(t *testing.T, driver string) {
-	db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
+	logs := newLogRecorder()
+	db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Logger: logs.logger()})
 	ctx := t.Context()
 	for _, q := range []string{
 		`CREATE TABLE items (id text PRIMARY KEY)`,
@@ -76,6 +77,11 @@ func testInducedFailures(t *testing.T, driver string) {
 				require.ErrorIs(t, err, want)
 			}
 			require.NotErrorIs(t, err, refset.ErrConflict, "not retried as a conflict")
+			if errors.Is(err, refset.ErrCommitUnknown) {
+				lost := logs.find("refset: connection lost while committing; the transaction may or may not have committed")
+				require.Len(t, lost, 1, "an unknown commit is logged")
+				assert.Equal(t, "ERROR", lost[0]["level"])
+			}
 			assert.Equal(t, 0, count(t, db, `SELECT count(*) FROM items WHERE id = 'written'`), "nothing was committed")
 			assert.Equal(t, 0, count(t, db, `SELECT count(*) FROM doomed`), "nothing was committed")
 			// The pool drops the lost connection; the next unit of work goes through.

@@ -22,7 +22,8 @@ func TestInTxRetriesSerializationFailures(t *testing.T) {
 
 func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 	dsn := pgtest.DSN(t)
-	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver})
+	logs := newLogRecorder()
+	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver, Logger: logs.logger()})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()
@@ -76,5 +77,10 @@ func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 	assert.Equal(t, rows, distinct, "no sequence number twice")
 	assert.Equal(t, rows, top, "no gaps")
 	assert.Greater(t, attempts.Load(), rows, "the workload produced conflicts, so retries were exercised")
+	retries := logs.find("refset: transaction aborted by the database; retrying")
+	assert.Len(t, retries, int(attempts.Load()-rows), "every retry is logged")
+	for _, r := range retries {
+		assert.Contains(t, r["cause"], "40001", "with its cause")
+	}
 	t.Logf("%d units, %d attempts", rows, attempts.Load())
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -41,6 +42,17 @@ type Options struct {
 	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
 	// the database's own migrations. Clean-up's Install still creates its triggers.
 	ExternalMigrations bool
+
+	// Logger receives what refset does that an operator wants to know: transactions
+	// the database aborted and refset retried (debug), conflicts that outlasted the
+	// retries (warn), commits whose outcome is unknown (error), statements slower than
+	// SlowStatement (warn), and clean-up's passes. Nil: refset logs nothing.
+	Logger *slog.Logger
+
+	// SlowStatement is the duration past which a statement refset runs (its own, and
+	// those of Commands and InTx functions) is logged; a query is timed until its
+	// first row is ready. Zero means one second; a negative value turns the log off.
+	SlowStatement time.Duration
 }
 
 // DB is a SQLite database opened for refset. It implements refset.Database, so
@@ -54,6 +66,8 @@ type DB struct {
 
 	driverHandle
 	ownsPools bool // Open made the pools, so Close closes them
+	logger    *slog.Logger
+	slow      time.Duration
 	closed    atomic.Bool
 }
 
@@ -122,13 +136,15 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		reader.Close()
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
-	return newDB(writer, reader, true, opts.ExternalMigrations), nil
+	return newDB(writer, reader, true, opts), nil
 }
 
 // newDB is a database on writer and readers, carrying its driver.
-func newDB(writer, readers *sqlx.DB, ownsPools, external bool) *DB {
+func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
+	external := opts.ExternalMigrations
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
 	db.driverHandle = driver.NewHandle(dialectDriver{pool: writer.DB, external: external})
+	db.logger, db.slow = opts.Logger, slowThreshold(opts.SlowStatement)
 	return db
 }
 
@@ -144,8 +160,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools, external bool) *DB {
 //     instead of failing with "database is locked";
 //   - the readers are on the same file.
 //
-// The pools stay the caller's: Close leaves them open.
-func New(ctx context.Context, writer, readers *sql.DB) (*DB, error) {
+// The pools stay the caller's: Close leaves them open. Of opts, New uses Logger,
+// SlowStatement and ExternalMigrations; the others set up pools Open makes.
+func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error) {
 	if writer == nil {
 		return nil, fmt.Errorf("refset/sqlite: new: %w: nil writer pool", refset.ErrInvalidConfig)
 	}
@@ -160,7 +177,7 @@ func New(ctx context.Context, writer, readers *sql.DB) (*DB, error) {
 	if err := checkPools(ctx, writer, readers); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/sqlite: new: %w", err))
 	}
-	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false, false), nil
+	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false, opts), nil
 }
 
 // checkPools checks that writer and readers are set up as refset needs (see New).
@@ -270,6 +287,12 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	return sqlstore.NewTx(tx, db), nil
 }
 
+// Logger is where refset logs what it does in db (Options.Logger), or nil.
+func (db *DB) Logger() *slog.Logger { return db.logger }
+
+// SlowStatement is the duration past which a statement is logged.
+func (db *DB) SlowStatement() time.Duration { return db.slow }
+
 // Reader is the read-only pool.
 func (db *DB) Reader() refset.Querier { return db.Readers }
 
@@ -280,4 +303,16 @@ func (db *DB) Close() error {
 		return nil
 	}
 	return errors.Join(db.Readers.Close(), db.Writer.Close())
+}
+
+// slowThreshold is Options.SlowStatement with its zero value made one second and a
+// negative one off.
+func slowThreshold(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return time.Second
+	case d < 0:
+		return 0
+	}
+	return d
 }

@@ -33,7 +33,7 @@ func TestNewFromCallersPools(t *testing.T) {
 		_, err := writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
 		require.NoError(t, err)
 
-		db, err := New(ctx, writer, readers)
+		db, err := New(ctx, writer, readers, Options{})
 		require.NoError(t, err)
 		store, err := NewStore[item, string](ctx, db, Config{Table: "items"})
 		require.NoError(t, err)
@@ -79,13 +79,13 @@ func TestNewFromCallersPools(t *testing.T) {
 			default:
 				readers = open(t, file+tc.readers, 2)
 			}
-			_, err := New(ctx, writer, readers)
+			_, err := New(ctx, writer, readers, Options{})
 			require.ErrorIs(t, err, refset.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tc.wantInMessage)
 		})
 	}
 
-	_, err := New(ctx, nil, nil)
+	_, err := New(ctx, nil, nil, Options{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 }
 
@@ -99,6 +99,6 @@ func (i item) ID() string { return i.Key }
 // The pools Open sets up pass New's checks: the checks ask for what Open does.
 func TestOpenPoolsPassNewChecks(t *testing.T) {
 	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := New(t.Context(), db.Writer.DB, db.Readers.DB)
+	_, err := New(t.Context(), db.Writer.DB, db.Readers.DB, Options{})
 	require.NoError(t, err)
 }

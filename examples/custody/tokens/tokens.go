@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math"
 	mrand "math/rand/v2"
 	"strings"
@@ -88,6 +89,10 @@ type Config struct {
 	// back-off (up to 250 ms apart, so many waiters do not swamp the database). Zero
 	// means it fails with ErrLocked at once.
 	LockWait time.Duration
+	// Logger receives the tokens' clean-up passes (expired locks removed; see
+	// cleanup.Config.Logger). Nil means the database's logger (the stores'
+	// Options.Logger), if any.
+	Logger *slog.Logger
 }
 
 // Vault holds the tokens of one database. Replicas each open their own Vault on the
@@ -120,7 +125,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	if grace <= 0 {
 		grace = time.Minute
 	}
-	collect := cleanup.Config{Table: "tokens", Grace: grace}
+	collect := cleanup.Config{Table: "tokens", Grace: grace, Logger: cfg.Logger}
 	drv, err := driver.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)

@@ -1,0 +1,71 @@
+package sqlite
+
+import (
+	"bytes"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLogging: on SQLite too, a slow statement and clean-up's passes reach the
+// logger given in Options, with structured attributes.
+func TestLogging(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx := t.Context()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Logger: log, SlowStatement: time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+
+	// An Exec runs the statement through; a query is timed to its first row.
+	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) SELECT count(*) FROM c`)
+		return err
+	}))
+	assert.Contains(t, out.String(), `msg="refset: slow statement"`)
+	assert.Contains(t, out.String(), `statement="WITH RECURSIVE c(x)`)
+
+	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+	require.NoError(t, err)
+	store, err := NewStore[item, string](ctx, db, Config{Table: "items"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond})
+	require.NoError(t, err)
+	_, err = refset.New(store).Add(ctx, item{Key: "gone", N: 1})
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	_, err = c.Collect(ctx)
+	require.NoError(t, err)
+	var collected string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, `msg="refset/cleanup: collected"`) && strings.Contains(line, "deleted=1") {
+			collected = line
+		}
+	}
+	assert.Contains(t, collected, "table=items", "the pass is logged with its table and counts")
+}
