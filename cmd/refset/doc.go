@@ -6,15 +6,30 @@
 //	refset why     [--json] --db DB --table T ID     every row that keeps object ID of set T alive
 //	refset check   [--json] --db DB --table T        leaked objects and dangling references of set T
 //	refset collect [--until-empty] --db DB --table T delete what nothing references
+//	refset sweep   --db DB --table T [--grace D]     queue every unreachable object, then collect
+//	refset migrate status [--json] [--table T ...]   each component's recorded and available version
+//	refset migrate up     [--table T ...]            apply what is pending, print what was done
+//	refset migrate sql    [--table T ...]            print the pending script; change nothing
+//	refset migrate down   --component C --target N   undo one component's migrations down to N
+//	refset holds ls [--json] [--expired] [--holder H] --table T   a set's holds
+//	refset holds rm --expired [--holder H] --table T delete expired holds, by the database's clock
+//
+// migrate works on the sets named by --table (a table no store registered yet is
+// described as its store would build it by default), or on every set refset_sets
+// records. migrate sql is for a DBA who owns the schema (the stores'
+// ExternalMigrations): run its output in one transaction, and migrate status then
+// reports nothing pending. holds rm deletes expired holds only; a live hold is its
+// holder's to unhold, so without --expired it refuses.
 //
 // --db is a SQLite file path, or a PostgreSQL DSN (a postgres:// or postgresql:// URL,
 // or key=value pairs); --driver pgx|postgres picks the Postgres driver (lib/pq by
 // default). A SQLite file that does not exist is an error, never created. Every
 // command takes -h.
 //
-// status, why and check only read: they install no clean-up triggers (those carry
-// the grace period of the program that owns the set, which a tool must not change).
-// collect installs clean-up as the program does (cleanup.Install), with --grace.
+// status, why, check, migrate status, migrate sql and holds ls only read, and install
+// no clean-up triggers (those carry the grace period of the program that owns the set,
+// which a tool must not change). collect and sweep install clean-up as the program
+// does (cleanup.Install), with --grace.
 //
 // Exit codes: 0 success; 1 check found leaked objects or dangling references; 2 the
 // command could not do its job (bad usage, an unreachable database, an unknown set or

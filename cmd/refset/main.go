@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -47,12 +48,19 @@ var commands = []command{
 	{name: "why", args: "ID", positional: 1, summary: "every row that keeps object ID of the set on --table alive", setup: whyCommand},
 	{name: "check", summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: checkCommand},
 	{name: "collect", summary: "delete what nothing references in the set on --table", setup: collectCommand},
+	{name: "sweep", summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
+	{name: "migrate status", summary: "each component's recorded and available schema version, and what is pending", setup: migrateStatusCommand},
+	{name: "migrate up", summary: "apply the pending migrations of refset's tables and print what was done", setup: migrateUpCommand},
+	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: migrateSQLCommand},
+	{name: "migrate down", summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
+	{name: "holds ls", summary: "list the holds of the set on --table", setup: holdsListCommand},
+	{name: "holds rm", summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
 }
 
 func usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: refset <command> [flags]\n\nCommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nrefset <command> -h shows a command's flags.\n"+
 		"Exit codes: 0 success, 1 check found leaked or dangling objects, 2 usage, connection or database error.\n")
@@ -68,14 +76,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return exitOK
 	}
-	var cmd *command
-	for i := range commands {
-		if commands[i].name == args[0] {
-			cmd = &commands[i]
-		}
-	}
+	cmd, words := lookup(args)
 	if cmd == nil {
-		fmt.Fprintf(stderr, "refset: unknown command %q\n\n", args[0])
+		if subs := subcommands(args[0]); len(subs) > 0 {
+			fmt.Fprintf(stderr, "refset %s: want one of %s\n\n", args[0], strings.Join(subs, ", "))
+		} else {
+			fmt.Fprintf(stderr, "refset: unknown command %q\n\n", args[0])
+		}
 		usage(stderr)
 		return exitError
 	}
@@ -91,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
 	}
-	pos, err := parse(fs, args[1:])
+	pos, err := parse(fs, args[words:])
 	if errors.Is(err, flag.ErrHelp) {
 		cmdUsage(stdout)
 		return exitOK
@@ -120,6 +127,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	return code
+}
+
+// lookup finds the command args start with, a name of one word (status) or two
+// (migrate up), and how many arguments its name took.
+func lookup(args []string) (*command, int) {
+	for i := range commands {
+		words := strings.Fields(commands[i].name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			return &commands[i], len(words)
+		}
+	}
+	return nil, 0
+}
+
+// subcommands are the second words of the commands named group (migrate: status,
+// up, ...), none if group is no group.
+func subcommands(group string) []string {
+	var subs []string
+	for _, c := range commands {
+		if g, sub, ok := strings.Cut(c.name, " "); ok && g == group {
+			subs = append(subs, sub)
+		}
+	}
+	return subs
 }
 
 // parse parses flags wherever they stand among the arguments (refset why ID --table

@@ -16,6 +16,7 @@ import (
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
@@ -266,6 +267,74 @@ func TestCommands(t *testing.T) {
 			name: "why without an ID", args: []string{"why", "--table", "blocks"},
 			code: exitError, stderr: []string{"want 1 argument(s)", "Usage: refset why"},
 		},
+		{
+			name: "holds rm refuses without --expired", args: []string{"holds", "rm", "--table", "blocks"},
+			code: exitError, stderr: []string{"give --expired"},
+		},
+		{
+			name: "holds ls text", args: []string{"holds", "ls", "--table", "blocks"},
+			stdout: []string{"OBJECT", "alice", "(expired)", "8 holds in blocks_holds"},
+		},
+		{
+			name: "holds ls json: every hold, live ones too", args: []string{"holds", "ls", "--json", "--table", "blocks"},
+			json: func(t *testing.T, out []byte) {
+				var h holdsJSON
+				require.NoError(t, json.Unmarshal(out, &h))
+				require.Len(t, h.Holds, 8, "holds rm without --expired must have deleted nothing")
+				require.Equal(t, "blocks_holds", unqualified(h.Table))
+				for _, hold := range h.Holds {
+					require.Equal(t, hold.Holder == "bob", hold.Expired, hold.Holder)
+					require.Equal(t, hold.Holder == "bob", hold.ExpiresAt != nil, hold.Holder)
+					require.InDelta(t, 0, h.Now.Sub(hold.CreatedAt).Seconds(), 600, "created by the database's clock, just now")
+				}
+			},
+		},
+		{
+			name: "holds ls --expired", args: []string{"holds", "ls", "--expired", "--json", "--table", "blocks"},
+			json: func(t *testing.T, out []byte) {
+				var h holdsJSON
+				require.NoError(t, json.Unmarshal(out, &h))
+				require.Len(t, h.Holds, 1)
+				bob := h.Holds[0]
+				require.Equal(t, []string{"bob", "e"}, []string{bob.Holder, bob.ObjectID})
+				require.True(t, bob.Expired)
+				require.InDelta(t, time.Hour.Seconds(), h.Now.Sub(*bob.ExpiresAt).Seconds(), 60, "expired an hour ago by the database's clock")
+			},
+		},
+		{
+			name: "holds ls --holder", args: []string{"holds", "ls", "--holder", "alice", "--json", "--table", "blocks"},
+			json: func(t *testing.T, out []byte) {
+				var h holdsJSON
+				require.NoError(t, json.Unmarshal(out, &h))
+				require.Len(t, h.Holds, 1)
+				require.Equal(t, []string{"alice", "h"}, []string{h.Holds[0].Holder, h.Holds[0].ObjectID})
+				require.Nil(t, h.Holds[0].ExpiresAt)
+			},
+		},
+		{
+			name: "holds ls of an unknown set", args: []string{"holds", "ls", "--table", "nosuch"},
+			code: exitError, stderr: []string{"no set on table nosuch"},
+		},
+		{
+			name: "migrate status of an up-to-date database", args: []string{"migrate", "status", "--json"},
+			json: func(t *testing.T, out []byte) {
+				var m migrateStatusJSON
+				require.NoError(t, json.Unmarshal(out, &m))
+				require.Equal(t, migrateStatusJSON{Components: []componentJSON{
+					{Component: "core", Recorded: 1, Available: 1},
+					{Component: "set:blocks", Recorded: 2, Available: 2},
+					{Component: "set:tokens", Recorded: 2, Available: 2},
+				}}, m)
+			},
+		},
+		{
+			name: "migrate sql with nothing pending", args: []string{"migrate", "sql"},
+			stdout: []string{"-- refset schema: nothing pending."},
+		},
+		{
+			name: "migrate down without --component", args: []string{"migrate", "down", "--target", "0"},
+			code: exitError, stderr: []string{"--component and --target"},
+		},
 	}
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -316,6 +385,15 @@ func TestUsage(t *testing.T) {
 		{name: "why -h", args: []string{"why", "-h"}, stdout: []string{"Usage: refset why [flags] ID", "-table"}},
 		{name: "check -h", args: []string{"check", "-h"}, stdout: []string{"Usage: refset check", "-table"}},
 		{name: "collect -h", args: []string{"collect", "-h"}, stdout: []string{"Usage: refset collect", "-until-empty", "-grace"}},
+		{name: "sweep -h", args: []string{"sweep", "-h"}, stdout: []string{"Usage: refset sweep", "-table", "-grace"}},
+		{name: "migrate status -h", args: []string{"migrate", "status", "-h"}, stdout: []string{"Usage: refset migrate status", "-table", "-json"}},
+		{name: "migrate up -h", args: []string{"migrate", "up", "-h"}, stdout: []string{"Usage: refset migrate up", "-table"}},
+		{name: "migrate sql -h", args: []string{"migrate", "sql", "-h"}, stdout: []string{"Usage: refset migrate sql", "-table"}},
+		{name: "migrate down -h", args: []string{"migrate", "down", "-h"}, stdout: []string{"Usage: refset migrate down", "-component", "-target"}},
+		{name: "holds ls -h", args: []string{"holds", "ls", "-h"}, stdout: []string{"Usage: refset holds ls", "-expired", "-holder", "-json"}},
+		{name: "holds rm -h", args: []string{"holds", "rm", "-h"}, stdout: []string{"Usage: refset holds rm", "-expired"}},
+		{name: "migrate without an action", args: []string{"migrate"}, code: exitError, stderr: []string{"refset migrate: want one of status, up, sql, down"}},
+		{name: "holds with an unknown action", args: []string{"holds", "frob"}, code: exitError, stderr: []string{"refset holds: want one of ls, rm"}},
 		{name: "unknown flag", args: []string{"status", "--frob"}, code: exitError, stderr: []string{"flag provided but not defined: -frob", "Usage: refset status"}},
 		{name: "no --db", args: []string{"status"}, code: exitError, stderr: []string{"--db is required"}},
 		{name: "missing SQLite file", args: []string{"status", "--db", missing}, code: exitError, stderr: []string{"no such file"}},
@@ -349,4 +427,144 @@ func TestStatusWithoutRefset(t *testing.T) {
 	_, stderr, code := runCLI(t, bin, "status", "--db", path)
 	require.Equal(t, exitError, code)
 	require.True(t, strings.Contains(stderr, "no refset tables"), stderr)
+}
+
+// cli runs the binary on one backend's database and fails the test unless it exits
+// with code; it returns stdout.
+func cli(t *testing.T, bin string, dbArgs []string, code int, args ...string) string {
+	t.Helper()
+	stdout, stderr, got := runCLI(t, bin, append(args, dbArgs...)...)
+	require.Equal(t, code, got, "refset %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout, stderr)
+	return stdout
+}
+
+func migrateStatus(t *testing.T, bin string, dbArgs []string, args ...string) migrateStatusJSON {
+	t.Helper()
+	var m migrateStatusJSON
+	require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "status", "--json"}, args...)...)), &m))
+	return m
+}
+
+// TestMigrate takes a database with the program's tables and none of refset's
+// through what a DBA does: status, the script (which changes nothing), the script run
+// by hand, then down and up again.
+func TestMigrate(t *testing.T) {
+	bin := buildCLI(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			db, dbArgs := b.open(t)
+			d, err := driver.Of(db)
+			require.NoError(t, err)
+			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));
+					CREATE TABLE tokens (id BIGINT PRIMARY KEY)`)
+				return err
+			}))
+			sets := []string{"--table", "blocks", "--table", "tokens"}
+			refsetTables := func() []string {
+				t.Helper()
+				var found []string
+				for _, name := range []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review", "tokens_holds", "tokens_review"} {
+					ok, err := d.SchemaSQL().TableExists(ctx, db.Reader(), sqlident.Ident{Name: name})
+					require.NoError(t, err)
+					if ok {
+						found = append(found, name)
+					}
+				}
+				return found
+			}
+
+			require.Equal(t, migrateStatusJSON{Components: []componentJSON{
+				{Component: "core", Available: 1, Pending: true},
+				{Component: "set:blocks", Available: 2, Pending: true, Register: true},
+				{Component: "set:tokens", Available: 2, Pending: true, Register: true},
+			}, Pending: "core 0 -> 1, set:blocks 0 -> 2, set:tokens 0 -> 2"}, migrateStatus(t, bin, dbArgs, sets...))
+			require.Contains(t, cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "status"}, sets...)...), "pending: core 0 -> 1")
+
+			script := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "sql"}, sets...)...)
+			require.Contains(t, script, "CREATE TABLE IF NOT EXISTS")
+			require.Empty(t, refsetTables(), "migrate sql must change nothing")
+
+			// The DBA runs the script in one transaction.
+			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, script)
+				return err
+			}))
+			require.Len(t, refsetTables(), 6)
+			require.Equal(t, migrateStatusJSON{Components: []componentJSON{
+				{Component: "core", Recorded: 1, Available: 1},
+				{Component: "set:blocks", Recorded: 2, Available: 2},
+				{Component: "set:tokens", Recorded: 2, Available: 2},
+			}}, migrateStatus(t, bin, dbArgs), "every set the script registered, nothing pending")
+			require.Equal(t, "nothing to do: every component is up to date\n", cli(t, bin, dbArgs, exitOK, "migrate", "up"))
+			require.Equal(t, "-- refset schema: nothing pending.\n", cli(t, bin, dbArgs, exitOK, "migrate", "sql"))
+
+			// Down and up again.
+			require.Equal(t, "applied set:tokens 2 -> 0\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:tokens", "--target", "0"))
+			require.Equal(t, []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review"}, refsetTables())
+			require.Len(t, migrateStatus(t, bin, dbArgs).Components, 2, "tokens is no set any more")
+			require.Equal(t, "applied set:blocks 2 -> 1\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:blocks", "--target", "1"))
+			require.Equal(t, componentJSON{Component: "set:blocks", Recorded: 1, Available: 2, Pending: true},
+				migrateStatus(t, bin, dbArgs).Components[1])
+			out := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "up"}, sets...)...)
+			require.Contains(t, out, "applied set:blocks 0 -> 2", "its queue was gone, so its migrations ran again")
+			require.Contains(t, out, "applied set:tokens 0 -> 2")
+			require.Len(t, refsetTables(), 6)
+			require.Empty(t, migrateStatus(t, bin, dbArgs, sets...).Pending)
+
+			// Mistakes change nothing.
+			_, stderr, code := runCLI(t, bin, append([]string{"migrate", "down", "--component", "set:blocks", "--target", "5"}, dbArgs...)...)
+			require.Equal(t, exitError, code)
+			require.Contains(t, stderr, "MigrateDown only goes down")
+			_, stderr, code = runCLI(t, bin, append([]string{"migrate", "up", "--table", "nosuch"}, dbArgs...)...)
+			require.Equal(t, exitError, code)
+			require.Contains(t, stderr, "no table nosuch")
+			require.Len(t, refsetTables(), 6)
+		})
+	}
+}
+
+// TestHoldsRemoveAndSweep changes prepare's state: holds rm deletes the expired hold
+// only, and sweep collects the leaked object check finds.
+func TestHoldsRemoveAndSweep(t *testing.T) {
+	bin := buildCLI(t)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			prepare(t, b, db)
+			ls := func(args ...string) []holdJSON {
+				t.Helper()
+				var h holdsJSON
+				require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, append([]string{"holds", "ls", "--json", "--table", "blocks"}, args...)...)), &h))
+				return h.Holds
+			}
+			require.Equal(t, "deleted 0 expired holds from blocks_holds\n",
+				unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--holder", "alice", "--table", "blocks")))
+			require.Equal(t, "deleted 1 expired holds from blocks_holds\n",
+				unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--table", "blocks")))
+			require.Empty(t, ls("--expired"))
+			require.Len(t, ls(), 7, "live holds stay")
+
+			cli(t, bin, dbArgs, exitFindings, "check", "--table", "blocks")
+			out := cli(t, bin, dbArgs, exitOK, "sweep", "--grace", "1h", "--table", "blocks")
+			// x (queued already), y (leaked) and e (whose hold rm removed) are
+			// unreachable; all three go.
+			require.Contains(t, out, "queued 3 unreachable objects")
+			require.Contains(t, out, "done: queued 3, deleted 3")
+			cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
+			for id, want := range map[string]int{"x": exitError, "y": exitError, "e": exitError, "h": exitOK, "g": exitOK} {
+				cli(t, bin, dbArgs, want, "why", id, "--table", "blocks")
+			}
+		})
+	}
+}
+
+// unqualifiedLine drops the schema Postgres names the holds table with in a line.
+func unqualifiedLine(s string) string {
+	from, table, ok := strings.Cut(strings.TrimSuffix(s, "\n"), " from ")
+	if !ok {
+		return s
+	}
+	return from + " from " + unqualified(table) + "\n"
 }

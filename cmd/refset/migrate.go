@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// tablesFlag is a flag given once per table (--table a --table b).
+type tablesFlag []string
+
+func (f *tablesFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *tablesFlag) Set(v string) error {
+	*f = append(*f, v)
+	return nil
+}
+
+// migration is what the migrate commands work on: the dialect's migrations and the
+// sets they cover.
+type migration struct {
+	db   opened
+	d    driver.Driver
+	sql  schema.SQL
+	sets []schema.Set
+}
+
+// newMigration describes the sets named by tables, or, when none is named, every set
+// refset_sets records. A named set that no store registered yet is described as its
+// store would build it by default (holds table T_holds, queue T_review, the ID the
+// table's one-column primary key), so that migrate can create its tables before the
+// program first runs.
+func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
+	d, err := driver.Of(db.Database)
+	if err != nil {
+		return migration{}, err
+	}
+	m := migration{db: db, d: d, sql: d.SchemaSQL()}
+	q := db.Reader()
+	hasSets, err := m.sql.TableExists(ctx, q, sqlident.Ident{Name: "refset_sets"})
+	if err != nil {
+		return migration{}, db.TranslateError(err, "")
+	}
+	if len(tables) == 0 && hasSets {
+		if tables, err = registeredTables(ctx, q); err != nil {
+			return migration{}, db.TranslateError(err, "")
+		}
+	}
+	for _, name := range tables {
+		set, err := m.describe(ctx, name, hasSets)
+		if err != nil {
+			return migration{}, err
+		}
+		m.sets = append(m.sets, set)
+	}
+	return m, nil
+}
+
+// registeredTables are the object tables of every set refset_sets records.
+func registeredTables(ctx context.Context, q refset.Querier) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT table_name FROM refset_sets ORDER BY table_name`)
+	if err != nil {
+		return nil, err
+	}
+	var tables []string
+	for rows.Next() {
+		var t string
+		if err := rows.Scan(&t); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	return tables, errors.Join(rows.Err(), rows.Close())
+}
+
+// describe is the schema.Set of the set on table name: its registration if it has
+// one, the store's defaults if not, and its ID column's type from the catalog.
+func (m migration) describe(ctx context.Context, name string, hasSets bool) (schema.Set, error) {
+	table, err := sqlident.Parse(name, true)
+	if err != nil {
+		return schema.Set{}, err
+	}
+	cols, err := m.d.Columns(ctx, m.db.Reader(), table)
+	if err != nil {
+		return schema.Set{}, fmt.Errorf("reading the columns of %s: %w", table, m.db.TranslateError(err, ""))
+	}
+	if len(cols) == 0 {
+		return schema.Set{}, fmt.Errorf("%w: no table %s", refset.ErrNotFound, table)
+	}
+	set := schema.Set{Table: table}
+	reg, err := schema.Registered{}, refset.ErrNotFound
+	if hasSets {
+		reg, err = schema.Lookup(ctx, m.db.Reader(), m.d.Schema(), table)
+	}
+	switch {
+	case err == nil:
+		set.IDColumn, set.Holds, set.Queue = reg.IDColumn, reg.Holds, reg.Queue
+	case errors.Is(err, refset.ErrNotFound):
+		var keys []string
+		for _, c := range cols {
+			if c.Primary {
+				keys = append(keys, c.Name)
+			}
+		}
+		if len(keys) != 1 {
+			return schema.Set{}, fmt.Errorf("%w: %s has no set registered and its primary key is %d columns, not one: build its store first",
+				refset.ErrInvalidConfig, table, len(keys))
+		}
+		set.IDColumn = keys[0]
+		if set.Holds, err = table.WithName(table.Name + "_holds"); err != nil {
+			return schema.Set{}, err
+		}
+		if set.Queue, err = table.WithName(table.Name + "_review"); err != nil {
+			return schema.Set{}, err
+		}
+	default:
+		return schema.Set{}, m.db.TranslateError(err, "")
+	}
+	for _, c := range cols {
+		if c.Name == set.IDColumn {
+			set.IDType = c.Type
+		}
+	}
+	if set.IDType == "" {
+		return schema.Set{}, fmt.Errorf("%w: %s has no column %s, which refset_sets names as its ID", refset.ErrSchema, table, set.IDColumn)
+	}
+	return set, nil
+}
+
+// pending is the plan of what the database lacks.
+func (m migration) pending(ctx context.Context) (schema.Plan, error) {
+	p, err := schema.Pending(ctx, m.db.Reader(), m.sql, m.sets...)
+	if err != nil && !refset.IsSentinel(err) {
+		err = m.db.TranslateError(err, "")
+	}
+	return p, err
+}
+
+// componentJSON is one line of migrate status.
+type componentJSON struct {
+	Component string `json:"component"`
+	Recorded  int    `json:"recorded"`  // in refset_schema_version; 0 when none
+	Available int    `json:"available"` // the last migration this build of refset has
+	Pending   bool   `json:"pending"`   // the plan has a step for it
+	// Register says the set's registration in refset_sets is missing or differs.
+	Register bool `json:"register"`
+}
+
+type migrateStatusJSON struct {
+	Components []componentJSON `json:"components"`
+	Pending    string          `json:"pending"` // the plan, as schema.Plan.String; "" when up to date
+}
+
+// status is the recorded, available and pending state of core and of each set.
+func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
+	p, err := m.pending(ctx)
+	if err != nil {
+		return migrateStatusJSON{}, err
+	}
+	doc := migrateStatusJSON{Components: []componentJSON{}, Pending: p.String()}
+	components := []string{"core"}
+	for _, s := range m.sets {
+		components = append(components, "set:"+s.Table.String())
+	}
+	hasVersions, err := m.sql.TableExists(ctx, m.db.Reader(), sqlident.Ident{Name: "refset_schema_version"})
+	if err != nil {
+		return doc, m.db.TranslateError(err, "")
+	}
+	for _, c := range components {
+		kind, _, _ := strings.Cut(c, ":")
+		ms, err := schema.Migrations(m.sql, kind)
+		if err != nil {
+			return doc, err
+		}
+		j := componentJSON{Component: c, Available: ms[len(ms)-1].Version}
+		if hasVersions {
+			err := m.db.Reader().QueryRowContext(ctx, m.d.Schema().Rebind(`SELECT version FROM refset_schema_version WHERE component = ?`), c).Scan(&j.Recorded)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return doc, m.db.TranslateError(err, "")
+			}
+		}
+		for _, s := range p {
+			if s.Component == c {
+				j.Pending, j.Register = true, s.Register
+			}
+		}
+		doc.Components = append(doc.Components, j)
+	}
+	return doc, nil
+}
+
+func migrateStatusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	asJSON := fs.Bool("json", false, "print JSON")
+	var tables tablesFlag
+	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		m, err := newMigration(ctx, db, tables)
+		if err != nil {
+			return exitError, err
+		}
+		doc, err := m.status(ctx)
+		if err != nil {
+			return exitError, err
+		}
+		if *asJSON {
+			return exitOK, writeJSON(out, doc)
+		}
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "COMPONENT\tRECORDED\tAVAILABLE\tPENDING")
+		for _, c := range doc.Components {
+			pending := "-"
+			switch {
+			case c.Pending && c.Register && c.Recorded == c.Available:
+				pending = "registration"
+			case c.Pending:
+				pending = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Component, c.Recorded, c.Available, pending)
+		}
+		if err := tw.Flush(); err != nil {
+			return exitError, err
+		}
+		if doc.Pending == "" {
+			fmt.Fprintln(out, "\nnothing pending")
+		} else {
+			fmt.Fprintf(out, "\npending: %s (refset migrate up applies it; refset migrate sql prints it)\n", doc.Pending)
+		}
+		return exitOK, nil
+	}
+}
+
+func migrateUpCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	var tables tablesFlag
+	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		m, err := newMigration(ctx, db, tables)
+		if err != nil {
+			return exitError, err
+		}
+		done, err := schema.Apply(ctx, db.Database, m.sql, m.sets...)
+		if err != nil {
+			return exitError, err
+		}
+		if len(done) == 0 {
+			fmt.Fprintln(out, "nothing to do: every component is up to date")
+		}
+		for _, a := range done {
+			fmt.Fprintf(out, "applied %s\n", a)
+		}
+		return exitOK, nil
+	}
+}
+
+func migrateSQLCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	var tables tablesFlag
+	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		m, err := newMigration(ctx, db, tables)
+		if err != nil {
+			return exitError, err
+		}
+		p, err := m.pending(ctx)
+		if err != nil {
+			return exitError, err
+		}
+		if len(p) == 0 {
+			// A comment, so that the output is still a script a tool may run.
+			fmt.Fprintln(out, "-- refset schema: nothing pending.")
+			return exitOK, nil
+		}
+		_, err = io.WriteString(out, p.SQL())
+		return exitOK, err
+	}
+}
+
+func migrateDownCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+	component := fs.String("component", "", `the component to take down: "core" or "set:<table>" (required)`)
+	target := fs.Int("target", -1, "the version to take it down to; 0 removes its tables and their rows (required)")
+	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+		if *component == "" || *target < 0 {
+			return exitError, fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
+		}
+		d, err := driver.Of(db.Database)
+		if err != nil {
+			return exitError, err
+		}
+		a, err := schema.MigrateDown(ctx, db.Database, d.SchemaSQL(), *component, *target)
+		if err != nil {
+			return exitError, err
+		}
+		if a.From == a.To {
+			fmt.Fprintf(out, "nothing to do: %s is at version %d\n", a.Component, a.To)
+			return exitOK, nil
+		}
+		fmt.Fprintf(out, "applied %s\n", a)
+		return exitOK, nil
+	}
+}
