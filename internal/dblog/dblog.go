@@ -19,6 +19,18 @@ type Logging interface {
 	SlowStatement() time.Duration
 }
 
+// Threshold is a store's Options.SlowStatement as refset uses it: zero means one
+// second, a negative duration none.
+func Threshold(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return time.Second
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
 // discard is the logger of a database that has none.
 var discard = slog.New(slog.DiscardHandler)
 

@@ -35,6 +35,30 @@ type Driver interface {
 	Unprepared() bool
 }
 
+// Binding is what ties a dialect to one database, the same for every store: the
+// pool and the options that change what the Driver does. A store's driver embeds it
+// beside its dialect.
+type Binding struct {
+	pool       *sql.DB
+	unprepared bool
+	external   bool
+}
+
+// Bind returns the Binding of a database whose write transactions and prepared
+// statements are on pool.
+func Bind(pool *sql.DB, unprepared, externalMigrations bool) Binding {
+	return Binding{pool: pool, unprepared: unprepared, external: externalMigrations}
+}
+
+// Pool is the pool the database begins its write transactions on.
+func (b Binding) Pool() *sql.DB { return b.pool }
+
+// Unprepared reports that statements run unprepared.
+func (b Binding) Unprepared() bool { return b.unprepared }
+
+// ExternalMigrations reports that stores run no DDL and check the schema instead.
+func (b Binding) ExternalMigrations() bool { return b.external }
+
 // Handle carries a database's Driver. A store's database embeds it through an
 // unexported alias, so the field stays out of the database's API.
 type Handle struct{ d Driver }

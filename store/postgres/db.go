@@ -14,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/sqltext"
@@ -178,8 +179,8 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
-	db.driverHandle = driver.NewHandle(dialectDriver{pool: pool, unprepared: opts.Unprepared, external: opts.ExternalMigrations})
-	db.logger, db.slow = opts.Logger, slowThreshold(opts.SlowStatement)
+	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
+	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	return db, nil
 }
 
@@ -229,16 +230,4 @@ func (db *DB) Close() error {
 		return nil
 	}
 	return db.Pool.Close()
-}
-
-// slowThreshold is Options.SlowStatement with its zero value made one second and a
-// negative one off.
-func slowThreshold(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return time.Second
-	case d < 0:
-		return 0
-	}
-	return d
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
@@ -141,10 +142,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 
 // newDB is a database on writer and readers, carrying its driver.
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
-	external := opts.ExternalMigrations
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
-	db.driverHandle = driver.NewHandle(dialectDriver{pool: writer.DB, external: external})
-	db.logger, db.slow = opts.Logger, slowThreshold(opts.SlowStatement)
+	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(writer.DB, false, opts.ExternalMigrations)})
+	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	return db
 }
 
@@ -303,16 +303,4 @@ func (db *DB) Close() error {
 		return nil
 	}
 	return errors.Join(db.Readers.Close(), db.Writer.Close())
-}
-
-// slowThreshold is Options.SlowStatement with its zero value made one second and a
-// negative one off.
-func slowThreshold(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return time.Second
-	case d < 0:
-		return 0
-	}
-	return d
 }

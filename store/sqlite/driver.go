@@ -1,8 +1,6 @@
 package sqlite
 
 import (
-	"database/sql"
-
 	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/schema"
 )
@@ -11,22 +9,18 @@ import (
 type driverHandle = driver.Handle
 
 // dialectDriver is this store's driver.Driver, bound to one database: its statements
-// and catalog reads (dialect), its clean-up SQL (cleanupDialect), and the pool its
-// write transactions and prepared statements are on.
+// and catalog reads (dialect), its clean-up SQL (cleanupDialect), and the pool and
+// options of the database (driver.Binding).
 type dialectDriver struct {
 	dialect
 	cleanupDialect
-	pool       *sql.DB
-	unprepared bool
-	external   bool // Options.ExternalMigrations
+	driver.Binding
 }
 
+// Schema and SchemaSQL: dialect and cleanupDialect both have them, so say which.
 func (dialectDriver) Schema() schema.Dialect { return schema.SQLite }
 
-func (d dialectDriver) Pool() *sql.DB { return d.pool }
-
-func (d dialectDriver) Unprepared() bool { return d.unprepared }
-
-func (d dialectDriver) ExternalMigrations() bool { return d.external }
-
 func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }
+
+// ExternalMigrations is the database's option, not the bare dialect's false.
+func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
