@@ -171,6 +171,7 @@ type Collector struct {
 	batch   int
 	workers int
 	log     *slog.Logger
+	obs     refset.Observer
 }
 
 // ErrUnindexed: a referencing column has no index, so every review would scan its
@@ -270,7 +271,7 @@ func newCollector(db refset.Database, d Dialect, cfg Config) (*Collector, error)
 		log, _ = dblog.Of(db)
 	}
 	log = log.With(slog.String("table", table.String()))
-	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log}, nil
+	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log, obs: refset.ObserverOf(db)}, nil
 }
 
 // describe completes p from the set's registration and the catalog, through q: the
@@ -381,6 +382,7 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		slog.Int64("reviewed", total.Reviewed), slog.Int64("postponed", total.Postponed),
 		slog.Int64("refused", total.Refused), slog.Int("batches", total.Batches),
 		slog.Duration("duration", total.Duration))
+	c.obs.Collected(ctx, total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
 	return total, nil
 }
 

@@ -165,14 +165,9 @@ func status(ctx context.Context, q refset.Querier, d Dialect) (DatabaseStatus, e
 		if err != nil {
 			return s, fmt.Errorf("%s: %w", reg.Holds, err)
 		}
-		oldest, read := ck.Scan()
-		err = q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*),
-			coalesce(sum(CASE WHEN review_after <= %[1]s THEN 1 ELSE 0 END), 0), min(review_after)
-			FROM %[2]s`, ck.Now, reg.Queue.Quoted())).Scan(&st.Queued, &st.Overdue, oldest)
-		if err != nil {
+		if st.Queued, st.Overdue, st.OldestDue, err = queueState(ctx, q, ck, reg.Queue); err != nil {
 			return s, fmt.Errorf("%s: %w", reg.Queue, err)
 		}
-		st.OldestDue = read()
 		s.Sets = append(s.Sets, st)
 	}
 
@@ -190,3 +185,35 @@ func status(ctx context.Context, q refset.Querier, d Dialect) (DatabaseStatus, e
 	}
 	return s, errors.Join(rows.Err(), rows.Close())
 }
+
+// queueState reads a review queue: its entries, those due now by the database's
+// clock (the comparison CollectBatch makes), and the earliest review time (zero when
+// the queue is empty).
+func queueState(ctx context.Context, q refset.Querier, ck Clock, queue sqlident.Ident) (queued, overdue int64, oldest time.Time, err error) {
+	dst, read := ck.Scan()
+	err = q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*),
+		coalesce(sum(CASE WHEN review_after <= %[1]s THEN 1 ELSE 0 END), 0), min(review_after)
+		FROM %[2]s`, ck.Now, queue.Quoted())).Scan(&queued, &overdue, dst)
+	if err != nil {
+		return 0, 0, time.Time{}, err
+	}
+	return queued, overdue, read(), nil
+}
+
+// Queue reads the set's review queue on the database's reader: depth is its entries,
+// overdue those due now, which the next Collect reviews. Overdue that stays above zero
+// between passes says clean-up lags. It is one scan of the queue, cheap enough for a
+// metrics gauge. Errors: refset.ErrSchema when the queue is gone, and the read errors
+// of Check.
+func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	depth, overdue, _, err = queueState(ctx, c.db.Reader(), c.dialect.Clock(), c.plan.Queue)
+	if err = c.readError(err); err != nil {
+		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", c.plan.Table, err)
+	}
+	return depth, overdue, nil
+}
+
+// Table is the set's object table, as the collector names it in its errors and logs
+// (qualified with its schema on Postgres): a label for its metrics.
+func (c *Collector) Table() string { return c.plan.Table.String() }

@@ -22,11 +22,13 @@ type RefSet[T Identifiable[ID], ID comparable] struct {
 	store SetStore[T, ID]
 	db    Database
 	cache *cache[T, ID]
+	obs   Observer // the database's, found once
 }
 
 // New returns a RefSet kept in store.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
-	return &RefSet[T, ID]{store: store, db: store.Database(), cache: newCache[T, ID]()}
+	db := store.Database()
+	return &RefSet[T, ID]{store: store, db: db, cache: newCache[T, ID](), obs: ObserverOf(db)}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -73,6 +75,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 	if err != nil {
 		return nil, fmt.Errorf("refset: add %v: %w", id, err)
 	}
+	s.obs.Added(ctx, 1)
 	return newToken[ID](id, s), nil
 }
 
@@ -107,6 +110,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	if err != nil {
 		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
 	}
+	s.obs.Added(ctx, len(objs))
 	return toks, nil
 }
 
@@ -226,6 +230,8 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 // runCommands runs a hand-over's commands: in a new transaction when tx is nil,
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on
 // panicking.
+func (s *RefSet[T, ID]) observer() Observer { return s.obs }
+
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
 	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
 }

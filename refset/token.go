@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // A reference moves through a hand-over in three steps, each its own type, so the
@@ -51,6 +52,7 @@ func (l *lineage) is(s step) bool {
 // completer is the set a token came from: it runs the commands of a hand-over.
 type completer[ID comparable] interface {
 	runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error
+	observer() Observer
 }
 
 // RefToken is a reference to an object known to be in a set when the token was made.
@@ -171,7 +173,10 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 			a.lin.advance(stepCompleting, stepAcquired)
 		}
 	}()
-	if err := a.set.runCommands(ctx, tx, a.id, a.cmds); err != nil {
+	start := time.Now()
+	err := a.set.runCommands(ctx, tx, a.id, a.cmds)
+	a.set.observer().HandedOver(ctx, time.Since(start), err)
+	if err != nil {
 		return nil, fmt.Errorf("refset: complete %v: %w", a.id, err)
 	}
 	done = true

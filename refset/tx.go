@@ -48,7 +48,7 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
 	log, _ := dblog.Of(db)
-	err := retryConflicts(ctx, log, func() error { return inTxOnce(ctx, db, fn) })
+	err := retryConflicts(ctx, log, ObserverOf(db), func() error { return inTxOnce(ctx, db, fn) })
 	if errors.Is(err, ErrCommitUnknown) {
 		log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
 			slog.Any("error", err))
@@ -62,12 +62,12 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // transaction; fn must leave nothing behind when it fails. It returns fn's last
 // error, joined with the context's error if ctx ended during a back-off.
 func RetryConflicts(ctx context.Context, fn func() error) error {
-	return retryConflicts(ctx, dblog.Or(nil), fn)
+	return retryConflicts(ctx, dblog.Or(nil), NoObserver{}, fn)
 }
 
 // retryConflicts is RetryConflicts, logging each retry (at debug level, with its
-// cause) and a conflict that outlasted them (a warning) to log.
-func retryConflicts(ctx context.Context, log *slog.Logger, fn func() error) error {
+// cause) and a conflict that outlasted them (a warning) to log, and telling obs.
+func retryConflicts(ctx context.Context, log *slog.Logger, obs Observer, fn func() error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || !errors.Is(err, ErrConflict) {
@@ -76,6 +76,7 @@ func retryConflicts(ctx context.Context, log *slog.Logger, fn func() error) erro
 		if attempt == maxAttempts {
 			log.LogAttrs(ctx, slog.LevelWarn, "refset: transaction still aborted by the database after retries",
 				slog.Int("attempts", attempt), slog.Any("error", err))
+			obs.Conflicted(ctx, err)
 			return err
 		}
 		log.LogAttrs(ctx, slog.LevelDebug, "refset: transaction aborted by the database; retrying",
@@ -83,6 +84,7 @@ func retryConflicts(ctx context.Context, log *slog.Logger, fn func() error) erro
 		if werr := backoff(ctx, attempt); werr != nil {
 			return errors.Join(err, werr)
 		}
+		obs.Retried(ctx, err)
 	}
 }
 

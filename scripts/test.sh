@@ -101,7 +101,7 @@ go vet "${packages[@]}"
 # path may import store/sqlite (go-sqlite3 needs cgo). Only the full run checks it.
 if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
 	step "CGO_ENABLED=0 build of the Postgres path"
-	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./schema ./blockmanager ./examples/custody/tokens
+	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./otelrefset ./schema ./blockmanager ./examples/custody/tokens
 	echo ok
 fi
 

@@ -66,3 +66,15 @@ func Slow(ctx context.Context, log *slog.Logger, threshold time.Duration, query 
 			slog.Duration("duration", took), slog.Duration("threshold", threshold), slog.String("statement", query))
 	}
 }
+
+// ObserverOf is the observer db was opened with (the stores' Options.Observer, which
+// their DB.Observer returns), or none when it has none. O is refset.Observer: this
+// package cannot name it, refset imports it.
+func ObserverOf[O any](db any, none O) O {
+	if o, ok := db.(interface{ Observer() O }); ok {
+		if obs := o.Observer(); any(obs) != nil {
+			return obs
+		}
+	}
+	return none
+}

@@ -62,6 +62,11 @@ type Options struct {
 	// those of Commands and InTx functions) is logged; a query is timed until its
 	// first row is ready. Zero means one second; a negative value turns the log off.
 	SlowStatement time.Duration
+
+	// Observer is told what refset does in this database, for metrics: objects
+	// added, hand-overs, retried and lasting conflicts, clean-up's collections.
+	// Package otelrefset makes one that feeds OpenTelemetry. Nil: nothing is told.
+	Observer refset.Observer
 }
 
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
@@ -75,6 +80,7 @@ type DB struct {
 	ownsPool   bool // Open made the pool, so Close closes it
 	logger     *slog.Logger
 	slow       time.Duration
+	observer   refset.Observer
 	closed     atomic.Bool
 	driverHandle
 }
@@ -181,6 +187,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
 	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
+	db.observer = opts.Observer
 	return db, nil
 }
 
@@ -213,6 +220,9 @@ func (db *DB) Unprepared() bool { return db.unprepared }
 // Rebind rewrites a query's ? placeholders to Postgres's $1, $2, ..., leaving any ?
 // in a literal, a quoted name or a comment as it is.
 func (db *DB) Rebind(query string) string { return sqltext.Dollar(query) }
+
+// Observer is what refset tells of its work in db (Options.Observer), or nil.
+func (db *DB) Observer() refset.Observer { return db.observer }
 
 // Logger is where refset logs what it does in db (Options.Logger), or nil.
 func (db *DB) Logger() *slog.Logger { return db.logger }

@@ -54,6 +54,11 @@ type Options struct {
 	// those of Commands and InTx functions) is logged; a query is timed until its
 	// first row is ready. Zero means one second; a negative value turns the log off.
 	SlowStatement time.Duration
+
+	// Observer is told what refset does in this database, for metrics: objects
+	// added, hand-overs, retried and lasting conflicts, clean-up's collections.
+	// Package otelrefset makes one that feeds OpenTelemetry. Nil: nothing is told.
+	Observer refset.Observer
 }
 
 // DB is a SQLite database opened for refset. It implements refset.Database, so
@@ -69,6 +74,7 @@ type DB struct {
 	ownsPools bool // Open made the pools, so Close closes them
 	logger    *slog.Logger
 	slow      time.Duration
+	observer  refset.Observer
 	closed    atomic.Bool
 }
 
@@ -145,6 +151,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
 	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(writer.DB, false, opts.ExternalMigrations)})
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
+	db.observer = opts.Observer
 	return db
 }
 
@@ -161,7 +168,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 //   - the readers are on the same file.
 //
 // The pools stay the caller's: Close leaves them open. Of opts, New uses Logger,
-// SlowStatement and ExternalMigrations; the others set up pools Open makes.
+// SlowStatement, Observer and ExternalMigrations; the others set up pools Open makes.
 func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error) {
 	if writer == nil {
 		return nil, fmt.Errorf("refset/sqlite: new: %w: nil writer pool", refset.ErrInvalidConfig)
@@ -286,6 +293,9 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	}
 	return sqlstore.NewTx(tx, db), nil
 }
+
+// Observer is what refset tells of its work in db (Options.Observer), or nil.
+func (db *DB) Observer() refset.Observer { return db.observer }
 
 // Logger is where refset logs what it does in db (Options.Logger), or nil.
 func (db *DB) Logger() *slog.Logger { return db.logger }

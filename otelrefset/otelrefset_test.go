@@ -1,0 +1,218 @@
+package otelrefset_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/otelrefset"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
+)
+
+type item struct {
+	Key string `db:"id"`
+	N   int64  `db:"n"`
+}
+
+func (i item) ID() string { return i.Key }
+
+// fixture is one store's database, opened with obs, with a set on table items and
+// its collector (one worker, so the batch count is known).
+type fixture struct {
+	db  refset.Database
+	set *refset.RefSet[item, string]
+	c   *cleanup.Collector
+	// table is the queue gauges' label: Postgres's names the schema.
+	table string
+}
+
+type opener func(t *testing.T, obs refset.Observer) fixture
+
+func openSQLite(t *testing.T, obs refset.Observer) fixture {
+	t.Helper()
+	ctx := t.Context()
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Observer: obs})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+	require.NoError(t, err)
+	store, err := sqlite.NewStore[item, string](ctx, db, sqlite.Config{Table: "items"})
+	require.NoError(t, err)
+	c, err := sqlite.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond, Workers: 1})
+	require.NoError(t, err)
+	return fixture{db: db, set: refset.New(store), c: c, table: "table=items"}
+}
+
+func openPostgres(driver string) opener {
+	return func(t *testing.T, obs refset.Observer) fixture {
+		t.Helper()
+		ctx := t.Context()
+		dsn, schema := pgtest.New(t)
+		db, err := postgres.Open(ctx, dsn, postgres.Options{Observer: obs, Driver: driver})
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+		require.NoError(t, err)
+		store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
+		require.NoError(t, err)
+		c, err := postgres.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond, Workers: 1})
+		require.NoError(t, err)
+		return fixture{db: db, set: refset.New(store), c: c, table: "table=" + schema + ".items"}
+	}
+}
+
+// metrics is what r holds now, by instrument name.
+func metrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, r.Collect(t.Context(), &rm))
+	out := map[string]metricdata.Aggregation{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			out[m.Name] = m.Data
+		}
+	}
+	return out
+}
+
+// sums is a counter's value by its attributes ("" for none, else "key=value").
+func sums(t *testing.T, a metricdata.Aggregation) map[string]int64 {
+	t.Helper()
+	s, ok := a.(metricdata.Sum[int64])
+	require.True(t, ok, "want an int64 counter, have %T", a)
+	out := map[string]int64{}
+	for _, dp := range s.DataPoints {
+		out[label(dp.Attributes)] += dp.Value
+	}
+	return out
+}
+
+func gauges(t *testing.T, a metricdata.Aggregation) map[string]int64 {
+	t.Helper()
+	g, ok := a.(metricdata.Gauge[int64])
+	require.True(t, ok, "want an int64 gauge, have %T", a)
+	out := map[string]int64{}
+	for _, dp := range g.DataPoints {
+		out[label(dp.Attributes)] = dp.Value
+	}
+	return out
+}
+
+func label(s attribute.Set) string {
+	l := ""
+	for _, kv := range s.ToSlice() {
+		l += string(kv.Key) + "=" + kv.Value.Emit()
+	}
+	return l
+}
+
+// TestMetricsAfterKnownWork: after three adds, a hand-over that fails once and then
+// succeeds, seven retried conflicts (one unit of work that outlasts the retries) and
+// a Collect that removes one expired hold and deletes two objects, every instrument
+// holds exactly that, on both stores. The retried conflicts are units of work that
+// return refset.ErrConflict themselves: InTx retries them as it does the database's,
+// and the count is exact where a real race's is not.
+func TestMetricsAfterKnownWork(t *testing.T) {
+	for name, open := range map[string]opener{
+		"sqlite":       openSQLite,
+		"postgres/pq":  openPostgres(postgres.DriverLibPQ),
+		"postgres/pgx": openPostgres(postgres.DriverPgx),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			r := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+			obs, err := otelrefset.New(mp.Meter("refset-test"))
+			require.NoError(t, err)
+			f := open(t, obs)
+			require.NoError(t, obs.WatchQueue(f.c))
+			set := f.set
+
+			// Three adds: a held object, an unreferenced one, one whose hold expires.
+			kept, err := set.Add(ctx, item{Key: "kept", N: 1}, set.Hold("keeper", 0))
+			require.NoError(t, err)
+			_, err = set.Add(ctx, item{Key: "loose", N: 2})
+			require.NoError(t, err)
+			_, err = set.Add(ctx, item{Key: "brief", N: 3}, set.Hold("keeper", time.Millisecond))
+			require.NoError(t, err)
+
+			// A hand-over that fails once, then succeeds.
+			failed := false
+			failOnce := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+				if !failed {
+					failed = true
+					return errors.New("not yet")
+				}
+				return nil
+			})
+			rel, err := kept.Release(set.Unhold("keeper"))
+			require.NoError(t, err)
+			acq, err := rel.Acquire(set.Hold("taker", 0), failOnce)
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			require.Error(t, err)
+			_, err = acq.Complete(ctx)
+			require.NoError(t, err)
+
+			// Two retries, then success; five retries, then a lasting conflict.
+			runs := 0
+			require.NoError(t, refset.InTx(ctx, f.db, func(refset.Tx) error {
+				if runs++; runs <= 2 {
+					return refset.ErrConflict
+				}
+				return nil
+			}))
+			err = refset.InTx(ctx, f.db, func(refset.Tx) error { return refset.ErrConflict })
+			require.ErrorIs(t, err, refset.ErrConflict)
+
+			time.Sleep(30 * time.Millisecond) // past the grace period and the hold's expiry
+			m := metrics(t, r)
+			assert.Equal(t, map[string]int64{f.table: 3}, gauges(t, m["refset.queue.depth"]), "queue depth before Collect")
+			assert.Equal(t, map[string]int64{f.table: 3}, gauges(t, m["refset.queue.overdue"]), "overdue before Collect")
+
+			s, err := f.c.Collect(ctx)
+			require.NoError(t, err)
+			require.Equal(t, int64(2), s.Deleted, "loose, and brief once its hold expired")
+
+			m = metrics(t, r)
+			assert.Equal(t, map[string]int64{"": 3}, sums(t, m["refset.adds"]), "adds")
+			assert.Equal(t, map[string]int64{"result=ok": 1, "result=error": 1}, sums(t, m["refset.handovers"]), "hand-overs")
+			assert.Equal(t, map[string]int64{"cause=transaction conflict": 7}, sums(t, m["refset.retries"]), "retries")
+			assert.Equal(t, map[string]int64{"": 1}, sums(t, m["refset.conflicts"]), "conflicts")
+			assert.Equal(t, map[string]int64{"": 2}, sums(t, m["refset.collected"]), "collected")
+			assert.Equal(t, map[string]int64{"": 1}, sums(t, m["refset.holds.expired"]), "holds expired")
+
+			lat, ok := m["refset.handover.duration"].(metricdata.Histogram[float64])
+			require.True(t, ok, "hand-over duration is a float histogram: %T", m["refset.handover.duration"])
+			byResult := map[string]uint64{}
+			for _, dp := range lat.DataPoints {
+				byResult[label(dp.Attributes)] += dp.Count
+				assert.Positive(t, dp.Sum, "a hand-over takes time")
+			}
+			assert.Equal(t, map[string]uint64{"result=ok": 1, "result=error": 1}, byResult, "hand-over latencies")
+
+			b, ok := m["refset.collect.batches"].(metricdata.Histogram[int64])
+			require.True(t, ok, "collect batches is an int histogram: %T", m["refset.collect.batches"])
+			require.Len(t, b.DataPoints, 1)
+			assert.Equal(t, uint64(1), b.DataPoints[0].Count, "one Collect")
+			assert.Equal(t, int64(s.Batches), b.DataPoints[0].Sum, "its batches")
+			assert.Equal(t, 2, s.Batches, "one batch did everything, one found nothing")
+
+			assert.Equal(t, map[string]int64{f.table: 0}, gauges(t, m["refset.queue.depth"]), "queue depth after Collect")
+			assert.Equal(t, map[string]int64{f.table: 0}, gauges(t, m["refset.queue.overdue"]), "overdue after Collect")
+		})
+	}
+}
