@@ -406,12 +406,19 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io
 			return exitError, err
 		}
 		var total cleanup.Stats
+		passes := 0
+		stop := showProgress(ctx, c, out)
 		for pass := 1; ; pass++ {
 			s, err := c.Collect(ctx)
+			stop()
 			fmt.Fprintf(out, "pass %d: %s\n", pass, s)
+			passes++
 			total.Reviewed += s.Reviewed
 			total.Deleted += s.Deleted
+			total.Postponed += s.Postponed
+			total.Refused += s.Refused
 			total.HoldsExpired += s.HoldsExpired
+			total.Duration += s.Duration
 			if err != nil {
 				return exitError, err
 			}
@@ -423,8 +430,71 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io
 				return exitError, ctx.Err()
 			case <-time.After(*interval):
 			}
+			stop = showProgress(ctx, c, out)
 		}
-		fmt.Fprintf(out, "done: reviewed %d, deleted %d, holds expired %d\n", total.Reviewed, total.Deleted, total.HoldsExpired)
+		summary(out, passes, total)
 		return exitOK, nil
 	}
+}
+
+// isTerminal reports whether out is a terminal, where progress may redraw a line;
+// piped output gets plain lines only.
+func isTerminal(out io.Writer) bool {
+	f, ok := out.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// showProgress redraws, on a terminal, a bar of the review queue's due entries worked
+// off while a pass runs, read from the queue every few hundred milliseconds; the
+// function it returns stops it and clears the line. Elsewhere it does nothing.
+func showProgress(ctx context.Context, c *cleanup.Collector, out io.Writer) (stop func()) {
+	if !isTerminal(out) {
+		return func() {}
+	}
+	_, due, err := c.Queue(ctx)
+	if err != nil || due == 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(300 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(out, "\r\033[K")
+				return
+			case <-t.C:
+				_, left, err := c.Queue(ctx)
+				if err != nil {
+					continue
+				}
+				fmt.Fprint(out, "\r"+progressBar(due-left, due))
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// progressBar draws worked of total as a bar 30 wide with its counts.
+func progressBar(worked, total int64) string {
+	worked = max(0, min(worked, total))
+	const width = 30
+	filled := int(worked * width / total)
+	return fmt.Sprintf("[%s%s] %d/%d due entries reviewed", strings.Repeat("#", filled), strings.Repeat(".", width-filled), worked, total)
+}
+
+// summary prints a collect's totals as a table.
+func summary(out io.Writer, passes int, total cleanup.Stats) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nPASSES\tREVIEWED\tDELETED\tPOSTPONED\tREFUSED\tHOLDS EXPIRED\tTIME")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%v\n", passes, total.Reviewed, total.Deleted, total.Postponed,
+		total.Refused, total.HoldsExpired, total.Duration.Round(time.Millisecond))
+	tw.Flush()
 }

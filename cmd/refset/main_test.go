@@ -362,7 +362,8 @@ func TestCommands(t *testing.T) {
 				stdout, stderr, code := runCLI(t, bin, append([]string{"collect", "--until-empty", "--grace", "1h", "--table", "blocks"}, dbArgs...)...)
 				require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 				require.Contains(t, stdout, "pass 1: reviewed")
-				require.Contains(t, stdout, "done: reviewed 3, deleted 2, holds expired 1")
+				require.Regexp(t, `PASSES +REVIEWED +DELETED +POSTPONED +REFUSED +HOLDS EXPIRED +TIME\n1 +3 +2 +0 +0 +1 `, stdout, "the summary table")
+				require.NotContains(t, stdout, "\r", "piped output redraws no progress line")
 				for id, want := range map[string]int{"x": exitError, "e": exitError, "y": exitOK, "g": exitOK} {
 					_, stderr, code := runCLI(t, bin, append([]string{"why", id, "--table", "blocks"}, dbArgs...)...)
 					require.Equal(t, want, code, "why %s: %s", id, stderr)
@@ -567,4 +568,19 @@ func unqualifiedLine(s string) string {
 		return s
 	}
 	return from + " from " + unqualified(table) + "\n"
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, tc := range []struct {
+		worked, total int64
+		want          string
+	}{
+		{0, 10, "[..............................] 0/10 due entries reviewed"},
+		{5, 10, "[###############...............] 5/10 due entries reviewed"},
+		{10, 10, "[##############################] 10/10 due entries reviewed"},
+		{12, 10, "[##############################] 10/10 due entries reviewed"},
+		{-3, 10, "[..............................] 0/10 due entries reviewed"},
+	} {
+		require.Equal(t, tc.want, progressBar(tc.worked, tc.total))
+	}
 }
