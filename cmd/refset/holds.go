@@ -211,12 +211,16 @@ func sweepCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.W
 		if err != nil {
 			return exitError, err
 		}
+		// The mark takes one statement; the progress bar follows the collection
+		// after it, once the unreachable objects are queued.
+		stop := showProgressAfter(ctx, c, out, time.Second)
 		queued, s, err := c.Sweep(ctx)
+		stop()
 		if err != nil {
 			return exitError, err
 		}
 		fmt.Fprintf(out, "queued %d unreachable objects; collected: %s\n", queued, s)
-		fmt.Fprintf(out, "done: queued %d, deleted %d\n", queued, s.Deleted)
+		summary(out, 1, s)
 		return exitOK, nil
 	}
 }

@@ -452,34 +452,51 @@ func isTerminal(out io.Writer) bool {
 // off while a pass runs, read from the queue every few hundred milliseconds; the
 // function it returns stops it and clears the line. Elsewhere it does nothing.
 func showProgress(ctx context.Context, c *cleanup.Collector, out io.Writer) (stop func()) {
+	return showProgressAfter(ctx, c, out, 0)
+}
+
+// showProgressAfter is showProgress with the due entries counted after wait (during
+// which the pass queues them, as a sweep does), or at once when wait is 0.
+func showProgressAfter(ctx context.Context, c *cleanup.Collector, out io.Writer, wait time.Duration) (stop func()) {
 	if !isTerminal(out) {
-		return func() {}
-	}
-	_, due, err := c.Queue(ctx)
-	if err != nil || due == 0 {
 		return func() {}
 	}
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(300 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				fmt.Fprint(out, "\r\033[K")
-				return
-			case <-t.C:
-				_, left, err := c.Queue(ctx)
-				if err != nil {
-					continue
-				}
-				fmt.Fprint(out, "\r"+progressBar(due-left, due))
-			}
+		select {
+		case <-done:
+			return
+		case <-time.After(wait):
 		}
+		_, due, err := c.Queue(ctx)
+		if err != nil || due == 0 {
+			<-done
+			return
+		}
+		drawProgress(ctx, c, out, due, done)
 	}()
 	return func() { close(done); <-finished }
+}
+
+// drawProgress redraws the bar until done is closed, then clears the line.
+func drawProgress(ctx context.Context, c *cleanup.Collector, out io.Writer, due int64, done <-chan struct{}) {
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			fmt.Fprint(out, "\r\033[K")
+			return
+		case <-t.C:
+			_, left, err := c.Queue(ctx)
+			if err != nil {
+				continue
+			}
+			fmt.Fprint(out, "\r"+progressBar(due-left, due))
+		}
+	}
 }
 
 // progressBar draws worked of total as a bar 30 wide with its counts.
