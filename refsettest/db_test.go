@@ -67,7 +67,9 @@ func TestPostgres(t *testing.T) {
 				}
 			})
 			if len(dbs) < 2 {
-				t.Skip("the inner test ended early: skipped without a server, or failed")
+				// The inner test ended early: it failed (and so does this one), or
+				// it was skipped for want of a server outside CI.
+				return
 			}
 			for _, db := range dbs {
 				_, err := db.Begin(context.Background())
