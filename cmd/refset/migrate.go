@@ -202,10 +202,9 @@ func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
 
 func migrateStatusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
 	asJSON := fs.Bool("json", false, "print JSON")
-	var tables tablesFlag
-	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	tables := setsFlag(fs)
 	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, tables)
+		m, err := newMigration(ctx, db, *tables)
 		if err != nil {
 			return exitError, err
 		}
@@ -241,10 +240,9 @@ func migrateStatusCommand(fs *flag.FlagSet) func(context.Context, opened, []stri
 }
 
 func migrateUpCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	var tables tablesFlag
-	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	tables := setsFlag(fs)
 	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, tables)
+		m, err := newMigration(ctx, db, *tables)
 		if err != nil {
 			return exitError, err
 		}
@@ -263,10 +261,9 @@ func migrateUpCommand(fs *flag.FlagSet) func(context.Context, opened, []string, 
 }
 
 func migrateSQLCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	var tables tablesFlag
-	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	tables := setsFlag(fs)
 	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, tables)
+		m, err := newMigration(ctx, db, *tables)
 		if err != nil {
 			return exitError, err
 		}
@@ -306,4 +303,11 @@ func migrateDownCommand(fs *flag.FlagSet) func(context.Context, opened, []string
 		fmt.Fprintf(out, "applied %s\n", a)
 		return exitOK, nil
 	}
+}
+
+// setsFlag registers the migrate commands' repeatable --table.
+func setsFlag(fs *flag.FlagSet) *tablesFlag {
+	var tables tablesFlag
+	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+	return &tables
 }
