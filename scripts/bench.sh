@@ -1,84 +1,123 @@
 #!/usr/bin/env bash
-# Runs the refset-versus-raw-sqlx benchmarks (internal/bench) and summarises them.
+# The one benchmark command: every paired benchmark of the speed targets, in one go,
+# then one table (path, refset, reference, ratio, target, met) from
+# internal/bench/table.
 #
-#   scripts/bench.sh [go test flags...]     e.g. scripts/bench.sh -benchtime 2s
+#   scripts/bench.sh            quick mode: each benchmark once, shorter runs (minutes)
+#   scripts/bench.sh --full     full mode: BENCH_COUNT runs (default 2) of everything,
+#                               and BENCHMARKS.md regenerated from the output
+#   scripts/bench.sh --update   (either mode) regenerate BENCHMARKS.md from this run
 #
-# Each benchmark compares refset with raw sqlx doing the same SQL on the same
-# database (see internal/bench/doc.go). The go test output goes to bench.out (and
-# the terminal); then, when benchstat can be run (installed, or through
-# `go run golang.org/x/perf/cmd/benchstat@latest`), a summary with sqlx and
-# refset side by side.
+# What runs (each benchmark beside the same work hand-written with sqlx, in the same
+# run; see internal/bench/doc.go): the core (Add, Get miss, Complete), the block
+# manager (Put, Branch, BranchDiff), clean-up (garbage among 10k and 1M live objects,
+# 100k of 1M, abandoned chains) and, on PostgreSQL, custody (payments by 8 replicas)
+# between two runs of pgbench (TPC-B-like, 8 clients, simple protocol), the server's
+# own ceiling on the same machine.
 #
 # Environment:
-#   REFSET_TEST_POSTGRES   DSN (one lib/pq and pgx both read) of a PostgreSQL
-#                          server for the Postgres benchmarks, which run once
-#                          per driver (Benchmark<Op>/postgres/... on lib/pq,
-#                          Benchmark<Op>/pgx/... on pgx); each benchmark works
-#                          in a schema of its own, dropped afterwards. When
-#                          unset, only the SQLite benchmarks run. (scripts/test.sh starts a throwaway
-#                          server, but only around its own test run.)
-#   BENCH                  which benchmarks to run (go test -bench); default
-#                          ".", all of internal/bench. The refset-versus-sqlx
-#                          comparison alone is
-#                          BENCH='^Benchmark(Add|GetHit|GetMiss|Complete)$'.
-#   BENCH_COUNT            how often each benchmark runs; default 6, the
-#                          fewest benchstat needs for a confidence interval.
-#   BENCH_OUT              where the go test output goes; default bench.out.
+#   REFSET_TEST_POSTGRES   lib/pq DSN of a PostgreSQL server where schemas may be
+#                          created; the Postgres benchmarks run through lib/pq and pgx.
+#                          When unset, only SQLite is measured.
+#   BENCH_COUNT            runs of everything in full mode (default 2).
+#   BENCH_OUT              where the raw go test output goes (default bench.out).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'bench.sh: %s\n' "$*" >&2; }
-
-command -v go >/dev/null 2>&1 || {
-	log "Go is not installed or not on PATH"
+die() {
+	log "$*"
 	exit 1
 }
 
-count=${BENCH_COUNT:-6}
+mode=quick
+update=
+for arg in "$@"; do
+	case $arg in
+	--full) mode=full ;;
+	--quick) mode=quick ;;
+	--update) update=1 ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*) die "unknown argument $arg (see --help)" ;;
+	esac
+done
+[[ $mode == full ]] && update=1
+
+command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH"
 out=${BENCH_OUT:-bench.out}
 
-pattern=${BENCH:-.}
-# Never print REFSET_TEST_POSTGRES: it may hold a password.
-if [[ -z ${REFSET_TEST_POSTGRES:-} ]]; then
-	log "REFSET_TEST_POSTGRES is not set: running the SQLite benchmarks only."
-	log "For PostgreSQL too, point it at a server where you may create schemas, e.g."
-	log "  (any PostgreSQL 13 or later; make test starts a throwaway one only around the tests)"
-	log "  REFSET_TEST_POSTGRES='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' $0"
-	# Sub-benchmarks are named Benchmark<Op>/<database>/...
-	pattern=$pattern/sqlite
+# Quick mode runs the same benchmarks at the same sizes (the targets are about those
+# sizes) but each once, with fewer iterations where a benchmark averages many.
+if [[ $mode == full ]]; then
+	count=${BENCH_COUNT:-2}
+	core_time=2s branch_time=10x collect_time=3x custody_time=10000x
+else
+	count=1
+	core_time=3000x branch_time=5x collect_time=1x custody_time=3000x
 fi
 
-# One go test run per count, rather than -count: with -count, go test repeats each
-# sub-benchmark back to back, so all refset samples would come from one stretch of
-# time and all sqlx samples from another, and any drift in the machine (other load,
-# the disk) would show up as a difference between them. Run by run, the two sides of
-# a pair stay seconds apart. Extra flags go to every run.
+dbs='(sqlite|postgres|pgx)'
+pgbench=
+if [[ -z ${REFSET_TEST_POSTGRES:-} ]]; then
+	log "REFSET_TEST_POSTGRES is not set: measuring SQLite only (scripts/test.sh shows how a"
+	log "throwaway server is started; any PostgreSQL 13 or later where you may create schemas will do)"
+	dbs='sqlite'
+else
+	pgbench=$(command -v pgbench || printf '%s\n' /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -rV | head -n1)
+	[[ -x $pgbench ]] || die "pgbench not found (Debian: apt-get install postgresql-contrib)"
+fi
+
+# bench runs one go test of the benchmarks matching $1 for -benchtime $2.
+bench() {
+	go test -run '^$' -bench "$1" -benchtime "$2" -benchmem -count 1 -timeout 60m ./internal/bench/ 2>&1 |
+		tee -a "$out"
+	[[ ${PIPESTATUS[0]} -eq 0 ]] || die "go test failed (output above and in $out)"
+}
+
+# tpcb runs pgbench's TPC-B-like load for 10 s with 8 clients on the simple protocol
+# and prints its tps as a benchmark line the table reads.
+tpcb() {
+	local tps
+	tps=$("$pgbench" -c 8 -j 2 -T 10 -n -M simple "$REFSET_TEST_POSTGRES" 2>&1 |
+		sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n1)
+	[[ -n $tps ]] || die "pgbench printed no tps"
+	printf 'pgbench/simple/clients=8\t1\t%s tps\n' "$tps" | tee -a "$out"
+}
+
 : >"$out"
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+if [[ -n $pgbench ]]; then
+	trap '"$pgbench" -i -I d "$REFSET_TEST_POSTGRES" >/dev/null 2>&1 || true' EXIT
+	"$pgbench" -i -s 10 -q "$REFSET_TEST_POSTGRES" >/dev/null 2>&1 || die "pgbench -i failed"
+fi
+# One go test per group and run, rather than -count: the two sides of a paired
+# benchmark are measured in one loop anyway, and runs spread over time show the
+# machine's drift as the range the table prints.
 for ((run = 1; run <= count; run++)); do
-	log "run $run of $count"
-	go test -run '^$' -bench "$pattern" -benchmem -count 1 "$@" ./internal/bench/ | tee -a "$out"
+	log "run $run of $count ($mode mode)"
+	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/paired\$" "$core_time"
+	bench "^BenchmarkPutPaired\$/$dbs\$" 1x
+	bench "^BenchmarkBranch(Diff)?\$/$dbs/" "$branch_time"
+	bench "^Benchmark(CollectGarbage|Collect100kOf1M|CollectChain)\$/$dbs" "$collect_time"
+	if [[ -n $pgbench ]]; then
+		tpcb
+		bench '^Benchmark(SelectAndSpend|PayOneStatement)$/(refset|paired)$' "$custody_time"
+		bench '^BenchmarkCustody(Wallet|SmallPool|HotOwner)$' "$custody_time"
+		tpcb
+	fi
 done
 
-# benchstat can only put key=value parts of a benchmark name in columns, so the
-# summary reads a copy named Benchmark<Op>/db=<database>/impl=<side>, where the
-# raw side (sqlx here; other benchmarks of the package call it raw) is impl=raw.
-if command -v benchstat >/dev/null 2>&1; then
-	benchstat=(benchstat)
-else
-	benchstat=(go run golang.org/x/perf/cmd/benchstat@latest)
+machine="$(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1))"
+machine+=", $(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo), $(go env GOVERSION)"
+if [[ -n $pgbench ]]; then
+	psql=$(dirname "$pgbench")/psql
+	machine+=", PostgreSQL $("$psql" -XAtc 'SHOW server_version' "$REFSET_TEST_POSTGRES" 2>/dev/null || echo '?')"
 fi
-keyed=$(mktemp "${TMPDIR:-/tmp}/refset-bench.XXXXXX")
-trap 'rm -f "$keyed"' EXIT
-sed -E -e 's#^(Benchmark[^/[:space:]]+)/([^/[:space:]]+)/(refset|sqlx|raw|paired)([-[:space:]])#\1/db=\2/impl=\3\4#' \
-	-e 's#/impl=sqlx([-[:space:]])#/impl=raw\1#' "$out" >"$keyed"
-summary() {
-	printf '\n== benchstat: raw sqlx (baseline) and refset, each run alone ==\n'
-	"${benchstat[@]}" -col '/impl@(raw refset)' "$keyed" || return
-	printf '\n== benchstat: paired (both sides in one loop; throughput-ratio = refset/sqlx) ==\n'
-	"${benchstat[@]}" -filter '/impl:paired' "paired=$keyed"
-}
-if ! summary; then
-	log "benchstat failed; the results are in $out"
-	log "(install it with: go install golang.org/x/perf/cmd/benchstat@latest)"
-fi
+args=(-in "$out" -date "$started" -machine "$machine" -command "scripts/bench.sh $*")
+[[ -n $update ]] && args+=(-update BENCHMARKS.md)
+echo
+go run ./internal/bench/table "${args[@]}"

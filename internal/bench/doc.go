@@ -1,5 +1,6 @@
 // Package bench measures what refset costs over raw sqlx doing the same SQL on the
 // same database in the same run. It has only benchmarks; scripts/bench.sh runs them
+// all and prints one table of the speed targets (internal/bench/table),
 // and BENCHMARKS.md at the repository root records the results.
 //
 // Each benchmark runs once per database: SQLite (a file in a temporary directory,

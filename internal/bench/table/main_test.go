@@ -1,0 +1,83 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const output = `goos: linux
+BenchmarkComplete/postgres/paired-2   2000   700000 ns/op   300000 refset-ns/op   390000 sqlx-ns/op   1.30 throughput-ratio   4390 B/op   127 allocs/op
+BenchmarkComplete/postgres/paired-2   2000   700000 ns/op   330000 refset-ns/op   380000 sqlx-ns/op   1.15 throughput-ratio
+BenchmarkComplete/sqlite/paired-2     2000   500000 ns/op   200000 refset-ns/op   260000 sqlx-ns/op   1.30 throughput-ratio
+    bench_test.go:12: a log line that is not a result
+BenchmarkCollect100kOf1M/postgres-2   1   900000000 ns/op
+BenchmarkCollect100kOf1M/pgx          1   1200000000 ns/op
+BenchmarkSelectAndSpend/refset-2   3000   1 ns/op   2000 cycles/s
+pgbench/simple/clients=8   1   2400 tps
+pgbench/simple/clients=8   1   2600 tps
+`
+
+// line returns the table row of path on db.
+func line(t *testing.T, table, path, db string) string {
+	t.Helper()
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, "| "+path+" | "+db+" |") {
+			return l
+		}
+	}
+	t.Fatalf("no row for %s on %s in\n%s", path, db, table)
+	return ""
+}
+
+func TestRender(t *testing.T) {
+	s, err := parse(strings.NewReader(output))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, missed := render(targets(), s)
+	for _, c := range []struct{ path, db, want string }{
+		// One run of two misses: a target is met only by every run.
+		{"Complete of a two-command hand-over", "postgres", "| 315 µs | 385 µs | 1.23 (1.15–1.30, 2 runs) | ≥ 1.2 | **no** |"},
+		{"Complete of a two-command hand-over", "sqlite", "| 200 µs | 260 µs | 1.30 | ≥ 1.2 | yes |"},
+		{"Complete of a two-command hand-over", "pgx", "| — | — | — | ≥ 1.2 | not run |"},
+		// Judged on refset's own figure, in seconds.
+		{"collect 100k garbage among 1M live", "postgres", "| 0.90 s |  | — | < 1 s | yes |"},
+		{"collect 100k garbage among 1M live", "pgx", "| 1.20 s |  | — | < 1 s | **no** |"},
+		// Beside the median of pgbench's runs before and after.
+		{"custody select + spend (two steps), 8 replicas, cycles per pgbench transaction", "postgres", "| 2000 /s | 2500 /s | 0.80 | ≥ 0.75 | yes |"},
+	} {
+		if got := line(t, table, c.path, c.db); !strings.HasSuffix(got, c.want) {
+			t.Errorf("%s on %s:\n got %s\nwant …%s", c.path, c.db, got, c.want)
+		}
+	}
+	if missed != 2 {
+		t.Errorf("missed = %d, want 2", missed)
+	}
+}
+
+func TestUpdateKeepsEarlierRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	const before = "# Benchmarks\n\nintro\n\n" + beginMarker + "\n" + endMarker + "\n\n## Earlier\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, date := range []string{"first", "second", "third"} {
+		if err := (section{command: "scripts/bench.sh", machine: "m", date: date, table: "| t |\n"}).writeInto(path, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	second, third := strings.Index(got, "Run of second"), strings.Index(got, "Run of third")
+	if strings.Contains(got, "Run of first") || second < 0 || third < 0 || third > second {
+		t.Errorf("want the two newest runs, newest first; got\n%s", got)
+	}
+	if !strings.HasPrefix(got, "# Benchmarks\n\nintro\n\n"+beginMarker) || !strings.HasSuffix(got, endMarker+"\n\n## Earlier\n") {
+		t.Errorf("text outside the markers changed:\n%s", got)
+	}
+}
