@@ -50,4 +50,10 @@
 // busy CPU time per
 // payment, read from /proc/stat: client and server share the machine, and that figure
 // moves less with the scheduler than throughput does.
+//
+// replicas_test.go and scale_test.go measure scale rather than overhead (SCALING.md,
+// scripts/scale-bench.sh): custody payers and block receivers as 1 to 16 replica
+// processes (the test binary started again by TestMain as a replica) on one server,
+// and sets of 1,000,000 and 10,000,000 objects. TestRetryCounterCountsDeadlocks, the
+// package's one test, checks the deadlock count those benchmarks report.
 package bench
