@@ -419,6 +419,10 @@ func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error)
 }
 
 // Contains reports whether the block is stored. Errors: those of Get.
+//
+// Get and Contains read as RefSet's Get and Upgrade do: on a database with a replica,
+// a block stored on the primary is always found, and one that clean-up deleted there
+// within the replica's replay lag may still be.
 func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 	_, err := m.blocks.Upgrade(ctx, id)
 	if errors.Is(err, refset.ErrNotFound) {
