@@ -313,6 +313,16 @@ func TestReplicaOptions(t *testing.T) {
 		})
 	}
 
+	t.Run("pgx", func(t *testing.T) {
+		db, err := postgres.Open(ctx, primary, postgres.Options{Driver: postgres.DriverPgx, ReplicaDSN: standby, ReplicaWait: longWait})
+		require.NoError(t, err)
+		defer db.Close()
+		require.Equal(t, postgres.DriverPgx, db.Replica.DriverName())
+		ok, err := db.ReplicaCaughtUp(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	})
+
 	t.Run("close", func(t *testing.T) {
 		db, err := postgres.Open(ctx, primary, postgres.Options{ReplicaDSN: standby})
 		require.NoError(t, err)
