@@ -119,6 +119,9 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 // run in one transaction with the check, so a reference they persist is to an object
 // that exists (the database refuses it otherwise).
 //
+// Without commands it reads the database's replica first, if it has one (see "Reads
+// from a replica" in the package doc).
+//
 // Errors: ErrNotFound, and those of Add but ErrDuplicate.
 func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
 	if len(cmds) == 0 {
@@ -198,6 +201,9 @@ func (s *RefSet[T, ID]) has(ctx context.Context, id ID) (bool, error) {
 // does, the instance is freed. Concurrent Gets that miss on one ID read it once.
 // ErrNotFound if the object is no longer stored (clean-up may remove an object whose
 // references are all gone, even while a token for it is in memory).
+// A miss reads the database's replica first, if it has one, and the primary when the
+// replica does not have the object yet (see "Reads from a replica" in the package
+// doc).
 //
 // Errors: ErrNotFound, ErrInvalidToken (nil, or a token of another set),
 // ErrTokenConsumed (a token already released), ErrSchema (a stored row the type
