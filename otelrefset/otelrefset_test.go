@@ -225,7 +225,7 @@ func TestReplicaFallbacks(t *testing.T) {
 	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
 	require.NoError(t, err)
 	primary, standby, _ := pgtest.NewWithStandby(t)
-	db, err := postgres.Open(ctx, primary, postgres.Options{Observer: obs, ReplicaDSN: standby})
+	db, err := postgres.Open(ctx, primary, postgres.Options{Observer: obs, ReplicaDSN: standby, ReplicaWait: 2 * time.Minute})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
@@ -233,6 +233,9 @@ func TestReplicaFallbacks(t *testing.T) {
 	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
 	require.NoError(t, err)
 	set := refset.New(store)
+	caughtUp, err := db.ReplicaCaughtUp(ctx) // the table is on the standby
+	require.NoError(t, err)
+	require.True(t, caughtUp)
 
 	pgtest.PauseReplay(t)
 	tok, err := set.Add(ctx, item{Key: "a", N: 1})
