@@ -46,6 +46,8 @@ type Config struct {
 // so a new process on the same database carries on where the last one stopped.
 type Manager struct {
 	db        refset.Database
+	replica   refset.Querier // the database's replica, or nil: where walks read first
+	obs       refset.Observer
 	dialect   schema.Dialect
 	blocks    *refset.RefSet[Block, string]
 	collector *cleanup.Collector
@@ -59,7 +61,7 @@ type Manager struct {
 // store/postgres; anything else is refset.ErrInvalidConfig),
 // installs clean-up on them and returns the manager.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error) {
-	m := &Manager{db: db, pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
+	m := &Manager{db: db, replica: refset.ReplicaOf(db), obs: refset.ObserverOf(db), pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
 	if m.pageSize <= 0 {
 		m.pageSize = 1000
 	}
@@ -417,6 +419,10 @@ func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error)
 }
 
 // Contains reports whether the block is stored. Errors: those of Get.
+//
+// Get and Contains read as RefSet's Get and Upgrade do: on a database with a replica,
+// a block stored on the primary is always found, and one that clean-up deleted there
+// within the replica's replay lag may still be.
 func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 	_, err := m.blocks.Upgrade(ctx, id)
 	if errors.Is(err, refset.ErrNotFound) {
@@ -426,8 +432,12 @@ func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 }
 
 // Branch walks from tip back to genesis (or to the oldest block whose predecessor
-// is not linked yet), reading a page of blocks per query. An unknown tip yields
-// ErrUnknownBlock; a failed read yields the errors of Get, and ends the walk.
+// is not linked yet), reading a page of blocks per query. On a database with a
+// replica it reads the replica, and carries on from the primary wherever the walk
+// would end short of genesis there: at a tip, link or block the replica has not
+// replayed yet. A walk right after a Put of its tip therefore yields the whole
+// branch. An unknown tip yields ErrUnknownBlock; a failed read yields the errors of
+// Get, and ends the walk.
 func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
 	return func(yield func(*Block, error) bool) {
 		w := m.walk(ctx, tip)
@@ -446,8 +456,9 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 
 // BranchDiff returns the blocks on tip's branch that are not on exclude's, tip
 // first, down to (not including) their common ancestor. It walks the higher branch
-// down to the other's height first, then both together. Errors: ErrUnknownBlock
-// (either tip is not stored), and those of Get.
+// down to the other's height first, then both together, reading the replica as
+// Branch does, and the primary for whatever the replica lacks. Errors:
+// ErrUnknownBlock (either tip is not stored), and those of Get.
 func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
 	diff, _, err := m.diverge(ctx, tip, exclude)
 	return diff, ctxerr.Wrap(ctx, err)
@@ -468,7 +479,7 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 	if err != nil {
 		return nil, nil, err
 	}
-	shared := map[int64]map[string]*Block{}
+	shared := map[pageKey]map[string]*Block{}
 	a, b := m.walkLinks(ctx, tip), m.walkLinks(ctx, exclude)
 	a.fromNum, a.read, a.pages = tops[tip], true, shared
 	b.fromNum, b.read, b.pages = tops[exclude], true, shared
@@ -534,7 +545,7 @@ func (m *Manager) heights(ctx context.Context, ids ...string) (map[string]int64,
 		if _, ok := out[id]; ok {
 			continue
 		}
-		num, err := m.blockNum(ctx, m.db.Reader(), id)
+		num, err := m.heightOf(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -543,44 +554,45 @@ func (m *Manager) heights(ctx context.Context, ids ...string) (map[string]int64,
 	return out, nil
 }
 
-// fetch reads the blocks with those IDs, in order, a few hundred per query.
+// heightOf reads a block's height: on the replica first, which has it if it has the
+// block (a height never changes), and on the primary when the replica does not.
+func (m *Manager) heightOf(ctx context.Context, id string) (int64, error) {
+	if m.replica != nil {
+		num, err := m.blockNum(ctx, m.replica, id)
+		if err == nil || ctx.Err() != nil {
+			return num, err
+		}
+		m.obs.ReadFellBack(ctx, "branch", refset.FallbackReason(err))
+	}
+	return m.blockNum(ctx, m.db.Reader(), id)
+}
+
+// fetch reads the blocks with those IDs, in order, a few hundred per query: on the
+// replica first, and those it lacks (or all, if it fails) on the primary.
 func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
 	out := make([]*Block, len(ids))
 	at := make(map[string]int, len(ids))
 	for i, id := range ids {
 		at[id] = i
 	}
-	// Postgres takes the IDs as one array parameter; SQLite as a list of them.
-	per := 500
-	if m.dialect == schema.Postgres {
-		per = 10_000
+	missing := ids
+	if m.replica != nil {
+		err := m.fetchInto(ctx, m.replica, ids, out, at)
+		if err != nil && ctx.Err() != nil {
+			return nil, err
+		}
+		missing = nil
+		for i, b := range out {
+			if b == nil {
+				missing = append(missing, ids[i])
+			}
+		}
+		if len(missing) > 0 {
+			m.obs.ReadFellBack(ctx, "branch", refset.FallbackReason(err))
+		}
 	}
-	for start := 0; start < len(ids); start += per {
-		chunk := ids[start:min(start+per, len(ids))]
-		q := `SELECT %s FROM blocks b WHERE b.header_signature = ANY ($1)`
-		args := []any{pq.Array(chunk)}
-		if m.dialect != schema.Postgres {
-			q = `SELECT %s FROM blocks b WHERE b.header_signature IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + `)`
-			args = make([]any, len(chunk))
-			for i, id := range chunk {
-				args[i] = id
-			}
-		}
-		rows, err := m.db.Reader().QueryContext(ctx, fmt.Sprintf(q, m.columns), args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			b := new(Block)
-			if err := m.mapping.Scan(rows, reflect.ValueOf(b)); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[at[b.HeaderSignature]] = b
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
+	if err := m.fetchInto(ctx, m.db.Reader(), missing, out, at); err != nil {
+		return nil, err
 	}
 	for i, b := range out {
 		if b == nil {
@@ -588,6 +600,43 @@ func (m *Manager) fetch(ctx context.Context, ids []string) ([]*Block, error) {
 		}
 	}
 	return out, nil
+}
+
+// fetchInto reads the blocks with those IDs on q into out, at the index at gives.
+func (m *Manager) fetchInto(ctx context.Context, q refset.Querier, ids []string, out []*Block, at map[string]int) error {
+	// Postgres takes the IDs as one array parameter; SQLite as a list of them.
+	per := 500
+	if m.dialect == schema.Postgres {
+		per = 10_000
+	}
+	for start := 0; start < len(ids); start += per {
+		chunk := ids[start:min(start+per, len(ids))]
+		sel := `SELECT %s FROM blocks b WHERE b.header_signature = ANY ($1)`
+		args := []any{pq.Array(chunk)}
+		if m.dialect != schema.Postgres {
+			sel = `SELECT %s FROM blocks b WHERE b.header_signature IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ") + `)`
+			args = make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+		}
+		rows, err := q.QueryContext(ctx, fmt.Sprintf(sel, m.columns), args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			b := new(Block)
+			if err := m.mapping.Scan(rows, reflect.ValueOf(b)); err != nil {
+				rows.Close()
+				return err
+			}
+			out[at[b.HeaderSignature]] = b
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ContainsAnyBatches reports whether any of the batches is in a block of tip's
@@ -646,36 +695,63 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 // page is one range scan of the block_num index, and the walk follows the links
 // through it in memory; blocks of other forks at those heights are read and passed
 // over.
+//
+// On a database with a replica the walk reads the replica, and trusts what it finds
+// there: a block and its link never change once the link is set. Where the walk
+// would end anywhere but at genesis (a tip or a block the replica lacks, a block not
+// linked to its predecessor, a failed read), the replica may just be behind, so the
+// walk goes on from that block on the primary, to the end.
 type walker struct {
-	m       *Manager
-	ctx     context.Context
-	links   bool                        // read only ID, link and height (a covering index), not whole blocks
-	pages   map[int64]map[string]*Block // pages read, by top height, shared between walks
-	from    string                      // the next block to read; "" when the branch ended
-	fromNum int64                       // its number; -1 before the first page
-	page    []*Block
-	read    bool // whether anything was read (nothing on the first page: unknown tip)
+	m         *Manager
+	ctx       context.Context
+	q         refset.Querier                // where pages are read: the replica, then the primary
+	onReplica bool                          // q is the replica
+	links     bool                          // read only ID, link and height (a covering index), not whole blocks
+	pages     map[pageKey]map[string]*Block // pages read, shared between walks
+	from      string                        // the next block to read; "" when the branch ended
+	fromNum   int64                         // its number; -1 before the first page
+	page      []*Block
+	read      bool // whether anything was read (nothing on the first page: unknown tip)
+}
+
+// pageKey names a page two walks may share: its top height, and whether it was read
+// on the replica (a walk on the primary must not trust a replica's page).
+type pageKey struct {
+	top       int64
+	onReplica bool
 }
 
 func (m *Manager) walk(ctx context.Context, tip string) *walker {
-	return &walker{m: m, ctx: ctx, from: tip, fromNum: -1}
+	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, fromNum: -1}
+	if m.replica != nil {
+		w.q, w.onReplica = m.replica, true
+	}
+	return w
 }
 
 // walkLinks walks a branch reading only each block's ID, link and height.
 func (m *Manager) walkLinks(ctx context.Context, tip string) *walker {
-	return &walker{m: m, ctx: ctx, from: tip, fromNum: -1, links: true}
+	w := m.walk(ctx, tip)
+	w.links = true
+	return w
+}
+
+// toPrimary makes the walk read the primary from now on, because of reason (as
+// refset.Observer.ReadFellBack names it).
+func (w *walker) toPrimary(reason string) {
+	w.q, w.onReplica = w.m.db.Reader(), false
+	w.m.obs.ReadFellBack(w.ctx, "branch", reason)
 }
 
 func (w *walker) next() (*Block, error) {
-	if len(w.page) == 0 {
+	// A page read on the replica may end in nothing, the walk then going on from
+	// the primary; a page read on the primary yields a block or ends the walk.
+	for len(w.page) == 0 {
 		if w.from == "" {
 			return nil, nil
 		}
 		if err := w.fill(); err != nil {
 			return nil, err
-		}
-		if len(w.page) == 0 {
-			return nil, nil
 		}
 	}
 	b := w.page[0]
@@ -704,14 +780,19 @@ func (w *walker) fill() error {
 	} else {
 		q, args = fmt.Sprintf(pageSQL, cols), []any{w.fromNum - int64(m.pageSize) + 1, w.fromNum}
 	}
-	byID := w.pages[w.fromNum]
+	key := pageKey{top: w.fromNum, onReplica: w.onReplica}
+	byID := w.pages[key]
 	if byID == nil {
 		var err error
 		if byID, err = w.read1(q, args); err != nil {
+			if w.onReplica && w.ctx.Err() == nil {
+				w.toPrimary("failed") // and next reads this page again there
+				return nil
+			}
 			return err
 		}
 		if w.pages != nil && w.fromNum >= 0 {
-			w.pages[w.fromNum] = byID
+			w.pages[key] = byID
 		}
 	}
 	return w.follow(byID)
@@ -720,7 +801,7 @@ func (w *walker) fill() error {
 // read1 reads one page into a map by ID.
 func (w *walker) read1(q string, args []any) (map[string]*Block, error) {
 	m := w.m
-	rows, err := m.db.Reader().QueryContext(w.ctx, m.sql(q), args...)
+	rows, err := w.q.QueryContext(w.ctx, m.sql(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -746,6 +827,10 @@ func (w *walker) read1(q string, args []any) (map[string]*Block, error) {
 func (w *walker) follow(byID map[string]*Block) error {
 	at, ok := byID[w.from]
 	if !ok {
+		if w.onReplica {
+			w.toPrimary("missing") // and next reads this page again there
+			return nil
+		}
 		if !w.read {
 			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
 		}
@@ -754,6 +839,14 @@ func (w *walker) follow(byID map[string]*Block) error {
 	}
 	w.read = true
 	for {
+		if at.PreviousBlockRef == nil && at.BlockNum != 0 && w.onReplica {
+			// Not linked on the replica, which may not have replayed the link yet:
+			// read the block again on the primary. (A block numbered 0 is genesis,
+			// or one that can never be linked.)
+			w.from, w.fromNum = at.HeaderSignature, at.BlockNum
+			w.toPrimary("missing")
+			return nil
+		}
 		w.page = append(w.page, at)
 		if at.PreviousBlockRef == nil {
 			w.from = ""

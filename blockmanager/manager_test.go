@@ -49,7 +49,7 @@ func TestPutAndRelease(t *testing.T) {
 }
 
 func TestBranchesSharingAnAncestor(t *testing.T) {
-	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+	eachDBAndStandby(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		blocks := m.Blocks()
 		_, err := m.Put(ctx, chain("m", NullBlockID, 0, 4), blocks.Hold("main", 0))
@@ -106,7 +106,7 @@ func TestPutErrors(t *testing.T) {
 }
 
 func TestGetAndContains(t *testing.T) {
-	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+	eachDBAndStandby(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 3), m.Blocks().Hold("t", 0))
 		require.NoError(t, err)
@@ -153,7 +153,7 @@ func TestIdempotentAndOverlappingPut(t *testing.T) {
 }
 
 func TestBranchDiff(t *testing.T) {
-	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+	eachDBAndStandby(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		hold := m.Blocks().Hold("t", 0)
 		// g0000..g0009, then fork a from g0004 (a0005..a0019) and fork b from g0004

@@ -498,11 +498,17 @@ type Report struct {
 func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 
 // Check scans the set and its references. Its cost follows the size of the set: it
-// is an audit, not part of collection. Errors: refset.ErrSchema, ErrUnavailable,
-// ErrTimeout, ErrClosed, the context's error.
+// is an audit, not part of collection. It reads the database's replica when it has
+// one that shows every write committed before Check began, the primary otherwise
+// (see onReplica). Errors: refset.ErrSchema, ErrUnavailable, ErrTimeout, ErrClosed,
+// the context's error.
 func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	r, err := c.check(ctx)
+	var r Report
+	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
+		r, err = c.check(ctx, q)
+		return err
+	})
 	if err = c.readError(err); err != nil {
 		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
 	}
@@ -528,15 +534,25 @@ type Holder struct {
 func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Column, h.Key) }
 
 // Why lists the rows that keep the object with that ID alive (up to whyLimit per
-// referencing table; WhyAll lists them all). None means it is garbage: Collect will delete it once it is
-// due. ErrNotFound if there is no such object; otherwise the errors of Check.
+// referencing table; WhyAll lists them all). None means it is garbage: Collect will
+// delete it once it is due. It reads where Check does. ErrNotFound if there is no
+// such object; otherwise the errors of Check.
 func (c *Collector) Why(ctx context.Context, id any) (_ []Holder, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	hs, err := c.why(ctx, refset.Arg(id), whyLimit)
+	hs, err := c.whyOnReplica(ctx, refset.Arg(id), whyLimit)
 	if err = c.readError(err); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
+}
+
+// whyOnReplica is why, on the replica when it has caught up (onReplica).
+func (c *Collector) whyOnReplica(ctx context.Context, id any, limit int) (hs []Holder, err error) {
+	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
+		hs, err = c.why(ctx, q, id, limit)
+		return err
+	})
+	return hs, err
 }
 
 // Name is the identifier of a trigger or function Install creates for p: derived from

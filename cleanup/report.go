@@ -10,11 +10,11 @@ import (
 	"github.com/refsetdb/refset/refset"
 )
 
-// check counts the objects reachable from no root and no queued object, and the
-// reference rows whose object does not exist, with a few samples of each.
-func (c *Collector) check(ctx context.Context) (Report, error) {
+// check counts, on q, the objects reachable from no root and no queued object, and
+// the reference rows whose object does not exist, with a few samples of each.
+func (c *Collector) check(ctx context.Context, q refset.Querier) (Report, error) {
 	var r Report
-	p, d, q := &c.plan, c.dialect, c.db.Reader()
+	p, d := &c.plan, c.dialect
 	id := fmt.Sprintf(`o."%s"`, p.IDColumn)
 	rows, err := q.QueryContext(ctx, d.Reach(p, true)+fmt.Sprintf(`
 		SELECT %s, count(*) OVER () FROM %s o
@@ -54,10 +54,11 @@ func (c *Collector) check(ctx context.Context) (Report, error) {
 // whyLimit is how many rows per referencing table Why lists.
 const whyLimit = 5
 
-// why lists up to limit rows (0: all of them) per referencing table that reference
-// id, each named by its primary key (or its row address, for a table without one).
-func (c *Collector) why(ctx context.Context, id any, limit int) ([]Holder, error) {
-	p, d, q := &c.plan, c.dialect, c.db.Reader()
+// why lists, on q, up to limit rows (0: all of them) per referencing table that
+// reference id, each named by its primary key (or its row address, for a table
+// without one).
+func (c *Collector) why(ctx context.Context, q refset.Querier, id any, limit int) ([]Holder, error) {
+	p, d := &c.plan, c.dialect
 	rebind := d.Schema().Rebind
 	var one int
 	err := q.QueryRowContext(ctx, rebind(fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), id).Scan(&one)

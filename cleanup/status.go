@@ -14,7 +14,8 @@ import (
 
 // This file holds what an operator reads about clean-up without changing anything:
 // Inspect (a collector that installs no triggers), WhyAll, and Status. All of it runs
-// on the database's reader, outside any transaction.
+// outside any transaction: Inspect and Queue on the database's reader, WhyAll and
+// Status where Check reads (onReplica).
 
 // Inspect plans clean-up of cfg's set as Install does, from refset_sets and the
 // catalog, but creates and replaces nothing: the triggers stay as the last Install
@@ -48,10 +49,10 @@ func Inspect(ctx context.Context, db refset.Database, d Dialect, cfg Config) (_ 
 
 // WhyAll is Why without its limit: every row that keeps the object alive, for an
 // operator who must find them all before removing them. Its cost follows the number
-// of such rows. Errors: those of Why.
+// of such rows. It reads where Check does. Errors: those of Why.
 func (c *Collector) WhyAll(ctx context.Context, id any) (_ []Holder, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	hs, err := c.why(ctx, refset.Arg(id), 0)
+	hs, err := c.whyOnReplica(ctx, refset.Arg(id), 0)
 	if err = c.readError(err); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
@@ -89,12 +90,16 @@ type DatabaseStatus struct {
 // Status reads, for every set registered in the database, its objects, holds, and
 // review queue, and the schema versions of every component. It writes nothing and
 // installs nothing. Counting objects and holds scans them: it is an audit, not
-// something to run every second on a large set. Errors: refset.ErrNotFound when the
-// database has no refset tables; refset.ErrSchema when a set's table is gone; the
-// read errors of Check.
+// something to run every second on a large set. It reads where Check does. Errors:
+// refset.ErrNotFound when the database has no refset tables; refset.ErrSchema when a
+// set's table is gone; the read errors of Check.
 func Status(ctx context.Context, db refset.Database, d Dialect) (_ DatabaseStatus, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	s, err := status(ctx, db.Reader(), d)
+	var s DatabaseStatus
+	err = onReplica(ctx, db, func(q refset.Querier) (err error) {
+		s, err = status(ctx, q, d)
+		return err
+	})
 	if err != nil {
 		if !errors.Is(err, refset.ErrNotFound) {
 			err = (&Collector{db: db, dialect: d}).readError(err)

@@ -12,6 +12,7 @@
 //	refset.collected           objects clean-up deleted
 //	refset.holds.expired       expired holds clean-up removed
 //	refset.collect.batches     histogram, batch transactions per successful Collect
+//	refset.replica.fallbacks   reads meant for the replica that the primary answered, attributes read, reason=missing|behind|failed
 //	refset.queue.depth         gauge, entries in a set's review queue, attribute table (WatchQueue)
 //	refset.queue.overdue       gauge, entries due now, attribute table (WatchQueue)
 //

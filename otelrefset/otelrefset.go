@@ -26,6 +26,7 @@ type Observer struct {
 	collected  metric.Int64Counter
 	expired    metric.Int64Counter
 	batches    metric.Int64Histogram
+	fallbacks  metric.Int64Counter
 	queueDepth metric.Int64ObservableGauge
 	overdue    metric.Int64ObservableGauge
 }
@@ -66,6 +67,9 @@ func New(meter metric.Meter) (*Observer, error) {
 	err = errors.Join(err, e)
 	o.batches, e = meter.Int64Histogram("refset.collect.batches", metric.WithUnit("{batch}"),
 		metric.WithDescription("Batch transactions per successful Collect."))
+	err = errors.Join(err, e)
+	o.fallbacks, e = meter.Int64Counter("refset.replica.fallbacks", metric.WithUnit("{read}"),
+		metric.WithDescription("Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed)."))
 	err = errors.Join(err, e)
 	o.queueDepth, e = meter.Int64ObservableGauge("refset.queue.depth", metric.WithUnit("{entry}"),
 		metric.WithDescription("Entries in a set's review queue."))
@@ -118,6 +122,12 @@ func (o *Observer) Collected(ctx context.Context, deleted, holdsExpired int64, b
 	o.collected.Add(ctx, deleted)
 	o.expired.Add(ctx, holdsExpired)
 	o.batches.Record(ctx, int64(batches))
+}
+
+// ReadFellBack counts a read the replica could not answer in
+// refset.replica.fallbacks, with attributes read and reason.
+func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
+	o.fallbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("read", read), attribute.String("reason", reason)))
 }
 
 // WatchQueue reports c's review queue in the gauges refset.queue.depth and

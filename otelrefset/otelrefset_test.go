@@ -216,3 +216,34 @@ func TestMetricsAfterKnownWork(t *testing.T) {
 		})
 	}
 }
+
+// A read that a paused standby cannot answer is counted in refset.replica.fallbacks,
+// by read and reason.
+func TestReplicaFallbacks(t *testing.T) {
+	ctx := t.Context()
+	r := sdkmetric.NewManualReader()
+	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
+	require.NoError(t, err)
+	primary, standby, _ := pgtest.NewWithStandby(t)
+	db, err := postgres.Open(ctx, primary, postgres.Options{Observer: obs, ReplicaDSN: standby, ReplicaWait: 2 * time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+	require.NoError(t, err)
+	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
+	require.NoError(t, err)
+	set := refset.New(store)
+	caughtUp, err := db.ReplicaCaughtUp(ctx) // the table is on the standby
+	require.NoError(t, err)
+	require.True(t, caughtUp)
+
+	pgtest.PauseReplay(t)
+	tok, err := set.Add(ctx, item{Key: "a", N: 1})
+	require.NoError(t, err)
+	_, err = set.Get(ctx, tok)
+	require.NoError(t, err)
+	_, err = set.Upgrade(ctx, "a")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int64{"read=getreason=missing": 1, "read=hasreason=missing": 1},
+		sums(t, metrics(t, r)["refset.replica.fallbacks"]))
+}

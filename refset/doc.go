@@ -64,6 +64,32 @@
 // instance is freed. Concurrent Gets that miss on one ID read it once. The value is
 // shared: read it, never modify it; a changed object is a new object with a new ID.
 //
+// # Reads from a replica
+//
+// A database may have a replica beside its primary: a hot standby that replays the
+// primary's writes a little later (postgres.Options.Replica). Reads outside a
+// transaction whose answer a lagging copy cannot make wrong go there first, to take
+// load off the primary:
+//
+//   - Get (a cache miss) and Upgrade without commands look an object up by ID.
+//     Objects never change, so a row the replica has is the object, however far
+//     behind the replica is. A row it lacks may not be replicated yet, so the primary
+//     is asked then: a Get or an Upgrade right after the Add that stored the object
+//     finds it.
+//   - Branch and BranchDiff walks in package blockmanager confirm on the primary
+//     every place where a walk on the replica would end.
+//   - Reports in package cleanup (Check, Why, WhyAll, Status) read the replica only
+//     once it has replayed everything the primary had committed when the report
+//     began, and the primary otherwise: they see the caller's own writes.
+//
+// Writes, everything inside a transaction (the *Tx forms, commands, InTx), and reads
+// of what changes (who holds an object, a chain's head, the review queue) go to the
+// primary. A read the replica fails is made again on the primary; the database's
+// Observer counts each fallback (ReadFellBack). What a replica may show that the
+// primary would not is an object collected on the primary since; the primary too
+// may collect an object right after a Get returned it. A token never kept an object
+// alive: a persisted reference does.
+//
 // # What caller code cannot break
 //
 // Commands and functions given to InTx run inside a transaction that refset began,

@@ -31,6 +31,14 @@ type Observer interface {
 	// Collected is a clean-up Collect that returned nil: objects deleted, expired
 	// holds removed, the batch transactions it ran, and how long it took.
 	Collected(ctx context.Context, deleted, holdsExpired int64, batches int, took time.Duration)
+	// ReadFellBack is a read outside a transaction that went to the database's replica
+	// (a hot standby, postgres.Options.Replica) and was then made on the primary.
+	// read names it ("get", "has", "branch", "report"); reason says why: "missing"
+	// (the replica had no such row: not replicated yet, or not stored at all),
+	// "behind" (a report's replica had not replayed what the primary committed before
+	// the report began, within Options.ReplicaWait), or "failed" (the replica returned
+	// an error).
+	ReadFellBack(ctx context.Context, read, reason string)
 }
 
 // NoObserver is an Observer that does nothing: what a database without one has, and
@@ -42,6 +50,7 @@ func (NoObserver) HandedOver(context.Context, time.Duration, error)            {
 func (NoObserver) Retried(context.Context, error)                              {}
 func (NoObserver) Conflicted(context.Context, error)                           {}
 func (NoObserver) Collected(context.Context, int64, int64, int, time.Duration) {}
+func (NoObserver) ReadFellBack(context.Context, string, string)                {}
 
 // ObserverOf is db's observer: what its Observer method returns, or NoObserver when
 // it has no such method or returns nil. Packages built on refset (clean-up) tell

@@ -19,16 +19,17 @@ type Identifiable[ID comparable] interface {
 // the objects it holds and Leases to read them, keeping one in-memory instance per ID
 // while any lease on it lives. A RefSet is safe for concurrent use.
 type RefSet[T Identifiable[ID], ID comparable] struct {
-	store SetStore[T, ID]
-	db    Database
-	cache *cache[T, ID]
-	obs   Observer // the database's, found once
+	store   SetStore[T, ID]
+	db      Database
+	replica Querier // the database's replica, or nil; found once
+	cache   *cache[T, ID]
+	obs     Observer // the database's, found once
 }
 
 // New returns a RefSet kept in store.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	return &RefSet[T, ID]{store: store, db: db, cache: newCache[T, ID](), obs: ObserverOf(db)}
+	return &RefSet[T, ID]{store: store, db: db, replica: ReplicaOf(db), cache: newCache[T, ID](), obs: ObserverOf(db)}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -118,14 +119,23 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 // run in one transaction with the check, so a reference they persist is to an object
 // that exists (the database refuses it otherwise).
 //
+// Without commands it reads the database's replica first, if it has one (see "Reads
+// from a replica" in the package doc).
+//
 // Errors: ErrNotFound, and those of Add but ErrDuplicate.
 func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
 	if len(cmds) == 0 {
 		if err := checkID("upgrade", id); err != nil {
 			return nil, err
 		}
-		tok, err := s.upgrade(ctx, s.db.Reader(), id, nil)
-		return tok, ctxerr.Wrap(ctx, err)
+		found, err := s.has(ctx, id)
+		if err != nil {
+			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset: upgrade %v: %w", id, err))
+		}
+		if !found {
+			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+		}
+		return newToken[ID](id, s), nil
 	}
 	return s.upgradeIn(ctx, nil, id, cmds)
 }
@@ -158,20 +168,32 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, tx Tx, id ID, cmds []Comm
 	return tok, nil
 }
 
-func (s *RefSet[T, ID]) upgrade(ctx context.Context, q Querier, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
-	ok, err := s.store.Has(ctx, q, id)
+func (s *RefSet[T, ID]) upgrade(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	ok, err := s.store.Has(ctx, tx, id)
 	if err != nil {
 		return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
 	}
 	if !ok {
 		return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 	}
-	if len(cmds) > 0 { // q is then a transaction
-		if err := runAll(ctx, q, id, cmds); err != nil {
-			return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
-		}
+	if err := runAll(ctx, tx, id, cmds); err != nil {
+		return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
 	}
 	return newToken[ID](id, s), nil
+}
+
+// has reports whether the object is stored, outside a transaction: on the replica
+// first, when the database has one, and on the primary when the replica does not
+// have it (it may not have replayed the Add yet) or fails.
+func (s *RefSet[T, ID]) has(ctx context.Context, id ID) (bool, error) {
+	if s.replica != nil {
+		found, err := s.store.Has(ctx, s.replica, id)
+		if found && err == nil || ctx.Err() != nil {
+			return found, err
+		}
+		s.obs.ReadFellBack(ctx, "has", FallbackReason(err))
+	}
+	return s.store.Has(ctx, s.db.Reader(), id)
 }
 
 // Get returns a lease on the referenced object. While any lease on an ID lives, every
@@ -179,6 +201,9 @@ func (s *RefSet[T, ID]) upgrade(ctx context.Context, q Querier, id ID, cmds []Co
 // does, the instance is freed. Concurrent Gets that miss on one ID read it once.
 // ErrNotFound if the object is no longer stored (clean-up may remove an object whose
 // references are all gone, even while a token for it is in memory).
+// A miss reads the database's replica first, if it has one, and the primary when the
+// replica does not have the object yet (see "Reads from a replica" in the package
+// doc).
 //
 // Errors: ErrNotFound, ErrInvalidToken (nil, or a token of another set),
 // ErrTokenConsumed (a token already released), ErrSchema (a stored row the type
@@ -190,13 +215,27 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 	if !tok.lin.is(stepHeld) {
 		return Lease[T]{}, opError(fmt.Sprintf("get %v", tok.id), ErrTokenConsumed, nil)
 	}
-	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) {
-		return s.store.Get(ctx, s.db.Reader(), tok.id)
-	})
+	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) { return s.load(ctx, tok.id) })
 	if err != nil {
 		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: get %v: %w", tok.id, err))
 	}
 	return Lease[T]{b: b}, nil
+}
+
+// load reads an object outside a transaction (a cache miss): on the replica first,
+// when the database has one, and on the primary when the replica does not have it or
+// fails. The token says the primary had the object, so a replica without it is
+// behind (or the object was collected since); a row the replica has is the object
+// however far behind it is, since objects never change.
+func (s *RefSet[T, ID]) load(ctx context.Context, id ID) (T, error) {
+	if s.replica != nil {
+		obj, err := s.store.Get(ctx, s.replica, id)
+		if err == nil || ctx.Err() != nil {
+			return obj, err
+		}
+		s.obs.ReadFellBack(ctx, "get", FallbackReason(err))
+	}
+	return s.store.Get(ctx, s.db.Reader(), id)
 }
 
 // Cached is the number of objects that have a live in-memory instance.

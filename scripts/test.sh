@@ -10,6 +10,10 @@
 #   REFSET_TEST_POSTGRES   lib/pq DSN of a server to test against. When unset,
 #                          a throwaway cluster is started on 127.0.0.1 and
 #                          removed again on exit.
+#   REFSET_TEST_POSTGRES_STANDBY
+#                          lib/pq DSN of a hot standby streaming from that
+#                          server, for the tests of reads from a replica. With
+#                          the throwaway cluster, one is started beside it.
 #   REFSET_TEST_PACKAGES   space-separated package patterns to check and test
 #                          instead of ./... (gofmt is limited to them too).
 #
@@ -136,6 +140,7 @@ as_pg() {
 cleanup() {
 	local rc=$?
 	set +e
+	stop_standby
 	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
 		if ! as_pg "$pg_bindir/pg_ctl" -D "$pg_data" -m fast -w -t 30 stop >/dev/null 2>&1; then
 			# Still there: SIGQUIT is PostgreSQL's immediate shutdown.
@@ -298,6 +303,81 @@ else
 		"host=127.0.0.1 port=$pg_port user=postgres dbname=postgres sslmode=disable" \
 		-c 'CREATE DATABASE refset_test'
 	export REFSET_TEST_POSTGRES="postgres://postgres@127.0.0.1:$pg_port/refset_test?sslmode=disable"
+fi
+
+# ------------------------------------------------------- PostgreSQL standby
+# A hot standby streaming from the throwaway cluster (pg_basebackup -R), for the
+# tests of reads from a replica: they get REFSET_TEST_POSTGRES_STANDBY, and pause
+# its replay to make a lag they can count on.
+standby_data=
+
+# stop_standby stops the standby, if one runs; the EXIT trap calls it.
+stop_standby() {
+	if [[ -n $standby_data && -f $standby_data/postmaster.pid ]]; then
+		if ! as_pg "$pg_bindir/pg_ctl" -D "$standby_data" -m fast -w -t 30 stop >/dev/null 2>&1; then
+			local pid
+			pid=$(head -n 1 "$standby_data/postmaster.pid" 2>/dev/null)
+			[[ -n $pid ]] && kill -QUIT "$pid" 2>/dev/null && sleep 1
+		fi
+	fi
+}
+
+start_standby() {
+	local started_at=$SECONDS attempt port log
+	local primary="host=127.0.0.1 port=$pg_port user=postgres dbname=postgres sslmode=disable"
+	# Asynchronous commits reach the standby when the WAL writer flushes them:
+	# every 10ms rather than 200ms, so reports that wait for the standby to catch
+	# up wait little.
+	"$psql" -X -q -v ON_ERROR_STOP=1 "$primary" \
+		-c "ALTER SYSTEM SET wal_writer_delay = '10ms'" -c 'SELECT pg_reload_conf()' >/dev/null
+	# A hot standby needs at least the primary's max_connections.
+	local max_conns
+	max_conns=$("$psql" -X -qAt "$primary" -c 'SHOW max_connections')
+	standby_data=$tmp/standby
+	as_pg "$pg_bindir/pg_basebackup" -h 127.0.0.1 -p "$pg_port" -U postgres -D "$standby_data" \
+		-R -X stream -c fast --no-sync >"$tmp/basebackup.log" 2>&1 || {
+		cat "$tmp/basebackup.log" >&2
+		die "pg_basebackup of the standby failed (output above)"
+	}
+	as_pg mkdir -p "$tmp/sock-standby"
+	for attempt in 1 2 3 4 5; do
+		port=$(pick_port) || die "no free TCP port found on 127.0.0.1"
+		log=$tmp/standby-$attempt.log
+		# hot_standby_feedback keeps the primary's vacuum from removing rows a
+		# standby query still reads, which would cancel that query.
+		local opts="-c listen_addresses=127.0.0.1 -c port=$port"
+		opts+=" -c unix_socket_directories='$tmp/sock-standby'"
+		opts+=" -c fsync=off -c full_page_writes=off -c hot_standby=on -c hot_standby_feedback=on"
+		opts+=" -c max_connections=$max_conns -c shared_buffers=128MB -c lc_messages=C"
+		if as_pg "$pg_bindir/pg_ctl" -D "$standby_data" -l "$log" -o "$opts" -w -t 60 start >/dev/null; then
+			break
+		fi
+		if grep -q 'Address already in use' "$log" 2>/dev/null; then
+			log "port $port was taken before the standby could bind it; retrying"
+			continue
+		fi
+		cat "$log" >&2 2>/dev/null
+		die "the PostgreSQL standby failed to start (server log above)"
+	done
+	[[ -f $standby_data/postmaster.pid ]] || die "the PostgreSQL standby failed to start: no free port after 5 attempts"
+	local standby="host=127.0.0.1 port=$port user=postgres dbname=refset_test sslmode=disable" i
+	for ((i = 0; i < 300; i++)); do
+		if [[ $("$psql" -X -qAt "$standby" -c 'SELECT pg_is_in_recovery()' 2>/dev/null) == t ]]; then
+			echo "standby streaming on 127.0.0.1:$port after $((SECONDS - started_at))s"
+			export REFSET_TEST_POSTGRES_STANDBY="postgres://postgres@127.0.0.1:$port/refset_test?sslmode=disable"
+			return 0
+		fi
+		sleep 0.1
+	done
+	cat "$log" >&2
+	die "the PostgreSQL standby did not accept connections within 30s (server log above)"
+}
+
+if [[ -n $pg_data ]]; then
+	step "PostgreSQL: starting a hot standby"
+	start_standby
+elif [[ -n ${REFSET_TEST_POSTGRES_STANDBY:-} ]]; then
+	step "PostgreSQL: using REFSET_TEST_POSTGRES_STANDBY from the environment"
 fi
 
 # ----------------------------------------------------------------- go test

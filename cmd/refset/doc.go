@@ -23,8 +23,11 @@
 //
 // --db is a SQLite file path, or a PostgreSQL DSN (a postgres:// or postgresql:// URL,
 // or key=value pairs); --driver pgx|postgres picks the Postgres driver (lib/pq by
-// default). A SQLite file that does not exist is an error, never created. Every
-// command takes -h.
+// default). A SQLite file that does not exist is an error, never created. --replica
+// names a hot standby of a PostgreSQL --db: status, why and check read it once it has
+// replayed what the primary had committed when they began (the primary otherwise),
+// so an audit of a large set loads the standby instead; everything else uses --db.
+// Every command takes -h.
 //
 // status, why, check, migrate status, migrate sql and holds ls only read, and install
 // no clean-up triggers (those carry the grace period of the program that owns the set,

@@ -91,6 +91,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard) // usage goes to stdout on -h, to stderr after an error
 	dbFlag := fs.String("db", "", "a SQLite file path, or a PostgreSQL DSN (postgres://... or key=value ...)")
 	driverFlag := fs.String("driver", "", "the Postgres driver: postgres (lib/pq, the default) or pgx")
+	replicaFlag := fs.String("replica", "", "a DSN of a hot standby of the --db PostgreSQL, where status, why and check read once it has replayed the latest writes")
 	exec := cmd.setup(fs)
 	cmdUsage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: refset %s [flags]%s\n\n%s.\n\nFlags:\n", cmd.name, strings.TrimRight(" "+cmd.args, " "), cmd.summary)
@@ -115,7 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
-	db, err := open(ctx, *dbFlag, *driverFlag)
+	db, err := open(ctx, *dbFlag, *driverFlag, *replicaFlag)
 	if err != nil {
 		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
 		return exitError
@@ -186,9 +187,9 @@ func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "=")
 }
 
-func open(ctx context.Context, dsn, driverName string) (opened, error) {
+func open(ctx context.Context, dsn, driverName, replica string) (opened, error) {
 	if isPostgres(dsn) {
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driverName, MaxConns: 4})
+		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driverName, MaxConns: 4, ReplicaDSN: replica})
 		if err != nil {
 			return opened{}, err
 		}
@@ -198,6 +199,9 @@ func open(ctx context.Context, dsn, driverName string) (opened, error) {
 	}
 	if driverName != "" {
 		return opened{}, fmt.Errorf("%w: --driver %q is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, driverName, dsn)
+	}
+	if replica != "" {
+		return opened{}, fmt.Errorf("%w: --replica is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, dsn)
 	}
 	// sqlite.Open creates a missing file; a tool that reads must not.
 	if _, err := os.Stat(dsn); err != nil {

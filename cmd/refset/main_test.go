@@ -78,6 +78,19 @@ func backends() []backend {
 		},
 		{name: "postgres", open: pg(""), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
 		{name: "pgx", open: pg(postgres.DriverPgx), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
+		{
+			// Writes go to --db, status, why and check read --replica.
+			name: "postgres-standby",
+			open: func(t *testing.T) (refset.Database, []string) {
+				t.Helper()
+				primary, standby, _ := pgtest.NewWithStandby(t)
+				db, err := postgres.Open(t.Context(), primary, postgres.Options{})
+				require.NoError(t, err)
+				t.Cleanup(func() { db.Close() })
+				return db, []string{"--db", primary, "--replica", standby}
+			},
+			past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`,
+		},
 	}
 }
 

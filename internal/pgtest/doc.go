@@ -20,6 +20,12 @@
 // is a failure instead, because a skipped database suite would otherwise
 // pass silently. A DSN that is set but does not answer is always a failure.
 //
+// Tests of reads from a hot standby call [NewWithStandby], which also returns the
+// schema's DSN on the standby named by REFSET_TEST_POSTGRES_STANDBY (scripts/test.sh
+// starts one, streaming from its cluster) once the standby has replayed the schema,
+// and [PauseReplay] to hold the standby still while the primary moves on. Without
+// the variable they skip, or fail under CI, as above.
+//
 // Cleanups run in reverse order of registration, so a test that opens a
 // *sql.DB after calling DSN and registers its Close with t.Cleanup has its
 // connections closed before the schema is dropped.

@@ -111,9 +111,11 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	db    refset.Database
 	table Table
 	stmt  Statements
-	// reads and writes are nil until Prepare: the store then runs every statement
-	// unprepared.
-	reads *preparedReads
+	// reads, replicaReads and writes are nil until Prepare: the store then runs
+	// every statement unprepared. reads are prepared on the database's reader,
+	// replicaReads on its replica.
+	reads, replicaReads *preparedReads
+	replica             refset.Querier // the database's replica, or nil
 	// writes are the writing statements, prepared by Prepare on the pool that the
 	// database begins its transactions on, by query; read-only after that.
 	writes map[string]*sql.Stmt
@@ -139,7 +141,7 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 		}
 		writes[query] = st
 	}
-	s.writes, s.reads = writes, &preparedReads{}
+	s.writes, s.reads, s.replicaReads = writes, &preparedReads{}, &preparedReads{}
 	return nil
 }
 
@@ -224,27 +226,41 @@ func (r *preparedReads) forget(query string, st *sql.Stmt) {
 	}
 }
 
-// read runs query on q: prepared when q is the database's reader. A prepared run that
-// fails is forgotten and the query run again unprepared, which is what a read did
-// before statements were prepared: a schema change, a lost connection or a closed
-// database fail or succeed as they did then.
+// read runs query on q: prepared when q is the database's reader or its replica. A
+// prepared run that fails is forgotten and the query run again unprepared, which is
+// what a read did before statements were prepared: a schema change, a lost
+// connection or a closed database fail or succeed as they did then.
 func (s *Store[T, ID]) read(ctx context.Context, q refset.Querier, query string, args ...any) (*sql.Rows, error) {
 	defer s.slow(ctx, query, time.Now())
-	if reader := s.db.Reader(); s.reads != nil && q == reader {
-		if st := s.reads.stmt(ctx, reader, query); st != nil {
+	if reads := s.preparedOn(q); reads != nil {
+		if st := reads.stmt(ctx, q, query); st != nil {
 			rows, err := st.QueryContext(ctx, args...)
 			if err == nil || ctx.Err() != nil {
 				return rows, err
 			}
-			s.reads.forget(query, st)
+			reads.forget(query, st)
 		}
 	}
 	return q.QueryContext(ctx, query, args...)
 }
 
+// preparedOn is the store's prepared reads on q, or nil when q is neither of the
+// database's pools (a transaction) or the store runs unprepared.
+func (s *Store[T, ID]) preparedOn(q refset.Querier) *preparedReads {
+	switch {
+	case s.reads == nil:
+		return nil
+	case q == s.db.Reader():
+		return s.reads
+	case s.replica != nil && q == s.replica:
+		return s.replicaReads
+	}
+	return nil
+}
+
 // New returns a Store for a resolved table.
 func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt Statements) *Store[T, ID] {
-	return &Store[T, ID]{db: db, table: table, stmt: stmt}
+	return &Store[T, ID]{db: db, table: table, stmt: stmt, replica: refset.ReplicaOf(db)}
 }
 
 // Database is the database the set lives in.

@@ -13,29 +13,34 @@ import (
 
 // modes are the ways a store reaches Postgres: through lib/pq with its statements
 // prepared (the default) and unprepared (for connection poolers that lose prepared
-// statements), and through pgx's stdlib driver. The suites run in each, since each
-// takes paths the others never do.
+// statements), through pgx's stdlib driver, and with a hot standby for the reads
+// that may lag. The suites run in each, since each takes paths the others never do.
 var modes = []struct {
-	name string
-	opts postgres.Options
+	name    string
+	opts    postgres.Options
+	standby bool // open each database with a replica (pgtest.NewWithStandby)
 }{
-	{"prepared", postgres.Options{MaxConns: 40}},
-	{"unprepared", postgres.Options{MaxConns: 40, Unprepared: true}},
-	{"pgx", postgres.Options{MaxConns: 40, Driver: postgres.DriverPgx}},
+	{name: "prepared", opts: postgres.Options{MaxConns: 40}},
+	{name: "unprepared", opts: postgres.Options{MaxConns: 40, Unprepared: true}},
+	{name: "pgx", opts: postgres.Options{MaxConns: 40, Driver: postgres.DriverPgx}},
+	{name: "standby", opts: postgres.Options{MaxConns: 40}, standby: true},
 }
 
 // harness gives each test its own schema on the test server (pgtest), so tests and
 // packages run in parallel against one Postgres, and opens it with the public Open
-// and opts, as users do.
-func harness(opts postgres.Options) conformance.Harness {
-	// dsnOf remembers the DSN each test database was opened with, for Reopen.
-	var dsnOf sync.Map // *postgres.DB -> string
-	open := func(tb testing.TB, dsn string) *postgres.DB {
+// and opts, as users do; with standby, with the schema on the standby as replica.
+func harness(opts postgres.Options, standby bool) conformance.Harness {
+	// dsnsOf remembers the DSNs each test database was opened with, for Reopen.
+	type dsns struct{ primary, standby string }
+	var dsnsOf sync.Map // *postgres.DB -> dsns
+	open := func(tb testing.TB, at dsns) *postgres.DB {
 		tb.Helper()
-		db, err := postgres.Open(tb.Context(), dsn, opts)
+		opts := opts
+		opts.ReplicaDSN = at.standby
+		db, err := postgres.Open(tb.Context(), at.primary, opts)
 		require.NoError(tb, err)
-		dsnOf.Store(db, dsn)
-		tb.Cleanup(func() { dsnOf.Delete(db); db.Close() })
+		dsnsOf.Store(db, at)
+		tb.Cleanup(func() { dsnsOf.Delete(db); db.Close() })
 		return db
 	}
 	return conformance.Harness{
@@ -43,13 +48,17 @@ func harness(opts postgres.Options) conformance.Harness {
 		Cleanup: postgres.TestCleanupDialect,
 		Open: func(tb testing.TB) refset.Database {
 			tb.Helper()
-			return open(tb, pgtest.DSN(tb))
+			if standby {
+				primary, standby, _ := pgtest.NewWithStandby(tb)
+				return open(tb, dsns{primary, standby})
+			}
+			return open(tb, dsns{primary: pgtest.DSN(tb)})
 		},
 		Reopen: func(tb testing.TB, db refset.Database) refset.Database {
 			tb.Helper()
-			dsn, ok := dsnOf.Load(db)
+			at, ok := dsnsOf.Load(db)
 			require.True(tb, ok, "Reopen of a database this harness did not open")
-			return open(tb, dsn.(string))
+			return open(tb, at.(dsns))
 		},
 		Types: conformance.Types{Text: "text", Int: "bigint", Bytes: "bytea", Time: "timestamptz", Bool: "boolean", Float: "double precision"},
 	}
@@ -59,7 +68,7 @@ func TestConformance(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			conformance.Run(t, harness(m.opts))
+			conformance.Run(t, harness(m.opts, m.standby))
 		})
 	}
 }
@@ -68,7 +77,7 @@ func TestCleanupConformance(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			conformance.RunCleanup(t, harness(m.opts))
+			conformance.RunCleanup(t, harness(m.opts, m.standby))
 		})
 	}
 }
@@ -77,7 +86,7 @@ func TestPromisesConformance(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			conformance.RunPromises(t, harness(m.opts))
+			conformance.RunPromises(t, harness(m.opts, m.standby))
 		})
 	}
 }

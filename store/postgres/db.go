@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -64,9 +65,30 @@ type Options struct {
 	SlowStatement time.Duration
 
 	// Observer is told what refset does in this database, for metrics: objects
-	// added, hand-overs, retried and lasting conflicts, clean-up's collections.
-	// Package otelrefset makes one that feeds OpenTelemetry. Nil: nothing is told.
+	// added, hand-overs, retried and lasting conflicts, clean-up's collections, reads
+	// a replica could not answer. Package otelrefset makes one that feeds
+	// OpenTelemetry. Nil: nothing is told.
 	Observer refset.Observer
+
+	// Replica is a pool on a hot standby of this database (streaming replication),
+	// opened and owned by the caller like New's pool, with lib/pq or pgx's stdlib.
+	// Reads that a lagging copy cannot make wrong go there first (see "Reads from a
+	// hot standby" in the package doc); nil means every read goes to the primary.
+	// Open and New check that it is a standby, of the same cluster, connected to the
+	// same database with the same search_path: refset.ErrInvalidConfig otherwise.
+	Replica *sql.DB
+
+	// ReplicaDSN is what Open dials for a replica it owns (with Driver and MaxConns,
+	// closed by Close), instead of the caller's Replica. Set connect_timeout in it:
+	// while the standby does not answer, each read meant for it waits for the dial
+	// before it goes to the primary. New ignores it.
+	ReplicaDSN string
+
+	// ReplicaWait is how long a report (cleanup's Check, Why, WhyAll, Status) waits
+	// for the replica to replay what the primary had committed when the report began,
+	// before it reads the primary instead. Zero means one second; a negative value
+	// means not at all.
+	ReplicaWait time.Duration
 }
 
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
@@ -74,6 +96,10 @@ type Options struct {
 type DB struct {
 	// Pool is the connection pool; use it for your own queries too.
 	Pool *sqlx.DB
+	// Replica is the pool on the hot standby (Options.Replica or ReplicaDSN), or nil.
+	// Reads of your own may go there too: ReplicaCaughtUp says when it shows your
+	// writes.
+	Replica *sqlx.DB
 
 	isolation  sql.IsolationLevel
 	unprepared bool
@@ -82,6 +108,7 @@ type DB struct {
 	slow       time.Duration
 	observer   refset.Observer
 	closed     atomic.Bool
+	replica    replicaState
 	driverHandle
 }
 
@@ -115,12 +142,31 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	pool.SetMaxOpenConns(conns)
 	pool.SetMaxIdleConns(conns)
 	pool.SetConnMaxIdleTime(5 * time.Minute)
+	ownsReplica := false
+	if opts.ReplicaDSN != "" {
+		if opts.Replica != nil {
+			pool.Close()
+			return nil, fmt.Errorf("refset/postgres: open: %w: both Replica and ReplicaDSN are set", refset.ErrInvalidConfig)
+		}
+		if opts.Replica, err = sql.Open(driver, opts.ReplicaDSN); err != nil {
+			pool.Close()
+			return nil, redactPassword(fmt.Errorf("refset/postgres: open the replica: %w: %w", refset.ErrInvalidConfig, err), opts.ReplicaDSN)
+		}
+		opts.Replica.SetMaxOpenConns(conns)
+		opts.Replica.SetMaxIdleConns(conns)
+		opts.Replica.SetConnMaxIdleTime(5 * time.Minute)
+		ownsReplica = true
+	}
 	db, err := New(ctx, pool, opts)
 	if err != nil {
 		pool.Close()
+		if ownsReplica {
+			opts.Replica.Close()
+			err = redactPassword(err, opts.ReplicaDSN)
+		}
 		return nil, redactPassword(err, dsn)
 	}
-	db.ownsPool = true
+	db.ownsPool, db.replica.owned = true, ownsReplica
 	return db, nil
 }
 
@@ -172,23 +218,35 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("refset/postgres: new: %w: nil pool", refset.ErrInvalidConfig)
 	}
-	var driverName string
-	switch d := pool.Driver().(type) {
-	case *pq.Driver:
-		driverName = DriverLibPQ
-	case *stdlib.Driver:
-		driverName = DriverPgx
-	default:
-		return nil, fmt.Errorf("refset/postgres: new: %w: the pool's driver is %T; want lib/pq or pgx's stdlib", refset.ErrInvalidConfig, d)
+	driverName, err := driverOf(pool)
+	if err != nil {
+		return nil, fmt.Errorf("refset/postgres: new: %w", err)
 	}
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
+	if opts.Replica != nil {
+		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
+			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
+		}
+	}
 	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	db.observer = opts.Observer
 	return db, nil
+}
+
+// driverOf names the driver of pool: lib/pq or pgx's stdlib, and no other.
+func driverOf(pool *sql.DB) (string, error) {
+	switch d := pool.Driver().(type) {
+	case *pq.Driver:
+		return DriverLibPQ, nil
+	case *stdlib.Driver:
+		return DriverPgx, nil
+	default:
+		return "", fmt.Errorf("%w: the pool's driver is %T; want lib/pq or pgx's stdlib", refset.ErrInvalidConfig, d)
+	}
 }
 
 // openError is why the first connection failed: the server's answer or the lost
@@ -233,11 +291,19 @@ func (db *DB) SlowStatement() time.Duration { return db.slow }
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }
 
-// Close closes the pool Open made (a pool given to New stays open: it is the
-// caller's). Later calls of refset on db fail with refset.ErrClosed.
+// Close closes the pools Open made, the replica's among them (a pool given to New or
+// in Options.Replica stays open: it is the caller's). Later calls of refset on db
+// fail with refset.ErrClosed.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) || !db.ownsPool {
+	if db.closed.Swap(true) {
 		return nil
 	}
-	return db.Pool.Close()
+	var err error
+	if db.replica.owned {
+		err = db.Replica.Close()
+	}
+	if db.ownsPool {
+		err = errors.Join(db.Pool.Close(), err)
+	}
+	return err
 }

@@ -23,4 +23,42 @@
 // 1.21, with max_prepared_statements set), or set Options.Unprepared. A prepared read
 // that fails is run again unprepared, so a migration that changes a column's type does
 // not break reads.
+//
+// # Reads from a hot standby
+//
+// Options.ReplicaDSN (or the caller's pool in Options.Replica) names a hot standby
+// that streams from the primary. Reads that a lagging copy cannot make wrong go to it
+// first, and each read decides when to ask the primary instead:
+//
+//   - Get (a cache miss) and Upgrade without commands look an object up by ID. A row
+//     the standby has is the object, however far behind the standby is, because
+//     objects never change; a row it lacks may not be replayed yet, so the primary is
+//     asked. A read right after the caller's own Add therefore finds the object.
+//   - blockmanager's walks (Branch, BranchDiff, CommonAncestor) trust the blocks and
+//     links they find on the standby, and go on from the primary wherever the walk
+//     would end short of genesis (a tip, a block or a link not replayed yet).
+//   - cleanup's reports (Check, Why, WhyAll, Status) read the standby once it has
+//     replayed every WAL record the primary had written when the report began
+//     (ReplicaCaughtUp: pg_current_wal_insert_lsn() on the primary, then
+//     pg_last_wal_replay_lsn() on the standby), waiting up to Options.ReplicaWait (one
+//     second) for it, and the primary otherwise. They see the caller's own writes.
+//
+// Writes, every read inside a transaction (the *Tx forms, commands, refset.InTx), and
+// reads of what changes (holds, a chain's head, the review queue, ContainsAny*) go to
+// the primary. So what may be stale is bounded: an object deleted by clean-up on the
+// primary within the standby's replay lag may still be found by Get or Upgrade, as it
+// could have been a moment earlier on the primary; a token never kept an object alive,
+// a persisted reference does. A standby that fails a read (it is down, or cancelled the
+// query for a conflict with recovery) leaves that read to the primary; set
+// connect_timeout in ReplicaDSN so a standby that does not answer costs little. Each
+// fallback is told to Options.Observer (ReadFellBack). hot_standby_feedback=on on the
+// standby spares long reports cancellations.
+//
+// Open and New check the replica once: it must be a standby (pg_is_in_recovery()), of
+// the same cluster (pg_control_system()'s system identifier, when the role may read
+// it), connected to the same database with the same search_path; refset.ErrInvalidConfig
+// otherwise, and refset.ErrUnavailable when it cannot be reached. A standby promoted
+// later has no replay position, so reports leave it to the primary, but Get, Upgrade
+// and walks still read it: after a failover, open the database again with the new
+// topology.
 package postgres

@@ -21,6 +21,7 @@ const (
 	codeUndefinedObject          = "42704"
 	codeUndefinedFunction        = "42883"
 	codeInvalidSchemaName        = "3F000"
+	codeInsufficientPrivilege    = "42501"
 )
 
 // SQLSTATE classes: the first two characters of a code.
