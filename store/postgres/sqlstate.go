@@ -21,6 +21,7 @@ const (
 	codeUndefinedObject          = "42704"
 	codeUndefinedFunction        = "42883"
 	codeInvalidSchemaName        = "3F000"
+	codeFeatureNotSupported      = "0A000" // also a prepared statement whose result type a migration changed
 )
 
 // SQLSTATE classes: the first two characters of a code.
