@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -471,4 +472,96 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %'`).Scan(&n))
 	assert.Zero(t, n)
+}
+
+// The pipeline runs in every query mode a pgx pool may be configured with (a pooler
+// in transaction mode wants simple_protocol or exec): a hand-over commits, a wrong
+// count stops it before its next statement, a refused statement rolls it back.
+func TestPgxPipelineInEveryQueryMode(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			dsn := pgtest.DSN(t)
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			e := newHandOverEnv(t, openWith(t, dsn+sep+"default_query_exec_mode="+mode, Options{Driver: DriverPgx}))
+			ctx := t.Context()
+			_, err := e.db.Pool.ExecContext(ctx, `CREATE SEQUENCE acquired`)
+			require.NoError(t, err)
+			touch := refset.Exec[string](`SELECT nextval('acquired') WHERE ?::text IS NOT NULL`, -1)
+
+			_, err = e.acquired(t, "a", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
+			require.NoError(t, err)
+			pending, head := e.state(t, "a")
+			assert.False(t, pending)
+			assert.True(t, head)
+
+			acq := e.acquired(t, "b", []refset.Command[string]{releasePending}, []refset.Command[string]{touch})
+			_, err = e.db.Pool.ExecContext(ctx, `DELETE FROM pending WHERE block_id = 'b'`)
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrNotFound)
+			assert.Zero(t, count(t, e.db, `SELECT count(*) FROM acquired WHERE is_called`), "no statement ran after the wrong count")
+
+			_, err = e.acquired(t, "c", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead, acquireHead}).Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrDuplicate)
+			pending, head = e.state(t, "c")
+			assert.True(t, pending, "rolled back")
+			assert.False(t, head, "rolled back")
+		})
+	}
+}
+
+// Under SERIALIZABLE, concurrent hand-overs whose acquire reads the whole ledger and
+// appends the next sequence number conflict: Postgres aborts all but one with 40001.
+// Complete runs the aborted ones again, pipelined or not, so every hand-over commits
+// exactly once, and the sequence has no gaps and no duplicates.
+func TestHandOversRetrySerializationFailures(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		logs := newLogRecorder()
+		opts.Isolation, opts.Logger, opts.MaxConns = sql.LevelSerializable, logs.logger(), 8
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		_, err := e.db.Pool.ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, block_id text NOT NULL)`)
+		require.NoError(t, err)
+		// The sleep keeps each transaction open after it read the ledger, so the
+		// concurrent ones overlap.
+		appendNext := refset.Exec[string](`WITH next AS (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM ledger), pause AS (SELECT pg_sleep(0.05))
+			INSERT INTO ledger (seq, block_id) SELECT next.seq, ? FROM next, pause`, 1)
+
+		// Rounds: the writers of a round start together, so their first attempts
+		// overlap; every attempt lets at least one of them commit, so none runs out
+		// of retries.
+		const writers, each = 3, 4
+		errs := make(chan error, writers*each)
+		for round := range each {
+			var acqs []*refset.Acquired[string]
+			for w := range writers {
+				acqs = append(acqs, e.acquired(t, fmt.Sprintf("w%d-%d", w, round), []refset.Command[string]{releasePending}, []refset.Command[string]{appendNext}))
+			}
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			for _, acq := range acqs {
+				wg.Go(func() {
+					start.Wait()
+					_, err := acq.Complete(ctx)
+					errs <- err
+				})
+			}
+			start.Done()
+			wg.Wait()
+		}
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		var rows, distinct, top int64
+		require.NoError(t, e.db.Pool.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
+		assert.Equal(t, int64(writers*each), rows, "every hand-over committed once")
+		assert.Equal(t, rows, distinct, "no sequence number twice")
+		assert.Equal(t, rows, top, "no gaps")
+		assert.Zero(t, count(t, e.db, `SELECT count(*) FROM pending`))
+		assert.NotEmpty(t, logs.find("refset: transaction aborted by the database; retrying"), "the workload produced conflicts, so retries were exercised")
+	})
 }
