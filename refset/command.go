@@ -38,7 +38,7 @@ func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { retu
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
 // should stop the hand-over, not pass silently. Pass -1 to accept any count.
 //
-// In a transaction refset began, the statement runs prepared once it has run before:
+// In a transaction refset began, the statement runs prepared once it has run twice:
 // each store keeps the statements of Exec commands prepared on its connections, a
 // bounded number of them, the least recently used closed first (the stores'
 // Options.StatementCache; pgx caches statements itself, and Postgres's

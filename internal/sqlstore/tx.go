@@ -25,7 +25,7 @@ func NewTx(tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache) *Tx {
 }
 
 // ExecCommand runs the statement of a refset.Exec command, through the database's
-// statement cache: prepared once it has run before.
+// statement cache: prepared once it has run twice.
 func (tx *Tx) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	return tx.stmts.Exec(ctx, tx.Tx.Tx, query, args...)
 }

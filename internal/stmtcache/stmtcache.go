@@ -11,7 +11,9 @@
 // itself, and on a busy Postgres pool for another transaction to end. So a statement
 // not yet prepared runs unprepared, as it always did, and is noted; the next
 // transaction the database begins prepares what was noted first (Prepare), while no
-// connection is held.
+// connection is held. Only a statement that ran twice is noted: SQL made anew for
+// each call (an ID written into it) would otherwise cost a prepare, and later a close,
+// each time, and save nothing.
 //
 // The cache is a least-recently-used list keyed by SQL text: the statements of a few
 // commands stay prepared forever, and a program that makes its commands' SQL on the
@@ -75,7 +77,8 @@ type Cache struct {
 	mu      sync.Mutex
 	lru     list.List                // of *entry, most recently used first
 	byQuery map[string]*list.Element // into lru
-	wanted  map[string]bool          // ran unprepared since the last Prepare; at most size
+	seen    map[string]bool          // ran unprepared once; at most seenLimit, then cleared
+	wanted  map[string]bool          // ran unprepared again since the last Prepare; at most size
 	closed  bool
 }
 
@@ -91,13 +94,13 @@ func New(pool *sql.DB, size int, stale func(error) bool) *Cache {
 	if size <= 0 {
 		return nil
 	}
-	return &Cache{pool: pool, size: size, stale: stale, byQuery: map[string]*list.Element{}, wanted: map[string]bool{}}
+	return &Cache{pool: pool, size: size, stale: stale, byQuery: map[string]*list.Element{}, seen: map[string]bool{}, wanted: map[string]bool{}}
 }
 
 // Exec runs query with args in tx, a transaction begun on the cache's pool: as the
 // cached prepared statement if there is one, otherwise unprepared, noting query to be
-// prepared by the next Prepare if it ran. A statement that fails keeps failing the
-// way it did unprepared, and is never noted.
+// prepared by the next Prepare if it ran for the second time. A statement that fails
+// keeps failing the way it did unprepared, and is never noted.
 func (c *Cache) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any) (sql.Result, error) {
 	if c == nil {
 		return tx.ExecContext(ctx, query, args...)
@@ -167,6 +170,7 @@ func (c *Cache) Close() error {
 	}
 	c.lru.Init()
 	clear(c.byQuery)
+	clear(c.seen)
 	clear(c.wanted)
 	c.closed = true
 	c.mu.Unlock()
@@ -189,7 +193,7 @@ func (c *Cache) lookup(query string) *sql.Stmt {
 	return el.Value.(*entry).stmt
 }
 
-// note remembers that query ran unprepared, for Prepare.
+// note remembers that query ran unprepared: the second time, for Prepare.
 func (c *Cache) note(query string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -199,9 +203,22 @@ func (c *Cache) note(query string) {
 	if _, cached := c.byQuery[query]; cached {
 		return
 	}
+	if !c.seen[query] {
+		if len(c.seen) >= c.seenLimit() {
+			clear(c.seen) // a program making its SQL on the fly: start over
+		}
+		c.seen[query] = true
+		return
+	}
+	delete(c.seen, query)
 	c.wanted[query] = true
 	c.noted.Store(true)
 }
+
+// seenLimit bounds how many statements that ran once the cache remembers: enough
+// that the statements of a program's commands, however few the cache keeps, meet
+// their second run among them.
+func (c *Cache) seenLimit() int { return max(4*c.size, 256) }
 
 // add caches st as query's statement, closing the least recently used ones beyond
 // the cache's size.

@@ -97,17 +97,18 @@ func execInTx(t *testing.T, c *Cache, pool *sql.DB, query string, args ...any) e
 	return nil
 }
 
-// A statement runs unprepared the first time, is prepared after, and from then on
-// runs as the cached statement.
-func TestPreparedOnceItRan(t *testing.T) {
+// A statement runs unprepared the first two times, is prepared after, and from then
+// on runs as the cached statement.
+func TestPreparedOnceItRanTwice(t *testing.T) {
 	forEachDatabase(t, func(t *testing.T, d database, pool *sql.DB) {
 		c := New(pool, 4, nil)
 		q := d.insert(1)
-		require.Nil(t, c.lookup(q))
 		require.NoError(t, execInTx(t, c, pool, q, "a"))
-		st := c.lookup(q)
-		require.NotNil(t, st, "prepared after its first run")
+		require.Nil(t, c.lookup(q), "not prepared after one run")
 		require.NoError(t, execInTx(t, c, pool, q, "b"))
+		st := c.lookup(q)
+		require.NotNil(t, st, "prepared after its second run")
+		require.NoError(t, execInTx(t, c, pool, q, "c"))
 		assert.Same(t, st, c.lookup(q), "the cached statement ran, and stays")
 		assert.Equal(t, 1, c.Len())
 		if d.prepared != nil {
@@ -115,7 +116,24 @@ func TestPreparedOnceItRan(t *testing.T) {
 		}
 		var n int
 		require.NoError(t, pool.QueryRowContext(t.Context(), `SELECT count(*) FROM t`).Scan(&n))
-		assert.Equal(t, 2, n)
+		assert.Equal(t, 3, n)
+	})
+}
+
+// SQL made anew for every call is never prepared: preparing a statement that runs
+// once costs a round trip, and closing it another, for nothing.
+func TestOneOffStatementsAreNotPrepared(t *testing.T) {
+	forEachDatabase(t, func(t *testing.T, d database, pool *sql.DB) {
+		c := New(pool, 4, nil)
+		for n := range c.seenLimit() + 10 {
+			require.NoError(t, execInTx(t, c, pool, d.insert(n), fmt.Sprint(n)))
+		}
+		assert.Zero(t, c.Len())
+		assert.False(t, c.noted.Load())
+		assert.LessOrEqual(t, len(c.seen), c.seenLimit(), "what was seen once is bounded too")
+		if d.prepared != nil {
+			assert.Zero(t, d.prepared(t, pool, "INSERT INTO t%"))
+		}
 	})
 }
 
@@ -128,6 +146,7 @@ func TestBoundedLeastRecentlyUsed(t *testing.T) {
 		c := New(pool, size, nil)
 		for n := range 10 {
 			require.NoError(t, execInTx(t, c, pool, d.insert(n), fmt.Sprint("a", n)))
+			require.NoError(t, execInTx(t, c, pool, d.insert(n), fmt.Sprint("b", n)))
 			// Statement 0 is used at every step: it is never the least recently used.
 			require.NoError(t, execInTx(t, c, pool, d.insert(0), fmt.Sprint("z", n)))
 			assert.LessOrEqual(t, c.Len(), size)
@@ -148,7 +167,9 @@ func TestBoundedLeastRecentlyUsed(t *testing.T) {
 		if d.prepared != nil {
 			assert.Zero(t, d.prepared(t, pool, "INSERT INTO t%"), "Close closes every statement")
 		}
-		require.NoError(t, execInTx(t, c, pool, d.insert(20), "after close"), "a closed cache runs statements unprepared")
+		for i := range 3 {
+			require.NoError(t, execInTx(t, c, pool, d.insert(20), fmt.Sprint("after close ", i)), "a closed cache runs statements unprepared")
+		}
 		assert.Zero(t, c.Len())
 	})
 }
@@ -182,6 +203,7 @@ func TestStaleStatementIsForgotten(t *testing.T) {
 		c := New(pool, 4, func(error) bool { return staleNow })
 		q := d.insert(1)
 		require.NoError(t, execInTx(t, c, pool, q, "a"))
+		require.NoError(t, execInTx(t, c, pool, q, "b"))
 		old := c.lookup(q)
 		require.NotNil(t, old)
 
@@ -189,7 +211,8 @@ func TestStaleStatementIsForgotten(t *testing.T) {
 		require.Error(t, execInTx(t, c, pool, q, "a"), "a duplicate: the run fails")
 		assert.Nil(t, c.lookup(q), "forgotten")
 		staleNow = false
-		require.NoError(t, execInTx(t, c, pool, q, "b"))
+		require.NoError(t, execInTx(t, c, pool, q, "c"))
+		require.NoError(t, execInTx(t, c, pool, q, "d"))
 		assert.NotNil(t, c.lookup(q), "prepared anew")
 		assert.NotSame(t, old, c.lookup(q))
 	})
@@ -209,14 +232,16 @@ func TestPostgresStalePlan(t *testing.T) {
 	c := New(pool, 4, isStale)
 	q := `INSERT INTO t (id) VALUES ($1) RETURNING id`
 	require.NoError(t, execInTx(t, c, pool, q, "a"))
+	require.NoError(t, execInTx(t, c, pool, q, "b"))
 	require.NotNil(t, c.lookup(q))
 	_, err = pool.ExecContext(ctx, `ALTER TABLE t ALTER COLUMN id TYPE varchar(200)`)
 	require.NoError(t, err)
-	err = execInTx(t, c, pool, q, "b")
+	err = execInTx(t, c, pool, q, "c")
 	require.True(t, isStale(err), "the prepared statement is refused: %v", err)
 	assert.Nil(t, c.lookup(q))
-	require.NoError(t, execInTx(t, c, pool, q, "b"), "runs unprepared, then prepared anew")
-	require.NoError(t, execInTx(t, c, pool, q, "c"))
+	for _, id := range []string{"c", "d", "e"} {
+		require.NoError(t, execInTx(t, c, pool, q, id), "runs unprepared, then prepared anew")
+	}
 	assert.NotNil(t, c.lookup(q))
 }
 

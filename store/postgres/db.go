@@ -47,12 +47,12 @@ type Options struct {
 	Unprepared bool
 
 	// StatementCache is how many statements of refset.Exec commands each connection
-	// keeps prepared through lib/pq: the commands of a hand-over then take a round trip
-	// each, where lib/pq spends two on an unprepared statement with arguments. A
-	// statement is prepared once it has run; the least recently used beyond this many
-	// is closed on every connection. Zero means 64; a negative size prepares none.
-	// Unprepared prepares none either. pgx keeps its own cache of every statement
-	// (its statement_cache_capacity), so on pgx refset adds none.
+	// keeps prepared through lib/pq: the commands of a hand-over then take a round
+	// trip each, where lib/pq spends two on an unprepared statement with arguments. A
+	// statement is prepared once it has run twice; the least recently used beyond
+	// this many is closed on every connection. Zero means 64; a negative size
+	// prepares none. Unprepared prepares none either. pgx keeps its own cache of
+	// every statement (its statement_cache_capacity), so on pgx refset adds none.
 	StatementCache int
 
 	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's

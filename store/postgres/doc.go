@@ -18,7 +18,7 @@
 // holds and unholds in the transactions DB.Begin opens, refset.InTx's among them. That
 // is one round trip a statement instead of two (lib/pq parses an unprepared statement
 // with arguments in a round trip of its own). The statements of refset.Exec commands
-// run prepared in those transactions too, once they have run: a bounded number of
+// run prepared in those transactions too, once they have run twice: a bounded number of
 // them per connection (Options.StatementCache). On pgx, a hand-over made only of Exec
 // commands is sent in batches: BEGIN with the first statements, COMMIT with the last,
 // a new batch after each statement whose row count refset checks. Named prepared statements

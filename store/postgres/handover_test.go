@@ -128,9 +128,10 @@ func TestExecCommandsPrepared(t *testing.T) {
 func TestExecStatementsBoundedPerConnection(t *testing.T) {
 	const size = 3
 	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, StatementCache: size}))
-	for i := range 12 {
+	for i := range 24 {
 		id := fmt.Sprint("b", i)
-		release := refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE block_id = ? /* %d */`, i), 1)
+		// Each statement runs twice, and so is prepared.
+		release := refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE block_id = ? /* %d */`, i/2), 1)
 		_, err := e.acquired(t, id, []refset.Command[string]{release}, nil).Complete(t.Context())
 		require.NoError(t, err)
 		// The Exec commands' statements: these releases, and the insert of the
@@ -463,7 +464,7 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	db, err := New(ctx, pool, Options{})
 	require.NoError(t, err)
 	e := newHandOverEnv(t, db)
-	for i := range 2 {
+	for i := range 3 { // a statement is prepared at the Begin after its second run
 		_, err := e.acquired(t, fmt.Sprint("b", i), []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
 		require.NoError(t, err)
 	}

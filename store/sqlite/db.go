@@ -58,7 +58,7 @@ type Options struct {
 
 	// StatementCache is how many statements of refset.Exec commands the writer
 	// connection keeps prepared, so a hand-over's commands are not compiled again on
-	// every run. A statement is prepared once it has run; the least recently used
+	// every run. A statement is prepared once it has run twice; the least recently used
 	// beyond this many is closed. Zero means 64; a negative size prepares none.
 	StatementCache int
 

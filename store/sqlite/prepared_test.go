@@ -49,7 +49,7 @@ func handOvers(t *testing.T, opts Options, n int, release func(i int) refset.Com
 	return db
 }
 
-// The writer keeps the statements of Exec commands prepared once they ran, at most
+// The writer keeps the statements of Exec commands prepared once they ran twice, at most
 // StatementCache of them; a negative size keeps none.
 func TestExecCommandsPrepared(t *testing.T) {
 	release := func(int) refset.Command[string] { return refset.Exec[string](`DELETE FROM pending WHERE k = ?`, 1) }
@@ -59,9 +59,9 @@ func TestExecCommandsPrepared(t *testing.T) {
 	db = handOvers(t, Options{StatementCache: -1}, 3, release)
 	assert.Nil(t, db.stmts)
 
-	distinct := func(i int) refset.Command[string] {
-		return refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE k = ? /* %d */`, i), 1)
+	distinct := func(i int) refset.Command[string] { // each one twice, so prepared
+		return refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE k = ? /* %d */`, i/2), 1)
 	}
-	db = handOvers(t, Options{StatementCache: 2}, 10, distinct)
+	db = handOvers(t, Options{StatementCache: 2}, 20, distinct)
 	assert.Equal(t, 2, db.stmts.Len(), "bounded")
 }
