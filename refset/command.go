@@ -2,6 +2,7 @@ package refset
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -36,26 +37,61 @@ func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { retu
 // If wantRows is at least 0 the statement must affect exactly that many rows, or the
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
 // should stop the hand-over, not pass silently. Pass -1 to accept any count.
+//
+// In a transaction refset began, the statement runs prepared once it has run twice:
+// each store keeps the statements of Exec commands prepared on its connections, a
+// bounded number of them, the least recently used closed first (the stores'
+// Options.StatementCache; pgx caches statements itself, and Postgres's
+// Options.Unprepared turns preparing off). A Complete whose commands are all Exec
+// commands may send several of them at once on a driver that can (pgx): a statement
+// never runs before the row count of the one before it was checked.
 func Exec[ID comparable](query string, wantRows int64) Command[ID] {
-	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		q := query
-		if v, ok := tx.(interface{ Rebind(string) string }); ok {
-			q = v.Rebind(query)
-		}
-		res, err := tx.ExecContext(ctx, q, Arg(id))
-		if err != nil {
-			return err
-		}
-		if wantRows < 0 {
-			return nil
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if n != wantRows {
-			return opError(fmt.Sprintf("command for %v affected %d rows, want %d", id, n, wantRows), ErrNotFound, nil)
-		}
+	return &execCommand[ID]{query: query, wantRows: wantRows}
+}
+
+// execCommand is the Command Exec returns. Complete knows it: a hand-over made only
+// of these is a list of statements, which a database may pipeline.
+type execCommand[ID comparable] struct {
+	query    string
+	wantRows int64
+}
+
+func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
+	q := c.query
+	if v, ok := tx.(interface{ Rebind(string) string }); ok {
+		q = v.Rebind(q)
+	}
+	var res sql.Result
+	var err error
+	if v, ok := tx.(commandExecer); ok {
+		res, err = v.ExecCommand(ctx, q, Arg(id))
+	} else {
+		res, err = tx.ExecContext(ctx, q, Arg(id))
+	}
+	if err != nil {
+		return err
+	}
+	if c.wantRows < 0 {
 		return nil
-	})
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	return c.checkRows(id, n)
+}
+
+// checkRows is the error of a run that affected n rows, or nil if that is what the
+// command wants.
+func (c *execCommand[ID]) checkRows(id ID, n int64) error {
+	if c.wantRows >= 0 && n != c.wantRows {
+		return opError(fmt.Sprintf("command for %v affected %d rows, want %d", id, n, c.wantRows), ErrNotFound, nil)
+	}
+	return nil
+}
+
+// commandExecer is the Tx refset gives commands: it runs an Exec command's statement
+// prepared, when the transaction's database keeps it so.
+type commandExecer interface {
+	ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error)
 }

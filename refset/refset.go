@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/pipeline"
 )
 
 // Identifiable is an object with an ID. The ID names one immutable value forever: a
@@ -23,13 +24,14 @@ type RefSet[T Identifiable[ID], ID comparable] struct {
 	db      Database
 	replica Querier // the database's replica, or nil; found once
 	cache   *cache[T, ID]
-	obs     Observer // the database's, found once
+	obs     Observer        // the database's, found once
+	pipe    pipeline.Runner // the database's, or nil
 }
 
 // New returns a RefSet kept in store.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	return &RefSet[T, ID]{store: store, db: db, replica: ReplicaOf(db), cache: newCache[T, ID](), obs: ObserverOf(db)}
+	return &RefSet[T, ID]{store: store, db: db, replica: ReplicaOf(db), cache: newCache[T, ID](), obs: ObserverOf(db), pipe: pipeline.Of(db)}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -266,12 +268,18 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 	})
 }
 
-// runCommands runs a hand-over's commands: in a new transaction when tx is nil,
-// otherwise under a savepoint of tx. A panicking command rolls back and goes on
-// panicking.
 func (s *RefSet[T, ID]) observer() Observer { return s.obs }
 
+// runCommands runs a hand-over's commands: in a new transaction when tx is nil,
+// pipelined when they are all Exec commands and the database can pipeline them,
+// otherwise under a savepoint of tx. A panicking command rolls back and goes on
+// panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
+	if tx == nil && s.pipe != nil {
+		if execs, stmts, ok := statementsOf(s.db, id, cmds); ok {
+			return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
+		}
+	}
 	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
 }
 

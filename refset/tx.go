@@ -11,6 +11,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 )
 
@@ -25,7 +26,9 @@ const maxAttempts = 6
 // connection goes back to the pool, and the panic goes on with its own value. If the
 // database aborts the transaction to keep concurrent ones apart (ErrConflict), fn
 // runs again in a new transaction, a bounded number of times with jittered back-off;
-// fn must therefore have no effects outside the transaction.
+// it also runs once more, at once, when Postgres refused a statement that was prepared
+// before a migration changed the type of a column it returns (the statement is then
+// prepared anew). fn must therefore have no effects outside the transaction.
 //
 // fn gets a Tx that runs statements but cannot end the transaction: a statement such
 // as COMMIT or ROLLBACK fails with ErrInvalidCommand, and InTx then rolls back and
@@ -47,8 +50,26 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
+	return runUnit(ctx, db, func() error { return inTxOnce(ctx, db, fn) })
+}
+
+// runUnit runs once, one attempt at a unit of work in a transaction of its own, as
+// InTx promises: again at once if a prepared statement was out of date after a schema
+// change (the attempt's error wraps stmtcache.ErrStale; the statement is prepared anew
+// in the new transaction), again after a back-off while the database aborts it with a
+// conflict, logging a commit whose outcome is unknown, and with its error made to
+// match the context's when ctx ended.
+func runUnit(ctx context.Context, db Database, once func() error) error {
 	log, _ := dblog.Of(db)
-	err := retryConflicts(ctx, log, ObserverOf(db), func() error { return inTxOnce(ctx, db, fn) })
+	err := retryConflicts(ctx, log, ObserverOf(db), func() error {
+		err := once()
+		if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
+			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
+				slog.Any("cause", err))
+			err = once()
+		}
+		return err
+	})
 	if errors.Is(err, ErrCommitUnknown) {
 		log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
 			slog.Any("error", err))
@@ -110,28 +131,25 @@ func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	}
 	ended = true // whether it succeeds or not, Commit ends the transaction
 	if err := raw.Commit(); err != nil {
-		err = db.TranslateError(err, "COMMIT")
-		if errors.Is(err, ErrUnavailable) {
-			err = opError("commit", ErrCommitUnknown, err)
-		}
-		return err
+		return commitError(db, err)
 	}
 	return nil
+}
+
+// commitError is the error of a COMMIT that failed with err: translated, and, when
+// the connection was lost, one whose outcome is unknown.
+func commitError(db Database, err error) error {
+	err = db.TranslateError(err, "COMMIT")
+	if errors.Is(err, ErrUnavailable) {
+		err = opError("commit", ErrCommitUnknown, err)
+	}
+	return err
 }
 
 // newView is the Tx that Commands and units of work get of raw: statements only,
 // driver errors translated, transaction-ending statements refused.
 func newView(raw Querier, db Database) *txview.View {
-	translate := func(err error, query string) error {
-		// An error here is the database's or the driver's answer to a statement,
-		// never a caller's own: one that no store sentinel names (lib/pq's count of
-		// arguments, say) is still a refused statement.
-		err = db.TranslateError(err, query)
-		if IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		return opError("statement", ErrStatement, err)
-	}
+	translate := func(err error, query string) error { return translateStatement(db, err, query) }
 	var rebind func(string) string
 	if r, ok := db.(interface{ Rebind(query string) string }); ok {
 		rebind = r.Rebind
@@ -144,6 +162,18 @@ func newView(raw Querier, db Database) *txview.View {
 		Log:       log,
 		Slow:      slow,
 	})
+}
+
+// translateStatement is the error of a statement that failed with err. An error
+// here is the database's or the driver's answer to a statement, never a caller's own:
+// one that no store sentinel names (lib/pq's count of arguments, say) is still a
+// refused statement.
+func translateStatement(db Database, err error, query string) error {
+	err = db.TranslateError(err, query)
+	if IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return opError("statement", ErrStatement, err)
 }
 
 // refusedOr is the error a unit of work ends with: the statement view refused, if

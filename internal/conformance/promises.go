@@ -200,6 +200,23 @@ func (e *env) acquired(t *testing.T, set *refset.RefSet[block, string], id strin
 	return acq
 }
 
+// completeWith hands id over with cmd released and a head row acquired after it:
+// a hand-over made only of Exec commands when cmd is one, which a database may
+// pipeline. It returns what Release or Complete failed with.
+func (e *env) completeWith(t *testing.T, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) error {
+	t.Helper()
+	tok, err := set.Upgrade(t.Context(), id)
+	require.NoError(t, err)
+	rel, err := tok.Release(cmd)
+	if err != nil {
+		return err
+	}
+	acq, err := rel.Acquire(e.acquireHead())
+	require.NoError(t, err)
+	_, err = acq.Complete(t.Context())
+	return err
+}
+
 // endingStatements are ways a caller's SQL could end (or begin) the transaction
 // refset runs it in.
 var endingStatements = []string{
@@ -383,6 +400,32 @@ func testContextErrors(t *testing.T, h Harness) {
 			})
 		}},
 	}
+	// A hand-over made only of Exec commands may be pipelined (pgx): its slow
+	// statement is cut short the same way, whether COMMIT was sent with it (its row
+	// count not checked) or not yet (checked).
+	for _, checked := range []bool{false, true} {
+		want := int64(-1)
+		if checked {
+			want = 1 // count(*): one row
+		}
+		slowExec := refset.Exec[string](e.sql(slowQuery+` WHERE CAST(? AS TEXT) IS NOT NULL`), want)
+		calls = append(calls, struct {
+			name string
+			call func(ctx context.Context, cmds ...refset.Command[string]) error
+		}{fmt.Sprintf("Complete of Exec commands, count checked %v", checked), func(ctx context.Context, cmds ...refset.Command[string]) error {
+			if len(cmds) > 0 {
+				cmds = []refset.Command[string]{e.acquireHead(), slowExec}
+			}
+			tok, err := set.Upgrade(t.Context(), "a")
+			require.NoError(t, err)
+			rel, err := tok.Release()
+			require.NoError(t, err)
+			acq, err := rel.Acquire(cmds...)
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			return err
+		}})
+	}
 	for _, c := range calls {
 		t.Run(c.name+"/cancelled before", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
@@ -439,15 +482,18 @@ func testErrorsMatchSentinels(t *testing.T, h Harness) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, via := range []string{"Upgrade", "InTx"} {
+			for _, via := range []string{"Upgrade", "InTx", "Complete"} {
 				var err error
-				if via == "Upgrade" {
+				switch via {
+				case "Upgrade":
 					_, err = set.Upgrade(ctx, "a", tc.cmd)
-				} else {
+				case "InTx":
 					if tc.cmd == nil {
 						continue
 					}
 					err = refset.InTx(ctx, e.db, func(tx refset.Tx) error { return tc.cmd.Execute(ctx, tx, "a") })
+				case "Complete":
+					err = e.completeWith(t, set, "a", tc.cmd)
 				}
 				require.ErrorIs(t, err, tc.want, "%s: %v", via, err)
 				require.True(t, refset.IsSentinel(err), "%s: %v", via, err)

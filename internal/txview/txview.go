@@ -40,7 +40,6 @@ var ErrEndsTransaction = errors.New("the statement would end the transaction; on
 type View struct {
 	raw Querier
 	Options
-	refuse error // what a transaction-ending statement fails with
 
 	mu      sync.Mutex
 	refused error
@@ -66,7 +65,7 @@ func New(raw Querier, opts Options) *View {
 	if v, ok := raw.(*View); ok {
 		raw = v.raw
 	}
-	return &View{raw: raw, Options: opts, refuse: opts.Refuse(ErrEndsTransaction)}
+	return &View{raw: raw, Options: opts}
 }
 
 // Rebind rewrites query's ? placeholders to the database's own ($1 on Postgres).
@@ -99,6 +98,33 @@ func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.
 	}
 	start := time.Now()
 	res, err := v.raw.ExecContext(ctx, query, args...)
+	dblog.Slow(ctx, v.Log, v.Slow, query, start)
+	if err != nil {
+		return nil, v.Translate(err, query)
+	}
+	return res, nil
+}
+
+// CommandExecer is a transaction that runs the statements of refset.Exec commands
+// its own way: a store's, prepared from its database's statement cache.
+type CommandExecer interface {
+	ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// ExecCommand runs the statement of a refset.Exec command: as ExecContext does, but
+// through the transaction's ExecCommand when it has one.
+func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := v.check(query); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var res sql.Result
+	var err error
+	if c, ok := v.raw.(CommandExecer); ok {
+		res, err = c.ExecCommand(ctx, query, args...)
+	} else {
+		res, err = v.raw.ExecContext(ctx, query, args...)
+	}
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
 		return nil, v.Translate(err, query)
@@ -141,7 +167,7 @@ func (v *View) check(query string) error {
 	if verb == "" {
 		return nil
 	}
-	err := fmt.Errorf("%w: %s", v.refuse, verb)
+	err := fmt.Errorf("%w: %s", v.Refuse(ErrEndsTransaction), verb)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.refused == nil {

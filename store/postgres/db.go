@@ -17,8 +17,10 @@ import (
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/internal/pipeline"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -44,6 +46,15 @@ type Options struct {
 	// round trip a statement: lib/pq parses an unprepared statement with arguments in
 	// a round trip of its own.
 	Unprepared bool
+
+	// StatementCache is how many statements of refset.Exec commands each connection
+	// keeps prepared through lib/pq: the commands of a hand-over then take a round
+	// trip each, where lib/pq spends two on an unprepared statement with arguments. A
+	// statement is prepared once it has run twice; the least recently used beyond
+	// this many is closed on every connection. Zero means 64; a negative size
+	// prepares none. Unprepared prepares none either. pgx keeps its own cache of
+	// every statement (its statement_cache_capacity), so on pgx refset adds none.
+	StatementCache int
 
 	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
 	// tables and the set's are at the versions this code needs, and fails with
@@ -109,7 +120,9 @@ type DB struct {
 	observer   refset.Observer
 	closed     atomic.Bool
 	replica    replicaState
+	stmts      *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 	driverHandle
+	pipelineHandle
 }
 
 // Drivers Open can dial with.
@@ -232,6 +245,12 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		}
 	}
 	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
+	switch {
+	case driverName == DriverPgx:
+		db.pipelineHandle = pipeline.NewHandle(newPgxPipeline(db, opts.Isolation))
+	case !opts.Unprepared:
+		db.stmts = stmtcache.New(pool, stmtcache.Size(opts.StatementCache), isStalePlan)
+	}
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	db.observer = opts.Observer
 	return db, nil
@@ -264,11 +283,14 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)
 	}
+	// Exec commands' statements that ran unprepared are prepared now, while this
+	// goroutine holds no connection.
+	db.stmts.Prepare(ctx)
 	tx, err := db.Pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
 	if err != nil {
 		return nil, db.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(tx, db), nil
+	return sqlstore.NewTx(tx, db, db.stmts), nil
 }
 
 // Unprepared reports whether Options.Unprepared was set: code with statements of its
@@ -303,7 +325,8 @@ func (db *DB) Close() error {
 		err = db.Replica.Close()
 	}
 	if db.ownsPool {
-		err = errors.Join(db.Pool.Close(), err)
+		return errors.Join(db.Pool.Close(), err)
 	}
-	return err
+	// The caller's pool lives on: free the statements refset prepared on it.
+	return errors.Join(db.stmts.Close(), err)
 }

@@ -17,7 +17,11 @@
 // connection): its reads outside a transaction (a cache miss, Has), and its inserts,
 // holds and unholds in the transactions DB.Begin opens, refset.InTx's among them. That
 // is one round trip a statement instead of two (lib/pq parses an unprepared statement
-// with arguments in a round trip of its own). Named prepared statements
+// with arguments in a round trip of its own). The statements of refset.Exec commands
+// run prepared in those transactions too, once they have run twice: a bounded number of
+// them per connection (Options.StatementCache). On pgx, a hand-over made only of Exec
+// commands is sent in batches: BEGIN with the first statements, COMMIT with the last,
+// a new batch after each statement whose row count refset checks. Named prepared statements
 // need a connection that stays the same server session: connect directly or through a
 // pooler in session mode (PgBouncer's transaction mode keeps them only from version
 // 1.21, with max_prepared_statements set), or set Options.Unprepared. A prepared read

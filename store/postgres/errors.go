@@ -10,6 +10,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -71,6 +72,11 @@ func translateError(err error, query string) error {
 		return wrap(refset.ErrInvalidTx)
 	case codeUndefinedTable, codeUndefinedColumn, codeUndefinedObject, codeUndefinedFunction, codeInvalidSchemaName:
 		return wrap(refset.ErrSchema)
+	case codeFeatureNotSupported:
+		// "cached plan must not change result type": a statement prepared before a
+		// migration changed a column it returns. refset runs the unit of work once
+		// more, and the statement is prepared anew (see stmtcache.ErrStale).
+		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrStatement, stmtcache.MarkStale(err))
 	}
 	switch code[:2] {
 	case classIntegrityConstraint: // not null, check, exclusion, ...
@@ -81,6 +87,13 @@ func translateError(err error, query string) error {
 		return wrap(refset.ErrInvalidConfig)
 	}
 	return wrap(refset.ErrStatement)
+}
+
+// isStalePlan reports whether err is how Postgres refuses a prepared statement whose
+// result type changed since it was prepared: the statement cache then forgets it.
+func isStalePlan(err error) bool {
+	var se sqlStater
+	return errors.As(err, &se) && se.SQLState() == codeFeatureNotSupported
 }
 
 // errorDetail is the server's DETAIL line of err, as lib/pq and pgx report it.

@@ -22,6 +22,7 @@ const (
 	codeUndefinedFunction        = "42883"
 	codeInvalidSchemaName        = "3F000"
 	codeInsufficientPrivilege    = "42501"
+	codeFeatureNotSupported      = "0A000" // also a prepared statement whose result type a migration changed
 )
 
 // SQLSTATE classes: the first two characters of a code.

@@ -18,6 +18,7 @@ import (
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -55,6 +56,12 @@ type Options struct {
 	// first row is ready. Zero means one second; a negative value turns the log off.
 	SlowStatement time.Duration
 
+	// StatementCache is how many statements of refset.Exec commands the writer
+	// connection keeps prepared, so a hand-over's commands are not compiled again on
+	// every run. A statement is prepared once it has run twice; the least recently used
+	// beyond this many is closed. Zero means 64; a negative size prepares none.
+	StatementCache int
+
 	// Observer is told what refset does in this database, for metrics: objects
 	// added, hand-overs, retried and lasting conflicts, clean-up's collections.
 	// Package otelrefset makes one that feeds OpenTelemetry. Nil: nothing is told.
@@ -71,7 +78,8 @@ type DB struct {
 	Readers *sqlx.DB
 
 	driverHandle
-	ownsPools bool // Open made the pools, so Close closes them
+	stmts     *stmtcache.Cache // of Exec commands' statements, on the writer; nil: none
+	ownsPools bool             // Open made the pools, so Close closes them
 	logger    *slog.Logger
 	slow      time.Duration
 	observer  refset.Observer
@@ -150,6 +158,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
 	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(writer.DB, false, opts.ExternalMigrations)})
+	db.stmts = stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	db.observer = opts.Observer
 	return db
@@ -168,7 +177,8 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 //   - the readers are on the same file.
 //
 // The pools stay the caller's: Close leaves them open. Of opts, New uses Logger,
-// SlowStatement, Observer and ExternalMigrations; the others set up pools Open makes.
+// SlowStatement, Observer, StatementCache and ExternalMigrations; the others set up
+// pools Open makes.
 func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error) {
 	if writer == nil {
 		return nil, fmt.Errorf("refset/sqlite: new: %w: nil writer pool", refset.ErrInvalidConfig)
@@ -287,11 +297,14 @@ func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
 	if db.closed.Load() {
 		return nil, fmt.Errorf("refset/sqlite: begin: %w", refset.ErrClosed)
 	}
+	// Exec commands' statements that ran unprepared are prepared now: on the writer's
+	// one connection, which a transaction would hold.
+	db.stmts.Prepare(ctx)
 	tx, err := db.Writer.BeginTxx(ctx, nil)
 	if err != nil {
 		return nil, db.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(tx, db), nil
+	return sqlstore.NewTx(tx, db, db.stmts), nil
 }
 
 // Observer is what refset tells of its work in db (Options.Observer), or nil.
@@ -309,8 +322,12 @@ func (db *DB) Reader() refset.Querier { return db.Readers }
 // Close closes both pools Open made (pools given to New stay open: they are the
 // caller's). Later calls of refset on db fail with refset.ErrClosed.
 func (db *DB) Close() error {
-	if db.closed.Swap(true) || !db.ownsPools {
+	if db.closed.Swap(true) {
 		return nil
+	}
+	if !db.ownsPools {
+		// The caller's writer lives on: free the statements refset prepared on it.
+		return db.stmts.Close()
 	}
 	return errors.Join(db.Readers.Close(), db.Writer.Close())
 }

@@ -1,0 +1,72 @@
+package refset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/pipeline"
+	"github.com/refsetdb/refset/internal/sqltext"
+)
+
+// A hand-over whose commands are all Exec commands is a list of statements. On a
+// database whose driver can send statements before reading the results of the ones
+// before (pgx), Complete hands the list to the database's pipeline.Runner: BEGIN goes
+// with the first statements and COMMIT with the last, and a statement whose row count
+// is checked is read before any later one is sent. A two-command hand-over (a release
+// checked, an acquire not) takes two round trips instead of four. Everything else is
+// InTx's: the same translated errors, retries, logs and context errors.
+
+// statementsOf is cmds as the statements they run for id, when every command is an
+// Exec command; ok is false otherwise, and when a statement would end the transaction
+// (the ordinary path refuses it, statement by statement, as it always did).
+func statementsOf[ID comparable](db Database, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []pipeline.Statement, ok bool) {
+	execs = make([]*execCommand[ID], len(cmds))
+	stmts = make([]pipeline.Statement, len(cmds))
+	rebind, _ := db.(interface{ Rebind(string) string })
+	for i, c := range cmds {
+		e, isExec := c.(*execCommand[ID])
+		if !isExec {
+			return nil, nil, false
+		}
+		q := e.query
+		if rebind != nil {
+			q = rebind.Rebind(q)
+		}
+		if sqltext.EndingStatement(q) != "" {
+			return nil, nil, false
+		}
+		execs[i] = e
+		stmts[i] = pipeline.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0}
+	}
+	return execs, stmts, true
+}
+
+// runPipelined runs the statements of execs for id through run, in one transaction,
+// as a unit of work of InTx's.
+func runPipelined[ID comparable](ctx context.Context, db Database, run pipeline.Runner, id ID, execs []*execCommand[ID], stmts []pipeline.Statement) error {
+	log, slow := dblog.Of(db)
+	return runUnit(ctx, db, func() error {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("refset: in transaction: %w", err)
+		}
+		start := time.Now() // a pipelined statement is timed from when the first was sent
+		err := run(ctx, stmts, func(i int, rows int64, err error) error {
+			dblog.Slow(ctx, log, slow, stmts[i].Query, start)
+			if err != nil {
+				return translateStatement(db, err, stmts[i].Query)
+			}
+			return execs[i].checkRows(id, rows)
+		})
+		var txErr *pipeline.Error
+		if errors.As(err, &txErr) {
+			if txErr.Query == "COMMIT" {
+				return commitError(db, txErr.Err)
+			}
+			return db.TranslateError(txErr.Err, txErr.Query)
+		}
+		return err
+	})
+}

@@ -1,0 +1,568 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The ways a hand-over's Exec commands reach Postgres: prepared from the statement
+// cache (lib/pq), unprepared (lib/pq with Unprepared), and pipelined (pgx).
+var handOverModes = []struct {
+	name string
+	opts Options
+}{
+	{"lib/pq", Options{}},
+	{"lib/pq unprepared", Options{Unprepared: true}},
+	{"pgx", Options{Driver: DriverPgx}},
+}
+
+func forEachHandOverMode(t *testing.T, fn func(t *testing.T, opts Options)) {
+	for _, m := range handOverModes {
+		t.Run(m.name, func(t *testing.T) { fn(t, m.opts) })
+	}
+}
+
+// handOverEnv is a set of blocks with the RFC's two holder tables, pending and heads.
+type handOverEnv struct {
+	db  *DB
+	set *refset.RefSet[block, string]
+}
+
+func newHandOverEnv(t *testing.T, db *DB) *handOverEnv {
+	t.Helper()
+	ctx := t.Context()
+	for _, q := range []string{
+		`CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`,
+		`CREATE TABLE pending (block_id text PRIMARY KEY REFERENCES blocks (id))`,
+		`CREATE TABLE heads (block_id text PRIMARY KEY REFERENCES blocks (id))`,
+	} {
+		_, err := db.Pool.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	require.NoError(t, err)
+	return &handOverEnv{db: db, set: refset.New(store)}
+}
+
+var (
+	releasePending = refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, 1)
+	acquireHead    = refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, -1)
+)
+
+// acquired stores a block id with its pending row and returns its hand-over.
+func (e *handOverEnv) acquired(t *testing.T, id string, release, acquire []refset.Command[string]) *refset.Acquired[string] {
+	t.Helper()
+	tok, err := e.set.Add(t.Context(), block{Hash: id, Height: 1}, refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1))
+	require.NoError(t, err)
+	rel, err := tok.Release(release...)
+	require.NoError(t, err)
+	acq, err := rel.Acquire(acquire...)
+	require.NoError(t, err)
+	return acq
+}
+
+// state is whether id is still pending and whether it is a head.
+func (e *handOverEnv) state(t *testing.T, id string) (pending, head bool) {
+	t.Helper()
+	return count(t, e.db, `SELECT count(*) FROM pending WHERE block_id = '`+id+`'`) == 1,
+		count(t, e.db, `SELECT count(*) FROM heads WHERE block_id = '`+id+`'`) == 1
+}
+
+// preparedLike counts the statements prepared on db's connection (open it with
+// MaxConns 1) whose text is like pattern.
+func preparedLike(t *testing.T, db *DB, pattern string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRowContext(t.Context(),
+		`SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1`, pattern).Scan(&n))
+	return n
+}
+
+// The statements of Exec commands run prepared on lib/pq, once each per connection;
+// Options.Unprepared and a negative StatementCache prepare none.
+func TestExecCommandsPrepared(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     Options
+		prepared int // of each command's statement on the one connection
+		any      bool
+	}{
+		{"default", Options{MaxConns: 1}, 1, true},
+		{"StatementCache -1", Options{MaxConns: 1, StatementCache: -1}, 0, true},
+		{"Unprepared", Options{MaxConns: 1, Unprepared: true}, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), tc.opts))
+			for i := range 3 {
+				id := fmt.Sprint("b", i)
+				_, err := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(t.Context())
+				require.NoError(t, err)
+				pending, head := e.state(t, id)
+				assert.False(t, pending)
+				assert.True(t, head)
+			}
+			assert.Equal(t, tc.prepared, preparedLike(t, e.db, `DELETE FROM pending%`))
+			assert.Equal(t, tc.prepared, preparedLike(t, e.db, `INSERT INTO heads%`))
+			if !tc.any {
+				assert.Zero(t, preparedLike(t, e.db, `%`), "nothing at all is prepared")
+			}
+		})
+	}
+}
+
+// However many different statements Exec commands run, a connection holds at most
+// StatementCache of them prepared: the least recently used are closed on the server.
+func TestExecStatementsBoundedPerConnection(t *testing.T) {
+	const size = 3
+	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, StatementCache: size}))
+	for i := range 24 {
+		id := fmt.Sprint("b", i)
+		// Each statement runs twice, and so is prepared.
+		release := refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE block_id = ? /* %d */`, i/2), 1)
+		_, err := e.acquired(t, id, []refset.Command[string]{release}, nil).Complete(t.Context())
+		require.NoError(t, err)
+		// The Exec commands' statements: these releases, and the insert of the
+		// pending row, which every Add runs.
+		assert.LessOrEqual(t, preparedLike(t, e.db, `% pending %`), size, "after %d statements", i+1)
+	}
+	assert.Equal(t, size, preparedLike(t, e.db, `% pending %`))
+	assert.Equal(t, size, e.db.stmts.Len())
+	assert.Equal(t, 1, preparedLike(t, e.db, `INSERT INTO pending %`), "the statement used all along stays")
+}
+
+// A hand-over whose statement the server refuses fails the same typed way each time
+// in every mode, changes nothing, prepares and caches nothing of the refused
+// statement, and leaves the Acquired usable. A statement after a checked one whose
+// count is wrong never runs.
+func TestHandOverStatementErrors(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		opts.MaxConns = 1
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		_, err := e.db.Pool.ExecContext(ctx, `CREATE SEQUENCE acquired`)
+		require.NoError(t, err)
+		// touch is an acquire that leaves a trace outside the transaction: a
+		// sequence that a rollback does not reset.
+		touch := refset.Exec[string](`SELECT nextval('acquired') WHERE ?::text IS NOT NULL`, -1)
+
+		cases := []struct {
+			name             string
+			release, acquire []refset.Command[string]
+			prepare          func(t *testing.T, id string) // before the hand-over
+			want             error
+			refused          string // a pattern of the refused statement
+		}{
+			{name: "syntax error", release: []refset.Command[string]{refset.Exec[string](`DELETE FRM pending WHERE block_id = ?`, 1)},
+				acquire: []refset.Command[string]{touch}, want: refset.ErrStatement, refused: `DELETE FRM%`},
+			{name: "unknown table after a checked release", release: []refset.Command[string]{releasePending},
+				acquire: []refset.Command[string]{refset.Exec[string](`INSERT INTO nowhere (block_id) VALUES (?)`, -1)}, want: refset.ErrSchema, refused: `INSERT INTO nowhere%`},
+			{name: "duplicate", release: []refset.Command[string]{releasePending},
+				acquire: []refset.Command[string]{acquireHead, acquireHead}, want: refset.ErrDuplicate},
+			{name: "checked count wrong", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{touch},
+				prepare: func(t *testing.T, id string) {
+					_, err := e.db.Pool.ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
+					require.NoError(t, err)
+				}, want: refset.ErrNotFound},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				id := fmt.Sprint("b", i)
+				acq := e.acquired(t, id, tc.release, tc.acquire)
+				if tc.prepare != nil {
+					tc.prepare(t, id)
+				}
+				pendingBefore, _ := e.state(t, id)
+				var first error
+				for range 3 {
+					_, err := acq.Complete(ctx)
+					require.ErrorIs(t, err, tc.want)
+					require.True(t, refset.IsSentinel(err), "%v", err)
+					if first == nil {
+						first = err
+					}
+					assert.Equal(t, first.Error(), err.Error(), "the same error every time")
+				}
+				pending, head := e.state(t, id)
+				assert.Equal(t, pendingBefore, pending, "nothing was committed")
+				assert.False(t, head, "nothing was committed")
+				assert.Zero(t, count(t, e.db, `SELECT count(*) FROM acquired WHERE is_called`), "no statement ran after the failing one")
+				if tc.refused != "" {
+					assert.Zero(t, preparedLike(t, e.db, tc.refused), "the refused statement is not prepared")
+				}
+			})
+		}
+		// The cache of the prepared mode holds only statements that ran.
+		if e.db.stmts != nil {
+			assert.LessOrEqual(t, e.db.stmts.Len(), 3, "release, acquire, pending insert")
+		}
+		_, err = e.acquired(t, "good", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
+		require.NoError(t, err, "the database works on")
+	})
+}
+
+// Exec commands' statements are prepared once per connection (by lib/pq's statement
+// cache, or pgx's own). A migration that changes the type of a column one returns
+// makes Postgres refuse it ("cached plan must not change result type"); the hand-over
+// runs once more, with the statement prepared anew, and succeeds.
+func TestHandOversSurviveColumnTypeChange(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		opts.MaxConns = 2
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		returning := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?) RETURNING block_id`, 1)
+		handOver := func(id string) error {
+			_, err := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{returning}).Complete(ctx)
+			return err
+		}
+		for i := range 4 {
+			require.NoError(t, handOver(fmt.Sprint("before", i)))
+		}
+		_, err := e.db.Pool.ExecContext(ctx, `ALTER TABLE heads ALTER COLUMN block_id TYPE varchar(200)`)
+		require.NoError(t, err)
+		for i := range 4 { // on every pooled connection that prepared the statement
+			require.NoError(t, handOver(fmt.Sprint("after", i)))
+		}
+		assert.Equal(t, 8, count(t, e.db, `SELECT count(*) FROM heads`))
+		assert.Zero(t, count(t, e.db, `SELECT count(*) FROM pending`))
+	})
+}
+
+// batchTracer records what a pgx connection sends: each batch's statements, and
+// the statements sent alone.
+type batchTracer struct {
+	mu      sync.Mutex
+	batches [][]string
+	alone   []string
+}
+
+func (r *batchTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var sqls []string
+	for _, q := range data.Batch.QueuedQueries {
+		sqls = append(sqls, q.SQL)
+	}
+	r.batches = append(r.batches, sqls)
+	return ctx
+}
+
+func (r *batchTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *batchTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (r *batchTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.alone = append(r.alone, data.SQL)
+	return ctx
+}
+
+func (r *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// reset forgets what was recorded, and returns it.
+func (r *batchTracer) reset() (batches [][]string, alone []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	batches, alone = r.batches, r.alone
+	r.batches, r.alone = nil, nil
+	return batches, alone
+}
+
+// On pgx, a hand-over of Exec commands goes in one round trip per checked statement,
+// plus one: BEGIN with the first statements, COMMIT with the last, and never a
+// statement sent before the one before it was checked. A hand-over with a command
+// of the caller's own takes the ordinary path.
+func TestPgxPipelinesHandOvers(t *testing.T) {
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	tracer := &batchTracer{}
+	cfg.Tracer = tracer
+	pool := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { pool.Close() })
+	ctx := t.Context()
+	db, err := New(ctx, pool, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	e := newHandOverEnv(t, db)
+
+	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
+	own := refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES ($1)`, id)
+		return err
+	})
+	const del, ins = `DELETE FROM pending WHERE block_id = $1`, `INSERT INTO heads (block_id) VALUES ($1)`
+	cases := []struct {
+		name             string
+		release, acquire []refset.Command[string]
+		batches          [][]string
+	}{
+		{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
+			[][]string{{"begin", del}, {ins, "commit"}}},
+		{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
+			[][]string{{"begin", del}, {ins}, {"commit"}}},
+		{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
+			[][]string{{"begin", del, ins, "commit"}}},
+		{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint("b", i)
+			acq := e.acquired(t, id, tc.release, tc.acquire)
+			tracer.reset()
+			_, err := acq.Complete(ctx)
+			require.NoError(t, err)
+			batches, alone := tracer.reset()
+			assert.Equal(t, tc.batches, batches)
+			if tc.batches != nil {
+				assert.Empty(t, alone, "nothing but the batches")
+			} else {
+				assert.NotEmpty(t, alone)
+			}
+			pending, head := e.state(t, id)
+			assert.False(t, pending)
+			assert.True(t, head)
+		})
+	}
+}
+
+// A pipelined hand-over fails as the ordinary one does when the server fails it:
+// a terminated backend, a statement timeout, a connection lost while committing (the
+// outcome is then unknown, and logged), a context that ends, a closed database. Each
+// leaves nothing committed and the database usable.
+func TestHandOverInducedFailures(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		logs := newLogRecorder()
+		opts.Logger = logs.logger()
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		for _, q := range []string{
+			`CREATE TABLE doomed (id text PRIMARY KEY)`,
+			`CREATE FUNCTION end_backend() RETURNS trigger LANGUAGE plpgsql AS $$
+			 BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$`,
+			`CREATE CONSTRAINT TRIGGER end_backend AFTER INSERT ON doomed
+			 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_backend()`,
+		} {
+			_, err := e.db.Pool.ExecContext(ctx, q)
+			require.NoError(t, err, q)
+		}
+		exec := func(q string) refset.Command[string] { return refset.Exec[string](q, -1) }
+		shortCtx := func() context.Context {
+			c, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			t.Cleanup(cancel)
+			return c
+		}
+		cancelled := func() context.Context {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			return c
+		}
+		cases := []struct {
+			name    string
+			ctx     func() context.Context
+			acquire []refset.Command[string]
+			want    []error
+			unknown bool
+		}{
+			{"terminated backend", nil, []refset.Command[string]{acquireHead, exec(`SELECT pg_terminate_backend(pg_backend_pid()) WHERE ?::text IS NOT NULL`)},
+				[]error{refset.ErrUnavailable}, false},
+			{"statement_timeout", nil, []refset.Command[string]{acquireHead, exec(`SELECT set_config('statement_timeout', '50ms', true) WHERE ?::text IS NOT NULL`),
+				exec(`SELECT pg_sleep(5) WHERE ?::text IS NOT NULL`)}, []error{refset.ErrTimeout}, false},
+			{"connection lost while committing", nil, []refset.Command[string]{acquireHead, exec(`INSERT INTO doomed VALUES (?)`)},
+				[]error{refset.ErrUnavailable, refset.ErrCommitUnknown}, true},
+			{"deadline during a statement", shortCtx, []refset.Command[string]{acquireHead, exec(`SELECT pg_sleep(5) WHERE ?::text IS NOT NULL`)},
+				[]error{context.DeadlineExceeded}, false},
+			{"cancelled before", cancelled, []refset.Command[string]{acquireHead}, []error{context.Canceled}, false},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				id := fmt.Sprint("b", i)
+				acq := e.acquired(t, id, []refset.Command[string]{releasePending}, tc.acquire)
+				callCtx := ctx
+				if tc.ctx != nil {
+					callCtx = tc.ctx()
+				}
+				_, err := acq.Complete(callCtx)
+				for _, want := range tc.want {
+					require.ErrorIs(t, err, want)
+				}
+				require.NotErrorIs(t, err, refset.ErrConflict, "not retried as a conflict")
+				if !tc.unknown {
+					require.NotErrorIs(t, err, refset.ErrCommitUnknown)
+				} else {
+					assert.NotEmpty(t, logs.find("refset: connection lost while committing; the transaction may or may not have committed"))
+				}
+				pending, head := e.state(t, id)
+				assert.True(t, pending, "nothing was committed")
+				assert.False(t, head, "nothing was committed")
+				assert.Zero(t, count(t, e.db, `SELECT count(*) FROM doomed`), "nothing was committed")
+
+				// The Acquired was left usable: it fails the same way again, or, when
+				// it was the context that ended, succeeds with one that did not.
+				_, err = acq.Complete(ctx)
+				if tc.ctx == nil {
+					require.ErrorIs(t, err, tc.want[0])
+				} else {
+					require.NoError(t, err)
+				}
+				// And the database works on.
+				_, err = e.acquired(t, id+"-next", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
+				require.NoError(t, err)
+			})
+		}
+		t.Run("closed", func(t *testing.T) {
+			acq := e.acquired(t, "closed", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
+			require.NoError(t, e.db.Close())
+			_, err := acq.Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrClosed)
+		})
+	})
+}
+
+// The hand-over's transaction has the database's isolation level, pipelined or not,
+// and slow statements are logged, pipelined or not.
+func TestHandOverIsolationAndSlowLog(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		logs := newLogRecorder()
+		opts.Isolation, opts.Logger, opts.SlowStatement = sql.LevelSerializable, logs.logger(), 50*time.Millisecond
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		_, err := e.db.Pool.ExecContext(ctx, `CREATE TABLE levels (block_id text, level text)`)
+		require.NoError(t, err)
+		record := refset.Exec[string](`INSERT INTO levels SELECT ?, current_setting('transaction_isolation')`, 1)
+		sleep := refset.Exec[string](`SELECT pg_sleep(0.1) WHERE ?::text IS NOT NULL`, -1)
+		_, err = e.acquired(t, "a", []refset.Command[string]{releasePending}, []refset.Command[string]{record, sleep}).Complete(ctx)
+		require.NoError(t, err)
+		var level string
+		require.NoError(t, e.db.Pool.QueryRowContext(ctx, `SELECT level FROM levels WHERE block_id = 'a'`).Scan(&level))
+		assert.Equal(t, "serializable", level)
+		slow := logs.find("refset: slow statement")
+		require.NotEmpty(t, slow)
+		assert.Equal(t, `SELECT pg_sleep(0.1) WHERE $1::text IS NOT NULL`, slow[len(slow)-1]["statement"])
+	})
+}
+
+// Close of a database on the caller's pool, which stays open, closes the statements
+// refset prepared on it.
+func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
+	ctx := t.Context()
+	pool, err := sql.Open(DriverLibPQ, pgtest.DSN(t))
+	require.NoError(t, err)
+	pool.SetMaxOpenConns(1)
+	t.Cleanup(func() { pool.Close() })
+	db, err := New(ctx, pool, Options{})
+	require.NoError(t, err)
+	e := newHandOverEnv(t, db)
+	for i := range 3 { // a statement is prepared at the Begin after its second run
+		_, err := e.acquired(t, fmt.Sprint("b", i), []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 1, preparedLike(t, db, `DELETE FROM pending%`))
+	require.NoError(t, db.Close())
+	var n int
+	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %'`).Scan(&n))
+	assert.Zero(t, n)
+}
+
+// The pipeline runs in every query mode a pgx pool may be configured with (a pooler
+// in transaction mode wants simple_protocol or exec): a hand-over commits, a wrong
+// count stops it before its next statement, a refused statement rolls it back.
+func TestPgxPipelineInEveryQueryMode(t *testing.T) {
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			dsn := pgtest.DSN(t)
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			e := newHandOverEnv(t, openWith(t, dsn+sep+"default_query_exec_mode="+mode, Options{Driver: DriverPgx}))
+			ctx := t.Context()
+			_, err := e.db.Pool.ExecContext(ctx, `CREATE SEQUENCE acquired`)
+			require.NoError(t, err)
+			touch := refset.Exec[string](`SELECT nextval('acquired') WHERE ?::text IS NOT NULL`, -1)
+
+			_, err = e.acquired(t, "a", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
+			require.NoError(t, err)
+			pending, head := e.state(t, "a")
+			assert.False(t, pending)
+			assert.True(t, head)
+
+			acq := e.acquired(t, "b", []refset.Command[string]{releasePending}, []refset.Command[string]{touch})
+			_, err = e.db.Pool.ExecContext(ctx, `DELETE FROM pending WHERE block_id = 'b'`)
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrNotFound)
+			assert.Zero(t, count(t, e.db, `SELECT count(*) FROM acquired WHERE is_called`), "no statement ran after the wrong count")
+
+			_, err = e.acquired(t, "c", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead, acquireHead}).Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrDuplicate)
+			pending, head = e.state(t, "c")
+			assert.True(t, pending, "rolled back")
+			assert.False(t, head, "rolled back")
+		})
+	}
+}
+
+// Under SERIALIZABLE, concurrent hand-overs whose acquire reads the whole ledger and
+// appends the next sequence number conflict: Postgres aborts all but one with 40001.
+// Complete runs the aborted ones again, pipelined or not, so every hand-over commits
+// exactly once, and the sequence has no gaps and no duplicates.
+func TestHandOversRetrySerializationFailures(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		logs := newLogRecorder()
+		opts.Isolation, opts.Logger, opts.MaxConns = sql.LevelSerializable, logs.logger(), 8
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		_, err := e.db.Pool.ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, block_id text NOT NULL)`)
+		require.NoError(t, err)
+		// The sleep keeps each transaction open after it read the ledger, so the
+		// concurrent ones overlap.
+		appendNext := refset.Exec[string](`WITH next AS (SELECT COALESCE(MAX(seq), 0) + 1 AS seq FROM ledger), pause AS (SELECT pg_sleep(0.05))
+			INSERT INTO ledger (seq, block_id) SELECT next.seq, ? FROM next, pause`, 1)
+
+		// Rounds: the writers of a round start together, so their first attempts
+		// overlap; every attempt lets at least one of them commit, so none runs out
+		// of retries.
+		const writers, each = 3, 4
+		errs := make(chan error, writers*each)
+		for round := range each {
+			var acqs []*refset.Acquired[string]
+			for w := range writers {
+				acqs = append(acqs, e.acquired(t, fmt.Sprintf("w%d-%d", w, round), []refset.Command[string]{releasePending}, []refset.Command[string]{appendNext}))
+			}
+			var start, wg sync.WaitGroup
+			start.Add(1)
+			for _, acq := range acqs {
+				wg.Go(func() {
+					start.Wait()
+					_, err := acq.Complete(ctx)
+					errs <- err
+				})
+			}
+			start.Done()
+			wg.Wait()
+		}
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		var rows, distinct, top int64
+		require.NoError(t, e.db.Pool.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
+		assert.Equal(t, int64(writers*each), rows, "every hand-over committed once")
+		assert.Equal(t, rows, distinct, "no sequence number twice")
+		assert.Equal(t, rows, top, "no gaps")
+		assert.Zero(t, count(t, e.db, `SELECT count(*) FROM pending`))
+		assert.NotEmpty(t, logs.find("refset: transaction aborted by the database; retrying"), "the workload produced conflicts, so retries were exercised")
+	})
+}

@@ -1,0 +1,245 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/refsetdb/refset/internal/pipeline"
+	"github.com/refsetdb/refset/refset"
+)
+
+// pipelineHandle carries the database's pipeline.Runner without a field in its API.
+type pipelineHandle = pipeline.Handle
+
+// pgxPipeline runs a hand-over made only of refset.Exec commands on pgx in segments,
+// each one pgx.Batch, one round trip: the first begins the transaction, the last
+// commits it, and a segment ends after each statement whose row count refset checks,
+// so that no statement runs before the one before it was checked. A release whose
+// count is checked and an acquire whose count is not take two round trips, [BEGIN,
+// DELETE] and [INSERT, COMMIT], where database/sql takes four. The statements run in
+// the connection's own query mode, prepared through pgx's statement cache by default.
+//
+// The batch goes over the pool's connection itself (sql.Conn.Raw): database/sql's
+// transactions have no way to send BEGIN with the statements after it.
+type pgxPipeline struct {
+	db   *DB
+	opts pgx.TxOptions
+}
+
+// newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
+// isolation level iso, or nil when pgx's stdlib would refuse the level (the
+// transaction then begins as before, and fails as before).
+func newPgxPipeline(db *DB, iso sql.IsolationLevel) pipeline.Runner {
+	var opts pgx.TxOptions
+	switch iso {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		opts.IsoLevel = pgx.ReadUncommitted
+	case sql.LevelReadCommitted:
+		opts.IsoLevel = pgx.ReadCommitted
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		opts.IsoLevel = pgx.RepeatableRead
+	case sql.LevelSerializable:
+		opts.IsoLevel = pgx.Serializable
+	default:
+		return nil
+	}
+	return pgxPipeline{db: db, opts: opts}.run
+}
+
+// run is the pipeline.Runner.
+func (p pgxPipeline) run(ctx context.Context, stmts []pipeline.Statement, result pipeline.ResultFunc) error {
+	if p.db.closed.Load() {
+		return &pipeline.Error{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
+	}
+	conn, err := p.db.Pool.Conn(ctx)
+	if err != nil {
+		return &pipeline.Error{Query: "BEGIN", Err: err}
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return &pipeline.Error{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: the pool's connection is a %T, not pgx's", dc)}
+		}
+		return p.runOn(ctx, c.Conn(), stmts, result)
+	})
+}
+
+// runOn runs stmts on c, segment by segment. Every way out but a commit rolls back,
+// a panic too; a connection that cannot roll back is closed by pgx, and database/sql
+// drops it.
+func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []pipeline.Statement, result pipeline.ResultFunc) error {
+	committed := false
+	defer func() {
+		if !committed {
+			rollback(ctx, c)
+		}
+	}()
+	for start := 0; ; {
+		end := segmentEnd(stmts, start)
+		last := end == len(stmts) && (end == start || !stmts[end-1].Checked)
+		if err := ctx.Err(); err != nil && start > 0 {
+			return err // given up on between segments: COMMIT was never sent
+		}
+		var b pgx.Batch
+		if start == 0 {
+			b.BeginTx(p.opts)
+		}
+		for _, s := range stmts[start:end] {
+			b.Queue(s.Query, s.Args...)
+		}
+		if last {
+			b.Queue("commit")
+		}
+		segCtx, endSegment := ctx, func() bool { return false }
+		if last {
+			segCtx, endSegment = watchCommit(ctx, c)
+		}
+		br := c.SendBatch(segCtx, &b)
+		err := readSegment(br, start == 0, stmts, start, end, last, result)
+		if closeErr := br.Close(); err == nil && closeErr != nil {
+			err = &pipeline.Error{Query: "COMMIT", Err: closeErr}
+			if !last {
+				err = orError(result(end-1, 0, closeErr), closeErr)
+			}
+		}
+		if endSegment() {
+			// A cancel request went out, and could reach the server late, when the
+			// connection runs someone else's statement: the connection is done.
+			rollback(ctx, c)
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+		if err != nil {
+			return err
+		}
+		if last {
+			committed = true
+			return nil
+		}
+		start = end
+	}
+}
+
+// cancelGrace is how long the segment that carries COMMIT waits for the server to
+// answer, once the call's context ended and a cancel request was sent, before it
+// closes the connection and the commit's outcome is unknown.
+const cancelGrace = 5 * time.Second
+
+// watchCommit is the context the segment that carries COMMIT runs in, on c, and what
+// ends the watch. Had pgx closed the connection when ctx ended, as it does, the server
+// could still run the COMMIT it had received: a hand-over given up on might then
+// commit. So the segment's context does not end with ctx; when ctx ends, a cancel
+// request makes the server refuse the statement it runs (the transaction then rolls
+// back and says so) or, if it is committing already, lets the commit end, and the
+// segment reads which. Only a server that does not answer within cancelGrace has the
+// connection closed. end reports whether a cancel request was sent.
+func watchCommit(ctx context.Context, c *pgx.Conn) (segCtx context.Context, end func() (cancelled bool)) {
+	segCtx, giveUp := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(done)
+		wait, cancel := context.WithTimeout(segCtx, cancelGrace)
+		defer cancel()
+		_ = c.PgConn().CancelRequest(wait)
+		<-wait.Done() // the segment ended, or the grace did
+		giveUp()
+	})
+	return segCtx, func() bool {
+		stopped := stop()
+		giveUp()
+		if stopped {
+			return false
+		}
+		<-done
+		return true
+	}
+}
+
+// segmentEnd is where the segment that starts at start ends: after the first
+// statement from start whose result is checked, or at the end.
+func segmentEnd(stmts []pipeline.Statement, start int) int {
+	for i := start; i < len(stmts); i++ {
+		if stmts[i].Checked {
+			return i + 1
+		}
+	}
+	return len(stmts)
+}
+
+// readSegment reads the results of one segment in order: BEGIN's if it began the
+// transaction, those of stmts[start:end], and COMMIT's if it is the last. After a
+// statement the server refused it skipped the rest of the segment, COMMIT included.
+func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, start, end int, last bool, result pipeline.ResultFunc) error {
+	if begins {
+		if _, err := br.Exec(); err != nil {
+			// A statement that does not prepare fails the whole batch before
+			// anything runs, BEGIN's result included: it is that statement's error.
+			if i, ok := failedToPrepare(err, stmts, start, end); ok {
+				return orError(result(i, 0, err), err)
+			}
+			return &pipeline.Error{Query: "BEGIN", Err: err}
+		}
+	}
+	for i := start; i < end; i++ {
+		tag, err := br.Exec()
+		if err != nil {
+			if j, ok := failedToPrepare(err, stmts, start, end); ok {
+				return orError(result(j, 0, err), err)
+			}
+			var pgErr *pgconn.PgError
+			if last && !errors.As(err, &pgErr) {
+				// No answer, the connection lost: COMMIT was sent, and may have run.
+				return &pipeline.Error{Query: "COMMIT", Err: err}
+			}
+			return orError(result(i, 0, err), err)
+		}
+		if err := result(i, tag.RowsAffected(), nil); err != nil {
+			return err
+		}
+	}
+	if last {
+		if _, err := br.Exec(); err != nil {
+			return &pipeline.Error{Query: "COMMIT", Err: err}
+		}
+	}
+	return nil
+}
+
+// failedToPrepare is the statement of stmts[start:end] that err, a batch's failure
+// before it ran, says did not prepare.
+func failedToPrepare(err error, stmts []pipeline.Statement, start, end int) (int, bool) {
+	var pe pgx.ErrPreprocessingBatch
+	if !errors.As(err, &pe) {
+		return 0, false
+	}
+	for i := start; i < end; i++ {
+		if stmts[i].Query == pe.SQL() {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// orError is err, or fallback if err is nil: a ResultFunc refusing a failed
+// statement is expected, but the failure must end the unit either way.
+func orError(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
+}
+
+// rollback ends c's transaction, if it has one open, even when ctx has ended.
+func rollback(ctx context.Context, c *pgx.Conn) {
+	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
+		return
+	}
+	_, _ = c.Exec(context.WithoutCancel(ctx), "rollback")
+}
