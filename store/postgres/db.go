@@ -245,50 +245,63 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 // checkOneRoundTrip refuses, for Options.Unprepared, a caller's pool whose driver
 // would run a statement with arguments in two round trips or prepare it (see
 // openPool): behind a pooler in transaction mode, that runs other clients'
-// statements or fails. pgx says its mode; lib/pq does not say whether
-// binary_parameters is on, so a probe tells: a string argument for a bytea
-// parameter is sent as it is with it (the server reads `\x00` as one byte) and
-// escaped without it, in lib/pq's own round trip to learn the parameter's type
-// (four bytes). The probe runs in a transaction, which a pooler keeps on one server
-// connection.
+// statements or fails.
 func checkOneRoundTrip(ctx context.Context, pool *sql.DB, driverName string) error {
-	refuse := func(fix string) error {
+	check := libpqBinaryParameters
+	if driverName == DriverPgx {
+		check = pgxExecMode
+	}
+	fix, err := check(ctx, pool)
+	if err != nil {
+		return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+	}
+	if fix != "" {
 		return fmt.Errorf("refset/postgres: new: %w: Options.Unprepared needs every statement sent in one round trip "+
 			"that prepares nothing (a pooler in transaction mode may lend each round trip another server connection): %s",
 			refset.ErrInvalidConfig, fix)
 	}
-	if driverName == DriverPgx {
-		conn, err := pool.Conn(ctx)
-		if err != nil {
-			return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
-		}
-		defer conn.Close()
-		var mode pgx.QueryExecMode
-		if err := conn.Raw(func(c any) error {
-			mode = c.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode
-			return nil
-		}); err != nil {
-			return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
-		}
-		if mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol {
-			return refuse(fmt.Sprintf("the pool's pgx runs in %q mode; set default_query_exec_mode=exec in its DSN "+
-				"(or pgx.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec)", mode))
-		}
-		return nil
+	return nil
+}
+
+// pgxExecMode says what to set unless the pool's pgx sends each statement in one
+// round trip without preparing it.
+func pgxExecMode(ctx context.Context, pool *sql.DB) (fix string, err error) {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return "", err
 	}
+	defer conn.Close()
+	var mode pgx.QueryExecMode
+	if err := conn.Raw(func(c any) error {
+		mode = c.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	if mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeSimpleProtocol {
+		return "", nil
+	}
+	return fmt.Sprintf("the pool's pgx runs in %q mode; set default_query_exec_mode=exec in its DSN "+
+		"(or pgx.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec)", mode), nil
+}
+
+// libpqBinaryParameters says what to set unless the pool's lib/pq has
+// binary_parameters on. lib/pq does not tell, so a probe does (binaryParametersSQL).
+// It runs in a transaction, which a pooler keeps on one server connection.
+func libpqBinaryParameters(ctx context.Context, pool *sql.DB) (fix string, err error) {
 	tx, err := pool.BeginTx(ctx, nil)
 	if err != nil {
-		return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+		return "", err
 	}
 	defer tx.Rollback()
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT octet_length($1::bytea)`, `\x00`).Scan(&n); err != nil {
-		return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+	if err := tx.QueryRowContext(ctx, binaryParametersSQL, `\x00`).Scan(&n); err != nil {
+		return "", err
 	}
 	if n != 1 {
-		return refuse("open the lib/pq pool with binary_parameters=yes in its DSN")
+		return "open the lib/pq pool with binary_parameters=yes in its DSN", nil
 	}
-	return nil
+	return "", nil
 }
 
 // openError is why the first connection failed: the server's answer or the lost
