@@ -239,9 +239,12 @@ func nodeProcess(kind, where string) int {
 	ctx := context.Background()
 	var db refset.Database
 	var err error
-	if kind == "sqlite" {
+	switch kind {
+	case "sqlite":
 		db, err = sqlite.Open(ctx, where, sqlite.Options{})
-	} else {
+	case "pgbouncer":
+		db, err = postgres.Open(ctx, where, pooledOptions)
+	default:
 		db, err = postgres.Open(ctx, where, postgres.Options{})
 	}
 	if err != nil {

@@ -42,6 +42,15 @@ var databases = []database{
 		},
 		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn) },
 	},
+	{
+		// Through PgBouncer in transaction mode (pooledOptions).
+		name: "pgbouncer",
+		open: func(tb testing.TB) (refset.Database, string) {
+			dsn := pgtest.Pooled(tb)
+			return openPooled(tb, dsn), dsn
+		},
+		reopen: func(tb testing.TB, dsn string) refset.Database { return openPooled(tb, dsn) },
+	},
 }
 
 func openSQLite(tb testing.TB, path string) refset.Database {
@@ -54,7 +63,22 @@ func openSQLite(tb testing.TB, path string) refset.Database {
 
 func openPostgres(tb testing.TB, dsn string) refset.Database {
 	tb.Helper()
-	db, err := postgres.Open(context.Background(), dsn, postgres.Options{})
+	return openPostgresWith(tb, dsn, postgres.Options{})
+}
+
+// pooledOptions open a database through PgBouncer in transaction mode: unprepared,
+// as a pooler needs, and with pgx (lib/pq's cancel requests may crash the
+// harness's PgBouncer 1.18).
+var pooledOptions = postgres.Options{Unprepared: true, Driver: postgres.DriverPgx}
+
+func openPooled(tb testing.TB, dsn string) refset.Database {
+	tb.Helper()
+	return openPostgresWith(tb, dsn, pooledOptions)
+}
+
+func openPostgresWith(tb testing.TB, dsn string, opts postgres.Options) refset.Database {
+	tb.Helper()
+	db, err := postgres.Open(context.Background(), dsn, opts)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { db.Close() })
 	return db

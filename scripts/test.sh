@@ -16,10 +16,16 @@
 #                          the throwaway cluster, one is started beside it.
 #   REFSET_TEST_PACKAGES   space-separated package patterns to check and test
 #                          instead of ./... (gofmt is limited to them too).
+#   REFSET_TEST_PGBOUNCER  DSN of a PgBouncer in transaction mode in front of
+#                          that server (internal/pgtest.Pooled). Set, with a
+#                          PgBouncer started for it, whenever the throwaway
+#                          cluster is; an outside server brings its own or
+#                          the pooled tests skip (fail under CI=true).
 #
 # As root (CI) the server runs as the `postgres` OS user, because initdb and
 # postgres refuse to run as root; missing PostgreSQL or C compiler packages
 # are installed with apt-get. As an ordinary user everything runs as you.
+# PgBouncer (Debian's pgbouncer package) is installed the same way.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -140,6 +146,7 @@ as_pg() {
 cleanup() {
 	local rc=$?
 	set +e
+	stop_pgbouncer
 	stop_standby
 	if [[ -n $pg_data && -f $pg_data/postmaster.pid ]]; then
 		if ! as_pg "$pg_bindir/pg_ctl" -D "$pg_data" -m fast -w -t 30 stop >/dev/null 2>&1; then
@@ -252,6 +259,118 @@ start_server() {
 	die "PostgreSQL did not become ready within 30s (server log above)"
 }
 
+# -------------------------------------------------------------- PgBouncer
+# A PgBouncer in transaction mode in front of the throwaway cluster: the
+# suites that must survive transaction pooling run through it
+# (internal/pgtest.Pooled). Version 1.18 (Debian 12) keeps no prepared
+# statements and passes no search_path, so each pooled test logs in as a role
+# of its own whose search_path is its schema (ALTER ROLE ... SET), and PgBouncer
+# looks roles up in the server (auth_user) instead of a file of users.
+bouncer_dir=
+bouncer_port=
+bouncer_log=
+
+# is_ci reports whether we run under CI (CI=true), where a suite that cannot
+# run must fail rather than skip.
+is_ci() { [[ ${CI:-} == true || ${CI:-} == 1 ]]; }
+
+# find_pgbouncer prints the pgbouncer binary (Debian puts it in /usr/sbin,
+# which an ordinary user's PATH may lack).
+find_pgbouncer() {
+	command -v pgbouncer 2>/dev/null && return 0
+	[[ -x /usr/sbin/pgbouncer ]] && echo /usr/sbin/pgbouncer && return 0
+	return 1
+}
+
+# write_pgbouncer_ini writes PgBouncer's configuration for port $1 (readable
+# by the server's user, who runs PgBouncer too: it refuses to run as root).
+write_pgbouncer_ini() {
+	# Pools are per role, so per test: a pool of 20 covers the concurrency of
+	# any one test; max_db_connections keeps them all within the server's
+	# max_connections beside the direct tests. A pool that would pass it
+	# waits until idle server connections of other pools close, so
+	# server_idle_timeout is short; it also closes those of ended tests
+	# soon, after which pgtest drops their roles.
+	cat >"$bouncer_dir/pgbouncer.ini" <<-EOF
+		[databases]
+		* = host=127.0.0.1 port=$pg_port
+
+		[pgbouncer]
+		listen_addr = 127.0.0.1
+		listen_port = $1
+		unix_socket_dir =
+		pool_mode = transaction
+		auth_type = trust
+		auth_file = $bouncer_dir/users.txt
+		auth_user = postgres
+		max_client_conn = 4000
+		default_pool_size = 20
+		max_db_connections = 120
+		server_idle_timeout = 2
+		log_connections = 0
+		log_disconnections = 0
+		logfile = $bouncer_log
+		pidfile = $bouncer_dir/pgbouncer.pid
+	EOF
+	echo '"postgres" ""' >"$bouncer_dir/users.txt"
+}
+
+# start_pgbouncer starts PgBouncer in front of the cluster on a free port and
+# exports REFSET_TEST_PGBOUNCER. Without PgBouncer (and no apt-get to install
+# it) it only warns, unless under CI.
+start_pgbouncer() {
+	local bin
+	if ! bin=$(find_pgbouncer); then
+		log "PgBouncer not found; installing it with apt-get"
+		if apt_install pgbouncer; then
+			bin=$(find_pgbouncer) || die "pgbouncer was installed but is still not found"
+		elif is_ci; then
+			die "PgBouncer is needed under CI (the pooled tests fail without it); install pgbouncer"
+		else
+			log "PgBouncer is not installed: the tests through it skip (install pgbouncer to run them)"
+			return 0
+		fi
+	fi
+	bouncer_dir=$tmp/pgbouncer
+	as_pg mkdir "$bouncer_dir"
+	local attempt i started_at=$SECONDS
+	for attempt in 1 2 3 4 5; do
+		bouncer_port=$(pick_port) || die "no free TCP port found on 127.0.0.1"
+		bouncer_log=$bouncer_dir/pgbouncer-$attempt.log
+		write_pgbouncer_ini "$bouncer_port"
+		# Every test's pool is a client connection: allow PgBouncer the file
+		# descriptors max_client_conn needs, as far as the hard limit goes.
+		as_pg bash -c 'ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec "$0" -d -q "$1"' "$bin" "$bouncer_dir/pgbouncer.ini" ||
+			true # a failure is in its log, read below
+		for ((i = 0; i < 100; i++)); do
+			if "$psql" -X -q -t -c 'SELECT 1' >/dev/null 2>&1 \
+				"host=127.0.0.1 port=$bouncer_port user=postgres dbname=refset_test sslmode=disable connect_timeout=2"; then
+				echo "$("$bin" --version | head -n 1) in transaction mode ready on 127.0.0.1:$bouncer_port after $((SECONDS - started_at))s"
+				export REFSET_TEST_PGBOUNCER="postgres://postgres@127.0.0.1:$bouncer_port/refset_test?sslmode=disable"
+				return 0
+			fi
+			sleep 0.1
+		done
+		stop_pgbouncer
+		if grep -q 'Address already in use' "$bouncer_log" 2>/dev/null; then
+			log "port $bouncer_port was taken before PgBouncer could bind it; retrying"
+			continue
+		fi
+		cat "$bouncer_log" >&2 2>/dev/null
+		die "PgBouncer did not start within 10s (its log above)"
+	done
+	die "PgBouncer failed to start: no free port after 5 attempts"
+}
+
+stop_pgbouncer() {
+	local pid
+	[[ -n $bouncer_dir && -f $bouncer_dir/pgbouncer.pid ]] || return 0
+	pid=$(cat "$bouncer_dir/pgbouncer.pid" 2>/dev/null)
+	# SIGTERM: immediate shutdown; its clients are gone by now.
+	[[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+	rm -f "$bouncer_dir/pgbouncer.pid"
+}
+
 if [[ -n ${REFSET_TEST_POSTGRES:-} ]]; then
 	# Do not print the DSN: it may contain a password.
 	step "PostgreSQL: using REFSET_TEST_POSTGRES from the environment"
@@ -303,6 +422,7 @@ else
 		"host=127.0.0.1 port=$pg_port user=postgres dbname=postgres sslmode=disable" \
 		-c 'CREATE DATABASE refset_test'
 	export REFSET_TEST_POSTGRES="postgres://postgres@127.0.0.1:$pg_port/refset_test?sslmode=disable"
+	start_pgbouncer
 fi
 
 # ------------------------------------------------------- PostgreSQL standby

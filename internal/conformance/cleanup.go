@@ -35,8 +35,8 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
 		{"EndedContextIsAnError", testEndedContext},
 		{"RunStopsOnClosedDatabase", testRunClosed},
-		{"RunStopsOnDroppedTables", testRunSchemaGone},
-		{"RunFailuresAreNeverLost", testRunFailures},
+		{"RunStopsOnDroppedTables", cancelling(testRunSchemaGone)},
+		{"RunFailuresAreNeverLost", cancelling(testRunFailures)},
 		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
 	})
 }

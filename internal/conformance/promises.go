@@ -24,7 +24,7 @@ func RunPromises(t *testing.T, h Harness) {
 		{"PanickingCallerCode", testPanics},
 		{"CallerCodeCannotEndTheTransaction", testCannotEndTx},
 		{"PoolIsNotATransaction", testPoolIsNotATx},
-		{"ContextErrors", testContextErrors},
+		{"ContextErrors", cancelling(testContextErrors)},
 		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
 		{"ExecPlaceholders", testExecPlaceholders},
 	})

@@ -29,4 +29,10 @@
 // Cleanups run in reverse order of registration, so a test that opens a
 // *sql.DB after calling DSN and registers its Close with t.Cleanup has its
 // connections closed before the schema is dropped.
+//
+// [Pooled] gives the same through PgBouncer in transaction mode
+// (REFSET_TEST_PGBOUNCER, which scripts/test.sh sets when it starts one in
+// front of its throwaway cluster): the tests that must survive transaction
+// pooling log in as a role of their own, whose search_path is the schema,
+// since no DSN parameter or SET can carry it through such a pooler.
 package pgtest

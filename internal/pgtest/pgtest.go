@@ -160,3 +160,22 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// openAdmin opens a small pool of its own on dsn (the server itself, never
+// PgBouncer), for a test's setup statements, failing tb if the server in the
+// variable env does not answer.
+func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: open %s: %v", env, err)
+	}
+	db.SetMaxOpenConns(2)
+	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		tb.Fatalf("pgtest: cannot reach the server in %s: %v", env, err)
+	}
+	return db
+}

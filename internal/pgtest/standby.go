@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"database/sql"
 	"os"
 	"sync"
 	"testing"
@@ -118,22 +117,4 @@ func standbyBaseDSN(tb testing.TB) string {
 	}
 	tb.Skip("pgtest: " + msg)
 	return ""
-}
-
-// openAdmin opens a one-connection pool on dsn, failing tb if the server in the
-// variable env does not answer.
-func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
-	tb.Helper()
-	db, err := sql.Open("postgres", dsn)
-	if err != nil {
-		tb.Fatalf("pgtest: open %s: %v", env, err)
-	}
-	db.SetMaxOpenConns(2)
-	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		tb.Fatalf("pgtest: cannot reach the server in %s: %v", env, err)
-	}
-	return db
 }

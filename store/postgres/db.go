@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq" // registers the "postgres" driver
@@ -40,11 +41,19 @@ type Options struct {
 	// already serialise holds against deletions.
 	Isolation sql.IsolationLevel
 
-	// Unprepared makes stores run every statement unprepared, for a connection pooler
-	// that does not keep prepared statements across transactions (PgBouncer in
-	// transaction mode before 1.21, or without max_prepared_statements). It costs a
-	// round trip a statement: lib/pq parses an unprepared statement with arguments in
-	// a round trip of its own.
+	// Unprepared is for a connection pooler in transaction mode, such as PgBouncer
+	// with pool_mode = transaction, which lends each transaction, and each statement
+	// outside one, whichever server connection is free. Stores then prepare nothing,
+	// and Open makes the driver send every statement with its arguments in one round
+	// trip that names no prepared statement, whatever the DSN says: lib/pq with
+	// binary_parameters=yes, pgx in QueryExecModeExec (or simple_protocol, if the DSN
+	// asks for it). New refuses, with refset.ErrInvalidConfig, a caller's pool that
+	// would not. Without all this, behind such a pooler, prepared statements go
+	// missing (PgBouncer keeps none before 1.21) and lib/pq runs statements other
+	// clients parsed; see the package documentation. Each statement is then parsed
+	// and planned on every call. With binary_parameters, lib/pq sends a []byte
+	// argument in binary format: right for bytea and text, but a jsonb parameter wants
+	// a string.
 	Unprepared bool
 
 	// StatementCache is how many statements of refset.Exec commands each connection
@@ -144,9 +153,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("refset/postgres: open: %w: driver %q (want %q or %q)", refset.ErrInvalidConfig, driver, DriverLibPQ, DriverPgx)
 	}
-	pool, err := sql.Open(driver, dsn)
+	pool, err := openPool(driver, dsn, opts.Unprepared)
 	if err != nil {
-		return nil, fmt.Errorf("refset/postgres: open: %w: %w", refset.ErrInvalidConfig, err)
+		return nil, redactPassword(fmt.Errorf("refset/postgres: open: %w: %w", refset.ErrInvalidConfig, err), dsn)
 	}
 	conns := opts.MaxConns
 	if conns <= 0 {
@@ -181,6 +190,43 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	}
 	db.ownsPool, db.replica.owned = true, ownsReplica
 	return db, nil
+}
+
+// openPool opens a pool on dsn through driver. Unprepared, it makes the driver send
+// every statement with arguments in one round trip that names no prepared statement:
+// lib/pq with binary_parameters, pgx in QueryExecModeExec (or the simple protocol, if
+// the DSN asks for it). Behind a pooler in transaction mode nothing else is safe
+// outside a transaction: the pooler lends a server connection until the end of each
+// round trip, so lib/pq's default (parse and describe in one round trip, bind and run
+// in the next) runs the statement that another client last parsed on whichever server
+// connection it gets next, and pgx's statement cache finds its prepared statements
+// missing from it.
+func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
+	if !unprepared {
+		return sql.Open(driver, dsn)
+	}
+	switch driver {
+	case DriverLibPQ:
+		cfg, err := pq.NewConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		cfg.BinaryParameters = true
+		connector, err := pq.NewConnectorConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(connector), nil
+	default: // DriverPgx
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+		}
+		return stdlib.OpenDB(*cfg), nil
+	}
 }
 
 // redactPassword hides dsn's password in err's message: drivers quote a DSN they
@@ -238,6 +284,11 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
 	}
+	if opts.Unprepared {
+		if err := checkOneRoundTrip(ctx, pool, driverName); err != nil {
+			return nil, err
+		}
+	}
 	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
 	if opts.Replica != nil {
 		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
@@ -266,6 +317,68 @@ func driverOf(pool *sql.DB) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: the pool's driver is %T; want lib/pq or pgx's stdlib", refset.ErrInvalidConfig, d)
 	}
+}
+
+// checkOneRoundTrip refuses, for Options.Unprepared, a caller's pool whose driver
+// would run a statement with arguments in two round trips or prepare it (see
+// openPool): behind a pooler in transaction mode, that runs other clients'
+// statements or fails.
+func checkOneRoundTrip(ctx context.Context, pool *sql.DB, driverName string) error {
+	check := libpqBinaryParameters
+	if driverName == DriverPgx {
+		check = pgxExecMode
+	}
+	fix, err := check(ctx, pool)
+	if err != nil {
+		return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+	}
+	if fix != "" {
+		return fmt.Errorf("refset/postgres: new: %w: Options.Unprepared needs every statement sent in one round trip "+
+			"that prepares nothing (a pooler in transaction mode may lend each round trip another server connection): %s",
+			refset.ErrInvalidConfig, fix)
+	}
+	return nil
+}
+
+// pgxExecMode says what to set unless the pool's pgx sends each statement in one
+// round trip without preparing it.
+func pgxExecMode(ctx context.Context, pool *sql.DB) (fix string, err error) {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	var mode pgx.QueryExecMode
+	if err := conn.Raw(func(c any) error {
+		mode = c.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	if mode == pgx.QueryExecModeExec || mode == pgx.QueryExecModeSimpleProtocol {
+		return "", nil
+	}
+	return fmt.Sprintf("the pool's pgx runs in %q mode; set default_query_exec_mode=exec in its DSN "+
+		"(or pgx.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec)", mode), nil
+}
+
+// libpqBinaryParameters says what to set unless the pool's lib/pq has
+// binary_parameters on. lib/pq does not tell, so a probe does (binaryParametersSQL).
+// It runs in a transaction, which a pooler keeps on one server connection.
+func libpqBinaryParameters(ctx context.Context, pool *sql.DB) (fix string, err error) {
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback()
+	var n int
+	if err := tx.QueryRowContext(ctx, binaryParametersSQL, `\x00`).Scan(&n); err != nil {
+		return "", err
+	}
+	if n != 1 {
+		return "open the lib/pq pool with binary_parameters=yes in its DSN", nil
+	}
+	return "", nil
 }
 
 // openError is why the first connection failed: the server's answer or the lost

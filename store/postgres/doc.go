@@ -23,10 +23,8 @@
 // commands is sent in batches: BEGIN with the first statements, COMMIT with the last,
 // a new batch after each statement whose row count refset checks. Named prepared statements
 // need a connection that stays the same server session: connect directly or through a
-// pooler in session mode (PgBouncer's transaction mode keeps them only from version
-// 1.21, with max_prepared_statements set), or set Options.Unprepared. A prepared read
-// that fails is run again unprepared, so a migration that changes a column's type does
-// not break reads.
+// pooler in session mode, or set Options.Unprepared. A prepared read that fails is run
+// again unprepared, so a migration that changes a column's type does not break reads.
 //
 // # Reads from a hot standby
 //
@@ -65,4 +63,44 @@
 // later has no replay position, so reports leave it to the primary, but Get, Upgrade
 // and walks still read it: after a failover, open the database again with the new
 // topology.
+//
+// # Behind PgBouncer in transaction mode
+//
+// A pooler in transaction mode (PgBouncer's pool_mode = transaction) lends a server
+// connection for one transaction, or for one round trip outside a transaction, so
+// nothing a session keeps survives from one to the next. Open the database with
+// Options.Unprepared. It makes three differences:
+//
+//   - Stores prepare nothing: PgBouncer keeps no prepared statements before 1.21 (and
+//     from 1.21 only with max_prepared_statements set).
+//   - Open sets the driver to send each statement with its arguments in one round trip
+//     that names no prepared statement: lib/pq's binary_parameters=yes, pgx's
+//     default_query_exec_mode=exec. lib/pq's default parses a statement in one round
+//     trip and binds and runs it in the next; outside a transaction the pooler may
+//     lend the second to another server connection, which then runs the statement
+//     another client parsed there last, with this one's arguments: wrong rows, not an
+//     error (TestPooledReadsRunTheirOwnStatements). pgx's default statement cache
+//     prepares statements, which the next server connection lacks. New, with a pool of
+//     the caller's, refuses one without these settings (refset.ErrInvalidConfig).
+//   - Statements are parsed and planned on every call: a read costs more server time
+//     than a prepared one (with pgx about 1.8 times, measured directly on a local
+//     server; with lib/pq binary_parameters saves a round trip, so it costs less).
+//
+// Nothing else refset does needs a session: its advisory locks (the migration lock,
+// blockmanager's) are transaction-scoped (pg_advisory_xact_lock), its SET CONSTRAINTS
+// is inside a transaction, and it uses no session SET, LISTEN/NOTIFY, temporary tables
+// or cursors WITH HOLD. The search_path must then come from the role or the database
+// (ALTER ROLE ... SET search_path), not from the DSN: PgBouncer 1.18 refuses startup
+// parameters other than the few it tracks itself (later versions can track more, with
+// track_extra_parameters), or quietly drops those its ignore_startup_parameters lists.
+// Qualified table names (Config{Table: "ledger.blocks"}) need neither.
+//
+// PgBouncer 1.18 (Debian 12's) may crash when a client cancels a statement, as lib/pq
+// does whenever a context ends while a statement runs (pgbouncer#801, fixed in 1.19.1).
+// pgx, by default, closes the connection instead of sending a cancel request. Use
+// PgBouncer 1.19.1 or later, or pgx, where contexts end mid-statement (a clean-up Run
+// stopped by its context, a request's deadline).
+//
+// scripts/test.sh runs the conformance suites, blockmanager's and custody's through
+// PgBouncer 1.18 in transaction mode (internal/pgtest.Pooled).
 package postgres

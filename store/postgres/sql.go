@@ -14,6 +14,12 @@ import (
 
 // All of this store's SQL is here.
 
+// binaryParametersSQL tells whether lib/pq sends arguments with binary_parameters on,
+// given the argument `\x00` as a string. With it on, lib/pq sends the string as it
+// is, which the server reads as bytea's hex form: one byte. Without it, lib/pq first
+// asks the server for the parameter's type and escapes the string as bytea: four.
+const binaryParametersSQL = `SELECT octet_length($1::bytea)`
+
 type dialect struct{}
 
 func (dialect) Schema() schema.Dialect { return schema.Postgres }

@@ -36,35 +36,46 @@ var backends = []backend{
 			tb.Cleanup(func() { db.Close() })
 			v, err := Open(context.Background(), db, cfg)
 			require.NoError(tb, err)
-			where.Store(v, path)
+			where.Store(v, location{at: path})
 			vs = append(vs, v)
 		}
 		return vs
 	}},
-	{"postgres", openPostgres(postgres.DriverLibPQ)},
-	{"pgx", openPostgres(postgres.DriverPgx)},
+	{"postgres", openPostgres(pgtest.DSN, postgres.Options{Driver: postgres.DriverLibPQ})},
+	{"pgx", openPostgres(pgtest.DSN, postgres.Options{Driver: postgres.DriverPgx})},
+	// Through PgBouncer in transaction mode, with pgx (lib/pq's cancel requests may
+	// crash the harness's PgBouncer 1.18) and the option a pooler needs.
+	{"pgbouncer", openPostgres(pgtest.Pooled, postgres.Options{Driver: postgres.DriverPgx, Unprepared: true})},
 }
 
-// openPostgres opens n vaults on one fresh schema, each on its own pool of driver.
-func openPostgres(driver string) func(tb testing.TB, n int, cfg Config) []*Vault {
+// openPostgres opens n vaults on one fresh schema (newDSN's), each on its own pool
+// opened with opts.
+func openPostgres(newDSN func(testing.TB) string, opts postgres.Options) func(tb testing.TB, n int, cfg Config) []*Vault {
+	opts.MaxConns = 4
 	return func(tb testing.TB, n int, cfg Config) []*Vault {
-		dsn := pgtest.DSN(tb)
+		dsn := newDSN(tb)
 		var vs []*Vault
 		for range n {
-			db, err := postgres.Open(context.Background(), dsn, postgres.Options{MaxConns: 4, Driver: driver})
+			db, err := postgres.Open(context.Background(), dsn, opts)
 			require.NoError(tb, err)
 			tb.Cleanup(func() { db.Close() })
 			v, err := Open(context.Background(), db, cfg)
 			require.NoError(tb, err)
-			where.Store(v, dsn)
+			where.Store(v, location{at: dsn, opts: opts})
 			vs = append(vs, v)
 		}
 		return vs
 	}
 }
 
-// where remembers the file or DSN each test vault was opened on, for reopen.
-var where sync.Map
+// where remembers the location each test vault was opened on, for reopen.
+var where sync.Map // *Vault -> location
+
+// location is a test vault's file or DSN, and the options of a Postgres one.
+type location struct {
+	at   string
+	opts postgres.Options
+}
 
 // waiting vaults wait up to a minute for funds locked by others.
 var waiting = Config{LockWait: time.Minute}
@@ -343,16 +354,17 @@ func TestCleanupRemovesExpiredLocks(t *testing.T) {
 // restarted process would have.
 func reopen(t *testing.T, v *Vault) *Vault {
 	t.Helper()
-	at, _ := where.Load(v)
+	w, _ := where.Load(v)
+	at := w.(location)
 	var db refset.Database
 	switch v.db.(type) {
 	case *sqlite.DB:
-		s, err := sqlite.Open(t.Context(), at.(string), sqlite.Options{})
+		s, err := sqlite.Open(t.Context(), at.at, sqlite.Options{})
 		require.NoError(t, err)
 		t.Cleanup(func() { s.Close() })
 		db = s
 	case *postgres.DB:
-		p, err := postgres.Open(t.Context(), at.(string), postgres.Options{})
+		p, err := postgres.Open(t.Context(), at.at, at.opts)
 		require.NoError(t, err)
 		t.Cleanup(func() { p.Close() })
 		db = p
@@ -453,7 +465,8 @@ func TestIssuedBackfill(t *testing.T) {
 			require.NoError(t, pay(ctx, v, "alice", "bob", 15))
 			require.NoError(t, pay(ctx, v, "bob", "carol", 7))
 
-			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql", "pgx": "sql/postgres/tables/0003_issued.sql"}[b.name]
+			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql", "pgx": "sql/postgres/tables/0003_issued.sql",
+				"pgbouncer": "sql/postgres/tables/0003_issued.sql"}[b.name]
 			text, err := migrations.ReadFile(file)
 			require.NoError(t, err)
 			_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
