@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -326,6 +327,11 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		total Stats
 		first error
 		wg    sync.WaitGroup
+		// holdsDone: a batch found fewer expired holds than it could take, so none
+		// was left that another worker had not taken. Later batches skip the look:
+		// holds that expire during this call wait for the next, as entries that fall
+		// due during it may.
+		holdsDone atomic.Bool
 	)
 	// workCtx also ends when one worker fails, to stop the others.
 	workCtx, cancel := context.WithCancel(ctx)
@@ -335,7 +341,10 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		go func() {
 			defer wg.Done()
 			for workCtx.Err() == nil {
-				expired, b, err := c.batchOnce(workCtx)
+				expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
+				if err == nil && expired < int64(c.batch) {
+					holdsDone.Store(true)
+				}
 				mu.Lock()
 				if err != nil {
 					if first == nil {
@@ -386,12 +395,15 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	return total, nil
 }
 
-// batchOnce runs one batch transaction: expired holds, then due entries.
-func (c *Collector) batchOnce(ctx context.Context) (expired int64, b Batch, err error) {
+// batchOnce runs one batch transaction: expired holds (when expire), then due
+// entries.
+func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, b Batch, err error) {
 	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
 		var err error
-		if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
-			return err
+		if expire {
+			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+				return err
+			}
 		}
 		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
 		return err

@@ -376,18 +376,27 @@ func fastBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (c
 
 // fastBatchSQL is fastBatch's statement; $1 bounds both the entries it claims and the
 // objects it deletes. The dequeue runs though nothing reads it: a data-modifying WITH
-// always runs to completion.
+// always runs to completion. The objects are found by their IDs as an array, which
+// the planner can only look up in the primary key, one probe each, never join by
+// reading the whole object table, whatever it estimates.
 func fastBatchSQL(p *cleanup.Plan) string {
+	deleted := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (ARRAY (SELECT object_id FROM claimed)) AND %s`,
+		p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
+	var freed string
+	if len(p.Edges()) > 0 {
+		freed = freedSQL(p) + ","
+		deleted = fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (ARRAY (SELECT id FROM freed LIMIT $1))`,
+			p.Table.Quoted(), p.IDColumn)
+	}
 	return fmt.Sprintf(`WITH RECURSIVE claimed AS (
 			SELECT ctid AS at, object_id FROM %[1]s WHERE review_after <= now()
 			ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED),
-		%[2]s,
-		deleted AS (
-			DELETE FROM %[3]s o WHERE o."%[4]s" = ANY (ARRAY (SELECT id FROM freed LIMIT $1)) RETURNING 1),
+		%[2]s
+		deleted AS (%[3]s RETURNING 1),
 		dequeued AS (
 			DELETE FROM %[1]s q WHERE q.ctid = ANY (ARRAY (SELECT at FROM claimed)) RETURNING 1)
 		SELECT (SELECT count(*) FROM claimed), (SELECT count(*) FROM deleted)`,
-		p.Queue.Quoted(), freedSQL(p), p.Table.Quoted(), p.IDColumn)
+		p.Queue.Quoted(), freed, deleted)
 }
 
 // freedSQL defines freed(id, e0, e1, ...): the claimed objects nothing references,
@@ -396,8 +405,9 @@ func fastBatchSQL(p *cleanup.Plan) string {
 // the one before it, so a chain goes in one statement instead of one batch per block,
 // at a cost per block like that of any other garbage. The rows come out level by
 // level (a block before its predecessor), so the first $1 of them, which fastBatch
-// deletes, never leave a block's successor behind; the last block's predecessor is
-// queued by the trigger and reviewed by the next batch.
+// deletes, never leave a block's successor behind (were it otherwise, the foreign key
+// would refuse the statement, and the batch would be reviewed the careful way); the
+// last block's predecessor is queued by the trigger and reviewed by the next batch.
 //
 // An object is followed only when, on the statement's snapshot, no root references
 // it, no other object does (an object reached from two freed objects, the fork point
@@ -419,9 +429,6 @@ func freedSQL(p *cleanup.Plan) string {
 	q := fmt.Sprintf(`freed (%s) AS (
 			SELECT %s FROM %s o WHERE o."%s" = ANY (ARRAY (SELECT object_id FROM claimed)) AND %s`,
 		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
-	if len(edges) == 0 {
-		return q + ")"
-	}
 	var conds []string
 	for _, r := range p.Roots() {
 		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = x."%s")`, r.Table.Quoted(), r.Column, p.IDColumn))
