@@ -37,8 +37,10 @@ type Config struct {
 	// Grace is how long a new object may stay unreferenced before it is collected.
 	// Zero means DefaultGrace.
 	Grace time.Duration
-	// BatchSize bounds the queue entries (and expired holds) one transaction handles.
-	// Zero means DefaultBatchSize.
+	// BatchSize bounds the queue entries (and expired holds) one transaction handles,
+	// and the objects it deletes: the garbage it claimed and what that alone kept
+	// alive along the edges (the blocks of an abandoned chain). Zero means
+	// DefaultBatchSize.
 	BatchSize int
 	// RetryDelay is how far an object is postponed when another transaction held a
 	// lock on it during its review. Zero means DefaultRetryDelay.
@@ -311,9 +313,10 @@ func describe(ctx context.Context, q refset.Querier, d Dialect, p *Plan, reg sch
 func (c *Collector) References() []Reference { return append([]Reference(nil), c.plan.References...) }
 
 // Collect deletes expired holds and every due object nothing references, batch by
-// batch, until nothing is due, and returns what it did. Each batch commits on its
-// own: if ctx ends, what was done stays done, the rest waits for the next call, and
-// Collect returns ctx's error with the stats of the batches that committed.
+// batch, until nothing is due, and returns what it did. Holds that expire, and
+// entries that fall due, while it runs may wait for the next call. Each batch commits
+// on its own: if ctx ends, what was done stays done, the rest waits for the next
+// call, and Collect returns ctx's error with the stats of the batches that committed.
 //
 // An error that says the set's tables or columns are gone (dropped or renamed since
 // Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
