@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -36,8 +37,10 @@ type Config struct {
 	// Grace is how long a new object may stay unreferenced before it is collected.
 	// Zero means DefaultGrace.
 	Grace time.Duration
-	// BatchSize bounds the queue entries (and expired holds) one transaction handles.
-	// Zero means DefaultBatchSize.
+	// BatchSize bounds the queue entries (and expired holds) one transaction handles,
+	// and the objects it deletes: the garbage it claimed and what that alone kept
+	// alive along the edges (the blocks of an abandoned chain). Zero means
+	// DefaultBatchSize.
 	BatchSize int
 	// RetryDelay is how far an object is postponed when another transaction held a
 	// lock on it during its review. Zero means DefaultRetryDelay.
@@ -310,9 +313,10 @@ func describe(ctx context.Context, q refset.Querier, d Dialect, p *Plan, reg sch
 func (c *Collector) References() []Reference { return append([]Reference(nil), c.plan.References...) }
 
 // Collect deletes expired holds and every due object nothing references, batch by
-// batch, until nothing is due, and returns what it did. Each batch commits on its
-// own: if ctx ends, what was done stays done, the rest waits for the next call, and
-// Collect returns ctx's error with the stats of the batches that committed.
+// batch, until nothing is due, and returns what it did. Holds that expire, and
+// entries that fall due, while it runs may wait for the next call. Each batch commits
+// on its own: if ctx ends, what was done stays done, the rest waits for the next
+// call, and Collect returns ctx's error with the stats of the batches that committed.
 //
 // An error that says the set's tables or columns are gone (dropped or renamed since
 // Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
@@ -326,6 +330,11 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		total Stats
 		first error
 		wg    sync.WaitGroup
+		// holdsDone: a batch found fewer expired holds than it could take, so none
+		// was left that another worker had not taken. Later batches skip the look:
+		// holds that expire during this call wait for the next, as entries that fall
+		// due during it may.
+		holdsDone atomic.Bool
 	)
 	// workCtx also ends when one worker fails, to stop the others.
 	workCtx, cancel := context.WithCancel(ctx)
@@ -335,7 +344,10 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		go func() {
 			defer wg.Done()
 			for workCtx.Err() == nil {
-				expired, b, err := c.batchOnce(workCtx)
+				expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
+				if err == nil && expired < int64(c.batch) {
+					holdsDone.Store(true)
+				}
 				mu.Lock()
 				if err != nil {
 					if first == nil {
@@ -386,12 +398,15 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	return total, nil
 }
 
-// batchOnce runs one batch transaction: expired holds, then due entries.
-func (c *Collector) batchOnce(ctx context.Context) (expired int64, b Batch, err error) {
+// batchOnce runs one batch transaction: expired holds (when expire), then due
+// entries.
+func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, b Batch, err error) {
 	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
 		var err error
-		if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
-			return err
+		if expire {
+			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+				return err
+			}
 		}
 		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
 		return err

@@ -34,12 +34,17 @@
 // KEY SHARE lock a concurrent reference insert takes, so holding and collecting are
 // serialised by the database), checks again that nothing references them, deletes
 // them, and so queues what they referenced: an abandoned fork of any length goes in
-// one Collect call. Several collectors, goroutines or processes, share the work
-// without waiting on each other. Expired holds are deleted by the same pass, which
-// makes their objects due. An object the database still refuses to delete, because
-// of a foreign key added since Install, is counted (Stats.Refused), stays queued a
-// grace period later, and holds up nothing else; install again to follow the key.
-// Collect whose ctx ends returns ctx's error; what committed stays done.
+// one Collect call. A batch follows that itself: an object that only the objects it
+// deletes referenced (the next block down an abandoned chain) is reviewed and
+// deleted in the same batch, so a chain costs a batch per BatchSize blocks, not a
+// batch per block. The walk stops at an object anything else keeps: a root, another
+// object, a review not yet due (a new object's grace period). Several collectors,
+// goroutines or processes, share the work without waiting on each other. Expired
+// holds are deleted by the same pass, which makes their objects due. An object the
+// database still refuses to delete, because of a foreign key added since Install, is
+// counted (Stats.Refused), stays queued a grace period later, and holds up nothing
+// else; install again to follow the key. Collect whose ctx ends returns ctx's error;
+// what committed stays done.
 //
 // Run calls Collect every interval. It returns at once on an error no retry mends, a
 // closed database (refset.ErrClosed) or a table or column of the set gone

@@ -38,6 +38,10 @@ func RunCleanup(t *testing.T, h Harness) {
 		{"RunStopsOnDroppedTables", cancelling(testRunSchemaGone)},
 		{"RunFailuresAreNeverLost", cancelling(testRunFailures)},
 		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
+		{"ChainGoesInOneCollect", testChainInOneCollect},
+		{"ChainStopsAtKeptBlock", testChainStopsAtKeptBlock},
+		{"ChainAlongTwoEdges", testChainAlongTwoEdges},
+		{"ChainReReferencedMidCollection", testChainReReferencedMidCollection},
 	})
 }
 

@@ -425,3 +425,58 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things`))
 	assert.Equal(t, []string{"pinned"}, left)
 }
+
+// A collector walking down an abandoned chain meets a block that a writer has just
+// referenced in a transaction not yet committed when the walk's statement took its
+// snapshot: the delete waits for the writer, the foreign key refuses it once the
+// writer commits, and the batch is reviewed again with the objects locked. Collect
+// reports no error; the block and everything below it stay, everything above goes.
+func TestChainWalkMeetsUncommittedReference(t *testing.T) {
+	const length, referenced = 300, 250
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `
+		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id) ON DELETE RESTRICT);
+		CREATE INDEX chain_prev ON chain (prev);
+		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id));
+		INSERT INTO chain SELECT 'link-' || i, CASE WHEN i > 0 THEN 'link-' || (i - 1) END FROM generate_series(0, 299) i;
+		INSERT INTO tips VALUES ('link-299')`)
+	require.NoError(t, err)
+	_, err = NewStore[link, string](ctx, db, Config{Table: "chain"})
+	require.NoError(t, err)
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour, BatchSize: 100})
+	require.NoError(t, err)
+	_, err = db.Pool.ExecContext(ctx, `DELETE FROM tips`)
+	require.NoError(t, err)
+
+	writer, err := db.Pool.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer writer.Rollback()
+	var xid string
+	require.NoError(t, writer.GetContext(ctx, &xid, `INSERT INTO tips VALUES ($1) RETURNING pg_current_xact_id()::text`,
+		fmt.Sprintf("link-%d", referenced)))
+
+	var s cleanup.Stats
+	var collectErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s, collectErr = c.Collect(ctx)
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		require.NoError(t, db.Pool.GetContext(ctx, &waiting, `SELECT EXISTS (SELECT 1 FROM pg_locks
+			WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1)`, xid))
+		return waiting
+	}, 10*time.Second, time.Millisecond, "the collector never waited for the writer")
+	require.NoError(t, writer.Commit())
+	<-done
+	require.NoError(t, collectErr)
+	assert.Equal(t, int64(length-referenced-1), s.Deleted, "%v", s)
+	var left int
+	require.NoError(t, db.Pool.GetContext(ctx, &left, `SELECT count(*) FROM chain`))
+	assert.Equal(t, referenced+1, left)
+	var top string
+	require.NoError(t, db.Pool.GetContext(ctx, &top, `SELECT id FROM chain c WHERE NOT EXISTS (SELECT 1 FROM chain n WHERE n.prev = c.id)`))
+	assert.Equal(t, fmt.Sprintf("link-%d", referenced), top)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -225,36 +226,115 @@ func unreferenced(p *cleanup.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
-// CollectBatch claims due entries into a temporary table of the writer connection,
-// deletes the unreferenced objects among them, and dequeues the claimed entries whose
-// version did not move (a deletion may have queued a predecessor again).
-func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
+// CollectBatch reviews due entries in rounds, all in the batch's one transaction,
+// until it has reviewed limit entries or a round frees nothing new. A round claims due
+// entries into a temporary table of the writer connection, deletes the unreferenced
+// objects among them, and dequeues the claimed entries whose version did not move (a
+// deletion may have queued a predecessor again).
+//
+// Deleting an object queues what it referenced, due at once, so the next round
+// reviews the predecessor of a deleted block: an abandoned chain goes link by link
+// within one transaction, not one batch per link. (One statement cannot delete the
+// chain: SQLite checks an ON DELETE RESTRICT key at each row, so a block would be
+// refused while its successor, later in the same statement, still stood.) Nothing
+// else can write while the batch holds the database, so what a round finds
+// unreferenced stays so until it is deleted.
+func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
 	var b cleanup.Batch
-	steps := []struct {
-		sql  string
-		args []any
-		into *int64
-	}{
-		{sql: `CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`},
-		{sql: `DELETE FROM temp.refset_claim`},
-		{sql: fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
-			WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), args: []any{limit}, into: &b.Reviewed},
+	if _, err := view.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`); err != nil {
+		return b, err
 	}
-	for _, s := range steps {
-		res, err := tx.ExecContext(ctx, s.sql, s.args...)
+	tx := prepare(view)
+	defer tx.close()
+	edges := len(p.Edges()) > 0
+	for b.Reviewed < int64(limit) {
+		r, err := collectRound(ctx, tx, p, limit-int(b.Reviewed))
+		b.Reviewed += r.Reviewed
+		b.Deleted += r.Deleted
+		b.Refused += r.Refused
 		if err != nil {
 			return b, err
 		}
-		if s.into != nil {
-			if *s.into, err = res.RowsAffected(); err != nil {
-				return b, err
-			}
+		// Only a deletion along an edge queues more work for this batch.
+		if !edges || r.Deleted == 0 {
+			return b, nil
 		}
 	}
-	if b.Reviewed == 0 {
-		return b, nil
+	return b, nil
+}
+
+// preparedTx is a batch's transaction whose ExecContext compiles each statement once:
+// SQLite compiles a delete from the object table together with every foreign key and
+// trigger on it, which costs more than deleting one link of a chain, and a batch
+// runs the same few statements once per link. Everything else, and every statement
+// that fails, goes through the view the batch was given, which names the failure with
+// refset's errors (and logs it); a failed statement undoes only itself in SQLite, so
+// it can run again there.
+//
+// A compiled statement runs without ctx's cancellation, which go-sqlite3 watches
+// with a goroutine of its own per statement, as costly as the statement itself for a
+// one-block round. ctx is checked before each: a round's statements are short, each
+// bounded by the batch, so an ended ctx stops the batch at the next one.
+type preparedTx struct {
+	refset.Tx
+	raw   preparer
+	stmts map[string]*sql.Stmt
+}
+
+type preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
+func prepare(view refset.Tx) *preparedTx {
+	raw, _ := txview.Raw(view).(preparer)
+	return &preparedTx{Tx: view, raw: raw, stmts: map[string]*sql.Stmt{}}
+}
+
+func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if stmt := t.stmt(ctx, query); stmt != nil && ctx.Err() == nil {
+		if res, err := stmt.ExecContext(context.WithoutCancel(ctx), args...); err == nil {
+			return res, nil
+		}
 	}
-	var err error
+	return t.Tx.ExecContext(ctx, query, args...)
+}
+
+// stmt is query compiled, or nil if it cannot be (the view then reports why).
+func (t *preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
+	if t.raw == nil {
+		return nil
+	}
+	if stmt, ok := t.stmts[query]; ok {
+		return stmt
+	}
+	stmt, err := t.raw.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	t.stmts[query] = stmt
+	return stmt
+}
+
+func (t *preparedTx) close() {
+	for _, stmt := range t.stmts {
+		stmt.Close()
+	}
+}
+
+// collectRound is one round of CollectBatch: up to limit due entries.
+func collectRound(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
+	var b cleanup.Batch
+	if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim`); err != nil {
+		return b, err
+	}
+	res, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
+		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
+	if err != nil {
+		return b, err
+	}
+	if b.Reviewed, err = res.RowsAffected(); err != nil || b.Reviewed == 0 {
+		return b, err
+	}
 	if b.Deleted, b.Refused, err = deleteClaimed(ctx, tx, p); err != nil {
 		return b, err
 	}
