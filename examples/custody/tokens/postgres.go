@@ -431,3 +431,80 @@ func serverMessage(err error) string {
 	}
 	return err.Error()
 }
+
+// paySQL is Pay on Postgres: custody_pay (sql/postgres/tables/0004_pay.sql) claims
+// the payer's tokens of the outputs' kind, row by row FOR UPDATE SKIP LOCKED, until
+// they cover the outputs, then spends them and creates the outputs and the change in
+// one statement, all in this statement's transaction. Its placeholders: $1 the payer,
+// $2..$5 the kind (type, identifier, issuer, notary), $6 the pivot, $7 the
+// transaction, $8..$10 the outputs' IDs, owners and amounts, $11 the change's ID, $12
+// the outputs' sum.
+//
+// One row comes back unless it paid: its verdict ('insufficient', 'locked' or 'busy')
+// and the amount behind it. Paid, a row per spent token.
+const paySQL = `SELECT verdict, covered::text, rounds, tok_id, tok_owner, tok_type, tok_identifier, tok_issuer, tok_notary, tok_amount
+FROM custody_pay($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+// errBusy: every token that could pay was being spent by payments in flight when
+// custody_pay looked, eight times; counted as a race lost and tried again.
+var errBusy = fmt.Errorf("%w: the funds are being spent by payments in flight", errRace)
+
+// payFast is one attempt of Pay on Postgres; outputs have their IDs.
+func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, outputs []Token, changeID string) ([]Token, error) {
+	ids, owners := make([]string, len(outputs)), make([]string, len(outputs))
+	amounts := make([]int64, len(outputs))
+	for i, t := range outputs {
+		ids[i], owners[i], amounts[i] = t.TokenID, t.Owner, t.Amount
+	}
+	k := kindOf(outputs[0])
+	rows, err := v.stmts.query(ctx, paySQL, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID,
+		pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
+	if err != nil {
+		return nil, v.payRefusal(err)
+	}
+	defer rows.Close()
+	var verdict, covered string
+	var spent []Token
+	for rows.Next() {
+		var rounds int
+		var id, own, typ, ident, issuer, notary *string
+		var amt *int64
+		if err := rows.Scan(&verdict, &covered, &rounds, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
+			return nil, err
+		}
+		if id != nil {
+			spent = append(spent, Token{TokenID: *id, Owner: *own, Type: *typ, Identifier: *ident,
+				Issuer: *issuer, Notary: *notary, Amount: *amt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, v.payRefusal(err)
+	}
+	switch verdict {
+	case "paid":
+		if len(spent) == 0 { // custody_pay refuses first; this guards the guard
+			return nil, fmt.Errorf("%w: custody_pay paid from no token", errBooks)
+		}
+		return spent, nil
+	case "insufficient":
+		return nil, fmt.Errorf("%w: %s has %s of %s, %d asked", ErrInsufficientFunds, from, covered, k.identifier, amount)
+	case "locked":
+		return nil, fmt.Errorf("%w: %s has %s of %s unlocked, %d asked", ErrLocked, from, covered, k.identifier, amount)
+	case "busy":
+		return nil, errBusy
+	default:
+		return nil, fmt.Errorf("tokens: custody_pay answered %q", verdict)
+	}
+}
+
+// payRefusal is err as custody's sentinel when custody_pay refused the payment: CU004,
+// a claimed token locked first by a two-step transaction, is a race lost.
+func (v *Vault) payRefusal(err error) error {
+	if sqlState(err) == "CU004" {
+		return fmt.Errorf("%w: %s", errRace, serverMessage(err))
+	}
+	if sentinel, ok := refusals[sqlState(err)]; ok {
+		return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(serverMessage(err), "custody: "))
+	}
+	return v.db.TranslateError(err, paySQL)
+}
