@@ -308,16 +308,13 @@ func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 	}
 }
 
-// selectAttempt tries once to lock tokens covering amount: on Postgres with the one
-// statement of selectFast when the filter can be said in SQL, and otherwise, or when
-// that statement finds too little, with the general path, a transaction of several
-// statements that also tells why funds are short. Both take over expired locks.
+// selectAttempt tries once to lock tokens covering amount: on Postgres, when the
+// filter can be said in SQL, with custody_select (postgres.go), one statement that
+// cannot lose a race for a token; otherwise with the general path, a transaction of
+// several statements. Both take over expired locks and tell why funds are short.
 func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	if v.fast && f.Predicate == nil {
-		got, err := v.selectFast(ctx, txID, owner, amount, f, ttl)
-		if !errors.Is(err, errShort) {
-			return got, err
-		}
+		return v.selectFast(ctx, txID, owner, amount, f, ttl)
 	}
 	v.general.Add(1)
 	var got []Token
@@ -706,10 +703,12 @@ func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 	return a, err
 }
 
-// LockStats counts Select's lock attempts, the attempts that lost a race for a
-// token to another transaction, the attempts that took the general path (on
-// Postgres those the one-statement select could not settle; on SQLite all), and on
-// Postgres the fast selects that met a lock and ran the takeover statement.
+// LockStats counts the attempts of Select and Pay to take tokens, the attempts that
+// lost a race for a token to another transaction (on Postgres, where a claim cannot
+// lose one, those that found every token they could use being taken by others, and
+// gave up: see custody_claim), the attempts that took the general path (on Postgres
+// those of a Select with a Predicate; on SQLite all), and on Postgres the selects that
+// took over an expired lock.
 type LockStats struct{ Attempts, LostRaces, General, Takeovers int64 }
 
 // Stats are this vault's lock attempts so far.
