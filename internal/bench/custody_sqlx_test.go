@@ -61,12 +61,16 @@ WHERE owner = $1 AND identifier = $2 AND id %s $3
 ORDER BY id LIMIT 16
 FOR UPDATE SKIP LOCKED`
 
-// sqlxCustody: replicas are sqlxPayers, each on a *sqlx.DB of its own.
-func sqlxCustody(b *testing.B, owners int) *custody {
+// sqlxPath is how the hand-written side's replicas pay: sqlxTwoStep (a locking
+// transaction, then a spending one) or sqlxOneStatement.
+type sqlxPath func(db *sqlx.DB) payer
+
+// sqlxCustody: replicas are payers of path, each on a *sqlx.DB of its own.
+func sqlxCustody(b *testing.B, w workload, path sqlxPath) *custody {
 	b.Helper()
 	ctx := context.Background()
-	dsn := pgtest.DSN(b)
-	c := &custody{owners: owners}
+	c := &custody{work: w}
+	dsn := c.tag(b, pgtest.DSN(b))
 	var first *sqlx.DB
 	for range custodySelectors {
 		db, err := sqlx.Open(custodyDriver(), dsn)
@@ -74,7 +78,7 @@ func sqlxCustody(b *testing.B, owners int) *custody {
 		db.SetMaxOpenConns(2)
 		db.SetMaxIdleConns(2)
 		b.Cleanup(func() { db.Close() })
-		c.replicas = append(c.replicas, &sqlxPayer{db: db})
+		c.replicas = append(c.replicas, path(db))
 		if first == nil {
 			first = db
 		}
@@ -82,14 +86,14 @@ func sqlxCustody(b *testing.B, owners int) *custody {
 	_, err := first.ExecContext(ctx, sqlxCustodySchema)
 	must(b, err)
 	var issued int64
-	for o := range owners {
+	for o := range w.owners {
 		var ids, names []string
 		var amounts []int64
-		for i := range custodyTokens / owners {
+		for i := range w.perOwner {
 			ids = append(ids, tokens.NewID())
 			names = append(names, ownerName(o))
-			amounts = append(amounts, issueAmount(i))
-			issued += issueAmount(i)
+			amounts = append(amounts, w.issued(i))
+			issued += w.issued(i)
 		}
 		_, err := first.ExecContext(ctx, `
 WITH issued AS (
@@ -124,6 +128,9 @@ SELECT id, owner, identifier, amount, $4 FROM issued`, pq.Array(ids), pq.Array(n
 	return c
 }
 
+// sqlxTwoStep pays in two transactions: lock (select and insert locks), then spend.
+func sqlxTwoStep(db *sqlx.DB) payer { return &sqlxPayer{db: db} }
+
 type sqlxPayer struct {
 	db               *sqlx.DB
 	attempts, losses atomic.Int64
@@ -133,13 +140,12 @@ func (p *sqlxPayer) stats() tokens.LockStats {
 	return tokens.LockStats{Attempts: p.attempts.Load(), LostRaces: p.losses.Load()}
 }
 
-func (p *sqlxPayer) pay(ctx context.Context, tx, from, to string, amount int64) error {
-	locked, err := p.lock(ctx, tx, from, amount)
+func (p *sqlxPayer) pay(ctx context.Context, tx string, pm payment) error {
+	locked, err := p.lock(ctx, tx, pm.from, pm.amount)
 	if err != nil {
 		return err
 	}
-	outputs := payment(locked, from, to, amount)
-	return p.spend(ctx, tx, locked, outputs)
+	return p.spend(ctx, tx, locked, pm.outputs(sum(locked)))
 }
 
 // lock selects and locks tokens covering amount, retrying a lost race up to 30 times
@@ -274,4 +280,95 @@ func (p *sqlxPayer) spendOnce(ctx context.Context, txID string, locked, outputs 
 		return err
 	}
 	return tx.Commit()
+}
+
+// sqlxPaySQL pays in one statement, as a careful developer would write it by hand: up
+// to 16 of the payer's unlocked tokens from a random pivot, wrapping around; the first
+// of them that cover twice the amount locked FOR UPDATE SKIP LOCKED; the first locked
+// ones that cover the amount chosen; and, if they do, the chosen deleted and recorded
+// spent, the outputs and the change created with their history rows. Placeholders: $1
+// the payer, $2 the pivot, $3 the amount, $4 the transaction, $5..$7 the outputs' IDs,
+// owners and amounts, $8 the change's ID. It returns whether it paid, and how many
+// tokens it wanted and locked (fewer locked: another payment took some).
+const sqlxPaySQL = `
+WITH candidates AS (
+	SELECT * FROM (
+		(SELECT 0 AS part, id, amount FROM tokens t WHERE owner = $1 AND identifier = 'GBP' AND id >= $2
+		   AND NOT EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id) ORDER BY id LIMIT 16)
+		UNION ALL
+		(SELECT 1 AS part, id, amount FROM tokens t WHERE owner = $1 AND identifier = 'GBP' AND id < $2
+		   AND NOT EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id) ORDER BY id LIMIT 16)
+	) c LIMIT 16
+),
+wanted AS (
+	SELECT part, id FROM (SELECT part, id, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM candidates) w
+	WHERE before < 2 * $3::bigint
+),
+locked AS (
+	SELECT t.id, t.amount, w.part FROM tokens t JOIN wanted w ON w.id = t.id FOR UPDATE OF t SKIP LOCKED
+),
+chosen AS (
+	SELECT id, amount FROM (SELECT id, amount, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM locked) c
+	WHERE before < $3::bigint
+),
+total AS (SELECT COALESCE(sum(amount), 0) AS covered FROM chosen),
+spent AS (
+	DELETE FROM tokens WHERE id IN (SELECT id FROM chosen) AND (SELECT covered FROM total) >= $3::bigint
+	RETURNING id
+),
+recorded AS (
+	UPDATE token_history SET spent_by = $4 WHERE spent_by IS NULL AND token_id IN (SELECT id FROM spent)
+),
+outputs AS (
+	SELECT o.id, o.owner, o.amount FROM unnest($5::text[], $6::text[], $7::bigint[]) AS o(id, owner, amount)
+	UNION ALL
+	SELECT $8, $1, covered - $3::bigint FROM total WHERE covered > $3::bigint
+),
+created AS (
+	INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
+	SELECT id, owner, 'fiat', 'GBP', 'bank', 'notary', amount FROM outputs WHERE (SELECT covered FROM total) >= $3::bigint
+),
+born AS (
+	INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
+	SELECT id, owner, 'GBP', amount, $4 FROM outputs WHERE (SELECT covered FROM total) >= $3::bigint
+)
+SELECT (SELECT covered FROM total) >= $3::bigint, (SELECT count(*) FROM wanted), (SELECT count(*) FROM locked)`
+
+// sqlxOneStatement pays with sqlxPaySQL, retrying a lost race up to 30 times with
+// jittered back-off.
+func sqlxOneStatement(db *sqlx.DB) payer { return &sqlxOnePayer{db: db} }
+
+type sqlxOnePayer struct {
+	db               *sqlx.DB
+	attempts, losses atomic.Int64
+}
+
+func (p *sqlxOnePayer) stats() tokens.LockStats {
+	return tokens.LockStats{Attempts: p.attempts.Load(), LostRaces: p.losses.Load()}
+}
+
+func (p *sqlxOnePayer) pay(ctx context.Context, tx string, pm payment) error {
+	var ids, owners []string
+	var amounts []int64
+	for _, t := range pm.outputs(pm.amount) {
+		ids, owners, amounts = append(ids, tokens.NewID()), append(owners, t.Owner), append(amounts, t.Amount)
+	}
+	for attempt := 1; ; attempt++ {
+		p.attempts.Add(1)
+		var paid bool
+		var wanted, locked int
+		err := p.db.QueryRowContext(ctx, sqlxPaySQL, pm.from, tokens.NewID(), pm.amount, tx,
+			pq.Array(ids), pq.Array(owners), pq.Array(amounts), tokens.NewID()).Scan(&paid, &wanted, &locked)
+		switch {
+		case err == nil && paid:
+			return nil
+		case attempt < 30 && (retryable(err) || err == nil && locked < wanted):
+			p.losses.Add(1)
+			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
+		case err == nil:
+			return fmt.Errorf("%w: %s", tokens.ErrInsufficientFunds, pm.from)
+		default:
+			return err
+		}
+	}
 }

@@ -25,18 +25,29 @@
 // (compare-and-swap on the one-lock index), so a token never has two locks, and a
 // lock taken over is live again and cannot be taken over in turn.
 //
-// On Postgres the usual select and spend are one prepared statement each (postgres.go),
-// since for statements this small the round trips and the planning cost more than the
-// work. The select reads a few of the owner's tokens that no live lock holds from a
-// random point, locks rows FOR UPDATE SKIP LOCKED and inserts the locks only if what
-// it locked covers the amount, committing on its own; if the insert meets a lock, the
-// same select runs again at once as the takeover statement, which replaces expired
-// locks (most selects meet none, and so do not pay for the takeover's extra work).
-// Whatever it cannot settle (a Predicate, a large amount, funds short or locked) goes
-// to the general path, a transaction of several statements, which SQLite always
-// takes; LockStats.General counts those. The spend deletes, records, creates and
-// checks in one statement; a refusal (nothing locked, unbalanced outputs) is raised
-// inside it, so it changes nothing.
+// Pay makes a payment whose outputs are known when it starts in one step: it takes
+// the payer's tokens of the outputs' kind until they cover them, spends them and
+// creates the outputs and the change, leaving no lock behind.
+//
+// On Postgres Select, Pay and Spend are each one prepared statement, committed on its
+// own (postgres.go), since for statements this small the round trips and the planning
+// cost more than the work. Select and Pay call plpgsql functions
+// (sql/postgres/tables/0004_claim.sql) that claim tokens row by row: from a random
+// point of the owner's tokens, each row no live lock holds is locked FOR UPDATE SKIP
+// LOCKED as a cursor reaches it, until the rows cover the amount. A token another
+// transaction is taking is skipped and the scan goes on past it, so meeting one costs
+// nothing but the step; the scan reads as far as the amount needs, not the wallet.
+// When what it can claim falls short, a fresh snapshot tells funds missing
+// (ErrInsufficientFunds) from funds locked (ErrLocked) from funds that payments in
+// flight are spending, which it waits for, so a payer never hears of insufficient funds
+// because others were paying at the same moment. It gives up on its own (a race lost,
+// in LockStats) only when it holds some tokens and finds no more while others take the
+// rest: it then releases what it holds rather than sit on it. Select then inserts the locks, taking
+// expired ones over (compare-and-swap on the one-lock index); Pay spends in the same
+// call. A Select with a Predicate goes to the general path, a transaction of several
+// statements, which SQLite always takes; LockStats.General counts those. The spend
+// deletes, records, creates and checks in one statement; a refusal (nothing locked,
+// unbalanced outputs) is raised inside it, so it changes nothing.
 //
 // The caller's code runs in one place only: a Filter's Predicate, on the general path,
 // inside its transaction. A Predicate that panics has the transaction rolled back

@@ -115,8 +115,8 @@ func TestPanickingPredicateLeavesNothingBehind(t *testing.T) {
 }
 
 // Amounts at the edge of int64 are refused for what they are, and change nothing:
-// a selection of more than anyone has is short of funds (on Postgres the fast select
-// doubled it in bigint and failed with an overflow), and outputs whose sum wraps
+// a selection of more than anyone has is short of funds (on Postgres an earlier fast
+// select doubled it in bigint and failed with an overflow), and outputs whose sum wraps
 // around to the inputs' do not balance (SQLite's spend summed them in int64 and
 // created value).
 func TestHostileAmounts(t *testing.T) {

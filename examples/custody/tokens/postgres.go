@@ -87,175 +87,84 @@ func (s *statements) get(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// fastPage bounds the candidates the fast select reads. It covers twice the amount
-// for the usual payment; a larger one falls back to the general path, which pages.
-const fastPage = 16
-
-// fastSelectSQL locks tokens covering $amount for a transaction, or nothing. Its
-// placeholders: $1 owner, $2 pivot, $3 amount, $4 holder, $5 ttl in milliseconds;
-// %[1]s is the filter's extra conditions on t. The steps:
+// selectSQL is Select on Postgres: custody_select (sql/postgres/tables/0004_claim.sql)
+// claims the owner's unlocked tokens that match the filter, row by row FOR UPDATE SKIP
+// LOCKED, until they cover the amount, and locks them, taking expired locks over. Its
+// placeholders: $1 the owner, $2..$5 the filter's type, identifier, issuer and notary
+// (NULL for any), $6 the amount, $7 the pivot, $8 the holder, $9 the ttl in
+// milliseconds.
 //
-//  1. page: up to fastPage of the owner's matching tokens that no live lock holds
-//     (a lock whose expiry has passed by the database's clock does not count), from a
-//     random pivot in ID order, wrapping around;
-//  2. wanted: the first of them that cover twice the amount, spares for step 3;
-//  3. locked: those rows, locked FOR UPDATE SKIP LOCKED, so a token another select is
-//     taking right now is skipped rather than waited for;
-//  4. chosen: the first locked ones that cover the amount; verdict: whether they do;
-//  5. locks: their holds, only if they cover it, by one of the two endings below.
-//
-// One row comes back even when nothing was locked: ok, how many were wanted and how
-// many locked (fewer means another select took some), and the chosen tokens if ok.
-// Twice the amount is computed in numeric, so an absurd amount finds too little
-// rather than overflowing bigint.
-const fastSelectSQL = `
-WITH page AS (
-	SELECT * FROM (
-		(SELECT 0 AS part, t.id, t.amount FROM tokens t
-		 WHERE t.owner = $1 %[1]s AND t.id >= $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-			AND (h.expires_at IS NULL OR h.expires_at > now()))
-		 ORDER BY t.id LIMIT %[2]d)
-		UNION ALL
-		(SELECT 1 AS part, t.id, t.amount FROM tokens t
-		 WHERE t.owner = $1 %[1]s AND t.id < $2 AND NOT EXISTS (
-			SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-			AND (h.expires_at IS NULL OR h.expires_at > now()))
-		 ORDER BY t.id LIMIT %[2]d)
-	) p LIMIT %[2]d
-),
-wanted AS (
-	SELECT part, id FROM (
-		SELECT part, id, sum(amount) OVER (ORDER BY part, id) - amount AS before FROM page
-	) w WHERE before < 2 * $3::numeric
-),
-locked AS (
-	SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount, w.part
-	FROM tokens t JOIN wanted w ON w.id = t.id
-	FOR UPDATE OF t SKIP LOCKED
-),
-chosen AS (
-	SELECT * FROM (
-		SELECT l.*, sum(l.amount) OVER (ORDER BY l.part, l.id) - l.amount AS before FROM locked l
-	) c WHERE before < $3::bigint
-),
-verdict AS (
-	SELECT COALESCE(sum(amount), 0) >= $3::bigint AS ok,
-	       (SELECT count(*) FROM wanted) AS wanted,
-	       (SELECT count(*) FROM locked) AS locked
-	FROM chosen
-)`
+// One row comes back unless it locked: its verdict ('insufficient', 'locked' or
+// 'busy') and the amount behind it. Locked, a row per locked token, and how many
+// expired locks it took over.
+const selectSQL = `SELECT verdict, covered::text, took_over, tok_id, tok_owner, tok_type, tok_identifier, tok_issuer, tok_notary, tok_amount
+FROM custody_select($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
-// fastLockSQL ends fastSelectSQL with a plain insert of the locks. A lock on a chosen
-// token, expired or committed after the statement's snapshot by another select, makes
-// it fail on the one-lock index (ErrDuplicate), and nothing changes. It is the usual
-// ending because it is the cheapest: taking over costs an extra statement trigger
-// and a check, which most selects, meeting no expired lock, need not pay.
-const fastLockSQL = `,
-locks AS (
-	INSERT INTO tokens_holds (holder, object_id, expires_at)
-	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
-	FROM chosen c, verdict v WHERE v.ok
-	RETURNING object_id
-)
-SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
-FROM verdict v LEFT JOIN chosen c ON v.ok`
-
-// fastTakeoverSQL ends fastSelectSQL when fastLockSQL met a lock: it takes expired
-// locks over in the insert itself, compare-and-swap. ON CONFLICT on the one-lock
-// index replaces a lock row only if it has expired, judged on the row as it stands
-// when the insert meets it, not as the statement's snapshot saw it; then taken
-// checks that every chosen token got its lock, or custody_refuse undoes the whole
-// statement (CU004): a lock committed after the snapshot by another select, or its
-// takeover of the same expired lock, is live, so the compare failed and the
-// statement lost the race, changing nothing.
-const fastTakeoverSQL = `,
-locks AS (
-	INSERT INTO tokens_holds AS h (holder, object_id, expires_at)
-	SELECT $4, c.id, now() + $5::bigint * interval '1 millisecond'
-	FROM chosen c, verdict v WHERE v.ok
-	ON CONFLICT (object_id) WHERE holder <> 'owner' DO UPDATE
-	SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at, created_at = EXCLUDED.created_at
-	WHERE h.expires_at <= now()
-	RETURNING object_id
-),
-taken AS (
-	SELECT custody_refuse('CU004', CASE WHEN v.ok AND (SELECT count(*) FROM locks) <> (SELECT count(*) FROM chosen)
-		THEN 'a chosen token was locked by another transaction first' END) AS ok
-	FROM verdict v
-)
-SELECT v.ok, v.wanted, v.locked, c.id, c.owner, c.token_type, c.identifier, c.issuer, c.notary, c.amount
-FROM verdict v JOIN taken k ON k.ok LEFT JOIN chosen c ON v.ok` // joined, taken is always evaluated
-
-// errShort: the fast select found too little to lock, without losing a race; the
-// general path settles why (too little, locked, a large amount).
-var errShort = errors.New("tokens: the fast select could not cover the amount")
-
-// selectFast is one attempt of the fast select: with the plain insert of the locks,
-// and if that met a lock, at once with the takeover, which settles whether it was an
-// expired one to take over or a race lost.
+// selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
 func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
-	args := []any{owner, NewID(), amount, lockHolder(txID), ttl.Milliseconds()}
-	var extra strings.Builder
-	for _, c := range []struct{ col, val string }{
-		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
-	} {
-		if c.val != "" {
-			args = append(args, c.val)
-			fmt.Fprintf(&extra, " AND %s = $%d", c.col, len(args))
-		}
-	}
-	head := fmt.Sprintf(fastSelectSQL, extra.String(), fastPage)
-	got, err := v.selectFastWith(ctx, head+fastLockSQL, args)
-	if errors.Is(err, refset.ErrDuplicate) {
-		v.takeovers.Add(1)
-		got, err = v.selectFastWith(ctx, head+fastTakeoverSQL, args)
-	}
-	return got, err
-}
-
-func (v *Vault) selectFastWith(ctx context.Context, query string, args []any) ([]Token, error) {
-	rows, err := v.stmts.query(ctx, query, args...)
+	rows, err := v.stmts.query(ctx, selectSQL, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary),
+		amount, NewID(), lockHolder(txID), ttl.Milliseconds())
 	if err != nil {
-		return nil, v.lostTakeover(err, query)
+		return nil, v.db.TranslateError(err, selectSQL)
 	}
 	defer rows.Close()
-	var ok bool
-	var wanted, locked int
-	var chosen []Token
+	var verdict, covered string
+	var tookOver int64
+	var locked []Token
 	for rows.Next() {
 		var id, own, typ, ident, issuer, notary *string
 		var amt *int64
-		if err := rows.Scan(&ok, &wanted, &locked, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
+		if err := rows.Scan(&verdict, &covered, &tookOver, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
 			return nil, err
 		}
-		if ok {
-			chosen = append(chosen, Token{TokenID: *id, Owner: *own, Type: *typ, Identifier: *ident,
+		if id != nil {
+			locked = append(locked, Token{TokenID: *id, Owner: *own, Type: *typ, Identifier: *ident,
 				Issuer: *issuer, Notary: *notary, Amount: *amt})
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, v.lostTakeover(err, query)
+		return nil, v.db.TranslateError(err, selectSQL)
 	}
-	switch {
-	case ok:
-		return chosen, nil
-	case locked < wanted:
-		return nil, errRace
+	if tookOver > 0 {
+		v.takeovers.Add(1)
+	}
+	switch verdict {
+	case "selected":
+		if len(locked) == 0 { // custody_select locks or says why not; this guards the guard
+			return nil, fmt.Errorf("%w: custody_select locked no token", errBooks)
+		}
+		return locked, nil
 	default:
-		return nil, errShort
+		return nil, claimError(verdict, owner, covered, amount)
 	}
 }
 
-// lostTakeover is err as errRace when the fast select refused itself because another
-// transaction locked a chosen token first (CU004), and translated otherwise.
-func (v *Vault) lostTakeover(err error, query string) error {
-	var se interface{ SQLState() string } // lib/pq's and pgx's errors alike
-	if errors.As(err, &se) && se.SQLState() == "CU004" {
-		return fmt.Errorf("%w: %w", errRace, err)
+// orNull is s, or NULL (matching anything, to custody_claim) if s is empty.
+func orNull(s string) any {
+	if s == "" {
+		return nil
 	}
-	return v.db.TranslateError(err, query)
+	return s
 }
+
+// claimError is the error of a claim that could not cover amount (custody_claim's
+// verdicts): ErrInsufficientFunds, ErrLocked, or errBusy.
+func claimError(verdict, owner, covered string, amount int64) error {
+	switch verdict {
+	case "insufficient":
+		return fmt.Errorf("%w: %s has %s, %d asked", ErrInsufficientFunds, owner, covered, amount)
+	case "locked":
+		return fmt.Errorf("%w: %s has %s unlocked, %d asked", ErrLocked, owner, covered, amount)
+	case "busy":
+		return errBusy
+	default:
+		return fmt.Errorf("tokens: custody_claim answered %q", verdict)
+	}
+}
+
+// errBusy: every token that could pay was being taken by others when custody_claim
+// looked, eight times; counted as a race lost and tried again.
+var errBusy = fmt.Errorf("%w: the funds are being taken by payments in flight", errRace)
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
 // statement committed on its own: it deletes the tokens the transaction's locks ($1)
@@ -430,4 +339,70 @@ func serverMessage(err error) string {
 		return pgxe.Message
 	}
 	return err.Error()
+}
+
+// paySQL is Pay on Postgres: custody_pay (sql/postgres/tables/0004_claim.sql) claims
+// the payer's tokens of the outputs' kind, row by row FOR UPDATE SKIP LOCKED, until
+// they cover the outputs, then spends them and creates the outputs and the change in
+// one statement, all in this statement's transaction. Its placeholders: $1 the payer,
+// $2..$5 the kind (type, identifier, issuer, notary), $6 the pivot, $7 the
+// transaction, $8..$10 the outputs' IDs, owners and amounts, $11 the change's ID, $12
+// the outputs' sum.
+//
+// One row comes back unless it paid: its verdict ('insufficient', 'locked' or 'busy')
+// and the amount behind it. Paid, a row per spent token, its ID and amount: the rest
+// is the payer's and the outputs' kind.
+const paySQL = `SELECT verdict, covered::text, tok_id, tok_amount FROM custody_pay($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`
+
+// payFast is one attempt of Pay on Postgres; outputs have their IDs.
+func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, outputs []Token, changeID string) ([]Token, error) {
+	ids, owners := make([]string, len(outputs)), make([]string, len(outputs))
+	amounts := make([]int64, len(outputs))
+	for i, t := range outputs {
+		ids[i], owners[i], amounts[i] = t.TokenID, t.Owner, t.Amount
+	}
+	k := kindOf(outputs[0])
+	rows, err := v.stmts.query(ctx, paySQL, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID,
+		pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
+	if err != nil {
+		return nil, v.payRefusal(err)
+	}
+	defer rows.Close()
+	var verdict, covered string
+	var spent []Token
+	for rows.Next() {
+		var id *string
+		var amt *int64
+		if err := rows.Scan(&verdict, &covered, &id, &amt); err != nil {
+			return nil, err
+		}
+		if id != nil {
+			spent = append(spent, Token{TokenID: *id, Owner: from, Type: k.typ, Identifier: k.identifier,
+				Issuer: k.issuer, Notary: k.notary, Amount: *amt})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, v.payRefusal(err)
+	}
+	switch verdict {
+	case "paid":
+		if len(spent) == 0 { // custody_pay refuses first; this guards the guard
+			return nil, fmt.Errorf("%w: custody_pay paid from no token", errBooks)
+		}
+		return spent, nil
+	default:
+		return nil, claimError(verdict, from, covered, amount)
+	}
+}
+
+// payRefusal is err as custody's sentinel when custody_pay refused the payment: CU004,
+// a claimed token locked first by a two-step transaction, is a race lost.
+func (v *Vault) payRefusal(err error) error {
+	if sqlState(err) == "CU004" {
+		return fmt.Errorf("%w: %s", errRace, serverMessage(err))
+	}
+	if sentinel, ok := refusals[sqlState(err)]; ok {
+		return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(serverMessage(err), "custody: "))
+	}
+	return v.db.TranslateError(err, paySQL)
 }

@@ -259,24 +259,38 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 	if txID == "" || owner == "" || amount <= 0 || ttl <= 0 {
 		return nil, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
 	}
+	var got []Token
+	err := v.retry(ctx, func() (err error) {
+		got, err = v.selectAttempt(ctx, txID, owner, amount, f, ttl)
+		return err
+	})
+	return got, err
+}
+
+// retry runs attempt until it succeeds or fails for good, and counts the attempts
+// and the races lost. A race lost to another transaction (errRace, a lock the
+// one-lock index refused, a deadlock or serialization failure) is tried again at
+// once, after a jittered pause so racing replicas fall out of step; after
+// MaxAttempts of those, or when funds are locked by committed transactions
+// (ErrLocked), it waits with jittered exponential back-off, until LockWait has
+// passed.
+func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 	deadline := time.Now().Add(v.lockWait)
 	wait := time.Millisecond
 	for races := 0; ; {
 		v.attempts.Add(1)
-		got, err := v.selectAttempt(ctx, txID, owner, amount, f, ttl)
+		err := attempt()
 		switch {
 		case err == nil:
-			return got, nil
+			return nil
 		case errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict):
-			// Another transaction took a token first: try other tokens at once, after
-			// a jittered pause so racing replicas fall out of step.
 			v.lost.Add(1)
 			if races++; races < v.maxAttempts {
 				err = pause(ctx, time.Duration(mrand.IntN(1+min(races, 10)*500))*time.Microsecond)
 				break
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
+				return fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
 			}
 			// Too contended to win now: wait as for locked funds, then race again.
 			races = 0
@@ -289,21 +303,18 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 			wait = min(2*wait, 250*time.Millisecond)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
 }
 
-// selectAttempt tries once to lock tokens covering amount: on Postgres with the one
-// statement of selectFast when the filter can be said in SQL, and otherwise, or when
-// that statement finds too little, with the general path, a transaction of several
-// statements that also tells why funds are short. Both take over expired locks.
+// selectAttempt tries once to lock tokens covering amount: on Postgres, when the
+// filter can be said in SQL, with custody_select (postgres.go), one statement that
+// cannot lose a race for a token; otherwise with the general path, a transaction of
+// several statements. Both take over expired locks and tell why funds are short.
 func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	if v.fast && f.Predicate == nil {
-		got, err := v.selectFast(ctx, txID, owner, amount, f, ttl)
-		if !errors.Is(err, errShort) {
-			return got, err
-		}
+		return v.selectFast(ctx, txID, owner, amount, f, ttl)
 	}
 	v.general.Add(1)
 	var got []Token
@@ -692,10 +703,12 @@ func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 	return a, err
 }
 
-// LockStats counts Select's lock attempts, the attempts that lost a race for a
-// token to another transaction, the attempts that took the general path (on
-// Postgres those the one-statement select could not settle; on SQLite all), and on
-// Postgres the fast selects that met a lock and ran the takeover statement.
+// LockStats counts the attempts of Select and Pay to take tokens, the attempts that
+// lost a race for a token to another transaction (on Postgres, where a claim cannot
+// lose one, those that found every token they could use being taken by others, and
+// gave up: see custody_claim), the attempts that took the general path (on Postgres
+// those of a Select with a Predicate; on SQLite all), and on Postgres the selects that
+// took over an expired lock.
 type LockStats struct{ Attempts, LostRaces, General, Takeovers int64 }
 
 // Stats are this vault's lock attempts so far.

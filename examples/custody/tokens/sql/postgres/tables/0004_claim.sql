@@ -1,0 +1,307 @@
+-- The Postgres fast paths of Select (custody_select) and Pay (custody_pay): one call,
+-- one statement from the client, committed on its own. postgres.go describes their
+-- contracts; both claim tokens with custody_claim.
+--
+-- Their statements' plans are made once per session and kept: left to choose, the
+-- plan cache judged the spend's generic plan dearer than a custom one and planned the
+-- spend again on every call, which cost more than running it. A plan made while a
+-- table was small (a new vault, a small pool) would scan it whole, and go on scanning
+-- it as it grows (the history grows with every payment); and with statistics that
+-- think the owners' holds few, the release of the holds read all of them through a
+-- bitmap of the holder index. With sequential and bitmap scans off, every step looks
+-- its rows up by key, at a cost that follows the payment, not the tables.
+
+-- custody_claim claims an owner's tokens that match a filter (a NULL field matches
+-- anything) and that no live lock holds, until they cover p_amount, on top of what the
+-- caller claimed already (p_have, worth p_have_got): each row is locked FOR UPDATE
+-- SKIP LOCKED as a cursor fetches it, one at a time, from a random pivot in ID order,
+-- wrapping around. A token another payment or select is taking right now is skipped,
+-- not waited for, and the scan goes on past it, so a claim never loses a race. A round
+-- is two such scans, the second with a fresh snapshot (tokens created since the first
+-- began, by payments that spent tokens it skipped, are visible to it), keeping what
+-- the first claimed; it ends with the amount covered ('claimed') or both scans
+-- exhausted. Exhausted, a fresh snapshot says why: 'insufficient' (the owner's
+-- matching tokens, locked or not, do not cover the amount), 'locked' (they do, but
+-- locks hold too much), or neither, when the funds are being taken by others right
+-- now: then another round after a jittered pause of a millisecond or a few, up to ten
+-- rounds, and then 'busy'. A round that claimed nothing new while the claim holds some
+-- tokens ends it at once with 'busy', and the caller's statement ends, releasing them:
+-- claimers short of tokens must not sit on some while others could use them. It waits
+-- for no row lock, so it cannot deadlock with a claim waiting for it. got is what the
+-- claimed tokens are worth, or with 'insufficient' and 'locked' what the owner has in
+-- all and unlocked.
+--
+-- With an identifier the scan follows the index on (owner, identifier, id); without,
+-- it sorts the owner's tokens above the pivot. It runs under the settings of its
+-- callers (no SET of its own: they are the functions below).
+CREATE OR REPLACE FUNCTION custody_claim(
+    p_owner text, p_type text, p_identifier text, p_issuer text, p_notary text,
+    p_amount bigint, p_pivot text, p_have text[], p_have_got numeric,
+    OUT verdict text, OUT claimed text[], OUT got numeric)
+LANGUAGE plpgsql AS $$
+DECLARE
+    cur      refcursor;
+    tok      record;
+    tries    int := 0;
+    before   numeric;
+    total    numeric;
+    unlocked numeric;
+BEGIN
+    claimed := p_have;
+    got := p_have_got; -- numeric: the claimed tokens may add up past bigint
+    LOOP
+        tries := tries + 1;
+        before := got;
+        -- A round: two scans, the second with a fresh snapshot.
+        FOR pass IN 1..2 LOOP
+            -- Above the pivot, then below it.
+            FOR part IN 0..1 LOOP
+                EXIT WHEN got >= p_amount;
+                IF p_identifier IS NOT NULL AND part = 0 THEN
+                    OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
+                        WHERE t.owner = p_owner AND t.identifier = p_identifier AND t.id >= p_pivot
+                          AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
+                          AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
+                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now()))
+                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                ELSIF p_identifier IS NOT NULL THEN
+                    OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
+                        WHERE t.owner = p_owner AND t.identifier = p_identifier AND t.id < p_pivot
+                          AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
+                          AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
+                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now()))
+                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                ELSIF part = 0 THEN
+                    OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
+                        WHERE t.owner = p_owner AND t.id >= p_pivot
+                          AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
+                          AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
+                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now()))
+                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                ELSE
+                    OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
+                        WHERE t.owner = p_owner AND t.id < p_pivot
+                          AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
+                          AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
+                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now()))
+                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                END IF;
+                LOOP
+                    FETCH cur INTO tok;
+                    EXIT WHEN NOT FOUND;
+                    claimed := claimed || tok.id;
+                    got := got + tok.amount;
+                    EXIT WHEN got >= p_amount;
+                END LOOP;
+                CLOSE cur;
+            END LOOP;
+            EXIT WHEN got >= p_amount;
+        END LOOP;
+        IF got >= p_amount THEN
+            verdict := 'claimed';
+            RETURN;
+        END IF;
+
+        -- Short: why, by a fresh snapshot.
+        SELECT COALESCE(sum(t.amount), 0),
+               COALESCE(sum(t.amount) FILTER (WHERE NOT EXISTS (SELECT 1 FROM tokens_holds h
+                   WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > now()))), 0)
+        INTO total, unlocked
+        FROM tokens t
+        WHERE t.owner = p_owner AND (p_identifier IS NULL OR t.identifier = p_identifier)
+          AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
+          AND (p_notary IS NULL OR t.notary = p_notary);
+        IF total < p_amount THEN
+            verdict := 'insufficient';
+            got := total;
+            RETURN;
+        END IF;
+        IF unlocked < p_amount THEN
+            verdict := 'locked';
+            got := unlocked;
+            RETURN;
+        END IF;
+        -- The funds are being taken by others right now: another round after a
+        -- jittered pause, unless this one claimed nothing new while the claim holds
+        -- some tokens, which it must not sit on while others could use them.
+        IF tries = 10 OR (got = before AND got > p_have_got) THEN
+            verdict := 'busy';
+            RETURN;
+        END IF;
+        PERFORM pg_sleep((0.5 + random()) * least(tries, 5) / 1000.0);
+    END LOOP;
+END
+$$;
+
+-- custody_pay makes one payment: it claims the payer's tokens of the outputs' kind
+-- (compared exactly) until they cover the outputs' sum (p_need), spends them, and
+-- creates the outputs and the change. Paid, it returns a row per spent token, its ID
+-- and amount (the rest is the payer and the kind); otherwise one row, the claim's
+-- verdict and the amount behind it.
+--
+-- Spending is one statement (so the clean-up triggers, which look at its end, queue
+-- nothing, as for the two-step spend): the claimed tokens, their owners' holds and
+-- any expired locks on them are deleted, their history rows marked spent, the outputs
+-- and the change created with their holds and history rows. A live lock on a claimed
+-- token (committed by a select after the scan's snapshot, before the scan locked the
+-- row) refuses the payment with CU004, a race lost; counts that disagree with CU003.
+-- Either undoes everything.
+CREATE OR REPLACE FUNCTION custody_pay(
+    p_from text, p_type text, p_identifier text, p_issuer text, p_notary text,
+    p_pivot text, p_tx text, p_ids text[], p_owners text[], p_amounts bigint[], p_change text, p_need bigint)
+RETURNS TABLE (verdict text, covered numeric, tok_id text, tok_amount bigint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    need    bigint := p_need; -- the sum of p_amounts
+    claim   text;
+    claimed text[];
+    got     numeric;
+BEGIN
+    SELECT c.verdict, c.claimed, c.got INTO claim, claimed, got
+    FROM custody_claim(p_from, p_type, p_identifier, p_issuer, p_notary, need, p_pivot, '{}', 0) c;
+    IF claim <> 'claimed' THEN
+        RETURN QUERY SELECT claim, got, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH spent AS (
+        DELETE FROM tokens t WHERE t.id = ANY (claimed)
+        RETURNING t.id, t.amount
+    ),
+    released AS (
+        DELETE FROM tokens_holds h
+        WHERE h.object_id = ANY (claimed) AND (h.holder = 'owner' OR h.expires_at <= now())
+        RETURNING h.holder
+    ),
+    recorded AS (
+        UPDATE token_history r SET spent_by = p_tx
+        WHERE r.spent_by IS NULL AND r.token_id = ANY (claimed)
+        RETURNING r.token_id
+    ),
+    outputs AS (
+        SELECT o.id, o.owner, o.amount FROM unnest(p_ids, p_owners, p_amounts) AS o(id, owner, amount)
+        UNION ALL
+        SELECT p_change, p_from, (got - need)::bigint WHERE got > need
+    ),
+    created AS (
+        INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
+        SELECT o.id, o.owner, p_type, p_identifier, p_issuer, p_notary, o.amount FROM outputs o
+        RETURNING id
+    ),
+    held AS (
+        INSERT INTO tokens_holds (holder, object_id) SELECT 'owner', c.id FROM created c
+    ),
+    born AS (
+        INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
+        SELECT o.id, o.owner, p_identifier, o.amount, p_tx FROM outputs o
+    ),
+    checked AS (
+        SELECT CASE
+            WHEN EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = ANY (claimed) AND h.holder <> 'owner'
+                    AND (h.expires_at IS NULL OR h.expires_at > now()))
+                THEN custody_refuse('CU004', 'a claimed token was locked by another transaction first')
+            WHEN (SELECT count(*) FROM spent) <> cardinality(claimed)
+                THEN custody_refuse('CU003', 'a claimed token was gone')
+            WHEN (SELECT count(*) FROM recorded) <> cardinality(claimed)
+                THEN custody_refuse('CU003', 'a claimed token was recorded spent already')
+            WHEN (SELECT count(*) FROM released WHERE holder = 'owner') <> cardinality(claimed)
+                THEN custody_refuse('CU003', 'a claimed token was not held by its owner')
+            ELSE true
+        END AS ok
+    )
+    SELECT 'paid'::text, got, s.id::text, s.amount::bigint -- the declared types, whatever a migration made of the columns'
+    FROM checked k LEFT JOIN spent s ON k.ok; -- checked leads, so it is always evaluated
+END
+$$;
+
+-- custody_select locks an owner's tokens that match a filter (a NULL field matches
+-- anything) until they cover p_amount, for holder p_holder, each lock expiring
+-- p_ttl_ms from now: it claims them, then inserts their locks. A claimed token whose
+-- lock has expired has it taken over (replaced: compare-and-swap on the one-lock
+-- index, judged on the lock as it stands, and only if still expired). One whose lock
+-- is live, committed by another select after the claim's snapshot and before the claim
+-- locked the row, is given up and the claim goes on for more; nothing else can lock a
+-- token while its row is claimed. Locked, it returns a row per locked token and how
+-- many expired locks it took over; otherwise one row, the claim's verdict and the
+-- amount behind it.
+CREATE OR REPLACE FUNCTION custody_select(
+    p_owner text, p_type text, p_identifier text, p_issuer text, p_notary text,
+    p_amount bigint, p_pivot text, p_holder text, p_ttl_ms bigint)
+RETURNS TABLE (verdict text, covered numeric, took_over bigint,
+    tok_id text, tok_owner text, tok_type text, tok_identifier text, tok_issuer text, tok_notary text, tok_amount bigint)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    claim     text;
+    claimed   text[] := '{}';
+    got       numeric := 0;
+    locked    text[] := '{}';
+    fresh     text[];
+    taken     text[];
+    refused   text[];
+    takeovers bigint := 0;
+    done      boolean := false;
+BEGIN
+    FOR pass IN 1..10 LOOP
+        SELECT c.verdict, c.claimed, c.got INTO claim, claimed, got
+        FROM custody_claim(p_owner, p_type, p_identifier, p_issuer, p_notary, p_amount, p_pivot, claimed, got) c;
+        IF claim <> 'claimed' THEN
+            -- All or nothing: the locks of an earlier pass go too.
+            DELETE FROM tokens_holds h WHERE h.holder = p_holder AND h.object_id = ANY (locked);
+            RETURN QUERY SELECT claim, got, 0::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bigint;
+            RETURN;
+        END IF;
+        -- The locks of the newly claimed; a token under a lock, expired or not, is
+        -- not locked here but by the takeover below.
+        fresh := ARRAY (SELECT c.id FROM unnest(claimed) c(id) WHERE c.id <> ALL (locked));
+        WITH l AS (
+            INSERT INTO tokens_holds (holder, object_id, expires_at)
+            SELECT p_holder, f.id, now() + p_ttl_ms * interval '1 millisecond' FROM unnest(fresh) f(id)
+            ON CONFLICT DO NOTHING
+            RETURNING object_id
+        )
+        SELECT COALESCE(array_agg(object_id), '{}') INTO taken FROM l;
+        locked := locked || taken;
+        done := cardinality(taken) = cardinality(fresh);
+        EXIT WHEN done;
+        -- Under a lock: take it over if it has expired.
+        WITH l AS (
+            UPDATE tokens_holds h SET holder = p_holder, expires_at = now() + p_ttl_ms * interval '1 millisecond', created_at = now()
+            WHERE h.object_id = ANY (ARRAY (SELECT f.id FROM unnest(fresh) f(id) WHERE f.id <> ALL (taken)))
+              AND h.holder <> 'owner' AND h.expires_at <= now()
+            RETURNING h.object_id
+        )
+        SELECT COALESCE(array_agg(object_id), '{}') INTO taken FROM l;
+        locked := locked || taken;
+        takeovers := takeovers + cardinality(taken);
+        -- Under a live lock: give it up and claim more.
+        refused := ARRAY (SELECT c.id FROM unnest(claimed) c(id) WHERE c.id <> ALL (locked));
+        done := cardinality(refused) = 0;
+        EXIT WHEN done;
+        claimed := locked;
+        got := got - (SELECT sum(t.amount) FROM tokens t WHERE t.id = ANY (refused));
+    END LOOP;
+    IF NOT done THEN -- ten passes met live locks committed behind the claim's back
+        DELETE FROM tokens_holds h WHERE h.holder = p_holder AND h.object_id = ANY (locked);
+        RETURN QUERY SELECT 'busy'::text, got, 0::bigint, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::text, NULL::bigint;
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'selected'::text, got, takeovers, t.id::text, t.owner::text, t.token_type::text,
+        t.identifier::text, t.issuer::text, t.notary::text, t.amount::bigint -- the declared types, as in custody_pay
+    FROM tokens t WHERE t.id = ANY (locked);
+END
+$$;
