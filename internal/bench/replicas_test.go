@@ -312,42 +312,6 @@ func backendsCPU(ctx context.Context, db *postgres.DB, app string) (time.Duratio
 	return total, n, rows.Err()
 }
 
-// pidCPU is the user and system CPU time of process pid, from /proc/pid/stat.
-func pidCPU(pid int) (time.Duration, bool) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, false
-	}
-	// The command name, in parentheses, may hold spaces: count fields after it.
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	// After the name: state is field 3 of the line, utime 14, stime 15.
-	if len(fields) < 13 {
-		return 0, false
-	}
-	var ticks int64
-	for _, f := range fields[11:13] {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, true // USER_HZ is 100
-}
-
-// processCPU is the CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // replicaCounts is REFSET_BENCH_REPLICAS, the replica counts to measure.
 func replicaCounts(b *testing.B) []int {
 	return envInts(b, "REFSET_BENCH_REPLICAS", []int{1, 2, 4, 8, 16})

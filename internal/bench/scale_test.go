@@ -104,7 +104,7 @@ func scaleSet(b *testing.B, size int) {
 			ids[i] = fmt.Sprintf("live-%07d", rng.IntN(size))
 		}
 		b.StartTimer()
-		paired(b, func(i int) error {
+		pairedOps(b, func(i int) error {
 			lease, err := set.Get(ctx, toks[i])
 			if err == nil {
 				sinkString = lease.Value().Key
@@ -120,7 +120,7 @@ func scaleSet(b *testing.B, size int) {
 
 	added := 0
 	b.Run("Add", func(b *testing.B) {
-		paired(b, func(int) error {
+		pairedOps(b, func(int) error {
 			added++
 			_, err := set.Add(ctx, gcObj{Key: fmt.Sprintf("added-refset-%09d", added)})
 			return err
@@ -139,10 +139,10 @@ func scaleSet(b *testing.B, size int) {
 	})
 }
 
-// paired runs b.N operations of each side, one of each per iteration, taking turns at
+// pairedOps runs b.N operations of each side, one of each per iteration, taking turns at
 // going first, and reports each side's ns/op and throughput-ratio (refset's
 // throughput over sqlx's): both sides see the machine in the same moments.
-func paired(b *testing.B, refsetOp, sqlxOp func(i int) error) {
+func pairedOps(b *testing.B, refsetOp, sqlxOp func(i int) error) {
 	b.Helper()
 	var spent [2]time.Duration
 	sides := [2]func(int) error{refsetOp, sqlxOp}
