@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -151,7 +150,7 @@ func runReplica(cfg replicaConfig, in io.Reader, out io.Writer) (replicaReport, 
 				}
 				rng := rand.New(rand.NewPCG(uint64(cfg.ID), uint64(n)))
 				from, to := ownerName(rng.IntN(cfg.Owners)), ownerName(rng.IntN(cfg.Owners))
-				err := vaultPayer{vault}.pay(ctx, fmt.Sprintf("r%d-%d", cfg.ID, n), from, to, int64(1+rng.IntN(12)))
+				err := twoStepPayer{vault}.pay(ctx, fmt.Sprintf("r%d-%d", cfg.ID, n), payment{from: from, to: to, amount: int64(1 + rng.IntN(12))})
 				switch {
 				case errors.Is(err, tokens.ErrInsufficientFunds), errors.Is(err, tokens.ErrLocked):
 					refused.Add(1)
