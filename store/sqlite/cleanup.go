@@ -226,55 +226,161 @@ func unreferenced(p *cleanup.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
-// CollectBatch reviews due entries in rounds, all in the batch's one transaction,
-// until it has reviewed limit entries or a round frees nothing new. A round claims due
-// entries into a temporary table of the writer connection, deletes the unreferenced
-// objects among them, and dequeues the claimed entries whose version did not move (a
-// deletion may have queued a predecessor again).
-//
-// Deleting an object queues what it referenced, due at once, so the next round
-// reviews the predecessor of a deleted block: an abandoned chain goes link by link
-// within one transaction, not one batch per link. (One statement cannot delete the
-// chain: SQLite checks an ON DELETE RESTRICT key at each row, so a block would be
-// refused while its successor, later in the same statement, still stood.) Nothing
-// else can write while the batch holds the database, so what a round finds
+// CollectBatch claims due entries into a temporary table of the writer connection,
+// finds what deleting the unreferenced ones among them frees (freedSQL), deletes
+// all of it, and dequeues the claimed entries whose version did not move (a deletion
+// may have queued a predecessor again) and the entries of the objects it deleted.
+// Nothing else can write while the batch holds the database, so what it finds
 // unreferenced stays so until it is deleted.
 func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
 	var b cleanup.Batch
-	if _, err := view.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`); err != nil {
+	edges := len(p.Edges()) > 0
+	setup := []string{`CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`, `DELETE FROM temp.refset_claim`}
+	if edges {
+		setup = append(setup, `CREATE TEMP TABLE IF NOT EXISTS refset_freed (id, depth)`,
+			`CREATE INDEX IF NOT EXISTS temp.refset_freed_depth ON refset_freed (depth)`, `DELETE FROM temp.refset_freed`)
+	}
+	for _, q := range setup {
+		if _, err := view.ExecContext(ctx, q); err != nil {
+			return b, err
+		}
+	}
+	res, err := view.ExecContext(ctx, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
+		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
+	if err != nil {
 		return b, err
 	}
-	tx := prepare(view)
-	defer tx.close()
-	edges := len(p.Edges()) > 0
-	for b.Reviewed < int64(limit) {
-		r, err := collectRound(ctx, tx, p, limit-int(b.Reviewed))
-		b.Reviewed += r.Reviewed
-		b.Deleted += r.Deleted
-		b.Refused += r.Refused
+	if b.Reviewed, err = res.RowsAffected(); err != nil || b.Reviewed == 0 {
+		return b, err
+	}
+	if edges {
+		if _, err := view.ExecContext(ctx, freedSQL(p), limit); err != nil {
+			return b, err
+		}
+	}
+	if b.Deleted, b.Refused, err = deleteClaimed(ctx, view, p); err != nil {
+		return b, err
+	}
+	if edges && b.Refused == 0 {
+		n, err := deleteFreed(ctx, prepare(view), p)
+		b.Deleted += n
 		if err != nil {
 			return b, err
 		}
-		// Only a deletion along an edge queues more work for this batch.
-		if !edges || r.Deleted == 0 {
-			return b, nil
+	}
+	dequeue := []string{fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
+		p.Queue.Quoted())}
+	if edges {
+		dequeue = append(dequeue, fmt.Sprintf(`DELETE FROM %[1]s WHERE object_id IN (SELECT id FROM temp.refset_freed WHERE depth > 0)
+			AND NOT EXISTS (SELECT 1 FROM %[2]s o WHERE o."%[3]s" = %[1]s.object_id)`, p.Queue.Quoted(), p.Table.Quoted(), p.IDColumn))
+	}
+	for _, q := range dequeue {
+		if _, err := view.ExecContext(ctx, q); err != nil {
+			return b, err
 		}
 	}
 	return b, nil
 }
 
+// freedSQL fills temp.refset_freed with the claimed objects nothing references (depth
+// 0), then, along the edges (a block's predecessor), each object that only an object
+// of the level above referenced (depth 1, 2, ...): deleting an abandoned chain frees
+// its next block, and that block the one before it, so a chain goes in one batch
+// instead of one batch per block. An object is followed only when no root references
+// it, no other object does (the fork point of two abandoned branches is left to the
+// queue, which reviews it once both are gone), and its queue entry, if any, is not
+// waiting for a later time: a new block keeps its grace period. The walk is breadth
+// first, and its first ? rows (the batch's bound) are kept: a block is never kept
+// without its successor. UNION ends it on a cycle.
+//
+// Each step reads the next object's columns with a subquery, one recursive SELECT per
+// edge, rather than a join: once the tables are analyzed, SQLite would put a Bloom
+// filter on a joined object table, built by reading the whole table at every step.
+// Every test is an index probe, whatever the statistics say.
+func freedSQL(p *cleanup.Plan) string {
+	edges := p.Edges()
+	cols := []string{"id"}
+	selectO := []string{fmt.Sprintf(`o."%s"`, p.IDColumn)}
+	for i, e := range edges {
+		cols = append(cols, fmt.Sprintf("e%d", i))
+		selectO = append(selectO, fmt.Sprintf(`o."%s"`, e.Column))
+	}
+	steps := make([]string, len(edges))
+	for i := range edges {
+		next := fmt.Sprintf("f.e%d", i)
+		selectX := []string{next}
+		for _, e := range edges {
+			selectX = append(selectX, fmt.Sprintf(`(SELECT x."%s" FROM %s x WHERE x."%s" = %s)`, e.Column, p.Table.Quoted(), p.IDColumn, next))
+		}
+		conds := []string{next + " IS NOT NULL"}
+		for _, r := range p.Roots() {
+			conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s)`, r.Table.Quoted(), r.Column, next))
+		}
+		for k, e := range edges {
+			// f is the only object that references it through e: counted in the
+			// index alone (a test of r's ID would read rows, and SQLite's statistics,
+			// which do not count NULLs apart, can make it prefer reading the table).
+			conds = append(conds, fmt.Sprintf(`(SELECT count(*) FROM (SELECT 1 FROM %s r WHERE r."%s" = %s LIMIT 2)) = (f.e%d IS %s)`,
+				p.Table.Quoted(), e.Column, next, k, next))
+		}
+		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s q WHERE q.object_id = %s AND q.review_after > %s)`,
+			p.Queue.Quoted(), next, nowMillis))
+		steps[i] = fmt.Sprintf(`SELECT %s, f.depth + 1 FROM freed f WHERE %s`, strings.Join(selectX, ", "), strings.Join(conds, " AND "))
+	}
+	return fmt.Sprintf(`WITH RECURSIVE freed (%[1]s, depth) AS (
+			SELECT %[2]s, 0 FROM %[3]s o WHERE o."%[4]s" IN (SELECT object_id FROM temp.refset_claim) AND %[5]s
+			UNION
+			%[6]s
+			LIMIT ?)
+		INSERT INTO temp.refset_freed (id, depth) SELECT id, depth FROM freed`,
+		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"),
+		strings.Join(steps, "\n\t\t\tUNION\n\t\t\t"))
+}
+
+// deleteFreed deletes the objects of temp.refset_freed beyond the claimed ones, a
+// level at a time, from the claimed end down: SQLite checks an ON DELETE RESTRICT key
+// at each row, so one statement would refuse a block while its successor, later in
+// the same statement, still stood. Each level's objects are referenced only by the
+// level above, which is gone by then. If the database refuses a level (a key Install
+// does not know), the walk stops there: the deletion of the level above queued those
+// objects, and the next batch reviews them one by one.
+func deleteFreed(ctx context.Context, tx *preparedTx, p *cleanup.Plan) (int64, error) {
+	defer tx.close()
+	var deepest sql.NullInt64
+	if err := tx.QueryRowContext(ctx, `SELECT max(depth) FROM temp.refset_freed`).Scan(&deepest); err != nil {
+		return 0, err
+	}
+	del := fmt.Sprintf(`DELETE FROM %s WHERE "%s" IN (SELECT id FROM temp.refset_freed WHERE depth = ?)`, p.Table.Quoted(), p.IDColumn)
+	var deleted int64
+	for depth := int64(1); depth <= deepest.Int64; depth++ {
+		res, err := tx.ExecContext(ctx, del, depth)
+		if errors.Is(err, refset.ErrReferenced) {
+			return deleted, nil
+		}
+		if err != nil {
+			return deleted, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return deleted, err
+		}
+		deleted += n
+	}
+	return deleted, nil
+}
+
 // preparedTx is a batch's transaction whose ExecContext compiles each statement once:
 // SQLite compiles a delete from the object table together with every foreign key and
 // trigger on it, which costs more than deleting one link of a chain, and a batch
-// runs the same few statements once per link. Everything else, and every statement
+// deletes a chain a link at a time. Everything else, and every statement
 // that fails, goes through the view the batch was given, which names the failure with
 // refset's errors (and logs it); a failed statement undoes only itself in SQLite, so
 // it can run again there.
 //
 // A compiled statement runs without ctx's cancellation, which go-sqlite3 watches
-// with a goroutine of its own per statement, as costly as the statement itself for a
-// one-block round. ctx is checked before each: a round's statements are short, each
-// bounded by the batch, so an ended ctx stops the batch at the next one.
+// with a goroutine of its own per statement, as costly as the statement itself for
+// one link. ctx is checked before each: the statements are short, each bounded by the
+// batch, so an ended ctx stops the batch at the next one.
 type preparedTx struct {
 	refset.Tx
 	raw   preparer
@@ -319,28 +425,6 @@ func (t *preparedTx) close() {
 	for _, stmt := range t.stmts {
 		stmt.Close()
 	}
-}
-
-// collectRound is one round of CollectBatch: up to limit due entries.
-func collectRound(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	var b cleanup.Batch
-	if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim`); err != nil {
-		return b, err
-	}
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
-		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
-	if err != nil {
-		return b, err
-	}
-	if b.Reviewed, err = res.RowsAffected(); err != nil || b.Reviewed == 0 {
-		return b, err
-	}
-	if b.Deleted, b.Refused, err = deleteClaimed(ctx, tx, p); err != nil {
-		return b, err
-	}
-	_, err = tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
-		p.Queue.Quoted()))
-	return b, err
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in
