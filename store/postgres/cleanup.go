@@ -334,8 +334,12 @@ func unreferenced(p *cleanup.Plan, o string) string {
 // reference Install did not find then refuses the delete, which lockedBatch handles,
 // instead of failing the batch's COMMIT again and again.
 func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	// One round trip: without arguments both drivers send the two as one simple query.
-	if _, err := tx.ExecContext(ctx, `SET CONSTRAINTS ALL IMMEDIATE; SAVEPOINT refset_collect`); err != nil {
+	// One round trip: without arguments both drivers send these as one simple query.
+	// With sequential scans off, every lookup of the batch is an index probe whatever
+	// the statistics say when it is planned: a queue or holds table that was nearly
+	// empty then may hold millions of rows now, and a plan that read it whole would
+	// read it again for every object of a chain.
+	if _, err := tx.ExecContext(ctx, `SET CONSTRAINTS ALL IMMEDIATE; SET LOCAL enable_seqscan = off; SAVEPOINT refset_collect`); err != nil {
 		return cleanup.Batch{}, err
 	}
 	b, err := fastBatch(ctx, tx, p, limit)
