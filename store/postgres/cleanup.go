@@ -380,11 +380,9 @@ func fastBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (c
 
 // fastBatchSQL is fastBatch's statement; $1 bounds both the entries it claims and the
 // objects it deletes. The dequeue runs though nothing reads it: a data-modifying WITH
-// always runs to completion. The objects are found by their IDs as an array, which
-// the planner can only look up in the primary key, one probe each, never join by
-// reading the whole object table, whatever it estimates.
+// always runs to completion.
 func fastBatchSQL(p *cleanup.Plan) string {
-	deleted := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY (ARRAY (SELECT object_id FROM claimed)) AND %s`,
+	deleted := fmt.Sprintf(`DELETE FROM %s o USING claimed c WHERE o."%s" = c.object_id AND %s`,
 		p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
 	var freed string
 	if len(p.Edges()) > 0 {
