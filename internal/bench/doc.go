@@ -43,13 +43,15 @@
 // The other files measure what is built on the core, each beside hand-written SQL
 // doing the same work: blockmanager_test.go (Put against a raw bulk insert, branch
 // walks), cleanup_test.go (collecting garbage, expiring holds) and custody_test.go
-// (select-and-spend payments by eight replicas on Postgres, against the same payments
-// written with sqlx in custody_sqlx_test.go; scripts/custody-bench.sh runs them beside
+// (payments by eight replicas on Postgres, two-step and in one statement, against the
+// same payments written with sqlx in custody_sqlx_test.go; wallet sizes, small pools
+// and a hot owner against themselves; scripts/custody-bench.sh runs them beside
 // pgbench). Custody runs both sides on lib/pq, or on pgx with REFSET_BENCH_DRIVER=pgx,
 // keeping its benchmark names. Custody also reports cpu-us/cycle, the whole machine's
-// busy CPU time per
-// payment, read from /proc/stat: client and server share the machine, and that figure
-// moves less with the scheduler than throughput does.
+// busy CPU time per payment, read from /proc/stat, and, where the server runs on this
+// machine, server-cpu-us/cycle and client-cpu-us/cycle, the CPU time of the side's own
+// backends and of the benchmark process (custody_cpu_test.go): other work on a shared
+// machine counts in the first, not in the others.
 //
 // replicas_test.go and scale_test.go measure scale rather than overhead (SCALING.md,
 // scripts/scale-bench.sh): custody payers and block receivers as 1 to 16 replica

@@ -14,7 +14,7 @@
 -- custody_claim claims an owner's tokens that match a filter (a NULL field matches
 -- anything) and that no live lock holds, until they cover p_amount, on top of what the
 -- caller claimed already (p_have, worth p_have_got): each row is locked FOR UPDATE
--- SKIP LOCKED as a cursor fetches it, one at a time, from a random pivot in ID order,
+-- SKIP LOCKED as a cursor fetches it, one at a time, from a random pivot of the IDs,
 -- wrapping around. A token another payment or select is taking right now is skipped,
 -- not waited for, and the scan goes on past it, so a claim never loses a race. A round
 -- is two such scans, the second with a fresh snapshot (tokens created since the first
@@ -31,9 +31,14 @@
 -- claimed tokens are worth, or with 'insufficient' and 'locked' what the owner has in
 -- all and unlocked.
 --
--- With an identifier the scan follows the index on (owner, identifier, id); without,
--- it sorts the owner's tokens above the pivot. It runs under the settings of its
--- callers (no SET of its own: they are the functions below).
+-- "No live lock" is a scalar subquery, which the planner runs as an index probe per
+-- token, never as a join: planned as a merge anti join, the check read the whole
+-- one-lock index, every lock taken since the last vacuum, for each claim.
+--
+-- The scan follows the index on (owner, identifier, id), above the pivot, in the
+-- index's order; it asks for none, which without an identifier would cost a sort of
+-- the owner's tokens. It runs under the settings of its callers (no SET of its own:
+-- they are the functions below).
 CREATE OR REPLACE FUNCTION custody_claim(
     p_owner text, p_type text, p_identifier text, p_issuer text, p_notary text,
     p_amount bigint, p_pivot text, p_have text[], p_have_got numeric,
@@ -62,33 +67,33 @@ BEGIN
                         WHERE t.owner = p_owner AND t.identifier = p_identifier AND t.id >= p_pivot
                           AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
                           AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
-                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-                              AND (h.expires_at IS NULL OR h.expires_at > now()))
-                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                          AND (SELECT true FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now())) IS NULL
+                        FOR UPDATE OF t SKIP LOCKED;
                 ELSIF p_identifier IS NOT NULL THEN
                     OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
                         WHERE t.owner = p_owner AND t.identifier = p_identifier AND t.id < p_pivot
                           AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
                           AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
-                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-                              AND (h.expires_at IS NULL OR h.expires_at > now()))
-                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                          AND (SELECT true FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now())) IS NULL
+                        FOR UPDATE OF t SKIP LOCKED;
                 ELSIF part = 0 THEN
                     OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
                         WHERE t.owner = p_owner AND t.id >= p_pivot
                           AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
                           AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
-                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-                              AND (h.expires_at IS NULL OR h.expires_at > now()))
-                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                          AND (SELECT true FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now())) IS NULL
+                        FOR UPDATE OF t SKIP LOCKED;
                 ELSE
                     OPEN cur NO SCROLL FOR SELECT t.id, t.amount FROM tokens t
                         WHERE t.owner = p_owner AND t.id < p_pivot
                           AND (p_type IS NULL OR t.token_type = p_type) AND (p_issuer IS NULL OR t.issuer = p_issuer)
                           AND (p_notary IS NULL OR t.notary = p_notary) AND t.id <> ALL (claimed)
-                          AND NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-                              AND (h.expires_at IS NULL OR h.expires_at > now()))
-                        ORDER BY t.id FOR UPDATE OF t SKIP LOCKED;
+                          AND (SELECT true FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
+                              AND (h.expires_at IS NULL OR h.expires_at > now())) IS NULL
+                        FOR UPDATE OF t SKIP LOCKED;
                 END IF;
                 LOOP
                     FETCH cur INTO tok;
@@ -108,8 +113,8 @@ BEGIN
 
         -- Short: why, by a fresh snapshot.
         SELECT COALESCE(sum(t.amount), 0),
-               COALESCE(sum(t.amount) FILTER (WHERE NOT EXISTS (SELECT 1 FROM tokens_holds h
-                   WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > now()))), 0)
+               COALESCE(sum(t.amount) FILTER (WHERE (SELECT true FROM tokens_holds h
+                   WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > now())) IS NULL), 0)
         INTO total, unlocked
         FROM tokens t
         WHERE t.owner = p_owner AND (p_identifier IS NULL OR t.identifier = p_identifier)
