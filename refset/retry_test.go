@@ -29,7 +29,7 @@ func TestRetryConflicts(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runs := 0
-			err := RetryConflicts(tc.ctx, func() error {
+			err := RetryConflicts(tc.ctx, nil, func() error {
 				runs++
 				if runs <= len(tc.fails) {
 					return tc.fails[runs-1]

@@ -82,8 +82,14 @@ func runUnit(ctx context.Context, db Database, once func() error) error {
 // them. It is for work that commits on its own, a single statement outside any
 // transaction; fn must leave nothing behind when it fails. It returns fn's last
 // error, joined with the context's error if ctx ended during a back-off.
-func RetryConflicts(ctx context.Context, fn func() error) error {
-	return retryConflicts(ctx, dblog.Or(nil), NoObserver{}, fn)
+//
+// db is the database fn works on: each retry, and a conflict that outlasts them, is
+// logged to its logger and told to its Observer (Retried, Conflicted), as for InTx,
+// so metrics count this work's conflicts beside the units of work's. A nil db tells
+// nobody.
+func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
+	log, _ := dblog.Of(db) // a nil db has the logger that drops everything
+	return retryConflicts(ctx, log, ObserverOf(db), fn)
 }
 
 // retryConflicts is RetryConflicts, logging each retry (at debug level, with its

@@ -268,7 +268,7 @@ var errBooks = errors.New("tokens: the books disagree")
 // spendFast is Spend on Postgres; outputs have their IDs. A deadlock or
 // serialization failure (refset.ErrConflict) is retried, as refset.InTx would.
 func (v *Vault) spendFast(ctx context.Context, txID string, outputs []Token) (spent []Token, err error) {
-	err = refset.RetryConflicts(ctx, func() error {
+	err = refset.RetryConflicts(ctx, v.db, func() error {
 		spent, err = v.spendFastOnce(ctx, txID, outputs)
 		return err
 	})
