@@ -27,6 +27,10 @@
 // names a hot standby of a PostgreSQL --db: status, why and check read it once it has
 // replayed what the primary had committed when they began (the primary otherwise),
 // so an audit of a large set loads the standby instead; everything else uses --db.
+// --unprepared makes the tool prepare no statements on a PostgreSQL --db, as
+// postgres.Options.Unprepared does: needed behind a pooler in transaction mode (PgBouncer
+// before 1.21), which may run a prepared statement on a server connection that never
+// saw it.
 // Every command takes -h.
 //
 // status, why, check, migrate status, migrate sql and holds ls only read, and install

@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dbFlag := fs.String("db", "", "a SQLite file path, or a PostgreSQL DSN (postgres://... or key=value ...)")
 	driverFlag := fs.String("driver", "", "the Postgres driver: postgres (lib/pq, the default) or pgx")
 	replicaFlag := fs.String("replica", "", "a DSN of a hot standby of the --db PostgreSQL, where status, why and check read once it has replayed the latest writes")
+	unpreparedFlag := fs.Bool("unprepared", false, "prepare no statements on the PostgreSQL --db: needed behind a pooler in transaction mode, such as PgBouncer before 1.21")
 	exec := cmd.setup(fs)
 	cmdUsage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: refset %s [flags]%s\n\n%s.\n\nFlags:\n", cmd.name, strings.TrimRight(" "+cmd.args, " "), cmd.summary)
@@ -116,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
-	db, err := open(ctx, *dbFlag, *driverFlag, *replicaFlag)
+	db, err := open(ctx, connection{dsn: *dbFlag, driver: *driverFlag, replica: *replicaFlag, unprepared: *unpreparedFlag})
 	if err != nil {
 		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
 		return exitError
@@ -187,9 +188,16 @@ func isPostgres(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "=")
 }
 
-func open(ctx context.Context, dsn, driverName, replica string) (opened, error) {
+// connection is what the flags say of the database to open.
+type connection struct {
+	dsn, driver, replica string
+	unprepared           bool
+}
+
+func open(ctx context.Context, c connection) (opened, error) {
+	dsn := c.dsn
 	if isPostgres(dsn) {
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driverName, MaxConns: 4, ReplicaDSN: replica})
+		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: c.driver, MaxConns: 4, ReplicaDSN: c.replica, Unprepared: c.unprepared})
 		if err != nil {
 			return opened{}, err
 		}
@@ -197,11 +205,13 @@ func open(ctx context.Context, dsn, driverName, replica string) (opened, error) 
 			return postgres.NewCollector(ctx, db, cfg)
 		}}, nil
 	}
-	if driverName != "" {
-		return opened{}, fmt.Errorf("%w: --driver %q is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, driverName, dsn)
-	}
-	if replica != "" {
-		return opened{}, fmt.Errorf("%w: --replica is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, dsn)
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
+		if f.set {
+			return opened{}, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, dsn)
+		}
 	}
 	// sqlite.Open creates a missing file; a tool that reads must not.
 	if _, err := os.Stat(dsn); err != nil {

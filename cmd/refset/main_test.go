@@ -79,6 +79,20 @@ func backends() []backend {
 		{name: "postgres", open: pg(""), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
 		{name: "pgx", open: pg(postgres.DriverPgx), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
 		{
+			// Through PgBouncer in transaction mode, which lends each transaction
+			// any server connection: the tool must prepare nothing.
+			name: "pgbouncer",
+			open: func(t *testing.T) (refset.Database, []string) {
+				t.Helper()
+				dsn := pgtest.Pooled(t)
+				db, err := postgres.Open(t.Context(), dsn, postgres.Options{Unprepared: true})
+				require.NoError(t, err)
+				t.Cleanup(func() { db.Close() })
+				return db, []string{"--db", dsn, "--unprepared"}
+			},
+			past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`,
+		},
+		{
 			// Writes go to --db, status, why and check read --replica.
 			name: "postgres-standby",
 			open: func(t *testing.T) (refset.Database, []string) {
@@ -411,7 +425,9 @@ func TestUsage(t *testing.T) {
 		{name: "unknown flag", args: []string{"status", "--frob"}, code: exitError, stderr: []string{"flag provided but not defined: -frob", "Usage: refset status"}},
 		{name: "no --db", args: []string{"status"}, code: exitError, stderr: []string{"--db is required"}},
 		{name: "missing SQLite file", args: []string{"status", "--db", missing}, code: exitError, stderr: []string{"no such file"}},
-		{name: "--driver with a SQLite path", args: []string{"status", "--db", missing, "--driver", "pgx"}, code: exitError, stderr: []string{"--driver \"pgx\" is for PostgreSQL"}},
+		{name: "--driver with a SQLite path", args: []string{"status", "--db", missing, "--driver", "pgx"}, code: exitError, stderr: []string{"--driver is for PostgreSQL"}},
+		{name: "--replica with a SQLite path", args: []string{"status", "--db", missing, "--replica", "postgres://127.0.0.1:1/x"}, code: exitError, stderr: []string{"--replica is for PostgreSQL"}},
+		{name: "--unprepared with a SQLite path", args: []string{"status", "--db", missing, "--unprepared"}, code: exitError, stderr: []string{"--unprepared is for PostgreSQL"}},
 		{name: "unknown Postgres driver", args: []string{"status", "--db", "postgres://127.0.0.1:1/x", "--driver", "odbc"}, code: exitError, stderr: []string{`driver "odbc"`}},
 		{name: "unreachable Postgres", args: []string{"status", "--db", "postgres://127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError, stderr: []string{"database unavailable"}},
 	}
@@ -595,5 +611,21 @@ func TestProgressBar(t *testing.T) {
 		{-3, 10, "[..............................] 0/10 due entries reviewed"},
 	} {
 		require.Equal(t, tc.want, progressBar(tc.worked, tc.total))
+	}
+}
+
+// --unprepared reaches the store: behind a pooler in transaction mode a prepared
+// statement may run on a server connection that never saw it, which one process's
+// few sequential statements rarely show (the pgbouncer backend of TestCommands
+// passes either way), so the option itself is checked.
+func TestUnpreparedFlagReachesTheStore(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	for _, unprepared := range []bool{false, true} {
+		db, err := open(t.Context(), connection{dsn: dsn, unprepared: unprepared})
+		require.NoError(t, err)
+		pg, ok := db.Database.(*postgres.DB)
+		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db.Database)
+		require.Equal(t, unprepared, pg.Unprepared())
+		require.NoError(t, db.Close())
 	}
 }

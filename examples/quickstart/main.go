@@ -38,7 +38,7 @@ func (b Block) ID() string { return b.Hash }
 
 func main() {
 	dbPath := flag.String("db", "", "SQLite database file (default: a new file in a temporary directory)")
-	pgDSN := flag.String("postgres", "", "PostgreSQL DSN; the example's tables are created in a new schema, dropped at the end")
+	pgDSN := flag.String("postgres", "", "PostgreSQL DSN of a direct connection (the example names its new schema in the DSN's search_path, which PgBouncer refuses); the example's tables are created in that schema, dropped at the end")
 	n := flag.Int("blocks", 1000, "number of blocks")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `quickstart shows refset's core: a completer holds each arriving block as pending
