@@ -11,12 +11,14 @@ import (
 	"github.com/refsetdb/refset/internal/sqltext"
 )
 
-// A hand-over whose commands are all Exec commands is a list of statements. On a
-// database whose driver can send statements before reading the results of the ones
-// before (pgx), Complete hands the list to the database's pipeline.Runner: BEGIN goes
-// with the first statements and COMMIT with the last, and a statement whose row count
-// is checked is read before any later one is sent. A two-command hand-over (a release
-// checked, an acquire not) takes two round trips instead of four. Everything else is
+// A hand-over whose commands are all Exec commands is a list of statements, and so is
+// an Add with such commands when the store can give its insert as a statement
+// (pipeline.Inserter). On a database whose driver can send statements before reading
+// the results of the ones before (pgx), Complete and Add hand the list to the
+// database's pipeline.Runner: BEGIN goes with the first statements and COMMIT with
+// the last, and a statement whose row count is checked is read before any later one
+// is sent. A two-command hand-over (a release checked, an acquire not) takes two round
+// trips instead of four; an Add, one instead of three or more. Everything else is
 // InTx's: the same translated errors, retries, logs and context errors.
 
 // statementsOf is cmds as the statements they run for id, when every command is an
@@ -44,8 +46,10 @@ func statementsOf[ID comparable](db Database, id ID, cmds []Command[ID]) (execs 
 	return execs, stmts, true
 }
 
-// runPipelined runs the statements of execs for id through run, in one transaction,
-// as a unit of work of InTx's.
+// runPipelined runs stmts for id through run, in one transaction, as a unit of work
+// of InTx's. execs[i] is the Exec command stmts[i] is, or nil for a statement of the
+// store's own (the insert of an Add), whose errors are translated as the store's are
+// and whose row count is not checked.
 func runPipelined[ID comparable](ctx context.Context, db Database, run pipeline.Runner, id ID, execs []*execCommand[ID], stmts []pipeline.Statement) error {
 	log, slow := dblog.Of(db)
 	return runUnit(ctx, db, func() error {
@@ -55,6 +59,12 @@ func runPipelined[ID comparable](ctx context.Context, db Database, run pipeline.
 		start := time.Now() // a pipelined statement is timed from when the first was sent
 		err := run(ctx, stmts, func(i int, rows int64, err error) error {
 			dblog.Slow(ctx, log, slow, stmts[i].Query, start)
+			if execs[i] == nil { // the store's own statement, an insert: as Persist
+				if err != nil {
+					return db.TranslateError(err, stmts[i].Query)
+				}
+				return nil
+			}
 			if err != nil {
 				return translateStatement(db, err, stmts[i].Query)
 			}

@@ -69,17 +69,32 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 	if err := checkCommands(cmds); err != nil {
 		return nil, err
 	}
-	err := s.within(ctx, tx, func(tx Tx) error {
+	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
+		return nil, fmt.Errorf("refset: add %v: %w", id, err)
+	}
+	s.obs.Added(ctx, 1)
+	return newToken[ID](id, s), nil
+}
+
+// persist inserts obj and runs cmds for it: in a new transaction when tx is nil,
+// pipelined when the commands are all Exec commands and the database can pipeline
+// them and the store give its insert as a statement, otherwise under a savepoint of tx.
+func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
+	if tx == nil && s.pipe != nil {
+		if ins, ok := s.store.(pipeline.Inserter[T]); ok {
+			if execs, stmts, ok := statementsOf(s.db, id, cmds); ok {
+				execs = append([]*execCommand[ID]{nil}, execs...)
+				stmts = append([]pipeline.Statement{ins.InsertStatement(obj)}, stmts...)
+				return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
+			}
+		}
+	}
+	return s.within(ctx, tx, func(tx Tx) error {
 		if err := s.store.Persist(ctx, tx, obj); err != nil {
 			return err
 		}
 		return runAll(ctx, tx, id, cmds)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("refset: add %v: %w", id, err)
-	}
-	s.obs.Added(ctx, 1)
-	return newToken[ID](id, s), nil
 }
 
 // AddAll stores objs in one transaction, with multi-row inserts, and returns a token

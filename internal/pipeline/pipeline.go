@@ -1,5 +1,6 @@
 // Package pipeline lets a database run a unit of work made only of statements, the
-// hand-over of refset.Exec commands, in fewer round trips than one per statement: a
+// hand-over of refset.Exec commands or an Add with them, in fewer round trips than one
+// per statement: a
 // driver that can send several statements before reading their results (pgx's batch)
 // sends BEGIN with the first ones, and COMMIT with the last.
 //
@@ -20,6 +21,13 @@ type Statement struct {
 	// (a row count to check): no later statement may run before it is seen, so the
 	// Runner reads its result before sending the next ones.
 	Checked bool
+}
+
+// Inserter is a set's store that can give the statement that inserts an object, so
+// that an Add of the object with Exec commands is a unit of statements too: [BEGIN,
+// INSERT, the commands..., COMMIT] in one round trip when no result is checked.
+type Inserter[T any] interface {
+	InsertStatement(obj T) Statement
 }
 
 // ResultFunc is told the outcome of statement i, in order: the rows it affected, or

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/pipeline"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
@@ -275,6 +276,12 @@ func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) err
 		return s.db.TranslateError(err, s.stmt.Insert)
 	}
 	return nil
+}
+
+// InsertStatement is Persist's statement for obj, for a pipelined Add
+// (pipeline.Inserter).
+func (s *Store[T, ID]) InsertStatement(obj T) pipeline.Statement {
+	return pipeline.Statement{Query: s.stmt.Insert, Args: s.table.Mapping.Values(reflect.ValueOf(obj))}
 }
 
 // PersistAll inserts objs with multi-row inserts.

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// On pgx, an Add whose commands are all Exec commands is one unit of statements: the
+// store's insert goes with BEGIN, the commands after it, and COMMIT with the last,
+// one round trip per checked command plus one. An Add with a command of the caller's
+// own (Hold is one) takes the ordinary path.
+func TestPgxPipelinesAdd(t *testing.T) {
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	tracer := &batchTracer{}
+	cfg.Tracer = tracer
+	pool := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { pool.Close() })
+	ctx := t.Context()
+	db, err := New(ctx, pool, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	e := newHandOverEnv(t, db)
+
+	const ins = `INSERT INTO pending (block_id) VALUES ($1)`
+	pendingUnchecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, -1)
+	pendingChecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+	hold := e.set.Hold("completer", 0)
+	for i, tc := range []struct {
+		name    string
+		cmds    []refset.Command[string]
+		batches [][]string // "insert" stands for the store's insert
+		pending bool
+	}{
+		{"no commands", nil, [][]string{{"begin", "insert", "commit"}}, false},
+		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, [][]string{{"begin", "insert", ins, "commit"}}, true},
+		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"begin", "insert", ins}, {"commit"}}, true},
+		{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint("a", i)
+			tracer.reset()
+			_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, tc.cmds...)
+			require.NoError(t, err)
+			batches, alone := tracer.reset()
+			for _, b := range batches {
+				for j, q := range b {
+					if strings.HasPrefix(q, "INSERT INTO") && strings.Contains(q, "blocks") {
+						b[j] = "insert"
+					}
+				}
+			}
+			assert.Equal(t, tc.batches, batches)
+			if tc.batches != nil {
+				assert.Empty(t, alone, "nothing but the batches")
+			} else {
+				assert.NotEmpty(t, alone)
+			}
+			assert.Equal(t, 1, count(t, db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`))
+			pending, _ := e.state(t, id)
+			assert.Equal(t, tc.pending, pending)
+		})
+	}
+}
+
+// A failed Add stores nothing and leaves its connection usable, whichever statement
+// failed, pipelined (pgx) or not: the sentinel is the one the ordinary path gives.
+func TestAddStatementErrors(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		opts.MaxConns = 1 // every Add on the connection the failed one used
+		db, err := Open(t.Context(), pgtest.DSN(t), opts)
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		e := newHandOverEnv(t, db)
+		ctx := t.Context()
+		_, err = e.set.Add(ctx, block{Hash: "stored", Height: 1})
+		require.NoError(t, err)
+
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		pending := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, -1)
+		for _, tc := range []struct {
+			name string
+			ctx  context.Context
+			id   string
+			cmds []refset.Command[string]
+			want error
+		}{
+			{"a stored ID", ctx, "stored", []refset.Command[string]{pending}, refset.ErrDuplicate},
+			{"a command referencing a missing object", ctx, "x1",
+				[]refset.Command[string]{pending, refset.Exec[string](`INSERT INTO heads (block_id) VALUES (? || '-missing')`, -1)}, refset.ErrNotFound},
+			{"a command repeating a row", ctx, "x2", []refset.Command[string]{pending, pending}, refset.ErrDuplicate},
+			{"a checked command that matched nothing", ctx, "x3",
+				[]refset.Command[string]{refset.Exec[string](`DELETE FROM heads WHERE block_id = ?`, 1), pending}, refset.ErrNotFound},
+			{"a command on a missing table", ctx, "x4", []refset.Command[string]{pending, refset.Exec[string](`INSERT INTO nowhere VALUES (?)`, -1)}, refset.ErrSchema},
+			{"a command that is not SQL", ctx, "x7", []refset.Command[string]{pending, refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?) garbage`, -1)}, refset.ErrStatement},
+			{"a command that would commit", ctx, "x5", []refset.Command[string]{pending, refset.Exec[string](`COMMIT`, -1)}, refset.ErrInvalidCommand},
+			{"an ended context", cancelled, "x6", []refset.Command[string]{pending}, context.Canceled},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := e.set.Add(tc.ctx, block{Hash: tc.id, Height: 2}, tc.cmds...)
+				require.ErrorIs(t, err, tc.want)
+				assert.Zero(t, count(t, db, `SELECT count(*) FROM blocks WHERE height = 2`), "no block stored")
+				assert.Zero(t, count(t, db, `SELECT count(*) FROM pending`), "no command's row left")
+				// The connection is out of the failed transaction: the next Add commits.
+				_, err = e.set.Add(ctx, block{Hash: tc.id + "-after", Height: 3}, pending)
+				require.NoError(t, err)
+				_, err = db.Pool.ExecContext(ctx, `DELETE FROM pending; DELETE FROM blocks WHERE height = 3`)
+				require.NoError(t, err)
+			})
+		}
+	})
+}
