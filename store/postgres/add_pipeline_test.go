@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -19,16 +17,8 @@ import (
 // one round trip per checked command plus one. An Add with a command of the caller's
 // own (Hold is one) takes the ordinary path.
 func TestPgxPipelinesAdd(t *testing.T) {
-	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
-	require.NoError(t, err)
-	tracer := &batchTracer{}
-	cfg.Tracer = tracer
-	pool := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { pool.Close() })
 	ctx := t.Context()
-	db, err := New(ctx, pool, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db, tracer := tracedPgx(t)
 	e := newHandOverEnv(t, db)
 
 	const ins = `INSERT INTO pending (block_id) VALUES ($1)`

@@ -271,6 +271,22 @@ func (r *batchTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx
 
 func (r *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// tracedPgx is a database on a pgx pool of its own whose batches and lone
+// statements the returned tracer records.
+func tracedPgx(t *testing.T) (*DB, *batchTracer) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
+	require.NoError(t, err)
+	tracer := &batchTracer{}
+	cfg.Tracer = tracer
+	pool := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { pool.Close() })
+	db, err := New(t.Context(), pool, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db, tracer
+}
+
 // reset forgets what was recorded, and returns it.
 func (r *batchTracer) reset() (batches [][]string, alone []string) {
 	r.mu.Lock()
@@ -285,16 +301,8 @@ func (r *batchTracer) reset() (batches [][]string, alone []string) {
 // statement sent before the one before it was checked. A hand-over with a command
 // of the caller's own takes the ordinary path.
 func TestPgxPipelinesHandOvers(t *testing.T) {
-	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
-	require.NoError(t, err)
-	tracer := &batchTracer{}
-	cfg.Tracer = tracer
-	pool := stdlib.OpenDB(*cfg)
-	t.Cleanup(func() { pool.Close() })
 	ctx := t.Context()
-	db, err := New(ctx, pool, Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db, tracer := tracedPgx(t)
 	e := newHandOverEnv(t, db)
 
 	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
