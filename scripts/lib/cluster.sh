@@ -446,9 +446,9 @@ cluster_stop() {
 	cluster_dir='' cluster_data='' standby_data='' bouncer_dir=''
 }
 
-# cluster_at_exit COMMAND... has cluster_trap_exit's handler run COMMAND at
-# exit, before the cluster stops (dropping benchmark tables, say).
-cluster_at_exit() { cluster_exit_hooks+=("$*"); }
+# cluster_at_exit FUNCTION has cluster_trap_exit's handler call FUNCTION at
+# exit, before the cluster stops (to drop benchmark tables, say).
+cluster_at_exit() { cluster_exit_hooks+=("$1"); }
 
 # cluster_trap_exit makes the script stop the cluster however it ends, keeping
 # its exit status; INT and TERM become a normal exit (130, 143) so the EXIT
@@ -464,13 +464,26 @@ cluster_on_exit() {
 	set +e
 	# (The ${a[@]+...} form: an empty array is "unbound" to set -u in bash 3.)
 	for hook in ${cluster_exit_hooks[@]+"${cluster_exit_hooks[@]}"}; do
-		eval "$hook"
+		"$hook"
 	done
 	cluster_stop
 	exit "$rc"
 }
 
 # ------------------------------------------------------------ benchmarks
+
+# pgbench_init PGBENCH SCALE creates pgbench's tables (-i -s SCALE) in the
+# database of REFSET_TEST_POSTGRES and has them dropped at exit.
+pgbench_for_exit=
+pgbench_init() {
+	pgbench_for_exit=$1
+	cluster_at_exit drop_pgbench_tables
+	"$1" -i -s "$2" -q "$REFSET_TEST_POSTGRES" >/dev/null 2>&1
+}
+
+drop_pgbench_tables() {
+	"$pgbench_for_exit" -i -I d "$REFSET_TEST_POSTGRES" >/dev/null 2>&1
+}
 
 # cluster_for_bench [NAME=VALUE...] leaves REFSET_TEST_POSTGRES alone when it is
 # set; otherwise it starts the throwaway cluster with the settings given (and
