@@ -34,10 +34,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'scale-bench.sh: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
 # shellcheck source=scripts/lib/cluster.sh
 source scripts/lib/cluster.sh
 

@@ -5,7 +5,6 @@
 # again when the script ends. Sourced, never run:
 #
 #   log() { printf 'my-script: %s\n' "$*" >&2; }   # the caller's own prefix
-#   die() { log "$*"; exit 1; }
 #   source scripts/lib/cluster.sh
 #   cluster_trap_exit              # stop everything however the script ends
 #   cluster_start max_connections=500 shared_preload_libraries=pg_stat_statements
@@ -23,6 +22,19 @@
 # synchronous_commit, full_page_writes), which makes it much faster and loses
 # nothing worth keeping, since it is deleted at exit. Benchmarks compare both of
 # their sides on this one server, so both see the same settings.
+
+# The caller's log writes messages with its own prefix; die is log and exit 1,
+# unless the caller has its own.
+declare -F log >/dev/null || {
+	echo "scripts/lib/cluster.sh: define log before sourcing it" >&2
+	exit 1
+}
+if ! declare -F die >/dev/null; then
+	die() {
+		log "$*"
+		exit 1
+	}
+fi
 
 # is_root reports whether the script runs as root.
 is_root() { [[ $(id -u) -eq 0 ]]; }
