@@ -25,7 +25,8 @@
 # As root (CI) the server runs as the `postgres` OS user, because initdb and
 # postgres refuse to run as root; missing PostgreSQL or C compiler packages
 # are installed with apt-get. As an ordinary user everything runs as you.
-# PgBouncer (Debian's pgbouncer package) is installed the same way.
+# PgBouncer (Debian's pgbouncer package) is installed the same way. The
+# throwaway cluster is scripts/lib/cluster.sh, shared with the benchmark scripts.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
