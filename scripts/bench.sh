@@ -18,9 +18,16 @@
 # Environment:
 #   REFSET_TEST_POSTGRES   lib/pq DSN of a PostgreSQL server where schemas may be
 #                          created; the Postgres benchmarks run through lib/pq and pgx.
-#                          When unset, only SQLite is measured.
+#                          When unset, a throwaway cluster is started on 127.0.0.1 and
+#                          removed again at exit (scripts/lib/cluster.sh: as root the
+#                          PostgreSQL packages are installed with apt-get); only where
+#                          no server can be had is SQLite measured alone.
 #   BENCH_COUNT            runs of everything in full mode (default 2).
 #   BENCH_OUT              where the raw go test output goes (default bench.out).
+#   BENCH_ONLY             a go test -bench pattern: run only the benchmarks it
+#                          matches (none of pgbench), each for BENCH_TIME (default
+#                          1x), e.g. BENCH_ONLY='^BenchmarkAdd$/sqlite/paired$'. The
+#                          table shows what ran; --update and --full refuse it.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +37,8 @@ die() {
 	log "$*"
 	exit 1
 }
+# shellcheck source=scripts/lib/cluster.sh
+source scripts/lib/cluster.sh
 
 mode=quick
 update=
@@ -46,6 +55,9 @@ for arg in "$@"; do
 	esac
 done
 [[ $mode == full ]] && update=1
+if [[ -n ${BENCH_ONLY:-} && -n $update ]]; then
+	die "BENCH_ONLY runs a subset: it cannot regenerate BENCHMARKS.md (drop --full/--update)"
+fi
 
 command -v go >/dev/null 2>&1 || die "Go is not installed or not on PATH"
 out=${BENCH_OUT:-bench.out}
@@ -62,13 +74,18 @@ fi
 
 dbs='(sqlite|postgres|pgx)'
 pgbench=
-if [[ -z ${REFSET_TEST_POSTGRES:-} ]]; then
-	log "REFSET_TEST_POSTGRES is not set: measuring SQLite only (scripts/test.sh shows how a"
-	log "throwaway server is started; any PostgreSQL 13 or later where you may create schemas will do)"
+cluster_trap_exit
+if [[ -z ${REFSET_TEST_POSTGRES:-} ]] && ! cluster_can_start; then
+	log "REFSET_TEST_POSTGRES is not set and no PostgreSQL server binaries are installed:"
+	log "measuring SQLite only (install PostgreSQL, or set REFSET_TEST_POSTGRES to a server"
+	log "of version 13 or later where you may create schemas)"
 	dbs='sqlite'
 else
-	pgbench=$(command -v pgbench || printf '%s\n' /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -rV | head -n1)
-	[[ -x $pgbench ]] || die "pgbench not found (Debian: apt-get install postgresql-contrib)"
+	# shellcheck disable=SC2119 # no settings beyond the cluster's defaults
+	cluster_for_bench
+	if [[ -z ${BENCH_ONLY:-} ]]; then
+		pgbench=$(cluster_pgbench) || die "pgbench not found (Debian: apt-get install postgresql-contrib)"
+	fi
 fi
 
 # bench runs one go test of the benchmarks matching $1 for -benchtime $2.
@@ -91,14 +108,17 @@ tpcb() {
 : >"$out"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 if [[ -n $pgbench ]]; then
-	trap '"$pgbench" -i -I d "$REFSET_TEST_POSTGRES" >/dev/null 2>&1 || true' EXIT
-	"$pgbench" -i -s 10 -q "$REFSET_TEST_POSTGRES" >/dev/null 2>&1 || die "pgbench -i failed"
+	pgbench_init "$pgbench" 10 || die "pgbench -i failed"
 fi
 # One go test per group and run, rather than -count: the two sides of a paired
 # benchmark are measured in one loop anyway, and runs spread over time show the
 # machine's drift as the range the table prints.
 for ((run = 1; run <= count; run++)); do
 	log "run $run of $count ($mode mode)"
+	if [[ -n ${BENCH_ONLY:-} ]]; then
+		bench "$BENCH_ONLY" "${BENCH_TIME:-1x}"
+		continue
+	fi
 	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/paired\$" "$core_time"
 	bench "^BenchmarkPutPaired\$/$dbs\$" 1x
 	bench "^BenchmarkBranch(Diff)?\$/$dbs/" "$branch_time"

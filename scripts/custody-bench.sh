@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Measures token custody on PostgreSQL beside pgbench, on the same server in one run:
 #
-#   REFSET_TEST_POSTGRES=postgres://... scripts/custody-bench.sh [go test flags...]
+#   scripts/custody-bench.sh [go test flags...]
+#
+# on the server of REFSET_TEST_POSTGRES (a lib/pq DSN) when set, else on a throwaway
+# cluster started on 127.0.0.1 and removed again at exit (scripts/lib/cluster.sh;
+# with REFSET_BENCH_CUSTODY_STATEMENTS=1 it loads pg_stat_statements for it).
 #
 # 1. pgbench's TPC-B-like load, 8 clients, 10 s (scale 10), for scale: once with
 #    pgbench's default simple protocol and once with prepared statements (-M prepared,
@@ -15,8 +19,7 @@
 # 4. a summary: each refset-alone line's cycles/s over pgbench's simple-protocol tps
 #    (the mean of before and after), the issue's "cycles per pgbench transaction".
 #
-# pgbench's tables go into the database of REFSET_TEST_POSTGRES and are dropped at
-# the end. BENCH_TIME is each custody benchmark's -benchtime (default 10000x: payments per
+# pgbench's tables go into that database and are dropped at the end. BENCH_TIME is each custody benchmark's -benchtime (default 10000x: payments per
 # sub-benchmark; 3000x for a quick look); BENCH is the -bench pattern (default: all of
 # the above); extra arguments go to go test (-count 3, say). REFSET_BENCH_CUSTODY_PATH=twostep
 # runs the BenchmarkCustody* ones with Select then Spend instead of Pay.
@@ -25,24 +28,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'custody-bench.sh: %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib/cluster.sh
+source scripts/lib/cluster.sh
 
-[[ -n ${REFSET_TEST_POSTGRES:-} ]] || {
-	log "REFSET_TEST_POSTGRES must name a PostgreSQL server (a lib/pq URL), e.g."
-	log "  REFSET_TEST_POSTGRES='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' $0"
-	exit 1
-}
-
-pgbench=$(command -v pgbench || true)
-if [[ -z $pgbench ]]; then
-	pgbench=$(printf '%s\n' /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | sort -rV | head -n1)
-fi
-[[ -x $pgbench ]] || {
-	log "pgbench not found (Debian: apt-get install postgresql-contrib or postgresql)"
-	exit 1
-}
+cluster_trap_exit
+# shellcheck disable=SC2119 # no settings beyond the cluster's defaults
+cluster_for_bench
+pgbench=$(cluster_pgbench) || die "pgbench not found (Debian: apt-get install postgresql-contrib or postgresql)"
 
 out=$(mktemp)
-trap '"$pgbench" -i -I d "$REFSET_TEST_POSTGRES" >/dev/null 2>&1 || true; rm -f "$out"' EXIT
+remove_out() { rm -f "$out"; }
+cluster_at_exit remove_out
 
 tpcb() {
 	for mode in simple prepared; do
@@ -51,7 +47,7 @@ tpcb() {
 	done
 }
 
-"$pgbench" -i -s 10 -q "$REFSET_TEST_POSTGRES" >/dev/null 2>&1
+pgbench_init "$pgbench" 10
 tpcb | tee -a "$out"
 go test -run '^$' -bench "${BENCH:-^Benchmark(SelectAndSpend|PayOneStatement|Custody)}" \
 	-benchtime "${BENCH_TIME:-10000x}" -timeout 120m "$@" ./internal/bench/ | tee -a "$out"

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Measures refset with many replicas on one PostgreSQL and on large sets:
 #
-#   REFSET_TEST_POSTGRES=postgres://... scripts/scale-bench.sh quick|full [go test flags...]
+#   scripts/scale-bench.sh quick|full [go test flags...]
+#
+# on the server of REFSET_TEST_POSTGRES (a lib/pq DSN) when set, else on a throwaway
+# cluster started on 127.0.0.1 and removed again at exit (scripts/lib/cluster.sh),
+# with max_connections enough for the replicas below.
 #
 # 1. BenchmarkReplicasCustody and BenchmarkReplicasReceive (internal/bench/replicas_test.go):
 #    custody payers (Select then Spend) and blockmanager receivers (Put), each replica
@@ -23,12 +27,15 @@
 # REFSET_BENCH_TOKENS, REFSET_BENCH_BRANCH (blocks per Put), REFSET_BENCH_SCALE,
 # REFSET_BENCH_GARBAGE, REFSET_BENCH_WALK; REPLICA_OPS and SCALE_OPS are the
 # -benchtime of each part. Extra arguments go to go test (-count 3, say). The
-# benchmarks need max_connections of at least replicas x workers + a few.
+# benchmarks need max_connections of at least replicas x workers + a few (an outside
+# server must have them; the throwaway cluster gets them).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'scale-bench.sh: %s\n' "$*" >&2; }
+# shellcheck source=scripts/lib/cluster.sh
+source scripts/lib/cluster.sh
 
 mode=${1:-}
 case $mode in
@@ -49,11 +56,20 @@ full)
 esac
 shift
 
-[[ -n ${REFSET_TEST_POSTGRES:-} ]] || {
-	log "REFSET_TEST_POSTGRES must name a PostgreSQL server (a lib/pq URL), e.g."
-	log "  REFSET_TEST_POSTGRES='postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' $0 $mode"
-	exit 1
+# needed_connections prints max_connections for the largest replica count, each
+# replica with REFSET_BENCH_WORKERS connections (default 2), plus room for the
+# benchmark's own pools and the superuser; never below the cluster's default 300.
+needed_connections() {
+	local most=0 n
+	for n in ${REFSET_BENCH_REPLICAS//,/ }; do
+		if ((n > most)); then most=$n; fi
+	done
+	n=$((most * ${REFSET_BENCH_WORKERS:-2} + 50))
+	echo $((n > 300 ? n : 300))
 }
+
+cluster_trap_exit
+cluster_for_bench "max_connections=$(needed_connections)"
 
 export REFSET_BENCH_REPLICAS REFSET_BENCH_OWNERS REFSET_BENCH_TOKENS \
 	REFSET_BENCH_SCALE REFSET_BENCH_GARBAGE REFSET_BENCH_WALK
