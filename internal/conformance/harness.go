@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
@@ -78,9 +79,36 @@ func (e *env) exec(ctx context.Context, q string, args ...any) error {
 	})
 }
 
+// mustExec runs plain SQL, the test's own change behind refset's back, and, on a
+// database with a replica, waits until the replica shows it: the test's next step,
+// a read that may go to the replica, must see the change however far replay lags.
 func (e *env) mustExec(tb testing.TB, q string, args ...any) {
 	tb.Helper()
 	require.NoError(tb, e.exec(context.Background(), q, args...), q)
+	e.waitReplica(tb)
+}
+
+// waitReplica waits until the database's replica, if it has one, has replayed what
+// the primary committed so far.
+func (e *env) waitReplica(tb testing.TB) {
+	tb.Helper()
+	r, ok := e.db.(interface {
+		ReplicaCaughtUp(ctx context.Context) (bool, error)
+	})
+	if !ok || refset.ReplicaOf(e.db) == nil {
+		return
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		caught, err := r.ReplicaCaughtUp(tb.Context())
+		require.NoError(tb, err)
+		if caught {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("the replica did not replay the test's change within a minute")
+		}
+	}
 }
 
 func (e *env) count(tb testing.TB, table string, where string, args ...any) int {
