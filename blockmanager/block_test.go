@@ -2,12 +2,14 @@ package blockmanager
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"testing"
 
+	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,4 +86,33 @@ func FuzzIDsScan(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The walks read whole blocks with columns of their own, which must be the ones the
+// set's store maps, in the order their fields are scanned.
+func TestWalksReadTheColumnsTheStoreMaps(t *testing.T) {
+	mapping, err := sqlstore.NewMapping(reflect.TypeFor[Block]())
+	require.NoError(t, err)
+	assert.Equal(t, strings.Join(mapping.Columns(), ", "), wholeBlocks.list)
+	var b Block
+	fields := wholeBlocks.fields(&b)
+	v := reflect.ValueOf(&b).Elem()
+	for i, name := range mapping.Columns() {
+		f, ok := mapping.Field(name)
+		require.True(t, ok, name)
+		assert.Equal(t, reflect.PointerTo(f), reflect.TypeOf(fields[i]), name)
+		assert.Same(t, v.FieldByName(fieldOf(t, name)).Addr().Interface(), fields[i], name)
+	}
+}
+
+// fieldOf is the name of Block's field tagged column.
+func fieldOf(t *testing.T, column string) string {
+	t.Helper()
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Block]()) {
+		if f.Tag.Get("db") == column {
+			return f.Name
+		}
+	}
+	t.Fatalf("no field of Block is tagged %q", column)
+	return ""
 }

@@ -62,7 +62,7 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
 		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
 	}
-	prevNum, waiting, err := c.mustWait(ctx, tx, b)
+	prev, waiting, err := c.mustWait(ctx, tx, b)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -73,7 +73,7 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		if err := m.passGate(ctx, tx, true); err != nil {
 			return Outcome{}, err
 		}
-		if prevNum, waiting, err = c.mustWait(ctx, tx, b); err != nil {
+		if prev, waiting, err = c.mustWait(ctx, tx, b); err != nil {
 			return Outcome{}, err
 		}
 	} else if err := m.passGate(ctx, tx, false); err != nil {
@@ -82,22 +82,25 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		return Outcome{}, err
 	}
 	if waiting {
-		// Wait for the predecessor, held by the pending row.
-		if err := m.insertBlocks(ctx, tx, []Block{b}); err != nil {
+		// Wait for the predecessor, held by the pending row, in a segment of its
+		// own until it is linked.
+		if err := m.insertBlocks(ctx, tx, []storedBlock{{Block: b, Segment: newSegment()}}); err != nil {
 			return Outcome{}, err
 		}
 		_, err := tx.ExecContext(ctx, m.sql(`INSERT INTO pending_blocks (block_id, pending_previous_block_id) VALUES (?, ?)`),
 			b.HeaderSignature, b.PreviousBlockID)
 		return Outcome{Pending: true}, err
 	}
+	segment := newSegment()
 	if b.PreviousBlockID != NullBlockID {
-		if err := follows(b, b.PreviousBlockID, prevNum); err != nil {
+		if err := follows(b, b.PreviousBlockID, prev.num); err != nil {
 			return Outcome{}, err
 		}
-		prev := b.PreviousBlockID
-		b.PreviousBlockRef = &prev
+		ref := b.PreviousBlockID
+		b.PreviousBlockRef = &ref
+		segment = prev.joins
 	}
-	if err := m.insertBlocks(ctx, tx, []Block{b}); err != nil {
+	if err := m.insertBlocks(ctx, tx, []storedBlock{{Block: b, Segment: segment}}); err != nil {
 		return Outcome{}, err
 	}
 	tok, err := m.blocks.UpgradeTx(ctx, tx, b.HeaderSignature)
@@ -119,42 +122,51 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 // itself waiting, and otherwise the predecessor's number. The predecessor is locked
 // against collection while this transaction links to it; if a collector took it
 // first, the block waits for it like any other.
-func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prevNum int64, waiting bool, err error) {
+func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prev predecessor, waiting bool, err error) {
 	if b.PreviousBlockID == NullBlockID {
-		return 0, false, nil
+		return prev, false, nil
 	}
-	prevNum, err = c.m.keepNum(ctx, tx, b.PreviousBlockID)
+	prev, err = c.m.keepPredecessor(ctx, tx, b.PreviousBlockID, false)
 	if errors.Is(err, refset.ErrNotFound) {
-		return 0, true, nil
+		return prev, true, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return prev, false, err
 	}
 	// A predecessor that is stored but itself waits is not complete either.
 	waiting, err = c.isPending(ctx, tx, b.PreviousBlockID)
-	return prevNum, waiting, err
+	return prev, waiting, err
 }
 
 // completeWaiting links every block that waits for one of arrived (blocks tx has
 // just stored, linked and not pending, lower blocks first) and hands it over, then
 // does the same for whatever waited for those, and returns how many it handed over.
-// Put runs it too, for the blocks it stores: a block is complete once its
-// predecessor is, whoever stored the predecessor.
+// Put does the same through complete, for the blocks it stores: a block is complete
+// once its predecessor is, whoever stored the predecessor.
 func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived []string) (int, error) {
 	m := c.m
-	completed := 0
 	// A receiver deciding that a child of one of the arrived blocks must wait holds
 	// the gate exclusive until it commits: passing it here means that child is seen
 	// below, or the receiver sees the arrived blocks (see passGate).
 	if err := m.passGate(ctx, tx, false); err != nil {
 		return 0, err
 	}
-	for parents := arrived; len(parents) > 0; {
-		waiting, err := c.waitingFor(ctx, tx, parents)
-		if err != nil {
-			return 0, err
-		}
-		parents = parents[:0:0]
+	waiting, err := c.waitingFor(ctx, tx, arrived)
+	if err != nil {
+		return 0, err
+	}
+	return c.complete(ctx, tx, waiting)
+}
+
+// complete links and hands over the blocks of waiting (blocks that wait for one tx
+// has just stored, in the order waitingFor returns them), then does the same for
+// whatever waited for those, and returns how many it handed over. tx has passed the
+// arrivals gate.
+func (c *Completer) complete(ctx context.Context, tx refset.Tx, waiting []waitingBlock) (int, error) {
+	m := c.m
+	completed := 0
+	for len(waiting) > 0 {
+		var parents []string
 		for _, w := range waiting {
 			if err := c.link(ctx, tx, w.child, w.parent); err != nil {
 				return 0, err
@@ -168,6 +180,10 @@ func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived [
 			}
 			completed++
 			parents = append(parents, w.child)
+		}
+		var err error
+		if waiting, err = c.waitingFor(ctx, tx, parents); err != nil {
+			return 0, err
 		}
 	}
 	return completed, nil
@@ -200,42 +216,48 @@ type waitingBlock struct{ child, parent string }
 // waitingFor returns the blocks that wait for one of parents, in the order of
 // parents, then by ID.
 func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parents []string) ([]waitingBlock, error) {
+	if len(parents) == 0 {
+		return nil, nil
+	}
 	order := make(map[string]int, len(parents))
 	for i, p := range parents {
 		order[p] = i
 	}
-	var out []waitingBlock
-	for start := 0; start < len(parents); start += 1000 {
-		cond, args := c.m.oneOf("pending_previous_block_id", parents[start:min(start+1000, len(parents))])
-		rows, err := tx.QueryContext(ctx, `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE `+cond, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var w waitingBlock
-			if err := rows.Scan(&w.child, &w.parent); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out = append(out, w)
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
+	cond, args := c.m.oneOf("pending_previous_block_id", parents)
+	rows, err := tx.QueryContext(ctx, `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE `+cond, args...)
+	if err != nil {
+		return nil, err
 	}
-	slices.SortFunc(out, func(a, b waitingBlock) int {
+	defer rows.Close()
+	var out []waitingBlock
+	for rows.Next() {
+		var w waitingBlock
+		if err := rows.Scan(&w.child, &w.parent); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	sortWaiting(out, order)
+	return out, nil
+}
+
+// sortWaiting sorts waiting blocks in the order of their parents, then by ID.
+func sortWaiting(waiting []waitingBlock, order map[string]int) {
+	slices.SortFunc(waiting, func(a, b waitingBlock) int {
 		if d := order[a.parent] - order[b.parent]; d != 0 {
 			return d
 		}
 		return strings.Compare(a.child, b.child)
 	})
-	return out, nil
 }
 
 // link sets a waiting block's link to its now stored predecessor, after checking its
 // number follows.
 func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string) error {
-	parentNum, err := c.m.blockNum(ctx, tx, parent)
+	p, err := c.m.readPredecessor(ctx, tx, predecessorSQL, parent)
 	if err != nil {
 		return err
 	}
@@ -243,11 +265,12 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 	if err != nil {
 		return err
 	}
-	if childNum != parentNum+1 {
-		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, child, childNum, parent, parentNum)
+	if childNum != p.num+1 {
+		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, child, childNum, parent, p.num)
 	}
-	res, err := tx.ExecContext(ctx, c.m.sql(`UPDATE blocks SET previous_block_ref = previous_block_id
-		WHERE header_signature = ? AND previous_block_ref IS NULL`), child)
+	// Linked, the block leaves its segment of one for its predecessor's, if it can.
+	res, err := tx.ExecContext(ctx, c.m.sql(`UPDATE blocks SET previous_block_ref = previous_block_id, segment = ?
+		WHERE header_signature = ? AND previous_block_ref IS NULL`), p.joins, child)
 	if err != nil {
 		return err
 	}

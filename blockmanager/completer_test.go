@@ -244,6 +244,8 @@ func nodeProcess(kind, where string) int {
 		db, err = sqlite.Open(ctx, where, sqlite.Options{})
 	case "pgbouncer":
 		db, err = postgres.Open(ctx, where, pooledOptions)
+	case "pgx":
+		db, err = postgres.Open(ctx, where, postgres.Options{Driver: postgres.DriverPgx})
 	default:
 		db, err = postgres.Open(ctx, where, postgres.Options{})
 	}

@@ -13,6 +13,12 @@
 // the transaction that stored the predecessor. The fork cache holds the heads of
 // branches other than the committed one, never a committed block.
 //
+// Every block also carries a segment number: the manager keeps the blocks of a
+// segment on one line of a branch, so a walk (Branch, BranchDiff, CommonAncestor)
+// reads a branch a segment at a time, each page one range scan, however many other
+// blocks are stored. The segment is a hint the walks check link by link; blocks
+// stored before segments existed are all in segment 0 and walked as before.
+//
 // Every transaction the package opens is refset.InTx's, so a Command passed to Put
 // that fails or panics leaves nothing behind.
 //

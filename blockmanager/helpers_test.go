@@ -38,9 +38,19 @@ var databases = []database{
 		name: "postgres",
 		open: func(tb testing.TB) (refset.Database, string) {
 			dsn := pgtest.DSN(tb)
-			return openPostgres(tb, dsn), dsn
+			return openPostgres(tb, dsn, postgres.DriverLibPQ), dsn
 		},
-		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn) },
+		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn, postgres.DriverLibPQ) },
+	},
+	{
+		// pgx encodes arguments its own way (arrays above all): the manager's
+		// statements run through both drivers.
+		name: "pgx",
+		open: func(tb testing.TB) (refset.Database, string) {
+			dsn := pgtest.DSN(tb)
+			return openPostgres(tb, dsn, postgres.DriverPgx), dsn
+		},
+		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn, postgres.DriverPgx) },
 	},
 	{
 		// Through PgBouncer in transaction mode (pooledOptions).
@@ -61,9 +71,9 @@ func openSQLite(tb testing.TB, path string) refset.Database {
 	return db
 }
 
-func openPostgres(tb testing.TB, dsn string) refset.Database {
+func openPostgres(tb testing.TB, dsn, driver string) refset.Database {
 	tb.Helper()
-	return openPostgresWith(tb, dsn, postgres.Options{})
+	return openPostgresWith(tb, dsn, postgres.Options{Driver: driver})
 }
 
 // pooledOptions open a database through PgBouncer in transaction mode: unprepared,

@@ -343,7 +343,7 @@ func TestPutWithPanickingCommand(t *testing.T) {
 // deadline passes.
 func TestReadsReportTheirDeadline(t *testing.T) {
 	ctx := t.Context()
-	db := openPostgres(t, pgtest.DSN(t))
+	db := openPostgres(t, pgtest.DSN(t), postgres.DriverLibPQ)
 	m := openManager(t, db, Config{})
 	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
 	require.NoError(t, err)
@@ -402,3 +402,20 @@ func TestLoggerReceivesCleanUp(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// A branch longer than the look-up's chunks of a thousand IDs, over a pending block
+// whose predecessor is in the chunk before its own: the block is completed once.
+func TestLongPutOverAPendingBlock(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		g := chain("g", NullBlockID, 0, 1500)
+		out, err := m.Completer().Receive(ctx, g[1000])
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+		_, err = m.Put(ctx, g, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Equal(t, "g1000", head(t, m), "the waiting block was handed to the controller")
+		assert.Len(t, branch(t, m, "g1499"), 1500)
+	})
+}

@@ -1,0 +1,318 @@
+package blockmanager
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/refsetdb/refset/internal/driver"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// segmentOf is the segment a stored block is in.
+func segmentOf(t *testing.T, m *Manager, id string) int64 {
+	t.Helper()
+	var s int64
+	require.NoError(t, m.db.Reader().QueryRowContext(t.Context(), m.sql(`SELECT segment FROM blocks WHERE header_signature = ?`), id).Scan(&s), id)
+	return s
+}
+
+// setSegment moves blocks into a segment, as two writers extending one block at once
+// would leave them, or as blocks stored before segments existed are.
+func setSegment(t *testing.T, m *Manager, segment int64, ids ...string) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, m.sql(`UPDATE blocks SET segment = ? WHERE header_signature = ?`), segment, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+}
+
+func idsOf(blocks []Block) []string {
+	out := make([]string, len(blocks))
+	for i, b := range blocks {
+		out[i] = b.HeaderSignature
+	}
+	return out
+}
+
+// descending is the IDs of blocks, newest first, as a walk returns them.
+func descending(blocks ...[]Block) []string {
+	var out []string
+	for i := len(blocks) - 1; i >= 0; i-- {
+		ids := idsOf(blocks[i])
+		for j := len(ids) - 1; j >= 0; j-- {
+			out = append(out, ids[j])
+		}
+	}
+	return out
+}
+
+// The segment rules: a block joins its predecessor's segment when the predecessor is
+// the highest block of it, whoever stores it (Put, an overlapping Put, the
+// Completer, the Completer linking a block that waited); otherwise it starts one of
+// its own.
+func TestSegments(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		hold := m.Blocks().Hold("t", 0)
+		g := chain("g", NullBlockID, 0, 12)
+		_, err := m.Put(ctx, g[:4], hold)
+		require.NoError(t, err)
+		_, err = m.Put(ctx, g[2:8], hold) // overlaps g0002 and g0003
+		require.NoError(t, err)
+		receiveAll(t, c, g[8:10])
+		out, err := c.Receive(ctx, g[11]) // waits for g0010
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+		main := segmentOf(t, m, "g0000")
+		assert.NotEqual(t, main, segmentOf(t, m, "g0011"), "a waiting block is in a segment of its own")
+		receiveAll(t, c, g[10:11])
+		for _, b := range g {
+			assert.Equal(t, main, segmentOf(t, m, b.HeaderSignature), "%s is on the line of its segment", b.HeaderSignature)
+		}
+
+		fork := chain("f", "g0005", 6, 3)
+		_, err = m.Put(ctx, fork, hold)
+		require.NoError(t, err)
+		forked := segmentOf(t, m, "f0006")
+		assert.NotEqual(t, main, forked, "a fork off the middle of a segment starts its own")
+		receiveAll(t, c, chain("f", "f0008", 9, 2))
+		assert.Equal(t, forked, segmentOf(t, m, "f0010"), "the fork's blocks join the fork's segment")
+
+		_, err = m.Put(ctx, chain("u", NullBlockID, 0, 2), hold)
+		require.NoError(t, err)
+		assert.NotContains(t, []int64{main, forked, 0}, segmentOf(t, m, "u0000"), "a genesis block starts its own")
+
+		assert.Equal(t, descending(g[:6], fork, chain("f", "f0008", 9, 2)), branch(t, m, "f0010"))
+	})
+}
+
+// A segment holds whatever its writers put there: two that extended the highest
+// block of a segment at once leave two branches in it, and blocks stored before
+// segments existed are all in segment 0, forks and all. Walks pass over the other
+// branches' blocks, whether a page holds many of the walk's blocks or few.
+func TestWalksPassOverOtherBranchesInTheirSegment(t *testing.T) {
+	for _, pageSize := range []int{1, 3, 7, 1000} {
+		t.Run(fmt.Sprintf("page=%d", pageSize), func(t *testing.T) {
+			eachDB(t, Config{PageSize: pageSize}, func(t *testing.T, m *Manager) {
+				ctx := t.Context()
+				hold := m.Blocks().Hold("t", 0)
+				g := chain("g", NullBlockID, 0, 40)
+				a := chain("a", "g0019", 20, 30)
+				b := chain("b", "g0019", 20, 25)
+				c := chain("c", "a0029", 30, 5) // a fork off fork a
+				for _, br := range [][]Block{g, a, b, c} {
+					_, err := m.Put(ctx, br, hold)
+					require.NoError(t, err)
+				}
+				check := func(t *testing.T) {
+					t.Helper()
+					assert.Equal(t, descending(g), branch(t, m, "g0039"))
+					assert.Equal(t, descending(g[:20], a), branch(t, m, "a0049"))
+					assert.Equal(t, descending(g[:20], b), branch(t, m, "b0044"))
+					assert.Equal(t, descending(g[:20], a[:10], c), branch(t, m, "c0034"))
+					diff, err := m.BranchDiff(ctx, "a0049", "b0044")
+					require.NoError(t, err)
+					assert.Equal(t, descending(a), ids(diff))
+					diff, err = m.BranchDiff(ctx, "c0034", "a0049")
+					require.NoError(t, err)
+					assert.Equal(t, descending(c), ids(diff))
+					diff, err = m.BranchDiff(ctx, "g0039", "c0034")
+					require.NoError(t, err)
+					assert.Equal(t, descending(g[20:]), ids(diff))
+					common, err := m.CommonAncestor(ctx, "b0044", "c0034")
+					require.NoError(t, err)
+					assert.Equal(t, "g0019", common.HeaderSignature)
+				}
+				t.Run("own segments", check)
+
+				// Fork a's writer and the main line's both joined g0019's segment.
+				setSegment(t, m, segmentOf(t, m, "g0000"), idsOf(a)...)
+				t.Run("two branches in one segment", check)
+
+				// Stored before segments existed: one segment for all.
+				all := append(append(append(idsOf(g), idsOf(a)...), idsOf(b)...), idsOf(c)...)
+				setSegment(t, m, 0, all...)
+				t.Run("segment 0", check)
+			})
+		})
+	}
+}
+
+// Writers that extend the same block at once may all join its segment; the walks
+// stay right. On Postgres the writers' first transactions all put their first
+// blocks before any commits, so all join; SQLite's one writer takes them in turn.
+func TestRacingForksKeepWalksRight(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		hold := m.Blocks().Hold("t", 0)
+		g := chain("g", NullBlockID, 0, 10)
+		_, err := m.Put(ctx, g, hold)
+		require.NoError(t, err)
+		const writers = 6
+		concurrent := m.dialect == schema.Postgres
+		forks := make([][]Block, writers)
+		var wg, put sync.WaitGroup
+		put.Add(writers)
+		errs := make(chan error, writers)
+		for i := range forks {
+			forks[i] = chain(fmt.Sprintf("w%d-", i), "g0009", 10, 50)
+			wg.Go(func() {
+				err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+					_, err := m.PutTx(ctx, tx, forks[i][:10], hold)
+					if concurrent {
+						put.Done()
+						put.Wait() // every writer has put, none has committed
+					}
+					return err
+				})
+				for start := 10; err == nil && start < 50; start += 10 {
+					_, err = m.Put(ctx, forks[i][start:start+10], hold)
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		joined := count(t, m, `SELECT COUNT(*) FROM blocks WHERE segment = ? AND block_num = 10`, segmentOf(t, m, "g0000"))
+		if concurrent {
+			require.Equal(t, writers, joined, "every writer joined the main segment")
+		} else {
+			require.Equal(t, 1, joined, "the first writer joined the main segment")
+		}
+		for i, f := range forks {
+			assert.Equal(t, descending(g, f), branch(t, m, f[49].HeaderSignature))
+			diff, err := m.BranchDiff(ctx, f[49].HeaderSignature, forks[(i+1)%writers][20].HeaderSignature)
+			require.NoError(t, err)
+			assert.Equal(t, descending(f), ids(diff))
+		}
+	})
+}
+
+// A database of blocks stored before segments existed (blockmanager's first schema)
+// is migrated on Open: its blocks are in segment 0, the walks read them, and new
+// blocks extend them.
+func TestBlocksStoredBeforeSegments(t *testing.T) {
+	for _, d := range databases {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db, _ := d.open(t)
+			drv, err := driver.Of(db)
+			require.NoError(t, err)
+			dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
+			require.NoError(t, err)
+			first, err := fs.ReadFile(dir, "0001_blocks.sql")
+			require.NoError(t, err)
+			require.NoError(t, schema.MigrateFS(ctx, db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
+			g := chain("g", NullBlockID, 0, 30)
+			f := chain("f", "g0009", 10, 15)
+			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				for _, b := range append(append([]Block{}, g...), f...) {
+					var ref any
+					if b.PreviousBlockID != NullBlockID {
+						ref = b.PreviousBlockID
+					}
+					if _, err := tx.ExecContext(ctx, drv.Schema().Rebind(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
+						VALUES (?, ?, ?, ?, ?, ?, ?)`), b.HeaderSignature, b.PreviousBlockID, ref, b.BlockNum, `["x"]`, `["y"]`, b.Payload); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+
+			m := openManager(t, db, Config{})
+			assert.Equal(t, 45, count(t, m, `SELECT COUNT(*) FROM blocks WHERE segment = 0`))
+			assert.Equal(t, descending(g), branch(t, m, "g0029"))
+			assert.Equal(t, descending(g[:10], f), branch(t, m, "f0024"))
+			more := chain("g", "g0029", 30, 5)
+			_, err = m.Put(ctx, more, m.Blocks().Hold("t", 0))
+			require.NoError(t, err)
+			assert.Equal(t, descending(g, more), branch(t, m, "g0034"))
+			diff, err := m.BranchDiff(ctx, "g0034", "f0024")
+			require.NoError(t, err)
+			assert.Equal(t, descending(g[10:], more), ids(diff))
+		})
+	}
+}
+
+// A page the branch fills is followed by one twice as large, up to 16 times the
+// first: a walk that stops early has read at most about as much again as it used.
+func TestWalkPagesGrow(t *testing.T) {
+	eachDB(t, Config{PageSize: 5}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		g := chain("g", NullBlockID, 0, 400)
+		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		w := m.walk(context.Background(), "g0399", false)
+		var sizes []int
+		used := 0
+		for {
+			before := w.size
+			b, err := w.next()
+			require.NoError(t, err)
+			if b == nil {
+				break
+			}
+			used++
+			if len(w.page)+1 == before { // a page was read for this block
+				sizes = append(sizes, before)
+				assert.LessOrEqual(t, used+len(w.page), 2*used+5, "read beyond what was used")
+			}
+		}
+		assert.Equal(t, 400, used)
+		assert.Equal(t, []int{5, 10, 20, 40, 80, 80, 80, 80}, sizes[:8])
+	})
+}
+
+// Where a segment holds many branches at the heights of a walk (blocks stored
+// before segments existed, forks and all, are in segment 0), a page by segment
+// yields few of the walk's blocks, and the walker reads the next page by links: a
+// page a query, however crowded the segment.
+func TestWalkReadsCrowdedSegmentsByLinks(t *testing.T) {
+	const pageSize, length, forks = 10, 100, 20
+	eachDB(t, Config{PageSize: pageSize}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		hold := m.Blocks().Hold("t", 0)
+		g := chain("g", NullBlockID, 0, length)
+		_, err := m.Put(ctx, g, hold)
+		require.NoError(t, err)
+		ids := idsOf(g)
+		for i := range forks {
+			f := chain(fmt.Sprintf("f%02d-", i), "g0000", 1, length-1)
+			_, err := m.Put(ctx, f, hold)
+			require.NoError(t, err)
+			ids = append(ids, idsOf(f)...)
+		}
+		setSegment(t, m, 0, ids...)
+
+		w := m.walk(ctx, "g0099", false)
+		var walked []string
+		for {
+			b, err := w.next()
+			require.NoError(t, err)
+			if b == nil {
+				break
+			}
+			walked = append(walked, b.HeaderSignature)
+		}
+		assert.Equal(t, descending(g), walked)
+		// A page by segment, then one by links (which grow), and so on.
+		assert.LessOrEqual(t, w.pages, 2*length/pageSize, "pages read")
+	})
+}

@@ -1,0 +1,320 @@
+package blockmanager
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/refset"
+)
+
+// Branch walks from tip back to genesis (or to the oldest block whose predecessor
+// is not linked yet), reading a page of blocks per query: one range scan of a
+// segment (see segment.go), however many other blocks are stored. On a database
+// with a replica it reads the replica, and carries on from the primary wherever the
+// walk would end short of genesis there: at a tip, link, block or segment the
+// replica has not replayed yet. A walk right after a Put of its tip therefore
+// yields the whole branch. An unknown tip yields ErrUnknownBlock; a failed read
+// yields the errors of Get, and ends the walk.
+func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
+	return func(yield func(*Block, error) bool) {
+		w := m.walk(ctx, tip, false)
+		for {
+			b, err := w.next()
+			if err != nil {
+				yield(nil, ctxerr.Wrap(ctx, err))
+				return
+			}
+			if b == nil || !yield(b, nil) {
+				return
+			}
+		}
+	}
+}
+
+// BranchDiff returns the blocks on tip's branch that are not on exclude's, tip
+// first, down to (not including) their common ancestor. It walks the higher branch
+// down to the other's height first, then both together, reading the replica as
+// Branch does, and the primary for whatever the replica lacks. Errors:
+// ErrUnknownBlock (either tip is not stored), and those of Get.
+func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
+	diff, _, err := m.diverge(ctx, tip, exclude)
+	return diff, ctxerr.Wrap(ctx, err)
+}
+
+// CommonAncestor returns the newest block on both branches, or nil if they share
+// none. Errors: those of BranchDiff.
+func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, error) {
+	_, common, err := m.diverge(ctx, a, b)
+	return common, ctxerr.Wrap(ctx, err)
+}
+
+// diverge walks tip's branch, reading whole blocks, beside exclude's, reading only
+// links, down to the block both share.
+func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
+	a, b := m.walk(ctx, tip, false), m.walk(ctx, exclude, true)
+	ta, err := a.next()
+	if err != nil {
+		return nil, nil, err
+	}
+	tb, err := b.next()
+	if err != nil {
+		return nil, nil, err
+	}
+	for ta != nil && tb != nil && ta.BlockNum > tb.BlockNum {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ta != nil && tb != nil && tb.BlockNum > ta.BlockNum {
+		if tb, err = b.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ta != nil && tb != nil && ta.HeaderSignature != tb.HeaderSignature {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+		if tb, err = b.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if ta != nil && tb != nil {
+		return diff, ta, nil
+	}
+	// No common ancestor: the whole of tip's branch differs.
+	for ta != nil {
+		diff = append(diff, ta)
+		if ta, err = a.next(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return diff, nil, nil
+}
+
+// The walker's two ways to read a page, newest block first; %[1]s is the columns
+// read (a columns' List), each prefixed "b.", and %[2]s the same without the prefix.
+//
+// segmentPageSQL reads the blocks of the start block's segment at and below its
+// height: one range scan of the (segment, block_num) index. It takes the start
+// block's ID twice, then the page size. The segment and height are subqueries, not
+// a join: Postgres plans a join of the start block with the segment not knowing
+// which segment, and where most blocks share one (segment 0, or a table holding
+// one long chain) it chose to hash the whole table and sort it, for every page.
+//
+// linkPageSQL follows the links in the database, one index lookup a block, for
+// where segments are short. It takes the start block's ID and the page size.
+const (
+	segmentPageSQL = `SELECT %[1]s FROM blocks b
+		WHERE b.segment = (SELECT segment FROM blocks WHERE header_signature = ?)
+		AND b.block_num <= (SELECT block_num FROM blocks WHERE header_signature = ?)
+		ORDER BY b.block_num DESC LIMIT ?`
+	linkPageSQL = `WITH RECURSIVE walk AS (
+			SELECT %[1]s, 1 AS depth FROM blocks b WHERE b.header_signature = ?
+			UNION ALL
+			SELECT %[1]s, w.depth + 1 FROM walk w JOIN blocks b ON b.header_signature = w.previous_block_ref
+			WHERE w.depth < ?)
+		SELECT %[2]s FROM walk ORDER BY depth`
+)
+
+// minSegmentRun is how many blocks of the branch a segment page must yield for the
+// next page to be read by segment again; after a shorter one the walker reads a
+// page by links, which costs an index lookup a block but takes a page of them in
+// one query, however short the segments.
+const minSegmentRun = 32
+
+// maxPageGrowth bounds how many times larger than Config.PageSize a page grows.
+const maxPageGrowth = 16
+
+// walker reads a branch newest first, a page per query, and follows the links
+// through each page in memory. Each page that the branch fills is followed by one
+// twice as large, up to maxPageGrowth times the first: a long walk takes a few
+// queries, and one that stops early has read at most about as much again as it
+// used.
+//
+// On a database with a replica the walk reads the replica, and trusts what it finds
+// there: a block and its link never change once the link is set, and its segment
+// is only a hint the walk checks. Where the walk would end anywhere but at genesis
+// (a tip or block the replica lacks, a block not linked to its predecessor, a
+// failed read: a replica that has not replayed the segments' migration fails its
+// pages), the replica may just be behind, so the walk goes on from that block on
+// the primary, to the end. A segment row the replica has not replayed only leaves
+// the block the walk expects out of a page, and the next page starts at it.
+type walker struct {
+	m         *Manager
+	ctx       context.Context
+	q         refset.Querier // where pages are read: the replica, then the primary
+	onReplica bool           // q is the replica
+	links     bool           // read only ID, link and height, not whole blocks
+	from      string         // the next block to read; "" when the branch ended
+	found     bool           // whether the first block was found (an unknown tip is an error)
+	size      int            // the next page's size
+	// byLinks says the next page follows links: the last segment page yielded
+	// fewer than minSegmentRun blocks of the branch.
+	byLinks bool
+	page    []*Block
+	pages   int // how many pages it read
+}
+
+func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
+	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, links: links, size: m.pageSize}
+	if m.replica != nil {
+		w.q, w.onReplica = m.replica, true
+	}
+	return w
+}
+
+// toPrimary makes the walk read the primary from now on, because of reason (as
+// refset.Observer.ReadFellBack names it).
+func (w *walker) toPrimary(reason string) {
+	w.q, w.onReplica = w.m.db.Reader(), false
+	w.m.observer.ReadFellBack(w.ctx, "branch", reason)
+}
+
+func (w *walker) next() (*Block, error) {
+	// A page read on the replica may end in nothing, the walk then going on from
+	// the primary; a page read on the primary yields a block or ends the walk.
+	for len(w.page) == 0 {
+		if w.from == "" {
+			return nil, nil
+		}
+		if err := w.fill(); err != nil {
+			return nil, err
+		}
+	}
+	b := w.page[0]
+	w.page = w.page[1:]
+	return b, nil
+}
+
+// fill reads the next page from w.from, and follows the links through it.
+func (w *walker) fill() error {
+	m := w.m
+	query := segmentPageSQL
+	if w.byLinks {
+		query = linkPageSQL
+	}
+	cols := wholeBlocks
+	if w.links {
+		cols = linksOnly
+	}
+	args := []any{w.from, w.from, w.size}
+	if w.byLinks {
+		args = []any{w.from, w.size}
+	}
+	rows, err := w.read(cols, m.sql(fmt.Sprintf(query, cols.prefixed, cols.list)), args...)
+	if err != nil {
+		if w.onReplica && w.ctx.Err() == nil {
+			w.toPrimary("failed") // and next reads this page again there
+			return nil
+		}
+		return err
+	}
+	w.pages++
+	if len(rows) == 0 { // w.from is not stored
+		if w.onReplica {
+			w.toPrimary("missing") // and next reads this page again there
+			return nil
+		}
+		if !w.found {
+			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
+		}
+		w.from = "" // a link to a block that is gone: the branch ends
+		return nil
+	}
+	w.found = true
+	yielded := w.follow(rows)
+	if yielded == w.size {
+		w.size = min(2*w.size, maxPageGrowth*m.pageSize)
+	}
+	w.byLinks = !w.byLinks && yielded < min(minSegmentRun, m.pageSize)
+	return nil
+}
+
+// read runs a page's query and scans its rows, which have cols. The blocks of a
+// page are allocated together.
+func (w *walker) read(cols columns, query string, args ...any) ([]*Block, error) {
+	rows, err := w.q.QueryContext(w.ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Block
+	var slab []Block
+	for rows.Next() {
+		if len(slab) == cap(slab) {
+			slab = make([]Block, 0, min(64, w.size))
+		}
+		slab = slab[:len(slab)+1]
+		b := &slab[len(slab)-1]
+		if err := rows.Scan(cols.fields(b)...); err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Close()
+}
+
+// columns is what a walk reads of each block.
+type columns struct {
+	list, prefixed string             // the columns, and the same prefixed "b."
+	fields         func(*Block) []any // where Scan puts them
+}
+
+var (
+	// wholeBlocks reads blocks as the set's store maps them (a test checks the
+	// columns against the store's mapping of Block).
+	wholeBlocks = newColumns([]string{"header_signature", "previous_block_id", "previous_block_ref", "block_num", "batch_ids", "transaction_ids", "payload"},
+		func(b *Block) []any {
+			return []any{&b.HeaderSignature, &b.PreviousBlockID, &b.PreviousBlockRef, &b.BlockNum, &b.BatchIDs, &b.TransactionIDs, &b.Payload}
+		})
+	// linksOnly reads what a walk needs to follow a branch.
+	linksOnly = newColumns([]string{"header_signature", "previous_block_ref", "block_num"},
+		func(b *Block) []any { return []any{&b.HeaderSignature, &b.PreviousBlockRef, &b.BlockNum} })
+)
+
+func newColumns(names []string, fields func(*Block) []any) columns {
+	prefixed := make([]string, len(names))
+	for i, n := range names {
+		prefixed[i] = "b." + n
+	}
+	return columns{list: strings.Join(names, ", "), prefixed: strings.Join(prefixed, ", "), fields: fields}
+}
+
+// follow walks the links from w.from through rows, newest first, onto the page, and
+// returns how many blocks it took. Rows of other branches (at the heights it
+// passes) are passed over; a row below the height of the block it expects means
+// that block is not in the page, and the next page starts at it. On the replica, a
+// block not linked to its predecessor may only lack a link the replica has not
+// replayed: the walk reads it again on the primary.
+func (w *walker) follow(rows []*Block) int {
+	taken := 0
+	expect, height := w.from, int64(-1) // the first row of w.from's height is found below
+	for _, b := range rows {
+		if b.HeaderSignature != expect {
+			if height >= 0 && b.BlockNum < height {
+				break
+			}
+			continue
+		}
+		if b.PreviousBlockRef == nil && b.BlockNum != 0 && w.onReplica {
+			// (A block numbered 0 is genesis, or one that can never be linked.)
+			w.from = expect
+			w.toPrimary("missing")
+			return taken
+		}
+		w.page = append(w.page, b)
+		taken++
+		if b.PreviousBlockRef == nil {
+			w.from = ""
+			return taken
+		}
+		expect, height = *b.PreviousBlockRef, b.BlockNum-1
+	}
+	w.from = expect
+	return taken
+}
