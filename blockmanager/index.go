@@ -18,7 +18,11 @@ type indexRows struct{ ids, blocks []string }
 // indexOf is the rows of the index of list for blocks. A block may list an ID
 // twice; its index row is one.
 func indexOf(blocks []storedBlock, list func(Block) IDs) indexRows {
-	var rows indexRows
+	n := 0
+	for _, sb := range blocks {
+		n += len(list(sb.Block))
+	}
+	rows := indexRows{ids: make([]string, 0, n), blocks: make([]string, 0, n)}
 	for _, sb := range blocks {
 		listed := list(sb.Block)
 		for i, id := range listed {

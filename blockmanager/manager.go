@@ -273,6 +273,9 @@ type branchLookUp struct {
 // waitingFor is the blocks that wait for one of parents, in the order of parents,
 // then by ID.
 func (l branchLookUp) waitingFor(parents []string) []waitingBlock {
+	if len(l.waiting) == 0 {
+		return nil
+	}
 	order := make(map[string]int, len(parents))
 	for i, p := range parents {
 		order[p] = i
@@ -287,54 +290,57 @@ func (l branchLookUp) waitingFor(parents []string) []waitingBlock {
 	return out
 }
 
-// lookUpSQL is which of a branch's blocks wait in the Completer (stored before
-// their predecessor) and which pending blocks wait for one of them, and whether the
-// first block is stored. %s is the condition on a column being one of the branch's
-// IDs; the first block's ID is the last argument.
-const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE %s OR %s
-	UNION ALL SELECT header_signature, NULL FROM blocks WHERE header_signature = %s`
+// lookUpSQL reads the pending blocks, as many as there are blocks in a branch and
+// one more, and whether the branch's first block is stored: its row has a NULL
+// predecessor.
+const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM (SELECT block_id, pending_previous_block_id FROM pending_blocks LIMIT ?) p
+	UNION ALL SELECT header_signature, NULL FROM blocks WHERE header_signature = ?`
 
 // lookUp tells which blocks of a branch (ids, in order) are stored, and which
-// pending blocks wait for them, in one query where the first block is new. A
-// linked block's predecessor is stored (the link is a foreign key), so when the
-// first block is new the only stored ones are blocks waiting in the Completer,
-// stored before their predecessor: it looks for those in the small pending table,
-// not among every block. tx has passed the arrivals gate, so no block can start
-// waiting for one of ids before tx ends.
+// pending blocks wait for them. A linked block's predecessor is stored (the link
+// is a foreign key), so when the first block is new the only stored ones are
+// blocks waiting in the Completer, stored before their predecessor. Those are few
+// (a block waits only while its predecessor is missing), so one query reads them
+// all with the first block's row, and only when there are more than the branch has
+// blocks does a second look them up by ID. tx has passed the arrivals gate, so no
+// block can start waiting for one of ids before tx ends.
 func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branchLookUp, error) {
-	l := branchLookUp{stored: make(map[string]bool)}
-	pending, args := m.oneOf("block_id", ids)
-	waiting, _ := m.oneOf("pending_previous_block_id", ids)
-	first := `$2` // Postgres takes the IDs as one array, used twice
-	if m.dialect != schema.Postgres {
-		first, args = `?`, append(args, args...)
-	}
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(lookUpSQL, pending, waiting, first), append(args, ids[0])...)
-	if err != nil {
-		return l, err
-	}
+	var l branchLookUp
 	firstStored := false
-	for rows.Next() {
-		var id string
-		var parent sql.NullString
-		if err := rows.Scan(&id, &parent); err != nil {
-			rows.Close()
-			return l, err
-		}
+	err := m.scanPending(ctx, tx, m.sql(lookUpSQL), []any{len(ids) + 1, ids[0]}, func(child string, parent sql.NullString) {
 		if !parent.Valid {
 			firstStored = true
 		} else {
-			l.waiting = append(l.waiting, waitingBlock{child: id, parent: parent.String})
+			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
 		}
-	}
-	if err := rows.Close(); err != nil {
+	})
+	if err != nil {
 		return l, err
+	}
+	if len(l.waiting) > len(ids) {
+		// More pending blocks than the branch has: look up the branch's.
+		l.waiting = nil
+		pending, args := m.oneOf("block_id", ids)
+		waiting, _ := m.oneOf("pending_previous_block_id", ids)
+		if m.dialect != schema.Postgres {
+			args = append(args, args...) // Postgres takes the IDs once, as $1
+		}
+		q := `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE ` + pending + ` OR ` + waiting
+		err := m.scanPending(ctx, tx, q, args, func(child string, parent sql.NullString) {
+			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
+		})
+		if err != nil {
+			return l, err
+		}
 	}
 	if firstStored {
 		// The branch overlaps what is stored: look among every block.
-		stored, err := m.storedIDs(ctx, tx, ids)
-		l.stored = stored
+		l.stored, err = m.storedIDs(ctx, tx, ids)
 		return l, err
+	}
+	l.stored = make(map[string]bool)
+	if len(l.waiting) == 0 {
+		return l, nil
 	}
 	inBranch := make(map[string]bool, len(ids))
 	for _, id := range ids {
@@ -346,6 +352,25 @@ func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branc
 		}
 	}
 	return l, nil
+}
+
+// scanPending runs query, which reads (block ID, predecessor ID) pairs, and hands
+// each to row.
+func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, args []any, row func(child string, parent sql.NullString)) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var child string
+		var parent sql.NullString
+		if err := rows.Scan(&child, &parent); err != nil {
+			return err
+		}
+		row(child, parent)
+	}
+	return rows.Close()
 }
 
 // follows checks that b comes right after the block prevID numbered prevNum.

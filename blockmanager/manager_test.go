@@ -419,3 +419,30 @@ func TestLongPutOverAPendingBlock(t *testing.T) {
 		assert.Len(t, branch(t, m, "g1499"), 1500)
 	})
 }
+
+// Put reads the pending blocks whole when they are fewer than the branch's blocks,
+// and looks up the branch's by ID when there are more: a block waiting for the
+// branch is completed however many others wait for something else.
+func TestPutCompletesAWaiterAmongManyPending(t *testing.T) {
+	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		c := m.Completer()
+		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 2), m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		for _, b := range chain("a", "missing", 10, 5) { // all wait, for blocks never put
+			out, err := c.Receive(ctx, b)
+			require.NoError(t, err)
+			require.True(t, out.Pending)
+		}
+		child := chain("z", "x0002", 3, 1)[0] // sorts after the others
+		out, err := c.Receive(ctx, child)
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+
+		_, err = m.Put(ctx, chain("x", "g0001", 2, 1), m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`, "z0003"), "the waiter was completed")
+		assert.Equal(t, 5, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Equal(t, []string{"z0003", "x0002", "g0001", "g0000"}, branch(t, m, "z0003"))
+	})
+}
