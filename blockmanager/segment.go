@@ -24,9 +24,9 @@ import (
 //
 // The segment is a hint, never trusted: the walk checks every link. Two writers
 // that extend the highest block of a segment at once both join it, and a walk
-// through it then passes over the other writer's blocks; a block that clean-up
-// took leaves a gap, where the walk starts a new page at the block it expects.
-// Either costs reads, never a wrong answer. Blocks stored before segments existed,
+// through it then passes over the other writer's blocks; where the block the walk
+// expects next is not in the page (it is in another segment), the walk starts the
+// next page at it. Either costs reads, never a wrong answer. Blocks stored before segments existed,
 // and rows written by anything but the manager, are all in segment 0, where a page
 // is a range of heights, as walks read them before segments.
 
