@@ -316,3 +316,30 @@ func TestWalkReadsCrowdedSegmentsByLinks(t *testing.T) {
 		assert.LessOrEqual(t, w.pages, 2*length/pageSize, "pages read")
 	})
 }
+
+// A Put over a pending block: the new blocks after it join its segment, and when it
+// is linked it joins its predecessor's, so the branch spans two segments and the
+// walk's page of the upper one ends before the block it expects next.
+func TestWalkAcrossAPutOverAPendingBlock(t *testing.T) {
+	eachDB(t, Config{PageSize: 3}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		g := chain("g", NullBlockID, 0, 6)
+		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		p := chain("p", "g0005", 6, 8)
+		out, err := m.Completer().Receive(ctx, p[1])
+		require.NoError(t, err)
+		require.True(t, out.Pending)
+		_, err = m.Put(ctx, p, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+
+		main := segmentOf(t, m, "g0000")
+		assert.Equal(t, main, segmentOf(t, m, "p0007"), "the pending block joined its predecessor's segment once linked")
+		assert.NotEqual(t, main, segmentOf(t, m, "p0008"), "the blocks after it joined the segment it had then")
+		assert.Equal(t, segmentOf(t, m, "p0008"), segmentOf(t, m, "p0013"))
+		assert.Equal(t, descending(g, p), branch(t, m, "p0013"))
+		diff, err := m.BranchDiff(ctx, "p0013", "g0003")
+		require.NoError(t, err)
+		assert.Equal(t, descending(g[4:], p), ids(diff))
+	})
+}
