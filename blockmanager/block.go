@@ -1,11 +1,11 @@
 package blockmanager
 
 import (
-	"bytes"
 	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // NullBlockID is the predecessor of a genesis block. It always counts as present.
@@ -42,24 +42,24 @@ func (ids IDs) Value() (driver.Value, error) {
 
 // Scan reads the JSON array back.
 func (ids *IDs) Scan(src any) error {
-	var b []byte
+	var s string
 	switch v := src.(type) {
 	case string:
-		b = []byte(v)
+		s = v
 	case []byte:
-		b = v
+		s = string(v) // the driver may reuse v; the IDs share this copy
 	case nil:
 		*ids = nil
 		return nil
 	default:
 		return fmt.Errorf("blockmanager: cannot scan %T into IDs", src)
 	}
-	if out, ok := plainList(b); ok {
+	if out, ok := plainList(s); ok {
 		*ids = out
 		return nil
 	}
 	var out []string
-	if err := json.Unmarshal(b, &out); err != nil {
+	if err := json.Unmarshal([]byte(s), &out); err != nil {
 		return fmt.Errorf("blockmanager: IDs: %w", err)
 	}
 	*ids = out
@@ -83,34 +83,26 @@ var (
 
 // plainList decodes the common case of a JSON array of strings without escapes or
 // spaces, as Value writes IDs, without the reflection of encoding/json: walks decode
-// two lists per block. Anything else is left to encoding/json.
-func plainList(b []byte) ([]string, bool) {
-	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' || bytes.IndexByte(b, '\\') >= 0 {
+// two lists per block. The IDs are substrings of s, so a list costs one allocation.
+// Anything else is left to encoding/json.
+func plainList(s string) ([]string, bool) {
+	if len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' || strings.IndexByte(s, '\\') >= 0 {
 		return nil, false
 	}
-	body := b[1 : len(b)-1]
+	body := s[1 : len(s)-1]
 	if len(body) == 0 {
 		return []string{}, true
 	}
-	parts := bytes.Split(body, []byte(`","`))
-	out := make([]string, len(parts))
-	for i, p := range parts {
-		if i == 0 {
-			if len(p) == 0 || p[0] != '"' {
-				return nil, false
-			}
-			p = p[1:]
-		}
-		if i == len(parts)-1 {
-			if len(p) == 0 || p[len(p)-1] != '"' {
-				return nil, false
-			}
-			p = p[:len(p)-1]
-		}
-		if bytes.IndexByte(p, '"') >= 0 {
+	if len(body) < 2 || body[0] != '"' || body[len(body)-1] != '"' {
+		return nil, false
+	}
+	body = body[1 : len(body)-1]
+	out := make([]string, 0, strings.Count(body, `","`)+1)
+	for id := range strings.SplitSeq(body, `","`) {
+		if strings.IndexByte(id, '"') >= 0 {
 			return nil, false
 		}
-		out[i] = string(p)
+		out = append(out, id)
 	}
 	return out, true
 }

@@ -1,6 +1,7 @@
 package blockmanager
 
 import (
+	"database/sql"
 	"encoding/json"
 	"reflect"
 	"slices"
@@ -95,9 +96,14 @@ func TestWalksReadTheColumnsTheStoreMaps(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, strings.Join(mapping.Columns(), ", "), wholeBlocks.list)
 	var b Block
-	fields := wholeBlocks.fields(&b)
+	var ref sql.NullString
+	fields := wholeBlocks.fields(&b, &ref)
 	v := reflect.ValueOf(&b).Elem()
 	for i, name := range mapping.Columns() {
+		if name == "previous_block_ref" { // scanned into ref, then linked
+			assert.Same(t, &ref, fields[i], name)
+			continue
+		}
 		f, ok := mapping.Field(name)
 		require.True(t, ok, name)
 		assert.Equal(t, reflect.PointerTo(f), reflect.TypeOf(fields[i]), name)

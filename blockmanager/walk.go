@@ -2,6 +2,7 @@ package blockmanager
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"iter"
 	"strings"
@@ -235,24 +236,32 @@ func (w *walker) fill() error {
 	return nil
 }
 
-// read runs a page's query and scans its rows, which have cols. The blocks of a
-// page are allocated together.
+// read runs a page's query and scans its rows, which have cols. Every row is
+// scanned into the same variables, then copied into a block; the blocks of a page
+// are allocated together.
 func (w *walker) read(cols columns, query string, args ...any) ([]*Block, error) {
 	rows, err := w.q.QueryContext(w.ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	var row Block
+	var ref sql.NullString
+	dest := cols.fields(&row, &ref)
 	var out []*Block
 	var slab []Block
 	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
 		if len(slab) == cap(slab) {
 			slab = make([]Block, 0, min(64, w.size))
 		}
-		slab = slab[:len(slab)+1]
+		slab = append(slab, row)
 		b := &slab[len(slab)-1]
-		if err := rows.Scan(cols.fields(b)...); err != nil {
-			return nil, err
+		if ref.Valid {
+			link := ref.String
+			b.PreviousBlockRef = &link
 		}
 		out = append(out, b)
 	}
@@ -261,23 +270,26 @@ func (w *walker) read(cols columns, query string, args ...any) ([]*Block, error)
 
 // columns is what a walk reads of each block.
 type columns struct {
-	list, prefixed string             // the columns, and the same prefixed "b."
-	fields         func(*Block) []any // where Scan puts them
+	list, prefixed string // the columns, and the same prefixed "b."
+	// fields are where Scan puts a row's columns: a block's fields, but the link,
+	// which goes to ref (database/sql scans a nullable string into a
+	// *string through reflection, into a NullString without).
+	fields func(b *Block, ref *sql.NullString) []any
 }
 
 var (
 	// wholeBlocks reads blocks as the set's store maps them (a test checks the
 	// columns against the store's mapping of Block).
 	wholeBlocks = newColumns([]string{"header_signature", "previous_block_id", "previous_block_ref", "block_num", "batch_ids", "transaction_ids", "payload"},
-		func(b *Block) []any {
-			return []any{&b.HeaderSignature, &b.PreviousBlockID, &b.PreviousBlockRef, &b.BlockNum, &b.BatchIDs, &b.TransactionIDs, &b.Payload}
+		func(b *Block, ref *sql.NullString) []any {
+			return []any{&b.HeaderSignature, &b.PreviousBlockID, ref, &b.BlockNum, &b.BatchIDs, &b.TransactionIDs, &b.Payload}
 		})
 	// linksOnly reads what a walk needs to follow a branch.
 	linksOnly = newColumns([]string{"header_signature", "previous_block_ref", "block_num"},
-		func(b *Block) []any { return []any{&b.HeaderSignature, &b.PreviousBlockRef, &b.BlockNum} })
+		func(b *Block, ref *sql.NullString) []any { return []any{&b.HeaderSignature, ref, &b.BlockNum} })
 )
 
-func newColumns(names []string, fields func(*Block) []any) columns {
+func newColumns(names []string, fields func(*Block, *sql.NullString) []any) columns {
 	prefixed := make([]string, len(names))
 	for i, n := range names {
 		prefixed[i] = "b." + n
