@@ -1,28 +1,13 @@
 package blockmanager
 
 import (
-	"io/fs"
 	"testing"
-	"testing/fstest"
 
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// walkIDs is the IDs of tip's branch, newest first, as Branch yields them.
-func walkIDs(t *testing.T, m *Manager, tip string) []string {
-	t.Helper()
-	var got []string
-	for b, err := range m.Branch(t.Context(), tip) {
-		require.NoError(t, err)
-		got = append(got, b.HeaderSignature)
-	}
-	return got
-}
 
 // requireCaughtUp waits for the standby to replay what the primary committed.
 func requireCaughtUp(t *testing.T, db *postgres.DB) {
@@ -65,9 +50,9 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	requireCaughtUp(t, db)
 	obs.take()
 
-	assert.Equal(t, descending(g[:10], f), walkIDs(t, m, "f0014"))
+	assert.Equal(t, descending(g[:10], f), branch(t, m, "f0014"))
 	assert.Empty(t, obs.take(), "the standby served the walk")
-	assert.Equal(t, descending(x[1:]), walkIDs(t, m, "x0025"), "x0021 is not linked yet, on the primary too")
+	assert.Equal(t, descending(x[1:]), branch(t, m, "x0025"), "x0021 is not linked yet, on the primary too")
 	assert.Equal(t, map[string]int{"branch/missing": 1}, obs.take())
 
 	pgtest.PauseReplay(t)
@@ -92,7 +77,7 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 		{"f0014", descending(g[:10], f)},        // all on the standby
 	}
 	for _, tt := range tests {
-		assert.Equal(t, tt.want, walkIDs(t, m, tt.tip), tt.tip)
+		assert.Equal(t, tt.want, branch(t, m, tt.tip), tt.tip)
 		fellBack := map[string]int{"branch/missing": 1}
 		if tt.tip == "f0014" {
 			fellBack = map[string]int{}
@@ -121,23 +106,17 @@ func TestSegmentWalksOnStandbyBeforeTheMigration(t *testing.T) {
 	obs := &fallbacks{}
 	db := openPostgresWithStandby(t, primary, standby, obs)
 	ctx := t.Context()
-	drv, err := driver.Of(db)
-	require.NoError(t, err)
-	dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
-	require.NoError(t, err)
-	first, err := fs.ReadFile(dir, "0001_blocks.sql")
-	require.NoError(t, err)
-	require.NoError(t, schema.MigrateFS(ctx, db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
+	migrateBeforeSegments(t, db)
 	requireCaughtUp(t, db)
 
 	pgtest.PauseReplay(t)
 	m := openManager(t, db, Config{PageSize: 4}) // migrates to segments on the primary only
 	g := chain("g", NullBlockID, 0, 12)
-	_, err = m.Put(ctx, g, m.Blocks().Hold("t", 0))
+	_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
 	require.NoError(t, err)
 	obs.take()
 
-	assert.Equal(t, descending(g), walkIDs(t, m, "g0011"))
+	assert.Equal(t, descending(g), branch(t, m, "g0011"))
 	assert.Equal(t, map[string]int{"branch/failed": 1}, obs.take())
 	common, err := m.CommonAncestor(ctx, "g0011", "g0005")
 	require.NoError(t, err)

@@ -38,6 +38,15 @@ func setSegment(t *testing.T, m *Manager, segment int64, ids ...string) {
 	}))
 }
 
+// putGenesis stores a branch of n blocks from genesis, g0000 up, held, and returns it.
+func putGenesis(t *testing.T, m *Manager, n int) []Block {
+	t.Helper()
+	g := chain("g", NullBlockID, 0, n)
+	_, err := m.Put(t.Context(), g, m.Blocks().Hold("t", 0))
+	require.NoError(t, err)
+	return g
+}
+
 func idsOf(blocks []Block) []string {
 	out := make([]string, len(blocks))
 	for i, b := range blocks {
@@ -204,6 +213,20 @@ func TestRacingForksKeepWalksRight(t *testing.T) {
 	})
 }
 
+// migrateBeforeSegments creates blockmanager's first schema in db, the one before
+// segments existed, and returns db's driver.
+func migrateBeforeSegments(t *testing.T, db refset.Database) driver.Driver {
+	t.Helper()
+	drv, err := driver.Of(db)
+	require.NoError(t, err)
+	dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
+	require.NoError(t, err)
+	first, err := fs.ReadFile(dir, "0001_blocks.sql")
+	require.NoError(t, err)
+	require.NoError(t, schema.MigrateFS(t.Context(), db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
+	return drv
+}
+
 // A database of blocks stored before segments existed (blockmanager's first schema)
 // is migrated on Open: its blocks are in segment 0, the walks read them, and new
 // blocks extend them.
@@ -213,13 +236,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			db, _ := d.open(t)
-			drv, err := driver.Of(db)
-			require.NoError(t, err)
-			dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
-			require.NoError(t, err)
-			first, err := fs.ReadFile(dir, "0001_blocks.sql")
-			require.NoError(t, err)
-			require.NoError(t, schema.MigrateFS(ctx, db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
+			drv := migrateBeforeSegments(t, db)
 			g := chain("g", NullBlockID, 0, 30)
 			f := chain("f", "g0009", 10, 15)
 			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
@@ -241,7 +258,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 			assert.Equal(t, descending(g), branch(t, m, "g0029"))
 			assert.Equal(t, descending(g[:10], f), branch(t, m, "f0024"))
 			more := chain("g", "g0029", 30, 5)
-			_, err = m.Put(ctx, more, m.Blocks().Hold("t", 0))
+			_, err := m.Put(ctx, more, m.Blocks().Hold("t", 0))
 			require.NoError(t, err)
 			assert.Equal(t, descending(g, more), branch(t, m, "g0034"))
 			diff, err := m.BranchDiff(ctx, "g0034", "f0024")
@@ -255,10 +272,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 // first: a walk that stops early has read at most about as much again as it used.
 func TestWalkPagesGrow(t *testing.T) {
 	eachDB(t, Config{PageSize: 5}, func(t *testing.T, m *Manager) {
-		ctx := t.Context()
-		g := chain("g", NullBlockID, 0, 400)
-		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		putGenesis(t, m, 400)
 		w := m.walk(context.Background(), "g0399", false)
 		var sizes []int
 		used := 0
@@ -323,9 +337,7 @@ func TestWalkReadsCrowdedSegmentsByLinks(t *testing.T) {
 func TestWalkAcrossAPutOverAPendingBlock(t *testing.T) {
 	eachDB(t, Config{PageSize: 3}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		g := chain("g", NullBlockID, 0, 6)
-		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		g := putGenesis(t, m, 6)
 		p := chain("p", "g0005", 6, 8)
 		out, err := m.Completer().Receive(ctx, p[1])
 		require.NoError(t, err)
