@@ -143,8 +143,12 @@ const maxPageGrowth = 16
 // (a tip or block the replica lacks, a block not linked to its predecessor, a
 // failed read: a replica that has not replayed the segments' migration fails its
 // pages), the replica may just be behind, so the walk goes on from that block on
-// the primary, to the end. A segment row the replica has not replayed only leaves
-// the block the walk expects out of a page, and the next page starts at it.
+// the primary, to the end. A block's segment changes only with its link (the
+// Completer moves a block it links into its predecessor's segment), so a segment
+// the replica has not replayed is one of blocks it lacks or has unlinked, and a
+// segment that has other blocks on the replica than on the primary only costs
+// reads: the walk checks every link, and starts the next page at the block it
+// expects.
 type walker struct {
 	m         *Manager
 	ctx       context.Context
