@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
@@ -109,4 +110,41 @@ func TestAddStatementErrors(t *testing.T) {
 			})
 		}
 	})
+}
+
+// A pipelined unit whose context ends while its COMMIT segment runs: on a direct
+// connection a cancel request stops the statement and the unit rolls back; with
+// Unprepared (behind a pooler, which may mishandle cancel requests) none is sent,
+// the statement runs to its end and the unit commits. Either way the caller learns
+// the truth: an error exactly when nothing was stored.
+func TestPipelineCancelsOnlyWithoutPooler(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		unprepared bool
+		committed  bool
+	}{
+		{"direct: a cancel request", false, false},
+		{"unprepared: no cancel request", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, err := Open(t.Context(), pgtest.DSN(t), Options{Driver: DriverPgx, Unprepared: tc.unprepared})
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			e := newHandOverEnv(t, db)
+			slow := refset.Exec[string](`INSERT INTO pending (block_id) SELECT ? FROM pg_sleep(0.5)`, -1)
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			_, err = e.set.Add(ctx, block{Hash: "slow", Height: 1}, slow)
+			stored := count(t, db, `SELECT count(*) FROM blocks WHERE id = 'slow'`) == 1
+			assert.Equal(t, tc.committed, stored)
+			if tc.committed {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			// The pool goes on working.
+			_, err = e.set.Add(t.Context(), block{Hash: "next", Height: 1})
+			require.NoError(t, err)
+		})
+	}
 }

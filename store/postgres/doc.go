@@ -97,9 +97,12 @@
 //
 // PgBouncer 1.18 (Debian 12's) may crash when a client cancels a statement, as lib/pq
 // does whenever a context ends while a statement runs (pgbouncer#801, fixed in 1.19.1).
-// pgx, by default, closes the connection instead of sending a cancel request. Use
-// PgBouncer 1.19.1 or later, or pgx, where contexts end mid-statement (a clean-up Run
-// stopped by its context, a request's deadline).
+// pgx, by default, closes the connection instead, sending its cancel request as it
+// closes, with time to complete; and with Options.Unprepared refset's pipelined units
+// on pgx send none of their own (the crash in CI that showed this came from a cancel
+// request abandoned when the statement it was for ended first). Use PgBouncer 1.19.1
+// or later, or pgx, where contexts end mid-statement (a clean-up Run stopped by its
+// context, a request's deadline).
 //
 // scripts/test.sh runs the conformance suites, blockmanager's and custody's through
 // PgBouncer 1.18 in transaction mode (internal/pgtest.Pooled).

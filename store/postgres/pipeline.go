@@ -30,6 +30,11 @@ type pipelineHandle = pipeline.Handle
 type pgxPipeline struct {
 	db   *DB
 	opts pgx.TxOptions
+	// cancels is whether a call whose context ends while its COMMIT segment runs
+	// sends the server a cancel request (see watchCommit). Not behind a pooler
+	// (Options.Unprepared): a pooler may mishandle cancel requests (PgBouncer before
+	// 1.19.1 crashes on them), so the segment is waited for instead.
+	cancels bool
 }
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
@@ -50,7 +55,7 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel) pipeline.Runner {
 	default:
 		return nil
 	}
-	return pgxPipeline{db: db, opts: opts}.run
+	return pgxPipeline{db: db, opts: opts, cancels: !db.unprepared}.run
 }
 
 // run is the pipeline.Runner.
@@ -100,7 +105,7 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []pipeline.St
 		}
 		segCtx, endSegment := ctx, func() bool { return false }
 		if last {
-			segCtx, endSegment = watchCommit(ctx, c)
+			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
 		err := readSegment(br, start == 0, stmts, start, end, last, result)
@@ -112,7 +117,8 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []pipeline.St
 		}
 		if endSegment() {
 			// A cancel request went out, and could reach the server late, when the
-			// connection runs someone else's statement: the connection is done.
+			// connection runs someone else's statement (or, without cancels, the
+			// segment may have been cut short): the connection is done.
 			rollback(ctx, c)
 			_ = c.Close(context.WithoutCancel(ctx))
 		}
@@ -139,15 +145,20 @@ const cancelGrace = 5 * time.Second
 // request makes the server refuse the statement it runs (the transaction then rolls
 // back and says so) or, if it is committing already, lets the commit end, and the
 // segment reads which. Only a server that does not answer within cancelGrace has the
-// connection closed. end reports whether a cancel request was sent.
-func watchCommit(ctx context.Context, c *pgx.Conn) (segCtx context.Context, end func() (cancelled bool)) {
+// connection closed. Without cancels (behind a pooler), no cancel request is sent:
+// the segment has cancelGrace to end on its own. end reports whether ctx ended while
+// the segment ran, when the connection may be left with a cancel request in flight
+// or a segment cut short.
+func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context.Context, end func() (cancelled bool)) {
 	segCtx, giveUp := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(done)
 		wait, cancel := context.WithTimeout(segCtx, cancelGrace)
 		defer cancel()
-		_ = c.PgConn().CancelRequest(wait)
+		if cancels {
+			_ = c.PgConn().CancelRequest(wait)
+		}
 		<-wait.Done() // the segment ended, or the grace did
 		giveUp()
 	})
