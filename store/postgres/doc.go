@@ -99,8 +99,8 @@
 // does whenever a context ends while a statement runs (pgbouncer#801, fixed in 1.19.1).
 // pgx, by default, closes the connection instead, sending its cancel request as it
 // closes, with time to complete; and with Options.Unprepared refset's pipelined units
-// on pgx send none of their own (the crash in CI that showed this came from a cancel
-// request abandoned when the statement it was for ended first). Use PgBouncer 1.19.1
+// on pgx send none of their own (one abandoned because its statement ended first is
+// the likely trigger of a PgBouncer crash seen in CI). Use PgBouncer 1.19.1
 // or later, or pgx, where contexts end mid-statement (a clean-up Run stopped by its
 // context, a request's deadline).
 //
