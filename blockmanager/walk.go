@@ -102,10 +102,15 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 //
 // segmentPageSQL reads the blocks of the start block's segment at and below its
 // height: one range scan of the (segment, block_num) index. It takes the start
-// block's ID twice, then the page size. The segment and height are subqueries, not
-// a join: Postgres plans a join of the start block with the segment not knowing
-// which segment, and where most blocks share one (segment 0, or a table holding
-// one long chain) it chose to hash the whole table and sort it, for every page.
+// block's ID three times, then the page size twice. The segment and height are
+// subqueries, not a join: Postgres plans a join of the start block with the segment
+// not knowing which segment, and where most blocks share one (segment 0, or a table
+// holding one long chain) it chose to hash the whole table and sort it, for every
+// page. The heights are bounded below as well as above (a segment holds one block a
+// height, so the bound cuts nothing the LIMIT keeps, but where it has gaps): a
+// segment newer than the table's statistics, as a branch's newest always is, is
+// estimated at a few rows, and Postgres then read the whole segment below the start
+// and sorted it, for every page, instead of the page's rows.
 //
 // linkPageSQL follows the links in the database, one index lookup a block, for
 // where segments are short. It takes the start block's ID and the page size.
@@ -113,6 +118,7 @@ const (
 	segmentPageSQL = `SELECT %[1]s FROM blocks b
 		WHERE b.segment = (SELECT segment FROM blocks WHERE header_signature = ?)
 		AND b.block_num <= (SELECT block_num FROM blocks WHERE header_signature = ?)
+		AND b.block_num > (SELECT block_num FROM blocks WHERE header_signature = ?) - ?
 		ORDER BY b.block_num DESC LIMIT ?`
 	linkPageSQL = `WITH RECURSIVE walk AS (
 			SELECT %[1]s, 1 AS depth FROM blocks b WHERE b.header_signature = ?
@@ -207,7 +213,7 @@ func (w *walker) fill() error {
 	if w.links {
 		cols = linksOnly
 	}
-	args := []any{w.from, w.from, w.size}
+	args := []any{w.from, w.from, w.from, w.size, w.size}
 	if w.byLinks {
 		args = []any{w.from, w.size}
 	}
