@@ -62,23 +62,7 @@ func scaleSet(b *testing.B, size int) {
 
 	garbage := envInt(b, "REFSET_BENCH_GARBAGE", 100_000)
 	round := 0
-	b.Run(fmt.Sprintf("Collect/garbage=%d", garbage), func(b *testing.B) {
-		for range b.N {
-			b.StopTimer()
-			round++
-			e.load(b, "objs", []string{"id"}, garbage, func(i int) []any { return []any{fmt.Sprintf("garbage-%03d-%07d", round, i)} })
-			e.makeDue(b)
-			b.StartTimer()
-			s, err := c.Collect(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if s.Deleted != int64(garbage) {
-				b.Fatalf("deleted %d, want %d (%v)", s.Deleted, garbage, s)
-			}
-		}
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*garbage), "ns/object")
-	})
+	b.Run(fmt.Sprintf("Collect/garbage=%d", garbage), func(b *testing.B) { timeCollects(b, e, c, garbage, &round) })
 
 	// Random live objects, each read once by the set: a Get that misses its cache and
 	// finds the row wherever the set has put it.
