@@ -32,9 +32,12 @@ type gcObj struct {
 
 func (o gcObj) ID() string { return o.Key }
 
+// gcSchema's roots hold their objects ON DELETE RESTRICT, as refset's own tables and
+// cleanup's doc advise: left at NO ACTION, PostgreSQL's check of the key would probe
+// objs again for every object collected (Install warns of such keys).
 const gcSchema = `
 CREATE TABLE objs  (id {Text} NOT NULL PRIMARY KEY);
-CREATE TABLE roots (obj_id {Text} NOT NULL PRIMARY KEY REFERENCES objs (id))`
+CREATE TABLE roots (obj_id {Text} NOT NULL PRIMARY KEY REFERENCES objs (id) ON DELETE RESTRICT)`
 
 // gcEnv is one clean-up benchmark's database.
 type gcEnv struct {

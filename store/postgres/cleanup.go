@@ -35,7 +35,10 @@ FROM pg_attribute a
 WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND NOT a.attisdropped`
 
 // referencesSQL lists the one-column foreign keys to the set's ID column, whether an
-// index leads with the referencing column, and the referencing table's primary key.
+// index leads with the referencing column, the referencing table's primary key, and
+// whether the key is NO ACTION and not deferrable (its check on a delete first looks
+// for another row with the deleted key, a probe RESTRICT does not make; a deferrable
+// key cannot be RESTRICT).
 // A key with ON DELETE CASCADE makes its rows part of the object, not holders of it,
 // so it is left out.
 const referencesSQL = `
@@ -45,7 +48,8 @@ SELECT n.nspname, r.relname, a.attname, c.conrelid = c.confrelid,
                  FROM pg_index pk
                  CROSS JOIN LATERAL unnest(pk.indkey) WITH ORDINALITY AS k(attnum, ord)
                  JOIN pg_attribute ka ON ka.attrelid = pk.indrelid AND ka.attnum = k.attnum
-                 WHERE pk.indrelid = c.conrelid AND pk.indisprimary), '{}')
+                 WHERE pk.indrelid = c.conrelid AND pk.indisprimary), '{}'),
+       c.confdeltype = 'a' AND NOT c.condeferrable
 FROM pg_constraint c
 JOIN pg_class r ON r.oid = c.conrelid
 JOIN pg_namespace n ON n.oid = r.relnamespace
@@ -109,7 +113,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	for rows.Next() {
 		var nsp, rel, col string
 		var r cleanup.Reference
-		if err := rows.Scan(&nsp, &rel, &col, &r.Self, &r.Indexed, pq.Array(&r.Key)); err != nil {
+		if err := rows.Scan(&nsp, &rel, &col, &r.Self, &r.Indexed, pq.Array(&r.Key), &r.NoAction); err != nil {
 			return "", nil, err
 		}
 		if r.Table, err = sqlident.Parse(nsp+"."+rel, true); err != nil {

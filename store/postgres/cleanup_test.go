@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -424,6 +426,41 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	var left []string
 	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things`))
 	assert.Equal(t, []string{"pinned"}, left)
+}
+
+// Install tells which keys are ON DELETE NO ACTION, the default, whose check on every
+// collected object makes a second index probe that RESTRICT does not: a key that can
+// be RESTRICT (not a deferrable one) gets a warning naming it, and the others none.
+func TestInstallWarnsOfNoActionKeys(t *testing.T) {
+	db := openDSN(t, pgtest.DSN(t))
+	ctx := t.Context()
+	_, err := db.Pool.ExecContext(ctx, `
+		CREATE TABLE things (id text PRIMARY KEY, prev text REFERENCES things (id), height bigint NOT NULL DEFAULT 0);
+		CREATE INDEX things_prev ON things (prev);
+		CREATE TABLE plain    (thing_id text PRIMARY KEY REFERENCES things (id));
+		CREATE TABLE strict   (thing_id text PRIMARY KEY REFERENCES things (id) ON DELETE RESTRICT);
+		CREATE TABLE deferred (thing_id text PRIMARY KEY REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED)`)
+	require.NoError(t, err)
+	_, err = NewStore[block, string](ctx, db, Config{Table: "things"})
+	require.NoError(t, err)
+	var logged bytes.Buffer
+	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things", Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	require.NoError(t, err)
+
+	noAction := map[string]bool{}
+	for _, r := range c.References() {
+		noAction[r.Table.Name+"."+r.Column] = r.NoAction
+	}
+	assert.Equal(t, map[string]bool{"things.prev": true, "plain.thing_id": true, "strict.thing_id": false,
+		"deferred.thing_id": false, "things_holds.object_id": false}, noAction)
+	var warned []string
+	for _, line := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "ON DELETE RESTRICT") {
+			_, ref, _ := strings.Cut(line, "reference=")
+			warned = append(warned, ref[strings.Index(ref, ".")+1:])
+		}
+	}
+	assert.ElementsMatch(t, []string{"plain.thing_id", "things.prev"}, warned, "log:\n%s", logged.String())
 }
 
 // A collector walking down an abandoned chain meets a block that a writer has just
