@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/pipeline"
+	"github.com/refsetdb/refset/internal/rowread"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
@@ -120,6 +122,9 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	// writes are the writing statements, prepared by Prepare on the pool that the
 	// database begins its transactions on, by query; read-only after that.
 	writes map[string]*sql.Stmt
+	// rowRead reads a lookup's row over the driver's own interface (rowread), or is
+	// nil: database/sql reads it.
+	rowRead rowread.Reader
 }
 
 // Prepare makes the store run its statements prepared: reads outside a transaction on
@@ -261,7 +266,7 @@ func (s *Store[T, ID]) preparedOn(q refset.Querier) *preparedReads {
 
 // New returns a Store for a resolved table.
 func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt Statements) *Store[T, ID] {
-	return &Store[T, ID]{db: db, table: table, stmt: stmt, replica: refset.ReplicaOf(db)}
+	return &Store[T, ID]{db: db, table: table, stmt: stmt, replica: refset.ReplicaOf(db), rowRead: rowread.Of(db)}
 }
 
 // Database is the database the set lives in.
@@ -312,39 +317,72 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 // Get loads the object with that ID.
 func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, error) {
 	var obj T
-	rows, err := s.read(ctx, q, s.stmt.Select, refset.Arg(id))
-	if err != nil {
-		return obj, s.db.TranslateError(err, s.stmt.Select)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return obj, s.db.TranslateError(err, s.stmt.Select)
-		}
-		return obj, fmt.Errorf("refset: %s %v: %w", s.table.Name, id, refset.ErrNotFound)
-	}
-	if err := s.table.Mapping.Scan(rows, reflect.ValueOf(&obj)); err != nil {
-		if err = s.db.TranslateError(err, s.stmt.Select); !refset.IsSentinel(err) {
+	found, err := s.readRow(ctx, q, s.stmt.Select, []any{refset.Arg(id)}, func(r rowread.Row) error {
+		return s.table.Mapping.Scan(r, reflect.ValueOf(&obj))
+	})
+	var failed scanError
+	switch {
+	case errors.As(err, &failed):
+		if err = s.db.TranslateError(failed.err, s.stmt.Select); !refset.IsSentinel(err) {
 			// database/sql could not convert a stored value to the field's type.
 			err = fmt.Errorf("refset: reading %s %v: %w: %w", s.table.Name, id, refset.ErrSchema, err)
 		}
 		return obj, err
+	case err != nil:
+		return obj, s.db.TranslateError(err, s.stmt.Select)
+	case !found:
+		return obj, fmt.Errorf("refset: %s %v: %w", s.table.Name, id, refset.ErrNotFound)
 	}
-	return obj, s.db.TranslateError(rows.Close(), s.stmt.Select)
+	return obj, nil
 }
 
 // Has reports whether an object with that ID is stored.
 func (s *Store[T, ID]) Has(ctx context.Context, q refset.Querier, id ID) (bool, error) {
-	rows, err := s.read(ctx, q, s.stmt.Exists, refset.Arg(id))
+	found, err := s.readRow(ctx, q, s.stmt.Exists, []any{refset.Arg(id)}, nil)
+	return found, s.db.TranslateError(err, s.stmt.Exists)
+}
+
+// scanError is a row that was found but could not be scanned.
+type scanError struct{ err error }
+
+func (e scanError) Error() string { return e.err.Error() }
+
+// readRow runs a lookup by key on q and, if it finds a row, scans it with scan (nil:
+// only whether there is one matters). An error of scan comes back as a scanError;
+// every error is untranslated.
+//
+// On one of the database's pools, the database's rowread.Reader reads the row first,
+// if it has one. Anything it fails with but an ended context is left to the read
+// through database/sql (read), which then fails or succeeds as a lookup always did:
+// a broken connection is retried on another, a statement is prepared again after a
+// schema change, and a value the driver's own scan refuses is converted, or refused,
+// by database/sql.
+func (s *Store[T, ID]) readRow(ctx context.Context, q refset.Querier, query string, args []any, scan func(rowread.Row) error) (bool, error) {
+	if s.rowRead != nil && (q == s.db.Reader() || (s.replica != nil && q == s.replica)) {
+		start := time.Now()
+		if scan == nil {
+			scan = func(rowread.Row) error { return nil }
+		}
+		ran, found, err := s.rowRead(ctx, q, query, args, scan)
+		if ran && (err == nil || ctx.Err() != nil) {
+			s.slow(ctx, query, start)
+			return found, err
+		}
+	}
+	rows, err := s.read(ctx, q, query, args...)
 	if err != nil {
-		return false, s.db.TranslateError(err, s.stmt.Exists)
+		return false, err
 	}
 	defer rows.Close()
-	found := rows.Next()
-	if err := rows.Err(); err != nil {
-		return false, s.db.TranslateError(err, s.stmt.Exists)
+	if !rows.Next() {
+		return false, rows.Err()
 	}
-	return found, s.db.TranslateError(rows.Close(), s.stmt.Exists)
+	if scan != nil {
+		if err := scan(rows); err != nil {
+			return true, scanError{err}
+		}
+	}
+	return true, rows.Close()
 }
 
 // Hold records holder's hold on the object, expiring ttl from now by the database's

@@ -19,6 +19,7 @@ import (
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/pipeline"
+	"github.com/refsetdb/refset/internal/rowread"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/stmtcache"
@@ -134,6 +135,7 @@ type DB struct {
 	stmts      *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 	driverHandle
 	pipelineHandle
+	rowReadHandle
 }
 
 // Drivers Open can dial with.
@@ -301,6 +303,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	switch {
 	case driverName == DriverPgx:
 		db.pipelineHandle = pipeline.NewHandle(newPgxPipeline(db, opts.Isolation))
+		db.rowReadHandle = rowread.NewHandle(db.pgxRowRead)
 	case !opts.Unprepared:
 		db.stmts = stmtcache.New(pool, stmtcache.Size(opts.StatementCache), isStalePlan)
 	}

@@ -19,9 +19,14 @@
 // is one round trip a statement instead of two (lib/pq parses an unprepared statement
 // with arguments in a round trip of its own). The statements of refset.Exec commands
 // run prepared in those transactions too, once they have run twice: a bounded number of
-// them per connection (Options.StatementCache). On pgx, a hand-over made only of Exec
-// commands is sent in batches: BEGIN with the first statements, COMMIT with the last,
-// a new batch after each statement whose row count refset checks. Named prepared statements
+// them per connection (Options.StatementCache). On pgx, a lookup by key outside a
+// transaction (a cache miss, Upgrade's check) runs on pgx itself, through pgx's own
+// statement cache, and pgx scans the row straight into the object's fields, without
+// database/sql's conversions; anything that fails there (a broken connection, a value
+// only database/sql converts) is read again through database/sql, as before. On pgx,
+// a hand-over made only of Exec commands is sent in batches: BEGIN with the first
+// statements, COMMIT with the last, a new batch after each statement whose row count
+// refset checks. Named prepared statements
 // need a connection that stays the same server session: connect directly or through a
 // pooler in session mode, or set Options.Unprepared. A prepared read that fails is run
 // again unprepared, so a migration that changes a column's type does not break reads.

@@ -275,16 +275,22 @@ func (r *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 // statements the returned tracer records.
 func tracedPgx(t *testing.T) (*DB, *batchTracer) {
 	t.Helper()
+	tracer := &batchTracer{}
+	return openTracedPgx(t, tracer), tracer
+}
+
+// openTracedPgx is a database on a pgx pool of its own that tells tracer what it runs.
+func openTracedPgx(t *testing.T, tracer pgx.QueryTracer) *DB {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
-	tracer := &batchTracer{}
 	cfg.Tracer = tracer
 	pool := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { pool.Close() })
 	db, err := New(t.Context(), pool, Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	return db, tracer
+	return db
 }
 
 // reset forgets what was recorded, and returns it.
