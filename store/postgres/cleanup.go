@@ -142,6 +142,27 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
 }
 
+// enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows tail` yields
+// (rows: a transition table and the condition of what to queue), once a probe of rows
+// has found something to queue. Most statements queue nothing (a custody payment
+// deletes the holds of the tokens it deletes, and holds the tokens it creates), and
+// the probe, a plain SELECT, is what they then cost: the upsert would open the queue
+// and its indexes, and set up its conflict handling, for no row (server CPU of a
+// one-statement custody payment 442 µs without the probe, 418 µs with it, paired).
+//
+// No signal is lost between the two snapshots: an object the probe passes over is
+// either still referenced by a row of this transaction (a new object, which no other
+// transaction can reference yet; a reference an update left in place), which only
+// this transaction can change, and a later statement of it fires its own trigger; or
+// gone (no object is deleted while a reference to it exists, and one created again
+// is queued by its own trigger). When the probe finds something, the upsert reads
+// the rows again and queues what it finds, as it did alone.
+func enqueueAny(p *cleanup.Plan, cols, rows, tail string) string {
+	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
+		%s;
+	END IF`, rows, enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
+}
+
 // qualifySQL finds the schema of the table a name resolves to in this session.
 const qualifySQL = `
 SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)`
@@ -222,8 +243,8 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
-		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%[1]s, now() FROM old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s ORDER BY 1`, col, exists(col))))
+		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueueAny(p, fmt.Sprintf(`DISTINCT o.%s, now()`, col),
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s`, col, exists(col)), `ORDER BY 1`))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -235,13 +256,13 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan
 			changed = fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM new_rows n WHERE %s AND n.%s IS NOT DISTINCT FROM o.%s)`,
 				strings.Join(on, " AND "), col, col)
 		}
-		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-			`SELECT DISTINCT o.%[1]s, now() FROM old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s ORDER BY 1`,
-			col, changed, exists(col))))
+		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p,
+			fmt.Sprintf(`DISTINCT o.%s, now()`, col),
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col)), `ORDER BY 1`))
 	}
-	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueue(p, fmt.Sprintf(
-		`SELECT n."%s", now() + %d * interval '1 millisecond' FROM new_rows n WHERE %s ORDER BY 1`,
-		p.IDColumn, p.Grace.Milliseconds(), unprobed(p, "n"))))
+	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueueAny(p,
+		fmt.Sprintf(`n."%s", now() + %d * interval '1 millisecond'`, p.IDColumn, p.Grace.Milliseconds()),
+		`new_rows n WHERE `+unprobed(p, "n"), `ORDER BY 1`))
 	for _, t := range triggers {
 		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
 		if err != nil {

@@ -46,8 +46,10 @@
 // expired ones over (compare-and-swap on the one-lock index); Pay spends in the same
 // call. A Select with a Predicate goes to the general path, a transaction of several
 // statements, which SQLite always takes; LockStats.General counts those. The spend
-// deletes, records, creates and checks in one statement; a refusal (nothing locked,
-// unbalanced outputs) is raised inside it, so it changes nothing.
+// deletes, records, creates and checks in one statement, in a plpgsql function too
+// (custody_spend, sql/postgres/tables/0005_spend.sql), so that it is planned once per
+// session and by key; a refusal (nothing locked, unbalanced outputs) is raised inside
+// it, so it changes nothing.
 //
 // The caller's code runs in one place only: a Filter's Predicate, on the general path,
 // inside its transaction. A Predicate that panics has the transaction rolled back

@@ -167,15 +167,17 @@ func claimError(verdict, owner, covered string, amount int64) error {
 var errBusy = fmt.Errorf("%w: the funds are being taken by payments in flight", errRace)
 
 // fastSpendSQL spends what a transaction has locked and creates the outputs, in one
-// statement committed on its own: it deletes the tokens the transaction's locks ($1)
-// are on, then their locks and their owners' holds; records them spent ($9; only
-// history rows not spent yet: a token is spent once); and inserts the outputs ($2..$8,
-// one array per column), their owners' holds and their history rows. Last it checks
-// what it did, and custody_refuse (0002_spend_refusal.sql) undoes the whole statement
-// if there was nothing locked, if the outputs do not balance the inputs per kind of
-// token (or a lock expired and was taken over while the statement ran, which leaves
-// less locked than the outputs were made for, as a takeover before it would), or if
-// the counts disagree. It returns the spent tokens.
+// statement committed on its own: custody_spend (sql/postgres/tables/0005_spend.sql),
+// a function so that the statement is planned once per session rather than on every
+// call. It deletes the tokens the transaction's locks ($1) are on, then their locks
+// and their owners' holds; records them spent ($9; only history rows not spent yet: a
+// token is spent once); and inserts the outputs ($2..$8, one array per column), their
+// owners' holds and their history rows. Last it checks what it did, and custody_refuse
+// (0002_spend_refusal.sql) undoes the whole statement if there was nothing locked, if
+// the outputs do not balance the inputs per kind of token (or a lock expired and was
+// taken over while the statement ran, which leaves less locked than the outputs were
+// made for, as a takeover before it would), or if the counts disagree. It returns the
+// spent tokens.
 //
 // The tokens go before their locks, so the spend never waits on a select while that
 // select waits on the spend. A select whose snapshot predates one of this
@@ -188,71 +190,8 @@ var errBusy = fmt.Errorf("%w: the funds are being taken by payments in flight", 
 // The later steps find their rows by = ANY (ARRAY (...)) rather than by joining the
 // earlier steps' results: the planner cannot estimate a step's result, and with a
 // join it hashes whole tables; with an array it looks each row up in the index.
-const fastSpendSQL = `
-WITH spent AS (
-	DELETE FROM tokens WHERE id = ANY (ARRAY (SELECT object_id FROM tokens_holds WHERE holder = $1))
-	RETURNING id, owner, token_type, identifier, issuer, notary, amount
-),
-released AS (
-	DELETE FROM tokens_holds
-	WHERE object_id = ANY (ARRAY (SELECT id FROM spent)) AND holder IN ($1, 'owner')
-	RETURNING holder
-),
-recorded AS (
-	UPDATE token_history SET spent_by = $9
-	WHERE spent_by IS NULL AND token_id = ANY (ARRAY (SELECT id FROM spent))
-	RETURNING token_id
-),
-outputs AS (
-	SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-		AS o(id, owner, token_type, identifier, issuer, notary, amount)
-),
-created AS (
-	INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount)
-	SELECT id, owner, token_type, identifier, issuer, notary, amount FROM outputs
-	RETURNING id
-),
-held AS (
-	INSERT INTO tokens_holds (holder, object_id) SELECT 'owner', id FROM created
-	RETURNING object_id
-),
-born AS (
-	INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
-	SELECT id, owner, identifier, amount, $9 FROM outputs
-	RETURNING token_id
-),
-imbalance AS (
-	SELECT string_agg(format('%s %s differs by %s', identifier, token_type, difference), ', ') AS reason
-	FROM (
-		SELECT token_type, identifier, issuer, notary, sum(amount) AS difference
-		FROM (SELECT token_type, identifier, issuer, notary, amount FROM spent
-		      UNION ALL
-		      SELECT token_type, identifier, issuer, notary, -amount FROM outputs) flows
-		GROUP BY token_type, identifier, issuer, notary
-		HAVING sum(amount) <> 0
-	) kinds
-),
-counts AS (
-	SELECT (SELECT count(*) FROM released WHERE holder = $1) AS unlocked,
-	       (SELECT count(*) FROM released WHERE holder = 'owner') AS released,
-	       (SELECT count(*) FROM spent) AS spent, (SELECT count(*) FROM recorded) AS recorded,
-	       (SELECT count(*) FROM outputs) AS outputs, (SELECT count(*) FROM held) AS held,
-	       (SELECT count(*) FROM born) AS born
-),
-verdict AS (
-	SELECT CASE
-		WHEN c.spent = 0 THEN custody_refuse('CU001', 'no token locked by transaction ' || $9)
-		WHEN c.unlocked <> c.spent THEN custody_refuse('CU002', format('%s of the %s locks of transaction %s expired and were taken over while it spent', c.spent - c.unlocked, c.spent, $9))
-		WHEN i.reason IS NOT NULL THEN custody_refuse('CU002', i.reason)
-		WHEN c.recorded <> c.spent THEN custody_refuse('CU003', format('%s of %s tokens were spent already', c.spent - c.recorded, c.spent))
-		WHEN c.released <> c.spent OR c.held <> c.outputs OR c.born <> c.outputs
-			THEN custody_refuse('CU003', format('%s locks, %s tokens, %s owners'' holds removed', c.unlocked, c.spent, c.released))
-		ELSE true
-	END AS ok
-	FROM counts c, imbalance i
-)
-SELECT s.id, s.owner, s.token_type, s.identifier, s.issuer, s.notary, s.amount
-FROM verdict v LEFT JOIN spent s ON v.ok` // verdict leads, so it is always evaluated
+const fastSpendSQL = `SELECT tok_id, tok_owner, tok_type, tok_identifier, tok_issuer, tok_notary, tok_amount
+FROM custody_spend($1, $2, $3, $4, $5, $6, $7, $8, $9)`
 
 // refusals are the sentinels of custody_refuse's codes.
 var refusals = map[string]error{
