@@ -266,8 +266,13 @@ func (w *walker) fill() error {
 }
 
 // readSegment reads a segment page, in one part or, where the page spans at least
-// two parts' worth of heights (as far as the link the walk followed to w.from
-// tells), in two at once: its upper heights, then the rest. The parts' rows are
+// two parts' worth of heights, in two at once: its upper heights, then the rest.
+// The link the walk followed to w.from tells its height, and so how many heights
+// are left below; the tip's height is not known, and the first page is split as
+// if the branch filled it (where it does not, the lower part finds no rows, at the
+// cost of a query that reads nothing, but the first page of a walk is read in
+// half the time where it does: a fifth of a BranchDiff of two 5,000-block forks,
+// whose first two pages are of 1,000 blocks each). The parts' rows are
 // the page's, in the same order, but where a segment holds more blocks than one a
 // height (writers racing, or blocks stored before segments existed), when each
 // part's limit may cut rows off its own bottom: the walk then finds the block it
@@ -281,7 +286,7 @@ func (w *walker) readSegment(cols columns, query string) ([]*Block, error) {
 	if w.height >= 0 {
 		span = int(min(int64(span), w.height+1))
 	}
-	if w.m.pagePart == 0 || w.height < 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 {
+	if w.m.pagePart == 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 {
 		return part(0, w.size)
 	}
 	type result struct {
