@@ -104,8 +104,8 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 // segmentPageSQL reads the blocks of the start block's segment in a range of heights
 // at and below its own: one range scan of the (segment, block_num) index. It takes
 // the start block's ID twice, how far below its height the range starts, the ID
-// again, how far below it the range ends, and the range's length (a part of a
-// page, below; a page is parts at offsets 0 to its size). The segment and height are
+// again, how far below it the range ends, and the range's length: a page, from 0 to
+// the page's size, or a part of one (see readSegment). The segment and height are
 // subqueries, not a join: Postgres plans a join of the start block with the segment
 // not knowing which segment, and where most blocks share one (segment 0, or a table
 // holding one long chain) it chose to hash the whole table and sort it, for every
@@ -151,11 +151,11 @@ const maxPageGrowth = 16
 // no faster there, on two cores (see BENCHMARKS.md), and pages are read whole.
 const minPagePart = 500
 
-// walker reads a branch newest first, a page per query, and follows the links
-// through each page in memory. Each page that the branch fills is followed by one
-// twice as large, up to maxPageGrowth times the first: a long walk takes a few
-// queries, and one that stops early has read at most about as much again as it
-// used.
+// walker reads a branch newest first, a page per query (or two: see readSegment),
+// and follows the links through each page in memory. Each page that the branch
+// fills is followed by one twice as large, up to maxPageGrowth times the first: a
+// long walk takes a few queries, and one that stops early has read at most about
+// as much again as it used.
 //
 // On a database with a replica the walk reads the replica, and trusts what it finds
 // there: a block and its link never change once the link is set, and its segment
@@ -265,18 +265,18 @@ func (w *walker) fill() error {
 	return nil
 }
 
-// readSegment reads a segment page, in one part or, where the page spans at least
-// two parts' worth of heights, in two at once: its upper heights, then the rest.
-// The link the walk followed to w.from tells its height, and so how many heights
-// are left below; the tip's height is not known, and the first page is split as
-// if the branch filled it (where it does not, the lower part finds no rows, at the
-// cost of a query that reads nothing, but the first page of a walk is read in
-// half the time where it does: a fifth of a BranchDiff of two 5,000-block forks,
-// whose first two pages are of 1,000 blocks each). The parts' rows are
-// the page's, in the same order, but where a segment holds more blocks than one a
-// height (writers racing, or blocks stored before segments existed), when each
-// part's limit may cut rows off its own bottom: the walk then finds the block it
-// expects missing, and starts the next page at it, as at the end of a page.
+// readSegment reads a segment page whole or, where it spans at least two parts'
+// worth of heights (m.pagePart; see minPagePart), in two parts at once: its upper
+// heights, then the rest. The link the walk followed to w.from tells its height,
+// and so how many heights are left below it to share out. The tip's height is not
+// known, and the first page is split as if the branch filled it: where the branch
+// is shorter, the lower part costs a query that finds nothing; where it is long,
+// the first page takes half the time (it is a fifth of a BranchDiff of two
+// 5,000-block forks, whose first pages are of 1,000 blocks each). The parts' rows
+// are the page's, in the same order, but where a segment holds more than one block
+// a height (writers that raced, blocks stored before segments existed): each
+// part's limit may then cut rows off its own bottom, and the walk, finding the
+// block it expects missing, starts the next page at it, as at the end of a page.
 func (w *walker) readSegment(cols columns, query string) ([]*Block, error) {
 	part := func(from, to int) ([]*Block, error) {
 		return w.read(cols, query, w.from, w.from, from, w.from, to, to-from)
