@@ -113,6 +113,7 @@ func openManager(tb testing.TB, db refset.Database, cfg Config) *Manager {
 	}
 	m, err := Open(context.Background(), db, cfg)
 	require.NoError(tb, err)
+	m.pagePart = 2 // and every page that spans 4 heights or more is read in two parts
 	return m
 }
 

@@ -53,6 +53,7 @@ type Manager struct {
 	observer  refset.Observer
 	collector *cleanup.Collector
 	pageSize  int
+	pagePart  int // the fewest blocks a part of a segment page holds; 0: pages are read whole
 	forkTTL   time.Duration
 }
 
@@ -77,6 +78,9 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
 	m.dialect = drv.Schema()
+	if m.dialect == schema.SQLite {
+		m.pagePart = minPagePart
+	}
 	if err = m.migrate(ctx, drv.SchemaSQL()); err != nil {
 		return nil, err
 	}

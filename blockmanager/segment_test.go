@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -291,6 +292,46 @@ func TestWalkPagesGrow(t *testing.T) {
 		}
 		assert.Equal(t, 400, used)
 		assert.Equal(t, []int{5, 10, 20, 40, 80, 80, 80, 80}, sizes[:8])
+	})
+}
+
+// A segment page of at least two parts' worth of heights below the block the walk
+// reached is read in two parts at once, the upper heights and the rest: the walk
+// yields the same blocks, and its pages grow as they would in one part. Pages
+// smaller than two parts are read whole.
+func TestWalkReadsLongPagesInTwoParts(t *testing.T) {
+	eachDB(t, Config{PageSize: 8}, func(t *testing.T, m *Manager) {
+		g := putGenesis(t, m, 300)
+		walk := func() *walker {
+			w := m.walk(t.Context(), "g0299", false)
+			var walked []string
+			var sizes []int
+			for {
+				before := w.size
+				b, err := w.next()
+				require.NoError(t, err)
+				if b == nil {
+					break
+				}
+				if len(w.page)+1 == before {
+					sizes = append(sizes, before)
+				}
+				walked = append(walked, b.HeaderSignature)
+			}
+			assert.Equal(t, descending(g), walked)
+			assert.Equal(t, []int{8, 16, 32, 64, 128}, sizes[:5], "page sizes")
+			return w
+		}
+		w := walk()
+		if runtime.GOMAXPROCS(0) > 1 {
+			assert.Equal(t, 2*w.pages, w.parts, "every page in two parts")
+		} else {
+			assert.Equal(t, w.pages, w.parts, "pages in one part, Go running on one core")
+		}
+
+		m.pagePart = 8 * maxPageGrowth
+		w = walk()
+		assert.Equal(t, w.pages, w.parts, "pages in one part")
 	})
 }
 

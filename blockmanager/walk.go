@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"iter"
+	"runtime"
 	"strings"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -100,9 +101,11 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 // The walker's two ways to read a page, newest block first; %[1]s is the columns
 // read (a columns' List), each prefixed "b.", and %[2]s the same without the prefix.
 //
-// segmentPageSQL reads the blocks of the start block's segment at and below its
-// height: one range scan of the (segment, block_num) index. It takes the start
-// block's ID three times, then the page size twice. The segment and height are
+// segmentPageSQL reads the blocks of the start block's segment in a range of heights
+// at and below its own: one range scan of the (segment, block_num) index. It takes
+// the start block's ID twice, how far below its height the range starts, the ID
+// again, how far below it the range ends, and the range's length: a page, from 0 to
+// the page's size, or a part of one (see readSegment). The segment and height are
 // subqueries, not a join: Postgres plans a join of the start block with the segment
 // not knowing which segment, and where most blocks share one (segment 0, or a table
 // holding one long chain) it chose to hash the whole table and sort it, for every
@@ -117,7 +120,7 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 const (
 	segmentPageSQL = `SELECT %[1]s FROM blocks b
 		WHERE b.segment = (SELECT segment FROM blocks WHERE header_signature = ?)
-		AND b.block_num <= (SELECT block_num FROM blocks WHERE header_signature = ?)
+		AND b.block_num <= (SELECT block_num FROM blocks WHERE header_signature = ?) - ?
 		AND b.block_num > (SELECT block_num FROM blocks WHERE header_signature = ?) - ?
 		ORDER BY b.block_num DESC LIMIT ?`
 	linkPageSQL = `WITH RECURSIVE walk AS (
@@ -137,11 +140,22 @@ const minSegmentRun = 32
 // maxPageGrowth bounds how many times larger than Config.PageSize a page grows.
 const maxPageGrowth = 16
 
-// walker reads a branch newest first, a page per query, and follows the links
-// through each page in memory. Each page that the branch fills is followed by one
-// twice as large, up to maxPageGrowth times the first: a long walk takes a few
-// queries, and one that stops early has read at most about as much again as it
-// used.
+// minPagePart is the fewest blocks a part of a segment page holds on SQLite. Where
+// Go may run on more than one core, a segment page of at least two parts' worth of
+// the branch's heights is read as two range scans, of its upper and its lower
+// heights, at once, on two connections. On SQLite all of a walk's work is the
+// walk's own goroutine's (SQLite's stepping and reading of rows, in cgo calls, a
+// third of it; the rows' conversion into blocks), which two parts share between
+// two cores. On Postgres the server's finding and sending the rows takes about as
+// long as the client's decoding them, on other cores already: two parts measured
+// no faster there, on two cores (see BENCHMARKS.md), and pages are read whole.
+const minPagePart = 500
+
+// walker reads a branch newest first, a page per query (or two: see readSegment),
+// and follows the links through each page in memory. Each page that the branch
+// fills is followed by one twice as large, up to maxPageGrowth times the first: a
+// long walk takes a few queries, and one that stops early has read at most about
+// as much again as it used.
 //
 // On a database with a replica the walk reads the replica, and trusts what it finds
 // there: a block and its link never change once the link is set, and its segment
@@ -162,6 +176,7 @@ type walker struct {
 	onReplica bool           // q is the replica
 	links     bool           // read only ID, link and height, not whole blocks
 	from      string         // the next block to read; "" when the branch ended
+	height    int64          // the height from's predecessor link implies; -1 unknown
 	found     bool           // whether the first block was found (an unknown tip is an error)
 	size      int            // the next page's size
 	// byLinks says the next page follows links: the last segment page yielded
@@ -169,10 +184,11 @@ type walker struct {
 	byLinks bool
 	page    []*Block
 	pages   int // how many pages it read
+	parts   int // how many queries it read them with
 }
 
 func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
-	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, links: links, size: m.pageSize}
+	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, height: -1, links: links, size: m.pageSize}
 	if m.replica != nil {
 		w.q, w.onReplica = m.replica, true
 	}
@@ -213,11 +229,14 @@ func (w *walker) fill() error {
 	if w.links {
 		cols = linksOnly
 	}
-	args := []any{w.from, w.from, w.from, w.size, w.size}
+	query = m.sql(fmt.Sprintf(query, cols.prefixed, cols.list))
+	var rows []*Block
+	var err error
 	if w.byLinks {
-		args = []any{w.from, w.size}
+		rows, err = w.read(cols, query, w.from, w.size)
+	} else {
+		rows, err = w.readSegment(cols, query)
 	}
-	rows, err := w.read(cols, m.sql(fmt.Sprintf(query, cols.prefixed, cols.list)), args...)
 	if err != nil {
 		if w.onReplica && w.ctx.Err() == nil {
 			w.toPrimary("failed") // and next reads this page again there
@@ -244,6 +263,51 @@ func (w *walker) fill() error {
 	}
 	w.byLinks = !w.byLinks && yielded < min(minSegmentRun, m.pageSize)
 	return nil
+}
+
+// readSegment reads a segment page whole or, where it spans at least two parts'
+// worth of heights (m.pagePart; see minPagePart), in two parts at once: its upper
+// heights, then the rest. The link the walk followed to w.from tells its height,
+// and so how many heights are left below it to share out. The tip's height is not
+// known, and the first page is split as if the branch filled it: where the branch
+// is shorter, the lower part costs a query that finds nothing; where it is long,
+// the first page takes half the time (it is a fifth of a BranchDiff of two
+// 5,000-block forks, whose first pages are of 1,000 blocks each). The parts' rows
+// are the page's, in the same order, but where a segment holds more than one block
+// a height (writers that raced, blocks stored before segments existed): each
+// part's limit may then cut rows off its own bottom, and the walk, finding the
+// block it expects missing, starts the next page at it, as at the end of a page.
+func (w *walker) readSegment(cols columns, query string) ([]*Block, error) {
+	part := func(from, to int) ([]*Block, error) {
+		return w.read(cols, query, w.from, w.from, from, w.from, to, to-from)
+	}
+	w.parts++
+	span := w.size
+	if w.height >= 0 {
+		span = int(min(int64(span), w.height+1))
+	}
+	if w.m.pagePart == 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 {
+		return part(0, w.size)
+	}
+	type result struct {
+		rows []*Block
+		err  error
+	}
+	w.parts++
+	lower := make(chan result, 1)
+	go func() {
+		rows, err := part(span/2, w.size)
+		lower <- result{rows, err}
+	}()
+	rows, err := part(0, span/2)
+	low := <-lower
+	if err == nil {
+		err = low.err
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(rows, low.rows...), nil
 }
 
 // read runs a page's query and scans its rows, which have cols. Every row is
@@ -325,7 +389,7 @@ func (w *walker) follow(rows []*Block) int {
 		}
 		if b.PreviousBlockRef == nil && b.BlockNum != 0 && w.onReplica {
 			// (A block numbered 0 is genesis, or one that can never be linked.)
-			w.from = expect
+			w.from, w.height = expect, height
 			w.toPrimary("missing")
 			return taken
 		}
@@ -337,6 +401,6 @@ func (w *walker) follow(rows []*Block) int {
 		}
 		expect, height = *b.PreviousBlockRef, b.BlockNum-1
 	}
-	w.from = expect
+	w.from, w.height = expect, height
 	return taken
 }
