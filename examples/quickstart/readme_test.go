@@ -30,13 +30,14 @@ type Block struct {
 
 func (b Block) ID() string { return b.Hash }
 
-// Your tables: the objects, and the rows that reference them. Clean-up needs an index
-// on every column that references blocks (a primary key is one).
+// Your tables: the objects, and the rows that reference them, ON DELETE RESTRICT (on
+// PostgreSQL, the default NO ACTION makes clean-up check each key twice). Clean-up needs
+// an index on every column that references blocks (a primary key is one).
 const tables = `
-CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id), height INTEGER NOT NULL);
+CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id) ON DELETE RESTRICT, height INTEGER NOT NULL);
 CREATE INDEX blocks_prev ON blocks (prev);
-CREATE TABLE pending_blocks (block_id TEXT PRIMARY KEY REFERENCES blocks (id));
-CREATE TABLE chain_heads    (block_id TEXT PRIMARY KEY REFERENCES blocks (id));`
+CREATE TABLE pending_blocks (block_id TEXT PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE chain_heads    (block_id TEXT PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);`
 
 func quickStart(ctx context.Context, path string) error {
 	db, err := sqlite.Open(ctx, path, sqlite.Options{})
