@@ -14,9 +14,9 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 )
 
@@ -73,7 +73,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		grace = time.Minute
 	}
 	collect := cleanup.Config{Table: "blocks", Grace: grace, Logger: cfg.Logger}
-	drv, err := driver.Of(db)
+	drv, err := refsetdriver.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
@@ -85,12 +85,12 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		return nil, err
 	}
 	var store *sqlstore.Store[Block, string]
-	if store, err = driver.NewStore[Block, string](ctx, db, sqlstore.Config{Table: "blocks"}); err == nil {
+	if store, err = refsetdriver.NewStore[Block, string](ctx, db, sqlstore.Config{Table: "blocks"}); err == nil {
 		m.blocks = refset.New[Block, string](store)
-		m.writes, err = driver.NewStore[storedBlock, string](ctx, db, sqlstore.Config{Table: "blocks"})
+		m.writes, err = refsetdriver.NewStore[storedBlock, string](ctx, db, sqlstore.Config{Table: "blocks"})
 	}
 	if err == nil {
-		m.collector, err = driver.NewCollector(ctx, db, collect)
+		m.collector, err = refsetdriver.NewCollector(ctx, db, collect)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -216,9 +216,9 @@ func TestRacingForksKeepWalksRight(t *testing.T) {
 
 // migrateBeforeSegments creates blockmanager's first schema in db, the one before
 // segments existed, and returns db's driver.
-func migrateBeforeSegments(t *testing.T, db refset.Database) driver.Driver {
+func migrateBeforeSegments(t *testing.T, db refset.Database) refsetdriver.Driver {
 	t.Helper()
-	drv, err := driver.Of(db)
+	drv, err := refsetdriver.Of(db)
 	require.NoError(t, err)
 	dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
 	require.NoError(t, err)

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -228,7 +228,7 @@ func open(ctx context.Context, c connection) (opened, error) {
 
 // inspect is a collector of the set on table that installs nothing (cleanup.Inspect).
 func inspect(ctx context.Context, db opened, table string) (*cleanup.Collector, error) {
-	d, err := driver.Of(db.Database)
+	d, err := refsetdriver.Of(db.Database)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +284,7 @@ type (
 func statusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		d, err := driver.Of(db.Database)
+		d, err := refsetdriver.Of(db.Database)
 		if err != nil {
 			return exitError, err
 		}

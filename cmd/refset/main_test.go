@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
@@ -118,7 +118,7 @@ func backends() []backend {
 func prepare(t *testing.T, b backend, db refset.Database) {
 	t.Helper()
 	ctx := t.Context()
-	d, err := driver.Of(db)
+	d, err := refsetdriver.Of(db)
 	require.NoError(t, err)
 	exec := func(tx refset.Tx, q string) {
 		t.Helper()
@@ -132,9 +132,9 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
 		return nil
 	}))
-	_, err = driver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
+	_, err = refsetdriver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
 	require.NoError(t, err)
-	_, err = driver.NewStore[token, string](ctx, db, sqlstore.Config{Table: "tokens"})
+	_, err = refsetdriver.NewStore[token, string](ctx, db, sqlstore.Config{Table: "tokens"})
 	require.NoError(t, err)
 	for _, table := range []string{"blocks", "tokens"} {
 		_, err := cleanup.Install(ctx, db, d, cleanup.Config{Table: table})
@@ -484,7 +484,7 @@ func TestMigrate(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := t.Context()
 			db, dbArgs := b.open(t)
-			d, err := driver.Of(db)
+			d, err := refsetdriver.Of(db)
 			require.NoError(t, err)
 			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));

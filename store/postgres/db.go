@@ -17,13 +17,13 @@ import (
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/pipeline"
 	"github.com/refsetdb/refset/internal/rowread"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Options tune Open and New. The zero value is a safe default.
@@ -299,7 +299,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
 		}
 	}
-	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
+	db.driverHandle = refsetdriver.NewHandle(dialectDriver{Binding: refsetdriver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
 	switch {
 	case driverName == DriverPgx:
 		db.pipelineHandle = pipeline.NewHandle(newPgxPipeline(db, opts.Isolation))

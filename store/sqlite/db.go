@@ -16,10 +16,10 @@ import (
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Options tune Open. The zero value is a safe default.
@@ -157,7 +157,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 // newDB is a database on writer and readers, carrying its driver.
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
-	db.driverHandle = driver.NewHandle(dialectDriver{Binding: driver.Bind(writer.DB, false, opts.ExternalMigrations)})
+	db.driverHandle = refsetdriver.NewHandle(dialectDriver{Binding: refsetdriver.Bind(writer.DB, false, opts.ExternalMigrations)})
 	db.stmts = stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
 	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
 	db.observer = opts.Observer

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 )
 
@@ -126,7 +126,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		grace = time.Minute
 	}
 	collect := cleanup.Config{Table: "tokens", Grace: grace, Logger: cfg.Logger}
-	drv, err := driver.Of(db)
+	drv, err := refsetdriver.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
@@ -137,9 +137,9 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		return nil, err
 	}
 	var store *sqlstore.Store[Token, string]
-	if store, err = driver.NewStore[Token, string](ctx, db, sqlstore.Config{Table: "tokens"}); err == nil {
+	if store, err = refsetdriver.NewStore[Token, string](ctx, db, sqlstore.Config{Table: "tokens"}); err == nil {
 		v.set = refset.New[Token, string](store)
-		v.collector, err = driver.NewCollector(ctx, db, collect)
+		v.collector, err = refsetdriver.NewCollector(ctx, db, collect)
 	}
 	if err == nil {
 		err = v.migrate(ctx, "locks")

@@ -7,7 +7,7 @@
 // A database carries its Driver in an embedded Handle. Handle's one method is
 // unexported, so Of finds the Driver of any store's database while a caller, outside
 // this module, can neither reach it nor fake it.
-package driver
+package refsetdriver
 
 import (
 	"context"
@@ -33,6 +33,15 @@ type Driver interface {
 	// Unprepared reports that statements must run unprepared (a connection pooler
 	// that keeps no prepared statements).
 	Unprepared() bool
+
+	// Name names the dialect ("sqlite", "postgres"): the folder a component keeps
+	// its per-dialect SQL files in (blockmanager/sql/<name>). Code asks the driver
+	// for what differs; it never compares this name.
+	Name() string
+
+	// Rebind rewrites a query's ? placeholders to the dialect's, leaving any ? in a
+	// literal, a quoted name or a comment as it is.
+	Rebind(query string) string
 }
 
 // Binding is what ties a dialect to one database, the same for every store: the

@@ -1,12 +1,12 @@
-package driver_test
+package refsetdriver_test
 
 import (
 	"path/filepath"
 	"testing"
 
 	"github.com/refsetdb/refset/blockmanager"
-	"github.com/refsetdb/refset/internal/driver"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
@@ -22,12 +22,12 @@ func TestOf(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 
-	d, err := driver.Of(db)
+	d, err := refsetdriver.Of(db)
 	require.NoError(t, err)
 	assert.Equal(t, schema.SQLite, d.Schema())
 	assert.Same(t, db.Writer.DB, d.Pool(), "statements are prepared on the pool writes begin on")
 
-	_, err = driver.Of(foreign{db})
+	_, err = refsetdriver.Of(foreign{db})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, err = blockmanager.Open(t.Context(), foreign{db}, blockmanager.Config{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "code above the stores finds the dialect through the driver, not the type")
