@@ -64,7 +64,6 @@ func harness(m mode) conformance.Harness {
 		return db
 	}
 	return conformance.Harness{
-		Dialect: postgres.TestDialect,
 		Cleanup: postgres.TestCleanupDialect,
 		Open: func(tb testing.TB) refset.Database {
 			tb.Helper()

@@ -13,7 +13,6 @@ import (
 // harness opens each test's database as a file in its own temporary directory, with
 // the public Open, as users do.
 var harness = conformance.Harness{
-	Dialect: sqlite.TestDialect,
 	Cleanup: sqlite.TestCleanupDialect,
 	Open: func(tb testing.TB) refset.Database {
 		tb.Helper()
