@@ -9,6 +9,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -67,7 +68,7 @@ func (f *fallbacks) take() map[string]int {
 // waiting long for the standby to catch up: other tests may pause its replay.
 func openPostgresWithStandby(tb testing.TB, primary, standby string, obs refset.Observer) *postgres.DB {
 	tb.Helper()
-	db, err := postgres.Open(context.Background(), primary, postgres.Options{ReplicaDSN: standby, Observer: obs, ReplicaWait: 2 * time.Minute})
+	db, err := postgres.Open(context.Background(), primary, postgres.Options{ReplicaDSN: standby, ReplicaWait: 2 * time.Minute, Options: store.Options{Observer: obs}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { db.Close() })
 	return db

@@ -11,6 +11,7 @@ import (
 
 	"github.com/refsetdb/refset/otelrefset"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -28,7 +29,7 @@ func Example() {
 
 	dir, _ := os.MkdirTemp("", "otelrefset")
 	defer os.RemoveAll(dir)
-	db, err := sqlite.Open(ctx, filepath.Join(dir, "example.db"), sqlite.Options{Observer: obs})
+	db, err := sqlite.Open(ctx, filepath.Join(dir, "example.db"), sqlite.Options{Options: store.Options{Observer: obs}})
 	if err != nil {
 		panic(err)
 	}

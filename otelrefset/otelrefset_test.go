@@ -17,6 +17,7 @@ import (
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/otelrefset"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -43,7 +44,7 @@ type opener func(t *testing.T, obs refset.Observer) fixture
 func openSQLite(t *testing.T, obs refset.Observer) fixture {
 	t.Helper()
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Observer: obs})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
@@ -60,7 +61,7 @@ func openPostgres(driver string) opener {
 		t.Helper()
 		ctx := t.Context()
 		dsn, schema := pgtest.New(t)
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Observer: obs, Driver: driver})
+		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver, Options: store.Options{Observer: obs}})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
@@ -225,7 +226,7 @@ func TestReplicaFallbacks(t *testing.T) {
 	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
 	require.NoError(t, err)
 	primary, standby, _ := pgtest.NewWithStandby(t)
-	db, err := postgres.Open(ctx, primary, postgres.Options{Observer: obs, ReplicaDSN: standby, ReplicaWait: 2 * time.Minute})
+	db, err := postgres.Open(ctx, primary, postgres.Options{ReplicaDSN: standby, ReplicaWait: 2 * time.Minute, Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)

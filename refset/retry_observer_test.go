@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,7 +28,7 @@ func (c *conflictCounter) Conflicted(context.Context, error) { c.conflicted.Add(
 // database tells nobody and still retries.
 func TestRetryConflictsTellsTheObserver(t *testing.T) {
 	obs := &conflictCounter{}
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "retry.db"), sqlite.Options{Observer: obs})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "retry.db"), sqlite.Options{Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
 

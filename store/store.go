@@ -8,8 +8,11 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -27,6 +30,54 @@ type Config struct {
 	// HoldsTable names the set's holds table; "" means Table + "_holds", in the same
 	// schema.
 	HoldsTable string
+}
+
+// Options are the options every store's database takes: sqlite.Options and
+// postgres.Options embed them beside their own. The zero value is a safe default.
+type Options struct {
+	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
+	// tables and the set's are at the versions this code needs, and fails with
+	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
+	// when they are not, so the application's role needs no CREATE rights. A DBA
+	// applies the SQL of schema.Pending or schema.SQLText as part of the database's
+	// own migrations. Clean-up's Install still creates its triggers.
+	ExternalMigrations bool
+
+	// Logger receives what refset does that an operator wants to know: transactions
+	// the database aborted and refset retried (debug), conflicts that outlasted the
+	// retries (warn), commits whose outcome is unknown (error), statements slower than
+	// SlowStatement (warn), and clean-up's passes. Nil: refset logs nothing.
+	Logger *slog.Logger
+
+	// SlowStatement is the duration past which a statement refset runs (its own, and
+	// those of Commands and InTx functions) is logged; a query is timed until its
+	// first row is ready. Zero means one second; a negative value turns the log off.
+	SlowStatement time.Duration
+
+	// StatementCache is how many statements of refset.Exec commands the database keeps
+	// prepared (SQLite: on its writer connection; PostgreSQL on lib/pq: on every
+	// connection), so a hand-over's commands are not compiled again on every run. A
+	// statement is prepared once it has run twice; the least recently used beyond
+	// this many is closed. Zero means 64; a negative size prepares none. pgx keeps its
+	// own cache of every statement (its statement_cache_capacity), so on pgx, and
+	// with postgres.Options.Unprepared, refset adds none.
+	StatementCache int
+
+	// Observer is told what refset does in this database, for metrics: objects
+	// added, hand-overs, retried and lasting conflicts, clean-up's collections, reads
+	// a replica could not answer. Package otelrefset makes one that feeds
+	// OpenTelemetry. Nil: nothing is told.
+	Observer refset.Observer
+}
+
+// Settings are the options as a store's driver takes them.
+func (o Options) Settings() refsetdriver.Settings {
+	return refsetdriver.Settings{
+		ExternalMigrations: o.ExternalMigrations,
+		Logger:             o.Logger,
+		SlowStatement:      dblog.Threshold(o.SlowStatement),
+		Observer:           o.Observer,
+	}
 }
 
 // NewStore returns the store of a set of T in db, a database of store/sqlite or

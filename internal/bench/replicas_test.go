@@ -22,6 +22,7 @@ import (
 	"github.com/refsetdb/refset/examples/custody/tokens"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 )
 
@@ -128,7 +129,7 @@ func runReplica(cfg replicaConfig, in io.Reader, out io.Writer) (replicaReport, 
 	var rep replicaReport
 	ctx := context.Background()
 	obs := &retryCounter{}
-	db, err := postgres.Open(ctx, cfg.DSN, postgres.Options{MaxConns: cfg.Workers, Driver: cfg.Driver, Observer: obs})
+	db, err := postgres.Open(ctx, cfg.DSN, postgres.Options{MaxConns: cfg.Workers, Driver: cfg.Driver, Options: store.Options{Observer: obs}})
 	if err != nil {
 		return rep, err
 	}
@@ -588,7 +589,7 @@ func BenchmarkReplicasReceive(b *testing.B) {
 func TestRetryCounterCountsDeadlocks(t *testing.T) {
 	ctx := t.Context()
 	obs := &retryCounter{}
-	db, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{MaxConns: 4, Observer: obs})
+	db, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{MaxConns: 4, Options: store.Options{Observer: obs}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"strings"
 	"time"
@@ -15,16 +14,20 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/store"
 )
 
 // Options tune Open and New. The zero value is a safe default.
 type Options struct {
+	// Options are what every store takes: logging, metrics, the statement cache,
+	// external migrations.
+	store.Options
+
 	// MaxConns bounds the connection pool Open makes. Zero means 20. New leaves the
 	// caller's pool as it is.
 	MaxConns int
@@ -55,40 +58,6 @@ type Options struct {
 	// commits sends no cancel request (poolers may mishandle them: PgBouncer before
 	// 1.19.1 crashes): it waits up to 5 s for the server's answer instead.
 	Unprepared bool
-
-	// StatementCache is how many statements of refset.Exec commands each connection
-	// keeps prepared through lib/pq: the commands of a hand-over then take a round
-	// trip each, where lib/pq spends two on an unprepared statement with arguments. A
-	// statement is prepared once it has run twice; the least recently used beyond
-	// this many is closed on every connection. Zero means 64; a negative size
-	// prepares none. Unprepared prepares none either. pgx keeps its own cache of
-	// every statement (its statement_cache_capacity), so on pgx refset adds none.
-	StatementCache int
-
-	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
-	// tables and the set's are at the versions this code needs, and fails with
-	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
-	// when they are not, so the application's role needs no CREATE rights. A DBA
-	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
-	// the database's own migrations. Clean-up's Install still creates its triggers.
-	ExternalMigrations bool
-
-	// Logger receives what refset does that an operator wants to know: transactions
-	// the database aborted and refset retried (debug), conflicts that outlasted the
-	// retries (warn), commits whose outcome is unknown (error), statements slower than
-	// SlowStatement (warn), and clean-up's passes. Nil: refset logs nothing.
-	Logger *slog.Logger
-
-	// SlowStatement is the duration past which a statement refset runs (its own, and
-	// those of Commands and InTx functions) is logged; a query is timed until its
-	// first row is ready. Zero means one second; a negative value turns the log off.
-	SlowStatement time.Duration
-
-	// Observer is told what refset does in this database, for metrics: objects
-	// added, hand-overs, retried and lasting conflicts, clean-up's collections, reads
-	// a replica could not answer. Package otelrefset makes one that feeds
-	// OpenTelemetry. Nil: nothing is told.
-	Observer refset.Observer
 
 	// Replica is a pool on a hot standby of this database (streaming replication),
 	// opened and owned by the caller like New's pool, with lib/pq or pgx's stdlib.
@@ -299,13 +268,9 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		// pgx keeps its own cache of every statement; lib/pq none.
 		db.stmts = stmtcache.New(pool, stmtcache.Size(opts.StatementCache), isStalePlan)
 	}
-	drv := newDriver(db, driverName, refsetdriver.Bind(pool, refsetdriver.Settings{
-		Unprepared:         opts.Unprepared,
-		ExternalMigrations: opts.ExternalMigrations,
-		Logger:             opts.Logger,
-		SlowStatement:      dblog.Threshold(opts.SlowStatement),
-		Observer:           opts.Observer,
-	}))
+	settings := opts.Settings()
+	settings.Unprepared = opts.Unprepared
+	drv := newDriver(db, driverName, refsetdriver.Bind(pool, settings))
 	db.storeEngine = engine.New(engine.Config{
 		Name:       "refset/postgres",
 		DB:         db,

@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 
 	"github.com/stretchr/testify/assert"
@@ -71,7 +72,7 @@ func TestExternalMigrations(t *testing.T) {
 			require.NoError(t, err)
 			roleDSN, grant := appRole(t, admin.Pool.DB, dsn, schemaName)
 			grant()
-			app, err := postgres.Open(ctx, roleDSN, postgres.Options{Driver: driver, ExternalMigrations: true})
+			app, err := postgres.Open(ctx, roleDSN, postgres.Options{Driver: driver, Options: store.Options{ExternalMigrations: true}})
 			require.NoError(t, err)
 			t.Cleanup(func() { app.Close() })
 			relations := func() []string {

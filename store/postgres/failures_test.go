@@ -13,6 +13,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func TestInducedFailures(t *testing.T) {
 
 func testInducedFailures(t *testing.T, driver string) {
 	logs := newLogRecorder()
-	db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Logger: logs.logger()})
+	db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Options: store.Options{Logger: logs.logger()}})
 	ctx := t.Context()
 	for _, q := range []string{
 		`CREATE TABLE items (id text PRIMARY KEY)`,

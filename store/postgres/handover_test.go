@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -100,7 +101,7 @@ func TestExecCommandsPrepared(t *testing.T) {
 		any      bool
 	}{
 		{"default", Options{MaxConns: 1}, 1, true},
-		{"StatementCache -1", Options{MaxConns: 1, StatementCache: -1}, 0, true},
+		{"StatementCache -1", Options{MaxConns: 1, Options: store.Options{StatementCache: -1}}, 0, true},
 		{"Unprepared", Options{MaxConns: 1, Unprepared: true}, 0, false},
 	}
 	for _, tc := range cases {
@@ -127,7 +128,7 @@ func TestExecCommandsPrepared(t *testing.T) {
 // StatementCache of them prepared: the least recently used are closed on the server.
 func TestExecStatementsBoundedPerConnection(t *testing.T) {
 	const size = 3
-	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, StatementCache: size}))
+	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, Options: store.Options{StatementCache: size}}))
 	for i := range 24 {
 		id := fmt.Sprint("b", i)
 		// Each statement runs twice, and so is prepared.

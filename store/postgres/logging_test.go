@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -55,7 +56,7 @@ func (r *logRecorder) find(msg string) []map[string]any {
 func TestLogging(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, driver string) {
 		logs := newLogRecorder()
-		db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Logger: logs.logger(), SlowStatement: 50 * time.Millisecond})
+		db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Options: store.Options{Logger: logs.logger(), SlowStatement: 50 * time.Millisecond}})
 		ctx := t.Context()
 		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 		require.NoError(t, err)

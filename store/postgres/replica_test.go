@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -88,7 +89,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 func (e *replicaEnv) open(t *testing.T, wait time.Duration) (*postgres.DB, *fallbacks) {
 	t.Helper()
 	obs := &fallbacks{}
-	db, err := postgres.Open(t.Context(), e.primaryDSN, postgres.Options{ReplicaDSN: e.standbyDSN, ReplicaWait: wait, Observer: obs})
+	db, err := postgres.Open(t.Context(), e.primaryDSN, postgres.Options{ReplicaDSN: e.standbyDSN, ReplicaWait: wait, Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	return db, obs
@@ -245,7 +246,7 @@ func TestReplicaGone(t *testing.T) {
 	replica, err := sql.Open("postgres", e.standbyDSN)
 	require.NoError(t, err)
 	obs := &fallbacks{}
-	db, err := postgres.Open(ctx, e.primaryDSN, postgres.Options{Replica: replica, Observer: obs})
+	db, err := postgres.Open(ctx, e.primaryDSN, postgres.Options{Replica: replica, Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	defer db.Close()
 	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,7 +24,7 @@ func TestInTxRetriesSerializationFailures(t *testing.T) {
 func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 	dsn := pgtest.DSN(t)
 	logs := newLogRecorder()
-	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver, Logger: logs.logger()})
+	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver, Options: store.Options{Logger: logs.logger()}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()

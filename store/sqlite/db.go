@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -14,16 +13,20 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/store"
 )
 
 // Options tune Open. The zero value is a safe default.
 type Options struct {
+	// Options are what every store takes: logging, metrics, the statement cache,
+	// external migrations.
+	store.Options
+
 	// Readers is the size of the read-only connection pool. Zero means
 	// max(4, GOMAXPROCS).
 	Readers int
@@ -36,36 +39,6 @@ type Options struct {
 	// transaction survives a power loss) or "NORMAL" (faster; in WAL mode a power loss
 	// may drop the last transactions, an application crash cannot).
 	Synchronous string
-
-	// ExternalMigrations makes stores run no DDL: NewStore checks that refset's
-	// tables and the set's are at the versions this code needs, and fails with
-	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
-	// when they are not, so the application's role needs no CREATE rights. A DBA
-	// applies the SQL of schema.Pending or schema.SQLText (with SchemaSQL()) as part of
-	// the database's own migrations. Clean-up's Install still creates its triggers.
-	ExternalMigrations bool
-
-	// Logger receives what refset does that an operator wants to know: transactions
-	// the database aborted and refset retried (debug), conflicts that outlasted the
-	// retries (warn), commits whose outcome is unknown (error), statements slower than
-	// SlowStatement (warn), and clean-up's passes. Nil: refset logs nothing.
-	Logger *slog.Logger
-
-	// SlowStatement is the duration past which a statement refset runs (its own, and
-	// those of Commands and InTx functions) is logged; a query is timed until its
-	// first row is ready. Zero means one second; a negative value turns the log off.
-	SlowStatement time.Duration
-
-	// StatementCache is how many statements of refset.Exec commands the writer
-	// connection keeps prepared, so a hand-over's commands are not compiled again on
-	// every run. A statement is prepared once it has run twice; the least recently used
-	// beyond this many is closed. Zero means 64; a negative size prepares none.
-	StatementCache int
-
-	// Observer is told what refset does in this database, for metrics: objects
-	// added, hand-overs, retried and lasting conflicts, clean-up's collections.
-	// Package otelrefset makes one that feeds OpenTelemetry. Nil: nothing is told.
-	Observer refset.Observer
 }
 
 // DB is a SQLite database opened for refset. It implements refset.Database, so
@@ -158,14 +131,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	stmts := stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
 	db := &DB{Writer: writer, Readers: readers, stmts: stmts}
 	db.storeEngine = engine.New(engine.Config{
-		Name: "refset/sqlite",
-		DB:   db,
-		Driver: dialectDriver{Binding: refsetdriver.Bind(writer.DB, refsetdriver.Settings{
-			ExternalMigrations: opts.ExternalMigrations,
-			Logger:             opts.Logger,
-			SlowStatement:      dblog.Threshold(opts.SlowStatement),
-			Observer:           opts.Observer,
-		})},
+		Name:       "refset/sqlite",
+		DB:         db,
+		Driver:     dialectDriver{Binding: refsetdriver.Bind(writer.DB, opts.Settings())},
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.

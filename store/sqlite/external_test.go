@@ -8,6 +8,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 
 	"github.com/stretchr/testify/assert"
@@ -25,7 +26,7 @@ func (t thing) ID() string { return t.Key }
 // the script, it works.
 func TestExternalMigrations(t *testing.T) {
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlite.Options{ExternalMigrations: true})
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlite.Options{Options: store.Options{ExternalMigrations: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE things (id TEXT PRIMARY KEY)`)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -38,7 +39,7 @@ func TestLogging(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := t.Context()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Logger: log, SlowStatement: time.Millisecond})
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Options: store.Options{Logger: log, SlowStatement: time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -56,12 +57,12 @@ func TestExecCommandsPrepared(t *testing.T) {
 	db := handOvers(t, Options{}, 3, release)
 	assert.Equal(t, 3, db.stmts.Len(), "the pending insert, the release, the acquire")
 
-	db = handOvers(t, Options{StatementCache: -1}, 3, release)
+	db = handOvers(t, Options{Options: store.Options{StatementCache: -1}}, 3, release)
 	assert.Nil(t, db.stmts)
 
 	distinct := func(i int) refset.Command[string] { // each one twice, so prepared
 		return refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE k = ? /* %d */`, i/2), 1)
 	}
-	db = handOvers(t, Options{StatementCache: 2}, 20, distinct)
+	db = handOvers(t, Options{Options: store.Options{StatementCache: 2}}, 20, distinct)
 	assert.Equal(t, 2, db.stmts.Len(), "bounded")
 }
