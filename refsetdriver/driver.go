@@ -93,6 +93,10 @@ type Driver interface {
 
 	// Statements writes the SQL of a set's table.
 	Statements(t SetTable) Statements
+
+	// SchemaSQL is the dialect's part of refset's schema: its migrations and every
+	// statement on refset's own tables.
+	SchemaSQL() SchemaSQL
 }
 
 // Of is db's Driver, or an error matching refset.ErrInvalidConfig when db is nil or

@@ -43,14 +43,14 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 	}
 	var done Applied
 	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
-		if err := Lock(ctx, tx, d); err != nil {
+		if err := d.LockMigrations(ctx, tx); err != nil {
 			return err
 		}
 		current := 0
-		if has, err := d.TableExists(ctx, tx, versionTable); err != nil {
+		if has, err := d.HasVersionTable(ctx, tx); err != nil {
 			return err
 		} else if has {
-			if current, err = recorded(ctx, tx, d, component); err != nil {
+			if current, err = d.Version(ctx, tx, component); err != nil {
 				return err
 			}
 		}
@@ -66,20 +66,8 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 		var err error
 		if kind == "core" {
 			if target == 0 {
-				var sets []string
-				rows, err := tx.QueryContext(ctx, `SELECT component FROM refset_schema_version WHERE component LIKE 'set:%' ORDER BY component`)
+				sets, err := d.RecordedSets(ctx, tx)
 				if err != nil {
-					return err
-				}
-				for rows.Next() {
-					var c string
-					if err := rows.Scan(&c); err != nil {
-						rows.Close()
-						return err
-					}
-					sets = append(sets, c)
-				}
-				if err := rows.Close(); err != nil {
 					return err
 				}
 				if len(sets) > 0 {
@@ -90,7 +78,7 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 			downs, err = downMigrations(d, "core")
 		} else {
 			var r Registered
-			if r, err = Lookup(ctx, tx, d.Dialect(), table); err != nil {
+			if r, err = d.Lookup(ctx, tx, table); err != nil {
 				return err
 			}
 			downs, err = setMigrations(d, Set{Table: r.Table, IDColumn: r.IDColumn, Holds: r.Holds, Queue: r.Queue}, true)
@@ -111,11 +99,11 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 				return fmt.Errorf("refset/schema: %s %s: %w", component, m.Name, err)
 			}
 		}
-		if err := setVersion(ctx, tx, d, component, target); err != nil {
+		if err := d.SetVersion(ctx, tx, component, target); err != nil {
 			return err
 		}
 		if kind == "set" && target == 0 {
-			if _, err := tx.ExecContext(ctx, d.Dialect().Rebind(`DELETE FROM refset_sets WHERE table_name = ?`), table.String()); err != nil {
+			if err := d.Unregister(ctx, tx, table); err != nil {
 				return err
 			}
 		}

@@ -162,7 +162,7 @@ func TestPendingScript(t *testing.T) {
 			done, err := schema.Apply(ctx, b.db, b.sql, b.set)
 			require.NoError(t, err)
 			assert.Empty(t, done, "the script recorded the versions")
-			r, err := schema.Lookup(ctx, b.db.Reader(), b.sql.Dialect(), b.set.Table)
+			r, err := b.sql.Lookup(ctx, b.db.Reader(), b.set.Table)
 			require.NoError(t, err, "the script registered the set")
 			assert.Equal(t, b.set.Holds, r.Holds)
 
@@ -233,7 +233,7 @@ func TestMigrateDownRoundTrip(t *testing.T) {
 			step, err = schema.MigrateDown(ctx, b.db, b.sql, "set:items", 0)
 			require.NoError(t, err)
 			assert.Equal(t, schema.Applied{Component: "set:items", From: 1, To: 0}, step)
-			_, err = schema.Lookup(ctx, b.db.Reader(), b.sql.Dialect(), b.set.Table)
+			_, err = b.sql.Lookup(ctx, b.db.Reader(), b.set.Table)
 			require.ErrorIs(t, err, refset.ErrNotFound, "the registration went with the set")
 
 			step, err = schema.MigrateDown(ctx, b.db, b.sql, "core", 0)

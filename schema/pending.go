@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/sqlident"
 )
 
 // Step is one component's work not yet done in a database: its migrations after
@@ -20,6 +19,7 @@ type Step struct {
 	Register bool
 
 	set *Set // the set of a set's step
+	sql SQL  // the dialect the script is written in
 }
 
 // Plan is what a database lacks for the sets given to Pending, core first. An empty
@@ -50,19 +50,16 @@ func (p Plan) SQL() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- refset schema: %s. Run in one transaction.\n", p)
-	b.WriteString(versionTableSQL + ";\n")
+	b.WriteString(p[0].sql.VersionTable() + ";\n")
 	for _, s := range p {
 		for _, m := range s.Migrations {
 			fmt.Fprintf(&b, "\n-- %s %s\n%s\n", s.Component, m.Name, statement(m.SQL))
 		}
 		if s.To != s.From {
-			fmt.Fprintf(&b, "INSERT INTO refset_schema_version (component, version) VALUES (%s, %d)\n"+
-				"\tON CONFLICT (component) DO UPDATE SET version = excluded.version;\n", literal(s.Component), s.To)
+			b.WriteString(s.sql.SetVersionScript(s.Component, s.To) + ";\n")
 		}
 		if s.Register {
-			r := strings.Replace(registerSQL, "VALUES (?, ?, ?, ?)", fmt.Sprintf("VALUES (%s, %s, %s, %s)",
-				literal(s.set.Table.String()), literal(s.set.IDColumn), literal(s.set.Holds.String()), literal(s.set.Queue.String())), 1)
-			b.WriteString(r + ";\n")
+			b.WriteString(s.sql.RegisterScript(s.set.registered()) + ";\n")
 		}
 	}
 	return b.String()
@@ -78,29 +75,25 @@ func statement(text string) string {
 	return text
 }
 
-// literal quotes s as a SQL string literal. The names refset writes are plain
-// identifiers, so this is belt and braces.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 // Pending reads, without changing anything, what q's database lacks of refset's core
 // tables and of each set's: the migrations Apply would run. Its Plan's SQL is the
 // script a DBA runs where the application's role may not create tables (the stores'
 // ExternalMigrations option). Sets are described as the stores build them; a store
 // that found its schema missing says which (PendingError).
 func Pending(ctx context.Context, q refset.Querier, d SQL, sets ...Set) (Plan, error) {
-	return plan(d, sets, func(component string, tables []sqlident.Ident) (int, error) {
-		if has, err := d.TableExists(ctx, q, versionTable); err != nil || !has {
+	return plan(d, sets, func(component string, set *Set) (int, error) {
+		if has, err := d.HasVersionTable(ctx, q); err != nil || !has {
 			return 0, err
 		}
-		if gone, err := anyGone(ctx, q, d, tables); err != nil || gone {
+		if g, err := gone(ctx, q, d, set); err != nil || g {
 			return 0, err
 		}
-		return recorded(ctx, q, d, component)
+		return d.Version(ctx, q, component)
 	}, func(set Set) (bool, error) {
-		if has, err := d.TableExists(ctx, q, coreTable); err != nil || !has {
+		if has, err := d.HasSetTable(ctx, q); err != nil || !has {
 			return false, err
 		}
-		r, err := Lookup(ctx, q, d.Dialect(), set.Table)
+		r, err := d.Lookup(ctx, q, set.Table)
 		if errors.Is(err, refset.ErrNotFound) {
 			return false, nil
 		}
@@ -116,7 +109,7 @@ func Pending(ctx context.Context, q refset.Querier, d SQL, sets ...Set) (Plan, e
 // database's other migrations.
 func SQLText(d SQL, sets ...Set) (string, error) {
 	p, err := plan(d, sets,
-		func(string, []sqlident.Ident) (int, error) { return 0, nil },
+		func(string, *Set) (int, error) { return 0, nil },
 		func(Set) (bool, error) { return false, nil })
 	if err != nil {
 		return "", err
@@ -124,12 +117,10 @@ func SQLText(d SQL, sets ...Set) (string, error) {
 	return p.SQL(), nil
 }
 
-var versionTable = sqlident.Ident{Name: "refset_schema_version"}
-
 // plan lists the steps missing given how a component's version (have) and a set's
 // registration (registered) read.
 func plan(d SQL, sets []Set,
-	have func(component string, tables []sqlident.Ident) (int, error),
+	have func(component string, set *Set) (int, error),
 	registered func(Set) (bool, error),
 ) (Plan, error) {
 	var p Plan
@@ -137,11 +128,12 @@ func plan(d SQL, sets []Set,
 	if err != nil {
 		return nil, err
 	}
-	step, err := pendingStep("core", core, []sqlident.Ident{coreTable}, have)
+	step, err := pendingStep("core", core, nil, have)
 	if err != nil {
 		return nil, err
 	}
 	if step != nil {
+		step.sql = d
 		p = append(p, *step)
 	}
 	for _, set := range sets {
@@ -149,7 +141,7 @@ func plan(d SQL, sets []Set,
 		if err != nil {
 			return nil, err
 		}
-		step, err := pendingStep(setComponent(set.Table), ms, []sqlident.Ident{set.Holds, set.Queue}, have)
+		step, err := pendingStep(setComponent(set.Table), ms, &set, have)
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +154,7 @@ func plan(d SQL, sets []Set,
 			step = &Step{Component: setComponent(set.Table), From: last, To: last}
 		}
 		if step != nil {
-			step.Register, step.set = !ok, &set
+			step.Register, step.set, step.sql = !ok, &set, d
 			p = append(p, *step)
 		}
 	}
@@ -170,10 +162,10 @@ func plan(d SQL, sets []Set,
 }
 
 // pendingStep is the step of component whose migrations are ms, nil if none is due.
-func pendingStep(component string, ms []Migration, tables []sqlident.Ident,
-	have func(string, []sqlident.Ident) (int, error),
+func pendingStep(component string, ms []Migration, set *Set,
+	have func(string, *Set) (int, error),
 ) (*Step, error) {
-	from, err := have(component, tables)
+	from, err := have(component, set)
 	if err != nil {
 		return nil, fmt.Errorf("refset/schema: reading the version of %s: %w", component, err)
 	}

@@ -14,34 +14,27 @@ import (
 
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// Dialect names the SQL dialect a database speaks.
+// SQL is a dialect's own part of refset's schema, refsetdriver.SchemaSQL: its
+// migration files and every statement on refset's own tables. A program gets it from
+// its store (sqlite.SchemaSQL(), postgres.SchemaSQL()) or from its database's driver,
+// and never implements it.
+type SQL = refsetdriver.SchemaSQL
+
+// Dialect names a SQL dialect.
+//
+// Deprecated: code outside the stores asks its database's driver
+// (refsetdriver.Driver's Name and Rebind) instead of comparing dialects. Dialect stays
+// while callers remain.
 type Dialect string
 
 const (
 	SQLite   Dialect = "sqlite"
 	Postgres Dialect = "postgres"
 )
-
-// SQL is a dialect's own part of refset's schema, which its store provides (all of a
-// store's SQL lives in the store's folder): the migration files and the few
-// statements the runner needs that differ between databases. store/sqlite and
-// store/postgres implement it; do not implement it outside a store.
-type SQL interface {
-	// Dialect names the dialect.
-	Dialect() Dialect
-	// Migrations holds core/NNNN_name.sql, refset's own tables, and
-	// set/NNNN_name.sql, the templates of each set's holds table and review queue.
-	Migrations() fs.FS
-	// LockMigrations serialises schema changes of the database across processes
-	// until tx ends.
-	LockMigrations(ctx context.Context, tx refset.Tx) error
-	// TableExists looks table up as the statements that use it will (on Postgres an
-	// unqualified name through search_path).
-	TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
-}
 
 // Set describes the object table a set's migrations are written for.
 type Set struct {
@@ -68,7 +61,7 @@ func Migrations(s SQL, kind string) ([]Migration, error) {
 	}
 	ms, err := readMigrations(sub)
 	if err != nil {
-		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, s.Dialect(), err)
+		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, s.Name(), err)
 	}
 	return ms, nil
 }
@@ -168,16 +161,17 @@ func Migrate(ctx context.Context, db refset.Database, d SQL) error {
 	return err
 }
 
-// Registered is a set as MigrateSet recorded it in refset_sets.
-type Registered struct {
-	Table    sqlident.Ident
-	IDColumn string
-	Holds    sqlident.Ident
-	Queue    sqlident.Ident
-}
+// Registered is a set as MigrateSet registered it: refsetdriver.Registered.
+//
+// Deprecated: use refsetdriver.Registered.
+type Registered = refsetdriver.Registered
 
-// Lookup reads the registration of the set on table (written as the set's store was
-// configured), or fails with refset.ErrNotFound if no store was ever built on it.
+// Lookup reads the registration of the set on table, or fails with
+// refset.ErrNotFound if no store was ever built on it.
+//
+// Deprecated: use the dialect's SQL, SchemaSQL().Lookup(ctx, q, table), which a
+// store's driver has. Lookup stays, with its statement, while package cleanup calls
+// it.
 func Lookup(ctx context.Context, q refset.Querier, d Dialect, table sqlident.Ident) (Registered, error) {
 	var idColumn, holds, queue string
 	err := q.QueryRowContext(ctx, d.Rebind(`SELECT id_column, holds_table, queue_table FROM refset_sets WHERE table_name = ?`),
@@ -228,13 +222,13 @@ func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Appli
 		}
 		for i, set := range sets {
 			component := setComponent(set.Table)
-			if err := forgetIfGone(ctx, tx, d, component, set.Holds, set.Queue); err != nil {
+			if err := forgetIfGone(ctx, tx, d, component, &set); err != nil {
 				return err
 			}
 			if err := apply(ctx, tx, d, component, rendered[i], &done); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, d.Dialect().Rebind(registerSQL), set.Table.String(), set.IDColumn, set.Holds.String(), set.Queue.String()); err != nil {
+			if err := d.Register(ctx, tx, set.registered()); err != nil {
 				return err
 			}
 		}
@@ -246,10 +240,11 @@ func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Appli
 	return done, nil
 }
 
-// registerSQL records a set in refset_sets, where tools (clean-up, check) find it.
-const registerSQL = `INSERT INTO refset_sets (table_name, id_column, holds_table, queue_table) VALUES (?, ?, ?, ?)
-			ON CONFLICT (table_name) DO UPDATE SET id_column = excluded.id_column,
-				holds_table = excluded.holds_table, queue_table = excluded.queue_table`
+// registered is set's registration, where tools (clean-up, the operators' command)
+// find its tables.
+func (set Set) registered() Registered {
+	return Registered{Table: set.Table, IDColumn: set.IDColumn, Holds: set.Holds, Queue: set.Queue}
+}
 
 // setComponent is the component under which a set's versions are recorded.
 func setComponent(table sqlident.Ident) string { return "set:" + table.String() }
@@ -303,7 +298,7 @@ func downMigrations(s SQL, kind string) ([]Migration, error) {
 	}
 	ms, err := readFiles(sub, true)
 	if err != nil {
-		return nil, fmt.Errorf("refset/schema: %s down migrations for dialect %q: %w", kind, s.Dialect(), err)
+		return nil, fmt.Errorf("refset/schema: %s down migrations for dialect %q: %w", kind, s.Name(), err)
 	}
 	return ms, nil
 }
@@ -311,24 +306,21 @@ func downMigrations(s SQL, kind string) ([]Migration, error) {
 // Lock serialises schema changes (migrations, clean-up installs) of one database
 // across processes until tx ends: an advisory lock on Postgres; on SQLite the write
 // transaction itself already excludes every other writer.
+//
+// Deprecated: call d.LockMigrations(ctx, tx). Lock stays while package cleanup calls
+// it.
 func Lock(ctx context.Context, tx refset.Tx, d SQL) error { return d.LockMigrations(ctx, tx) }
-
-// versionTableSQL creates the table of recorded versions.
-const versionTableSQL = `CREATE TABLE IF NOT EXISTS refset_schema_version (
-	component TEXT NOT NULL PRIMARY KEY,
-	version   INTEGER NOT NULL
-)`
 
 func migrate(ctx context.Context, tx refset.Tx, d SQL, done *[]Applied) error {
 	// Held to the end of the transaction: a second process waits here, then finds
 	// everything applied.
-	if err := Lock(ctx, tx, d); err != nil {
+	if err := d.LockMigrations(ctx, tx); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, versionTableSQL); err != nil {
+	if _, err := tx.ExecContext(ctx, d.VersionTable()); err != nil {
 		return err
 	}
-	if err := forgetIfGone(ctx, tx, d, "core", coreTable); err != nil {
+	if err := forgetIfGone(ctx, tx, d, "core", nil); err != nil {
 		return err
 	}
 	ms, err := Migrations(d, "core")
@@ -338,28 +330,32 @@ func migrate(ctx context.Context, tx refset.Tx, d SQL, done *[]Applied) error {
 	return apply(ctx, tx, d, "core", ms, done)
 }
 
-// coreTable is the table whose absence says the core migrations must run again.
-var coreTable = sqlident.Ident{Name: "refset_sets"}
-
-// forgetIfGone forgets the versions recorded for component when any of the tables its
-// migrations create is missing, so that apply runs them all again. The record and
-// the tables part ways when tables are dropped without refset: a test resets its
-// fixtures, an operator drops a Postgres schema with CASCADE while refset's
-// bookkeeping lives in another one. Running the migrations again is safe because
-// every one of them creates only what does not exist (IF NOT EXISTS), which is why
-// they must stay written that way.
-func forgetIfGone(ctx context.Context, tx refset.Tx, d SQL, component string, tables ...sqlident.Ident) error {
-	gone, err := anyGone(ctx, tx, d, tables)
-	if err != nil || !gone {
+// forgetIfGone forgets the versions recorded for component, core (set nil) or set's,
+// when any of the tables its migrations create is missing, so that apply runs them
+// all again. The record and the tables part ways when tables are dropped without
+// refset: a test resets its fixtures, an operator drops a Postgres schema with
+// CASCADE while refset's bookkeeping lives in another one. Running the migrations
+// again is safe because every one of them creates only what does not exist (IF NOT
+// EXISTS), which is why they must stay written that way.
+func forgetIfGone(ctx context.Context, tx refset.Tx, d SQL, component string, set *Set) error {
+	g, err := gone(ctx, tx, d, set)
+	if err != nil || !g {
 		return err
 	}
-	_, err = tx.ExecContext(ctx, d.Dialect().Rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
-	return err
+	return d.SetVersion(ctx, tx, component, 0)
 }
 
-// anyGone reports whether any of tables is missing.
-func anyGone(ctx context.Context, q refset.Querier, d SQL, tables []sqlident.Ident) (bool, error) {
-	for _, table := range tables {
+// gone reports whether any table the migrations of core (set nil) or of set create
+// is missing. For core it is the registry of sets.
+func gone(ctx context.Context, q refset.Querier, d SQL, set *Set) (bool, error) {
+	if set == nil {
+		has, err := d.HasSetTable(ctx, q)
+		if err != nil {
+			return false, fmt.Errorf("refset/schema: looking for the registry of sets: %w", err)
+		}
+		return !has, nil
+	}
+	for _, table := range []sqlident.Ident{set.Holds, set.Queue} {
 		found, err := d.TableExists(ctx, q, table)
 		if err != nil {
 			return false, fmt.Errorf("refset/schema: looking for %s: %w", table, err)
@@ -371,18 +367,10 @@ func anyGone(ctx context.Context, q refset.Querier, d SQL, tables []sqlident.Ide
 	return false, nil
 }
 
-// recorded is the version recorded for component, 0 if none.
-func recorded(ctx context.Context, q refset.Querier, d SQL, component string) (int, error) {
-	var current int
-	err := q.QueryRowContext(ctx, d.Dialect().Rebind(`SELECT COALESCE(MAX(version), 0) FROM refset_schema_version WHERE component = ?`),
-		component).Scan(&current)
-	return current, err
-}
-
 // apply runs the migrations of component newer than its recorded version, and adds
 // to done what changed.
 func apply(ctx context.Context, tx refset.Tx, d SQL, component string, ms []Migration, done *[]Applied) error {
-	from, err := recorded(ctx, tx, d, component)
+	from, err := d.Version(ctx, tx, component)
 	if err != nil {
 		return err
 	}
@@ -400,18 +388,7 @@ func apply(ctx context.Context, tx refset.Tx, d SQL, component string, ms []Migr
 		return nil
 	}
 	*done = append(*done, Applied{Component: component, From: from, To: current})
-	return setVersion(ctx, tx, d, component, current)
-}
-
-// setVersion records component at version; at 0 it forgets the component.
-func setVersion(ctx context.Context, tx refset.Tx, d SQL, component string, version int) error {
-	if version == 0 {
-		_, err := tx.ExecContext(ctx, d.Dialect().Rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
-		return err
-	}
-	_, err := tx.ExecContext(ctx, d.Dialect().Rebind(`INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
-		ON CONFLICT (component) DO UPDATE SET version = excluded.version`), component, version)
-	return err
+	return d.SetVersion(ctx, tx, component, current)
 }
 
 // Rebind writes the dialect's placeholders into a statement written with ?
@@ -426,9 +403,9 @@ func (d Dialect) Rebind(q string) string {
 
 // SQLOf is the migrations of db's dialect: every store's driver has them.
 func SQLOf(db refset.Database) (SQL, error) {
-	drv := db.Driver()
-	if s, ok := drv.(interface{ SchemaSQL() SQL }); ok {
-		return s.SchemaSQL(), nil
+	drv, err := refsetdriver.Of(db)
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("refset/schema: %w: %T has no migrations", refset.ErrInvalidConfig, drv)
+	return drv.SchemaSQL(), nil
 }

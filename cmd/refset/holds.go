@@ -6,34 +6,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// holdsQuery is what the holds commands need of a set: its holds table, the
-// dialect's clock, and the filter the flags ask for.
+// holdsQuery is what the holds commands need of a set: the dialect's SQL on refset's
+// tables, the set's holds table and the filter the flags ask for.
 type holdsQuery struct {
-	holds   sqlident.Ident
-	clock   cleanup.Clock
-	dialect schema.Dialect
-	where   []string
-	args    []any
+	sql    refsetdriver.SchemaSQL
+	holds  sqlident.Ident
+	filter refsetdriver.HoldFilter
 }
 
-// newHoldsQuery finds the holds table of the set on table in refset_sets. Every
-// comparison with the time is the SQL of the dialect's clock (cleanup.Clock.Now),
-// the one clean-up expires holds by, so this file writes no dialect's SQL.
+// newHoldsQuery finds the holds table of the set on table in the registry of sets.
 func newHoldsQuery(ctx context.Context, db opened, table string, expired bool, holder string) (holdsQuery, error) {
 	if table == "" {
 		return holdsQuery{}, errors.New("--table is required")
 	}
-	d, err := driverOf(db.Database)
+	d, err := refsetdriver.Of(db.Database)
 	if err != nil {
 		return holdsQuery{}, err
 	}
@@ -41,39 +36,21 @@ func newHoldsQuery(ctx context.Context, db opened, table string, expired bool, h
 	if err != nil {
 		return holdsQuery{}, err
 	}
-	has, err := d.SchemaSQL().TableExists(ctx, db.Reader(), sqlident.Ident{Name: "refset_sets"})
+	has, err := d.SchemaSQL().HasSetTable(ctx, db.Reader())
 	if err != nil {
 		return holdsQuery{}, db.TranslateError(err, "")
 	}
 	if !has {
 		return holdsQuery{}, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
 	}
-	reg, err := schema.Lookup(ctx, db.Reader(), d.Schema(), t)
+	reg, err := d.SchemaSQL().Lookup(ctx, db.Reader(), t)
 	if err != nil {
 		if !refset.IsSentinel(err) {
 			err = db.TranslateError(err, "")
 		}
 		return holdsQuery{}, err
 	}
-	q := holdsQuery{holds: reg.Holds, clock: d.Clock(), dialect: d.Schema()}
-	if expired {
-		q.where = append(q.where, "expires_at <= "+q.clock.Now)
-	}
-	if holder != "" {
-		q.where = append(q.where, "holder = ?")
-		q.args = append(q.args, holder)
-	}
-	return q, nil
-}
-
-// sql is the statement head (SELECT ... FROM or DELETE FROM) on the holds table
-// with the filter, rebound for the dialect.
-func (q holdsQuery) sql(head, tail string) string {
-	s := head + " " + q.holds.Quoted()
-	if len(q.where) > 0 {
-		s += " WHERE " + strings.Join(q.where, " AND ")
-	}
-	return q.dialect.Rebind(s + tail)
+	return holdsQuery{sql: d.SchemaSQL(), holds: reg.Holds, filter: refsetdriver.HoldFilter{Expired: expired, Holder: holder}}, nil
 }
 
 type (
@@ -131,35 +108,17 @@ func holdsListCommand(fs *flag.FlagSet) func(context.Context, opened, []string, 
 // listHolds reads every hold q selects, the object ID as text whatever its type.
 func listHolds(ctx context.Context, db opened, q holdsQuery) (holdsJSON, error) {
 	doc := holdsJSON{Table: q.holds.String(), Holds: []holdJSON{}}
-	r := db.Reader()
-	nowDst, now := q.clock.Scan()
-	if err := r.QueryRowContext(ctx, `SELECT `+q.clock.Now).Scan(nowDst); err != nil {
+	now, holds, err := q.sql.ListHolds(ctx, db.Reader(), q.holds, q.filter)
+	if err != nil {
 		return doc, db.TranslateError(err, "")
 	}
-	doc.Now = now()
-	stmt := q.sql(fmt.Sprintf(`SELECT holder, CAST(object_id AS TEXT), expires_at, created_at,
-		CASE WHEN expires_at <= %s THEN 1 ELSE 0 END FROM`, q.clock.Now), ` ORDER BY object_id, holder`)
-	rows, err := r.QueryContext(ctx, stmt, q.args...)
-	if err != nil {
-		return doc, db.TranslateError(err, stmt)
-	}
-	for rows.Next() {
-		var h holdJSON
-		var expired int
-		expDst, expires := q.clock.Scan()
-		createdDst, created := q.clock.Scan()
-		if err := rows.Scan(&h.Holder, &h.ObjectID, expDst, createdDst, &expired); err != nil {
-			rows.Close()
-			return doc, db.TranslateError(err, stmt)
+	doc.Now = now
+	for _, h := range holds {
+		j := holdJSON{Holder: h.Holder, ObjectID: h.ObjectID, CreatedAt: h.CreatedAt, Expired: h.Expired}
+		if !h.ExpiresAt.IsZero() {
+			j.ExpiresAt = &h.ExpiresAt
 		}
-		if e := expires(); !e.IsZero() {
-			h.ExpiresAt = &e
-		}
-		h.CreatedAt, h.Expired = created(), expired == 1
-		doc.Holds = append(doc.Holds, h)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return doc, db.TranslateError(err, stmt)
+		doc.Holds = append(doc.Holds, j)
 	}
 	return doc, nil
 }
@@ -179,13 +138,8 @@ func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, opened, []string
 		// Clean-up's triggers queue the objects whose holds go, as when Collect
 		// expires them.
 		var n int64
-		stmt := q.sql("DELETE FROM", "")
 		err = refset.InTx(ctx, db.Database, func(tx refset.Tx) error {
-			res, err := tx.ExecContext(ctx, stmt, q.args...)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
+			n, err = q.sql.DeleteExpiredHolds(ctx, tx, q.holds, q.filter.Holder)
 			return err
 		})
 		if err != nil {

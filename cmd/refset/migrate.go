@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
@@ -30,7 +30,7 @@ func (f *tablesFlag) Set(v string) error {
 type migration struct {
 	db   opened
 	d    storeDriver
-	sql  schema.SQL
+	sql  refsetdriver.SchemaSQL
 	sets []schema.Set
 }
 
@@ -46,12 +46,12 @@ func newMigration(ctx context.Context, db opened, tables []string) (migration, e
 	}
 	m := migration{db: db, d: d, sql: d.SchemaSQL()}
 	q := db.Reader()
-	hasSets, err := m.sql.TableExists(ctx, q, sqlident.Ident{Name: "refset_sets"})
+	hasSets, err := m.sql.HasSetTable(ctx, q)
 	if err != nil {
 		return migration{}, db.TranslateError(err, "")
 	}
 	if len(tables) == 0 && hasSets {
-		if tables, err = registeredTables(ctx, q); err != nil {
+		if tables, err = m.sql.SetTables(ctx, q); err != nil {
 			return migration{}, db.TranslateError(err, "")
 		}
 	}
@@ -63,24 +63,6 @@ func newMigration(ctx context.Context, db opened, tables []string) (migration, e
 		m.sets = append(m.sets, set)
 	}
 	return m, nil
-}
-
-// registeredTables are the object tables of every set refset_sets records.
-func registeredTables(ctx context.Context, q refset.Querier) ([]string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT table_name FROM refset_sets ORDER BY table_name`)
-	if err != nil {
-		return nil, err
-	}
-	var tables []string
-	for rows.Next() {
-		var t string
-		if err := rows.Scan(&t); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		tables = append(tables, t)
-	}
-	return tables, errors.Join(rows.Err(), rows.Close())
 }
 
 // describe is the schema.Set of the set on table name: its registration if it has
@@ -98,9 +80,9 @@ func (m migration) describe(ctx context.Context, name string, hasSets bool) (sch
 		return schema.Set{}, fmt.Errorf("%w: no table %s", refset.ErrNotFound, table)
 	}
 	set := schema.Set{Table: table}
-	reg, err := schema.Registered{}, refset.ErrNotFound
+	reg, err := refsetdriver.Registered{}, refset.ErrNotFound
 	if hasSets {
-		reg, err = schema.Lookup(ctx, m.db.Reader(), m.d.Schema(), table)
+		reg, err = m.sql.Lookup(ctx, m.db.Reader(), table)
 	}
 	switch {
 	case err == nil:
@@ -172,7 +154,7 @@ func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
 	for _, s := range m.sets {
 		components = append(components, "set:"+s.Table.String())
 	}
-	hasVersions, err := m.sql.TableExists(ctx, m.db.Reader(), sqlident.Ident{Name: "refset_schema_version"})
+	hasVersions, err := m.sql.HasVersionTable(ctx, m.db.Reader())
 	if err != nil {
 		return doc, m.db.TranslateError(err, "")
 	}
@@ -184,8 +166,7 @@ func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
 		}
 		j := componentJSON{Component: c, Available: ms[len(ms)-1].Version}
 		if hasVersions {
-			err := m.db.Reader().QueryRowContext(ctx, m.d.Schema().Rebind(`SELECT version FROM refset_schema_version WHERE component = ?`), c).Scan(&j.Recorded)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			if j.Recorded, err = m.sql.Version(ctx, m.db.Reader(), c); err != nil {
 				return doc, m.db.TranslateError(err, "")
 			}
 		}

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 
-	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
@@ -21,16 +20,16 @@ type dialectDriver struct {
 }
 
 // SchemaSQL: dialect and cleanupDialect both have it, so say which.
-func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }
+func (dialectDriver) SchemaSQL() schema.SQL { return theSchemaSQL }
 
 // ExternalMigrations is the database's option, not the bare dialect's false.
 func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
 
 // Name names the dialect: the folder of per-dialect SQL files.
-func (dialectDriver) Name() string { return "postgres" }
+func (dialectDriver) Name() string { return dialectName }
 
 // Rebind rewrites ? placeholders to $1, $2, ...
-func (dialectDriver) Rebind(query string) string { return sqltext.Dollar(query) }
+func (dialectDriver) Rebind(query string) string { return rebind(query) }
 
 // Replica is the pool on the hot standby, or nil.
 func (d dialectDriver) Replica() refset.Querier {

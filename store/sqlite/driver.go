@@ -15,13 +15,13 @@ type dialectDriver struct {
 }
 
 // SchemaSQL: dialect and cleanupDialect both have it, so say which.
-func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }
+func (dialectDriver) SchemaSQL() schema.SQL { return theSchemaSQL }
 
 // ExternalMigrations is the database's option, not the bare dialect's false.
 func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
 
 // Name names the dialect: the folder of per-dialect SQL files.
-func (dialectDriver) Name() string { return "sqlite" }
+func (dialectDriver) Name() string { return dialectName }
 
 // Rebind leaves ? placeholders as they are: they are SQLite's own.
-func (dialectDriver) Rebind(query string) string { return query }
+func (dialectDriver) Rebind(query string) string { return rebind(query) }

@@ -11,15 +11,28 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/refsettables"
 )
 
 //go:embed sql/schema
 var schemaFiles embed.FS
 
-// schemaSQL is this store's part of refset's schema (schema.SQL).
-type schemaSQL struct{}
+// schemaSQL is this store's part of refset's schema (refsetdriver.SchemaSQL): its
+// migration files, their lock and its catalog here, its statements on refset's own
+// tables those of refsettables, written with its placeholders.
+type schemaSQL struct{ refsettables.Tables }
 
-func (schemaSQL) Dialect() schema.Dialect { return schema.SQLite }
+// dialectName names the dialect: the folder of per-dialect SQL files.
+const dialectName = "sqlite"
+
+// rebind writes the dialect's placeholders into a statement written with ?:
+// SQLite takes ? as it is.
+func rebind(query string) string { return query }
+
+// theSchemaSQL is the one schemaSQL.
+var theSchemaSQL = schemaSQL{refsettables.New(rebind, tableExists, cleanupDialect{}.Clock())}
+
+func (schemaSQL) Name() string { return dialectName }
 
 func (schemaSQL) Migrations() fs.FS {
 	sub, err := fs.Sub(schemaFiles, "sql/schema")
@@ -34,6 +47,10 @@ func (schemaSQL) Migrations() fs.FS {
 func (schemaSQL) LockMigrations(context.Context, refset.Tx) error { return nil }
 
 func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
+	return tableExists(ctx, q, table)
+}
+
+func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
 	var found bool
 	err := q.QueryRowContext(ctx, `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE`, table.Name).Scan(&found)
 	return found, err
@@ -42,9 +59,9 @@ func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlide
 // SchemaSQL is this store's part of refset's schema: its migrations, for
 // schema.Pending, schema.SQLText and schema.MigrateDown, which a DBA's tool runs
 // where the application's role may not create tables (Options.ExternalMigrations).
-func SchemaSQL() schema.SQL { return schemaSQL{} }
+func SchemaSQL() schema.SQL { return theSchemaSQL }
 
-func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
+func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "rowid" }

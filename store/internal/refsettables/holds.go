@@ -1,0 +1,70 @@
+package refsettables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// holdsWhere is the filter f on a holds table, with its arguments. Every comparison
+// with the time is the dialect's clock (cleanup.Clock.Now), the one clean-up expires
+// holds by.
+func holdsWhere(clock cleanup.Clock, f refsetdriver.HoldFilter) (string, []any) {
+	var where []string
+	var args []any
+	if f.Expired {
+		where = append(where, "expires_at <= "+clock.Now)
+	}
+	if f.Holder != "" {
+		where = append(where, "holder = ?")
+		args = append(args, f.Holder)
+	}
+	if len(where) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(where, " AND "), args
+}
+
+func (t Tables) ListHolds(ctx context.Context, q refset.Querier, holds sqlident.Ident, f refsetdriver.HoldFilter) (time.Time, []refsetdriver.Hold, error) {
+	clock := t.clock
+	nowDst, now := clock.Scan()
+	if err := q.QueryRowContext(ctx, `SELECT `+clock.Now).Scan(nowDst); err != nil {
+		return time.Time{}, nil, err
+	}
+	where, args := holdsWhere(clock, f)
+	rows, err := q.QueryContext(ctx, t.rebind(fmt.Sprintf(`SELECT holder, CAST(object_id AS TEXT), expires_at, created_at,
+		CASE WHEN expires_at <= %s THEN 1 ELSE 0 END FROM %s%s ORDER BY object_id, holder`, clock.Now, holds.Quoted(), where)), args...)
+	if err != nil {
+		return time.Time{}, nil, err
+	}
+	list := []refsetdriver.Hold{}
+	for rows.Next() {
+		var h refsetdriver.Hold
+		var expired int
+		expDst, expires := clock.Scan()
+		createdDst, created := clock.Scan()
+		if err := rows.Scan(&h.Holder, &h.ObjectID, expDst, createdDst, &expired); err != nil {
+			rows.Close()
+			return time.Time{}, nil, err
+		}
+		h.ExpiresAt, h.CreatedAt, h.Expired = expires(), created(), expired == 1
+		list = append(list, h)
+	}
+	return now(), list, errors.Join(rows.Err(), rows.Close())
+}
+
+func (t Tables) DeleteExpiredHolds(ctx context.Context, tx refset.Tx, holds sqlident.Ident, holder string) (int64, error) {
+	where, args := holdsWhere(t.clock, refsetdriver.HoldFilter{Expired: true, Holder: holder})
+	res, err := tx.ExecContext(ctx, t.rebind(`DELETE FROM `+holds.Quoted()+where), args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
