@@ -26,87 +26,102 @@ import (
 // clean-up triggers, which look at the end of the statement, queue nothing: payments
 // give clean-up no work.
 
-// statements are the fast paths' statements, each prepared once on the pool, which
-// database/sql then prepares once per connection, not once per call: for these
-// statements planning costs more than running them. With postgres.Options.Unprepared
-// (a pooler that keeps no prepared statements) they run unprepared instead, planned on
-// every call.
+// statements are the fast paths' statements, each prepared on the pool when first
+// run, which database/sql then prepares once per connection, not once per call: for
+// these statements planning costs more than running them. With
+// postgres.Options.Unprepared (a pooler that keeps no prepared statements) they run
+// unprepared instead, planned on every call.
 type statements struct {
 	pool                *sql.DB
+	unprepared          bool
 	selects, pay, spend statement
 }
 
-// statement is one fast path's query, and its prepared statement (nil: unprepared).
+// statement is one fast path's query, and its prepared statement once it has one.
 type statement struct {
 	query    string
 	prepared atomic.Pointer[sql.Stmt]
 }
 
-// prepare readies the fast paths' queries on pool.
-func (s *statements) prepare(ctx context.Context, pool *sql.DB, unprepared bool, selects, pay, spend string) error {
-	s.pool = pool
-	for st, query := range map[*statement]string{&s.selects: selects, &s.pay: pay, &s.spend: spend} {
-		st.query = query
-		if unprepared {
-			continue
-		}
-		prepared, err := pool.PrepareContext(ctx, query)
+// query runs st with args and calls row on each row it returns. PostgreSQL refuses a
+// prepared statement after a migration changed the type of a column it returns
+// ("cached plan must not change result type", 0A000), on every connection it was
+// prepared on; refused, it did nothing and returned no row, so it is prepared again
+// and run once more.
+func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Rows) error, args ...any) error {
+	for attempt := 0; ; attempt++ {
+		prepared, err := s.prepared(ctx, st)
 		if err != nil {
 			return err
 		}
-		st.prepared.Store(prepared)
+		err = s.run(ctx, st.query, prepared, row, args)
+		if attempt > 0 || prepared == nil || sqlState(err) != "0A000" {
+			return err
+		}
+		// Closed before it is prepared again: pgx prepares a text once per connection,
+		// until the last statement of that text on the connection is closed.
+		if st.prepared.CompareAndSwap(prepared, nil) {
+			_ = prepared.Close()
+		}
 	}
-	return nil
 }
 
-// query runs st with args. A prepared statement that PostgreSQL refuses because a
-// migration changed the type of a column it returns ("cached plan must not change
-// result type", 0A000) is prepared again, once.
-func (s *statements) query(ctx context.Context, st *statement, args ...any) (*sql.Rows, error) {
-	prepared := st.prepared.Load()
-	if prepared == nil {
-		return s.pool.QueryContext(ctx, st.query, args...)
+// prepared is st prepared on the pool, or nil when the database runs statements
+// unprepared.
+func (s *statements) prepared(ctx context.Context, st *statement) (*sql.Stmt, error) {
+	if prepared := st.prepared.Load(); prepared != nil || s.unprepared {
+		return prepared, nil
 	}
-	rows, err := prepared.QueryContext(ctx, args...)
-	if sqlState(err) != "0A000" { // feature_not_supported: the cached plan's result type changed
-		return rows, err
-	}
-	fresh, perr := s.pool.PrepareContext(ctx, st.query)
-	if perr != nil {
+	fresh, err := s.pool.PrepareContext(ctx, st.query)
+	if err != nil {
 		return nil, err
 	}
-	if st.prepared.CompareAndSwap(prepared, fresh) {
-		_ = prepared.Close() // it failed already; closing it only frees it on the server
-	} else { // another call prepared it again first
+	if !st.prepared.CompareAndSwap(nil, fresh) { // another run prepared it first
 		_ = fresh.Close()
-		fresh = st.prepared.Load()
+		return st.prepared.Load(), nil
 	}
-	return fresh.QueryContext(ctx, args...)
+	return fresh, nil
+}
+
+// run runs query, as prepared if it is not nil, and calls row on each row.
+func (s *statements) run(ctx context.Context, query string, prepared *sql.Stmt, row func(*sql.Rows) error, args []any) error {
+	var rows *sql.Rows
+	var err error
+	if prepared != nil {
+		rows, err = prepared.QueryContext(ctx, args...)
+	} else {
+		rows, err = s.pool.QueryContext(ctx, query, args...)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
 func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
-	rows, err := v.stmts.query(ctx, &v.stmts.selects, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary),
-		amount, NewID(), lockHolder(txID), ttl.Milliseconds())
-	if err != nil {
-		return nil, v.db.TranslateError(err, v.stmts.selects.query)
-	}
-	defer rows.Close()
 	var verdict, covered string
 	var tookOver int64
 	var locked []Token
-	for rows.Next() {
+	err := v.stmts.query(ctx, &v.stmts.selects, func(rows *sql.Rows) error {
 		var id, own, typ, ident, issuer, notary *string
 		var amt *int64
 		if err := rows.Scan(&verdict, &covered, &tookOver, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
-			return nil, err
+			return err
 		}
 		if id != nil {
 			locked = append(locked, Token{TokenID: *id, Owner: *own, Type: *typ, Identifier: *ident,
 				Issuer: *issuer, Notary: *notary, Amount: *amt})
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), ttl.Milliseconds())
+	if err != nil {
 		return nil, v.db.TranslateError(err, v.stmts.selects.query)
 	}
 	if tookOver > 0 {
@@ -185,20 +200,14 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 		args = append(args, pq.Array(c))
 	}
 	args = append(args, pq.Array(amounts), txID)
-	rows, err := v.stmts.query(ctx, &v.stmts.spend, args...)
-	if err != nil {
-		return nil, v.refusal(err)
-	}
-	defer rows.Close()
 	var spent []Token
-	for rows.Next() {
+	err := v.stmts.query(ctx, &v.stmts.spend, func(rows *sql.Rows) error {
 		var t Token
-		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount)
 		spent = append(spent, t)
-	}
-	if err := rows.Err(); err != nil {
+		return err
+	}, args...)
+	if err != nil {
 		return nil, v.refusal(err)
 	}
 	if len(spent) == 0 { // custody_refuse raises first; this guards the guard
@@ -245,26 +254,21 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 		ids[i], owners[i], amounts[i] = t.TokenID, t.Owner, t.Amount
 	}
 	k := kindOf(outputs[0])
-	rows, err := v.stmts.query(ctx, &v.stmts.pay, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID,
-		pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
-	if err != nil {
-		return nil, v.payRefusal(err)
-	}
-	defer rows.Close()
 	var verdict, covered string
 	var spent []Token
-	for rows.Next() {
+	err := v.stmts.query(ctx, &v.stmts.pay, func(rows *sql.Rows) error {
 		var id *string
 		var amt *int64
 		if err := rows.Scan(&verdict, &covered, &id, &amt); err != nil {
-			return nil, err
+			return err
 		}
 		if id != nil {
 			spent = append(spent, Token{TokenID: *id, Owner: from, Type: k.typ, Identifier: k.identifier,
 				Issuer: k.issuer, Notary: k.notary, Amount: *amt})
 		}
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	}, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
+	if err != nil {
 		return nil, v.payRefusal(err)
 	}
 	switch verdict {

@@ -135,7 +135,10 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	}
 	collect := cleanup.Config{Table: "tokens", Grace: grace, Logger: cfg.Logger}
 	var err error
-	if v.drv, err = refsetdriver.Of(db); err != nil {
+	if v.drv, err = refsetdriver.Of(db); err == nil {
+		err = v.readQueries()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
 	if err = v.migrate(ctx, "tables"); err != nil {
@@ -148,9 +151,6 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	}
 	if err == nil {
 		err = v.migrate(ctx, "locks")
-	}
-	if err == nil {
-		err = v.prepareQueries(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
@@ -173,10 +173,11 @@ func (v *Vault) migrate(ctx context.Context, part string) error {
 // sqlDir is the folder of the database's dialect in migrations.
 func (v *Vault) sqlDir() string { return "sql/" + v.drv.Name() }
 
-// prepareQueries reads the dialect's own statements (sqlDir()/queries/<name>.sql) and
-// prepares the fast paths', if the dialect has them. A dialect has all three fast
-// paths or none: Select's, Pay's and Spend's share their tables' functions.
-func (v *Vault) prepareQueries(ctx context.Context) error {
+// readQueries reads the dialect's own statements (sqlDir()/queries/<name>.sql): the
+// fast paths' and the general path's row locks, if the dialect has them. A dialect has
+// all three fast paths or none: Select's, Pay's and Spend's share their tables'
+// functions.
+func (v *Vault) readQueries() error {
 	queries := map[string]string{}
 	files, _ := fs.Glob(migrations, v.sqlDir()+"/queries/*.sql") // the pattern is well-formed
 	for _, f := range files {
@@ -187,6 +188,7 @@ func (v *Vault) prepareQueries(ctx context.Context) error {
 		queries[strings.TrimSuffix(path.Base(f), ".sql")] = withoutComments(string(text))
 	}
 	v.lockRowsSQL = queries["lock_rows"]
+	v.stmts.pool, v.stmts.unprepared = v.drv.Pool(), v.drv.Unprepared()
 	fast := []string{queries["select"], queries["pay"], queries["spend"]}
 	if v.fast = slices.ContainsFunc(fast, func(q string) bool { return q != "" }); !v.fast {
 		return nil
@@ -194,7 +196,8 @@ func (v *Vault) prepareQueries(ctx context.Context) error {
 	if slices.Contains(fast, "") {
 		return fmt.Errorf("%s/queries has some of the fast paths' statements (select, pay, spend) but not all", v.sqlDir())
 	}
-	return v.stmts.prepare(ctx, v.drv.Pool(), v.drv.Unprepared(), fast[0], fast[1], fast[2])
+	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = fast[0], fast[1], fast[2]
+	return nil
 }
 
 // withoutComments is an SQL file without its whole-line comments, which are for its
