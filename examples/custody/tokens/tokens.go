@@ -11,8 +11,7 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
-	"path"
-	"slices"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -135,12 +134,10 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	}
 	collect := cleanup.Config{Table: "tokens", Grace: grace, Logger: cfg.Logger}
 	var err error
-	if v.drv, err = refsetdriver.Of(db); err == nil {
-		err = v.readQueries()
-	}
-	if err != nil {
+	if v.drv, err = refsetdriver.Of(db); err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
+	v.readQueries()
 	if err = v.migrate(ctx, "tables"); err != nil {
 		return nil, err
 	}
@@ -173,44 +170,23 @@ func (v *Vault) migrate(ctx context.Context, part string) error {
 // sqlDir is the folder of the database's dialect in migrations.
 func (v *Vault) sqlDir() string { return "sql/" + v.drv.Name() }
 
-// readQueries reads the dialect's own statements (sqlDir()/queries/<name>.sql): the
-// fast paths' and the general path's row locks, if the dialect has them. A dialect has
-// all three fast paths or none: Select's, Pay's and Spend's share their tables'
-// functions.
-func (v *Vault) readQueries() error {
-	queries := map[string]string{}
-	files, _ := fs.Glob(migrations, v.sqlDir()+"/queries/*.sql") // the pattern is well-formed
-	for _, f := range files {
-		text, err := fs.ReadFile(migrations, f)
-		if err != nil {
-			return err
-		}
-		queries[strings.TrimSuffix(path.Base(f), ".sql")] = withoutComments(string(text))
+// readQueries reads the dialect's own statements (sqlDir()/queries/<name>.sql), those
+// it has: the fast paths' (all three or none: Select's, Pay's and Spend's call
+// functions of its tables) and the general path's row locks.
+func (v *Vault) readQueries() {
+	query := func(name string) string {
+		text, _ := fs.ReadFile(migrations, v.sqlDir()+"/queries/"+name+".sql") // none: the dialect does without
+		return strings.TrimSpace(sqlComment.ReplaceAllString(string(text), ""))
 	}
-	v.lockRowsSQL = queries["lock_rows"]
+	v.lockRowsSQL = query("lock_rows")
 	v.stmts.pool, v.stmts.unprepared = v.drv.Pool(), v.drv.Unprepared()
-	fast := []string{queries["select"], queries["pay"], queries["spend"]}
-	if v.fast = slices.ContainsFunc(fast, func(q string) bool { return q != "" }); !v.fast {
-		return nil
-	}
-	if slices.Contains(fast, "") {
-		return fmt.Errorf("%s/queries has some of the fast paths' statements (select, pay, spend) but not all", v.sqlDir())
-	}
-	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = fast[0], fast[1], fast[2]
-	return nil
+	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = query("select"), query("pay"), query("spend")
+	v.fast = v.stmts.selects.query != ""
 }
 
-// withoutComments is an SQL file without its whole-line comments, which are for its
-// reader, not for the server (an unprepared statement would send them on every call).
-func withoutComments(text string) string {
-	var lines []string
-	for line := range strings.Lines(text) {
-		if !strings.HasPrefix(strings.TrimSpace(line), "--") {
-			lines = append(lines, line)
-		}
-	}
-	return strings.TrimSpace(strings.Join(lines, ""))
-}
+// sqlComment is a whole-line comment of an SQL file: for its reader, not the server
+// (an unprepared statement would send it on every call).
+var sqlComment = regexp.MustCompile(`(?m)^\s*--.*\n`)
 
 // Collector is the tokens' clean-up: it removes expired locks (and would collect a
 // token nothing holds).
