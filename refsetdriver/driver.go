@@ -97,6 +97,18 @@ type Driver interface {
 	// SchemaSQL is the dialect's part of refset's schema: its migrations and every
 	// statement on refset's own tables.
 	SchemaSQL() SchemaSQL
+
+	// A component's own holds, written in its own statements (custody's locks): the
+	// holds tables keep expires_at by the database's clock.
+
+	// Now is the SQL expression of the database's clock now, as the holds tables
+	// keep time.
+	Now() string
+
+	// Expiry is the SQL expression of the expires_at of a hold that expires ms
+	// milliseconds from now by the database's clock; ms is an SQL expression of an
+	// integer (a literal or a placeholder).
+	Expiry(ms string) string
 }
 
 // Of is db's Driver, or an error matching refset.ErrInvalidConfig when db is nil or

@@ -11,10 +11,13 @@ import (
 	"log/slog"
 	"math"
 	mrand "math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -22,6 +25,10 @@ import (
 	"github.com/refsetdb/refset/store"
 )
 
+// migrations is custody's SQL, a folder per dialect named as the database's driver
+// names it: the migrations (tables, locks) and the dialect's own statements (queries),
+// if it has any.
+//
 //go:embed sql
 var migrations embed.FS
 
@@ -99,10 +106,10 @@ type Config struct {
 // same database.
 type Vault struct {
 	db          refset.Database
-	fast        bool       // on Postgres: the fast paths (postgres.go) run
-	stmts       statements // the fast paths' prepared statements
-	dialect     schema.Dialect
-	schemaSQL   schema.SQL // refset's own migrations, which custody's run after
+	drv         refsetdriver.Driver // what differs between databases
+	fast        bool                // the dialect has the fast paths' statements (postgres.go)
+	stmts       statements          // the fast paths' statements
+	lockRowsSQL string              // the dialect's row locks of the general path, if any (lockRows)
 	set         *refset.RefSet[Token, string]
 	collector   *cleanup.Collector
 	maxAttempts int
@@ -126,22 +133,17 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		grace = time.Minute
 	}
 	collect := cleanup.Config{Table: "tokens", Grace: grace, Logger: cfg.Logger}
-	drv, err := refsetdriver.Of(db)
-	if err != nil {
+	var err error
+	if v.drv, err = refsetdriver.Of(db); err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
-	v.dialect = schema.Dialect(drv.Name())
-	if v.schemaSQL, err = schema.SQLOf(db); err != nil {
-		return nil, fmt.Errorf("tokens: open: %w", err)
-	}
-	v.fast = v.dialect == schema.Postgres
-	v.stmts.pool, v.stmts.unprepared = drv.Pool(), drv.Unprepared()
+	v.readQueries()
 	if err = v.migrate(ctx, "tables"); err != nil {
 		return nil, err
 	}
 	var tokens refset.SetStore[Token, string]
 	if tokens, err = store.NewStore[Token, string](ctx, db, store.Config{Table: "tokens"}); err == nil {
-		v.set = refset.New[Token, string](tokens)
+		v.set = refset.New(tokens)
 		v.collector, err = store.NewCollector(ctx, db, collect)
 	}
 	if err == nil {
@@ -154,12 +156,37 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 }
 
 func (v *Vault) migrate(ctx context.Context, part string) error {
-	sub, err := fs.Sub(migrations, "sql/"+string(v.dialect)+"/"+part)
+	sub, err := fs.Sub(migrations, v.sqlDir()+"/"+part)
 	if err != nil {
 		return err
 	}
-	return schema.MigrateFS(ctx, v.db, v.schemaSQL, "custody-"+part, sub)
+	refsetSQL, err := schema.SQLOf(v.db) // refset's own migrations, which custody's follow
+	if err != nil {
+		return err
+	}
+	return schema.MigrateFS(ctx, v.db, refsetSQL, "custody-"+part, sub)
 }
+
+// sqlDir is the folder of the database's dialect in migrations.
+func (v *Vault) sqlDir() string { return "sql/" + v.drv.Name() }
+
+// readQueries reads the dialect's own statements (sqlDir()/queries/<name>.sql), those
+// it has: the fast paths' (all three or none: Select's, Pay's and Spend's call
+// functions of its tables) and the general path's row locks.
+func (v *Vault) readQueries() {
+	query := func(name string) string {
+		text, _ := fs.ReadFile(migrations, v.sqlDir()+"/queries/"+name+".sql") // none: the dialect does without
+		return strings.TrimSpace(sqlComment.ReplaceAllString(string(text), ""))
+	}
+	v.lockRowsSQL = query("lock_rows")
+	v.stmts.pool, v.stmts.unprepared = v.drv.Pool(), v.drv.Unprepared()
+	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = query("select"), query("pay"), query("spend")
+	v.fast = v.stmts.selects.query != ""
+}
+
+// sqlComment is a whole-line comment of an SQL file: for its reader, not the server
+// (an unprepared statement would send it on every call).
+var sqlComment = regexp.MustCompile(`(?m)^\s*--.*\n`)
 
 // Collector is the tokens' clean-up: it removes expired locks (and would collect a
 // token nothing holds).
@@ -168,15 +195,7 @@ func (v *Vault) Collector() *cleanup.Collector { return v.collector }
 // Set is the set the tokens live in.
 func (v *Vault) Set() *refset.RefSet[Token, string] { return v.set }
 
-func (v *Vault) sql(q string) string { return v.dialect.Rebind(q) }
-
-// now is the database clock as the holds table keeps it.
-func (v *Vault) now() string {
-	if v.dialect == schema.Postgres {
-		return "now()"
-	}
-	return "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)"
-}
+func (v *Vault) sql(q string) string { return v.drv.Rebind(q) }
 
 // NewID returns a random token ID.
 func NewID() string {
@@ -362,7 +381,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// asked, not the size of the wallet.
 	base := `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
-		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.now() + `))`
+		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.drv.Now() + `))`
 	const page = 64
 	pivot := NewID()
 	var candidates []Token
@@ -438,15 +457,12 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// transaction, which holds the tokens' rows (Postgres) or the one writer (SQLite),
 	// so no other selector can take them in between.
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder <> 'owner' AND expires_at <= `+
-		v.now()+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+		v.drv.Now()+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
 	}
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
 	// another transaction won the race.
-	expires := fmt.Sprintf("now() + %d * interval '1 millisecond'", ttl.Milliseconds())
-	if v.dialect != schema.Postgres {
-		expires = fmt.Sprintf("%s + %d", v.now(), ttl.Milliseconds())
-	}
+	expires := v.drv.Expiry(strconv.FormatInt(ttl.Milliseconds(), 10))
 	lockArgs := make([]any, 0, 2*len(chosen))
 	values := make([]string, len(chosen))
 	for i, t := range chosen {
@@ -460,17 +476,18 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	return chosen, nil
 }
 
-// lockRows locks the rows of want against other selectors (Postgres: FOR UPDATE SKIP
-// LOCKED) and returns those it locked. SQLite's one writer needs nothing.
+// lockRows locks the rows of want against other selectors with the dialect's
+// lock_rows.sql (Postgres: FOR UPDATE SKIP LOCKED) and returns those it locked. A
+// dialect without one (SQLite) runs one write transaction at a time: it needs nothing.
 func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Token, error) {
-	if v.dialect != schema.Postgres {
+	if v.lockRowsSQL == "" {
 		return want, nil
 	}
-	ids := make([]any, len(want))
+	ids := make([]string, len(want))
 	for i, t := range want {
 		ids[i] = t.TokenID
 	}
-	r, err := tx.QueryContext(ctx, v.sql(`SELECT id FROM tokens WHERE id IN (`+list(len(ids))+`) FOR UPDATE SKIP LOCKED`), ids...)
+	r, err := tx.QueryContext(ctx, v.lockRowsSQL, pq.Array(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -656,7 +673,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
 	err = v.db.Reader().QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
 		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-			AND (h.expires_at IS NULL OR h.expires_at > `+v.now()+`)) THEN 0 ELSE t.amount END), 0)
+			AND (h.expires_at IS NULL OR h.expires_at > `+v.drv.Now()+`)) THEN 0 ELSE t.amount END), 0)
 		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
 	return total, unlocked, err
 }

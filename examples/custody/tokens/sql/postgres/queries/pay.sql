@@ -1,0 +1,11 @@
+-- Pay's fast path: custody_pay (../tables/0004_claim.sql) claims the payer's tokens of
+-- the outputs' kind, row by row FOR UPDATE SKIP LOCKED, until they cover the outputs,
+-- then spends them and creates the outputs and the change in one statement, all in
+-- this statement's transaction. Its placeholders: $1 the payer, $2..$5 the kind (type,
+-- identifier, issuer, notary), $6 the pivot, $7 the transaction, $8..$10 the outputs'
+-- IDs, owners and amounts, $11 the change's ID, $12 the outputs' sum.
+--
+-- One row comes back unless it paid: its verdict ('insufficient', 'locked' or 'busy')
+-- and the amount behind it. Paid, a row per spent token, its ID and amount: the rest
+-- is the payer's and the outputs' kind.
+SELECT verdict, covered::text, tok_id, tok_amount FROM custody_pay($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
