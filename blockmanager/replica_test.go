@@ -8,31 +8,18 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// withStandby is a database kind beside those of eachDB: Postgres with a hot
-// standby, whose walks read the standby.
-var withStandby = database{
-	name: "postgres-standby",
-	open: func(tb testing.TB) (refset.Database, string) {
-		primary, standby, _ := pgtest.NewWithStandby(tb)
-		return openPostgresWithStandby(tb, primary, standby, nil), primary
-	},
-}
-
-// eachDBAndStandby is eachDB, and the same on Postgres with a hot standby.
+// eachDBAndStandby is eachDB, and the same on Postgres with a hot standby, whose
+// walks read the standby.
 func eachDBAndStandby(t *testing.T, cfg Config, fn func(t *testing.T, m *Manager)) {
 	t.Helper()
-	eachDB(t, cfg, fn)
-	t.Run(withStandby.name, func(t *testing.T) {
-		t.Parallel()
-		db, _ := withStandby.open(t)
-		fn(t, openManager(t, db, cfg))
-	})
+	eachOf(t, append(testdb.All(), testdb.Standby), cfg, fn)
 }
 
 // fallbacks is an Observer that counts ReadFellBack calls as "read/reason".
@@ -63,14 +50,11 @@ func (f *fallbacks) take() map[string]int {
 	return got
 }
 
-// openPostgresWithStandby opens the database at primary with its standby as replica,
-// waiting long for the standby to catch up: other tests may pause its replay.
-func openPostgresWithStandby(tb testing.TB, primary, standby string, obs refset.Observer) *postgres.DB {
+// openWithStandby opens a fresh database with a hot standby as replica, waiting long
+// for the standby to catch up: other tests may pause its replay.
+func openWithStandby(tb testing.TB, obs refset.Observer) *postgres.DB {
 	tb.Helper()
-	db, err := postgres.Open(context.Background(), primary, postgres.Options{ReplicaDSN: standby, Observer: obs, ReplicaWait: 2 * time.Minute})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	return db
+	return testdb.Standby.Open(tb, testdb.Options{Observer: obs, ReplicaWait: 2 * time.Minute}).(*postgres.DB)
 }
 
 // Walks read the standby, and carry on from the primary wherever they would end
@@ -78,9 +62,8 @@ func openPostgresWithStandby(tb testing.TB, primary, standby string, obs refset.
 // nor the link a late predecessor made.
 func TestWalksOnLaggingStandby(t *testing.T) {
 	t.Parallel()
-	primary, standby, _ := pgtest.NewWithStandby(t)
 	obs := &fallbacks{}
-	db := openPostgresWithStandby(t, primary, standby, obs)
+	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{})
 	ctx := t.Context()
 	hold := m.Blocks().Hold("t", 0)

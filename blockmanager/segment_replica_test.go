@@ -31,9 +31,8 @@ func requireCaughtUp(t *testing.T, db refset.Database) {
 // and each fallback is reported.
 func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	t.Parallel()
-	primary, standby, _ := pgtest.NewWithStandby(t)
 	obs := &fallbacks{}
-	db := openPostgresWithStandby(t, primary, standby, obs)
+	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{PageSize: 4}) // walks of several pages
 	ctx := t.Context()
 	hold := m.Blocks().Hold("t", 0)
@@ -109,9 +108,8 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 // a walk's page fails there, and the walk reads the primary, whole and right.
 func TestSegmentWalksOnStandbyBeforeTheMigration(t *testing.T) {
 	t.Parallel()
-	primary, standby, _ := pgtest.NewWithStandby(t)
 	obs := &fallbacks{}
-	db := openPostgresWithStandby(t, primary, standby, obs)
+	db := openWithStandby(t, obs)
 	ctx := t.Context()
 	migrateBeforeSegments(t, db)
 	requireCaughtUp(t, db)
