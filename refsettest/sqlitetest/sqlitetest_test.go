@@ -31,4 +31,3 @@ func TestOpen(t *testing.T) {
 	_, err := db.Begin(context.Background())
 	require.ErrorIs(t, err, refset.ErrClosed, "closed when the test ended")
 }
-
