@@ -1,9 +1,6 @@
 package blockmanager
 
 import (
-	"context"
-	"maps"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,34 +19,6 @@ func eachDBAndStandby(t *testing.T, cfg Config, fn func(t *testing.T, m *Manager
 	eachOf(t, append(testdb.All(), testdb.Standby), cfg, fn)
 }
 
-// fallbacks is an Observer that counts ReadFellBack calls as "read/reason".
-type fallbacks struct {
-	refset.NoObserver
-	mu  sync.Mutex
-	got map[string]int
-}
-
-func (f *fallbacks) ReadFellBack(_ context.Context, read, reason string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.got == nil {
-		f.got = map[string]int{}
-	}
-	f.got[read+"/"+reason]++
-}
-
-// take returns the counts so far and starts again from none.
-func (f *fallbacks) take() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	got := maps.Clone(f.got)
-	f.got = nil
-	if got == nil {
-		got = map[string]int{}
-	}
-	return got
-}
-
 // openWithStandby opens a fresh database with a hot standby as replica, waiting long
 // for the standby to catch up: other tests may pause its replay.
 func openWithStandby(tb testing.TB, obs refset.Observer) *postgres.DB {
@@ -62,7 +31,7 @@ func openWithStandby(tb testing.TB, obs refset.Observer) *postgres.DB {
 // nor the link a late predecessor made.
 func TestWalksOnLaggingStandby(t *testing.T) {
 	t.Parallel()
-	obs := &fallbacks{}
+	obs := &testdb.Fallbacks{}
 	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{})
 	ctx := t.Context()
@@ -78,7 +47,7 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 	caughtUp, err := db.ReplicaCaughtUp(ctx)
 	require.NoError(t, err)
 	require.True(t, caughtUp)
-	obs.take()
+	obs.Take()
 
 	walk := func(tip string) []string {
 		var got []string
@@ -97,7 +66,7 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 	}
 	assert.Equal(t, descending("a", 0, 9), walk("a0009"))
 	assert.Equal(t, []string{"a0011"}, walk("a0011"), "not linked yet, on the primary too")
-	assert.Equal(t, map[string]int{"branch/missing": 1}, obs.take(),
+	assert.Equal(t, map[string]int{"branch/missing": 1}, obs.Take(),
 		"the standby served the walks; only the unlinked end was confirmed on the primary")
 
 	pgtest.PauseReplay(t)
@@ -121,5 +90,5 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 	blocks, err := m.Get(ctx, []string{"a0014", "f0006"})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a0014", "f0006"}, ids(blocks))
-	assert.NotEmpty(t, obs.take())
+	assert.NotEmpty(t, obs.Take())
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -31,7 +32,7 @@ func requireCaughtUp(t *testing.T, db refset.Database) {
 // and each fallback is reported.
 func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	t.Parallel()
-	obs := &fallbacks{}
+	obs := &testdb.Fallbacks{}
 	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{PageSize: 4}) // walks of several pages
 	ctx := t.Context()
@@ -54,12 +55,12 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	require.True(t, out.Pending)
 	put(x[2:])
 	requireCaughtUp(t, db)
-	obs.take()
+	obs.Take()
 
 	assert.Equal(t, descending(g[:10], f), branch(t, m, "f0014"))
-	assert.Empty(t, obs.take(), "the standby served the walk")
+	assert.Empty(t, obs.Take(), "the standby served the walk")
 	assert.Equal(t, descending(x[1:]), branch(t, m, "x0025"), "x0021 is not linked yet, on the primary too")
-	assert.Equal(t, map[string]int{"branch/missing": 1}, obs.take())
+	assert.Equal(t, map[string]int{"branch/missing": 1}, obs.Take())
 
 	pgtest.PauseReplay(t)
 	// f grows in its segment, a fork h off f0012 starts one of its own, and x0020
@@ -88,7 +89,7 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 		if tt.tip == "f0014" {
 			fellBack = map[string]int{}
 		}
-		assert.Equal(t, fellBack, obs.take(), tt.tip)
+		assert.Equal(t, fellBack, obs.Take(), tt.tip)
 	}
 
 	diff, err := m.BranchDiff(ctx, "f0024", "h0020")
@@ -100,7 +101,7 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	common, err := m.CommonAncestor(ctx, "h0020", "x0025")
 	require.NoError(t, err)
 	assert.Equal(t, "g0009", common.HeaderSignature)
-	assert.Equal(t, map[string]int{"branch/missing": 5}, obs.take(),
+	assert.Equal(t, map[string]int{"branch/missing": 5}, obs.Take(),
 		"both walks of each, but f0014's, fell back once")
 }
 
@@ -108,7 +109,7 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 // a walk's page fails there, and the walk reads the primary, whole and right.
 func TestSegmentWalksOnStandbyBeforeTheMigration(t *testing.T) {
 	t.Parallel()
-	obs := &fallbacks{}
+	obs := &testdb.Fallbacks{}
 	db := openWithStandby(t, obs)
 	ctx := t.Context()
 	migrateBeforeSegments(t, db)
@@ -119,12 +120,12 @@ func TestSegmentWalksOnStandbyBeforeTheMigration(t *testing.T) {
 	g := chain("g", NullBlockID, 0, 12)
 	_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
 	require.NoError(t, err)
-	obs.take()
+	obs.Take()
 
 	assert.Equal(t, descending(g), branch(t, m, "g0011"))
-	assert.Equal(t, map[string]int{"branch/failed": 1}, obs.take())
+	assert.Equal(t, map[string]int{"branch/failed": 1}, obs.Take())
 	common, err := m.CommonAncestor(ctx, "g0011", "g0005")
 	require.NoError(t, err)
 	assert.Equal(t, "g0005", common.HeaderSignature)
-	assert.Equal(t, map[string]int{"branch/failed": 2}, obs.take())
+	assert.Equal(t, map[string]int{"branch/failed": 2}, obs.Take())
 }
