@@ -390,25 +390,10 @@ func TestCascadeRacesNewChildren(t *testing.T) {
 			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
 		}
 		rand.New(rand.NewPCG(5, 6)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		errs := make(chan error, 3)
-		go func() {
+		raceReceivers(t, m, sides, func() error {
 			_, err := m.Completer().Receive(t.Context(), main[0])
-			errs <- err
-		}()
-		for part := range 2 {
-			go func() {
-				for _, b := range sides[part*n/2 : (part+1)*n/2] {
-					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
-		}
-		for range 3 {
-			require.NoError(t, <-errs)
-		}
+			return err
+		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind completed parents")
 		both, neither := handOverInvariant(t, m)
 		assert.Zero(t, both)
@@ -428,26 +413,34 @@ func TestPutRacesReceivers(t *testing.T) {
 			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
 		}
 		rand.New(rand.NewPCG(7, 8)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		errs := make(chan error, 3)
-		go func() {
+		raceReceivers(t, m, sides, func() error {
 			_, err := m.Put(t.Context(), main, m.Blocks().Hold("test", 0))
-			errs <- err
-		}()
-		for part := range 2 {
-			go func() {
-				for _, b := range sides[part*n/2 : (part+1)*n/2] {
-					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
-		}
-		for range 3 {
-			require.NoError(t, <-errs)
-		}
+			return err
+		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind parents that Put stored")
 		assert.Equal(t, 2*n, count(t, m, `SELECT COUNT(*) FROM blocks`))
 	})
+}
+
+// raceReceivers runs first while two receivers deliver a half of sides each, and
+// fails the test on any of their errors.
+func raceReceivers(t *testing.T, m *Manager, sides []Block, first func() error) {
+	t.Helper()
+	errs := make(chan error, 3)
+	go func() { errs <- first() }()
+	half := len(sides) / 2
+	for part := range 2 {
+		go func() {
+			for _, b := range sides[part*half : (part+1)*half] {
+				if _, err := m.Completer().Receive(t.Context(), b); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
 }
