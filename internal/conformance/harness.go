@@ -80,6 +80,14 @@ func newEnv(tb testing.TB, h Harness) *env {
 	return &env{h: h, db: h.Open(tb)}
 }
 
+// newBlocksEnv is the start of most tests: a fresh env with the blocks set on it,
+// and the test's context.
+func newBlocksEnv(t *testing.T, h Harness) (*env, *refset.RefSet[block, string], context.Context) {
+	t.Helper()
+	e := newEnv(t, h)
+	return e, e.blocks(t), t.Context()
+}
+
 // sql rewrites a statement written with ? placeholders and {Text}-style type names
 // into the dialect's.
 func (e *env) sql(q string) string {

@@ -162,9 +162,7 @@ func testUnitOfWork(t *testing.T, h Harness) {
 }
 
 func testTxFormsKeepCallerTx(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 
@@ -198,9 +196,7 @@ func testTxFormsKeepCallerTx(t *testing.T, h Harness) {
 // testConcurrentWriters: 32 goroutines adding and handing over at once all succeed;
 // on SQLite none sees "database is locked".
 func testConcurrentWriters(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	const writers, each = 32, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, writers*each)
@@ -299,9 +295,7 @@ func testMigrate(t *testing.T, h Harness) {
 }
 
 func testClosed(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 	closer, ok := e.db.(interface{ Close() error })
@@ -320,9 +314,7 @@ func testClosed(t *testing.T, h Harness) {
 // refset.ErrNotFound, however the statement is written and wherever it runs. SQLite
 // gives both the same code, so its store must read the statement to tell them apart.
 func testForeignKeyErrorsWhateverTheSQL(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("held", "", 0), e.acquireHead())
 	require.NoError(t, err)
 	// A key without ON DELETE RESTRICT (NO ACTION, the default) fails otherwise than a
@@ -424,9 +416,7 @@ func (e *env) handOver(tb testing.TB, set *refset.RefSet[block, string], q, arg 
 // migrations whose tables are gone. A store built on the new tables makes what it
 // needs again instead of failing on a missing holds table.
 func testTablesDroppedAndMadeAgain(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("before", "", 0), set.Hold("keeper", 0))
 	require.NoError(t, err)
 
