@@ -214,11 +214,7 @@ func TestCleanupReportsItsDeadline(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, driver string) {
 		db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
 		ctx := t.Context()
-		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
-		require.NoError(t, err)
-		store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
-		require.NoError(t, err)
-		set := refset.New(store)
+		set := newBlocks(t, db)
 		c, err := NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
 		require.NoError(t, err)
 		_, err = set.Add(ctx, block{Hash: "a", Height: 1})
