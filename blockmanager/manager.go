@@ -14,10 +14,10 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store"
 )
 
 //go:embed sql
@@ -49,7 +49,7 @@ type Manager struct {
 	replica   refset.Querier // the database's replica, or nil: where walks read first
 	dialect   schema.Dialect
 	blocks    *refset.RefSet[Block, string]
-	writes    *sqlstore.Store[storedBlock, string] // the set's table, with each block's segment
+	writes    refset.SetStore[storedBlock, string] // the set's table, with each block's segment
 	observer  refset.Observer
 	collector *cleanup.Collector
 	pageSize  int
@@ -61,7 +61,7 @@ type Manager struct {
 // store/postgres; anything else is refset.ErrInvalidConfig),
 // installs clean-up on them and returns the manager.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error) {
-	m := &Manager{db: db, replica: refset.ReplicaOf(db), pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
+	m := &Manager{db: db, pageSize: cfg.PageSize, forkTTL: cfg.ForkTTL}
 	if m.pageSize <= 0 {
 		m.pageSize = 1000
 	}
@@ -77,25 +77,30 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.dialect = drv.Schema()
+	m.replica = refsetdriver.ReplicaOf(drv)
+	m.dialect = schema.Dialect(drv.Name())
 	if m.dialect == schema.SQLite {
 		m.pagePart = minPagePart
 	}
-	if err = m.migrate(ctx, drv.SchemaSQL()); err != nil {
+	refsetSQL, err := schema.SQLOf(db)
+	if err != nil {
+		return nil, fmt.Errorf("blockmanager: open: %w", err)
+	}
+	if err = m.migrate(ctx, refsetSQL); err != nil {
 		return nil, err
 	}
-	var store *sqlstore.Store[Block, string]
-	if store, err = refsetdriver.NewStore[Block, string](ctx, db, sqlstore.Config{Table: "blocks"}); err == nil {
-		m.blocks = refset.New[Block, string](store)
-		m.writes, err = refsetdriver.NewStore[storedBlock, string](ctx, db, sqlstore.Config{Table: "blocks"})
+	var blocks refset.SetStore[Block, string]
+	if blocks, err = store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"}); err == nil {
+		m.blocks = refset.New[Block, string](blocks)
+		m.writes, err = store.NewStore[storedBlock, string](ctx, db, store.Config{Table: "blocks"})
 	}
 	if err == nil {
-		m.collector, err = refsetdriver.NewCollector(ctx, db, collect)
+		m.collector, err = store.NewCollector(ctx, db, collect)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.observer = refset.ObserverOf(db)
+	m.observer = drv.Observer()
 	return m, nil
 }
 

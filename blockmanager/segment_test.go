@@ -221,11 +221,13 @@ func migrateBeforeSegments(t *testing.T, db refset.Database) refsetdriver.Driver
 	t.Helper()
 	drv, err := refsetdriver.Of(db)
 	require.NoError(t, err)
-	dir, err := fs.Sub(migrations, "sql/"+string(drv.Schema()))
+	dir, err := fs.Sub(migrations, "sql/"+drv.Name())
 	require.NoError(t, err)
 	first, err := fs.ReadFile(dir, "0001_blocks.sql")
 	require.NoError(t, err)
-	require.NoError(t, schema.MigrateFS(t.Context(), db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
+	refsetSQL, err := schema.SQLOf(db)
+	require.NoError(t, err)
+	require.NoError(t, schema.MigrateFS(t.Context(), db, refsetSQL, "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
 	return drv
 }
 
@@ -245,7 +247,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 				if b.PreviousBlockID != NullBlockID {
 					ref = b.PreviousBlockID
 				}
-				if _, err := tx.ExecContext(ctx, drv.Schema().Rebind(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
+				if _, err := tx.ExecContext(ctx, drv.Rebind(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
 					VALUES (?, ?, ?, ?, ?, ?, ?)`), b.HeaderSignature, b.PreviousBlockID, ref, b.BlockNum, `["x"]`, `["y"]`, b.Payload); err != nil {
 					return err
 				}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -282,10 +281,10 @@ func newCollector(db refset.Database, d Dialect, cfg Config) (*Collector, error)
 	}
 	log := cfg.Logger
 	if log == nil {
-		log, _ = dblog.Of(db)
+		log = db.Driver().Logger()
 	}
 	log = log.With(slog.String("table", table.String()))
-	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log, obs: refset.ObserverOf(db)}, nil
+	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log, obs: db.Driver().Observer()}, nil
 }
 
 // describe completes p from the set's registration and the catalog, through q: the

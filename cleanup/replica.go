@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // onReplica runs report, a read of what changes (holds, references, the queue), on
@@ -15,13 +16,14 @@ import (
 // when the replica fails. A report that finds no such object (refset.ErrNotFound) on
 // a replica that caught up has its answer.
 func onReplica(ctx context.Context, db refset.Database, report func(q refset.Querier) error) error {
-	replica := refset.ReplicaOf(db)
-	if replica == nil {
+	drv := db.Driver()
+	r, ok := drv.(refsetdriver.Replicated)
+	if !ok || r.Replica() == nil {
 		return report(db.Reader())
 	}
-	caughtUp, err := replicaCaughtUp(ctx, db)
+	caughtUp, err := r.ReplicaCaughtUp(ctx)
 	if err == nil && caughtUp {
-		if err = report(replica); err == nil || errors.Is(err, refset.ErrNotFound) {
+		if err = report(r.Replica()); err == nil || errors.Is(err, refset.ErrNotFound) {
 			return err
 		}
 	}
@@ -32,22 +34,6 @@ func onReplica(ctx context.Context, db refset.Database, report func(q refset.Que
 	if err != nil {
 		reason = "failed"
 	}
-	refset.ObserverOf(db).ReadFellBack(ctx, "report", reason)
+	drv.Observer().ReadFellBack(ctx, "report", reason)
 	return report(db.Reader())
-}
-
-// catchingUp is a database whose replica can tell when it shows the primary's
-// latest writes: postgres.DB.
-type catchingUp interface {
-	ReplicaCaughtUp(ctx context.Context) (bool, error)
-}
-
-// replicaCaughtUp reports whether db's replica shows every write the primary had
-// committed when it was called (false for a database that cannot tell).
-func replicaCaughtUp(ctx context.Context, db refset.Database) (bool, error) {
-	c, ok := db.(catchingUp)
-	if !ok {
-		return false, nil
-	}
-	return c.ReplicaCaughtUp(ctx)
 }

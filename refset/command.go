@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+
+	"github.com/refsetdb/refset/internal/txview"
 )
 
 // Command is a step of a hand-over: a release command is what the giving component
@@ -57,16 +59,14 @@ type execCommand[ID comparable] struct {
 }
 
 func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
-	q := c.query
-	if v, ok := tx.(interface{ Rebind(string) string }); ok {
-		q = v.Rebind(q)
-	}
 	var res sql.Result
 	var err error
-	if v, ok := tx.(commandExecer); ok {
-		res, err = v.ExecCommand(ctx, q, Arg(id))
+	if v, ok := tx.(*txview.View); ok {
+		// The Tx refset gives commands: the database's placeholders, and the
+		// statement prepared when the database keeps it so.
+		res, err = v.ExecCommand(ctx, v.Rebind(c.query), Arg(id))
 	} else {
-		res, err = tx.ExecContext(ctx, q, Arg(id))
+		res, err = tx.ExecContext(ctx, c.query, Arg(id))
 	}
 	if err != nil {
 		return err
@@ -88,10 +88,4 @@ func (c *execCommand[ID]) checkRows(id ID, n int64) error {
 		return opError(fmt.Sprintf("command for %v affected %d rows, want %d", id, n, c.wantRows), ErrNotFound, nil)
 	}
 	return nil
-}
-
-// commandExecer is the Tx refset gives commands: it runs an Exec command's statement
-// prepared, when the transaction's database keeps it so.
-type commandExecer interface {
-	ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error)
 }

@@ -3,6 +3,8 @@ package refset
 import (
 	"errors"
 	"fmt"
+
+	"github.com/refsetdb/refset/internal/sentinel"
 )
 
 // The errors a RefSet and its stores return. Match them with errors.Is: every error the
@@ -14,91 +16,86 @@ import (
 var (
 	// ErrNotFound: the object is not in the set, or a reference names an object that
 	// does not exist (a foreign key the database refused on insert).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = sentinel.ErrNotFound
 
 	// ErrDuplicate: an object with that ID is in the set already.
-	ErrDuplicate = errors.New("duplicate id")
+	ErrDuplicate = sentinel.ErrDuplicate
 
 	// ErrReferenced: the database refused to delete or re-key an object because a row
 	// still references it.
-	ErrReferenced = errors.New("still referenced")
+	ErrReferenced = sentinel.ErrReferenced
 
 	// ErrTokenConsumed: the token was released, acquired or completed already. Tokens are
 	// single-use; the command lists of a consumed token never run again.
-	ErrTokenConsumed = errors.New("token already consumed")
+	ErrTokenConsumed = sentinel.ErrTokenConsumed
 
 	// ErrInvalidToken: a nil token, or a token that belongs to another set.
-	ErrInvalidToken = errors.New("invalid token")
+	ErrInvalidToken = sentinel.ErrInvalidToken
 
 	// ErrInvalidCommand: a nil command in a release or acquire list, or a statement
 	// that would end or begin a transaction (COMMIT, ROLLBACK, END, BEGIN, ...) run
 	// by a Command or a function given to InTx. Only refset ends a transaction it
 	// began; the unit of work is rolled back.
-	ErrInvalidCommand = errors.New("invalid command")
+	ErrInvalidCommand = sentinel.ErrInvalidCommand
 
 	// ErrInvalidTx: a nil transaction or database where one is required, a
 	// connection pool where a transaction is required, or a transaction that has
 	// already ended (or, on Postgres, that an earlier failed statement aborted).
-	ErrInvalidTx = errors.New("invalid transaction")
+	ErrInvalidTx = sentinel.ErrInvalidTx
 
 	// ErrInvalidID: the zero value of the ID type, which never names an object.
-	ErrInvalidID = errors.New("invalid id")
+	ErrInvalidID = sentinel.ErrInvalidID
 
 	// ErrInvalidIdentifier: a table or column name that is not a plain SQL identifier.
-	ErrInvalidIdentifier = errors.New("invalid SQL identifier")
+	ErrInvalidIdentifier = sentinel.ErrInvalidIdentifier
 
 	// ErrSchema: the Go type and the table do not match (a missing column, a missing
 	// primary key, an unsupported field type).
-	ErrSchema = errors.New("schema mismatch")
+	ErrSchema = sentinel.ErrSchema
 
 	// ErrConflict: the database aborted the transaction to keep concurrent ones apart
 	// (serialization failure, deadlock, a locked SQLite database). Transactions the
 	// library opens itself are retried a bounded number of times before this surfaces.
-	ErrConflict = errors.New("transaction conflict")
+	ErrConflict = sentinel.ErrConflict
 
 	// ErrConstraint: another integrity constraint (NOT NULL, CHECK, a foreign key whose
 	// direction the driver does not say) refused the statement.
-	ErrConstraint = errors.New("constraint violation")
+	ErrConstraint = sentinel.ErrConstraint
 
 	// ErrClosed: the store's database has been closed.
-	ErrClosed = errors.New("store closed")
+	ErrClosed = sentinel.ErrClosed
 
 	// ErrUnavailable: the database could not be reached, or the connection was lost
 	// during the call (a server restart or shutdown, a network failure, a terminated
 	// backend, too many connections, a SQLite file that cannot be opened or read).
 	// Nothing the call did was committed, unless the error also matches
 	// ErrCommitUnknown. It may pass: retry later.
-	ErrUnavailable = errors.New("database unavailable")
+	ErrUnavailable = sentinel.ErrUnavailable
 
 	// ErrCommitUnknown: the connection was lost while a transaction was committing, so
 	// it may or may not have committed. It comes with ErrUnavailable. Check what is
 	// stored before doing again work that must not happen twice.
-	ErrCommitUnknown = errors.New("commit outcome unknown")
+	ErrCommitUnknown = sentinel.ErrCommitUnknown
 
 	// ErrTimeout: the database gave up on a statement at a limit of its own
 	// (Postgres statement_timeout, lock_timeout, idle_in_transaction_session_timeout).
 	// The transaction was rolled back. A deadline of the call's context gives
 	// context.DeadlineExceeded instead.
-	ErrTimeout = errors.New("database timeout")
+	ErrTimeout = sentinel.ErrTimeout
 
 	// ErrInvalidConfig: an option or connection setting that cannot work: a SQLite
 	// path that names no file, an unknown option value, a Postgres role or password
 	// the server refuses, a database that does not exist.
-	ErrInvalidConfig = errors.New("invalid configuration")
+	ErrInvalidConfig = sentinel.ErrInvalidConfig
 
 	// ErrStatement: the database refused a statement for a reason no other sentinel
 	// names: a syntax error, a value of the wrong type, an exception raised by a
 	// trigger. It is almost always a caller's own SQL; the driver's error says what.
-	ErrStatement = errors.New("statement refused")
+	ErrStatement = sentinel.ErrStatement
 )
 
 // sentinels are all the errors above.
-var sentinels = []error{
-	ErrNotFound, ErrDuplicate, ErrReferenced, ErrTokenConsumed, ErrInvalidToken,
-	ErrInvalidCommand, ErrInvalidTx, ErrInvalidID, ErrInvalidIdentifier, ErrSchema,
-	ErrConflict, ErrConstraint, ErrClosed, ErrUnavailable, ErrCommitUnknown,
-	ErrTimeout, ErrInvalidConfig, ErrStatement,
-}
+var sentinels = sentinel.All
 
 // IsSentinel reports whether err matches one of the sentinel errors above: an error
 // that is not the context's, nor a caller's own, always does.

@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
-	"github.com/refsetdb/refset/internal/pipeline"
 	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // A hand-over whose commands are all Exec commands is a list of statements, and so is
 // an Add with such commands when the store can give its insert as a statement
-// (pipeline.Inserter). On a database whose driver can send statements before reading
+// (refsetdriver.Inserter). On a database whose driver can send statements before reading
 // the results of the ones before (pgx), Complete and Add hand the list to the
-// database's pipeline.Runner: BEGIN goes with the first statements and COMMIT with
+// database's driver (refsetdriver.Pipeliner): BEGIN goes with the first statements and COMMIT with
 // the last, and a statement whose row count is checked is read before any later one
 // is sent. A two-command hand-over (a release checked, an acquire not) takes two round
 // trips instead of four; an Add, one instead of three or more. Everything else is
@@ -24,24 +24,20 @@ import (
 // statementsOf is cmds as the statements they run for id, when every command is an
 // Exec command; ok is false otherwise, and when a statement would end the transaction
 // (the ordinary path refuses it, statement by statement, as it always did).
-func statementsOf[ID comparable](db Database, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []pipeline.Statement, ok bool) {
+func statementsOf[ID comparable](drv refsetdriver.Driver, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []refsetdriver.Statement, ok bool) {
 	execs = make([]*execCommand[ID], len(cmds))
-	stmts = make([]pipeline.Statement, len(cmds))
-	rebind, _ := db.(interface{ Rebind(string) string })
+	stmts = make([]refsetdriver.Statement, len(cmds))
 	for i, c := range cmds {
 		e, isExec := c.(*execCommand[ID])
 		if !isExec {
 			return nil, nil, false
 		}
-		q := e.query
-		if rebind != nil {
-			q = rebind.Rebind(q)
-		}
+		q := drv.Rebind(e.query)
 		if sqltext.EndingStatement(q) != "" {
 			return nil, nil, false
 		}
 		execs[i] = e
-		stmts[i] = pipeline.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0}
+		stmts[i] = refsetdriver.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0}
 	}
 	return execs, stmts, true
 }
@@ -50,14 +46,15 @@ func statementsOf[ID comparable](db Database, id ID, cmds []Command[ID]) (execs 
 // of InTx's. execs[i] is the Exec command stmts[i] is, or nil for a statement of the
 // store's own (the insert of an Add), whose errors are translated as the store's are
 // and whose row count is not checked.
-func runPipelined[ID comparable](ctx context.Context, db Database, run pipeline.Runner, id ID, execs []*execCommand[ID], stmts []pipeline.Statement) error {
-	log, slow := dblog.Of(db)
-	return runUnit(ctx, db, func() error {
+func runPipelined[ID comparable](ctx context.Context, db Database, pipe refsetdriver.Pipeliner, id ID, execs []*execCommand[ID], stmts []refsetdriver.Statement) error {
+	drv := db.Driver()
+	log, slow := drv.Logger(), drv.SlowStatement()
+	return runUnit(ctx, drv, func() error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("refset: in transaction: %w", err)
 		}
 		start := time.Now() // a pipelined statement is timed from when the first was sent
-		err := run(ctx, stmts, func(i int, rows int64, err error) error {
+		err := pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
 			dblog.Slow(ctx, log, slow, stmts[i].Query, start)
 			if execs[i] == nil { // the store's own statement, an insert: as Persist
 				if err != nil {
@@ -70,7 +67,7 @@ func runPipelined[ID comparable](ctx context.Context, db Database, run pipeline.
 			}
 			return execs[i].checkRows(id, rows)
 		})
-		var txErr *pipeline.Error
+		var txErr *refsetdriver.PipelineError
 		if errors.As(err, &txErr) {
 			if txErr.Query == "COMMIT" {
 				return commitError(db, txErr.Err)

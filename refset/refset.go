@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/pipeline"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Identifiable is an object with an ID. The ID names one immutable value forever: a
@@ -22,16 +22,24 @@ type Identifiable[ID comparable] interface {
 type RefSet[T Identifiable[ID], ID comparable] struct {
 	store   SetStore[T, ID]
 	db      Database
-	replica Querier // the database's replica, or nil; found once
+	drv     refsetdriver.Driver // the database's, found once
+	replica Querier             // the database's replica, or nil
 	cache   *cache[T, ID]
-	obs     Observer        // the database's, found once
-	pipe    pipeline.Runner // the database's, or nil
+	obs     Observer               // the database's
+	pipe    refsetdriver.Pipeliner // the database's, or nil
 }
 
 // New returns a RefSet kept in store.
+// It panics if the store's database has no driver: a SetStore of store/sqlite or
+// store/postgres always has one.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	return &RefSet[T, ID]{store: store, db: db, replica: ReplicaOf(db), cache: newCache[T, ID](), obs: ObserverOf(db), pipe: pipeline.Of(db)}
+	drv, err := refsetdriver.Of(db)
+	if err != nil {
+		panic(err)
+	}
+	pipe, _ := drv.(refsetdriver.Pipeliner)
+	return &RefSet[T, ID]{store: store, db: db, drv: drv, replica: refsetdriver.ReplicaOf(drv), cache: newCache[T, ID](), obs: drv.Observer(), pipe: pipe}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -81,10 +89,10 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 // them and the store give its insert as a statement, otherwise under a savepoint of tx.
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
 	if tx == nil && s.pipe != nil {
-		if ins, ok := s.store.(pipeline.Inserter[T]); ok {
-			if execs, stmts, ok := statementsOf(s.db, id, cmds); ok {
+		if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
+			if execs, stmts, ok := statementsOf(s.drv, id, cmds); ok {
 				execs = append([]*execCommand[ID]{nil}, execs...)
-				stmts = append([]pipeline.Statement{ins.InsertStatement(obj)}, stmts...)
+				stmts = append([]refsetdriver.Statement{ins.InsertStatement(obj)}, stmts...)
 				return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
 			}
 		}
@@ -208,7 +216,7 @@ func (s *RefSet[T, ID]) has(ctx context.Context, id ID) (bool, error) {
 		if found && err == nil || ctx.Err() != nil {
 			return found, err
 		}
-		s.obs.ReadFellBack(ctx, "has", FallbackReason(err))
+		s.obs.ReadFellBack(ctx, "has", refsetdriver.FallbackReason(err))
 	}
 	return s.store.Has(ctx, s.db.Reader(), id)
 }
@@ -250,7 +258,7 @@ func (s *RefSet[T, ID]) load(ctx context.Context, id ID) (T, error) {
 		if err == nil || ctx.Err() != nil {
 			return obj, err
 		}
-		s.obs.ReadFellBack(ctx, "get", FallbackReason(err))
+		s.obs.ReadFellBack(ctx, "get", refsetdriver.FallbackReason(err))
 	}
 	return s.store.Get(ctx, s.db.Reader(), id)
 }
@@ -291,7 +299,7 @@ func (s *RefSet[T, ID]) observer() Observer { return s.obs }
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
 	if tx == nil && s.pipe != nil {
-		if execs, stmts, ok := statementsOf(s.db, id, cmds); ok {
+		if execs, stmts, ok := statementsOf(s.drv, id, cmds); ok {
 			return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
 		}
 	}

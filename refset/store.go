@@ -2,17 +2,14 @@ package refset
 
 import (
 	"context"
-	"database/sql"
 	"time"
+
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Querier runs SQL. *sql.DB, *sql.Tx, *sql.Conn and their sqlx counterparts are all
 // Queriers, so commands and the *Tx methods accept whichever the caller has.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
+type Querier = refsetdriver.Querier
 
 // Tx is a database transaction as the code that runs inside it sees it: it runs
 // statements and cannot end the transaction. Commands, and functions given to InTx,
@@ -26,34 +23,13 @@ type Querier interface {
 // transaction as a Tx too: a *sql.Tx or *sqlx.Tx, or the Tx that InTx gave. A
 // connection pool (*sql.DB, *sqlx.DB, *sql.Conn) is not a transaction and is refused
 // with ErrInvalidTx.
-type Tx interface {
-	Querier
-}
+type Tx = refsetdriver.Tx
 
-// DatabaseTx is a write transaction a Database began. refset commits it or rolls it
-// back; the code it runs inside the transaction sees only a Tx.
-type DatabaseTx interface {
-	Querier
-	Commit() error
-	Rollback() error
-}
-
-// Database is the database a set lives in, as a store sees it. store/sqlite and
-// store/postgres provide one; several sets may share it, and a unit of work (InTx) may
-// span all of them. Do not implement it: open a store's database instead. refset finds
-// each store's dialect through the database it opened, and may add methods here.
-type Database interface {
-	// Begin opens a write transaction.
-	Begin(ctx context.Context) (DatabaseTx, error)
-
-	// Reader is where reads outside a transaction go.
-	Reader() Querier
-
-	// TranslateError maps a driver error to the refset sentinels (wrapping both), and
-	// returns any other error unchanged. query is the statement that failed, or "" when
-	// unknown; some drivers need it to tell a missing parent from a held one.
-	TranslateError(err error, query string) error
-}
+// Database is the database a set lives in: open one with store/sqlite or
+// store/postgres. Several sets may share it, and a unit of work (InTx) may span all of
+// them. Its methods are for refset's own packages and store implementers (package
+// refsetdriver); do not implement it.
+type Database = refsetdriver.Database
 
 // SetStore persists the objects of one set. Every method runs on the Querier it is
 // given, which is a transaction or the database's reader, so the caller decides what

@@ -13,6 +13,7 @@ import (
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // maxAttempts bounds how often InTx runs a unit of work that the database aborted
@@ -50,7 +51,11 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
-	return runUnit(ctx, db, func() error { return inTxOnce(ctx, db, fn) })
+	drv, err := refsetdriver.Of(db)
+	if err != nil {
+		return err
+	}
+	return runUnit(ctx, drv, func() error { return inTxOnce(ctx, db, fn) })
 }
 
 // runUnit runs once, one attempt at a unit of work in a transaction of its own, as
@@ -59,9 +64,9 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // in the new transaction), again after a back-off while the database aborts it with a
 // conflict, logging a commit whose outcome is unknown, and with its error made to
 // match the context's when ctx ended.
-func runUnit(ctx context.Context, db Database, once func() error) error {
-	log, _ := dblog.Of(db)
-	err := retryConflicts(ctx, log, ObserverOf(db), func() error {
+func runUnit(ctx context.Context, drv refsetdriver.Driver, once func() error) error {
+	log := drv.Logger()
+	err := retryConflicts(ctx, log, drv.Observer(), func() error {
 		err := once()
 		if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
 			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
@@ -88,8 +93,11 @@ func runUnit(ctx context.Context, db Database, once func() error) error {
 // so metrics count this work's conflicts beside the units of work's. A nil db tells
 // nobody.
 func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
-	log, _ := dblog.Of(db) // a nil db has the logger that drops everything
-	return retryConflicts(ctx, log, ObserverOf(db), fn)
+	log, obs := dblog.Or(nil), Observer(NoObserver{}) // a nil db tells nobody
+	if drv, err := refsetdriver.Of(db); err == nil {
+		log, obs = drv.Logger(), drv.Observer()
+	}
+	return retryConflicts(ctx, log, obs, fn)
 }
 
 // retryConflicts is RetryConflicts, logging each retry (at debug level, with its
@@ -156,17 +164,13 @@ func commitError(db Database, err error) error {
 // driver errors translated, transaction-ending statements refused.
 func newView(raw Querier, db Database) *txview.View {
 	translate := func(err error, query string) error { return translateStatement(db, err, query) }
-	var rebind func(string) string
-	if r, ok := db.(interface{ Rebind(query string) string }); ok {
-		rebind = r.Rebind
-	}
-	log, slow := dblog.Of(db)
+	drv := db.Driver()
 	return txview.New(raw, txview.Options{
 		Translate: translate,
 		Refuse:    func(err error) error { return opError("statement", ErrInvalidCommand, err) },
-		Rebind:    rebind,
-		Log:       log,
-		Slow:      slow,
+		Rebind:    drv.Rebind,
+		Log:       drv.Logger(),
+		Slow:      drv.SlowStatement(),
 	})
 }
 

@@ -1,30 +1,70 @@
-// Package driver is the one value per SQL dialect that the code above the stores asks
-// for what differs between databases, as river's riverdriver is for river: a store
-// package's database carries its Driver, and blockmanager, custody and the stores'
-// own constructors build sets and collectors through it, so none of them switches on
-// a concrete database type (and a Postgres-only program never links SQLite's C code).
-//
-// A database carries its Driver in an embedded Handle. Handle's one method is
-// unexported, so Of finds the Driver of any store's database while a caller, outside
-// this module, can neither reach it nor fake it.
 package refsetdriver
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
+	"time"
 
-	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/sqlstore"
-	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/sqlident"
 )
 
-// Driver is one dialect bound to one database: the statements and catalog reads of
-// its stores (sqlstore.Dialect), the SQL of clean-up (cleanup.Dialect), and where its
-// statements are prepared.
+// Querier runs SQL: *sql.DB, *sql.Tx, *sql.Conn and their sqlx counterparts are all
+// Queriers (refset.Querier is this type).
+type Querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Tx is a transaction as the code inside it sees it (refset.Tx is this type): it
+// runs statements and cannot end the transaction.
+type Tx interface {
+	Querier
+}
+
+// DatabaseTx is a write transaction a Database began. refset commits it or rolls it
+// back; the code it runs inside the transaction sees only a Tx.
+type DatabaseTx interface {
+	Querier
+	Commit() error
+	Rollback() error
+}
+
+// Database is a store's database (refset.Database is this type): where its sets live
+// and units of work run.
+type Database interface {
+	// Begin opens a write transaction.
+	Begin(ctx context.Context) (DatabaseTx, error)
+
+	// Reader is where reads outside a transaction go.
+	Reader() Querier
+
+	// TranslateError maps a driver error to the refset sentinels (wrapping both), and
+	// returns any other error unchanged. query is the statement that failed, or ""
+	// when unknown; some drivers need it to tell a missing parent from a held one.
+	TranslateError(err error, query string) error
+
+	// Driver is the database's dialect and capabilities; nil for a database that is
+	// not ready (the zero value of a store's DB).
+	Driver() Driver
+}
+
+// Driver is one dialect bound to one database: everything refset's packages ask of
+// a database beyond running statements. Besides these methods a Driver may implement
+// the optional interfaces listed in the package doc.
 type Driver interface {
-	sqlstore.Dialect
-	cleanup.Dialect
+	// Name names the dialect ("sqlite", "postgres"): the folder a component keeps
+	// its per-dialect SQL files in (blockmanager/sql/<name>). Code asks the driver
+	// for what differs; it never compares this name.
+	Name() string
+
+	// Rebind rewrites a query's ? placeholders to the dialect's, leaving any ? in a
+	// literal, a quoted name or a comment as it is.
+	Rebind(query string) string
 
 	// Pool is the pool the database begins its write transactions on, where a store
 	// prepares its writing statements.
@@ -34,15 +74,76 @@ type Driver interface {
 	// that keeps no prepared statements).
 	Unprepared() bool
 
-	// Name names the dialect ("sqlite", "postgres"): the folder a component keeps
-	// its per-dialect SQL files in (blockmanager/sql/<name>). Code asks the driver
-	// for what differs; it never compares this name.
-	Name() string
+	// ExternalMigrations reports that the schema is migrated by someone else (a DBA):
+	// stores run no DDL and check the schema's versions instead.
+	ExternalMigrations() bool
 
-	// Rebind rewrites a query's ? placeholders to the dialect's, leaving any ? in a
-	// literal, a quoted name or a comment as it is.
-	Rebind(query string) string
+	// Logger is where refset logs what it does in the database; never nil (one that
+	// drops everything when the database was opened without one).
+	Logger() *slog.Logger
+
+	// SlowStatement is the duration past which a statement is logged; 0: none is.
+	SlowStatement() time.Duration
+
+	// Observer is told what refset does in the database, for metrics; never nil.
+	Observer() Observer
+
+	// Columns reads a table's columns from the catalog; none if it does not exist.
+	Columns(ctx context.Context, q Querier, table sqlident.Ident) ([]Column, error)
+
+	// Statements writes the SQL of a set's table.
+	Statements(t SetTable) Statements
 }
+
+// Of is db's Driver, or an error matching refset.ErrInvalidConfig when db is nil or
+// has none.
+func Of(db Database) (Driver, error) {
+	if db != nil {
+		if d := db.Driver(); d != nil {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("refset: %w: %T is not a database opened by store/sqlite or store/postgres", sentinel.ErrInvalidConfig, db)
+}
+
+// Observer is told what refset did, for metrics (refset.Observer is this type; its
+// doc is the user's). Its methods run on the caller's goroutine, inside no
+// transaction, and must return quickly.
+type Observer interface {
+	// Added is n objects stored by a committed Add or AddAll, or by their Tx forms
+	// when the call returned nil (the caller's transaction may still roll back).
+	Added(ctx context.Context, n int)
+	// HandedOver is every Complete and CompleteTx that ran its commands, with how
+	// long they took and their result. One refused before running anything (a
+	// consumed or invalid token) is not a hand-over and is not told.
+	HandedOver(ctx context.Context, took time.Duration, err error)
+	// Retried is each run of a unit of work that InTx (or RetryConflicts) runs
+	// again because the database aborted it; cause matches ErrConflict.
+	Retried(ctx context.Context, cause error)
+	// Conflicted is a conflict that outlasted the retries: the caller gets err.
+	Conflicted(ctx context.Context, err error)
+	// Collected is a clean-up Collect that returned nil: objects deleted, expired
+	// holds removed, the batch transactions it ran, and how long it took.
+	Collected(ctx context.Context, deleted, holdsExpired int64, batches int, took time.Duration)
+	// ReadFellBack is a read outside a transaction that went to the database's replica
+	// (a hot standby, postgres.Options.Replica) and was then made on the primary.
+	// read names it ("get", "has", "branch", "report"); reason says why: "missing"
+	// (the replica had no such row: not replicated yet, or not stored at all),
+	// "behind" (a report's replica had not replayed what the primary committed before
+	// the report began, within Options.ReplicaWait), or "failed" (the replica returned
+	// an error).
+	ReadFellBack(ctx context.Context, read, reason string)
+}
+
+// NoObserver is an Observer that does nothing (refset.NoObserver is this type).
+type NoObserver struct{}
+
+func (NoObserver) Added(context.Context, int)                                  {}
+func (NoObserver) HandedOver(context.Context, time.Duration, error)            {}
+func (NoObserver) Retried(context.Context, error)                              {}
+func (NoObserver) Conflicted(context.Context, error)                           {}
+func (NoObserver) Collected(context.Context, int64, int64, int, time.Duration) {}
+func (NoObserver) ReadFellBack(context.Context, string, string)                {}
 
 // Binding is what ties a dialect to one database, the same for every store: the
 // pool and the options that change what the Driver does. A store's driver embeds it
@@ -51,69 +152,33 @@ type Binding struct {
 	pool       *sql.DB
 	unprepared bool
 	external   bool
+	logger     *slog.Logger
+	slow       time.Duration
+	observer   Observer
+}
+
+// Settings are the options of a database that every store has.
+type Settings struct {
+	Unprepared, ExternalMigrations bool
+	Logger                         *slog.Logger // nil: none
+	SlowStatement                  time.Duration
+	Observer                       Observer // nil: none
 }
 
 // Bind returns the Binding of a database whose write transactions and prepared
 // statements are on pool.
-func Bind(pool *sql.DB, unprepared, externalMigrations bool) Binding {
-	return Binding{pool: pool, unprepared: unprepared, external: externalMigrations}
+func Bind(pool *sql.DB, s Settings) Binding {
+	logger, observer := dblog.Or(s.Logger), s.Observer
+	if observer == nil {
+		observer = NoObserver{}
+	}
+	return Binding{pool: pool, unprepared: s.Unprepared, external: s.ExternalMigrations,
+		logger: logger, slow: s.SlowStatement, observer: observer}
 }
 
-// Pool is the pool the database begins its write transactions on.
-func (b Binding) Pool() *sql.DB { return b.pool }
-
-// Unprepared reports that statements run unprepared.
-func (b Binding) Unprepared() bool { return b.unprepared }
-
-// ExternalMigrations reports that stores run no DDL and check the schema instead.
-func (b Binding) ExternalMigrations() bool { return b.external }
-
-// Handle carries a database's Driver. A store's database embeds it through an
-// unexported alias, so the field stays out of the database's API.
-type Handle struct{ d Driver }
-
-// NewHandle returns the Handle of d.
-func NewHandle(d Driver) Handle { return Handle{d: d} }
-
-func (h Handle) refsetDriver() Driver { return h.d }
-
-// carrier is a database that embeds a Handle.
-type carrier interface{ refsetDriver() Driver }
-
-// Of is the Driver of db, or refset.ErrInvalidConfig when db is not a database of
-// one of refset's stores.
-func Of(db refset.Database) (Driver, error) {
-	if c, ok := db.(carrier); ok && c.refsetDriver() != nil {
-		return c.refsetDriver(), nil
-	}
-	return nil, fmt.Errorf("refset: %w: %T is not a database opened by store/sqlite or store/postgres", refset.ErrInvalidConfig, db)
-}
-
-// NewStore is the store of a set of T in db, through db's Driver: what
-// sqlite.NewStore and postgres.NewStore return, for code that takes any store's
-// database.
-func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (*sqlstore.Store[T, ID], error) {
-	d, err := Of(db)
-	if err != nil {
-		return nil, err
-	}
-	s, err := sqlstore.Open[T, ID](ctx, db, d, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if !d.Unprepared() {
-		if err := s.Prepare(ctx, d.Pool()); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-// NewCollector installs clean-up of cfg's set in db, through db's Driver.
-func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
-	d, err := Of(db)
-	if err != nil {
-		return nil, err
-	}
-	return cleanup.Install(ctx, db, d, cfg)
-}
+func (b Binding) Pool() *sql.DB                { return b.pool }
+func (b Binding) Unprepared() bool             { return b.unprepared }
+func (b Binding) ExternalMigrations() bool     { return b.external }
+func (b Binding) Logger() *slog.Logger         { return b.logger }
+func (b Binding) SlowStatement() time.Duration { return b.slow }
+func (b Binding) Observer() Observer           { return b.observer }

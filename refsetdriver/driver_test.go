@@ -7,15 +7,16 @@ import (
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // foreign is a refset.Database that is not one of refset's stores: it passes every
-// call on to one, but carries no driver of its own.
+// call on to one, but has no driver of its own.
 type foreign struct{ refset.Database }
+
+func (foreign) Driver() refsetdriver.Driver { return nil }
 
 func TestOf(t *testing.T) {
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"), sqlite.Options{})
@@ -24,11 +25,18 @@ func TestOf(t *testing.T) {
 
 	d, err := refsetdriver.Of(db)
 	require.NoError(t, err)
-	assert.Equal(t, schema.SQLite, d.Schema())
+	assert.Equal(t, "sqlite", d.Name())
 	assert.Same(t, db.Writer.DB, d.Pool(), "statements are prepared on the pool writes begin on")
 
 	_, err = refsetdriver.Of(foreign{db})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, err = blockmanager.Open(t.Context(), foreign{db}, blockmanager.Config{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "code above the stores finds the dialect through the driver, not the type")
+
+	var zero sqlite.DB
+	_, err = refsetdriver.Of(&zero)
+	require.ErrorIs(t, err, refset.ErrInvalidConfig, "a DB the store did not open has no driver")
+	_, err = zero.Begin(t.Context())
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	require.ErrorIs(t, refset.InTx(t.Context(), &zero, func(refset.Tx) error { return nil }), refset.ErrInvalidConfig)
 }

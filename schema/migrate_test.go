@@ -7,7 +7,6 @@ import (
 
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 
@@ -31,13 +30,14 @@ var backends = []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}
 func open(t *testing.T, b testdb.Backend) backend {
 	t.Helper()
 	db := b.Open(t, testdb.Options{})
-	d, err := refsetdriver.Of(db)
+	refsetSQL, err := schema.SQLOf(db)
 	require.NoError(t, err)
-	be := backend{db: db, raw: d.Pool(), sql: d.SchemaSQL(), set: itemsSet("TEXT"),
-		tables: catalog(d.Pool(), `SELECT name FROM sqlite_master WHERE type = 'table'`)}
+	raw := db.Driver().Pool()
+	be := backend{db: db, raw: raw, sql: refsetSQL, set: itemsSet("TEXT"),
+		tables: catalog(raw, `SELECT name FROM sqlite_master WHERE type = 'table'`)}
 	if b.Postgres {
 		be.set = itemsSet("text")
-		be.tables = catalog(d.Pool(), `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`)
+		be.tables = catalog(raw, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`)
 	}
 	return be.withItems(t)
 }

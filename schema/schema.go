@@ -423,3 +423,12 @@ func (d Dialect) Rebind(q string) string {
 	}
 	return sqltext.Dollar(q)
 }
+
+// SQLOf is the migrations of db's dialect: every store's driver has them.
+func SQLOf(db refset.Database) (SQL, error) {
+	drv := db.Driver()
+	if s, ok := drv.(interface{ SchemaSQL() SQL }); ok {
+		return s.SchemaSQL(), nil
+	}
+	return nil, fmt.Errorf("refset/schema: %w: %T has no migrations", refset.ErrInvalidConfig, drv)
+}

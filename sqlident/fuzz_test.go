@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/internal/sentinel"
 )
 
 // unquote reads back what Quoted writes: one or two double-quoted parts joined by a
@@ -55,7 +55,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, allowSchema bool, other string) {
 		id, err := Parse(name, allowSchema)
 		if err != nil {
-			if !errors.Is(err, refset.ErrInvalidIdentifier) {
+			if !errors.Is(err, sentinel.ErrInvalidIdentifier) {
 				t.Fatalf("Parse(%q): error %v is not ErrInvalidIdentifier", name, err)
 			}
 			return
@@ -79,7 +79,7 @@ func FuzzParse(f *testing.F) {
 		}
 		renamed, err := id.WithName(other)
 		if err != nil {
-			if !errors.Is(err, refset.ErrInvalidIdentifier) {
+			if !errors.Is(err, sentinel.ErrInvalidIdentifier) {
 				t.Fatalf("WithName(%q): error %v is not ErrInvalidIdentifier", other, err)
 			}
 			return
@@ -103,7 +103,7 @@ func FuzzCheckType(f *testing.F) {
 	f.Fuzz(func(t *testing.T, typ string) {
 		err := CheckType(typ)
 		if err != nil {
-			if !errors.Is(err, refset.ErrInvalidIdentifier) {
+			if !errors.Is(err, sentinel.ErrInvalidIdentifier) {
 				t.Fatalf("CheckType(%q): error %v is not ErrInvalidIdentifier", typ, err)
 			}
 			return

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/internal/sentinel"
 )
 
 // identPattern is what refset accepts as a table or column name: a plain SQL
@@ -27,12 +27,12 @@ type Ident struct {
 func Parse(name string, allowSchema bool) (Ident, error) {
 	parts := strings.Split(name, ".")
 	if len(parts) > 2 || (len(parts) == 2 && !allowSchema) {
-		return Ident{}, fmt.Errorf("refset: %q: %w", name, refset.ErrInvalidIdentifier)
+		return Ident{}, fmt.Errorf("refset: %q: %w", name, sentinel.ErrInvalidIdentifier)
 	}
 	for _, p := range parts {
 		if !identPattern.MatchString(p) || len(p) > maxIdentLen {
 			return Ident{}, fmt.Errorf("refset: %q: %w (want letters, digits and _, at most %d characters, not starting with a digit)",
-				name, refset.ErrInvalidIdentifier, maxIdentLen)
+				name, sentinel.ErrInvalidIdentifier, maxIdentLen)
 		}
 	}
 	if len(parts) == 2 {
@@ -83,7 +83,7 @@ var sqlTypePattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_ ]*(\(\d+(,\s*\d+)?
 // CheckType checks a column type read from a catalog before it is written into DDL.
 func CheckType(typ string) error {
 	if !sqlTypePattern.MatchString(typ) {
-		return fmt.Errorf("refset: column type %q: %w", typ, refset.ErrInvalidIdentifier)
+		return fmt.Errorf("refset: column type %q: %w", typ, sentinel.ErrInvalidIdentifier)
 	}
 	return nil
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +36,7 @@ func TestParse(t *testing.T) {
 		t.Run(tc.in, func(t *testing.T) {
 			id, err := Parse(tc.in, tc.allowSchema)
 			if tc.quoted == "" {
-				require.ErrorIs(t, err, refset.ErrInvalidIdentifier)
+				require.ErrorIs(t, err, sentinel.ErrInvalidIdentifier)
 				return
 			}
 			require.NoError(t, err)
@@ -51,6 +51,6 @@ func TestCheckType(t *testing.T) {
 		assert.NoError(t, CheckType(ok), ok)
 	}
 	for _, bad := range []string{"", "text; DROP TABLE x", "text)", "int[]", `"quoted"`, "text -- comment"} {
-		assert.ErrorIs(t, CheckType(bad), refset.ErrInvalidIdentifier, bad)
+		assert.ErrorIs(t, CheckType(bad), sentinel.ErrInvalidIdentifier, bad)
 	}
 }

@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
@@ -38,9 +39,24 @@ type Config struct {
 // With the database's ExternalMigrations option it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError) when the schema is behind.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (refset.SetStore[T, ID], error) {
-	s, err := refsetdriver.NewStore[T, ID](ctx, db, sqlstore.Config(cfg))
+	s, err := openSet[T, ID](ctx, db, cfg)
 	if err != nil {
 		return nil, err // not a nil *Store in a non-nil interface
+	}
+	return s, nil
+}
+
+// openSet is NewStore's store itself, for refset's own packages that need more of
+// it than refset.SetStore (blockmanager's writes).
+func openSet[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (*sqlstore.Store[T, ID], error) {
+	s, err := sqlstore.Open[T, ID](ctx, db, sqlstore.Config(cfg))
+	if err != nil {
+		return nil, err
+	}
+	if drv := db.Driver(); !drv.Unprepared() {
+		if err := s.Prepare(ctx, drv.Pool()); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -48,5 +64,13 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 // NewCollector installs clean-up of cfg's set in db (see cleanup.Config), a database
 // of store/sqlite or store/postgres, and returns its Collector.
 func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return refsetdriver.NewCollector(ctx, db, cfg)
+	drv, err := refsetdriver.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := drv.(cleanup.Dialect)
+	if !ok {
+		return nil, fmt.Errorf("refset: %w: the %s driver has no clean-up", refset.ErrInvalidConfig, drv.Name())
+	}
+	return cleanup.Install(ctx, db, d, cfg)
 }

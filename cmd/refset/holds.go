@@ -12,7 +12,6 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
@@ -34,7 +33,7 @@ func newHoldsQuery(ctx context.Context, db opened, table string, expired bool, h
 	if table == "" {
 		return holdsQuery{}, errors.New("--table is required")
 	}
-	d, err := refsetdriver.Of(db.Database)
+	d, err := driverOf(db.Database)
 	if err != nil {
 		return holdsQuery{}, err
 	}

@@ -13,11 +13,10 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
@@ -87,7 +86,7 @@ func (b backend) open(t *testing.T) (refset.Database, []string) {
 func prepare(t *testing.T, b backend, db refset.Database) {
 	t.Helper()
 	ctx := t.Context()
-	d, err := refsetdriver.Of(db)
+	d, err := driverOf(db)
 	require.NoError(t, err)
 	exec := func(tx refset.Tx, q string) {
 		t.Helper()
@@ -101,9 +100,9 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
 		return nil
 	}))
-	_, err = refsetdriver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
+	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	_, err = refsetdriver.NewStore[token, string](ctx, db, sqlstore.Config{Table: "tokens"})
+	_, err = store.NewStore[token, string](ctx, db, store.Config{Table: "tokens"})
 	require.NoError(t, err)
 	for _, table := range []string{"blocks", "tokens"} {
 		_, err := cleanup.Install(ctx, db, d, cleanup.Config{Table: table})
@@ -453,7 +452,7 @@ func TestMigrate(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
 			db, dbArgs := b.open(t)
-			d, err := refsetdriver.Of(db)
+			d, err := driverOf(db)
 			require.NoError(t, err)
 			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));

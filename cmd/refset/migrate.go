@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
@@ -30,7 +29,7 @@ func (f *tablesFlag) Set(v string) error {
 // sets they cover.
 type migration struct {
 	db   opened
-	d    refsetdriver.Driver
+	d    storeDriver
 	sql  schema.SQL
 	sets []schema.Set
 }
@@ -41,7 +40,7 @@ type migration struct {
 // table's one-column primary key), so that migrate can create its tables before the
 // program first runs.
 func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
-	d, err := refsetdriver.Of(db.Database)
+	d, err := driverOf(db.Database)
 	if err != nil {
 		return migration{}, err
 	}
@@ -288,7 +287,7 @@ func migrateDownCommand(fs *flag.FlagSet) func(context.Context, opened, []string
 		if *component == "" || *target < 0 {
 			return exitError, fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
 		}
-		d, err := refsetdriver.Of(db.Database)
+		d, err := driverOf(db.Database)
 		if err != nil {
 			return exitError, err
 		}

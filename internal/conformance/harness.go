@@ -11,6 +11,7 @@ import (
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
@@ -18,8 +19,6 @@ import (
 
 // Harness is what a store gives the suite.
 type Harness struct {
-	// Dialect is the store's dialect, used to build stores of the suite's types.
-	Dialect sqlstore.Dialect
 	// Open returns a new, empty database owned by the test (closed by its cleanup),
 	// opened with the store package's Open (a *sqlite.DB or a *postgres.DB): the suite
 	// builds its stores with that package's NewStore.
@@ -93,7 +92,7 @@ func newBlocksEnv(t *testing.T, h Harness) (*env, *refset.RefSet[block, string],
 func (e *env) sql(q string) string {
 	q = strings.NewReplacer("{Text}", e.h.Types.Text, "{Int}", e.h.Types.Int, "{Bytes}", e.h.Types.Bytes,
 		"{Time}", e.h.Types.Time, "{Bool}", e.h.Types.Bool, "{Float}", e.h.Types.Float).Replace(q)
-	return e.h.Dialect.Schema().Rebind(q)
+	return e.db.Driver().Rebind(q)
 }
 
 // exec runs plain SQL in its own transaction and returns the translated error.
@@ -117,10 +116,8 @@ func (e *env) mustExec(tb testing.TB, q string, args ...any) {
 // the primary committed so far.
 func (e *env) waitReplica(tb testing.TB) {
 	tb.Helper()
-	r, ok := e.db.(interface {
-		ReplicaCaughtUp(ctx context.Context) (bool, error)
-	})
-	if !ok || refset.ReplicaOf(e.db) == nil {
+	r, ok := e.db.Driver().(refsetdriver.Replicated)
+	if !ok || r.Replica() == nil {
 		return
 	}
 	deadline := time.Now().Add(time.Minute)

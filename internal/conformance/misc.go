@@ -238,7 +238,8 @@ func testMigrate(t *testing.T, h Harness) {
 	e := newEnv(t, h)
 	e.createBlocks(t)
 	ctx := t.Context()
-	d := h.Dialect.SchemaSQL()
+	d, err := schema.SQLOf(e.db)
+	require.NoError(t, err)
 	logged := fstest.MapFS{
 		"0001_log.sql":  {Data: []byte(e.sql(`CREATE TABLE migration_runs (version {Int} NOT NULL); INSERT INTO migration_runs (version) VALUES (1)`))},
 		"0002_more.sql": {Data: []byte(`INSERT INTO migration_runs (version) VALUES (2)`)},

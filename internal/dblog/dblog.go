@@ -11,14 +11,6 @@ import (
 	"time"
 )
 
-// Logging is a database that logs: the stores' databases are.
-type Logging interface {
-	// Logger is where refset logs; nil means nowhere.
-	Logger() *slog.Logger
-	// SlowStatement is the duration past which a statement is logged; 0 means none is.
-	SlowStatement() time.Duration
-}
-
 // Threshold is a store's Options.SlowStatement as refset uses it: zero means one
 // second, a negative duration none.
 func Threshold(d time.Duration) time.Duration {
@@ -33,14 +25,6 @@ func Threshold(d time.Duration) time.Duration {
 
 // discard is the logger of a database that has none.
 var discard = slog.New(slog.DiscardHandler)
-
-// Of is db's logger and slow-statement threshold, or a logger that drops everything.
-func Of(db any) (*slog.Logger, time.Duration) {
-	if l, ok := db.(Logging); ok && l.Logger() != nil {
-		return l.Logger(), l.SlowStatement()
-	}
-	return discard, 0
-}
 
 // Or is log, or a logger that drops everything when log is nil.
 func Or(log *slog.Logger) *slog.Logger {
@@ -65,16 +49,4 @@ func Slow(ctx context.Context, log *slog.Logger, threshold time.Duration, query 
 		log.LogAttrs(ctx, slog.LevelWarn, "refset: slow statement",
 			slog.Duration("duration", took), slog.Duration("threshold", threshold), slog.String("statement", query))
 	}
-}
-
-// ObserverOf is the observer db was opened with (the stores' Options.Observer, which
-// their DB.Observer returns), or none when it has none. O is refset.Observer: this
-// package cannot name it, refset imports it.
-func ObserverOf[O any](db any, none O) O {
-	if o, ok := db.(interface{ Observer() O }); ok {
-		if obs := o.Observer(); any(obs) != nil {
-			return obs
-		}
-	}
-	return none
 }

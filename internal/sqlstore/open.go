@@ -6,23 +6,14 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// Dialect is what a store package tells Open about its database.
-type Dialect interface {
-	// Schema names the dialect's embedded migrations.
-	Schema() schema.Dialect
-	// SchemaSQL is the dialect's migrations of refset's own tables.
+// schemaDialect is a Driver with refset's migrations: both stores' are.
+type schemaDialect interface {
 	SchemaSQL() schema.SQL
-	// Columns reads a table's columns from the catalog; none if it does not exist.
-	Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]Column, error)
-	// Statements writes the SQL of a resolved table.
-	Statements(t Table) Statements
-	// ExternalMigrations reports that the schema is migrated by someone else (a DBA):
-	// Open runs no DDL and checks the schema's versions instead.
-	ExternalMigrations() bool
 }
 
 // Config names a set's table. The store packages document it to users.
@@ -36,7 +27,15 @@ type Config struct {
 // if needed (schema.MigrateSet), and returns the store. With d.ExternalMigrations it
 // creates nothing and fails with refset.ErrSchema (a *schema.PendingError, which
 // carries the SQL to run) if the schema is not at the versions this code needs.
-func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, d Dialect, cfg Config) (*Store[T, ID], error) {
+func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (*Store[T, ID], error) {
+	d, err := refsetdriver.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	sd, ok := d.(schemaDialect)
+	if !ok {
+		return nil, fmt.Errorf("refset: %w: the %s driver has no migrations", refset.ErrInvalidConfig, d.Name())
+	}
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
 		return nil, err
@@ -64,13 +63,13 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	t.Holds = holds
 	set := schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue}
 	if d.ExternalMigrations() {
-		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
+		if err := schema.Check(ctx, db.Reader(), sd.SchemaSQL(), set); err != nil {
 			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, translated(db, err))
 		}
-	} else if err := schema.MigrateSet(ctx, db, d.SchemaSQL(), set); err != nil {
+	} else if err := schema.MigrateSet(ctx, db, sd.SchemaSQL(), set); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
-	return New[T, ID](db, t, d.Statements(t)), nil
+	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
 }
 
 // Columns joins quoted column names with ", ".

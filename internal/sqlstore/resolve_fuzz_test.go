@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
@@ -27,9 +28,9 @@ func FuzzResolve(f *testing.F) {
 	f.Add("ID", "text", true, "value", "bigint", false, "", true)
 	f.Add(`i"d`, "text", true, "id", `"my type"`, false, "id", false)
 	f.Fuzz(func(t *testing.T, name0, type0 string, primary0 bool, name1, type1 string, primary1 bool, idColumn string, third bool) {
-		cols := []Column{{Name: name0, Type: type0, Primary: primary0}, {Name: name1, Type: type1, Primary: primary1}}
+		cols := []refsetdriver.Column{{Name: name0, Type: type0, Primary: primary0}, {Name: name1, Type: type1, Primary: primary1}}
 		if third {
-			cols = append(cols, Column{Name: "id", Type: "text", Primary: true, NotNull: true})
+			cols = append(cols, refsetdriver.Column{Name: "id", Type: "text", Primary: true, NotNull: true})
 		}
 		table, err := Resolve[fuzzObject, string](sqlident.Must("objects"), idColumn, cols)
 		if err != nil {

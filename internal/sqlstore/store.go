@@ -10,34 +10,11 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
-	"github.com/refsetdb/refset/internal/pipeline"
-	"github.com/refsetdb/refset/internal/rowread"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
-
-// Column is a table column as the database catalog describes it.
-type Column struct {
-	Name    string
-	Type    string // as the catalog writes it, e.g. "text", "VARCHAR(128)"
-	NotNull bool
-	Primary bool // part of the primary key
-}
-
-// Statements are the dialect's SQL for one set. Each takes its arguments in this
-// order:
-//
-//	Insert: the mapped columns, in Mapping order
-//	InsertRows(n): n rows of the mapped columns, one after the other
-//	Select: id          (selects the mapped columns)
-//	Exists: id
-//	Hold:   holder, id, ttl in milliseconds (0: never expires)
-//	Unhold: holder, id
-type Statements struct {
-	Insert, Select, Exists, Hold, Unhold string
-	InsertRows                           func(n int) string
-}
 
 // maxParams keeps a multi-row insert under both databases' limits on bound
 // parameters (SQLite 32766, Postgres 65535), and maxRows keeps statements small.
@@ -55,10 +32,15 @@ type Table struct {
 	Mapping  *Mapping
 }
 
+// SetTable is the table as a dialect writes its statements for it.
+func (t Table) SetTable() refsetdriver.SetTable {
+	return refsetdriver.SetTable{Name: t.Name, Holds: t.Holds, IDColumn: t.IDColumn, Columns: t.Mapping.Columns()}
+}
+
 // Resolve checks the struct T against the columns of table: every mapped column
 // exists, the primary key is one column, mapped to a field of type ID. idColumn may
 // be "" (use the primary key).
-func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idColumn string, cols []Column) (Table, error) {
+func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idColumn string, cols []refsetdriver.Column) (Table, error) {
 	m, err := NewMapping(reflect.TypeFor[T]())
 	if err != nil {
 		return Table{}, err
@@ -66,8 +48,8 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 	if len(cols) == 0 {
 		return Table{}, fmt.Errorf("refset: table %s does not exist: %w", table, refset.ErrSchema)
 	}
-	byName := map[string]Column{}
-	var pk []Column
+	byName := map[string]refsetdriver.Column{}
+	var pk []refsetdriver.Column
 	for _, c := range cols {
 		byName[c.Name] = c
 		if c.Primary {
@@ -113,7 +95,7 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 type Store[T refset.Identifiable[ID], ID comparable] struct {
 	db    refset.Database
 	table Table
-	stmt  Statements
+	stmt  refsetdriver.Statements
 	// reads, replicaReads and writes are nil until Prepare: the store then runs
 	// every statement unprepared. reads are prepared on the database's reader,
 	// replicaReads on its replica.
@@ -122,9 +104,10 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	// writes are the writing statements, prepared by Prepare on the pool that the
 	// database begins its transactions on, by query; read-only after that.
 	writes map[string]*sql.Stmt
-	// rowRead reads a lookup's row over the driver's own interface (rowread), or is
-	// nil: database/sql reads it.
-	rowRead rowread.Reader
+	// rowRead reads a lookup's row over the driver's own interface, or is nil:
+	// database/sql reads it.
+	rowRead refsetdriver.RowReader
+	drv     refsetdriver.Driver
 }
 
 // Prepare makes the store run its statements prepared: reads outside a transaction on
@@ -167,8 +150,7 @@ func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string,
 // slow logs query, started at start, if it was slower than the database's
 // threshold.
 func (s *Store[T, ID]) slow(ctx context.Context, query string, start time.Time) {
-	log, threshold := dblog.Of(s.db)
-	dblog.Slow(ctx, log, threshold, query, start)
+	dblog.Slow(ctx, s.drv.Logger(), s.drv.SlowStatement(), query, start)
 }
 
 // begun is the Tx under q (refset hands commands and units of work a view of its
@@ -265,8 +247,10 @@ func (s *Store[T, ID]) preparedOn(q refset.Querier) *preparedReads {
 }
 
 // New returns a Store for a resolved table.
-func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt Statements) *Store[T, ID] {
-	return &Store[T, ID]{db: db, table: table, stmt: stmt, replica: refset.ReplicaOf(db), rowRead: rowread.Of(db)}
+func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt refsetdriver.Statements) *Store[T, ID] {
+	drv := db.Driver()
+	rowRead, _ := drv.(refsetdriver.RowReader)
+	return &Store[T, ID]{db: db, drv: drv, table: table, stmt: stmt, replica: refsetdriver.ReplicaOf(drv), rowRead: rowRead}
 }
 
 // Database is the database the set lives in.
@@ -284,9 +268,9 @@ func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) err
 }
 
 // InsertStatement is Persist's statement for obj, for a pipelined Add
-// (pipeline.Inserter).
-func (s *Store[T, ID]) InsertStatement(obj T) pipeline.Statement {
-	return pipeline.Statement{Query: s.stmt.Insert, Args: s.table.Mapping.Values(reflect.ValueOf(obj))}
+// (refsetdriver.Inserter).
+func (s *Store[T, ID]) InsertStatement(obj T) refsetdriver.Statement {
+	return refsetdriver.Statement{Query: s.stmt.Insert, Args: s.table.Mapping.Values(reflect.ValueOf(obj))}
 }
 
 // PersistAll inserts objs with multi-row inserts.
@@ -317,7 +301,7 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 // Get loads the object with that ID.
 func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, error) {
 	var obj T
-	found, err := s.readRow(ctx, q, s.stmt.Select, []any{refset.Arg(id)}, func(r rowread.Row) error {
+	found, err := s.readRow(ctx, q, s.stmt.Select, []any{refset.Arg(id)}, func(r refsetdriver.Row) error {
 		return s.table.Mapping.Scan(r, reflect.ValueOf(&obj))
 	})
 	var failed scanError
@@ -357,13 +341,13 @@ func (e scanError) Error() string { return e.err.Error() }
 // a broken connection is retried on another, a statement is prepared again after a
 // schema change, and a value the driver's own scan refuses is converted, or refused,
 // by database/sql.
-func (s *Store[T, ID]) readRow(ctx context.Context, q refset.Querier, query string, args []any, scan func(rowread.Row) error) (bool, error) {
+func (s *Store[T, ID]) readRow(ctx context.Context, q refset.Querier, query string, args []any, scan func(refsetdriver.Row) error) (bool, error) {
 	if s.rowRead != nil && (q == s.db.Reader() || (s.replica != nil && q == s.replica)) {
 		start := time.Now()
 		if scan == nil {
-			scan = func(rowread.Row) error { return nil }
+			scan = func(refsetdriver.Row) error { return nil }
 		}
-		ran, found, err := s.rowRead(ctx, q, query, args, scan)
+		ran, found, err := s.rowRead.ReadRow(ctx, q, query, args, scan)
 		if ran && (err == nil || ctx.Err() != nil) {
 			s.slow(ctx, query, start)
 			return found, err

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,10 +16,8 @@ import (
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
-	"github.com/refsetdb/refset/internal/pipeline"
-	"github.com/refsetdb/refset/internal/rowread"
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
-	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -124,19 +121,18 @@ type DB struct {
 	// writes.
 	Replica *sqlx.DB
 
+	*storeEngine // Begin, Close, Driver
+
 	isolation  sql.IsolationLevel
 	unprepared bool
 	ownsPool   bool // Open made the pool, so Close closes it
-	logger     *slog.Logger
-	slow       time.Duration
-	observer   refset.Observer
-	closed     atomic.Bool
 	replica    replicaState
 	stmts      *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
-	driverHandle
-	pipelineHandle
-	rowReadHandle
 }
+
+// storeEngine is the engine every store's DB embeds, under a name that keeps the
+// field out of the DB's API.
+type storeEngine = engine.Engine
 
 // Drivers Open can dial with.
 const (
@@ -299,16 +295,27 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
 		}
 	}
-	db.driverHandle = refsetdriver.NewHandle(dialectDriver{Binding: refsetdriver.Bind(pool, opts.Unprepared, opts.ExternalMigrations)})
-	switch {
-	case driverName == DriverPgx:
-		db.pipelineHandle = pipeline.NewHandle(newPgxPipeline(db, opts.Isolation))
-		db.rowReadHandle = rowread.NewHandle(db.pgxRowRead)
-	case !opts.Unprepared:
+	if driverName == DriverLibPQ && !opts.Unprepared {
+		// pgx keeps its own cache of every statement; lib/pq none.
 		db.stmts = stmtcache.New(pool, stmtcache.Size(opts.StatementCache), isStalePlan)
 	}
-	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
-	db.observer = opts.Observer
+	drv := newDriver(db, driverName, refsetdriver.Bind(pool, refsetdriver.Settings{
+		Unprepared:         opts.Unprepared,
+		ExternalMigrations: opts.ExternalMigrations,
+		Logger:             opts.Logger,
+		SlowStatement:      dblog.Threshold(opts.SlowStatement),
+		Observer:           opts.Observer,
+	}))
+	db.storeEngine = engine.New(engine.Config{
+		Name:       "refset/postgres",
+		DB:         db,
+		Driver:     drv,
+		Statements: db.stmts,
+		Begin: func(ctx context.Context) (*sqlx.Tx, error) {
+			return db.Pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
+		},
+		Release: db.release,
+	})
 	return db, nil
 }
 
@@ -396,48 +403,16 @@ func openError(err error) error {
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 }
 
-// Begin opens a write transaction.
-func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
-	if db.closed.Load() {
-		return nil, fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)
-	}
-	// Exec commands' statements that ran unprepared are prepared now, while this
-	// goroutine holds no connection.
-	db.stmts.Prepare(ctx)
-	tx, err := db.Pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
-	if err != nil {
-		return nil, db.TranslateError(err, "BEGIN")
-	}
-	return sqlstore.NewTx(tx, db, db.stmts), nil
-}
-
 // Unprepared reports whether Options.Unprepared was set: code with statements of its
 // own to prepare should run them unprepared too.
 func (db *DB) Unprepared() bool { return db.unprepared }
 
-// Rebind rewrites a query's ? placeholders to Postgres's $1, $2, ..., leaving any ?
-// in a literal, a quoted name or a comment as it is.
-func (db *DB) Rebind(query string) string { return sqltext.Dollar(query) }
-
-// Observer is what refset tells of its work in db (Options.Observer), or nil.
-func (db *DB) Observer() refset.Observer { return db.observer }
-
-// Logger is where refset logs what it does in db (Options.Logger), or nil.
-func (db *DB) Logger() *slog.Logger { return db.logger }
-
-// SlowStatement is the duration past which a statement is logged.
-func (db *DB) SlowStatement() time.Duration { return db.slow }
-
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }
 
-// Close closes the pools Open made, the replica's among them (a pool given to New or
-// in Options.Replica stays open: it is the caller's). Later calls of refset on db
-// fail with refset.ErrClosed.
-func (db *DB) Close() error {
-	if db.closed.Swap(true) {
-		return nil
-	}
+// release closes the pools Open made, the replica's among them (a pool given to New
+// or in Options.Replica stays open: it is the caller's), when the database is closed.
+func (db *DB) release() error {
 	var err error
 	if db.replica.owned {
 		err = db.Replica.Close()

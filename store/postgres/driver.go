@@ -1,32 +1,78 @@
 package postgres
 
 import (
+	"context"
+
+	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 )
 
-// driverHandle carries the database's refsetdriver.Driver without a field in its API.
-type driverHandle = refsetdriver.Handle
-
-// dialectDriver is this store's refsetdriver.Driver, bound to one database: its statements
-// and catalog reads (dialect), its clean-up SQL (cleanupDialect), and the pool and
-// options of the database (refsetdriver.Binding).
+// dialectDriver is this store's refsetdriver.Driver, bound to one database: its
+// statements and catalog reads (dialect), its clean-up SQL (cleanupDialect), the pool
+// and options of the database (refsetdriver.Binding), and the database itself for
+// reads from its replica (refsetdriver.Replicated).
 type dialectDriver struct {
 	dialect
 	cleanupDialect
 	refsetdriver.Binding
+	db *DB
 }
 
-// Schema and SchemaSQL: dialect and cleanupDialect both have them, so say which.
-func (dialectDriver) Schema() schema.Dialect { return schema.Postgres }
-
+// SchemaSQL: dialect and cleanupDialect both have it, so say which.
 func (dialectDriver) SchemaSQL() schema.SQL { return schemaSQL{} }
 
 // ExternalMigrations is the database's option, not the bare dialect's false.
 func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
 
 // Name names the dialect: the folder of per-dialect SQL files.
-func (dialectDriver) Name() string { return string(schema.Postgres) }
+func (dialectDriver) Name() string { return "postgres" }
 
-// Rebind rewrites ? placeholders to the dialect's.
-func (dialectDriver) Rebind(query string) string { return schema.Postgres.Rebind(query) }
+// Rebind rewrites ? placeholders to $1, $2, ...
+func (dialectDriver) Rebind(query string) string { return sqltext.Dollar(query) }
+
+// Replica is the pool on the hot standby, or nil.
+func (d dialectDriver) Replica() refset.Querier {
+	if d.db.Replica == nil {
+		return nil // not a nil *sqlx.DB in a non-nil interface
+	}
+	return d.db.Replica
+}
+
+// ReplicaCaughtUp is the database's (DB.ReplicaCaughtUp).
+func (d dialectDriver) ReplicaCaughtUp(ctx context.Context) (bool, error) {
+	return d.db.ReplicaCaughtUp(ctx)
+}
+
+// pgxDriver is the driver of a database on pgx: a lookup by key reads its row over
+// pgx itself (refsetdriver.RowReader; see pgxRowRead).
+type pgxDriver struct{ dialectDriver }
+
+func (d pgxDriver) ReadRow(ctx context.Context, pool any, query string, args []any, scan func(refsetdriver.Row) error) (ran, found bool, err error) {
+	return d.db.pgxRowRead(ctx, pool, query, args, scan)
+}
+
+// pipeliningDriver is the driver of a database on pgx whose isolation level pgx
+// takes: it also runs units of statements in fewer round trips
+// (refsetdriver.Pipeliner; see pgxPipeline).
+type pipeliningDriver struct {
+	pgxDriver
+	pipeline pgxPipeline
+}
+
+func (d pipeliningDriver) RunPipeline(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	return d.pipeline.run(ctx, stmts, result)
+}
+
+// newDriver is the driver of db, opened through driverName, with binding.
+func newDriver(db *DB, driverName string, binding refsetdriver.Binding) refsetdriver.Driver {
+	d := dialectDriver{Binding: binding, db: db}
+	if driverName != DriverPgx {
+		return d
+	}
+	if p, ok := newPgxPipeline(db, db.isolation); ok {
+		return pipeliningDriver{pgxDriver: pgxDriver{d}, pipeline: p}
+	}
+	return pgxDriver{d}
+}

@@ -20,7 +20,7 @@ type sqlStater interface{ SQLState() string }
 // TranslateError maps a Postgres error to the refset sentinels by SQLSTATE, wrapping
 // both; it is the one place this store reads driver codes.
 func (db *DB) TranslateError(err error, query string) error {
-	if err != nil && !sqlstore.Translated(err) && db.closed.Load() {
+	if err != nil && !sqlstore.Translated(err) && db.Closed() {
 		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrClosed, err)
 	}
 	return translateError(err, query)

@@ -404,5 +404,5 @@ func TestLogging(t *testing.T) {
 // Without a logger refset logs nothing, not even to slog's default logger.
 func TestNoLoggerIsSilent(t *testing.T) {
 	db := openWith(t, pgtest.DSN(t), Options{})
-	assert.Nil(t, db.Logger())
+	assert.Equal(t, slog.DiscardHandler, db.Driver().Logger().Handler(), "a logger that drops everything")
 }

@@ -10,12 +10,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/refsetdb/refset/internal/pipeline"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
-
-// pipelineHandle carries the database's pipeline.Runner without a field in its API.
-type pipelineHandle = pipeline.Handle
 
 // pgxPipeline runs a hand-over made only of refset.Exec commands on pgx in segments,
 // each one pgx.Batch, one round trip: the first begins the transaction, the last
@@ -40,7 +37,7 @@ type pgxPipeline struct {
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
 // isolation level iso, or nil when pgx's stdlib would refuse the level (the
 // transaction then begins as before, and fails as before).
-func newPgxPipeline(db *DB, iso sql.IsolationLevel) pipeline.Runner {
+func newPgxPipeline(db *DB, iso sql.IsolationLevel) (pgxPipeline, bool) {
 	var opts pgx.TxOptions
 	switch iso {
 	case sql.LevelDefault:
@@ -53,25 +50,25 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel) pipeline.Runner {
 	case sql.LevelSerializable:
 		opts.IsoLevel = pgx.Serializable
 	default:
-		return nil
+		return pgxPipeline{}, false
 	}
-	return pgxPipeline{db: db, opts: opts, cancels: !db.unprepared}.run
+	return pgxPipeline{db: db, opts: opts, cancels: !db.unprepared}, true
 }
 
-// run is the pipeline.Runner.
-func (p pgxPipeline) run(ctx context.Context, stmts []pipeline.Statement, result pipeline.ResultFunc) error {
-	if p.db.closed.Load() {
-		return &pipeline.Error{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
+// run is refsetdriver.Pipeliner.RunPipeline.
+func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	if p.db.Closed() {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
 	conn, err := p.db.Pool.Conn(ctx)
 	if err != nil {
-		return &pipeline.Error{Query: "BEGIN", Err: err}
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
-			return &pipeline.Error{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: the pool's connection is a %T, not pgx's", dc)}
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: the pool's connection is a %T, not pgx's", dc)}
 		}
 		return p.runOn(ctx, c.Conn(), stmts, result)
 	})
@@ -80,7 +77,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []pipeline.Statement, result
 // runOn runs stmts on c, segment by segment. Every way out but a commit rolls back,
 // a panic too; a connection that cannot roll back is closed by pgx, and database/sql
 // drops it.
-func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []pipeline.Statement, result pipeline.ResultFunc) error {
+func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -110,7 +107,7 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []pipeline.St
 		br := c.SendBatch(segCtx, &b)
 		err := readSegment(br, start == 0, stmts, start, end, last, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
-			err = &pipeline.Error{Query: "COMMIT", Err: closeErr}
+			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
 				err = orError(result(end-1, 0, closeErr), closeErr)
 			}
@@ -175,7 +172,7 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 
 // segmentEnd is where the segment that starts at start ends: after the first
 // statement from start whose result is checked, or at the end.
-func segmentEnd(stmts []pipeline.Statement, start int) int {
+func segmentEnd(stmts []refsetdriver.Statement, start int) int {
 	for i := start; i < len(stmts); i++ {
 		if stmts[i].Checked {
 			return i + 1
@@ -187,7 +184,7 @@ func segmentEnd(stmts []pipeline.Statement, start int) int {
 // readSegment reads the results of one segment in order: BEGIN's if it began the
 // transaction, those of stmts[start:end], and COMMIT's if it is the last. After a
 // statement the server refused it skipped the rest of the segment, COMMIT included.
-func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, start, end int, last bool, result pipeline.ResultFunc) error {
+func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, start, end int, last bool, result refsetdriver.ResultFunc) error {
 	if begins {
 		if _, err := br.Exec(); err != nil {
 			// A statement that does not prepare fails the whole batch before
@@ -195,7 +192,7 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, s
 			if i, ok := failedToPrepare(err, stmts, start, end); ok {
 				return orError(result(i, 0, err), err)
 			}
-			return &pipeline.Error{Query: "BEGIN", Err: err}
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 		}
 	}
 	for i := start; i < end; i++ {
@@ -207,7 +204,7 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, s
 			var pgErr *pgconn.PgError
 			if last && !errors.As(err, &pgErr) {
 				// No answer, the connection lost: COMMIT was sent, and may have run.
-				return &pipeline.Error{Query: "COMMIT", Err: err}
+				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 			}
 			return orError(result(i, 0, err), err)
 		}
@@ -217,7 +214,7 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, s
 	}
 	if last {
 		if _, err := br.Exec(); err != nil {
-			return &pipeline.Error{Query: "COMMIT", Err: err}
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 		}
 	}
 	return nil
@@ -225,7 +222,7 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []pipeline.Statement, s
 
 // failedToPrepare is the statement of stmts[start:end] that err, a batch's failure
 // before it ran, says did not prepare.
-func failedToPrepare(err error, stmts []pipeline.Statement, start, end int) (int, bool) {
+func failedToPrepare(err error, stmts []refsetdriver.Statement, start, end int) (int, bool) {
 	var pe pgx.ErrPreprocessingBatch
 	if !errors.As(err, &pe) {
 		return 0, false

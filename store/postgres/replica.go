@@ -110,15 +110,6 @@ func (s server) replicates(primary server) error {
 	return nil
 }
 
-// ReplicaReader is where reads that may lag go (refset.ReplicaOf): the replica, or
-// nil without one.
-func (db *DB) ReplicaReader() refset.Querier {
-	if db.Replica == nil {
-		return nil
-	}
-	return db.Replica
-}
-
 // ReplicaCaughtUp reports whether the replica shows every transaction the primary
 // had committed when ReplicaCaughtUp was called, waiting up to Options.ReplicaWait
 // for it to replay them: a read on the replica after true sees the caller's own
@@ -130,7 +121,7 @@ func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
 	if db.Replica == nil {
 		return false, nil
 	}
-	if db.closed.Load() {
+	if db.Closed() {
 		return false, fmt.Errorf("refset/postgres: replica caught up: %w", refset.ErrClosed)
 	}
 	var text string

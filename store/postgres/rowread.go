@@ -7,22 +7,19 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
-	"github.com/refsetdb/refset/internal/rowread"
+	"github.com/refsetdb/refset/refsetdriver"
 )
-
-// rowReadHandle carries the database's rowread.Reader without a field in its API.
-type rowReadHandle = rowread.Handle
 
 // errNotPgx is a connection of a pool whose driver said it was pgx's, but is not.
 var errNotPgx = errors.New("refset/postgres: the pool's connection is not pgx's")
 
-// pgxRowRead is the rowread.Reader of a database opened on pgx: a lookup by key runs
+// pgxRowRead is the refsetdriver.RowReader of a database opened on pgx: a lookup by key runs
 // on the pool's connection itself (sql.Conn.Raw), in the connection's own query mode
 // (prepared once per connection through pgx's statement cache, or unnamed in one
 // round trip with Options.Unprepared), and pgx scans the row straight into the
 // caller's fields. It declines a closed database and a pool that is not pgx's (a
 // replica of the caller's on lib/pq), which database/sql then reads as before.
-func (db *DB) pgxRowRead(ctx context.Context, pool any, query string, args []any, scan func(rowread.Row) error) (ran, found bool, err error) {
+func (db *DB) pgxRowRead(ctx context.Context, pool any, query string, args []any, scan func(refsetdriver.Row) error) (ran, found bool, err error) {
 	var p *sql.DB
 	switch q := pool.(type) {
 	case *sqlx.DB:
@@ -30,7 +27,7 @@ func (db *DB) pgxRowRead(ctx context.Context, pool any, query string, args []any
 	case *sql.DB:
 		p = q
 	}
-	if p == nil || db.closed.Load() {
+	if p == nil || db.Closed() {
 		return false, false, nil
 	}
 	if _, ok := p.Driver().(*stdlib.Driver); !ok {

@@ -46,12 +46,6 @@ func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlide
 	return found, err
 }
 
-func (dialect) SchemaSQL() schema.SQL { return schemaSQL{} }
-
-// ExternalMigrations is false for the bare dialect; a database's driver says what its
-// Options said.
-func (dialect) ExternalMigrations() bool { return false }
-
 // SchemaSQL is this store's part of refset's schema: its migrations, for
 // schema.Pending, schema.SQLText and schema.MigrateDown, which a DBA's tool runs
 // where the application's role may not create tables (Options.ExternalMigrations).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
@@ -22,8 +22,6 @@ const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 
 type dialect struct{}
 
-func (dialect) Schema() schema.Dialect { return schema.Postgres }
-
 // columnsSQL reads a table's columns; to_regclass resolves an unqualified name through
 // search_path as the statements will, and yields no rows for a missing table.
 const columnsSQL = `
@@ -36,15 +34,15 @@ LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
-func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]sqlstore.Column, error) {
+func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
 	rows, err := q.QueryContext(ctx, columnsSQL, table.Quoted())
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var cols []sqlstore.Column
+	var cols []refsetdriver.Column
 	for rows.Next() {
-		var c sqlstore.Column
+		var c refsetdriver.Column
 		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
 			return nil, err
 		}
@@ -53,15 +51,15 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 	return cols, rows.Err()
 }
 
-func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
-	cols := t.Mapping.Columns()
+func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
+	cols := t.Columns
 	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
 	params := make([]string, len(cols))
 	for i := range cols {
 		params[i] = "$" + strconv.Itoa(i+1)
 	}
 	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
-	return sqlstore.Statements{
+	return refsetdriver.Statements{
 		Insert: insert + "(" + strings.Join(params, ", ") + ")",
 		InsertRows: func(n int) string {
 			var b strings.Builder

@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -179,9 +180,9 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	require.NoError(t, plain.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
 	assert.Zero(t, n, "Unprepared: reads are not prepared either")
 
-	for name, begin := range map[string]func() (refset.DatabaseTx, error){
-		"another pool": func() (refset.DatabaseTx, error) { return other.Begin(ctx) },
-		"the caller's *sqlx.Tx": func() (refset.DatabaseTx, error) {
+	for name, begin := range map[string]func() (refsetdriver.DatabaseTx, error){
+		"another pool": func() (refsetdriver.DatabaseTx, error) { return other.Begin(ctx) },
+		"the caller's *sqlx.Tx": func() (refsetdriver.DatabaseTx, error) {
 			conns, err := sqlx.Open("postgres", dsn)
 			if err != nil {
 				return nil, err

@@ -11,9 +11,9 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
@@ -24,7 +24,7 @@ import (
 // been built) and returns its collector. Installing again, after a schema change,
 // picks up new referencing tables.
 func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return refsetdriver.NewCollector(ctx, db, cfg)
+	return store.NewCollector(ctx, db, cfg)
 }
 
 type cleanupDialect struct{}

@@ -11,7 +11,6 @@ import (
 // harness opens each test's database as a file in its own temporary directory, with
 // the public Open, as users do.
 var harness = conformance.Harness{
-	Dialect: sqlite.TestDialect,
 	Cleanup: sqlite.TestCleanupDialect,
 	Open:    conformance.OpenOn(testdb.SQLite, testdb.Options{}),
 	Reopen:  conformance.ReopenOn(testdb.Options{}),

@@ -9,13 +9,13 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
@@ -77,14 +77,13 @@ type DB struct {
 	// Readers is the pool of read-only connections.
 	Readers *sqlx.DB
 
-	driverHandle
-	stmts     *stmtcache.Cache // of Exec commands' statements, on the writer; nil: none
-	ownsPools bool             // Open made the pools, so Close closes them
-	logger    *slog.Logger
-	slow      time.Duration
-	observer  refset.Observer
-	closed    atomic.Bool
+	*storeEngine                  // Begin, Close, Driver
+	stmts        *stmtcache.Cache // the engine's cache of Exec commands' statements
 }
+
+// storeEngine is the engine every store's DB embeds, under a name that keeps the
+// field out of the DB's API.
+type storeEngine = engine.Engine
 
 // Open opens (creating if needed) the SQLite database file at path.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
@@ -156,11 +155,30 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 
 // newDB is a database on writer and readers, carrying its driver.
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
-	db := &DB{Writer: writer, Readers: readers, ownsPools: ownsPools}
-	db.driverHandle = refsetdriver.NewHandle(dialectDriver{Binding: refsetdriver.Bind(writer.DB, false, opts.ExternalMigrations)})
-	db.stmts = stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
-	db.logger, db.slow = opts.Logger, dblog.Threshold(opts.SlowStatement)
-	db.observer = opts.Observer
+	stmts := stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
+	db := &DB{Writer: writer, Readers: readers, stmts: stmts}
+	db.storeEngine = engine.New(engine.Config{
+		Name: "refset/sqlite",
+		DB:   db,
+		Driver: dialectDriver{Binding: refsetdriver.Bind(writer.DB, refsetdriver.Settings{
+			ExternalMigrations: opts.ExternalMigrations,
+			Logger:             opts.Logger,
+			SlowStatement:      dblog.Threshold(opts.SlowStatement),
+			Observer:           opts.Observer,
+		})},
+		Statements: stmts,
+		// The writer's one connection: a transaction waits for it while another
+		// has it.
+		Begin: func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
+		Release: func() error {
+			if !ownsPools {
+				// The caller's writer lives on: free the statements refset
+				// prepared on it.
+				return stmts.Close()
+			}
+			return errors.Join(readers.Close(), writer.Close())
+		},
+	})
 	return db
 }
 
@@ -291,43 +309,5 @@ func openError(err error) error {
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 }
 
-// Begin opens a write transaction on the writer connection; it waits for the
-// writer if another transaction has it.
-func (db *DB) Begin(ctx context.Context) (refset.DatabaseTx, error) {
-	if db.closed.Load() {
-		return nil, fmt.Errorf("refset/sqlite: begin: %w", refset.ErrClosed)
-	}
-	// Exec commands' statements that ran unprepared are prepared now: on the writer's
-	// one connection, which a transaction would hold.
-	db.stmts.Prepare(ctx)
-	tx, err := db.Writer.BeginTxx(ctx, nil)
-	if err != nil {
-		return nil, db.TranslateError(err, "BEGIN")
-	}
-	return sqlstore.NewTx(tx, db, db.stmts), nil
-}
-
-// Observer is what refset tells of its work in db (Options.Observer), or nil.
-func (db *DB) Observer() refset.Observer { return db.observer }
-
-// Logger is where refset logs what it does in db (Options.Logger), or nil.
-func (db *DB) Logger() *slog.Logger { return db.logger }
-
-// SlowStatement is the duration past which a statement is logged.
-func (db *DB) SlowStatement() time.Duration { return db.slow }
-
 // Reader is the read-only pool.
 func (db *DB) Reader() refset.Querier { return db.Readers }
-
-// Close closes both pools Open made (pools given to New stay open: they are the
-// caller's). Later calls of refset on db fail with refset.ErrClosed.
-func (db *DB) Close() error {
-	if db.closed.Swap(true) {
-		return nil
-	}
-	if !db.ownsPools {
-		// The caller's writer lives on: free the statements refset prepared on it.
-		return db.stmts.Close()
-	}
-	return errors.Join(db.Readers.Close(), db.Writer.Close())
-}

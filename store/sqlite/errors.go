@@ -20,7 +20,7 @@ func (db *DB) TranslateError(err error, query string) error {
 	if err == nil || sqlstore.Translated(err) {
 		return err
 	}
-	if db.closed.Load() {
+	if db.Closed() {
 		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrClosed, err)
 	}
 	var se sqlite3.Error

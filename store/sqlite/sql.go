@@ -7,7 +7,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
@@ -19,9 +19,7 @@ const nowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 
 type dialect struct{}
 
-func (dialect) Schema() schema.Dialect { return schema.SQLite }
-
-func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]sqlstore.Column, error) {
+func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
 	if table.Schema != "" {
 		return nil, fmt.Errorf("refset/sqlite: table %s: schema-qualified names are for Postgres: %w", table, refset.ErrInvalidIdentifier)
 	}
@@ -30,9 +28,9 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 		return nil, err
 	}
 	defer rows.Close()
-	var cols []sqlstore.Column
+	var cols []refsetdriver.Column
 	for rows.Next() {
-		var c sqlstore.Column
+		var c refsetdriver.Column
 		var pk int
 		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &pk); err != nil {
 			return nil, err
@@ -46,12 +44,12 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 	return cols, rows.Err()
 }
 
-func (dialect) Statements(t sqlstore.Table) sqlstore.Statements {
-	cols := t.Mapping.Columns()
+func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
+	cols := t.Columns
 	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
 	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
 	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
-	return sqlstore.Statements{
+	return refsetdriver.Statements{
 		Insert: insert + row,
 		InsertRows: func(n int) string {
 			return insert + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")

@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store"
 )
 
 //go:embed sql
@@ -130,16 +130,19 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
-	v.dialect, v.schemaSQL = drv.Schema(), drv.SchemaSQL()
+	v.dialect = schema.Dialect(drv.Name())
+	if v.schemaSQL, err = schema.SQLOf(db); err != nil {
+		return nil, fmt.Errorf("tokens: open: %w", err)
+	}
 	v.fast = v.dialect == schema.Postgres
 	v.stmts.pool, v.stmts.unprepared = drv.Pool(), drv.Unprepared()
 	if err = v.migrate(ctx, "tables"); err != nil {
 		return nil, err
 	}
-	var store *sqlstore.Store[Token, string]
-	if store, err = refsetdriver.NewStore[Token, string](ctx, db, sqlstore.Config{Table: "tokens"}); err == nil {
-		v.set = refset.New[Token, string](store)
-		v.collector, err = refsetdriver.NewCollector(ctx, db, collect)
+	var tokens refset.SetStore[Token, string]
+	if tokens, err = store.NewStore[Token, string](ctx, db, store.Config{Table: "tokens"}); err == nil {
+		v.set = refset.New[Token, string](tokens)
+		v.collector, err = store.NewCollector(ctx, db, collect)
 	}
 	if err == nil {
 		err = v.migrate(ctx, "locks")

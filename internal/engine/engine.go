@@ -1,0 +1,93 @@
+// Package engine is the part of a store's database that does not depend on the
+// dialect: beginning refset's write transactions (with the statement cache of Exec
+// commands), refusing calls once closed, closing what the database owns, and
+// carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
+// and give it what differs: how to begin a transaction on their pools, and what
+// closing means.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/stmtcache"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// Engine is a store's database as refset's packages see it: it implements
+// refsetdriver.Database with the Reader and TranslateError of the store's DB.
+type Engine struct {
+	name    string // "refset/sqlite": what error messages begin with
+	db      refsetdriver.Database
+	driver  refsetdriver.Driver
+	stmts   *stmtcache.Cache // of Exec commands' statements; nil: none
+	begin   func(ctx context.Context) (*sqlx.Tx, error)
+	release func() error // closes what the database owns
+	closed  atomic.Bool
+}
+
+// Config is what a store gives its Engine.
+type Config struct {
+	Name   string                // the store's package, for error messages
+	DB     refsetdriver.Database // the store's DB, which embeds the Engine
+	Driver refsetdriver.Driver
+	// Statements caches the statements of Exec commands on the pool writes begin
+	// on; nil: none.
+	Statements *stmtcache.Cache
+	// Begin begins a write transaction on the database's pools.
+	Begin func(ctx context.Context) (*sqlx.Tx, error)
+	// Release closes the pools the database owns (and, for pools the caller owns,
+	// frees what refset prepared on them).
+	Release func() error
+}
+
+// New returns the Engine of a store's database.
+func New(c Config) *Engine {
+	return &Engine{name: c.Name, db: c.DB, driver: c.Driver, stmts: c.Statements, begin: c.Begin, release: c.Release}
+}
+
+// Driver is the database's driver; nil for a database that was not opened (the zero
+// value of a store's DB).
+func (e *Engine) Driver() refsetdriver.Driver {
+	if e == nil {
+		return nil
+	}
+	return e.driver
+}
+
+// Begin opens a write transaction; on SQLite it waits for the writer if another
+// transaction has it.
+func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
+	if e == nil {
+		return nil, fmt.Errorf("refset: begin: %w: the database was not opened (use the store's Open or New)", sentinel.ErrInvalidConfig)
+	}
+	if e.closed.Load() {
+		return nil, fmt.Errorf("%s: begin: %w", e.name, sentinel.ErrClosed)
+	}
+	// Exec commands' statements that ran unprepared are prepared now, while this
+	// goroutine holds no connection (on SQLite's one writer connection, a
+	// transaction would hold it).
+	e.stmts.Prepare(ctx)
+	tx, err := e.begin(ctx)
+	if err != nil {
+		return nil, e.db.TranslateError(err, "BEGIN")
+	}
+	return sqlstore.NewTx(tx, e.db, e.stmts), nil
+}
+
+// Closed reports whether Close was called.
+func (e *Engine) Closed() bool { return e != nil && e.closed.Load() }
+
+// Close closes what the database owns: its pools, or, for pools the caller owns, the
+// statements refset prepared on them. Later calls of refset on the database fail with
+// refset.ErrClosed. Closing again does nothing.
+func (e *Engine) Close() error {
+	if e == nil || e.closed.Swap(true) {
+		return nil
+	}
+	return e.release()
+}

@@ -1,0 +1,111 @@
+package refsetdriver
+
+import (
+	"context"
+	"errors"
+
+	"github.com/refsetdb/refset/internal/sentinel"
+)
+
+// Pipeliner is a Driver that runs a unit of work made only of statements (the
+// hand-over of refset.Exec commands, or an Add with them) in fewer round trips than
+// one per statement: it sends BEGIN with the first statements, and COMMIT with the
+// last (pgx's batch).
+//
+// refset decides what runs (the statements, how each result is checked, how errors
+// are translated, retries); the Pipeliner only moves the statements and their
+// results.
+type Pipeliner interface {
+	// RunPipeline runs stmts in one new transaction and commits it, unless result
+	// refused an outcome. Statements run in order, and none after a failed one or
+	// after a Checked one whose result was refused. A failure to begin or to commit
+	// comes back as a *PipelineError, with the driver's error untranslated; a commit
+	// whose outcome is unknown (the connection lost once COMMIT was sent) is one to
+	// commit.
+	RunPipeline(ctx context.Context, stmts []Statement, result ResultFunc) error
+}
+
+// Statement is one statement of a pipelined unit of work.
+type Statement struct {
+	Query string
+	Args  []any
+	// Checked is set when the statement's result decides whether the unit goes on
+	// (a row count to check): no later statement may run before it is seen, so the
+	// Pipeliner reads its result before sending the next ones.
+	Checked bool
+}
+
+// ResultFunc is told the outcome of statement i, in order: the rows it affected, or
+// the driver's error. A non-nil return ends the unit: the Pipeliner rolls the
+// transaction back and returns that error.
+type ResultFunc func(i int, rows int64, err error) error
+
+// PipelineError is a failure of a pipelined transaction itself: Query is "BEGIN" or
+// "COMMIT".
+type PipelineError struct {
+	Query string
+	Err   error
+}
+
+func (e *PipelineError) Error() string { return e.Query + ": " + e.Err.Error() }
+func (e *PipelineError) Unwrap() error { return e.Err }
+
+// Inserter is a set's store that can give the statement that inserts an object, so
+// that an Add of the object with Exec commands is a unit of statements too: [BEGIN,
+// INSERT, the commands..., COMMIT] in one round trip when no result is checked.
+type Inserter[T any] interface {
+	InsertStatement(obj T) Statement
+}
+
+// RowReader is a Driver that reads the one row of a lookup by key (a cache miss, an
+// Upgrade's check that the object exists) over its driver's own interface rather
+// than through database/sql. On pgx that spares database/sql's statement handle and
+// the conversion of every column to a driver.Value and back: the scan writes straight
+// into the object's fields.
+//
+// It is only a faster way to a result database/sql gives too: the store asks the
+// RowReader first and, when it declines or fails for any reason but an ended
+// context, reads the same row through database/sql, which then succeeds or fails as
+// it always did.
+type RowReader interface {
+	// ReadRow runs query with args on pool, one of the database's pools (its reader
+	// or its replica; never a transaction), and calls scan with its first row, if
+	// there is one. ran is false when it cannot read on pool (not a pool it knows):
+	// nothing was sent. found reports whether a row came; err is the query's, the
+	// scan's or the connection's error, untranslated.
+	ReadRow(ctx context.Context, pool any, query string, args []any, scan func(Row) error) (ran, found bool, err error)
+}
+
+// Row is the row a RowReader found, for the caller's scan.
+type Row interface {
+	Scan(dest ...any) error
+}
+
+// Replicated is a Driver of a database with a hot standby (streaming replication),
+// where reads that a lagging copy cannot make wrong go first.
+type Replicated interface {
+	// Replica is the standby's pool, or nil when the database has none.
+	Replica() Querier
+	// ReplicaCaughtUp reports whether the replica has replayed everything the
+	// primary had committed when it was called, waiting up to the database's
+	// ReplicaWait for it.
+	ReplicaCaughtUp(ctx context.Context) (bool, error)
+}
+
+// ReplicaOf is d's replica, or nil when it has none.
+func ReplicaOf(d Driver) Querier {
+	if r, ok := d.(Replicated); ok {
+		return r.Replica()
+	}
+	return nil
+}
+
+// FallbackReason is why a read on a replica is made again on the primary, as
+// Observer.ReadFellBack names it: "missing" when the replica found no row (err is
+// nil, or matches ErrNotFound), "failed" for any other error.
+func FallbackReason(err error) string {
+	if err == nil || errors.Is(err, sentinel.ErrNotFound) {
+		return "missing"
+	}
+	return "failed"
+}

@@ -1,0 +1,28 @@
+// Package refsetdriver is the contract between refset and its stores: what a store's
+// database gives the packages built on it (refset's core, clean-up, the migrations,
+// blockmanager, custody) and everything that differs between SQL dialects. Users do
+// not need it: they open a database with store/sqlite or store/postgres and pass it
+// on as a refset.Database.
+//
+// API is not stable: it changes with refset's features. DO NOT IMPLEMENT it outside
+// this module; a store of your own implements refset.SetStore instead.
+//
+// # Finding a database's driver
+//
+// A store's database (refset.Database, which is Database) has one method for it:
+// Driver. Of does the same and refuses a database without one. Everything a package
+// above the stores asks of a database it asks of that Driver, and nothing above the
+// stores compares a dialect's name or switches on a database's Go type.
+//
+// # Optional interfaces
+//
+// A Driver may also implement these, found by a type assertion on the Driver, as
+// database/sql/driver lists its own:
+//
+//   - Pipeliner: runs a unit of work made only of statements in fewer round trips
+//     (pgx: BEGIN and COMMIT sent with the statements).
+//   - RowReader: reads the one row of a lookup by key over the driver's own
+//     interface rather than through database/sql (pgx).
+//   - Replicated: a hot standby that reads which a lagging copy cannot make wrong go
+//     to first (postgres.Options.Replica).
+package refsetdriver

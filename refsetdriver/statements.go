@@ -1,0 +1,34 @@
+package refsetdriver
+
+import "github.com/refsetdb/refset/sqlident"
+
+// Column is a table column as the database catalog describes it.
+type Column struct {
+	Name    string
+	Type    string // as the catalog writes it, e.g. "text", "VARCHAR(128)"
+	NotNull bool
+	Primary bool // part of the primary key
+}
+
+// SetTable is a set's table, checked against the catalog, as a dialect writes its
+// statements for it.
+type SetTable struct {
+	Name     sqlident.Ident
+	Holds    sqlident.Ident
+	IDColumn string
+	Columns  []string // the mapped columns, in the order Insert takes them
+}
+
+// Statements are the dialect's SQL for one set. Each takes its arguments in this
+// order:
+//
+//	Insert: the mapped columns, in SetTable.Columns order
+//	InsertRows(n): n rows of the mapped columns, one after the other
+//	Select: id          (selects the mapped columns)
+//	Exists: id
+//	Hold:   holder, id, ttl in milliseconds (0: never expires)
+//	Unhold: holder, id
+type Statements struct {
+	Insert, Select, Exists, Hold, Unhold string
+	InsertRows                           func(n int) string
+}
