@@ -17,6 +17,8 @@
 // those backends) the test is skipped, under CI=true it fails instead, and a server
 // that is named but does not answer always fails it.
 //
-// Packages the stores import (refset, schema, cleanup, internal/stmtcache) cannot
-// import this one from their internal tests; they use internal/pgtest directly.
+// The tests inside a package the stores import (refset, schema, cleanup,
+// internal/stmtcache), and the stores' own internal tests, cannot import this one
+// (it imports the stores): they use internal/pgtest for their schemas directly.
+// [Fallbacks] counts the reads a Standby backend's database sent to the primary.
 package testdb
