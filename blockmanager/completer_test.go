@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -182,27 +180,24 @@ func TestStaleForksArePruned(t *testing.T) {
 // A new process on the same database carries on: forking off a deep committed block
 // needs nothing that was in the old process's memory.
 func TestForkOffDeepBlockAfterRestart(t *testing.T) {
-	for _, d := range databases {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			db, where := d.open(t)
-			first := openManager(t, db, Config{})
-			receiveAll(t, first.Completer(), chain("g", NullBlockID, 0, 200))
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		where := b.New(t)
+		first := openManager(t, where.Open(t, testdb.Options{}), Config{})
+		receiveAll(t, first.Completer(), chain("g", NullBlockID, 0, 200))
 
-			second := openManager(t, d.reopen(t, where), Config{})
-			out, err := second.Completer().Receive(t.Context(), chain("f", "g0005", 6, 1)[0])
-			require.NoError(t, err)
-			assert.Equal(t, 1, out.Completed)
-			assert.Equal(t, "g0199", head(t, second))
-			assert.Equal(t, []string{"f0006"}, forks(t, second))
-			diff, err := second.BranchDiff(t.Context(), "g0199", "f0006")
-			require.NoError(t, err)
-			assert.Len(t, diff, 194, "g0006..g0199")
-			common, err := second.CommonAncestor(t.Context(), "g0199", "f0006")
-			require.NoError(t, err)
-			assert.Equal(t, "g0005", common.HeaderSignature)
-		})
-	}
+		second := openManager(t, where.Open(t, testdb.Options{}), Config{})
+		out, err := second.Completer().Receive(t.Context(), chain("f", "g0005", 6, 1)[0])
+		require.NoError(t, err)
+		assert.Equal(t, 1, out.Completed)
+		assert.Equal(t, "g0199", head(t, second))
+		assert.Equal(t, []string{"f0006"}, forks(t, second))
+		diff, err := second.BranchDiff(t.Context(), "g0199", "f0006")
+		require.NoError(t, err)
+		assert.Len(t, diff, 194, "g0006..g0199")
+		common, err := second.CommonAncestor(t.Context(), "g0199", "f0006")
+		require.NoError(t, err)
+		assert.Equal(t, "g0005", common.HeaderSignature)
+	})
 }
 
 // The crash test: a node process receiving blocks out of order is killed (SIGKILL)
@@ -237,18 +232,8 @@ func crashBlocks() []Block {
 
 func nodeProcess(kind, where string) int {
 	ctx := context.Background()
-	var db refset.Database
-	var err error
-	switch kind {
-	case "sqlite":
-		db, err = sqlite.Open(ctx, where, sqlite.Options{})
-	case "pgbouncer":
-		db, err = postgres.Open(ctx, where, pooledOptions)
-	case "pgx":
-		db, err = postgres.Open(ctx, where, postgres.Options{Driver: postgres.DriverPgx})
-	default:
-		db, err = postgres.Open(ctx, where, postgres.Options{})
-	}
+	b, _ := testdb.Named(kind)
+	db, err := testdb.Place{Backend: b, At: where}.Dial(ctx, testdb.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -292,44 +277,41 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 	if testing.Short() {
 		kills = 10
 	}
-	for _, d := range databases {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			db, where := d.open(t)
-			m := openManager(t, db, Config{})
-			rng := rand.New(rand.NewPCG(3, 4))
-			total := len(crashBlocks())
-			for i := range kills {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), nodeEnvKind+"="+d.name, nodeEnvAt+"="+where)
-				out := &lockedBuffer{}
-				cmd.Stdout, cmd.Stderr = out, out
-				require.NoError(t, cmd.Start())
-				time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
-				_ = cmd.Process.Signal(syscall.SIGKILL)
-				err := cmd.Wait()
-				if err == nil && i < kills-1 {
-					t.Logf("run %d finished before its kill", i)
-				} else if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
-					t.Fatalf("node process failed: %v\n%s", err, out.String())
-				}
-				both, neither := handOverInvariant(t, m)
-				require.Zero(t, both, "after kill %d: blocks both pending and the controller's", i)
-				require.Zero(t, neither, "after kill %d: blocks neither pending nor the controller's", i)
-			}
-			// A last run to the end completes every block.
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		where := b.New(t)
+		m := openManager(t, where.Open(t, testdb.Options{}), Config{})
+		rng := rand.New(rand.NewPCG(3, 4))
+		total := len(crashBlocks())
+		for i := range kills {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), nodeEnvKind+"="+d.name, nodeEnvAt+"="+where)
-			outBytes, err := cmd.CombinedOutput()
-			require.NoError(t, err, string(outBytes))
-			assert.Equal(t, total, count(t, m, `SELECT COUNT(*) FROM blocks`))
-			assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
-			assert.Equal(t, "g0149", head(t, m))
+			cmd.Env = append(os.Environ(), nodeEnvKind+"="+b.Name, nodeEnvAt+"="+where.At)
+			out := &lockedBuffer{}
+			cmd.Stdout, cmd.Stderr = out, out
+			require.NoError(t, cmd.Start())
+			time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			err := cmd.Wait()
+			if err == nil && i < kills-1 {
+				t.Logf("run %d finished before its kill", i)
+			} else if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
+				t.Fatalf("node process failed: %v\n%s", err, out.String())
+			}
 			both, neither := handOverInvariant(t, m)
-			assert.Zero(t, both)
-			assert.Zero(t, neither)
-		})
-	}
+			require.Zero(t, both, "after kill %d: blocks both pending and the controller's", i)
+			require.Zero(t, neither, "after kill %d: blocks neither pending nor the controller's", i)
+		}
+		// A last run to the end completes every block.
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), nodeEnvKind+"="+b.Name, nodeEnvAt+"="+where.At)
+		outBytes, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(outBytes))
+		assert.Equal(t, total, count(t, m, `SELECT COUNT(*) FROM blocks`))
+		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
+		assert.Equal(t, "g0149", head(t, m))
+		both, neither := handOverInvariant(t, m)
+		assert.Zero(t, both)
+		assert.Zero(t, neither)
+	})
 }
 
 // A block whose predecessor is stored but still waiting waits too: the crash test
@@ -408,25 +390,10 @@ func TestCascadeRacesNewChildren(t *testing.T) {
 			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
 		}
 		rand.New(rand.NewPCG(5, 6)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		errs := make(chan error, 3)
-		go func() {
+		raceReceivers(t, m, sides, func() error {
 			_, err := m.Completer().Receive(t.Context(), main[0])
-			errs <- err
-		}()
-		for part := range 2 {
-			go func() {
-				for _, b := range sides[part*n/2 : (part+1)*n/2] {
-					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
-		}
-		for range 3 {
-			require.NoError(t, <-errs)
-		}
+			return err
+		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind completed parents")
 		both, neither := handOverInvariant(t, m)
 		assert.Zero(t, both)
@@ -446,26 +413,34 @@ func TestPutRacesReceivers(t *testing.T) {
 			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
 		}
 		rand.New(rand.NewPCG(7, 8)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		errs := make(chan error, 3)
-		go func() {
+		raceReceivers(t, m, sides, func() error {
 			_, err := m.Put(t.Context(), main, m.Blocks().Hold("test", 0))
-			errs <- err
-		}()
-		for part := range 2 {
-			go func() {
-				for _, b := range sides[part*n/2 : (part+1)*n/2] {
-					if _, err := m.Completer().Receive(t.Context(), b); err != nil {
-						errs <- err
-						return
-					}
-				}
-				errs <- nil
-			}()
-		}
-		for range 3 {
-			require.NoError(t, <-errs)
-		}
+			return err
+		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind parents that Put stored")
 		assert.Equal(t, 2*n, count(t, m, `SELECT COUNT(*) FROM blocks`))
 	})
+}
+
+// raceReceivers runs first while two receivers deliver a half of sides each, and
+// fails the test on any of their errors.
+func raceReceivers(t *testing.T, m *Manager, sides []Block, first func() error) {
+	t.Helper()
+	errs := make(chan error, 3)
+	go func() { errs <- first() }()
+	half := len(sides) / 2
+	for part := range 2 {
+		go func() {
+			for _, b := range sides[part*half : (part+1)*half] {
+				if _, err := m.Completer().Receive(t.Context(), b); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 3 {
+		require.NoError(t, <-errs)
+	}
 }

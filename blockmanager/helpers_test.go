@@ -4,106 +4,28 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
-// database opens a fresh database of one kind for a test; the same DSN or path
-// reopened is how a test restarts a node.
-type database struct {
-	name string
-	// open returns a new database and where it lives.
-	open func(tb testing.TB) (refset.Database, string)
-	// reopen opens another handle on it, as a restarted process would.
-	reopen func(tb testing.TB, where string) refset.Database
-}
-
-var databases = []database{
-	{
-		name: "sqlite",
-		open: func(tb testing.TB) (refset.Database, string) {
-			path := filepath.Join(tb.TempDir(), "chain.db")
-			return openSQLite(tb, path), path
-		},
-		reopen: func(tb testing.TB, path string) refset.Database { return openSQLite(tb, path) },
-	},
-	{
-		name: "postgres",
-		open: func(tb testing.TB) (refset.Database, string) {
-			dsn := pgtest.DSN(tb)
-			return openPostgres(tb, dsn, postgres.DriverLibPQ), dsn
-		},
-		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn, postgres.DriverLibPQ) },
-	},
-	{
-		// pgx encodes arguments its own way (arrays above all): the manager's
-		// statements run through both drivers.
-		name: "pgx",
-		open: func(tb testing.TB) (refset.Database, string) {
-			dsn := pgtest.DSN(tb)
-			return openPostgres(tb, dsn, postgres.DriverPgx), dsn
-		},
-		reopen: func(tb testing.TB, dsn string) refset.Database { return openPostgres(tb, dsn, postgres.DriverPgx) },
-	},
-	{
-		// Through PgBouncer in transaction mode (pooledOptions).
-		name: "pgbouncer",
-		open: func(tb testing.TB) (refset.Database, string) {
-			dsn := pgtest.Pooled(tb)
-			return openPooled(tb, dsn), dsn
-		},
-		reopen: func(tb testing.TB, dsn string) refset.Database { return openPooled(tb, dsn) },
-	},
-}
-
-func openSQLite(tb testing.TB, path string) refset.Database {
-	tb.Helper()
-	db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-func openPostgres(tb testing.TB, dsn, driver string) refset.Database {
-	tb.Helper()
-	return openPostgresWith(tb, dsn, postgres.Options{Driver: driver})
-}
-
-// pooledOptions open a database through PgBouncer in transaction mode: unprepared,
-// as a pooler needs, and with pgx (lib/pq's cancel requests may crash the
-// harness's PgBouncer 1.18).
-var pooledOptions = postgres.Options{Unprepared: true, Driver: postgres.DriverPgx}
-
-func openPooled(tb testing.TB, dsn string) refset.Database {
-	tb.Helper()
-	return openPostgresWith(tb, dsn, pooledOptions)
-}
-
-func openPostgresWith(tb testing.TB, dsn string, opts postgres.Options) refset.Database {
-	tb.Helper()
-	db, err := postgres.Open(context.Background(), dsn, opts)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
-// eachDB runs fn as a parallel subtest per database, with a fresh manager.
+// eachDB runs fn as a parallel subtest per backend, with a fresh manager.
 func eachDB(t *testing.T, cfg Config, fn func(t *testing.T, m *Manager)) {
 	t.Helper()
-	for _, d := range databases {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			db, _ := d.open(t)
-			fn(t, openManager(t, db, cfg))
-		})
-	}
+	eachOf(t, testdb.All(), cfg, fn)
+}
+
+func eachOf(t *testing.T, backends []testdb.Backend, cfg Config, fn func(t *testing.T, m *Manager)) {
+	t.Helper()
+	testdb.Each(t, backends, func(t *testing.T, b testdb.Backend) {
+		// A standby's walks wait long for it: other tests may pause its replay.
+		fn(t, openManager(t, b.Open(t, testdb.Options{ReplicaWait: 2 * time.Minute}), cfg))
+	})
 }
 
 func openManager(tb testing.TB, db refset.Database, cfg Config) *Manager {

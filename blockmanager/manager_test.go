@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -344,7 +344,7 @@ func TestPutWithPanickingCommand(t *testing.T) {
 // deadline passes.
 func TestReadsReportTheirDeadline(t *testing.T) {
 	ctx := t.Context()
-	db := openPostgres(t, pgtest.DSN(t), postgres.DriverLibPQ)
+	db := testdb.LibPQ.Open(t, testdb.Options{})
 	m := openManager(t, db, Config{})
 	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
@@ -234,41 +235,38 @@ func migrateBeforeSegments(t *testing.T, db refset.Database) refsetdriver.Driver
 // is migrated on Open: its blocks are in segment 0, the walks read them, and new
 // blocks extend them.
 func TestBlocksStoredBeforeSegments(t *testing.T) {
-	for _, d := range databases {
-		t.Run(d.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			db, _ := d.open(t)
-			drv := migrateBeforeSegments(t, db)
-			g := chain("g", NullBlockID, 0, 30)
-			f := chain("f", "g0009", 10, 15)
-			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
-				for _, b := range append(append([]Block{}, g...), f...) {
-					var ref any
-					if b.PreviousBlockID != NullBlockID {
-						ref = b.PreviousBlockID
-					}
-					if _, err := tx.ExecContext(ctx, drv.Rebind(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
-						VALUES (?, ?, ?, ?, ?, ?, ?)`), b.HeaderSignature, b.PreviousBlockID, ref, b.BlockNum, `["x"]`, `["y"]`, b.Payload); err != nil {
-						return err
-					}
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		db := b.Open(t, testdb.Options{})
+		drv := migrateBeforeSegments(t, db)
+		g := chain("g", NullBlockID, 0, 30)
+		f := chain("f", "g0009", 10, 15)
+		require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+			for _, b := range append(append([]Block{}, g...), f...) {
+				var ref any
+				if b.PreviousBlockID != NullBlockID {
+					ref = b.PreviousBlockID
 				}
-				return nil
-			}))
+				if _, err := tx.ExecContext(ctx, drv.Rebind(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
+					VALUES (?, ?, ?, ?, ?, ?, ?)`), b.HeaderSignature, b.PreviousBlockID, ref, b.BlockNum, `["x"]`, `["y"]`, b.Payload); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
 
-			m := openManager(t, db, Config{})
-			assert.Equal(t, 45, count(t, m, `SELECT COUNT(*) FROM blocks WHERE segment = 0`))
-			assert.Equal(t, descending(g), branch(t, m, "g0029"))
-			assert.Equal(t, descending(g[:10], f), branch(t, m, "f0024"))
-			more := chain("g", "g0029", 30, 5)
-			_, err := m.Put(ctx, more, m.Blocks().Hold("t", 0))
-			require.NoError(t, err)
-			assert.Equal(t, descending(g, more), branch(t, m, "g0034"))
-			diff, err := m.BranchDiff(ctx, "g0034", "f0024")
-			require.NoError(t, err)
-			assert.Equal(t, descending(g[10:], more), ids(diff))
-		})
-	}
+		m := openManager(t, db, Config{})
+		assert.Equal(t, 45, count(t, m, `SELECT COUNT(*) FROM blocks WHERE segment = 0`))
+		assert.Equal(t, descending(g), branch(t, m, "g0029"))
+		assert.Equal(t, descending(g[:10], f), branch(t, m, "f0024"))
+		more := chain("g", "g0029", 30, 5)
+		_, err := m.Put(ctx, more, m.Blocks().Hold("t", 0))
+		require.NoError(t, err)
+		assert.Equal(t, descending(g, more), branch(t, m, "g0034"))
+		diff, err := m.BranchDiff(ctx, "g0034", "f0024")
+		require.NoError(t, err)
+		assert.Equal(t, descending(g[10:], more), ids(diff))
+	})
 }
 
 // A page the branch fills is followed by one twice as large, up to 16 times the

@@ -3,7 +3,6 @@ package otelrefset_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,11 +14,11 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/otelrefset"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 type item struct {
@@ -39,39 +38,26 @@ type fixture struct {
 	table string
 }
 
-type opener func(t *testing.T, obs refset.Observer) fixture
-
-func openSQLite(t *testing.T, obs refset.Observer) fixture {
+// open opens a fresh database of b with obs and the fixture on it. The table is made
+// on a handle of its own, so obs sees only the test's work.
+func open(t *testing.T, b testdb.Backend, obs refset.Observer) fixture {
 	t.Helper()
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "m.db"), sqlite.Options{Options: store.Options{Observer: obs}})
+	where := b.New(t)
+	require.NoError(t, refset.InTx(ctx, where.Open(t, testdb.Options{}), func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+		return err
+	}))
+	db := where.Open(t, testdb.Options{Observer: obs})
+	set, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond, Workers: 1})
 	require.NoError(t, err)
-	store, err := sqlite.NewStore[item, string](ctx, db, sqlite.Config{Table: "items"})
-	require.NoError(t, err)
-	c, err := sqlite.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond, Workers: 1})
-	require.NoError(t, err)
-	return fixture{db: db, set: refset.New(store), c: c, table: "table=items"}
-}
-
-func openPostgres(driver string) opener {
-	return func(t *testing.T, obs refset.Observer) fixture {
-		t.Helper()
-		ctx := t.Context()
-		dsn, schema := pgtest.New(t)
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver, Options: store.Options{Observer: obs}})
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
-		require.NoError(t, err)
-		store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
-		require.NoError(t, err)
-		c, err := postgres.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond, Workers: 1})
-		require.NoError(t, err)
-		return fixture{db: db, set: refset.New(store), c: c, table: "table=" + schema + ".items"}
+	table := "table=items"
+	if where.Schema != "" {
+		table = "table=" + where.Schema + ".items"
 	}
+	return fixture{db: db, set: refset.New(set), c: c, table: table}
 }
 
 // metrics is what r holds now, by instrument name.
@@ -126,19 +112,15 @@ func label(s attribute.Set) string {
 // return refset.ErrConflict themselves: InTx retries them as it does the database's,
 // and the count is exact where a real race's is not.
 func TestMetricsAfterKnownWork(t *testing.T) {
-	for name, open := range map[string]opener{
-		"sqlite":       openSQLite,
-		"postgres/pq":  openPostgres(postgres.DriverLibPQ),
-		"postgres/pgx": openPostgres(postgres.DriverPgx),
-	} {
-		t.Run(name, func(t *testing.T) {
+	for _, b := range []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx} {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
 			r := sdkmetric.NewManualReader()
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
 			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 			obs, err := otelrefset.New(mp.Meter("refset-test"))
 			require.NoError(t, err)
-			f := open(t, obs)
+			f := open(t, b, obs)
 			require.NoError(t, obs.WatchQueue(f.c))
 			set := f.set
 
@@ -225,10 +207,7 @@ func TestReplicaFallbacks(t *testing.T) {
 	r := sdkmetric.NewManualReader()
 	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
 	require.NoError(t, err)
-	primary, standby, _ := pgtest.NewWithStandby(t)
-	db, err := postgres.Open(ctx, primary, postgres.Options{ReplicaDSN: standby, ReplicaWait: 2 * time.Minute, Options: store.Options{Observer: obs}})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testdb.Standby.Open(t, testdb.Options{Observer: obs, ReplicaWait: 2 * time.Minute}).(*postgres.DB)
 	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
 	require.NoError(t, err)
 	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})

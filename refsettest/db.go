@@ -8,14 +8,12 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 // EnvPostgres names the environment variable holding the DSN (a URL or key=value
@@ -35,23 +33,6 @@ const (
 	// left open fails loudly instead of hanging until go test's own timeout.
 	dropTimeout = 30 * time.Second
 )
-
-// SQLite opens a refset database file in tb.TempDir(), with sqlite.Open's defaults,
-// and closes it when tb ends. Register later cleanups (a collector's Run, say) after
-// this call so they run before the Close.
-func SQLite(tb testing.TB) *sqlite.DB {
-	tb.Helper()
-	db, err := sqlite.Open(tb.Context(), filepath.Join(tb.TempDir(), "refset.db"), sqlite.Options{})
-	if err != nil {
-		tb.Fatalf("refsettest: open a SQLite database: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			tb.Errorf("refsettest: close the SQLite database: %v", err)
-		}
-	})
-	return db
-}
 
 // Postgres creates a schema for tb alone on the server named by [EnvPostgres],
 // opens it with opts (through opts.Driver: lib/pq or pgx) and every connection's

@@ -15,25 +15,6 @@ import (
 	"github.com/refsetdb/refset/store/postgres"
 )
 
-// TestSQLite checks that the database is a file in the test's temporary directory,
-// ready for refset, and closed when the test ends.
-func TestSQLite(t *testing.T) {
-	var db refset.Database
-	t.Run("inner", func(t *testing.T) {
-		sdb := refsettest.SQLite(t)
-		db = sdb
-		var file string
-		require.NoError(t, sdb.Readers.GetContext(t.Context(), &file, `SELECT file FROM pragma_database_list WHERE name = 'main'`))
-		require.True(t, strings.HasPrefix(file, os.TempDir()), "database file %s", file)
-		var fk bool
-		require.NoError(t, sdb.Readers.GetContext(t.Context(), &fk, `PRAGMA foreign_keys`))
-		require.True(t, fk, "foreign keys enforced")
-		exec(t, sdb, `CREATE TABLE t (id TEXT PRIMARY KEY)`)
-	})
-	_, err := db.Begin(context.Background())
-	require.ErrorIs(t, err, refset.ErrClosed, "closed when the test ended")
-}
-
 // TestPostgres checks that each test gets a schema of its own, through both drivers,
 // that refset's tables land there, and that the schema is dropped at the end.
 func TestPostgres(t *testing.T) {

@@ -1,10 +1,12 @@
 // Package refsettest helps the tests of programs that use refset: a throwaway
-// database on each store, and assertions about what clean-up sees.
+// PostgreSQL database, and assertions about what clean-up sees. A throwaway SQLite
+// database is in the sub-package refsettest/sqlitetest, so that this package builds
+// without cgo (CGO_ENABLED=0) for a program that uses PostgreSQL only.
 //
 // # Databases
 //
-// [SQLite] opens a database file in the test's temporary directory and closes it
-// when the test ends. [Postgres] creates a schema of its own for the test on the
+// sqlitetest.Open opens a database file in the test's temporary directory and
+// closes it when the test ends. [Postgres] creates a schema of its own for the test on the
 // server named by the REFSET_TEST_POSTGRES environment variable ([EnvPostgres]),
 // opens the database with every connection's search_path set to that schema only,
 // and drops the schema (CASCADE) when the test ends. Tests can therefore run in

@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
+	"github.com/refsetdb/refset/refsettest/sqlitetest"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -21,7 +22,7 @@ import (
 // (chain_heads); a second block nobody takes is collected.
 func testHandOver(t testing.TB) {
 	ctx := t.Context()
-	db := refsettest.SQLite(t) // a file in t.TempDir(), closed when the test ends
+	db := sqlitetest.Open(t) // a file in t.TempDir(), closed when the test ends
 	for _, q := range []string{
 		`CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id))`,
 		`CREATE INDEX blocks_prev ON blocks (prev)`,

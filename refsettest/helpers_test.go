@@ -11,8 +11,9 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
+	"github.com/refsetdb/refset/refsettest/sqlitetest"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 type block struct {
@@ -48,28 +49,25 @@ var stores = []struct {
 	name string
 	open func(t *testing.T) world
 }{
-	{"sqlite", func(t *testing.T) world {
-		db := refsettest.SQLite(t)
-		createTables(t, db)
-		s, err := sqlite.NewStore[block, string](t.Context(), db, sqlite.Config{Table: "blocks"})
-		require.NoError(t, err)
-		c, err := sqlite.NewCollector(t.Context(), db, cleanup.Config{Table: "blocks", Grace: grace})
-		require.NoError(t, err)
-		return world{db: db, blocks: refset.New(s), collector: c}
-	}},
+	{"sqlite", func(t *testing.T) world { return newWorld(t, sqlitetest.Open(t), "") }},
 	{"postgres-libpq", func(t *testing.T) world { return openPostgres(t, postgres.DriverLibPQ) }},
 	{"postgres-pgx", func(t *testing.T) world { return openPostgres(t, postgres.DriverPgx) }},
 }
 
 func openPostgres(t *testing.T, driver string) world {
 	db := refsettest.Postgres(t, postgres.Options{Driver: driver})
-	createTables(t, db)
-	s, err := postgres.NewStore[block, string](t.Context(), db, postgres.Config{Table: "blocks"})
-	require.NoError(t, err)
-	c, err := postgres.NewCollector(t.Context(), db, cleanup.Config{Table: "blocks", Grace: grace})
-	require.NoError(t, err)
 	var schema string
 	require.NoError(t, db.Pool.GetContext(t.Context(), &schema, `SELECT current_schema()`))
+	return newWorld(t, db, schema)
+}
+
+// newWorld makes the tables, the set and its collector on db.
+func newWorld(t *testing.T, db refset.Database, schema string) world {
+	createTables(t, db)
+	s, err := store.NewStore[block, string](t.Context(), db, store.Config{Table: "blocks"})
+	require.NoError(t, err)
+	c, err := store.NewCollector(t.Context(), db, cleanup.Config{Table: "blocks", Grace: grace})
+	require.NoError(t, err)
 	return world{db: db, blocks: refset.New(s), collector: c, schema: schema}
 }
 

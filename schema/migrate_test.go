@@ -2,16 +2,13 @@ package schema_test
 
 import (
 	"database/sql"
-	"path/filepath"
 	"sort"
 	"testing"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,31 +24,22 @@ type backend struct {
 	tables func(t *testing.T) []string
 }
 
-var backends = []struct {
-	name string
-	open func(t *testing.T) backend
-}{
-	{"sqlite", func(t *testing.T) backend {
-		t.Helper()
-		db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "m.db"), sqlite.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		b := backend{db: db, raw: db.Writer.DB, sql: sqlite.SchemaSQL(), set: itemsSet("TEXT")}
-		b.tables = catalog(db.Writer.DB, `SELECT name FROM sqlite_master WHERE type = 'table'`)
-		return b.withItems(t)
-	}},
-	{"postgres", func(t *testing.T) backend { t.Helper(); return openPostgres(t, postgres.DriverLibPQ) }},
-	{"postgres-pgx", func(t *testing.T) backend { t.Helper(); return openPostgres(t, postgres.DriverPgx) }},
-}
+var backends = []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}
 
-func openPostgres(t *testing.T, driver string) backend {
+// open opens a fresh database of b, with the table items.
+func open(t *testing.T, b testdb.Backend) backend {
 	t.Helper()
-	db, err := postgres.Open(t.Context(), pgtest.DSN(t), postgres.Options{Driver: driver})
+	db := b.Open(t, testdb.Options{})
+	refsetSQL, err := schema.SQLOf(db)
 	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	b := backend{db: db, raw: db.Pool.DB, sql: postgres.SchemaSQL(), set: itemsSet("text")}
-	b.tables = catalog(db.Pool.DB, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`)
-	return b.withItems(t)
+	raw := db.Driver().Pool()
+	be := backend{db: db, raw: raw, sql: refsetSQL, set: itemsSet("TEXT"),
+		tables: catalog(raw, `SELECT name FROM sqlite_master WHERE type = 'table'`)}
+	if b.Postgres {
+		be.set = itemsSet("text")
+		be.tables = catalog(raw, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()`)
+	}
+	return be.withItems(t)
 }
 
 func itemsSet(idType string) schema.Set {
@@ -104,8 +92,8 @@ var all = []string{"items", "items_holds", "items_review", "refset_schema_versio
 // was done already, also after a set's tables were dropped behind refset's back.
 func TestApplyReports(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			b := be.open(t)
+		t.Run(be.Name, func(t *testing.T) {
+			b := open(t, be)
 			ctx := t.Context()
 
 			done, err := schema.Apply(ctx, b.db, b.sql)
@@ -138,8 +126,8 @@ func TestApplyReports(t *testing.T) {
 // the database to where Apply would have, versions recorded included.
 func TestPendingScript(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			b := be.open(t)
+		t.Run(be.Name, func(t *testing.T) {
+			b := open(t, be)
 			ctx := t.Context()
 
 			p, err := schema.Pending(ctx, b.db.Reader(), b.sql, b.set)
@@ -182,8 +170,8 @@ func TestPendingScript(t *testing.T) {
 // Check fails with ErrSchema naming what is missing and carrying the script.
 func TestCheck(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			b := be.open(t)
+		t.Run(be.Name, func(t *testing.T) {
+			b := open(t, be)
 			ctx := t.Context()
 			err := schema.Check(ctx, b.db.Reader(), b.sql, b.set)
 			require.ErrorIs(t, err, refset.ErrSchema)
@@ -201,8 +189,8 @@ func TestCheck(t *testing.T) {
 // Down and up again: the tables go and come back, and the records follow.
 func TestMigrateDownRoundTrip(t *testing.T) {
 	for _, be := range backends {
-		t.Run(be.name, func(t *testing.T) {
-			b := be.open(t)
+		t.Run(be.Name, func(t *testing.T) {
+			b := open(t, be)
 			ctx := t.Context()
 			_, err := schema.Apply(ctx, b.db, b.sql, b.set)
 			require.NoError(t, err)

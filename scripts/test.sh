@@ -100,9 +100,11 @@ go vet "${packages[@]}"
 
 # A Postgres-only program must build without a C compiler: nothing on the Postgres
 # path may import store/sqlite (go-sqlite3 needs cgo). Only the full run checks it.
+# refsettest is the Postgres path of the users' test helpers; its SQLite opener,
+# refsettest/sqlitetest, is the one helper package that needs cgo.
 if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
 	step "CGO_ENABLED=0 build of the Postgres path"
-	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./otelrefset ./schema ./blockmanager ./examples/custody/tokens
+	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./otelrefset ./schema ./blockmanager ./examples/custody/tokens ./refsettest
 	echo ok
 fi
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store"
@@ -34,77 +35,45 @@ type token struct {
 
 func (t token) ID() string { return t.Name }
 
-// backend is a database the command is run against: how the test opens it to
-// prepare it, and the flags that name it on the command line.
+// backend is a database the command is run against, and the SQL times one hour from
+// its clock, as the holds and queue tables store them.
 type backend struct {
-	name string
-	// open returns the database and its --db (and --driver) flags.
-	open func(t *testing.T) (refset.Database, []string)
-	// past and future are SQL times one hour from the database's clock, as the holds
-	// and queue tables store them.
+	testdb.Backend
 	past, future string
 }
 
 const sqliteNow = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 
 func backends() []backend {
-	pg := func(driverName string) func(t *testing.T) (refset.Database, []string) {
-		return func(t *testing.T) (refset.Database, []string) {
-			t.Helper()
-			dsn := pgtest.DSN(t)
-			db, err := postgres.Open(t.Context(), dsn, postgres.Options{Driver: driverName})
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			args := []string{"--db", dsn}
-			if driverName != "" {
-				args = append(args, "--driver", driverName)
-			}
-			return db, args
-		}
+	// Through PgBouncer in transaction mode, which lends each transaction any
+	// server connection: the tool must prepare nothing. lib/pq, the tool's default.
+	pooled := testdb.PgBouncer
+	pooled.Driver = postgres.DriverLibPQ
+	all := []backend{{Backend: testdb.SQLite, past: sqliteNow + ` - 3600000`, future: sqliteNow + ` + 3600000`}}
+	// With the standby, writes go to --db, status, why and check read --replica.
+	for _, b := range []testdb.Backend{testdb.LibPQ, testdb.Pgx, pooled, testdb.Standby} {
+		all = append(all, backend{Backend: b, past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`})
 	}
-	return []backend{
-		{
-			name: "sqlite",
-			open: func(t *testing.T) (refset.Database, []string) {
-				t.Helper()
-				path := filepath.Join(t.TempDir(), "refset.db")
-				db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
-				require.NoError(t, err)
-				t.Cleanup(func() { db.Close() })
-				return db, []string{"--db", path}
-			},
-			past: sqliteNow + ` - 3600000`, future: sqliteNow + ` + 3600000`,
-		},
-		{name: "postgres", open: pg(""), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
-		{name: "pgx", open: pg(postgres.DriverPgx), past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`},
-		{
-			// Through PgBouncer in transaction mode, which lends each transaction
-			// any server connection: the tool must prepare nothing.
-			name: "pgbouncer",
-			open: func(t *testing.T) (refset.Database, []string) {
-				t.Helper()
-				dsn := pgtest.Pooled(t)
-				db, err := postgres.Open(t.Context(), dsn, postgres.Options{Unprepared: true})
-				require.NoError(t, err)
-				t.Cleanup(func() { db.Close() })
-				return db, []string{"--db", dsn, "--unprepared"}
-			},
-			past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`,
-		},
-		{
-			// Writes go to --db, status, why and check read --replica.
-			name: "postgres-standby",
-			open: func(t *testing.T) (refset.Database, []string) {
-				t.Helper()
-				primary, standby, _ := pgtest.NewWithStandby(t)
-				db, err := postgres.Open(t.Context(), primary, postgres.Options{})
-				require.NoError(t, err)
-				t.Cleanup(func() { db.Close() })
-				return db, []string{"--db", primary, "--replica", standby}
-			},
-			past: `now() - interval '1 hour'`, future: `now() + interval '1 hour'`,
-		},
+	return all
+}
+
+// open makes a fresh database of b for the test to prepare, opened without its
+// replica, and returns the flags that name it on the command line.
+func (b backend) open(t *testing.T) (refset.Database, []string) {
+	t.Helper()
+	where := b.New(t)
+	args := []string{"--db", where.At}
+	if b.Driver == postgres.DriverPgx {
+		args = append(args, "--driver", b.Driver)
 	}
+	if b.Unprepared {
+		args = append(args, "--unprepared")
+	}
+	if where.StandbyAt != "" {
+		args = append(args, "--replica", where.StandbyAt)
+		where.StandbyAt = ""
+	}
+	return where.Open(t, testdb.Options{}), args
 }
 
 // prepare builds two sets as a program would (stores, then clean-up installed) and
@@ -363,7 +332,7 @@ func TestCommands(t *testing.T) {
 		},
 	}
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			db, dbArgs := b.open(t)
 			prepare(t, b, db)
 			for _, c := range cases {
@@ -480,7 +449,7 @@ func migrateStatus(t *testing.T, bin string, dbArgs []string, args ...string) mi
 func TestMigrate(t *testing.T) {
 	bin := buildCLI(t)
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
 			db, dbArgs := b.open(t)
 			d, err := driverOf(db)
@@ -559,7 +528,7 @@ func TestMigrate(t *testing.T) {
 func TestHoldsRemoveAndSweep(t *testing.T) {
 	bin := buildCLI(t)
 	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			db, dbArgs := b.open(t)
 			prepare(t, b, db)
 			ls := func(args ...string) []holdJSON {

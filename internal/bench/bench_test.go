@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/postgres"
@@ -103,9 +103,7 @@ type env struct {
 func openSQLite(tb testing.TB, d dialect) *env {
 	tb.Helper()
 	ctx := context.Background()
-	db, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "bench.db"), sqlite.Options{})
-	must(tb, err)
-	tb.Cleanup(func() { _ = db.Close() })
+	db := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
 	e := &env{close: db.Close, writer: db.Writer, reader: db.Readers}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
 		return sqlite.NewStore[block, string](ctx, db, sqlite.Config{Table: "blocks"})

@@ -3,13 +3,13 @@ package bench
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/sqlite"
@@ -37,11 +37,7 @@ func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Dat
 		db, reader = openPool(tb, dialect)
 		d = schema.Postgres
 	} else {
-		s, err := sqlite.Open(ctx, filepath.Join(tb.TempDir(), "chain.db"), sqlite.Options{})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		tb.Cleanup(func() { s.Close() })
+		s := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
 		db, reader = s, s.Readers
 	}
 	m, err := blockmanager.Open(ctx, db, blockmanager.Config{})

@@ -21,6 +21,7 @@ import (
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/examples/custody/tokens"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
@@ -585,24 +586,27 @@ func BenchmarkReplicasReceive(b *testing.B) {
 
 // TestRetryCounterCountsDeadlocks: two transactions lock two rows in opposite orders,
 // PostgreSQL aborts one as a deadlock, refset runs it again, and the counter the
-// replica benchmarks report from says so.
+// replica benchmarks report from says so. The one aborted runs again only once the
+// other has committed: a second attempt racing the first one's survivor to the rows
+// could take one of them first and deadlock again (a loaded machine counted 2 and 2).
 func TestRetryCounterCountsDeadlocks(t *testing.T) {
 	ctx := t.Context()
 	obs := &retryCounter{}
-	db, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{MaxConns: 4, Options: store.Options{Observer: obs}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := testdb.LibPQ.Open(t, testdb.Options{MaxConns: 4, Observer: obs}).(*postgres.DB)
 	if _, err := db.Pool.ExecContext(ctx, `CREATE TABLE pair (k int PRIMARY KEY); INSERT INTO pair VALUES (1), (2)`); err != nil {
 		t.Fatal(err)
 	}
 	var firstLocked sync.WaitGroup // both hold their first row, on their first attempts
 	firstLocked.Add(2)
-	lockBoth := func(first, second int) error {
+	finished := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	lockBoth := func(me, first, second int) error {
+		defer close(finished[me])
 		attempt := 0
 		return refset.InTx(ctx, db, func(tx refset.Tx) error {
 			attempt++
+			if attempt > 1 {
+				<-finished[1-me]
+			}
 			if _, err := tx.ExecContext(ctx, `SELECT k FROM pair WHERE k = $1 FOR UPDATE`, first); err != nil {
 				return err
 			}
@@ -615,8 +619,8 @@ func TestRetryCounterCountsDeadlocks(t *testing.T) {
 		})
 	}
 	errs := make(chan error, 2)
-	go func() { errs <- lockBoth(1, 2) }()
-	go func() { errs <- lockBoth(2, 1) }()
+	go func() { errs <- lockBoth(0, 1, 2) }()
+	go func() { errs <- lockBoth(1, 2, 1) }()
 	for range 2 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)

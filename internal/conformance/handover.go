@@ -24,9 +24,7 @@ func (e *env) acquireHead() refset.Command[string] {
 }
 
 func testHandOver(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 
 	t.Run("commits both", func(t *testing.T) {
 		tok, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
@@ -83,9 +81,7 @@ func (e *env) insertPending() refset.Command[string] {
 }
 
 func testTokenSingleUse(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	var releases, acquires atomic.Int64
 	countRelease := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { releases.Add(1); return nil })
 	countAcquire := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { acquires.Add(1); return nil })
@@ -135,9 +131,7 @@ func testTokenSingleUse(t *testing.T, h Harness) {
 
 // Two goroutines completing the same Acquired at once: exactly one runs the commands.
 func testConcurrentComplete(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	for round := range 20 {
 		id := string(rune('a' + round))
 		tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
@@ -171,9 +165,7 @@ func testConcurrentComplete(t *testing.T, h Harness) {
 }
 
 func testRefusesDeletingHeld(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("held", "", 0), set.Hold("keeper", 0))
 	require.NoError(t, err)
 	_, err = set.Add(ctx, mkBlock("head", "", 0), e.acquireHead())
@@ -194,9 +186,7 @@ func testRefusesDeletingHeld(t *testing.T, h Harness) {
 }
 
 func testReferenceToMissing(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	err := e.exec(ctx, `INSERT INTO heads (block_id) VALUES (?)`, "ghost")
 	require.ErrorIs(t, err, refset.ErrNotFound)
 	_, err = set.Add(ctx, mkBlock("orphan", "ghost", 1))
@@ -217,9 +207,7 @@ func testReferenceToMissing(t *testing.T, h Harness) {
 }
 
 func testHolds(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0), set.Hold("completer", 0))
 	require.NoError(t, err)
 	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ? AND object_id = ? AND expires_at IS NULL", "completer", "a"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/postgres"
@@ -33,6 +34,22 @@ type Harness struct {
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).
 	SkipCancels string
+}
+
+// OpenOn is a Harness's Open on a fresh database of backend b, opened with opts.
+func OpenOn(b testdb.Backend, opts testdb.Options) func(tb testing.TB) refset.Database {
+	return func(tb testing.TB) refset.Database {
+		tb.Helper()
+		return b.Open(tb, opts)
+	}
+}
+
+// ReopenOn is a Harness's Reopen of a database OpenOn opened, with opts.
+func ReopenOn(opts testdb.Options) func(tb testing.TB, db refset.Database) refset.Database {
+	return func(tb testing.TB, db refset.Database) refset.Database {
+		tb.Helper()
+		return testdb.PlaceOf(tb, db).Open(tb, opts)
+	}
 }
 
 // cancelling marks fn as a test that ends contexts while statements run, skipped
@@ -60,6 +77,14 @@ type env struct {
 func newEnv(tb testing.TB, h Harness) *env {
 	tb.Helper()
 	return &env{h: h, db: h.Open(tb)}
+}
+
+// newBlocksEnv is the start of most tests: a fresh env with the blocks set on it,
+// and the test's context.
+func newBlocksEnv(t *testing.T, h Harness) (*env, *refset.RefSet[block, string], context.Context) {
+	t.Helper()
+	e := newEnv(t, h)
+	return e, e.blocks(t), t.Context()
 }
 
 // sql rewrites a statement written with ? placeholders and {Text}-style type names

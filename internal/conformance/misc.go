@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -161,9 +162,7 @@ func testUnitOfWork(t *testing.T, h Harness) {
 }
 
 func testTxFormsKeepCallerTx(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 
@@ -197,9 +196,7 @@ func testTxFormsKeepCallerTx(t *testing.T, h Harness) {
 // testConcurrentWriters: 32 goroutines adding and handing over at once all succeed;
 // on SQLite none sees "database is locked".
 func testConcurrentWriters(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	const writers, each = 32, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, writers*each)
@@ -299,9 +296,7 @@ func testMigrate(t *testing.T, h Harness) {
 }
 
 func testClosed(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 	closer, ok := e.db.(interface{ Close() error })
@@ -313,4 +308,168 @@ func testClosed(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, refset.ErrClosed)
 	_, err = set.Get(ctx, tok)
 	require.ErrorIs(t, err, refset.ErrClosed)
+}
+
+// A refused foreign key means the same whatever the SQL looks like: deleting a
+// referenced block is refset.ErrReferenced, referencing a missing one
+// refset.ErrNotFound, however the statement is written and wherever it runs. SQLite
+// gives both the same code, so its store must read the statement to tell them apart.
+func testForeignKeyErrorsWhateverTheSQL(t *testing.T, h Harness) {
+	e, set, ctx := newBlocksEnv(t, h)
+	_, err := set.Add(ctx, mkBlock("held", "", 0), e.acquireHead())
+	require.NoError(t, err)
+	// A key without ON DELETE RESTRICT (NO ACTION, the default) fails otherwise than a
+	// RESTRICT one on SQLite: as a foreign key (787), not as a trigger (1811).
+	e.mustExec(t, `CREATE TABLE receipts (block_id {Text} NOT NULL REFERENCES blocks (id))`)
+	_, err = set.Add(ctx, mkBlock("noted", "", 0), refset.Exec[string](e.sql(`INSERT INTO receipts (block_id) VALUES (?)`), 1))
+	require.NoError(t, err)
+	_, err = set.Add(ctx, mkBlock("carrier", "", 0), set.Hold("tester", 0))
+	require.NoError(t, err)
+
+	deletes := []string{
+		`DELETE FROM blocks WHERE id = ?`,
+		`delete from blocks where id = ?`,
+		"-- the block is still referenced\nDELETE FROM blocks WHERE id = ?",
+		`/* the block is still referenced */ DELETE FROM blocks WHERE id = ?`,
+		`WITH doomed AS (SELECT id FROM blocks WHERE id = ?) DELETE FROM blocks WHERE id IN (SELECT id FROM doomed)`,
+		`WITH RECURSIVE doomed (id) AS MATERIALIZED (SELECT id FROM blocks WHERE id = ? AND height >= 0) /* ) */
+		 DELETE FROM blocks WHERE id IN (SELECT id FROM doomed)`,
+	}
+
+	refusals := []struct {
+		name  string
+		want  error
+		arg   string
+		forms []string
+	}{
+		{"delete of a block referenced ON DELETE RESTRICT", refset.ErrReferenced, "held", deletes},
+		{"delete of a block referenced by a plain key", refset.ErrReferenced, "noted", deletes},
+		{"reference to a missing block", refset.ErrNotFound, "ghost", []string{
+			`INSERT INTO heads (block_id) VALUES (?)`,
+			`insert into heads (block_id) values (?)`,
+			"-- the controller takes it\nINSERT INTO heads (block_id) VALUES (?)",
+			`/* the controller takes it */ INSERT INTO heads (block_id) VALUES (?)`,
+			`WITH src AS (SELECT CAST(? AS {Text}) AS id) INSERT INTO heads (block_id) SELECT id FROM src`,
+			`INSERT INTO heads (block_id) VALUES (?) ON CONFLICT (block_id) DO NOTHING`,
+		}},
+	}
+	// runners are the places a user's statement runs: its own unit of work, a Command
+	// of a hand-over that refset runs, and the same hand-over inside a unit of work.
+	runners := []struct {
+		name string
+		run  func(t *testing.T, q string, arg string) error
+	}{
+		{"InTx", func(t *testing.T, q, arg string) error {
+			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, q, arg)
+				return err
+			})
+		}},
+		{"Command via Complete", func(t *testing.T, q, arg string) error {
+			_, err := e.handOver(t, set, q, arg).Complete(ctx)
+			return err
+		}},
+		{"Command via CompleteTx in InTx", func(t *testing.T, q, arg string) error {
+			acq := e.handOver(t, set, q, arg)
+			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				_, err := acq.CompleteTx(ctx, tx)
+				return err
+			})
+		}},
+	}
+	for _, r := range refusals {
+		t.Run(r.name, func(t *testing.T) {
+			for _, run := range runners {
+				for _, q := range r.forms {
+					t.Run(run.name+"/"+q, func(t *testing.T) {
+						err := run.run(t, e.sql(q), r.arg)
+						require.ErrorIs(t, err, r.want)
+						assert.Equal(t, 3, e.count(t, "blocks", ""), "nothing was deleted")
+						assert.Equal(t, 1, e.count(t, "heads", ""), "nothing was referenced")
+						assert.Equal(t, 1, e.count(t, "receipts", ""), "nothing was referenced")
+						assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ?", "tester"), "the hand-over was undone")
+					})
+				}
+			}
+		})
+	}
+}
+
+// handOver is a hand-over of carrier whose one command runs q with arg: it drops the
+// tester's hold first, so a refusal must undo that too.
+func (e *env) handOver(tb testing.TB, set *refset.RefSet[block, string], q, arg string) *refset.Acquired[string] {
+	tb.Helper()
+	tok, err := set.Upgrade(tb.Context(), "carrier")
+	require.NoError(tb, err)
+	rel, err := tok.Release(set.Unhold("tester"))
+	require.NoError(tb, err)
+	acq, err := rel.Acquire(refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
+		_, err := tx.ExecContext(ctx, q, arg)
+		return err
+	}))
+	require.NoError(tb, err)
+	return acq
+}
+
+// Tables dropped and made again (a test fixture reset, DROP SCHEMA ... CASCADE on
+// Postgres) take refset's tables of the set with them, while refset's bookkeeping
+// (refset_schema_version, refset_sets) may live elsewhere and stay, recording
+// migrations whose tables are gone. A store built on the new tables makes what it
+// needs again instead of failing on a missing holds table.
+func testTablesDroppedAndMadeAgain(t *testing.T, h Harness) {
+	e, set, ctx := newBlocksEnv(t, h)
+	_, err := set.Add(ctx, mkBlock("before", "", 0), set.Hold("keeper", 0))
+	require.NoError(t, err)
+
+	for _, table := range []string{"heads", "pending", "blocks_holds", "blocks_review", "blocks"} {
+		e.mustExec(t, `DROP TABLE `+table)
+	}
+	e.createBlocks(t)
+	store, err := newStore[block, string](ctx, e.db, sqlstore.Config{Table: "blocks"})
+	require.NoError(t, err, "a store on tables made again")
+	set = refset.New(store)
+	tok, err := set.Add(ctx, mkBlock("after", "", 0), set.Hold("keeper", 0))
+	require.NoError(t, err)
+	_, err = set.Get(ctx, tok)
+	require.NoError(t, err)
+	assert.Equal(t, 1, e.count(t, "blocks_holds", "object_id = ?", "after"))
+	assert.Equal(t, 0, e.count(t, "blocks_review", ""), "the review queue is there again")
+	require.ErrorIs(t, e.exec(ctx, `DELETE FROM blocks WHERE id = ?`, "after"), refset.ErrReferenced,
+		"the new holds table references the new blocks table")
+}
+
+// A store reads through statements it prepared. A migration that changes what a
+// mapped column is (renamed away, and a column of another type added under its name)
+// makes Postgres refuse such a statement ("cached plan must not change result type")
+// on every connection that prepared it, until it is prepared again; SQLite prepares
+// it again by itself. Either way reads go on without the program being restarted.
+func testReadsSurviveSchemaChange(t *testing.T, h Harness) {
+	e := newEnv(t, h)
+	ctx := t.Context()
+	e.mustExec(t, `CREATE TABLE named (num {Int} PRIMARY KEY, name {Text} NOT NULL)`)
+	store := openStore[intObj, int64](t, e, "named")
+	_, err := refset.New(store).Add(ctx, intObj{Num: 1, Name: "one"})
+	require.NoError(t, err)
+
+	steps := []struct {
+		migration []string
+		want      string
+	}{
+		{nil, "one"},
+		{[]string{`ALTER TABLE named RENAME COLUMN name TO old_name`,
+			`ALTER TABLE named ADD COLUMN name {Bytes} NOT NULL DEFAULT ''`}, ""},
+	}
+	for _, step := range steps {
+		for _, m := range step.migration {
+			e.mustExec(t, m)
+		}
+		for range 3 { // enough to reuse a pooled connection's statement
+			got, err := store.Get(ctx, e.db.Reader(), 1)
+			require.NoError(t, err, "after %q", step.migration)
+			assert.Equal(t, intObj{Num: 1, Name: step.want}, got)
+			found, err := store.Has(ctx, e.db.Reader(), 1)
+			require.NoError(t, err)
+			assert.True(t, found)
+		}
+	}
 }

@@ -230,9 +230,7 @@ var endingStatements = []string{
 }
 
 func testCannotEndTx(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 
 	t.Run("no Commit or Rollback in the type", func(t *testing.T) {
 		check := refset.CommandFunc[string](func(_ context.Context, tx refset.Tx, _ string) error {
@@ -327,9 +325,7 @@ func testCannotEndTx(t *testing.T, h Harness) {
 }
 
 func testPoolIsNotATx(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
 	require.NoError(t, err)
 	pool := e.db.Reader()
@@ -458,9 +454,7 @@ func testContextErrors(t *testing.T, h Harness) {
 // server and checks that each error matches the sentinel the docs promise (and so one
 // of refset's sentinels), and that the set still works after.
 func testErrorsMatchSentinels(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
 	require.NoError(t, err)
 
@@ -538,9 +532,7 @@ func (n narrow) ID() string { return n.Key }
 // testExecPlaceholders: a Command written once with refset.Exec runs on every store,
 // with ? or $1 for the object's ID.
 func testExecPlaceholders(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	for _, q := range []string{
 		`INSERT INTO pending (block_id) VALUES (?)`,
 		`INSERT INTO pending (block_id) VALUES ($1)`,

@@ -192,9 +192,7 @@ func testIDTypes(t *testing.T, h Harness) {
 }
 
 func testAddDuplicate(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("g", "", 0))
 	require.NoError(t, err)
 
@@ -218,9 +216,7 @@ func testAddDuplicate(t *testing.T, h Harness) {
 }
 
 func testUnknownID(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 
 	_, err := set.Upgrade(ctx, "nope")
 	require.ErrorIs(t, err, refset.ErrNotFound)
@@ -237,9 +233,7 @@ func testUnknownID(t *testing.T, h Harness) {
 }
 
 func testZeroID(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("", "", 0))
 	require.ErrorIs(t, err, refset.ErrInvalidID)
 	_, err = set.Upgrade(ctx, "")
@@ -248,9 +242,7 @@ func testZeroID(t *testing.T, h Harness) {
 }
 
 func testLeaseSharesInstance(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	_, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 	first, err := set.Get(ctx, tok)
@@ -281,9 +273,7 @@ func waitCacheEmpty[T refset.Identifiable[ID], ID comparable](t *testing.T, set 
 
 func testCacheFrees(t *testing.T, h Harness) {
 	const n = 100_000
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	// Load the rows in bulk: the point is the cache, not the inserts.
 	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
 		for start := 0; start < n; start += 500 {
@@ -392,9 +382,7 @@ func testConcurrentMisses(t *testing.T, h Harness) {
 }
 
 func testAddAll(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.blocks(t)
-	ctx := t.Context()
+	e, set, ctx := newBlocksEnv(t, h)
 	// More rows than one statement takes, and not a multiple of it.
 	objs := make([]block, 2345)
 	for i := range objs {

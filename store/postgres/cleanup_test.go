@@ -96,11 +96,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	db := openDSN(t, dsn)
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `
-		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
-		CREATE INDEX chain_prev ON chain (prev);
-		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)
-	require.NoError(t, err)
+	createChain(t, db)
 	store, err := NewStore[link, string](ctx, db, Config{Table: "chain"})
 	require.NoError(t, err)
 	set := refset.New(store)
@@ -313,12 +309,8 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 			dsn, sch := pgtest.New(t)
 			db := openDSN(t, dsn)
 			ctx := t.Context()
-			_, err := db.Pool.ExecContext(ctx, `
-				CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
-				CREATE INDEX chain_prev ON chain (prev);
-				CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)
-			require.NoError(t, err)
-			_, err = NewStore[link, string](ctx, db, Config{Table: "chain"})
+			createChain(t, db)
+			_, err := NewStore[link, string](ctx, db, Config{Table: "chain"})
 			require.NoError(t, err)
 			install := func() {
 				t.Helper()
@@ -516,4 +508,15 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	var top string
 	require.NoError(t, db.Pool.GetContext(ctx, &top, `SELECT id FROM chain c WHERE NOT EXISTS (SELECT 1 FROM chain n WHERE n.prev = c.id)`))
 	assert.Equal(t, fmt.Sprintf("link-%d", referenced), top)
+}
+
+// createChain makes the tables of the chain set: links, each after the one before
+// it, and the tips that hold them.
+func createChain(t *testing.T, db *DB) {
+	t.Helper()
+	_, err := db.Pool.ExecContext(t.Context(), `
+		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
+		CREATE INDEX chain_prev ON chain (prev);
+		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)
+	require.NoError(t, err)
 }

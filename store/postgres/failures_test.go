@@ -1,11 +1,18 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,11 +215,7 @@ func TestCleanupReportsItsDeadline(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, driver string) {
 		db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
 		ctx := t.Context()
-		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
-		require.NoError(t, err)
-		store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
-		require.NoError(t, err)
-		set := refset.New(store)
+		set := newBlocks(t, db)
 		c, err := NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
 		require.NoError(t, err)
 		_, err = set.Add(ctx, block{Hash: "a", Height: 1})
@@ -237,4 +240,170 @@ func TestCleanupReportsItsDeadline(t *testing.T) {
 			})
 		}
 	})
+}
+
+// Under SERIALIZABLE, concurrent units of work that each read the whole ledger and
+// append the next sequence number conflict (write skew): Postgres aborts all but one
+// with SQLSTATE 40001. InTx runs the aborted ones again, so every unit commits, each
+// exactly once, and the sequence has no gaps and no duplicates.
+func TestInTxRetriesSerializationFailures(t *testing.T) {
+	forEachDriver(t, testInTxRetriesSerializationFailures)
+}
+
+func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
+	dsn := pgtest.DSN(t)
+	logs := newLogRecorder()
+	db, err := Open(t.Context(), dsn, Options{Isolation: sql.LevelSerializable, MaxConns: 8, Driver: driver, Options: store.Options{Logger: logs.logger()}})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	ctx := t.Context()
+	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, writer int NOT NULL)`)
+	require.NoError(t, err)
+
+	const writers, units = 4, 10
+	var attempts, conflicts atomic.Int64
+	// In each round every writer's first attempt reads, then waits until all have
+	// read before it writes, so the round's transactions certainly overlap.
+	rounds := make([]sync.WaitGroup, units)
+	for r := range rounds {
+		rounds[r].Add(writers)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*units)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range units {
+				first := true
+				errs <- refset.InTx(ctx, db, func(tx refset.Tx) error {
+					attempts.Add(1)
+					var next int64
+					if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM ledger`).Scan(&next); err != nil {
+						return err
+					}
+					if first {
+						first = false
+						rounds[r].Done()
+						rounds[r].Wait()
+					}
+					_, err := tx.ExecContext(ctx, `INSERT INTO ledger (seq, writer) VALUES ($1, $2)`, next, w)
+					return err
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			conflicts.Add(1)
+			t.Errorf("unit of work failed: %v", err)
+		}
+	}
+	var rows, distinct, top int64
+	require.NoError(t, db.Pool.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
+	assert.Equal(t, int64(writers*units), rows, "every unit committed once")
+	assert.Equal(t, rows, distinct, "no sequence number twice")
+	assert.Equal(t, rows, top, "no gaps")
+	assert.Greater(t, attempts.Load(), rows, "the workload produced conflicts, so retries were exercised")
+	retries := logs.find("refset: transaction aborted by the database; retrying")
+	assert.Len(t, retries, int(attempts.Load()-rows), "every retry is logged")
+	for _, r := range retries {
+		assert.Contains(t, r["cause"], "40001", "with its cause")
+	}
+	t.Logf("%d units, %d attempts", rows, attempts.Load())
+}
+
+// logRecorder keeps the records a test's logger writes, as decoded JSON.
+type logRecorder struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{} }
+
+func (r *logRecorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.Write(p)
+}
+
+func (r *logRecorder) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// find is every record whose message is msg.
+func (r *logRecorder) find(msg string) []map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(r.buf.String()), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// TestLogging: with a logger, refset says what an operator wants to know, with
+// structured attributes: slow statements (the caller's and the store's own), a commit
+// whose outcome is unknown, clean-up's passes. Retries are checked by
+// TestInTxRetriesSerializationFailures.
+func TestLogging(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		logs := newLogRecorder()
+		db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Options: store.Options{Logger: logs.logger(), SlowStatement: 50 * time.Millisecond}})
+		ctx := t.Context()
+		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+		require.NoError(t, err)
+
+		require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `SELECT pg_sleep(0.1)`)
+			return err
+		}))
+		slow := logs.find("refset: slow statement")
+		require.Len(t, slow, 1)
+		assert.Equal(t, "SELECT pg_sleep(0.1)", slow[0]["statement"])
+		assert.Equal(t, "WARN", slow[0]["level"])
+
+		store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+		require.NoError(t, err)
+		set := refset.New(store)
+		c, err := NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
+		require.NoError(t, err)
+		_, err = set.Add(ctx, block{Hash: "gone", Height: 1})
+		require.NoError(t, err)
+		time.Sleep(20 * time.Millisecond)
+		s, err := c.Collect(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, s.Deleted)
+		collected := logs.find("refset/cleanup: collected")
+		require.NotEmpty(t, collected)
+		last := collected[len(collected)-1]
+		assert.EqualValues(t, 1, last["deleted"])
+		assert.Equal(t, "blocks", last["table"])
+
+		// The store's own statements are timed too: a lock another session holds
+		// makes the insert wait past the threshold.
+		locker, err := db.Pool.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		time.AfterFunc(150*time.Millisecond, func() { _ = locker.Rollback() })
+		_, err = set.Add(ctx, block{Hash: "late", Height: 2})
+		require.NoError(t, err)
+		var storeSlow bool
+		for _, r := range logs.find("refset: slow statement") {
+			storeSlow = storeSlow || strings.Contains(r["statement"].(string), `INSERT INTO`)
+		}
+		assert.True(t, storeSlow, "the store's insert was logged as slow")
+	})
+}
+
+// Without a logger refset logs nothing, not even to slog's default logger.
+func TestNoLoggerIsSilent(t *testing.T) {
+	db := openWith(t, pgtest.DSN(t), Options{})
+	assert.Equal(t, slog.DiscardHandler, db.Driver().Logger().Handler(), "a logger that drops everything")
 }

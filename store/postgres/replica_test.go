@@ -1,16 +1,14 @@
 package postgres_test
 
 import (
-	"context"
 	"database/sql"
-	"maps"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
@@ -20,34 +18,6 @@ import (
 
 // These tests run against a real hot standby (pgtest.NewWithStandby), and pause its
 // replay (pgtest.PauseReplay) to make a lag they can count on.
-
-// fallbacks is an Observer that counts ReadFellBack calls as "read/reason".
-type fallbacks struct {
-	refset.NoObserver
-	mu  sync.Mutex
-	got map[string]int
-}
-
-func (f *fallbacks) ReadFellBack(_ context.Context, read, reason string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.got == nil {
-		f.got = map[string]int{}
-	}
-	f.got[read+"/"+reason]++
-}
-
-// take returns the counts so far and starts again from none.
-func (f *fallbacks) take() map[string]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	got := maps.Clone(f.got)
-	f.got = nil
-	if got == nil {
-		got = map[string]int{}
-	}
-	return got
-}
 
 type item struct {
 	Key  string `db:"id"`
@@ -59,10 +29,10 @@ func (i item) ID() string { return i.Key }
 // replicaEnv is a test schema on a primary with a standby: a database opened with
 // both, an items set in it, and the observer of its fallbacks.
 type replicaEnv struct {
-	primaryDSN, standbyDSN string
-	db                     *postgres.DB
-	set                    *refset.RefSet[item, string]
-	obs                    *fallbacks
+	place testdb.Place // the primary, and the standby as its replica
+	db    *postgres.DB
+	set   *refset.RefSet[item, string]
+	obs   *testdb.Fallbacks
 }
 
 // longWait is the ReplicaWait of tests that expect the standby to catch up: long
@@ -72,7 +42,7 @@ const longWait = 2 * time.Minute
 func newReplicaEnv(t *testing.T) *replicaEnv {
 	t.Helper()
 	e := &replicaEnv{}
-	e.primaryDSN, e.standbyDSN, _ = pgtest.NewWithStandby(t)
+	e.place = testdb.Standby.New(t)
 	e.db, e.obs = e.open(t, longWait)
 	_, err := e.db.Pool.ExecContext(t.Context(), `CREATE TABLE items (id text PRIMARY KEY, body text NOT NULL)`)
 	require.NoError(t, err)
@@ -80,19 +50,16 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	require.NoError(t, err)
 	e.set = refset.New(store)
 	e.caughtUp(t)
-	e.obs.take()
+	e.obs.Take()
 	return e
 }
 
 // open opens another handle on the env's primary and standby, with its own
 // observer.
-func (e *replicaEnv) open(t *testing.T, wait time.Duration) (*postgres.DB, *fallbacks) {
+func (e *replicaEnv) open(t *testing.T, wait time.Duration) (*postgres.DB, *testdb.Fallbacks) {
 	t.Helper()
-	obs := &fallbacks{}
-	db, err := postgres.Open(t.Context(), e.primaryDSN, postgres.Options{ReplicaDSN: e.standbyDSN, ReplicaWait: wait, Options: store.Options{Observer: obs}})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	return db, obs
+	obs := &testdb.Fallbacks{}
+	return e.place.Open(t, testdb.Options{ReplicaWait: wait, Observer: obs}).(*postgres.DB), obs
 }
 
 // caughtUp waits until the standby shows everything committed so far.
@@ -123,15 +90,15 @@ func TestReplicaReadAfterWrite(t *testing.T) {
 	lease, err := e.set.Get(ctx, tok)
 	require.NoError(t, err)
 	assert.Equal(t, "first", lease.Value().Body)
-	assert.Equal(t, map[string]int{"get/missing": 1}, e.obs.take())
+	assert.Equal(t, map[string]int{"get/missing": 1}, e.obs.Take())
 
 	_, err = e.set.Upgrade(ctx, "a")
 	require.NoError(t, err)
-	assert.Equal(t, map[string]int{"has/missing": 1}, e.obs.take())
+	assert.Equal(t, map[string]int{"has/missing": 1}, e.obs.Take())
 
 	_, err = e.set.Upgrade(ctx, "never stored")
 	require.ErrorIs(t, err, refset.ErrNotFound)
-	assert.Equal(t, map[string]int{"has/missing": 1}, e.obs.take(), "an absent object is asked of both")
+	assert.Equal(t, map[string]int{"has/missing": 1}, e.obs.Take(), "an absent object is asked of both")
 }
 
 // A row the standby has is served from the standby, however far behind it is. The
@@ -151,7 +118,7 @@ func TestReplicaServesRowsItHas(t *testing.T) {
 	lease, err := e.set.Get(ctx, tok)
 	require.NoError(t, err)
 	assert.Equal(t, "first", lease.Value().Body, "the standby's row")
-	assert.Empty(t, e.obs.take(), "no fallback")
+	assert.Empty(t, e.obs.Take(), "no fallback")
 
 	// Deleted on the primary, the object is still found on the standby outside a
 	// transaction (as it would have been on the primary a moment earlier), and not
@@ -164,7 +131,7 @@ func TestReplicaServesRowsItHas(t *testing.T) {
 		return err
 	})
 	require.ErrorIs(t, err, refset.ErrNotFound, "UpgradeTx reads the primary")
-	assert.Empty(t, e.obs.take(), "no fallback")
+	assert.Empty(t, e.obs.Take(), "no fallback")
 }
 
 // Reports read the standby once it has replayed what the primary committed before
@@ -178,7 +145,7 @@ func TestReplicaReports(t *testing.T) {
 	require.NoError(t, err)
 	_, err = e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
 	require.NoError(t, err)
-	e.obs.take()
+	e.obs.Take()
 
 	// Right after the Add, served by the standby: no fallback.
 	hs, err := c.Why(ctx, "a")
@@ -195,7 +162,7 @@ func TestReplicaReports(t *testing.T) {
 	assert.Equal(t, int64(1), st.Sets[0].HoldsLive)
 	_, err = c.Why(ctx, "never stored")
 	require.ErrorIs(t, err, refset.ErrNotFound)
-	assert.Empty(t, e.obs.take(), "every report served by the standby")
+	assert.Empty(t, e.obs.Take(), "every report served by the standby")
 
 	// Paused, the standby cannot catch up: a handle that waits briefly reads the
 	// primary, and sees the new hold.
@@ -210,7 +177,7 @@ func TestReplicaReports(t *testing.T) {
 	st, err = cleanup.Status(ctx, short, postgres.TestCleanupDialect)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), st.Sets[0].HoldsLive)
-	assert.Equal(t, map[string]int{"report/behind": 2}, obs.take())
+	assert.Equal(t, map[string]int{"report/behind": 2}, obs.Take())
 }
 
 // ReplicaCaughtUp waits for the standby, and gives up after ReplicaWait.
@@ -227,7 +194,7 @@ func TestReplicaCaughtUp(t *testing.T) {
 	resume()
 	e.caughtUp(t)
 
-	noReplica, err := postgres.Open(ctx, e.primaryDSN, postgres.Options{})
+	noReplica, err := postgres.Open(ctx, e.place.At, postgres.Options{})
 	require.NoError(t, err)
 	defer noReplica.Close()
 	ok, err = noReplica.ReplicaCaughtUp(ctx)
@@ -243,10 +210,10 @@ func TestReplicaGone(t *testing.T) {
 	_, err := e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
 	require.NoError(t, err)
 
-	replica, err := sql.Open("postgres", e.standbyDSN)
+	replica, err := sql.Open("postgres", e.place.StandbyAt)
 	require.NoError(t, err)
-	obs := &fallbacks{}
-	db, err := postgres.Open(ctx, e.primaryDSN, postgres.Options{Replica: replica, Options: store.Options{Observer: obs}})
+	obs := &testdb.Fallbacks{}
+	db, err := postgres.Open(ctx, e.place.At, postgres.Options{Replica: replica, Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	defer db.Close()
 	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
@@ -264,7 +231,7 @@ func TestReplicaGone(t *testing.T) {
 	hs, err := c.Why(ctx, "a")
 	require.NoError(t, err)
 	assert.Len(t, hs, 1)
-	assert.Equal(t, map[string]int{"has/failed": 1, "get/failed": 1, "report/failed": 1}, obs.take())
+	assert.Equal(t, map[string]int{"has/failed": 1, "get/failed": 1, "report/failed": 1}, obs.Take())
 
 	_, err = db.ReplicaCaughtUp(ctx)
 	require.Error(t, err)

@@ -143,11 +143,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	db, other := openDSN(t, dsn), openDSN(t, dsn)
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
-	require.NoError(t, err)
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
-	require.NoError(t, err)
-	set := refset.New(store)
+	set := newBlocks(t, db)
 
 	// prepared reports whether the insert is prepared on q's connection.
 	prepared := func(q refset.Querier) bool {
@@ -207,4 +203,14 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 			assert.Equal(t, 1, n)
 		})
 	}
+}
+
+// newBlocks makes the table blocks on db and a set on it.
+func newBlocks(t *testing.T, db *DB) *refset.RefSet[block, string] {
+	t.Helper()
+	_, err := db.Pool.ExecContext(t.Context(), `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+	require.NoError(t, err)
+	store, err := NewStore[block, string](t.Context(), db, Config{Table: "blocks"})
+	require.NoError(t, err)
+	return refset.New(store)
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,18 +25,16 @@ var hostileBackends = []hostileBackend{
 	{"sqlite", func(t *testing.T) (*Vault, func() int) {
 		// An open write transaction holds SQLite's one writer connection: the vault's
 		// next write (the checks after the panic) waits for it until its context ends.
-		return backends[0].open(t, 1, Config{})[0], func() int { return 0 }
+		return openVaults(t, testdb.SQLite, 1, Config{})[0], func() int { return 0 }
 	}},
 	{"postgres", func(t *testing.T) (*Vault, func() int) {
 		// The vault's connections carry an application name of their own, so its
 		// backends can be told from every other test's in pg_stat_activity.
 		app := "custody-" + NewID()[:12]
-		db, err := postgres.Open(t.Context(), withApplicationName(t, pgtest.DSN(t), app), postgres.Options{MaxConns: 4})
-		require.NoError(t, err)
-		t.Cleanup(func() { db.Close() })
-		v, err := Open(t.Context(), db, Config{})
-		require.NoError(t, err)
-		return v, func() int {
+		where := testdb.LibPQ.New(t)
+		where.At = withApplicationName(t, where.At, app)
+		db := where.Open(t, testdb.Options{MaxConns: 4}).(*postgres.DB)
+		return openVault(t, db, Config{}), func() int {
 			t.Helper()
 			var n int
 			require.NoError(t, db.Pool.GetContext(t.Context(), &n, `SELECT count(*) FROM pg_stat_activity

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,12 +117,9 @@ func TestTwoReplicaProcesses(t *testing.T) {
 	if testing.Short() {
 		duration = 3 * time.Second
 	}
-	dsn := pgtest.DSN(t)
-	db, err := postgres.Open(t.Context(), dsn, postgres.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	v, err := Open(t.Context(), db, Config{})
-	require.NoError(t, err)
+	where := testdb.LibPQ.New(t)
+	dsn := where.At
+	v := openVault(t, where.Open(t, testdb.Options{}), Config{})
 	for _, o := range processOwners {
 		issue(t, v, o, repeat(200, 5)...)
 	}

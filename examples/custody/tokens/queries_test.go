@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,41 +17,38 @@ import (
 // it takes the token.
 func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 	anything := Filter{Predicate: func(Token) bool { return true }}
-	for _, b := range backends[1:3] { // lib/pq and pgx, on one server each with its own rows
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			v := b.open(t, 1, Config{MaxAttempts: 1})[0]
-			require.NotEmpty(t, v.lockRowsSQL, "the Postgres folder has the general path's row locks")
-			issue(t, v, "lena", 5)
-			var id string
-			require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT id FROM tokens WHERE owner = 'lena'`).Scan(&id))
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{MaxAttempts: 1})[0]
+		require.NotEmpty(t, v.lockRowsSQL, "the Postgres folder has the general path's row locks")
+		issue(t, v, "lena", 5)
+		var id string
+		require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT id FROM tokens WHERE owner = 'lena'`).Scan(&id))
 
-			other, err := v.stmts.pool.BeginTx(ctx, nil)
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = other.Rollback() })
-			_, err = other.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, id)
-			require.NoError(t, err)
+		other, err := v.stmts.pool.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Rollback() })
+		_, err = other.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, id)
+		require.NoError(t, err)
 
-			// Without the row locks, the lock's insert would wait for the row (its
-			// foreign key locks the token's row): the deadline says so.
-			impatient, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			before := v.Stats()
-			_, err = v.Select(impatient, newTx(), "lena", 5, anything, time.Minute)
-			require.ErrorIs(t, err, ErrLocked, "the general path waited for a row another transaction locked")
-			after := v.Stats()
-			assert.Equal(t, before.General+1, after.General, "a Select with a Predicate takes the general path")
-			assert.Equal(t, before.LostRaces+1, after.LostRaces, "the skipped row is a race lost")
+		// Without the row locks, the lock's insert would wait for the row (its
+		// foreign key locks the token's row): the deadline says so.
+		impatient, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		before := v.Stats()
+		_, err = v.Select(impatient, newTx(), "lena", 5, anything, time.Minute)
+		require.ErrorIs(t, err, ErrLocked, "the general path waited for a row another transaction locked")
+		after := v.Stats()
+		assert.Equal(t, before.General+1, after.General, "a Select with a Predicate takes the general path")
+		assert.Equal(t, before.LostRaces+1, after.LostRaces, "the skipped row is a race lost")
 
-			require.NoError(t, other.Rollback())
-			got, err := v.Select(ctx, newTx(), "lena", 5, anything, time.Minute)
-			require.NoError(t, err)
-			require.Len(t, got, 1)
-			assert.Equal(t, id, got[0].TokenID)
-			audit(t, v)
-		})
-	}
+		require.NoError(t, other.Rollback())
+		got, err := v.Select(ctx, newTx(), "lena", 5, anything, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, id, got[0].TokenID)
+		audit(t, v)
+	})
 }
 
 // A migration that gives a fast path's function other result types (a new function
@@ -61,38 +59,35 @@ func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 func TestFastPathsSurviveResultTypeChange(t *testing.T) {
 	const args = `p_owner text, p_type text, p_identifier text, p_issuer text, p_notary text,
 		p_amount bigint, p_pivot text, p_holder text, p_ttl_ms bigint`
-	for _, b := range backends[1:3] { // prepared: lib/pq and pgx
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			v := b.open(t, 1, Config{})[0]
-			require.True(t, v.fast, "the Postgres folder has the fast paths' statements")
-			issue(t, v, "max", 1, 1, 1, 1, 1, 1, 1, 1)
-			selectOne := func() {
-				t.Helper()
-				locked, err := v.Select(ctx, newTx(), "max", 1, Filter{}, time.Minute)
-				require.NoError(t, err)
-				require.Len(t, locked, 1)
-			}
-			for range 4 { // on the pool's connections, as many as it opens
-				selectOne()
-			}
-			for _, ddl := range []string{
-				`ALTER FUNCTION custody_select(` + args + `) RENAME TO custody_select_before`,
-				`CREATE FUNCTION custody_select(` + args + `)
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) { // prepared
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		require.True(t, v.fast, "the Postgres folder has the fast paths' statements")
+		issue(t, v, "max", 1, 1, 1, 1, 1, 1, 1, 1)
+		selectOne := func() {
+			t.Helper()
+			locked, err := v.Select(ctx, newTx(), "max", 1, Filter{}, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, locked, 1)
+		}
+		for range 4 { // on the pool's connections, as many as it opens
+			selectOne()
+		}
+		for _, ddl := range []string{
+			`ALTER FUNCTION custody_select(` + args + `) RENAME TO custody_select_before`,
+			`CREATE FUNCTION custody_select(` + args + `)
 				RETURNS TABLE (verdict varchar, covered numeric, took_over bigint, tok_id varchar, tok_owner varchar,
 					tok_type varchar, tok_identifier varchar, tok_issuer varchar, tok_notary varchar, tok_amount bigint)
 				LANGUAGE sql AS $$ SELECT verdict::varchar, covered, took_over, tok_id::varchar, tok_owner::varchar,
 					tok_type::varchar, tok_identifier::varchar, tok_issuer::varchar, tok_notary::varchar, tok_amount
 				FROM custody_select_before(p_owner, p_type, p_identifier, p_issuer, p_notary, p_amount, p_pivot, p_holder, p_ttl_ms) $$`,
-			} {
-				_, err := v.stmts.pool.ExecContext(ctx, ddl)
-				require.NoError(t, err)
-			}
-			for range 4 {
-				selectOne()
-			}
-			audit(t, v)
-		})
-	}
+		} {
+			_, err := v.stmts.pool.ExecContext(ctx, ddl)
+			require.NoError(t, err)
+		}
+		for range 4 {
+			selectOne()
+		}
+		audit(t, v)
+	})
 }

@@ -4,91 +4,47 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// replicas opens n vaults on one fresh database, each with its own connection pool,
-// as n replicas of a service would. Postgres, unless sqliteToo and then SQLite too.
-type backend struct {
-	name string
-	open func(tb testing.TB, n int, cfg Config) []*Vault
-}
-
-var backends = []backend{
-	{"sqlite", func(tb testing.TB, n int, cfg Config) []*Vault {
-		path := filepath.Join(tb.TempDir(), "custody.db")
-		var vs []*Vault
-		for range n {
-			db, err := sqlite.Open(context.Background(), path, sqlite.Options{})
-			require.NoError(tb, err)
-			tb.Cleanup(func() { db.Close() })
-			v, err := Open(context.Background(), db, cfg)
-			require.NoError(tb, err)
-			where.Store(v, location{at: path})
-			vs = append(vs, v)
-		}
-		return vs
-	}},
-	{"postgres", openPostgres(pgtest.DSN, postgres.Options{Driver: postgres.DriverLibPQ})},
-	{"pgx", openPostgres(pgtest.DSN, postgres.Options{Driver: postgres.DriverPgx})},
-	// Through PgBouncer in transaction mode, with pgx (lib/pq's cancel requests may
-	// crash the harness's PgBouncer 1.18) and the option a pooler needs.
-	{"pgbouncer", openPostgres(pgtest.Pooled, postgres.Options{Driver: postgres.DriverPgx, Unprepared: true})},
-}
-
-// openPostgres opens n vaults on one fresh schema (newDSN's), each on its own pool
-// opened with opts.
-func openPostgres(newDSN func(testing.TB) string, opts postgres.Options) func(tb testing.TB, n int, cfg Config) []*Vault {
-	opts.MaxConns = 4
-	return func(tb testing.TB, n int, cfg Config) []*Vault {
-		dsn := newDSN(tb)
-		var vs []*Vault
-		for range n {
-			db, err := postgres.Open(context.Background(), dsn, opts)
-			require.NoError(tb, err)
-			tb.Cleanup(func() { db.Close() })
-			v, err := Open(context.Background(), db, cfg)
-			require.NoError(tb, err)
-			where.Store(v, location{at: dsn, opts: opts})
-			vs = append(vs, v)
-		}
-		return vs
+// openVaults opens n vaults on one fresh database of b, each with its own
+// connection pool, as n replicas of a service would.
+func openVaults(tb testing.TB, b testdb.Backend, n int, cfg Config) []*Vault {
+	tb.Helper()
+	where := b.New(tb)
+	vs := make([]*Vault, n)
+	for i := range vs {
+		vs[i] = openVault(tb, where.Open(tb, testdb.Options{MaxConns: 4}), cfg)
 	}
+	return vs
 }
 
-// where remembers the location each test vault was opened on, for reopen.
-var where sync.Map // *Vault -> location
-
-// location is a test vault's file or DSN, and the options of a Postgres one.
-type location struct {
-	at   string
-	opts postgres.Options
+// openVault opens a vault on db.
+func openVault(tb testing.TB, db refset.Database, cfg Config) *Vault {
+	tb.Helper()
+	v, err := Open(context.Background(), db, cfg)
+	require.NoError(tb, err)
+	return v
 }
 
 // waiting vaults wait up to a minute for funds locked by others.
 var waiting = Config{LockWait: time.Minute}
 
 func each(t *testing.T, replicas int, cfg Config, fn func(t *testing.T, vs []*Vault)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			vs := b.open(t, replicas, cfg)
-			fn(t, vs)
-			audit(t, vs[0])
-		})
-	}
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		vs := openVaults(t, b, replicas, cfg)
+		fn(t, vs)
+		audit(t, vs[0])
+	})
 }
 
 // audit checks conservation and every invariant after a test.
@@ -354,24 +310,7 @@ func TestCleanupRemovesExpiredLocks(t *testing.T) {
 // restarted process would have.
 func reopen(t *testing.T, v *Vault) *Vault {
 	t.Helper()
-	w, _ := where.Load(v)
-	at := w.(location)
-	var db refset.Database
-	switch v.db.(type) {
-	case *sqlite.DB:
-		s, err := sqlite.Open(t.Context(), at.at, sqlite.Options{})
-		require.NoError(t, err)
-		t.Cleanup(func() { s.Close() })
-		db = s
-	case *postgres.DB:
-		p, err := postgres.Open(t.Context(), at.at, at.opts)
-		require.NoError(t, err)
-		t.Cleanup(func() { p.Close() })
-		db = p
-	}
-	nv, err := Open(t.Context(), db, Config{})
-	require.NoError(t, err)
-	return nv
+	return openVault(t, testdb.PlaceOf(t, v.db).Open(t, testdb.Options{MaxConns: 4}), Config{})
 }
 
 // Issuing more tokens than one statement can carry parameters for.
@@ -415,12 +354,12 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 			assert.EqualValues(t, 1, a.SpentButPresent)
 		}},
 	}
-	for _, b := range backends {
+	for _, b := range testdb.All() {
 		for _, c := range cases {
-			t.Run(b.name+"/"+c.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
-				v := b.open(t, 1, Config{})[0]
+				v := openVaults(t, b, 1, Config{})[0]
 				issue(t, v, "alice", 10, 20, 30)
 				require.NoError(t, pay(ctx, v, "alice", "bob", 15))
 				a, err := v.Audit(ctx)
@@ -455,35 +394,31 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 // Books kept before history recorded issues: the migration that adds the column marks
 // the rows of transactions that created tokens but spent none, and the books balance.
 func TestIssuedBackfill(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			v := b.open(t, 1, Config{})[0]
-			issue(t, v, "alice", 10, 20, 30)
-			issue(t, v, "bob", 5)
-			require.NoError(t, pay(ctx, v, "alice", "bob", 15))
-			require.NoError(t, pay(ctx, v, "bob", "carol", 7))
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		issue(t, v, "alice", 10, 20, 30)
+		issue(t, v, "bob", 5)
+		require.NoError(t, pay(ctx, v, "alice", "bob", 15))
+		require.NoError(t, pay(ctx, v, "bob", "carol", 7))
 
-			file := map[string]string{"sqlite": "sql/sqlite/tables/0002_issued.sql", "postgres": "sql/postgres/tables/0003_issued.sql", "pgx": "sql/postgres/tables/0003_issued.sql",
-				"pgbouncer": "sql/postgres/tables/0003_issued.sql"}[b.name]
-			text, err := migrations.ReadFile(file)
-			require.NoError(t, err)
-			_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
-			require.True(t, ok, "%s: no ALTER TABLE", file)
-			_, backfill, ok := strings.Cut(alter, ";")
-			require.True(t, ok, "%s: no statement after the ALTER TABLE", file)
-			require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
-				if _, err := tx.ExecContext(ctx, `UPDATE token_history SET issued = false`); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, backfill)
+		file := map[bool]string{false: "sql/sqlite/tables/0002_issued.sql", true: "sql/postgres/tables/0003_issued.sql"}[b.Postgres]
+		text, err := migrations.ReadFile(file)
+		require.NoError(t, err)
+		_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
+		require.True(t, ok, "%s: no ALTER TABLE", file)
+		_, backfill, ok := strings.Cut(alter, ";")
+		require.True(t, ok, "%s: no statement after the ALTER TABLE", file)
+		require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `UPDATE token_history SET issued = false`); err != nil {
 				return err
-			}))
-			a := audit(t, v)
-			assert.EqualValues(t, 65, a.Issued)
-		})
-	}
+			}
+			_, err := tx.ExecContext(ctx, backfill)
+			return err
+		}))
+		a := audit(t, v)
+		assert.EqualValues(t, 65, a.Issued)
+	})
 }
 
 // On Postgres a payment gives clean-up nothing to review: the spent tokens are deleted
@@ -491,7 +426,7 @@ func TestIssuedBackfill(t *testing.T) {
 // statement that creates them. The queue holds only what was issued (Issue adds the
 // tokens, then their holds), and Collect deletes none of it.
 func TestPaymentsLeaveNothingToReview(t *testing.T) {
-	vs := backends[1].open(t, 1, Config{Grace: time.Millisecond})
+	vs := openVaults(t, testdb.LibPQ, 1, Config{Grace: time.Millisecond})
 	v, ctx := vs[0], t.Context()
 	issue(t, v, "erin", 4, 6)
 	queued := func() (n int) {
