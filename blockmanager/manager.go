@@ -90,7 +90,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 		m.writes, err = refsetdriver.NewStore[storedBlock, string](ctx, db, sqlstore.Config{Table: "blocks"})
 	}
 	if err == nil {
-		m.collector, err = refsetdriver.NewCollector(ctx, db, collect)
+		m.collector, err = cleanup.Install(ctx, db, collect)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)

@@ -1,8 +1,10 @@
-// Package driver is the one value per SQL dialect that the code above the stores asks
-// for what differs between databases, as river's riverdriver is for river: a store
-// package's database carries its Driver, and blockmanager, custody and the stores'
-// own constructors build sets and collectors through it, so none of them switches on
-// a concrete database type (and a Postgres-only program never links SQLite's C code).
+// Package refsetdriver is the one value per SQL dialect that the code above the stores
+// asks for what differs between databases, as river's riverdriver is for river: a
+// store package's database carries its Driver, and blockmanager, custody, package
+// cleanup and the stores' own constructors build sets and collectors through it, so
+// none of them switches on a concrete database type (and a Postgres-only program
+// never links SQLite's C code). Its API is not stable: it is for the stores, which
+// implement it, and the packages above them; do not implement it elsewhere.
 //
 // A database carries its Driver in an embedded Handle. Handle's one method is
 // unexported, so Of finds the Driver of any store's database while a caller, outside
@@ -14,17 +16,16 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
 
 // Driver is one dialect bound to one database: the statements and catalog reads of
-// its stores (sqlstore.Dialect), the SQL of clean-up (cleanup.Dialect), and where its
+// its stores (sqlstore.Dialect), the SQL of clean-up (CleanupDialect), and where its
 // statements are prepared.
 type Driver interface {
 	sqlstore.Dialect
-	cleanup.Dialect
+	CleanupDialect
 
 	// Pool is the pool the database begins its write transactions on, where a store
 	// prepares its writing statements.
@@ -107,13 +108,4 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 		}
 	}
 	return s, nil
-}
-
-// NewCollector installs clean-up of cfg's set in db, through db's Driver.
-func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
-	d, err := Of(db)
-	if err != nil {
-		return nil, err
-	}
-	return cleanup.Install(ctx, db, d, cfg)
 }

@@ -48,5 +48,5 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 // NewCollector installs clean-up of cfg's set in db (see cleanup.Config), a database
 // of store/sqlite or store/postgres, and returns its Collector.
 func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return refsetdriver.NewCollector(ctx, db, cfg)
+	return cleanup.Install(ctx, db, cfg)
 }

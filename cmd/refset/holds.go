@@ -21,14 +21,14 @@ import (
 // dialect's clock, and the filter the flags ask for.
 type holdsQuery struct {
 	holds   sqlident.Ident
-	clock   cleanup.Clock
+	clock   refsetdriver.Clock
 	dialect schema.Dialect
 	where   []string
 	args    []any
 }
 
 // newHoldsQuery finds the holds table of the set on table in refset_sets. Every
-// comparison with the time is the SQL of the dialect's clock (cleanup.Clock.Now),
+// comparison with the time is the SQL of the dialect's clock (refsetdriver.Clock.Now),
 // the one clean-up expires holds by, so this file writes no dialect's SQL.
 func newHoldsQuery(ctx context.Context, db opened, table string, expired bool, holder string) (holdsQuery, error) {
 	if table == "" {

@@ -118,8 +118,6 @@ func backends() []backend {
 func prepare(t *testing.T, b backend, db refset.Database) {
 	t.Helper()
 	ctx := t.Context()
-	d, err := refsetdriver.Of(db)
-	require.NoError(t, err)
 	exec := func(tx refset.Tx, q string) {
 		t.Helper()
 		_, err := tx.ExecContext(ctx, q)
@@ -132,12 +130,12 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
 		return nil
 	}))
-	_, err = refsetdriver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
+	_, err := refsetdriver.NewStore[block, string](ctx, db, sqlstore.Config{Table: "blocks"})
 	require.NoError(t, err)
 	_, err = refsetdriver.NewStore[token, string](ctx, db, sqlstore.Config{Table: "tokens"})
 	require.NoError(t, err)
 	for _, table := range []string{"blocks", "tokens"} {
-		_, err := cleanup.Install(ctx, db, d, cleanup.Config{Table: table})
+		_, err := cleanup.Install(ctx, db, cleanup.Config{Table: table})
 		require.NoError(t, err)
 	}
 	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {

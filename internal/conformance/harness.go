@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
@@ -29,7 +29,7 @@ type Harness struct {
 	// Types are the dialect's column types.
 	Types Types
 	// Cleanup is the store's clean-up dialect.
-	Cleanup cleanup.Dialect
+	Cleanup refsetdriver.CleanupDialect
 	// SkipCancels, when set, is why the tests that end a context while a statement
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).

@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
@@ -63,8 +63,8 @@ func (cleanupDialect) SchemaSQL() schema.SQL { return schemaSQL{} }
 func (cleanupDialect) RowAddress() string { return "ctid" }
 
 // Clock: refset's tables keep times as timestamptz.
-func (cleanupDialect) Clock() cleanup.Clock {
-	return cleanup.Clock{
+func (cleanupDialect) Clock() refsetdriver.Clock {
+	return refsetdriver.Clock{
 		Now: `now()`,
 		Scan: func() (any, func() time.Time) {
 			var t sql.NullTime

@@ -139,7 +139,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	var store *sqlstore.Store[Token, string]
 	if store, err = refsetdriver.NewStore[Token, string](ctx, db, sqlstore.Config{Table: "tokens"}); err == nil {
 		v.set = refset.New[Token, string](store)
-		v.collector, err = refsetdriver.NewCollector(ctx, db, collect)
+		v.collector, err = cleanup.Install(ctx, db, collect)
 	}
 	if err == nil {
 		err = v.migrate(ctx, "locks")
