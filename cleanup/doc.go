@@ -60,4 +60,26 @@
 // lost or never installed. Check reports what Collect would never delete (objects
 // reachable from no root and no queued object) and references to missing objects;
 // both are zero in a healthy database. Why says which rows keep an object alive.
+//
+// # Where things are
+//
+// The package is split as containerd splits its garbage collector, so that each part
+// can be read, and changed, without the others:
+//
+//   - collect.go is the algorithm: Collect's batches, which follow the garbage from the
+//     review queue, and Sweep, the full mark from the roots.
+//   - install.go binds it to storage: Install and Inspect read the set's registration
+//     and the catalog into a plan (describe), and Install creates the triggers.
+//   - run.go is the schedule: Run, and when a failing collector gives up.
+//   - report.go and status.go are the read-only reports: Check, Why, WhyAll and Queue
+//     on one set, Status on a whole database. replica.go says where they read.
+//   - collector.go holds what they share: Config, the Collector and its errors.
+//
+// None of it runs SQL of its own. A store's clean-up dialect
+// (refsetdriver.CleanupDialect, found through the database's driver) writes every
+// statement: the catalog reads, the triggers, a batch, the sweep's mark, and the
+// reports' reads of refset's tables. (The CREATE INDEX statements of an
+// UnindexedError are written here, for the user to run.) What only a
+// store implements or calls (the dialect, Plan, Batch, Clock, UnfollowedKeys) is in
+// package refsetdriver, not here.
 package cleanup

@@ -2,50 +2,132 @@ package cleanup
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
 )
+
+// This file is the reports on one set, which change nothing: Check, Why, WhyAll and
+// Queue. Their reads are the dialect's (refsetdriver.CleanupDialect's reports); what
+// they make of them is here. Queue reads the database's reader; the others read where
+// onReplica says.
+
+// Report is what Check found.
+type Report struct {
+	// Leaked counts objects reachable from no root and no queued object: garbage
+	// Collect would never delete. Sweep repairs it.
+	Leaked int64
+	// Dangling counts reference rows whose object does not exist (possible only
+	// where foreign keys were not enforced, such as a SQLite connection opened
+	// without them).
+	Dangling int64
+	// Samples are a few of the offending IDs or rows, as text.
+	Samples []string
+}
+
+// OK reports a healthy set.
+func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
+
+// Check scans the set and its references. Its cost follows the size of the set: it
+// is an audit, not part of collection. It reads the database's replica when it has
+// one that shows every write committed before Check began, the primary otherwise
+// (see onReplica). Errors: refset.ErrSchema, ErrUnavailable, ErrTimeout, ErrClosed,
+// the context's error.
+func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	var r Report
+	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
+		r, err = c.check(ctx, q)
+		return err
+	})
+	if err = c.readError(err); err != nil {
+		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
+	}
+	return r, nil
+}
+
+// Holder is a row that keeps an object alive.
+type Holder struct {
+	Table  string // the referencing table
+	Column string // its referencing column
+	Key    string // the row's primary key, as "col=value, ..."
+}
+
+func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Column, h.Key) }
+
+// Why lists the rows that keep the object with that ID alive (up to whyLimit per
+// referencing table; WhyAll lists them all). None means it is garbage: Collect will
+// delete it once it is due. It reads where Check does. ErrNotFound if there is no
+// such object; otherwise the errors of Check.
+func (c *Collector) Why(ctx context.Context, id any) (_ []Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	hs, err := c.whyOnReplica(ctx, refset.Arg(id), whyLimit)
+	if err = c.readError(err); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
+	}
+	return hs, nil
+}
+
+// whyOnReplica is why, on the replica when it has caught up (onReplica).
+func (c *Collector) whyOnReplica(ctx context.Context, id any, limit int) (hs []Holder, err error) {
+	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
+		hs, err = c.why(ctx, q, id, limit)
+		return err
+	})
+	return hs, err
+}
+
+// WhyAll is Why without its limit: every row that keeps the object alive, for an
+// operator who must find them all before removing them. Its cost follows the number
+// of such rows. It reads where Check does. Errors: those of Why.
+func (c *Collector) WhyAll(ctx context.Context, id any) (_ []Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	hs, err := c.whyOnReplica(ctx, refset.Arg(id), 0)
+	if err = c.readError(err); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
+	}
+	return hs, nil
+}
+
+// Queue reads the set's review queue on the database's reader: depth is its entries,
+// overdue those due now, which the next Collect reviews. Overdue that stays above zero
+// between passes says clean-up lags. It is one scan of the queue, cheap enough for a
+// metrics gauge. Errors: refset.ErrSchema when the queue is gone, and the read errors
+// of Check.
+func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	qs, err := c.dialect.QueueState(ctx, c.db.Reader(), c.plan.Queue)
+	if err = c.readError(err); err != nil {
+		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", c.plan.Table, err)
+	}
+	return qs.Queued, qs.Overdue, nil
+}
+
+// checkSamples is how many leaked objects Check names.
+const checkSamples = 5
 
 // check counts, on q, the objects reachable from no root and no queued object, and
 // the reference rows whose object does not exist, with a few samples of each.
 func (c *Collector) check(ctx context.Context, q refset.Querier) (Report, error) {
 	var r Report
 	p, d := &c.plan, c.dialect
-	id := fmt.Sprintf(`o."%s"`, p.IDColumn)
-	rows, err := q.QueryContext(ctx, d.Reach(p, true)+fmt.Sprintf(`
-		SELECT %s, count(*) OVER () FROM %s o
-		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = %s) LIMIT 5`, d.Text(id), p.Table.Quoted(), id))
+	leaked, ids, err := d.Leaked(ctx, q, p, checkSamples)
 	if err != nil {
 		return r, err
 	}
-	for rows.Next() {
-		var sample string
-		if err := rows.Scan(&sample, &r.Leaked); err != nil {
-			rows.Close()
-			return r, err
-		}
-		r.Samples = append(r.Samples, "leaked "+sample)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return r, err
+	r.Leaked = leaked
+	for _, id := range ids {
+		r.Samples = append(r.Samples, "leaked "+id)
 	}
 	for _, ref := range p.References {
-		col := fmt.Sprintf(`r."%s"`, ref.Column)
-		var n int64
-		var sample sql.NullString
-		err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), min(%s) FROM %s r
-			WHERE %s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o WHERE %s = %s)`,
-			d.Text(col), ref.Table.Quoted(), col, p.Table.Quoted(), id, col)).Scan(&n, &sample)
+		n, sample, err := d.Dangling(ctx, q, p, ref)
 		if err != nil {
 			return r, err
 		}
 		r.Dangling += n
-		if sample.Valid {
-			r.Samples = append(r.Samples, fmt.Sprintf("dangling %s -> %s", ref, sample.String))
+		if sample != "" {
+			r.Samples = append(r.Samples, fmt.Sprintf("dangling %s -> %s", ref, sample))
 		}
 	}
 	return r, nil
@@ -55,46 +137,24 @@ func (c *Collector) check(ctx context.Context, q refset.Querier) (Report, error)
 const whyLimit = 5
 
 // why lists, on q, up to limit rows (0: all of them) per referencing table that
-// reference id, each named by its primary key (or its row address, for a table
-// without one).
+// reference id.
 func (c *Collector) why(ctx context.Context, q refset.Querier, id any, limit int) ([]Holder, error) {
 	p, d := &c.plan, c.dialect
-	rebind := d.Schema().Rebind
-	var one int
-	err := q.QueryRowContext(ctx, rebind(fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), id).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
-	}
+	found, err := d.HasObject(ctx, q, p, id)
 	if err != nil {
 		return nil, err
 	}
+	if !found {
+		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
+	}
 	var hs []Holder
 	for _, r := range p.References {
-		var parts []string
-		for _, k := range r.Key {
-			parts = append(parts, fmt.Sprintf(`'%s=' || %s`, k, d.Text(`"`+k+`"`)))
-		}
-		if len(parts) == 0 {
-			parts = []string{`'row=' || ` + d.Text(d.RowAddress())}
-		}
-		query := fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ?`, strings.Join(parts, ` || ', ' || `), r.Table.Quoted(), r.Column)
-		if limit > 0 {
-			query += fmt.Sprintf(` LIMIT %d`, limit)
-		}
-		rows, err := q.QueryContext(ctx, rebind(query), id)
+		keys, err := d.Holders(ctx, q, p, r, id, limit)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			h := Holder{Table: r.Table.String(), Column: r.Column}
-			if err := rows.Scan(&h.Key); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			hs = append(hs, h)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return nil, err
+		for _, k := range keys {
+			hs = append(hs, Holder{Table: r.Table.String(), Column: r.Column, Key: k})
 		}
 	}
 	return hs, nil

@@ -57,6 +57,9 @@ type Database interface {
 // a database beyond running statements. Besides these methods a Driver may implement
 // the optional interfaces listed in the package doc.
 type Driver interface {
+	// CleanupDialect is clean-up's SQL in the database (refsetdriver/cleanup.go).
+	CleanupDialect
+
 	// Name names the dialect ("sqlite", "postgres"): the folder a component keeps
 	// its per-dialect SQL files in (blockmanager/sql/<name>). Code asks the driver
 	// for what differs; it never compares this name.
@@ -99,11 +102,7 @@ type Driver interface {
 	SchemaSQL() SchemaSQL
 
 	// A component's own holds, written in its own statements (custody's locks): the
-	// holds tables keep expires_at by the database's clock.
-
-	// Now is the SQL expression of the database's clock now, as the holds tables
-	// keep time.
-	Now() string
+	// holds tables keep expires_at by the database's clock (Clock().Now).
 
 	// Expiry is the SQL expression of the expires_at of a hold that expires ms
 	// milliseconds from now by the database's clock; ms is an SQL expression of an

@@ -7,7 +7,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -115,13 +114,5 @@ func openSet[T refset.Identifiable[ID], ID comparable](ctx context.Context, db r
 // NewCollector installs clean-up of cfg's set in db (see cleanup.Config), a database
 // of store/sqlite or store/postgres, and returns its Collector.
 func NewCollector(ctx context.Context, db refset.Database, cfg cleanup.Config) (*cleanup.Collector, error) {
-	drv, err := refsetdriver.Of(db)
-	if err != nil {
-		return nil, err
-	}
-	d, ok := drv.(cleanup.Dialect)
-	if !ok {
-		return nil, fmt.Errorf("refset: %w: the %s driver has no clean-up", refset.ErrInvalidConfig, drv.Name())
-	}
-	return cleanup.Install(ctx, db, d, cfg)
+	return cleanup.Install(ctx, db, cfg)
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -228,11 +227,7 @@ func open(ctx context.Context, c connection) (opened, error) {
 
 // inspect is a collector of the set on table that installs nothing (cleanup.Inspect).
 func inspect(ctx context.Context, db opened, table string) (*cleanup.Collector, error) {
-	d, err := driverOf(db.Database)
-	if err != nil {
-		return nil, err
-	}
-	return cleanup.Inspect(ctx, db.Database, d, cleanup.Config{Table: table})
+	return cleanup.Inspect(ctx, db.Database, cleanup.Config{Table: table})
 }
 
 func writeJSON(out io.Writer, v any) error {
@@ -284,11 +279,7 @@ type (
 func statusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
 	asJSON := fs.Bool("json", false, "print JSON")
 	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		d, err := driverOf(db.Database)
-		if err != nil {
-			return exitError, err
-		}
-		s, err := cleanup.Status(ctx, db.Database, d)
+		s, err := cleanup.Status(ctx, db.Database)
 		if err != nil {
 			return exitError, err
 		}
@@ -528,24 +519,4 @@ func summary(out io.Writer, passes int, total cleanup.Stats) {
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%v\n", passes, total.Reviewed, total.Deleted, total.Postponed,
 		total.Refused, total.HoldsExpired, total.Duration.Round(time.Millisecond))
 	tw.Flush()
-}
-
-// storeDriver is a store's driver with its clean-up and migrations' SQL, as both
-// stores' drivers have them.
-type storeDriver interface {
-	refsetdriver.Driver
-	cleanup.Dialect
-}
-
-// driverOf is db's storeDriver.
-func driverOf(db refset.Database) (storeDriver, error) {
-	d, err := refsetdriver.Of(db)
-	if err != nil {
-		return nil, err
-	}
-	sd, ok := d.(storeDriver)
-	if !ok {
-		return nil, fmt.Errorf("refset: %w: the %s driver has no clean-up", refset.ErrInvalidConfig, d.Name())
-	}
-	return sd, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
@@ -86,8 +87,6 @@ func (b backend) open(t *testing.T) (refset.Database, []string) {
 func prepare(t *testing.T, b backend, db refset.Database) {
 	t.Helper()
 	ctx := t.Context()
-	d, err := driverOf(db)
-	require.NoError(t, err)
 	exec := func(tx refset.Tx, q string) {
 		t.Helper()
 		_, err := tx.ExecContext(ctx, q)
@@ -100,12 +99,12 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
 		return nil
 	}))
-	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
+	_, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
 	_, err = store.NewStore[token, string](ctx, db, store.Config{Table: "tokens"})
 	require.NoError(t, err)
 	for _, table := range []string{"blocks", "tokens"} {
-		_, err := cleanup.Install(ctx, db, d, cleanup.Config{Table: table})
+		_, err := cleanup.Install(ctx, db, cleanup.Config{Table: table})
 		require.NoError(t, err)
 	}
 	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
@@ -452,7 +451,7 @@ func TestMigrate(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
 			db, dbArgs := b.open(t)
-			d, err := driverOf(db)
+			d, err := refsetdriver.Of(db)
 			require.NoError(t, err)
 			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));

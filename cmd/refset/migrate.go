@@ -29,7 +29,7 @@ func (f *tablesFlag) Set(v string) error {
 // sets they cover.
 type migration struct {
 	db   opened
-	d    storeDriver
+	d    refsetdriver.Driver
 	sql  refsetdriver.SchemaSQL
 	sets []schema.Set
 }
@@ -40,7 +40,7 @@ type migration struct {
 // table's one-column primary key), so that migrate can create its tables before the
 // program first runs.
 func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
-	d, err := driverOf(db.Database)
+	d, err := refsetdriver.Of(db.Database)
 	if err != nil {
 		return migration{}, err
 	}
@@ -268,7 +268,7 @@ func migrateDownCommand(fs *flag.FlagSet) func(context.Context, opened, []string
 		if *component == "" || *target < 0 {
 			return exitError, fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
 		}
-		d, err := driverOf(db.Database)
+		d, err := refsetdriver.Of(db.Database)
 		if err != nil {
 			return exitError, err
 		}

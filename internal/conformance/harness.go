@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
@@ -28,8 +27,6 @@ type Harness struct {
 	Reopen func(tb testing.TB, db refset.Database) refset.Database
 	// Types are the dialect's column types.
 	Types Types
-	// Cleanup is the store's clean-up dialect.
-	Cleanup cleanup.Dialect
 	// SkipCancels, when set, is why the tests that end a context while a statement
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).

@@ -11,9 +11,10 @@ import (
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.
@@ -22,10 +23,15 @@ import (
 // been built) and returns its collector. Installing again, after a schema change,
 // picks up new referencing tables.
 func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return store.NewCollector(ctx, db, cfg)
+	return cleanup.Install(ctx, db, cfg)
 }
 
-type cleanupDialect struct{}
+// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
+// and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
+// Clock).
+type cleanupDialect struct {
+	cleanupsql.Reports[cleanupDialect]
+}
 
 func (cleanupDialect) Schema() schema.Dialect { return schema.Postgres }
 
@@ -74,7 +80,7 @@ WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND c.confdeltype IN ('a
            (SELECT attnum FROM pg_attribute WHERE attrelid = c.confrelid AND attname = $2))
 ORDER BY 1`
 
-func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
+func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []refsetdriver.Reference, error) {
 	var idType string
 	if err := q.QueryRowContext(ctx, idTypeSQL, table.Quoted(), idColumn).Scan(&idType); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
@@ -102,17 +108,17 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		return "", nil, err
 	}
 	if len(unfollowed) > 0 {
-		return "", nil, cleanup.UnfollowedKeys(table, idColumn, unfollowed)
+		return "", nil, refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
 	}
 	rows, err = q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
 	if err != nil {
 		return "", nil, err
 	}
 	defer rows.Close()
-	var refs []cleanup.Reference
+	var refs []refsetdriver.Reference
 	for rows.Next() {
 		var nsp, rel, col string
-		var r cleanup.Reference
+		var r refsetdriver.Reference
 		if err := rows.Scan(&nsp, &rel, &col, &r.Self, &r.Indexed, pq.Array(&r.Key), &r.NoAction); err != nil {
 			return "", nil, err
 		}
@@ -135,7 +141,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 
 // enqueue is the upsert every trigger uses: a second signal for a queued object
 // postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *cleanup.Plan, selectSQL string) string {
+func enqueue(p *refsetdriver.Plan, selectSQL string) string {
 	return fmt.Sprintf(`INSERT INTO %s AS q (object_id, review_after)
 	%s
 	ON CONFLICT (object_id) DO UPDATE
@@ -157,7 +163,7 @@ func enqueue(p *cleanup.Plan, selectSQL string) string {
 // gone (no object is deleted while a reference to it exists, and one created again
 // is queued by its own trigger). When the probe finds something, the upsert reads
 // the rows again and queues what it finds, as it did alone.
-func enqueueAny(p *cleanup.Plan, cols, rows, tail string) string {
+func enqueueAny(p *refsetdriver.Plan, cols, rows, tail string) string {
 	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
 		%s;
 	END IF`, rows, enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
@@ -205,7 +211,7 @@ WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
 // leads with.
 //
 // Every table and function the triggers name is schema-qualified (the plan's names
-// are, see cleanup.Dialect.Qualify): a trigger runs with the search path of the
+// are, see refsetdriver.CleanupDialect.Qualify): a trigger runs with the search path of the
 // session that fires it, and one that named "blocks_review" would fail every write of
 // a session whose search path finds no such table (another service, psql, a
 // migration tool).
@@ -219,7 +225,7 @@ WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
 // an earlier Install put it (before names were qualified, the object table's trigger
 // function went to the installing session's current schema): its body is what is
 // replaced, so an old install is brought up to date in place.
-func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
+func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
 	type trig struct {
 		table             sqlident.Ident
 		name, event, with string
@@ -314,7 +320,7 @@ func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, na
 	return id, true, nil
 }
 
-func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {
+func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
 		SELECT ctid FROM %[1]s WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
 	if err != nil {
@@ -325,7 +331,7 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.
 
 // unprobed is the condition that no reference row points at o, checked by an index
 // probe per referencing table and row (see exists in Install for why not a join).
-func unprobed(p *cleanup.Plan, o string) string {
+func unprobed(p *refsetdriver.Plan, o string) string {
 	var conds []string
 	for _, r := range p.References {
 		conds = append(conds, fmt.Sprintf(`(SELECT true FROM %s r WHERE r."%s" = %s."%s" LIMIT 1) IS NULL`,
@@ -338,7 +344,7 @@ func unprobed(p *cleanup.Plan, o string) string {
 }
 
 // unreferenced is the condition that no reference row points at o.
-func unreferenced(p *cleanup.Plan, o string) string {
+func unreferenced(p *refsetdriver.Plan, o string) string {
 	var conds []string
 	for _, r := range p.References {
 		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
@@ -358,14 +364,14 @@ func unreferenced(p *cleanup.Plan, o string) string {
 // Deferred constraints are checked at each statement's end, not at COMMIT: a
 // reference Install did not find then refuses the delete, which lockedBatch handles,
 // instead of failing the batch's COMMIT again and again.
-func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
+func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
 	// One round trip: without arguments both drivers send these as one simple query.
 	// With sequential scans off, every lookup of the batch is an index probe whatever
 	// the statistics say when it is planned: a queue or holds table that was nearly
 	// empty then may hold millions of rows now, and a plan that read it whole would
 	// read it again for every object of a chain.
 	if _, err := tx.ExecContext(ctx, `SET CONSTRAINTS ALL IMMEDIATE; SET LOCAL enable_seqscan = off; SAVEPOINT refset_collect`); err != nil {
-		return cleanup.Batch{}, err
+		return refsetdriver.Batch{}, err
 	}
 	b, err := fastBatch(ctx, tx, p, limit)
 	if err == nil {
@@ -376,7 +382,7 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup
 		return b, err
 	}
 	if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT refset_collect`); err != nil {
-		return cleanup.Batch{}, err
+		return refsetdriver.Batch{}, err
 	}
 	return lockedBatch(ctx, tx, p, limit)
 }
@@ -394,8 +400,8 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *cleanup
 // committed after the snapshot, or is being inserted now (its KEY SHARE lock makes
 // the delete wait for it), makes the database refuse the statement, and CollectBatch
 // reviews the batch again the careful way.
-func fastBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	var b cleanup.Batch
+func fastBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
+	var b refsetdriver.Batch
 	err := tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted)
 	if err != nil {
 		return b, translateError(err, "")
@@ -406,7 +412,7 @@ func fastBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (c
 // fastBatchSQL is fastBatch's statement; $1 bounds both the entries it claims and the
 // objects it deletes. The dequeue runs though nothing reads it: a data-modifying WITH
 // always runs to completion.
-func fastBatchSQL(p *cleanup.Plan) string {
+func fastBatchSQL(p *refsetdriver.Plan) string {
 	deleted := fmt.Sprintf(`DELETE FROM %s o USING claimed c WHERE o."%s" = c.object_id AND %s`,
 		p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
 	var freed string
@@ -442,7 +448,7 @@ func fastBatchSQL(p *cleanup.Plan) string {
 // gone), and its queue entry, if any, is not waiting for a later time: a new block
 // keeps its grace period, and an object another batch postponed stays postponed.
 // UNION ends the walk on a cycle.
-func freedSQL(p *cleanup.Plan) string {
+func freedSQL(p *refsetdriver.Plan) string {
 	edges := p.Edges()
 	cols := []string{"id"}
 	selectO, selectX := []string{fmt.Sprintf(`o."%s"`, p.IDColumn)}, []string{fmt.Sprintf(`x."%s"`, p.IDColumn)}
@@ -479,8 +485,8 @@ func freedSQL(p *cleanup.Plan) string {
 // lockedBatch claims due entries, locks their objects, and deletes the unreferenced
 // ones. IDs travel as text and are cast back to the ID type, so one code path serves
 // every ID type.
-func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	var b cleanup.Batch
+func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
+	var b refsetdriver.Batch
 	ids, versions, err := claim(ctx, tx, p, limit)
 	if err != nil || len(ids) == 0 {
 		return b, err
@@ -557,7 +563,7 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) 
 // Install did not find, added since), it deletes them one by one instead, each under
 // a savepoint, and returns those it refused: one object with an unknown holder must
 // not keep the rest of the batch, and the queue behind it, from being collected.
-func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string) (deleted int64, refused []string, err error) {
+func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []string) (deleted int64, refused []string, err error) {
 	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
 		p.Table.Quoted(), p.IDColumn, p.IDType, unreferenced(p, "o"))
 	deleted, err = execUnder(ctx, tx, "refset_delete", del, pq.Array(ids))
@@ -598,7 +604,7 @@ func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args 
 }
 
 // postpone moves the reviews of ids delay ahead.
-func postpone(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string, delay time.Duration) error {
+func postpone(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []string, delay time.Duration) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -608,7 +614,7 @@ func postpone(ctx context.Context, tx refset.Tx, p *cleanup.Plan, ids []string, 
 }
 
 // claim takes up to limit due entries; entries another collector holds are skipped.
-func claim(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) ([]string, []int64, error) {
+func claim(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) ([]string, []int64, error) {
 	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
 		WHERE review_after <= now() ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED`, p.Queue.Quoted()), limit)
 	if err != nil {
@@ -631,7 +637,7 @@ func claim(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) ([]str
 
 // Reach is a recursive query of every object reachable from the roots (and, when
 // withQueue, from queued objects) along the edges.
-func (cleanupDialect) Reach(p *cleanup.Plan, withQueue bool) string {
+func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 	var seeds []string
 	for _, r := range p.Roots() {
 		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
@@ -654,7 +660,7 @@ func (cleanupDialect) Reach(p *cleanup.Plan, withQueue bool) string {
 	return q + `)`
 }
 
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (int64, error) {
+func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
 	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+" "+enqueue(p, fmt.Sprintf(
 		`SELECT o."%[1]s", now() FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
 		p.IDColumn, p.Table.Quoted())))

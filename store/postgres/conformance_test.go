@@ -47,7 +47,6 @@ func harness(m mode) conformance.Harness {
 		skipCancels = "PgBouncer 1.18 (the harness's) may crash on lib/pq's cancel requests (pgbouncer#801, fixed in 1.19.1)"
 	}
 	return conformance.Harness{
-		Cleanup:     postgres.TestCleanupDialect,
 		Open:        conformance.OpenOn(m.Backend, testdb.Options{MaxConns: 40}),
 		Reopen:      conformance.ReopenOn(testdb.Options{MaxConns: 40}),
 		Types:       conformance.Types{Text: "text", Int: "bigint", Bytes: "bytea", Time: "timestamptz", Bool: "boolean", Float: "double precision"},

@@ -7,9 +7,9 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/refsettables"
@@ -75,8 +75,8 @@ func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 func (cleanupDialect) RowAddress() string { return "ctid" }
 
 // Clock: refset's tables keep times as timestamptz.
-func (cleanupDialect) Clock() cleanup.Clock {
-	return cleanup.Clock{
+func (cleanupDialect) Clock() refsetdriver.Clock {
+	return refsetdriver.Clock{
 		Now: `now()`,
 		Scan: func() (any, func() time.Time) {
 			var t sql.NullTime

@@ -11,9 +11,10 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
@@ -24,10 +25,15 @@ import (
 // been built) and returns its collector. Installing again, after a schema change,
 // picks up new referencing tables.
 func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return store.NewCollector(ctx, db, cfg)
+	return cleanup.Install(ctx, db, cfg)
 }
 
-type cleanupDialect struct{}
+// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
+// and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
+// Clock).
+type cleanupDialect struct {
+	cleanupsql.Reports[cleanupDialect]
+}
 
 func (cleanupDialect) Schema() schema.Dialect { return schema.SQLite }
 
@@ -68,7 +74,7 @@ func (cleanupDialect) Qualify(_ context.Context, _ refset.Querier, name sqlident
 	return name, nil
 }
 
-func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []cleanup.Reference, error) {
+func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) (string, []refsetdriver.Reference, error) {
 	cols, err := dialect{}.Columns(ctx, q, table)
 	if err != nil {
 		return "", nil, err
@@ -105,9 +111,9 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err := rows.Close(); err != nil {
 		return "", nil, err
 	}
-	var refs []cleanup.Reference
+	var refs []refsetdriver.Reference
 	for _, f := range fks {
-		r := cleanup.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
+		r := refsetdriver.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
 		if r.Table, err = sqlident.Parse(f.table, false); err != nil {
 			return "", nil, fmt.Errorf("referencing table %s: %w", f.table, err)
 		}
@@ -141,7 +147,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	return idType, refs, nil
 }
 
-// checkFollowed fails with cleanup.UnfollowedKeys if a key that would refuse an
+// checkFollowed fails with refsetdriver.UnfollowedKeys if a key that would refuse an
 // object's deletion references other columns than the ID column alone.
 func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) error {
 	rows, err := q.QueryContext(ctx, keysSQL, table.Name)
@@ -168,20 +174,20 @@ func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, 
 		return err
 	}
 	if len(unfollowed) > 0 {
-		return cleanup.UnfollowedKeys(table, idColumn, unfollowed)
+		return refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
 	}
 	return nil
 }
 
 // enqueue is the upsert every trigger uses: a second signal for a queued object
 // postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *cleanup.Plan, id, reviewAfter string) string {
+func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
 	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) VALUES (%s, %s)
 		ON CONFLICT (object_id) DO UPDATE
 		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), id, reviewAfter)
 }
 
-func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan) error {
+func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
 	var stmts []string
 	trigger := func(name, event string, table sqlident.Ident, when, body string) {
 		stmts = append(stmts,
@@ -205,7 +211,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *cleanup.Plan
 	return nil
 }
 
-func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.Plan, limit int) (int64, error) {
+func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
 	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
 		SELECT rowid FROM %[1]s WHERE expires_at <= %[2]s LIMIT ?)`, p.Holds.Quoted(), nowMillis), limit)
 	if err != nil {
@@ -214,7 +220,7 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *cleanup.
 	return res.RowsAffected()
 }
 
-func unreferenced(p *cleanup.Plan, o string) string {
+func unreferenced(p *refsetdriver.Plan, o string) string {
 	var conds []string
 	for _, r := range p.References {
 		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
@@ -232,8 +238,8 @@ func unreferenced(p *cleanup.Plan, o string) string {
 // may have queued a predecessor again) and the entries of the objects it deleted.
 // Nothing else can write while the batch holds the database, so what it finds
 // unreferenced stays so until it is deleted.
-func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *cleanup.Plan, limit int) (cleanup.Batch, error) {
-	var b cleanup.Batch
+func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
+	var b refsetdriver.Batch
 	edges := len(p.Edges()) > 0
 	setup := []string{`CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`, `DELETE FROM temp.refset_claim`}
 	if edges {
@@ -297,7 +303,7 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *clean
 // edge, rather than a join: once the tables are analyzed, SQLite would put a Bloom
 // filter on a joined object table, built by reading the whole table at every step.
 // Every test is an index probe, whatever the statistics say.
-func freedSQL(p *cleanup.Plan) string {
+func freedSQL(p *refsetdriver.Plan) string {
 	edges := p.Edges()
 	cols := []string{"id"}
 	selectO := []string{fmt.Sprintf(`o."%s"`, p.IDColumn)}
@@ -344,7 +350,7 @@ func freedSQL(p *cleanup.Plan) string {
 // level above, which is gone by then. If the database refuses a level (a key Install
 // does not know), the walk stops there: the deletion of the level above queued those
 // objects, and the next batch reviews them one by one.
-func deleteFreed(ctx context.Context, tx *preparedTx, p *cleanup.Plan) (int64, error) {
+func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int64, error) {
 	defer tx.close()
 	var deepest sql.NullInt64
 	if err := tx.QueryRowContext(ctx, `SELECT max(depth) FROM temp.refset_freed`).Scan(&deepest); err != nil {
@@ -433,7 +439,7 @@ func (t *preparedTx) close() {
 // refuses is postponed by a grace period and unclaimed, so it stays queued, and the
 // rest of the batch, and the queue behind it, is collected all the same. A failed
 // statement undoes only itself in SQLite; the transaction goes on.
-func deleteClaimed(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (deleted, refused int64, err error) {
+func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (deleted, refused int64, err error) {
 	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
 		p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted()))
 	res, err := tx.ExecContext(ctx, del)
@@ -475,25 +481,12 @@ func deleteClaimed(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (deleted,
 }
 
 func claimedIDs(ctx context.Context, tx refset.Tx) ([]any, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT object_id FROM temp.refset_claim`)
-	if err != nil {
-		return nil, err
-	}
-	var ids []any
-	for rows.Next() {
-		var id any
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, errors.Join(rows.Err(), rows.Close())
+	return cleanupsql.Column[any](ctx, tx, `SELECT object_id FROM temp.refset_claim`)
 }
 
 // Reach is a recursive query of every object reachable from the roots (and, when
 // withQueue, from queued objects) along the edges.
-func (cleanupDialect) Reach(p *cleanup.Plan, withQueue bool) string {
+func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 	var seeds []string
 	for _, r := range p.Roots() {
 		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
@@ -512,7 +505,7 @@ func (cleanupDialect) Reach(p *cleanup.Plan, withQueue bool) string {
 	return q + `)`
 }
 
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *cleanup.Plan) (int64, error) {
+func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
 	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+fmt.Sprintf(`
 		INSERT INTO %[3]s (object_id, review_after)
 		SELECT o."%[1]s", %[4]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s")

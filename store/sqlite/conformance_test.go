@@ -5,16 +5,14 @@ import (
 
 	"github.com/refsetdb/refset/internal/conformance"
 	"github.com/refsetdb/refset/internal/testdb"
-	"github.com/refsetdb/refset/store/sqlite"
 )
 
 // harness opens each test's database as a file in its own temporary directory, with
 // the public Open, as users do.
 var harness = conformance.Harness{
-	Cleanup: sqlite.TestCleanupDialect,
-	Open:    conformance.OpenOn(testdb.SQLite, testdb.Options{}),
-	Reopen:  conformance.ReopenOn(testdb.Options{}),
-	Types:   conformance.Types{Text: "TEXT", Int: "INTEGER", Bytes: "BLOB", Time: "TIMESTAMP", Bool: "BOOLEAN", Float: "REAL"},
+	Open:   conformance.OpenOn(testdb.SQLite, testdb.Options{}),
+	Reopen: conformance.ReopenOn(testdb.Options{}),
+	Types:  conformance.Types{Text: "TEXT", Int: "INTEGER", Bytes: "BLOB", Time: "TIMESTAMP", Bool: "BOOLEAN", Float: "REAL"},
 }
 
 func TestConformance(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"io/fs"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/refsettables"
@@ -67,8 +67,8 @@ func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 func (cleanupDialect) RowAddress() string { return "rowid" }
 
 // Clock: refset's tables keep times as Unix milliseconds in INTEGER columns.
-func (cleanupDialect) Clock() cleanup.Clock {
-	return cleanup.Clock{
+func (cleanupDialect) Clock() refsetdriver.Clock {
+	return refsetdriver.Clock{
 		Now: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
 		Scan: func() (any, func() time.Time) {
 			var ms sql.NullInt64

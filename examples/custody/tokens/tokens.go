@@ -381,7 +381,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// asked, not the size of the wallet.
 	base := `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
-		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.drv.Now() + `))`
+		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.drv.Clock().Now + `))`
 	const page = 64
 	pivot := NewID()
 	var candidates []Token
@@ -457,7 +457,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// transaction, which holds the tokens' rows (Postgres) or the one writer (SQLite),
 	// so no other selector can take them in between.
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder <> 'owner' AND expires_at <= `+
-		v.drv.Now()+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+		v.drv.Clock().Now+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
 	}
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
@@ -673,7 +673,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
 	err = v.db.Reader().QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
 		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-			AND (h.expires_at IS NULL OR h.expires_at > `+v.drv.Now()+`)) THEN 0 ELSE t.amount END), 0)
+			AND (h.expires_at IS NULL OR h.expires_at > `+v.drv.Clock().Now+`)) THEN 0 ELSE t.amount END), 0)
 		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
 	return total, unlocked, err
 }

@@ -7,16 +7,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
 // holdsWhere is the filter f on a holds table, with its arguments. Every comparison
-// with the time is the dialect's clock (cleanup.Clock.Now), the one clean-up expires
+// with the time is the dialect's clock (refsetdriver.Clock.Now), the one clean-up expires
 // holds by.
-func holdsWhere(clock cleanup.Clock, f refsetdriver.HoldFilter) (string, []any) {
+func holdsWhere(clock refsetdriver.Clock, f refsetdriver.HoldFilter) (string, []any) {
 	var where []string
 	var args []any
 	if f.Expired {

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -23,13 +22,13 @@ import (
 type Tables struct {
 	rebind func(string) string
 	exists func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
-	clock  cleanup.Clock
+	clock  refsetdriver.Clock
 }
 
 // New returns the Tables of a dialect whose placeholders rebind writes (from ?),
 // whose catalog exists reads and whose clock is clock.
 func New(rebind func(string) string, exists func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error),
-	clock cleanup.Clock,
+	clock refsetdriver.Clock,
 ) Tables {
 	return Tables{rebind: rebind, exists: exists, clock: clock}
 }

@@ -1,0 +1,156 @@
+package cleanup
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// This file is the algorithm: Collect's batches, which follow the garbage from the
+// review queue, and Sweep, the full mark from the roots that repairs a lost queue.
+// What a batch runs is the dialect's (refsetdriver.CleanupDialect).
+
+// Stats is what a Collect call did.
+type Stats struct {
+	Batches   int
+	Reviewed  int64
+	Deleted   int64
+	Postponed int64
+	// Refused counts objects the database would not delete because of a foreign key
+	// Install does not know (one added since): not zero means Install should run again.
+	Refused      int64
+	HoldsExpired int64
+	Duration     time.Duration
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("reviewed %d, deleted %d, postponed %d, refused %d, holds expired %d in %d batches, %v",
+		s.Reviewed, s.Deleted, s.Postponed, s.Refused, s.HoldsExpired, s.Batches, s.Duration.Round(time.Microsecond))
+}
+
+// Collect deletes expired holds and every due object nothing references, batch by
+// batch, until nothing is due, and returns what it did. Holds that expire, and
+// entries that fall due, while it runs may wait for the next call. Each batch commits
+// on its own: if ctx ends, what was done stays done, the rest waits for the next
+// call, and Collect returns ctx's error with the stats of the batches that committed.
+//
+// An error that says the set's tables or columns are gone (dropped or renamed since
+// Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
+// no retry mends either. Other errors: refset.ErrConflict (after retries),
+// ErrUnavailable, ErrTimeout, the context's error.
+func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	start := time.Now()
+	var (
+		mu    sync.Mutex
+		total Stats
+		first error
+		wg    sync.WaitGroup
+		// holdsDone: a batch found fewer expired holds than it could take, so none
+		// was left that another worker had not taken. Later batches skip the look:
+		// holds that expire during this call wait for the next, as entries that fall
+		// due during it may.
+		holdsDone atomic.Bool
+	)
+	// workCtx also ends when one worker fails, to stop the others.
+	workCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range c.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for workCtx.Err() == nil {
+				expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
+				if err == nil && expired < int64(c.batch) {
+					holdsDone.Store(true)
+				}
+				mu.Lock()
+				if err != nil {
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+					return
+				}
+				total.Batches++
+				total.HoldsExpired += expired
+				total.Reviewed += b.Reviewed
+				total.Deleted += b.Deleted
+				total.Postponed += b.Postponed
+				total.Refused += b.Refused
+				mu.Unlock()
+				// Done when a batch found nothing due, or could only put what it found
+				// back for later (objects busy or refused, which a short RetryDelay or
+				// Grace may make due again at once): going on could review them again
+				// and again. What else is due, the other workers or the next call take.
+				if expired == 0 && b.Reviewed == b.Postponed+b.Refused {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total.Duration = time.Since(start)
+	if first == nil {
+		// The workers stopped between batches (or never began) because ctx ended: the
+		// queue may not be done, and the caller must not read the stats as if it were.
+		first = ctx.Err()
+	}
+	if first != nil {
+		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, first)
+	}
+	level := slog.LevelDebug
+	if total.Refused > 0 {
+		// A reference Install does not know keeps these objects: run Install again.
+		level = slog.LevelWarn
+	}
+	c.log.LogAttrs(ctx, level, "refset/cleanup: collected",
+		slog.Int64("deleted", total.Deleted), slog.Int64("holds_expired", total.HoldsExpired),
+		slog.Int64("reviewed", total.Reviewed), slog.Int64("postponed", total.Postponed),
+		slog.Int64("refused", total.Refused), slog.Int("batches", total.Batches),
+		slog.Duration("duration", total.Duration))
+	c.obs.Collected(ctx, total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
+	return total, nil
+}
+
+// batchOnce runs one batch transaction: expired holds (when expire), then due
+// entries.
+func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, b refsetdriver.Batch, err error) {
+	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+		var err error
+		if expire {
+			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+				return err
+			}
+		}
+		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
+		return err
+	})
+	return expired, b, c.schemaError(err)
+}
+
+// Sweep is the full mark-and-sweep: it marks every object reachable from a root,
+// queues the rest (objects still in their grace period keep it), and collects. Use
+// it to repair a database whose queue was lost or that had objects before Install;
+// its cost follows the size of the set. Errors: those of Collect.
+func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+		var err error
+		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
+		return err
+	})
+	if err = c.schemaError(err); err != nil {
+		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
+	}
+	s, err = c.Collect(ctx)
+	return queued, s, err
+}

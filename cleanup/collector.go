@@ -1,0 +1,126 @@
+package cleanup
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// Defaults for the zero Config.
+const (
+	DefaultGrace     = 10 * time.Minute
+	DefaultBatchSize = 1000
+	// DefaultRetryDelay is how far an object is postponed when a concurrent
+	// transaction was referencing it during a review.
+	DefaultRetryDelay = time.Second
+)
+
+// Config configures a Collector. The zero value (but for Table) is a sane default.
+type Config struct {
+	// Table is the set's object table, written as in the store's Config. The store
+	// must have been built (it registers the set and creates its holds table and
+	// review queue).
+	Table string
+	// Grace is how long a new object may stay unreferenced before it is collected.
+	// Zero means DefaultGrace.
+	Grace time.Duration
+	// BatchSize bounds the queue entries (and expired holds) one transaction handles,
+	// and the objects it deletes: the garbage it claimed and what that alone kept
+	// alive along the edges (the blocks of an abandoned chain). Zero means
+	// DefaultBatchSize.
+	BatchSize int
+	// RetryDelay is how far an object is postponed when another transaction held a
+	// lock on it during its review. Zero means DefaultRetryDelay.
+	RetryDelay time.Duration
+	// Workers is how many batches one Collect call runs at once, each in its own
+	// transaction; entries one has claimed the others skip. Zero means 2. (SQLite has
+	// one writer, so there they take turns.)
+	Workers int
+	// Logger receives each Collect's result (debug; a warning when objects were
+	// refused), Run's failed passes (warn) and why Run stopped (error). Nil means the
+	// database's logger (the stores' Options.Logger), if any.
+	Logger *slog.Logger
+}
+
+// Reference is one FOREIGN KEY that points at the set's ID column (see References).
+// The stores' catalog reads make it, so it is declared with them.
+type Reference = refsetdriver.Reference
+
+// Collector collects the garbage of one set. It is safe for concurrent use, and
+// several collectors, in one process or many, may work on one set at once.
+type Collector struct {
+	db      refset.Database
+	dialect refsetdriver.Driver
+	plan    refsetdriver.Plan
+	batch   int
+	workers int
+	log     *slog.Logger
+	obs     refset.Observer
+}
+
+// newCollector checks cfg and fills in its defaults: a Collector, on db's clean-up
+// dialect, whose plan knows only its table and times until describe completes it.
+func newCollector(db refset.Database, cfg Config) (*Collector, error) {
+	d, err := refsetdriver.Of(db)
+	if err != nil {
+		return nil, err
+	}
+	table, err := sqlident.Parse(cfg.Table, true)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
+		return nil, fmt.Errorf("refset/cleanup: %w: negative Grace, BatchSize, RetryDelay or Workers in %+v", refset.ErrInvalidConfig, cfg)
+	}
+	workers := cfg.Workers
+	if workers == 0 {
+		workers = 2
+	}
+	p := refsetdriver.Plan{Table: table, Grace: cfg.Grace, RetryDelay: cfg.RetryDelay}
+	if p.Grace == 0 {
+		p.Grace = DefaultGrace
+	}
+	if p.RetryDelay == 0 {
+		p.RetryDelay = DefaultRetryDelay
+	}
+	batch := cfg.BatchSize
+	if batch == 0 {
+		batch = DefaultBatchSize
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = d.Logger()
+	}
+	log = log.With(slog.String("table", table.String()))
+	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log, obs: d.Observer()}, nil
+}
+
+// References are the foreign keys Install found, roots and edges.
+func (c *Collector) References() []Reference { return append([]Reference(nil), c.plan.References...) }
+
+// Table is the set's object table, as the collector names it in its errors and logs
+// (qualified with its schema on Postgres): a label for its metrics.
+func (c *Collector) Table() string { return c.plan.Table.String() }
+
+// schemaError marks an error that says a table or column of the plan is gone as
+// refset.ErrSchema, so callers (Run above all) can tell it from a passing failure.
+func (c *Collector) schemaError(err error) error {
+	if err != nil && !errors.Is(err, refset.ErrSchema) && c.dialect.SchemaError(err) {
+		return fmt.Errorf("%w (was it dropped or changed since Install?): %w", refset.ErrSchema, err)
+	}
+	return err
+}
+
+// readError translates an error of a read on the database's reader, which no
+// transaction of refset's translated.
+func (c *Collector) readError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.schemaError(c.db.TranslateError(err, ""))
+}

@@ -1,0 +1,155 @@
+package cleanup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// This file binds clean-up to the database: the set's registration and the catalog
+// make its plan (describe), and Install has the dialect create the triggers that
+// fill the review queue.
+
+// ErrUnindexed: a referencing column has no index, so every review would scan its
+// table. Install returns it as an *UnindexedError, which holds the statements that
+// create the missing indexes.
+var ErrUnindexed = errors.New("referencing column has no index")
+
+// UnindexedError is Install's refusal of references without an index. It matches
+// ErrUnindexed.
+type UnindexedError struct {
+	Table string
+	// Indexes are CREATE INDEX statements, one per unindexed reference, valid SQL on
+	// the set's database as they stand: a migration can run them verbatim.
+	Indexes []string
+}
+
+func (e *UnindexedError) Error() string {
+	return fmt.Sprintf("%s: %v; create: %s", e.Table, ErrUnindexed, strings.Join(e.Indexes, "; "))
+}
+
+// Is makes errors.Is(err, ErrUnindexed) hold.
+func (e *UnindexedError) Is(target error) bool { return target == ErrUnindexed }
+
+// indexStatement is the CREATE INDEX that makes a review of r an index probe. The
+// index is named, as SQLite requires; Postgres puts it in its table's schema.
+func indexStatement(r Reference) string {
+	name := r.Table.Name + "_" + r.Column + "_idx"
+	if len(name) > maxIdentLen {
+		name = name[:maxIdentLen]
+	}
+	return fmt.Sprintf(`CREATE INDEX "%s" ON %s ("%s")`, name, r.Table.Quoted(), r.Column)
+}
+
+// maxIdentLen is the longest name Postgres keeps whole (NAMEDATALEN-1).
+const maxIdentLen = 63
+
+// Install reads the references of the set's table from the catalog, creates the
+// review queue's triggers on every referencing table (replacing those of an earlier
+// Install, so running it again after a schema change picks up new referencing tables),
+// and returns a Collector. db is a database of store/sqlite or store/postgres
+// (refset.ErrInvalidConfig for anything else). It is idempotent. It fails with
+// ErrUnindexed if a referencing column has no index, and with refset.ErrSchema if a
+// key it cannot follow would refuse deletes; either way it changes nothing. Other
+// errors: refset.ErrInvalidIdentifier (a bad table name in cfg), and those of
+// refset.InTx (ErrConflict, ErrUnavailable, ErrTimeout, ErrClosed, the context's).
+func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, error) {
+	c, err := newCollector(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d, p, table := c.dialect, &c.plan, c.plan.Table
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		if err := d.SchemaSQL().LockMigrations(ctx, tx); err != nil {
+			return err
+		}
+		reg, err := d.SchemaSQL().Lookup(ctx, tx, table)
+		if err != nil {
+			return err
+		}
+		if err := describe(ctx, tx, d, p, reg); err != nil {
+			return err
+		}
+		return d.Install(ctx, tx, p)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+	}
+	for _, r := range p.References {
+		if r.NoAction {
+			c.log.Warn("refset/cleanup: a foreign key is ON DELETE NO ACTION; declare it ON DELETE RESTRICT to halve its check on every collected object",
+				slog.String("reference", r.String()))
+		}
+	}
+	return c, nil
+}
+
+// Inspect plans clean-up of cfg's set as Install does, from the set's registration
+// and the catalog, but creates and replaces nothing: the triggers stay as the last
+// Install left them. It exists for tools that only read (Check, Why, WhyAll): Install
+// bakes cfg.Grace into the triggers, so a tool that installed with its own Config
+// would change the grace period of the program that owns the set. Collect on an
+// inspected collector works, and relies on the triggers an Install made. It reads on
+// the database's reader, outside any transaction.
+//
+// Errors: refset.ErrNotFound (no set registered on cfg.Table), refset.ErrInvalidIdentifier,
+// ErrSchema for a key Install could not follow, ErrUnindexed as Install returns it,
+// refset.ErrInvalidConfig as Install returns it, and the read errors of Check.
+func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	c, err := newCollector(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	q, d := db.Reader(), c.dialect
+	reg, err := d.SchemaSQL().Lookup(ctx, q, c.plan.Table)
+	if err == nil {
+		err = describe(ctx, q, d, &c.plan, reg)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrUnindexed) {
+			err = c.readError(err)
+		}
+		return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, err)
+	}
+	return c, nil
+}
+
+// describe completes p from the set's registration and the catalog, through q: the
+// qualified names, the ID type and every reference. It fails with an
+// *UnindexedError if a referencing column has no index.
+func describe(ctx context.Context, q refset.Querier, d refsetdriver.CleanupDialect, p *refsetdriver.Plan, reg refsetdriver.Registered) error {
+	var err error
+	p.IDColumn, p.RegisteredQueue = reg.IDColumn, reg.Queue.String()
+	// Resolved once, here: the triggers must name the same tables in every
+	// session, whatever its search path.
+	for _, n := range []struct {
+		to   *sqlident.Ident
+		name sqlident.Ident
+	}{{&p.Table, reg.Table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
+		if *n.to, err = d.Qualify(ctx, q, n.name); err != nil {
+			return err
+		}
+	}
+	p.IDType, p.References, err = d.Describe(ctx, q, p.Table, reg.IDColumn)
+	if err != nil {
+		return err
+	}
+	unindexed := &UnindexedError{Table: reg.Table.String()}
+	for _, r := range p.References {
+		if !r.Indexed {
+			unindexed.Indexes = append(unindexed.Indexes, indexStatement(r))
+		}
+	}
+	if len(unindexed.Indexes) > 0 {
+		return unindexed
+	}
+	return nil
+}

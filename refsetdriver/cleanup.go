@@ -1,0 +1,191 @@
+package refsetdriver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// This file is clean-up's side of a dialect: what package cleanup asks a store for
+// (CleanupDialect) and the values they pass (Plan, Reference, Batch, Clock). Package
+// cleanup holds the algorithm, its schedule and the reports' logic; all of their SQL is
+// the stores'.
+
+// CleanupDialect is the SQL of clean-up in one database, written by a store package
+// (store/sqlite, store/postgres); package cleanup finds it through the database's
+// Driver. Do not implement it outside a store; it grows with clean-up.
+type CleanupDialect interface {
+	// Clock is how the dialect keeps time in refset's tables.
+	Clock() Clock
+	// Qualify names the table the session finds under name with its schema, so that
+	// SQL written with it means the same table in every session (a Postgres trigger
+	// runs with the search path of whoever fires it). A dialect without schemas
+	// returns name.
+	Qualify(ctx context.Context, q Querier, name sqlident.Ident) (sqlident.Ident, error)
+	// Describe reads the ID column's type and every reference to it from the catalog.
+	// A key to the table that refuses deletion but does not reference the ID column
+	// alone fails it with UnfollowedKeys.
+	Describe(ctx context.Context, q Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
+	// Install creates or replaces the triggers of p, inside tx.
+	Install(ctx context.Context, tx Tx, p *Plan) error
+	// ExpireHolds deletes up to limit expired holds.
+	ExpireHolds(ctx context.Context, tx Tx, p *Plan, limit int) (int64, error)
+	// CollectBatch reviews up to limit due queue entries. An object the database
+	// refuses to delete (a reference Install did not find) must not fail the batch: it
+	// is counted in Batch.Refused and postponed by p.Grace.
+	CollectBatch(ctx context.Context, tx Tx, p *Plan, limit int) (Batch, error)
+	// EnqueueUnreachable queues, due now, every object no root reaches.
+	EnqueueUnreachable(ctx context.Context, tx Tx, p *Plan) (int64, error)
+	// SchemaError reports whether err says a table or column is missing: the set's
+	// schema changed under the collector, and no retry mends that.
+	SchemaError(err error) bool
+
+	// Reports: the reads of package cleanup's Check, Why, WhyAll, Status and Queue.
+	// They run on q, the database's reader or its replica, outside any transaction,
+	// and compare times as ExpireHolds and CollectBatch do, by the database's clock.
+
+	// Leaked counts the objects of p that no root and no queued object reaches
+	// (garbage Collect would never delete), with the IDs of up to samples of them, as
+	// text.
+	Leaked(ctx context.Context, q Querier, p *Plan, samples int) (n int64, ids []string, err error)
+	// Dangling counts the rows of r whose reference names no object of p, with the
+	// least such reference as text ("" when there is none).
+	Dangling(ctx context.Context, q Querier, p *Plan, r Reference) (n int64, sample string, err error)
+	// HasObject reports whether p's table has the object id.
+	HasObject(ctx context.Context, q Querier, p *Plan, id any) (bool, error)
+	// Holders names up to limit (0: all) rows of r that reference the object id, each
+	// by its primary key as "col=value, ...", or, in a table without one, by its row
+	// address as "row=...".
+	Holders(ctx context.Context, q Querier, p *Plan, r Reference, id any, limit int) ([]string, error)
+	// Now reads the database's clock, which expiry and review times follow.
+	Now(ctx context.Context, q Querier) (time.Time, error)
+	// Sets lists the object table of every registered set, as its store registered
+	// it, in order; sentinel.ErrNotFound when the database has no refset tables.
+	Sets(ctx context.Context, q Querier) ([]string, error)
+	// SetState counts the objects, holds and review queue of the set reg registers.
+	// An error names the table that failed.
+	SetState(ctx context.Context, q Querier, reg Registered) (SetState, error)
+	// QueueState reads a review queue.
+	QueueState(ctx context.Context, q Querier, queue sqlident.Ident) (QueueState, error)
+	// Versions lists the schema version of every component refset's records know,
+	// in order.
+	Versions(ctx context.Context, q Querier) ([]Version, error)
+}
+
+// Reference is one FOREIGN KEY that points at the set's ID column.
+type Reference struct {
+	Table   sqlident.Ident // the referencing table
+	Column  string         // the referencing column
+	Self    bool           // the object table referencing itself: an edge, not a root
+	Indexed bool           // an index leads with Column, so a review need not scan Table
+	Key     []string       // the referencing table's primary key columns, for Why
+	// NoAction is a key declared ON DELETE NO ACTION (the default), not deferrable.
+	// PostgreSQL checks such a key twice for each object Collect deletes (once that
+	// no other row now has the deleted key, once that nothing references it), where
+	// RESTRICT checks once: Install logs the hint.
+	NoAction bool
+}
+
+func (r Reference) String() string { return r.Table.String() + "." + r.Column }
+
+// UnfollowedKeys is the error a CleanupDialect's Describe returns for foreign keys to
+// the set's table that Install cannot follow and that would refuse an object's
+// deletion (ON DELETE NO ACTION or RESTRICT): each key, as the dialect describes it
+// (its name, table and columns), would keep objects alive that Collect could never
+// account for. It matches sentinel.ErrSchema.
+func UnfollowedKeys(table sqlident.Ident, idColumn string, keys []string) error {
+	return fmt.Errorf("%w: %s is referenced by %s; clean-up follows foreign keys of one column to the ID column %q "+
+		"(keys ON DELETE CASCADE, SET NULL or SET DEFAULT never refuse a delete and are left alone): "+
+		"reference %q instead, or declare the key ON DELETE CASCADE if its rows are parts of the object",
+		sentinel.ErrSchema, table, strings.Join(keys, " and "), idColumn, idColumn)
+}
+
+// Plan is everything a dialect needs to know about a set to collect it.
+type Plan struct {
+	Table      sqlident.Ident
+	IDColumn   string
+	IDType     string
+	Holds      sqlident.Ident
+	Queue      sqlident.Ident
+	References []Reference
+	Grace      time.Duration
+	RetryDelay time.Duration
+
+	// RegisteredQueue is the queue's name as the set's store registered it, before
+	// Qualify: Name derives from it, so the names of an earlier Install's triggers
+	// and functions stay those of this one.
+	RegisteredQueue string
+}
+
+// Name is the identifier of a trigger or function Install creates for p: derived from
+// the queue and parts, so installing again replaces rather than adds, and short
+// enough for Postgres whatever the table names.
+func (p *Plan) Name(parts ...string) string {
+	h := sha256.Sum256([]byte(p.RegisteredQueue + "\x00" + strings.Join(parts, "\x00")))
+	return "refset_rv_" + hex.EncodeToString(h[:6])
+}
+
+// Roots are the references that keep objects alive by themselves; Edges lead from an
+// object to the objects it keeps alive.
+func (p *Plan) Roots() []Reference { return p.filter(false) }
+
+// Edges: see Roots.
+func (p *Plan) Edges() []Reference { return p.filter(true) }
+
+func (p *Plan) filter(self bool) []Reference {
+	var out []Reference
+	for _, r := range p.References {
+		if r.Self == self {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Batch is what one collection transaction did.
+type Batch struct {
+	Reviewed  int64 // queue entries claimed
+	Deleted   int64 // objects deleted
+	Postponed int64 // objects another transaction was referencing; reviewed again later
+	// Refused counts objects the database would not delete because of a reference
+	// Install did not find (a foreign key added since): they are postponed by a grace
+	// period, and the rest of the batch is collected all the same. Install again to
+	// follow the new key.
+	Refused int64
+}
+
+// Clock is how a dialect keeps time in refset's tables: the database's clock as the
+// tables store it (Now, an SQL expression), and how to read a stored time (Scan
+// returns a destination for rows.Scan and the function that reads it after).
+type Clock struct {
+	Now  string
+	Scan func() (dest any, read func() time.Time)
+}
+
+// QueueState is a review queue as CleanupDialect.QueueState reads it.
+type QueueState struct {
+	Queued  int64 // entries
+	Overdue int64 // entries due now: what the next Collect reviews
+	// OldestDue is the earliest review time (zero when the queue is empty).
+	OldestDue time.Time
+}
+
+// SetState is a set as CleanupDialect.SetState counts it.
+type SetState struct {
+	Objects      int64 // rows in the object table
+	HoldsLive    int64 // holds without expiry or expiring later
+	HoldsExpired int64 // holds past their expiry that Collect has not removed yet
+	QueueState
+}
+
+// Version is a component's schema version as refset's records keep it.
+type Version struct {
+	Component string
+	Version   int
+}

@@ -1,0 +1,201 @@
+package cleanupsql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// Fragments are the pieces of SQL in which the dialects' reports differ: a store's
+// clean-up dialect has them all.
+type Fragments interface {
+	// Schema names the dialect, whose Rebind writes its placeholders.
+	Schema() schema.Dialect
+	// SchemaSQL finds refset's own tables.
+	SchemaSQL() schema.SQL
+	// Clock is the database's clock as refset's tables keep time.
+	Clock() refsetdriver.Clock
+	// Reach is a WITH RECURSIVE clause defining reach(id): every object reachable
+	// from a root (and, when withQueue, from a queued object) along the edges.
+	Reach(p *refsetdriver.Plan, withQueue bool) string
+	// Text renders the SQL expression expr as a literal in text, NULL included.
+	Text(expr string) string
+	// RowAddress is the expression naming a row of any table (Postgres ctid, SQLite
+	// rowid), for tables without a primary key.
+	RowAddress() string
+}
+
+// Reports are the report methods of refsetdriver.CleanupDialect, written with the
+// fragments of F, a store's clean-up dialect (whose zero value they use): the dialect
+// embeds Reports[itself].
+type Reports[F Fragments] struct{}
+
+func (Reports[F]) fragments() F {
+	var f F
+	return f
+}
+
+// Leaked: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Leaked(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, samples int) (n int64, ids []string, err error) {
+	f := r.fragments()
+	id := fmt.Sprintf(`o."%s"`, p.IDColumn)
+	rows, err := q.QueryContext(ctx, f.Reach(p, true)+fmt.Sprintf(`
+		SELECT %s, count(*) OVER () FROM %s o
+		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = %s) LIMIT %d`, f.Text(id), p.Table.Quoted(), id, samples))
+	if err != nil {
+		return 0, nil, err
+	}
+	for rows.Next() {
+		var sample string
+		if err := rows.Scan(&sample, &n); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		ids = append(ids, sample)
+	}
+	return n, ids, errors.Join(rows.Err(), rows.Close())
+}
+
+// Dangling: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Dangling(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, ref refsetdriver.Reference) (n int64, sample string, err error) {
+	f := r.fragments()
+	col := fmt.Sprintf(`r."%s"`, ref.Column)
+	var least sql.NullString
+	err = q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*), min(%s) FROM %s r
+		WHERE %s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM %s o WHERE o."%s" = %s)`,
+		f.Text(col), ref.Table.Quoted(), col, p.Table.Quoted(), p.IDColumn, col)).Scan(&n, &least)
+	return n, least.String, err
+}
+
+// HasObject: see refsetdriver.CleanupDialect.
+func (r Reports[F]) HasObject(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, id any) (bool, error) {
+	var one int
+	err := q.QueryRowContext(ctx, r.fragments().Schema().Rebind(fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Holders: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Holders(ctx context.Context, q refset.Querier, _ *refsetdriver.Plan, ref refsetdriver.Reference, id any, limit int) ([]string, error) {
+	f := r.fragments()
+	var parts []string
+	for _, k := range ref.Key {
+		parts = append(parts, fmt.Sprintf(`'%s=' || %s`, k, f.Text(`"`+k+`"`)))
+	}
+	if len(parts) == 0 {
+		parts = []string{`'row=' || ` + f.Text(f.RowAddress())}
+	}
+	query := fmt.Sprintf(`SELECT %s FROM %s WHERE "%s" = ?`, strings.Join(parts, ` || ', ' || `), ref.Table.Quoted(), ref.Column)
+	if limit > 0 {
+		query += fmt.Sprintf(` LIMIT %d`, limit)
+	}
+	return Column[string](ctx, q, f.Schema().Rebind(query), id)
+}
+
+// Now: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Now(ctx context.Context, q refset.Querier) (time.Time, error) {
+	ck := r.fragments().Clock()
+	dst, now := ck.Scan()
+	if err := q.QueryRowContext(ctx, `SELECT `+ck.Now).Scan(dst); err != nil {
+		return time.Time{}, err
+	}
+	return now(), nil
+}
+
+// setsTable is where every store registers its set: its absence says no store was
+// built on the database.
+var setsTable = sqlident.Ident{Name: "refset_sets"}
+
+// Sets: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Sets(ctx context.Context, q refset.Querier) ([]string, error) {
+	found, err := r.fragments().SchemaSQL().TableExists(ctx, q, setsTable)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
+	}
+	return Column[string](ctx, q, `SELECT table_name FROM refset_sets ORDER BY table_name`)
+}
+
+// SetState: see refsetdriver.CleanupDialect.
+func (r Reports[F]) SetState(ctx context.Context, q refset.Querier, reg schema.Registered) (refsetdriver.SetState, error) {
+	var s refsetdriver.SetState
+	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+reg.Table.Quoted()).Scan(&s.Objects); err != nil {
+		return s, fmt.Errorf("%s: %w", reg.Table, err)
+	}
+	// The expiry comparisons are those of ExpireHolds.
+	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT
+		coalesce(sum(CASE WHEN expires_at IS NULL OR expires_at > %[1]s THEN 1 ELSE 0 END), 0),
+		coalesce(sum(CASE WHEN expires_at <= %[1]s THEN 1 ELSE 0 END), 0)
+		FROM %[2]s`, r.fragments().Clock().Now, reg.Holds.Quoted())).Scan(&s.HoldsLive, &s.HoldsExpired)
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", reg.Holds, err)
+	}
+	if s.QueueState, err = r.QueueState(ctx, q, reg.Queue); err != nil {
+		return s, fmt.Errorf("%s: %w", reg.Queue, err)
+	}
+	return s, nil
+}
+
+// QueueState: see refsetdriver.CleanupDialect. Due is the comparison CollectBatch
+// makes.
+func (r Reports[F]) QueueState(ctx context.Context, q refset.Querier, queue sqlident.Ident) (refsetdriver.QueueState, error) {
+	var s refsetdriver.QueueState
+	ck := r.fragments().Clock()
+	dst, read := ck.Scan()
+	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*),
+		coalesce(sum(CASE WHEN review_after <= %[1]s THEN 1 ELSE 0 END), 0), min(review_after)
+		FROM %[2]s`, ck.Now, queue.Quoted())).Scan(&s.Queued, &s.Overdue, dst)
+	if err != nil {
+		return refsetdriver.QueueState{}, err
+	}
+	s.OldestDue = read()
+	return s, nil
+}
+
+// Versions: see refsetdriver.CleanupDialect.
+func (r Reports[F]) Versions(ctx context.Context, q refset.Querier) ([]refsetdriver.Version, error) {
+	rows, err := q.QueryContext(ctx, `SELECT component, version FROM refset_schema_version ORDER BY component`)
+	if err != nil {
+		return nil, err
+	}
+	var vs []refsetdriver.Version
+	for rows.Next() {
+		var v refsetdriver.Version
+		if err := rows.Scan(&v.Component, &v.Version); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		vs = append(vs, v)
+	}
+	return vs, errors.Join(rows.Err(), rows.Close())
+}
+
+// Column is the one column of every row query returns.
+func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var values []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		values = append(values, v)
+	}
+	return values, errors.Join(rows.Err(), rows.Close())
+}
