@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Completer receives blocks in any order. A block whose predecessor is stored is
@@ -223,8 +223,7 @@ func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parents []stri
 	for i, p := range parents {
 		order[p] = i
 	}
-	cond, args := c.m.oneOf("pending_previous_block_id", parents)
-	rows, err := tx.QueryContext(ctx, `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE `+cond, args...)
+	rows, err := tx.QueryContext(ctx, c.m.stmt.waitingFor, c.m.stmt.list(parents))
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +256,7 @@ func sortWaiting(waiting []waitingBlock, order map[string]int) {
 // link sets a waiting block's link to its now stored predecessor, after checking its
 // number follows.
 func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string) error {
-	p, err := c.m.readPredecessor(ctx, tx, predecessorSQL, parent)
+	p, err := c.m.readPredecessor(ctx, tx, c.m.stmt.predecessor, parent)
 	if err != nil {
 		return err
 	}
@@ -284,7 +283,7 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 // wait for that are not stored (the ones to request from peers). Errors: those of
 // Manager.Get.
 func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	q := c.m.db.Reader()
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
 		return 0, nil, err

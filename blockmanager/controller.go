@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // ForkHolder is the holder name of the chain controller's fork cache in the blocks'
@@ -142,7 +142,7 @@ const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
 // Head returns the committed head's ID, or "" before the first block. Errors:
 // those of Manager.Get.
 func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	id, _, err := c.head(ctx, c.m.db.Reader())
 	return id, err
 }
@@ -171,7 +171,7 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 // Forks returns the fork heads the cache holds, with when each expires. Errors:
 // those of Manager.Get.
 func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	rows, err := c.m.db.Reader().QueryContext(ctx, c.m.sql(`SELECT object_id, expires_at FROM blocks_holds WHERE holder = ?`), ForkHolder)
 	if err != nil {
 		return nil, err

@@ -6,9 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lib/pq"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 )
 
 // indexRows are the rows of one of the batch and transaction indexes for some
@@ -36,37 +34,18 @@ func indexOf(blocks []storedBlock, list func(Block) IDs) indexRows {
 	return rows
 }
 
-// insertIndexesSQL writes the rows of both indexes in one statement on Postgres, as
-// arrays (see textArray): one round trip and one statement text whatever the number
-// of blocks. (pgx prepares and caches every statement text it runs, so texts that
-// vary with the number of rows would fill its cache.)
-const insertIndexesSQL = `WITH batches AS (
-		INSERT INTO block_batches (batch_id, block_id) SELECT * FROM unnest($1::text::text[], $2::text::text[]))
-	INSERT INTO block_transactions (transaction_id, block_id) SELECT * FROM unnest($3::text::text[], $4::text::text[])`
-
-// textArray is strings as one Postgres array literal, for a parameter the statement
-// declares text and casts to text[] ($1::text::text[]). Both drivers pass text
-// through as it is; given an array parameter, pgx parsed lib/pq's array literal
-// back into a slice to encode it again, a tenth of a Put's time on the client.
-func textArray(list []string) string {
-	v, _ := pq.StringArray(list).Value() // strings always encode
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return "{}" // nil
-}
-
-// indexRowsPerInsert is how many rows a multi-row insert of index rows takes on
-// SQLite: a full chunk has always the same text.
+// indexRowsPerInsert is how many rows a multi-row insert of index rows takes where
+// the database has no BulkWrites (SQLite): a full chunk has always the same text.
 const indexRowsPerInsert = 500
 
 // insertIndexes writes the batch and transaction index rows of blocks.
 func (m *Manager) insertIndexes(ctx context.Context, tx refset.Tx, blocks []storedBlock) error {
 	batches := indexOf(blocks, func(b Block) IDs { return b.BatchIDs })
 	txns := indexOf(blocks, func(b Block) IDs { return b.TransactionIDs })
-	if m.dialect == schema.Postgres {
-		_, err := tx.ExecContext(ctx, insertIndexesSQL,
-			textArray(batches.ids), textArray(batches.blocks), textArray(txns.ids), textArray(txns.blocks))
+	if m.stmt.insertIndexes != "" {
+		list := m.stmt.list
+		_, err := tx.ExecContext(ctx, m.stmt.insertIndexes,
+			list(batches.ids), list(batches.blocks), list(txns.ids), list(txns.blocks))
 		return err
 	}
 	for _, index := range []struct {
@@ -82,8 +61,8 @@ func (m *Manager) insertIndexes(ctx context.Context, tx refset.Tx, blocks []stor
 			for i := start; i < end; i++ {
 				args = append(args, index.rows.ids[i], index.rows.blocks[i])
 			}
-			q := fmt.Sprintf(`INSERT INTO %s (%s, block_id) VALUES %s`, index.table, index.column,
-				strings.TrimSuffix(strings.Repeat("(?, ?), ", end-start), ", "))
+			q := m.sql(fmt.Sprintf(`INSERT INTO %s (%s, block_id) VALUES %s`, index.table, index.column,
+				strings.TrimSuffix(strings.Repeat("(?, ?), ", end-start), ", ")))
 			if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 				return err
 			}

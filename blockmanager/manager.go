@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
@@ -47,7 +45,8 @@ type Config struct {
 type Manager struct {
 	db        refset.Database
 	replica   refset.Querier // the database's replica, or nil: where walks read first
-	dialect   schema.Dialect
+	drv       refsetdriver.Driver
+	stmt      statements
 	blocks    *refset.RefSet[Block, string]
 	writes    refset.SetStore[storedBlock, string] // the set's table, with each block's segment
 	observer  refset.Observer
@@ -77,21 +76,16 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.replica = refsetdriver.ReplicaOf(drv)
-	m.dialect = schema.Dialect(drv.Name())
-	if m.dialect == schema.SQLite {
+	m.drv, m.stmt, m.replica = drv, newStatements(drv), refsetdriver.ReplicaOf(drv)
+	if drv.InProcess() {
 		m.pagePart = minPagePart
 	}
-	refsetSQL, err := schema.SQLOf(db)
-	if err != nil {
-		return nil, fmt.Errorf("blockmanager: open: %w", err)
-	}
-	if err = m.migrate(ctx, refsetSQL); err != nil {
+	if err = m.migrate(ctx, drv.SchemaSQL()); err != nil {
 		return nil, err
 	}
 	var blocks refset.SetStore[Block, string]
 	if blocks, err = store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"}); err == nil {
-		m.blocks = refset.New[Block, string](blocks)
+		m.blocks = refset.New(blocks)
 		m.writes, err = store.NewStore[storedBlock, string](ctx, db, store.Config{Table: "blocks"})
 	}
 	if err == nil {
@@ -105,7 +99,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 }
 
 func (m *Manager) migrate(ctx context.Context, refsetSQL schema.SQL) error {
-	sub, err := fs.Sub(migrations, "sql/"+string(m.dialect))
+	sub, err := fs.Sub(migrations, "sql/"+m.drv.Name())
 	if err != nil {
 		return err
 	}
@@ -125,16 +119,16 @@ func (m *Manager) Collector() *cleanup.Collector { return m.collector }
 // Database is the database the blocks live in.
 func (m *Manager) Database() refset.Database { return m.db }
 
-func (m *Manager) sql(q string) string { return m.dialect.Rebind(q) }
+func (m *Manager) sql(q string) string { return m.drv.Rebind(q) }
 
-// lock serialises, until tx ends, the transactions that lock the same key: on
-// Postgres a transaction-scoped advisory lock; SQLite's one writer already
-// serialises every write transaction.
+// lock serialises, until tx ends, the transactions that lock the same key: with a
+// lock of the database's (refsetdriver.TxLocks), where it runs write transactions
+// side by side; SQLite's one writer already serialises every write transaction.
 func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
-	if m.dialect != schema.Postgres {
+	if m.stmt.lock == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 7262))`, "blockmanager:"+key)
+	_, err := tx.ExecContext(ctx, m.stmt.lock, "blockmanager:"+key)
 	return err
 }
 
@@ -155,14 +149,14 @@ const gateKey = "blockmanager:arrivals-gate"
 // block made a Put of a thousand blocks take a thousand. On SQLite the one writer
 // already serialises both.
 func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) error {
-	if m.dialect != schema.Postgres {
+	gate := m.stmt.gateShared
+	if exclusive {
+		gate = m.stmt.gateExclusive
+	}
+	if gate == "" {
 		return nil
 	}
-	fn := "pg_advisory_xact_lock_shared"
-	if exclusive {
-		fn = "pg_advisory_xact_lock"
-	}
-	_, err := tx.ExecContext(ctx, `SELECT `+fn+`(hashtextextended($1, 7262))`, gateKey)
+	_, err := tx.ExecContext(ctx, gate, gateKey)
 	return err
 }
 
@@ -243,7 +237,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 		if i > 0 && seen.stored[b.PreviousBlockID] {
 			// The first new block after stored ones: it joins its predecessor's
 			// segment, if it can, as the first block of the branch does.
-			prev, err := m.readPredecessor(ctx, tx, predecessorSQL, b.PreviousBlockID)
+			prev, err := m.readPredecessor(ctx, tx, m.stmt.predecessor, b.PreviousBlockID)
 			if err != nil {
 				return nil, err
 			}
@@ -316,7 +310,7 @@ const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM (SELECT block
 func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branchLookUp, error) {
 	var l branchLookUp
 	firstStored := false
-	err := m.scanPending(ctx, tx, m.sql(lookUpSQL), []any{len(ids) + 1, ids[0]}, func(child string, parent sql.NullString) {
+	err := m.scanPending(ctx, tx, m.stmt.lookUp, []any{len(ids) + 1, ids[0]}, func(child string, parent sql.NullString) {
 		if !parent.Valid {
 			firstStored = true
 		} else {
@@ -329,13 +323,8 @@ func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branc
 	if len(l.waiting) > len(ids) {
 		// More pending blocks than the branch has: look up the branch's.
 		l.waiting = nil
-		pending, args := m.oneOf("block_id", ids)
-		waiting, _ := m.oneOf("pending_previous_block_id", ids)
-		if m.dialect != schema.Postgres {
-			args = append(args, args...) // Postgres takes the IDs once, as $1
-		}
-		q := `SELECT block_id, pending_previous_block_id FROM pending_blocks WHERE ` + pending + ` OR ` + waiting
-		err := m.scanPending(ctx, tx, q, args, func(child string, parent sql.NullString) {
+		list := m.stmt.list(ids)
+		err := m.scanPending(ctx, tx, m.stmt.pendingOf, []any{list, list}, func(child string, parent sql.NullString) {
 			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
 		})
 		if err != nil {
@@ -418,33 +407,20 @@ func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (in
 	return num, err
 }
 
-// oneOf is the condition that column is one of ids, and its one argument: an
-// array on Postgres (see textArray), a JSON array on SQLite. Either way the
-// statement's text does not depend on how many ids there are, and binds one value:
-// on SQLite a list of parameters, compiled and bound one by one, cost more than the
-// rest of a Put's look-ups together.
-func (m *Manager) oneOf(column string, ids []string) (string, []any) {
-	if m.dialect == schema.Postgres {
-		return column + ` = ANY ($1::text::text[])`, []any{textArray(ids)}
-	}
-	list, _ := json.Marshal(ids) // strings always marshal
-	return column + ` IN (SELECT value FROM json_each(?))`, []any{string(list)}
-}
-
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	return m.idsIn(ctx, q, "blocks", "header_signature", ids)
+	return m.idsIn(ctx, q, m.stmt.storedIDs, ids)
 }
 
 // pendingIDs is which of ids wait in the Completer.
 func (m *Manager) pendingIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	return m.idsIn(ctx, q, "pending_blocks", "block_id", ids)
+	return m.idsIn(ctx, q, m.stmt.pendingIDs, ids)
 }
 
-// idsIn is which of ids are in column of table (both names fixed by the caller).
-func (m *Manager) idsIn(ctx context.Context, q refset.Querier, table, column string, ids []string) (map[string]bool, error) {
-	cond, args := m.oneOf(column, ids)
-	rows, err := q.QueryContext(ctx, `SELECT `+column+` FROM `+table+` WHERE `+cond, args...)
+// idsIn is which of ids query finds: it reads the IDs of a table that are in the
+// list it binds as its one argument (see refsetdriver.Driver.ColumnIn).
+func (m *Manager) idsIn(ctx context.Context, q refset.Querier, query string, ids []string) (map[string]bool, error) {
+	rows, err := q.QueryContext(ctx, query, m.stmt.list(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +440,7 @@ func (m *Manager) idsIn(ctx context.Context, q refset.Querier, table, column str
 // not stored. The blocks are the set's shared instances: read them, never modify
 // them. Errors: refset.ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	out := make([]*Block, len(ids))
 	for i, id := range ids {
 		tok, err := m.blocks.Upgrade(ctx, id)
@@ -505,14 +481,14 @@ func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 // it contains none (as in Sawtooth); any other tip that is not stored is
 // ErrUnknownBlock. Errors: ErrUnknownBlock, and those of Get.
 func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (_ bool, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
 
 // ContainsAnyTransactions reports whether any of the transactions is in a block of
 // tip's branch, as ContainsAnyBatches does for batches, with the same errors.
 func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (_ bool, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
 }
 

@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 )
 
 // Segments are how a walk reads a branch in a few range scans, however many other
@@ -64,34 +62,30 @@ const predecessorSQL = `SELECT p.block_num, p.segment,
 		(SELECT max(s.block_num) FROM blocks s WHERE s.segment = p.segment)
 	FROM blocks p WHERE p.header_signature = ?`
 
-// keepPredecessor reads the predecessor id of a block tx is about to link and, on
-// Postgres, takes a KEY SHARE lock on its row until tx ends: the lock a reference
-// insert takes, which a collector's FOR UPDATE conflicts with, so a block found
-// here cannot be collected before tx links to it. SQLite's one writer gives the
-// same guarantee. An id that is not stored is ErrUnknownBlock.
+// keepPredecessor reads the predecessor id of a block tx is about to link and,
+// where the database runs write transactions side by side, takes a KEY SHARE lock
+// on its row until tx ends (refsetdriver.TxLocks): the lock a reference insert
+// takes, which a collector's FOR UPDATE conflicts with, so a block found here
+// cannot be collected before tx links to it. SQLite's one writer gives the same
+// guarantee. An id that is not stored is ErrUnknownBlock.
 //
 // With gate, the same statement passes the arrivals gate (shared; see passGate)
 // first, which spares Put a round trip: the gate is taken as the statement joins
 // the predecessor's row, before the row lock above the join, and when no row is
 // found Put fails and looks for nothing.
 func (m *Manager) keepPredecessor(ctx context.Context, tx refset.Tx, id string, gate bool) (predecessor, error) {
-	if m.dialect != schema.Postgres {
-		return m.readPredecessor(ctx, tx, predecessorSQL, id)
+	if gate && m.stmt.keepGated != "" {
+		return m.readPredecessor(ctx, tx, m.stmt.keepGated, gateKey, id)
 	}
-	if !gate {
-		return m.readPredecessor(ctx, tx, predecessorSQL+` FOR KEY SHARE OF p`, id)
-	}
-	q := strings.Replace(predecessorSQL, `FROM blocks p WHERE`,
-		`FROM blocks p, (SELECT pg_advisory_xact_lock_shared(hashtextextended(?, 7262))) gate WHERE`, 1)
-	return m.readPredecessor(ctx, tx, q+` FOR KEY SHARE OF p`, gateKey, id)
+	return m.readPredecessor(ctx, tx, m.stmt.keep, id)
 }
 
-// readPredecessor reads a predecessor, without locking it, with query and args.
+// readPredecessor reads a predecessor with query (one of m.stmt's) and args.
 func (m *Manager) readPredecessor(ctx context.Context, q refset.Querier, query string, args ...any) (predecessor, error) {
 	var p predecessor
 	var segment, highest int64
 	id := args[len(args)-1]
-	err := q.QueryRowContext(ctx, m.sql(query), args...).Scan(&p.num, &segment, &highest)
+	err := q.QueryRowContext(ctx, query, args...).Scan(&p.num, &segment, &highest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return p, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
 	}

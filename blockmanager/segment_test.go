@@ -173,7 +173,7 @@ func TestRacingForksKeepWalksRight(t *testing.T) {
 		_, err := m.Put(ctx, g, hold)
 		require.NoError(t, err)
 		const writers = 6
-		concurrent := m.dialect == schema.Postgres
+		_, concurrent := m.drv.(refsetdriver.TxLocks)
 		forks := make([][]Block, writers)
 		var wg, put sync.WaitGroup
 		put.Add(writers)

@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Branch walks from tip back to genesis (or to the oldest block whose predecessor
@@ -26,7 +26,7 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 		for {
 			b, err := w.next()
 			if err != nil {
-				yield(nil, ctxerr.Wrap(ctx, err))
+				yield(nil, refsetdriver.ContextError(ctx, err))
 				return
 			}
 			if b == nil || !yield(b, nil) {
@@ -43,14 +43,14 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 // ErrUnknownBlock (either tip is not stored), and those of Get.
 func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
 	diff, _, err := m.diverge(ctx, tip, exclude)
-	return diff, ctxerr.Wrap(ctx, err)
+	return diff, refsetdriver.ContextError(ctx, err)
 }
 
 // CommonAncestor returns the newest block on both branches, or nil if they share
 // none. Errors: those of BranchDiff.
 func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, error) {
 	_, common, err := m.diverge(ctx, a, b)
-	return common, ctxerr.Wrap(ctx, err)
+	return common, refsetdriver.ContextError(ctx, err)
 }
 
 // diverge walks tip's branch, reading whole blocks, beside exclude's, reading only

@@ -108,6 +108,58 @@ type Driver interface {
 	// milliseconds from now by the database's clock; ms is an SQL expression of an
 	// integer (a literal or a placeholder).
 	Expiry(ms string) string
+
+	// What a component's own statements, on its own tables, ask of the dialect
+	// (blockmanager's): fragments that let it write one statement for every
+	// database, with ? placeholders that Rebind numbers, and what kind of database
+	// it is. TxLocks and BulkWrites add what only some databases have.
+
+	// ColumnIn is the condition that column is one of a list of strings, bound at
+	// its one ? as StringList encodes it: the statement's text is the same however
+	// long the list, and binds one value. (On SQLite a list of parameters, compiled
+	// and bound one by one, cost more than the rest of blockmanager's look-ups
+	// together; pgx prepares and caches each statement text it runs.)
+	ColumnIn(column string) string
+
+	// StringList encodes a list of strings as the one argument of ColumnIn, or of
+	// one of the lists of BulkWrites.Unnest.
+	StringList(values []string) any
+
+	// InProcess reports that the database runs in the client's process, on the
+	// goroutines that call it (SQLite): a read split across connections spreads the
+	// database's work over more of the client's cores, where a server's work is on
+	// other cores already.
+	InProcess() bool
+}
+
+// TxLocks is a Driver whose database runs write transactions side by side, and
+// gives them locks, held until the transaction ends, to order themselves by
+// (PostgreSQL). A database whose Driver lacks it runs one write transaction at a
+// time (SQLite's one writer), which orders them already: a component takes no lock
+// there.
+type TxLocks interface {
+	// TxLock is an SQL expression that takes the lock named by the string bound at
+	// its one ?, until the transaction ends: shared with the other shared holders,
+	// or exclusive.
+	TxLock(shared bool) string
+
+	// KeyShare is the locking clause, to end a SELECT with, that keeps the rows it
+	// reads of the table aliased alias from being deleted, or their key changed,
+	// until the transaction ends: the lock a foreign key's check takes on the row it
+	// references, which clean-up's FOR UPDATE waits for and no other reader or
+	// referrer does.
+	KeyShare(alias string) string
+}
+
+// BulkWrites is a Driver whose one statement writes any number of rows, given as
+// lists of strings bound one argument each (StringList), to several tables: a WITH
+// clause may insert (PostgreSQL). One round trip and one statement text then write
+// them, whatever their number. A database whose Driver lacks it takes multi-row
+// inserts, a statement a table, and has no round trip to save.
+type BulkWrites interface {
+	// Unnest is a table expression of the n lists bound at its n ?, side by side:
+	// its i-th row holds the i-th string of each.
+	Unnest(n int) string
 }
 
 // Of is db's Driver, or an error matching refset.ErrInvalidConfig when db is nil or
