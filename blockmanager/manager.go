@@ -412,11 +412,6 @@ func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string)
 	return m.idsIn(ctx, q, m.stmt.storedIDs, ids)
 }
 
-// pendingIDs is which of ids wait in the Completer.
-func (m *Manager) pendingIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	return m.idsIn(ctx, q, m.stmt.pendingIDs, ids)
-}
-
 // idsIn is which of ids query finds: it reads the IDs of a table that are in the
 // list it binds as its one argument (see refsetdriver.Driver.ColumnIn).
 func (m *Manager) idsIn(ctx context.Context, q refset.Querier, query string, ids []string) (map[string]bool, error) {

@@ -3,8 +3,6 @@ package schema
 import (
 	"bytes"
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -166,32 +164,6 @@ func Migrate(ctx context.Context, db refset.Database, d SQL) error {
 // Deprecated: use refsetdriver.Registered.
 type Registered = refsetdriver.Registered
 
-// Lookup reads the registration of the set on table, or fails with
-// refset.ErrNotFound if no store was ever built on it.
-//
-// Deprecated: use the dialect's SQL, SchemaSQL().Lookup(ctx, q, table), which a
-// store's driver has. Lookup stays, with its statement, while package cleanup calls
-// it.
-func Lookup(ctx context.Context, q refset.Querier, d Dialect, table sqlident.Ident) (Registered, error) {
-	var idColumn, holds, queue string
-	err := q.QueryRowContext(ctx, d.Rebind(`SELECT id_column, holds_table, queue_table FROM refset_sets WHERE table_name = ?`),
-		table.String()).Scan(&idColumn, &holds, &queue)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Registered{}, fmt.Errorf("refset/schema: no set on table %s (build its store first): %w", table, refset.ErrNotFound)
-	}
-	if err != nil {
-		return Registered{}, err
-	}
-	r := Registered{Table: table, IDColumn: idColumn}
-	if r.Holds, err = sqlident.Parse(holds, true); err != nil {
-		return Registered{}, err
-	}
-	if r.Queue, err = sqlident.Parse(queue, true); err != nil {
-		return Registered{}, err
-	}
-	return r, nil
-}
-
 // MigrateSet brings the tables of one set (its holds table and review queue) up to
 // date, after the core ones, and registers the set in refset_sets. It is idempotent
 // and safe to run from several processes at once.
@@ -302,14 +274,6 @@ func downMigrations(s SQL, kind string) ([]Migration, error) {
 	}
 	return ms, nil
 }
-
-// Lock serialises schema changes (migrations, clean-up installs) of one database
-// across processes until tx ends: an advisory lock on Postgres; on SQLite the write
-// transaction itself already excludes every other writer.
-//
-// Deprecated: call d.LockMigrations(ctx, tx). Lock stays while package cleanup calls
-// it.
-func Lock(ctx context.Context, tx refset.Tx, d SQL) error { return d.LockMigrations(ctx, tx) }
 
 func migrate(ctx context.Context, tx refset.Tx, d SQL, done *[]Applied) error {
 	// Held to the end of the transaction: a second process waits here, then finds
