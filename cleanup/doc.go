@@ -78,7 +78,8 @@
 // None of it runs SQL of its own. A store's clean-up dialect
 // (refsetdriver.CleanupDialect, found through the database's driver) writes every
 // statement: the catalog reads, the triggers, a batch, the sweep's mark, and the
-// reports' reads of refset's tables. (The CREATE INDEX statements of an
+// reports' reads of refset's tables (written once for both stores in
+// store/internal/cleanupsql). (The CREATE INDEX statements of an
 // UnindexedError are written here, for the user to run.) What only a
 // store implements or calls (the dialect, Plan, Batch, Clock, UnfollowedKeys) is in
 // package refsetdriver, not here.

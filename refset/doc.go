@@ -19,6 +19,11 @@
 //	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
 //	blocks := refset.New(store)
 //
+// Code that runs on either database builds its sets with package store's NewStore,
+// which takes any store's Database. A Database is opened by store/sqlite or
+// store/postgres, never implemented by callers (it is package refsetdriver's, the
+// stores' unstable API); a store of your own implements SetStore instead.
+//
 // # References are rows
 //
 // A RefToken says an object was in the set when the token was made; it does not keep

@@ -25,4 +25,21 @@
 //     interface rather than through database/sql (pgx).
 //   - Replicated: a hot standby that reads which a lagging copy cannot make wrong go
 //     to first (postgres.Options.Replica).
+//   - TxLocks: locks, held until the transaction ends, that write transactions run
+//     side by side order themselves by (PostgreSQL's advisory locks, FOR KEY SHARE).
+//     Without it the database runs one write transaction at a time (SQLite).
+//   - BulkWrites: one statement that writes any number of rows, bound as lists, to
+//     several tables (PostgreSQL's unnest in a WITH clause).
+//
+// Pipeliner, RowReader and Replicated serve refset's own packages; TxLocks and
+// BulkWrites, with the Driver's fragments (ColumnIn, StringList, Expiry, InProcess),
+// serve a component's own statements on its own tables (blockmanager's, custody's).
+//
+// # What else is here
+//
+// The values the stores and refset's runners pass each other: Observer and
+// NoObserver (refset.Observer and refset.NoObserver are aliases), SchemaSQL and
+// Registered (package schema's side of a dialect), CleanupDialect with Plan, Batch,
+// Clock and Reference (package cleanup's), and Binding and Settings, which tie a
+// dialect to one database's pool and the options every store has.
 package refsetdriver

@@ -1,8 +1,9 @@
 // Package schema runs refset's own migrations, versioned. The SQL itself belongs to
 // each store: store/sqlite and store/postgres embed their dialect's files (in
 // sql/schema/ of their folder) and give them to this package as a schema.SQL
-// (refsetdriver.SchemaSQL), with every statement on refset's own tables (the record
-// of versions, the registry of sets) and the migration lock. This package is the
+// (refsetdriver.SchemaSQL; SQLOf finds a database's), with every statement on
+// refset's own tables (the record of versions, the registry of sets, written once for
+// both in store/internal/refsettables) and the migration lock. This package is the
 // runner: it decides what to apply, in what order, and writes no SQL of its own.
 //
 // Two kinds of migration exist. The core ones (Migrate) create the tables refset

@@ -11,7 +11,10 @@
 //
 // NewStore maps a struct to an existing table (optionally schema-qualified) through
 // its `db` tags, checks both against the catalog, and creates the set's holds table
-// beside it.
+// beside it. It and NewCollector are package store's, typed for a *DB; Config is
+// store.Config, and Options embeds store.Options, the options every store takes
+// (logging, metrics, the statement cache, external migrations), beside PostgreSQL's
+// own.
 //
 // A store runs its own statements prepared (database/sql prepares each once per pooled
 // connection): its reads outside a transaction (a cache miss, Has), and its inserts,
