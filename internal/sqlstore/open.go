@@ -11,11 +11,6 @@ import (
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// schemaDialect is a Driver with refset's migrations: both stores' are.
-type schemaDialect interface {
-	SchemaSQL() schema.SQL
-}
-
 // Config names a set's table. The store packages document it to users.
 type Config struct {
 	Table      string // the object table, optionally schema-qualified (Postgres)
@@ -31,10 +26,6 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	d, err := refsetdriver.Of(db)
 	if err != nil {
 		return nil, err
-	}
-	sd, ok := d.(schemaDialect)
-	if !ok {
-		return nil, fmt.Errorf("refset: %w: the %s driver has no migrations", refset.ErrInvalidConfig, d.Name())
 	}
 	table, err := sqlident.Parse(cfg.Table, true)
 	if err != nil {
@@ -63,10 +54,10 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	t.Holds = holds
 	set := schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue}
 	if d.ExternalMigrations() {
-		if err := schema.Check(ctx, db.Reader(), sd.SchemaSQL(), set); err != nil {
+		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
 			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, translated(db, err))
 		}
-	} else if err := schema.MigrateSet(ctx, db, sd.SchemaSQL(), set); err != nil {
+	} else if err := schema.MigrateSet(ctx, db, d.SchemaSQL(), set); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
