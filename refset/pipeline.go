@@ -24,7 +24,7 @@ import (
 // statementsOf is cmds as the statements they run for id, when every command is an
 // Exec command; ok is false otherwise, and when a statement would end the transaction
 // (the ordinary path refuses it, statement by statement, as it always did).
-func statementsOf[ID comparable](drv refsetdriver.Driver, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []refsetdriver.Statement, ok bool) {
+func statementsOf[ID comparable](rebind func(string) string, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []refsetdriver.Statement, ok bool) {
 	execs = make([]*execCommand[ID], len(cmds))
 	stmts = make([]refsetdriver.Statement, len(cmds))
 	for i, c := range cmds {
@@ -32,7 +32,7 @@ func statementsOf[ID comparable](drv refsetdriver.Driver, id ID, cmds []Command[
 		if !isExec {
 			return nil, nil, false
 		}
-		q := drv.Rebind(e.query)
+		q := rebind(e.query)
 		if sqltext.EndingStatement(q) != "" {
 			return nil, nil, false
 		}
@@ -46,15 +46,14 @@ func statementsOf[ID comparable](drv refsetdriver.Driver, id ID, cmds []Command[
 // of InTx's. execs[i] is the Exec command stmts[i] is, or nil for a statement of the
 // store's own (the insert of an Add), whose errors are translated as the store's are
 // and whose row count is not checked.
-func runPipelined[ID comparable](ctx context.Context, db Database, pipe refsetdriver.Pipeliner, id ID, execs []*execCommand[ID], stmts []refsetdriver.Statement) error {
-	drv := db.Driver()
-	log, slow := drv.Logger(), drv.SlowStatement()
-	return runUnit(ctx, drv, func() error {
+func runPipelined[ID comparable](ctx context.Context, db Database, caps capabilities, id ID, execs []*execCommand[ID], stmts []refsetdriver.Statement) error {
+	log, slow := caps.log, caps.slow
+	return runUnit(ctx, caps, func() error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("refset: in transaction: %w", err)
 		}
 		start := time.Now() // a pipelined statement is timed from when the first was sent
-		err := pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
+		err := caps.pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
 			dblog.Slow(ctx, log, slow, stmts[i].Query, start)
 			if execs[i] == nil { // the store's own statement, an insert: as Persist
 				if err != nil {

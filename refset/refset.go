@@ -22,24 +22,18 @@ type Identifiable[ID comparable] interface {
 type RefSet[T Identifiable[ID], ID comparable] struct {
 	store   SetStore[T, ID]
 	db      Database
-	drv     refsetdriver.Driver // the database's, found once
-	replica Querier             // the database's replica, or nil
+	caps    capabilities // the database's, found once
+	replica Querier      // the database's replica, or nil
 	cache   *cache[T, ID]
 	obs     Observer               // the database's
 	pipe    refsetdriver.Pipeliner // the database's, or nil
 }
 
 // New returns a RefSet kept in store.
-// It panics if the store's database has no driver: a SetStore of store/sqlite or
-// store/postgres always has one.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	drv, err := refsetdriver.Of(db)
-	if err != nil {
-		panic(err)
-	}
-	pipe, _ := drv.(refsetdriver.Pipeliner)
-	return &RefSet[T, ID]{store: store, db: db, drv: drv, replica: refsetdriver.ReplicaOf(drv), cache: newCache[T, ID](), obs: drv.Observer(), pipe: pipe}
+	caps := capabilitiesOf(db)
+	return &RefSet[T, ID]{store: store, db: db, caps: caps, replica: caps.replica, cache: newCache[T, ID](), obs: caps.obs, pipe: caps.pipe}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -90,10 +84,10 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
 	if tx == nil && s.pipe != nil {
 		if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
-			if execs, stmts, ok := statementsOf(s.drv, id, cmds); ok {
+			if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
 				execs = append([]*execCommand[ID]{nil}, execs...)
 				stmts = append([]refsetdriver.Statement{ins.InsertStatement(obj)}, stmts...)
-				return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
+				return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
 			}
 		}
 	}
@@ -299,8 +293,8 @@ func (s *RefSet[T, ID]) observer() Observer { return s.obs }
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
 	if tx == nil && s.pipe != nil {
-		if execs, stmts, ok := statementsOf(s.drv, id, cmds); ok {
-			return runPipelined(ctx, s.db, s.pipe, id, execs, stmts)
+		if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
+			return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
 		}
 	}
 	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })

@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
-	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
-	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // maxAttempts bounds how often InTx runs a unit of work that the database aborted
@@ -51,11 +49,7 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
-	drv, err := refsetdriver.Of(db)
-	if err != nil {
-		return err
-	}
-	return runUnit(ctx, drv, func() error { return inTxOnce(ctx, db, fn) })
+	return runUnit(ctx, capabilitiesOf(db), func() error { return inTxOnce(ctx, db, fn) })
 }
 
 // runUnit runs once, one attempt at a unit of work in a transaction of its own, as
@@ -64,9 +58,9 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // in the new transaction), again after a back-off while the database aborts it with a
 // conflict, logging a commit whose outcome is unknown, and with its error made to
 // match the context's when ctx ended.
-func runUnit(ctx context.Context, drv refsetdriver.Driver, once func() error) error {
-	log := drv.Logger()
-	err := retryConflicts(ctx, log, drv.Observer(), func() error {
+func runUnit(ctx context.Context, caps capabilities, once func() error) error {
+	log := caps.log
+	err := retryConflicts(ctx, log, caps.obs, func() error {
 		err := once()
 		if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
 			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
@@ -93,11 +87,8 @@ func runUnit(ctx context.Context, drv refsetdriver.Driver, once func() error) er
 // so metrics count this work's conflicts beside the units of work's. A nil db tells
 // nobody.
 func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
-	log, obs := dblog.Or(nil), Observer(NoObserver{}) // a nil db tells nobody
-	if drv, err := refsetdriver.Of(db); err == nil {
-		log, obs = drv.Logger(), drv.Observer()
-	}
-	return retryConflicts(ctx, log, obs, fn)
+	caps := capabilitiesOf(db) // a nil db tells nobody
+	return retryConflicts(ctx, caps.log, caps.obs, fn)
 }
 
 // retryConflicts is RetryConflicts, logging each retry (at debug level, with its
@@ -164,13 +155,13 @@ func commitError(db Database, err error) error {
 // driver errors translated, transaction-ending statements refused.
 func newView(raw Querier, db Database) *txview.View {
 	translate := func(err error, query string) error { return translateStatement(db, err, query) }
-	drv := db.Driver()
+	caps := capabilitiesOf(db)
 	return txview.New(raw, txview.Options{
 		Translate: translate,
 		Refuse:    func(err error) error { return opError("statement", ErrInvalidCommand, err) },
-		Rebind:    drv.Rebind,
-		Log:       drv.Logger(),
-		Slow:      drv.SlowStatement(),
+		Rebind:    caps.rebind,
+		Log:       caps.log,
+		Slow:      caps.slow,
 	})
 }
 
