@@ -159,11 +159,6 @@ func Migrate(ctx context.Context, db refset.Database, d SQL) error {
 	return err
 }
 
-// Registered is a set as MigrateSet registered it: refsetdriver.Registered.
-//
-// Deprecated: use refsetdriver.Registered.
-type Registered = refsetdriver.Registered
-
 // MigrateSet brings the tables of one set (its holds table and review queue) up to
 // date, after the core ones, and registers the set in refset_sets. It is idempotent
 // and safe to run from several processes at once.

@@ -129,7 +129,7 @@ func (r Reports[F]) Sets(ctx context.Context, q refset.Querier) ([]string, error
 }
 
 // SetState: see refsetdriver.CleanupDialect.
-func (r Reports[F]) SetState(ctx context.Context, q refset.Querier, reg schema.Registered) (refsetdriver.SetState, error) {
+func (r Reports[F]) SetState(ctx context.Context, q refset.Querier, reg refsetdriver.Registered) (refsetdriver.SetState, error) {
 	var s refsetdriver.SetState
 	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+reg.Table.Quoted()).Scan(&s.Objects); err != nil {
 		return s, fmt.Errorf("%s: %w", reg.Table, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // Tables implements the statements of refsetdriver.SchemaSQL on refset's own tables for
@@ -74,7 +75,7 @@ func (Tables) SetVersionScript(component string, version int) string {
 }
 
 func (Tables) RecordedSets(ctx context.Context, q refset.Querier) ([]string, error) {
-	return column(ctx, q, `SELECT component FROM refset_schema_version WHERE component LIKE 'set:%' ORDER BY component`)
+	return cleanupsql.Column[string](ctx, q, `SELECT component FROM refset_schema_version WHERE component LIKE 'set:%' ORDER BY component`)
 }
 
 func (t Tables) HasSetTable(ctx context.Context, q refset.Querier) (bool, error) {
@@ -120,25 +121,7 @@ func (t Tables) Unregister(ctx context.Context, tx refset.Tx, table sqlident.Ide
 }
 
 func (Tables) SetTables(ctx context.Context, q refset.Querier) ([]string, error) {
-	return column(ctx, q, `SELECT table_name FROM refset_sets ORDER BY table_name`)
-}
-
-// column reads the one text column of query's rows.
-func column(ctx context.Context, q refset.Querier, query string) ([]string, error) {
-	rows, err := q.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, errors.Join(rows.Err(), rows.Close())
+	return cleanupsql.Column[string](ctx, q, `SELECT table_name FROM refset_sets ORDER BY table_name`)
 }
 
 // inline writes values, SQL literals, in place of the ? placeholders of query, in
