@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 )
 
@@ -77,7 +78,7 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 			}
 			downs, err = downMigrations(d, "core")
 		} else {
-			var r Registered
+			var r refsetdriver.Registered
 			if r, err = d.Lookup(ctx, tx, table); err != nil {
 				return err
 			}

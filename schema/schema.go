@@ -209,8 +209,8 @@ func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Appli
 
 // registered is set's registration, where tools (clean-up, the operators' command)
 // find its tables.
-func (set Set) registered() Registered {
-	return Registered{Table: set.Table, IDColumn: set.IDColumn, Holds: set.Holds, Queue: set.Queue}
+func (set Set) registered() refsetdriver.Registered {
+	return refsetdriver.Registered{Table: set.Table, IDColumn: set.IDColumn, Holds: set.Holds, Queue: set.Queue}
 }
 
 // setComponent is the component under which a set's versions are recorded.
