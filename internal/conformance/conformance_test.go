@@ -2,62 +2,33 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
-// Harness is what a store gives the suite.
-type Harness struct {
-	// Open returns a new, empty database owned by the test (closed by its cleanup),
-	// opened with the store package's Open (a *sqlite.DB or a *postgres.DB): the suite
-	// builds its stores with that package's NewStore.
-	Open func(tb testing.TB) refset.Database
-	// Reopen returns a second, independent handle on the same database as db, as
-	// another process would have (closed by the test's cleanup).
-	Reopen func(tb testing.TB, db refset.Database) refset.Database
+// harness is one database the suites run on, and what they must know of it.
+type harness struct {
+	testdb.Backend
 	// Types are the dialect's column types.
 	Types Types
 	// SkipCancels, when set, is why the tests that end a context while a statement
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).
 	SkipCancels string
-}
-
-// OpenOn is a Harness's Open on a fresh database of backend b, opened with opts.
-func OpenOn(b testdb.Backend, opts testdb.Options) func(tb testing.TB) refset.Database {
-	return func(tb testing.TB) refset.Database {
-		tb.Helper()
-		return b.Open(tb, opts)
-	}
-}
-
-// ReopenOn is a Harness's Reopen of a database OpenOn opened, with opts.
-func ReopenOn(opts testdb.Options) func(tb testing.TB, db refset.Database) refset.Database {
-	return func(tb testing.TB, db refset.Database) refset.Database {
-		tb.Helper()
-		return testdb.PlaceOf(tb, db).Open(tb, opts)
-	}
-}
-
-// cancelling marks fn as a test that ends contexts while statements run, skipped
-// when the harness says cancel requests must not be sent.
-func cancelling(fn func(t *testing.T, h Harness)) func(t *testing.T, h Harness) {
-	return func(t *testing.T, h Harness) {
-		if h.SkipCancels != "" {
-			t.Skip(h.SkipCancels)
-		}
-		fn(t, h)
-	}
+	// notInRun keeps the harness out of TestConformance, the longest suite, where
+	// another one takes the same paths: pgx through PgBouncer differs from lib/pq
+	// through it in its driver's settings (store/postgres's
+	// TestPooledReadsRunTheirOwnStatements) and in cancel requests (the clean-up and
+	// promises suites), not in what TestConformance checks.
+	notInRun bool
 }
 
 // Types are column types of a dialect.
@@ -65,20 +36,113 @@ type Types struct {
 	Text, Int, Bytes, Time, Bool, Float string
 }
 
+var (
+	sqliteTypes   = Types{Text: "TEXT", Int: "INTEGER", Bytes: "BLOB", Time: "TIMESTAMP", Bool: "BOOLEAN", Float: "REAL"}
+	postgresTypes = Types{Text: "text", Int: "bigint", Bytes: "bytea", Time: "timestamptz", Bool: "boolean", Float: "double precision"}
+)
+
+// harnesses are the databases the suites run on: a SQLite file, and Postgres in
+// each way a store reaches it: through lib/pq with its statements prepared (the
+// default) and unprepared (for connection poolers that lose prepared statements),
+// through pgx's stdlib driver, with a hot standby for the reads that may lag, and
+// through PgBouncer in transaction mode with each driver, unprepared as a pooler
+// needs. The suites run on each, since each takes paths the others never do.
+var harnesses = []harness{
+	onBackend(testdb.SQLite, false),
+	onBackend(named("prepared", testdb.LibPQ), false),
+	onBackend(testdb.Backend{Name: "unprepared", Postgres: true, Driver: postgres.DriverLibPQ, Unprepared: true}, false),
+	onBackend(testdb.Pgx, false),
+	onBackend(named("standby", testdb.Standby), false),
+	onBackend(testdb.Backend{Name: "pgbouncer", Postgres: true, Driver: postgres.DriverLibPQ, Unprepared: true, Pooled: true}, false),
+	onBackend(named("pgbouncer-pgx", testdb.PgBouncer), true),
+}
+
+func named(name string, b testdb.Backend) testdb.Backend {
+	b.Name = name
+	return b
+}
+
+func onBackend(b testdb.Backend, notInRun bool) harness {
+	h := harness{Backend: b, Types: sqliteTypes, notInRun: notInRun}
+	if b.Postgres {
+		h.Types = postgresTypes
+	}
+	if b.Pooled && b.Driver != postgres.DriverPgx {
+		// pgx closes the connection instead of sending a cancel request.
+		h.SkipCancels = "PgBouncer 1.18 (the harness's) may crash on lib/pq's cancel requests (pgbouncer#801, fixed in 1.19.1)"
+	}
+	return h
+}
+
+// options are those every harness opens its databases with (MaxConns is
+// Postgres's alone).
+var options = testdb.Options{MaxConns: 40}
+
+// open returns a new, empty database owned by the test (closed by its cleanup),
+// opened with its store package's public Open, as users do: each test has its own
+// SQLite file or Postgres schema (internal/testdb), so tests run in parallel.
+func (h harness) open(tb testing.TB) refset.Database {
+	tb.Helper()
+	return h.Open(tb, options)
+}
+
+// reopen returns a second, independent handle on the same database as db, as
+// another process would have (closed by the test's cleanup).
+func (h harness) reopen(tb testing.TB, db refset.Database) refset.Database {
+	tb.Helper()
+	return testdb.PlaceOf(tb, db).Open(tb, options)
+}
+
+// suiteTest is one test of a suite, run on each harness.
+type suiteTest struct {
+	name string
+	fn   func(t *testing.T, h harness)
+}
+
+// runSuite runs tests as parallel subtests of a parallel subtest per harness (those
+// marked notInRun left out unless all).
+func runSuite(t *testing.T, all bool, tests []suiteTest) {
+	for _, h := range harnesses {
+		if h.notInRun && !all {
+			continue
+		}
+		t.Run(h.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.fn(t, h)
+				})
+			}
+		})
+	}
+}
+
+// cancelling marks fn as a test that ends contexts while statements run, skipped
+// when the harness says cancel requests must not be sent.
+func cancelling(fn func(t *testing.T, h harness)) func(t *testing.T, h harness) {
+	return func(t *testing.T, h harness) {
+		if h.SkipCancels != "" {
+			t.Skip(h.SkipCancels)
+		}
+		fn(t, h)
+	}
+}
+
 // env is one test's database.
 type env struct {
-	h  Harness
+	h  harness
 	db refset.Database
 }
 
-func newEnv(tb testing.TB, h Harness) *env {
+func newEnv(tb testing.TB, h harness) *env {
 	tb.Helper()
-	return &env{h: h, db: h.Open(tb)}
+	return &env{h: h, db: h.open(tb)}
 }
 
 // newBlocksEnv is the start of most tests: a fresh env with the blocks set on it,
 // and the test's context.
-func newBlocksEnv(t *testing.T, h Harness) (*env, *refset.RefSet[block, string], context.Context) {
+func newBlocksEnv(t *testing.T, h harness) (*env, *refset.RefSet[block, string], context.Context) {
 	t.Helper()
 	e := newEnv(t, h)
 	return e, e.blocks(t), t.Context()
@@ -181,26 +245,15 @@ func (e *env) createBlocks(tb testing.TB) {
 	}
 }
 
-// openStore builds the store of a set on table, as newStore does.
+// openStore builds the store of a set on table with the public store.NewStore, the
+// way users do: it prepares the store's statements (unless the database was opened
+// unprepared), and a store built any other way would leave the prepared paths
+// untested.
 func openStore[T refset.Identifiable[ID], ID comparable](tb testing.TB, e *env, table string) refset.SetStore[T, ID] {
 	tb.Helper()
-	s, err := newStore[T, ID](tb.Context(), e.db, sqlstore.Config{Table: table})
+	s, err := store.NewStore[T, ID](tb.Context(), e.db, store.Config{Table: table})
 	require.NoError(tb, err)
 	return s
-}
-
-// newStore builds a store with the public constructor of db's store package, the
-// way users do: NewStore prepares the store's statements (unless the database was
-// opened unprepared), and a store built any other way would leave the prepared paths
-// untested.
-func newStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg sqlstore.Config) (refset.SetStore[T, ID], error) {
-	switch db := db.(type) {
-	case *sqlite.DB:
-		return sqlite.NewStore[T, ID](ctx, db, sqlite.Config(cfg))
-	case *postgres.DB:
-		return postgres.NewStore[T, ID](ctx, db, postgres.Config(cfg))
-	}
-	return nil, fmt.Errorf("conformance: no store package opens a %T", db)
 }
 
 func mkBlock(hash string, prev string, height int64) block {
