@@ -16,35 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCleanupConformance runs the clean-up suite on every harness.
-func TestCleanupConformance(t *testing.T) {
-	runSuite(t, true, []suiteTest{
-		{"AbandonedForkGoesInOneCall", testAbandonedFork},
-		{"GracePeriod", testGrace},
-		{"ExpiringHolds", testExpiringHolds},
-		{"ReReferencedSurvives", testReReferenced},
-		{"HandOverNeverCollected", testHandOverVersusCollector},
-		{"InstallTwiceAndAfterNewReference", testInstallAgain},
-		{"SweepRepairsLostQueue", testSweep},
-		{"CheckAndWhy", testCheckAndWhy},
-		{"UnindexedReferenceRefused", testUnindexed},
-		{"BackgroundRunStopsCleanly", testBackground},
-		{"SuggestedIndexesAreValidSQL", testSuggestedIndexes},
-		{"UnfollowedKeysRefused", testUnfollowedKeys},
-		{"KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
-		{"RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
-		{"EndedContextIsAnError", testEndedContext},
-		{"RunStopsOnClosedDatabase", testRunClosed},
-		{"RunStopsOnDroppedTables", cancelling(testRunSchemaGone)},
-		{"RunFailuresAreNeverLost", cancelling(testRunFailures)},
-		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
-		{"ChainGoesInOneCollect", testChainInOneCollect},
-		{"ChainStopsAtKeptBlock", testChainStopsAtKeptBlock},
-		{"ChainAlongTwoEdges", testChainAlongTwoEdges},
-		{"ChainReReferencedMidCollection", testChainReReferencedMidCollection},
-	})
-}
-
 // chain creates the RFC tables with indexed references (clean-up refuses
 // unindexed ones) and a set on them.
 func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
@@ -52,6 +23,15 @@ func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
 	set := e.blocks(tb)
 	e.mustExec(tb, `CREATE INDEX blocks_prev ON blocks (prev)`)
 	return set
+}
+
+// newChainEnv is the start of most clean-up tests: a fresh env with the RFC tables
+// (chain), a set on them, a collector with cfg, and the test's context.
+func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+	t.Helper()
+	e := newEnv(t, h)
+	set := e.chain(t)
+	return e, set, e.collector(t, cfg), t.Context()
 }
 
 func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
@@ -110,10 +90,7 @@ func (e *env) makeDue(tb testing.TB, ids ...string) {
 //
 // Dropping b2's head row with plain SQL frees b2 and b1, down to g, in one call.
 func testAbandonedFork(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{BatchSize: 2}) // small batches: the walk spans several
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 2}) // small batches: the walk spans several
 	add := func(id, prev string, cmds ...refset.Command[string]) {
 		_, err := set.Add(ctx, mkBlock(id, prev, 0), cmds...)
 		require.NoError(t, err)
@@ -184,10 +161,7 @@ func testGrace(t *testing.T, h harness) {
 }
 
 func testExpiringHolds(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	_, err := set.Add(ctx, mkBlock("leased", "", 0), set.Hold("lock", 50*time.Millisecond))
 	require.NoError(t, err)
 	_, err = set.Add(ctx, mkBlock("kept", "", 0), set.Hold("owner", 0))
@@ -207,19 +181,12 @@ func testExpiringHolds(t *testing.T, h harness) {
 }
 
 func testReReferenced(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	tok, err := set.Add(ctx, mkBlock("x", "", 0), set.Hold("first", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 	// The hold moves: the unhold queues x, the new hold references it again.
-	rel, err := tok.Release(set.Unhold("first"))
-	require.NoError(t, err)
-	acq, err := rel.Acquire(set.Hold("second", 0))
-	require.NoError(t, err)
-	_, err = acq.Complete(ctx)
+	_, err = handOverOf(t, tok, set.Unhold("first"), set.Hold("second", 0)).Complete(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "x"), "queued by the unhold")
 
@@ -233,10 +200,7 @@ func testReReferenced(t *testing.T, h harness) {
 // A hand-over moves a reference from one holder to another in one transaction: a
 // collector running all the while never sees the object unreferenced.
 func testHandOverVersusCollector(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{BatchSize: 10})
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 10})
 	const objects, moves = 20, 30
 	toks := make([]*refset.RefToken[string], objects)
 	for i := range toks {
@@ -265,11 +229,8 @@ func testHandOverVersusCollector(t *testing.T, h harness) {
 	}()
 	for m := range moves {
 		for i, tok := range toks {
-			rel, err := tok.Release(set.Unhold(fmt.Sprintf("holder-%d", m)))
-			require.NoError(t, err)
-			acq, err := rel.Acquire(set.Hold(fmt.Sprintf("holder-%d", m+1), 0))
-			require.NoError(t, err)
-			toks[i], err = acq.Complete(ctx)
+			var err error
+			toks[i], err = handOverOf(t, tok, set.Unhold(fmt.Sprintf("holder-%d", m)), set.Hold(fmt.Sprintf("holder-%d", m+1), 0)).Complete(ctx)
 			require.NoError(t, err)
 		}
 	}
@@ -366,10 +327,7 @@ func testSweep(t *testing.T, h harness) {
 }
 
 func testCheckAndWhy(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	_, err := set.Add(ctx, mkBlock("g", "", 0), set.Hold("auditor", 0))
 	require.NoError(t, err)
 	_, err = set.Add(ctx, mkBlock("a", "g", 1), e.acquireHead())
@@ -470,16 +428,14 @@ func testSuggestedIndexes(t *testing.T, h harness) {
 // Collect, Sweep, Check and Why on an ended context return its error, and change
 // nothing.
 func testEndedContext(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	_, err := set.Add(t.Context(), mkBlock("due", "", 0))
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+	_, err := set.Add(ctx, mkBlock("due", "", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 
-	cancelled, cancel := context.WithCancel(t.Context())
+	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
 	calls := []struct {
 		name string
@@ -550,6 +506,7 @@ func testRunClosed(t *testing.T, h harness) {
 // Run whose set's tables were dropped returns refset.ErrSchema after its first pass,
 // and Collect returns it too.
 func testRunSchemaGone(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	drops := []struct {
 		name  string
 		drops []string
@@ -604,12 +561,11 @@ func (e *env) refuseDeletes(tb testing.TB) {
 // callback, the callback sees each and Run goes on; without one, Run returns the
 // error once MaxFailedPasses passes in a row failed.
 func testRunFailures(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	for _, tc := range withAndWithoutCallback {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, h)
-			set := e.chain(t)
-			c := e.collector(t, cleanup.Config{})
-			_, err := set.Add(t.Context(), mkBlock("doomed", "", 0))
+			e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+			_, err := set.Add(ctx, mkBlock("doomed", "", 0))
 			require.NoError(t, err)
 			e.makeDue(t)
 			e.refuseDeletes(t)
@@ -641,12 +597,10 @@ func testRunFailures(t *testing.T, h harness) {
 // Run's callback is called with no transaction open: a write from it does not wait
 // for one, and a panic in it leaves the database free for the next pass.
 func testRunCallbackPanic(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	_, err := set.Add(t.Context(), mkBlock("held", "", 0), e.acquireHead())
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+	_, err := set.Add(ctx, mkBlock("held", "", 0), e.acquireHead())
 	require.NoError(t, err)
-	_, err = set.Add(t.Context(), mkBlock("loose", "", 0))
+	_, err = set.Add(ctx, mkBlock("loose", "", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 
@@ -660,7 +614,7 @@ func testRunCallbackPanic(t *testing.T, h harness) {
 	var probed error
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
-		_ = c.Run(t.Context(), time.Hour, func(cleanup.Stats, error) {
+		_ = c.Run(ctx, time.Hour, func(cleanup.Stats, error) {
 			probed = probe()
 			panic("callback failed")
 		})
@@ -669,7 +623,7 @@ func testRunCallbackPanic(t *testing.T, h harness) {
 	assert.Equal(t, "callback failed", recovered, "the panic goes on up through Run")
 	require.NoError(t, probed, "the callback ran inside a transaction")
 	require.NoError(t, probe(), "a transaction was left open")
-	_, err = c.Collect(t.Context())
+	_, err = c.Collect(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"held"}, e.ids(t, "blocks", "id"))
 }
@@ -735,13 +689,10 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 	for _, fk := range foreignKeys {
 		for _, batch := range []int{1, 100} {
 			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
-				e := newEnv(t, h)
-				set := e.chain(t)
-				c := e.collector(t, cleanup.Config{BatchSize: batch})
+				e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
 				for _, stmt := range fk.create {
 					e.mustExec(t, stmt)
 				}
-				ctx := t.Context()
 				for i, id := range []string{"free1", "pinned", "free2", "free3"} {
 					_, err := set.Add(ctx, mkBlock(id, "", int64(i)))
 					require.NoError(t, err)
@@ -773,11 +724,9 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 // again at once (a grace period shorter than a batch) does not keep Collect from
 // returning.
 func testRefusedShortGrace(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
 	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
-	_, err := set.Add(t.Context(), mkBlock("pinned", "", 0))
+	_, err := set.Add(ctx, mkBlock("pinned", "", 0))
 	require.NoError(t, err)
 	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
 	e.makeDue(t)
@@ -860,10 +809,7 @@ func reviewAll(tb testing.TB, e *env, c *cleanup.Collector) {
 // BatchSize blocks rather than one per block, and leaves nothing queued.
 func testChainInOneCollect(t *testing.T, h harness) {
 	const length, batch = 1000, 100
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{BatchSize: batch})
-	ctx := t.Context()
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
 	_, err := set.Add(ctx, mkBlock("kept", "", 0), e.acquireHead())
 	require.NoError(t, err)
 	ids := e.chainOf(t, "link", "", length)
@@ -909,21 +855,19 @@ func testChainStopsAtKeptBlock(t *testing.T, h harness) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, h)
-			set := e.chain(t)
-			c := e.collector(t, cleanup.Config{BatchSize: 100})
+			e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 100})
 			ids := e.chainOf(t, "link", "", length)
 			e.mustExec(t, `INSERT INTO heads (block_id) VALUES (?)`, ids[length-1])
 			reviewAll(t, e, c)
 			tc.keep(t, e, set, ids[kept])
 
 			e.abandon(t, ids[length-1])
-			s, err := c.Collect(t.Context())
+			s, err := c.Collect(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, int64(length-kept-1), s.Deleted, "%v", s)
 			assert.Equal(t, sorted(append(append([]string(nil), ids[:kept+1]...), tc.also...)...), e.ids(t, "blocks", "id"))
 			assert.LessOrEqual(t, s.Batches, 5, "the walk stopped short and went on a block per batch: %v", s)
-			report, err := c.Check(t.Context())
+			report, err := c.Check(ctx)
 			require.NoError(t, err)
 			assert.True(t, report.OK(), "%+v", report)
 		})

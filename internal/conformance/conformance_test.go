@@ -93,22 +93,109 @@ func (h harness) reopen(tb testing.TB, db refset.Database) refset.Database {
 	return testdb.PlaceOf(tb, db).Open(tb, options)
 }
 
-// suiteTest is one test of a suite, run on each harness.
+// TestConformance is the main suite (run_test.go): sets, tokens, hand-overs, holds,
+// errors, migrations and races, on every harness but those marked notInRun.
+func TestConformance(t *testing.T) { runSuite(t, mainSuite) }
+
+// TestCleanupConformance is the clean-up suite (cleanup_test.go) on every harness.
+func TestCleanupConformance(t *testing.T) { runSuite(t, cleanupSuite) }
+
+// TestPromisesConformance (promises_test.go) tries to break refset's one promise as
+// a hostile caller would: a hand-over, an Add or Upgrade with commands, and a unit of
+// work are one transaction, never half done, whatever the caller's code does (panic,
+// end the transaction, pass a pool for a transaction, let its context end), and every
+// failure is a typed error that changed nothing. It runs on every harness.
+func TestPromisesConformance(t *testing.T) { runSuite(t, promisesSuite) }
+
+// suite is one of the three tests above.
+type suite int
+
+const (
+	mainSuite suite = iota
+	cleanupSuite
+	promisesSuite
+)
+
+// suiteTest is one test of a suite, run on each harness as a subtest of its name.
 type suiteTest struct {
-	name string
-	fn   func(t *testing.T, h harness)
+	suite suite
+	name  string
+	fn    func(t *testing.T, h harness)
 }
 
-// runSuite runs tests as parallel subtests of a parallel subtest per harness (those
-// marked notInRun left out unless all).
-func runSuite(t *testing.T, all bool, tests []suiteTest) {
+// suiteTests are every suite's tests.
+var suiteTests = []suiteTest{
+	{mainSuite, "RoundTripColumnTypes", testRoundTrip},
+	{mainSuite, "IDTypes", testIDTypes},
+	{mainSuite, "AddDuplicate", testAddDuplicate},
+	{mainSuite, "AddAll", testAddAll},
+	{mainSuite, "UnknownID", testUnknownID},
+	{mainSuite, "ZeroID", testZeroID},
+	{mainSuite, "LeaseSharesInstance", testLeaseSharesInstance},
+	{mainSuite, "CacheFreesReleasedObjects", testCacheFrees},
+	{mainSuite, "ConcurrentMissesLoadOnce", testConcurrentMisses},
+	{mainSuite, "ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
+	{mainSuite, "HandOver", testHandOver},
+	{mainSuite, "TokenSingleUse", testTokenSingleUse},
+	{mainSuite, "DatabaseRefusesDeletingHeld", testRefusesDeletingHeld},
+	{mainSuite, "ReferenceToMissingObject", testReferenceToMissing},
+	{mainSuite, "ForeignKeyErrorsWhateverTheSQL", testForeignKeyErrorsWhateverTheSQL},
+	{mainSuite, "Holds", testHolds},
+	{mainSuite, "CancelledContext", testCancelledContext},
+	{mainSuite, "BadIdentifiers", testBadIdentifiers},
+	{mainSuite, "SchemaMismatch", testSchemaMismatch},
+	{mainSuite, "UnitOfWork", testUnitOfWork},
+	{mainSuite, "TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
+	{mainSuite, "ConcurrentWriters", testConcurrentWriters},
+	{mainSuite, "ConcurrentHandOversOfOneToken", testConcurrentComplete},
+	{mainSuite, "ReferenceRaceBothWays", testReferenceRaceBothWays},
+	{mainSuite, "MigrateTwiceAndConcurrently", testMigrate},
+	{mainSuite, "TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
+	{mainSuite, "Closed", testClosed},
+	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
+	{cleanupSuite, "GracePeriod", testGrace},
+	{cleanupSuite, "ExpiringHolds", testExpiringHolds},
+	{cleanupSuite, "ReReferencedSurvives", testReReferenced},
+	{cleanupSuite, "HandOverNeverCollected", testHandOverVersusCollector},
+	{cleanupSuite, "InstallTwiceAndAfterNewReference", testInstallAgain},
+	{cleanupSuite, "SweepRepairsLostQueue", testSweep},
+	{cleanupSuite, "CheckAndWhy", testCheckAndWhy},
+	{cleanupSuite, "UnindexedReferenceRefused", testUnindexed},
+	{cleanupSuite, "BackgroundRunStopsCleanly", testBackground},
+	{cleanupSuite, "SuggestedIndexesAreValidSQL", testSuggestedIndexes},
+	{cleanupSuite, "UnfollowedKeysRefused", testUnfollowedKeys},
+	{cleanupSuite, "KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
+	{cleanupSuite, "RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
+	{cleanupSuite, "EndedContextIsAnError", testEndedContext},
+	{cleanupSuite, "RunStopsOnClosedDatabase", testRunClosed},
+	{cleanupSuite, "RunStopsOnDroppedTables", testRunSchemaGone},
+	{cleanupSuite, "RunFailuresAreNeverLost", testRunFailures},
+	{cleanupSuite, "RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
+	{cleanupSuite, "ChainGoesInOneCollect", testChainInOneCollect},
+	{cleanupSuite, "ChainStopsAtKeptBlock", testChainStopsAtKeptBlock},
+	{cleanupSuite, "ChainAlongTwoEdges", testChainAlongTwoEdges},
+	{cleanupSuite, "ChainReReferencedMidCollection", testChainReReferencedMidCollection},
+	{promisesSuite, "PanickingCallerCode", testPanics},
+	{promisesSuite, "CallerCodeCannotEndTheTransaction", testCannotEndTx},
+	{promisesSuite, "PoolIsNotATransaction", testPoolIsNotATx},
+	{promisesSuite, "ContextErrors", testContextErrors},
+	{promisesSuite, "ErrorsMatchSentinels", testErrorsMatchSentinels},
+	{promisesSuite, "ExecPlaceholders", testExecPlaceholders},
+}
+
+// runSuite runs the tests of suite s as parallel subtests of a parallel subtest per
+// harness.
+func runSuite(t *testing.T, s suite) {
 	for _, h := range harnesses {
-		if h.notInRun && !all {
+		if h.notInRun && s == mainSuite {
 			continue
 		}
 		t.Run(h.Name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range tests {
+			for _, tc := range suiteTests {
+				if tc.suite != s {
+					continue
+				}
 				t.Run(tc.name, func(t *testing.T) {
 					t.Parallel()
 					tc.fn(t, h)
@@ -118,14 +205,12 @@ func runSuite(t *testing.T, all bool, tests []suiteTest) {
 	}
 }
 
-// cancelling marks fn as a test that ends contexts while statements run, skipped
-// when the harness says cancel requests must not be sent.
-func cancelling(fn func(t *testing.T, h harness)) func(t *testing.T, h harness) {
-	return func(t *testing.T, h harness) {
-		if h.SkipCancels != "" {
-			t.Skip(h.SkipCancels)
-		}
-		fn(t, h)
+// sendsCancels marks t as a test that ends contexts while statements run: it is
+// skipped where the harness says cancel requests must not be sent.
+func (h harness) sendsCancels(t *testing.T) {
+	t.Helper()
+	if h.SkipCancels != "" {
+		t.Skip(h.SkipCancels)
 	}
 }
 

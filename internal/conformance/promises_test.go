@@ -14,22 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPromisesConformance tries to break refset's one promise as a hostile caller would: a
-// hand-over, an Add or Upgrade with commands, and a unit of work are one transaction,
-// never half done, whatever the caller's code does (panic, end the transaction, pass
-// a pool for a transaction, let its context end), and every failure is a typed error
-// that changed nothing.
-func TestPromisesConformance(t *testing.T) {
-	runSuite(t, true, []suiteTest{
-		{"PanickingCallerCode", testPanics},
-		{"CallerCodeCannotEndTheTransaction", testCannotEndTx},
-		{"PoolIsNotATransaction", testPoolIsNotATx},
-		{"ContextErrors", cancelling(testContextErrors)},
-		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
-		{"ExecPlaceholders", testExecPlaceholders},
-	})
-}
-
 // boom is what the hostile commands panic with: the test checks that the very same
 // value comes out of the call.
 type boom struct{ where string }
@@ -193,11 +177,7 @@ func (e *env) acquired(t *testing.T, set *refset.RefSet[block, string], id strin
 	t.Helper()
 	tok, err := set.Add(t.Context(), mkBlock(id, "", 0), e.insertPending())
 	require.NoError(t, err)
-	rel, err := tok.Release(e.releasePending())
-	require.NoError(t, err)
-	acq, err := rel.Acquire(cmd)
-	require.NoError(t, err)
-	return acq
+	return handOverOf(t, tok, e.releasePending(), cmd)
 }
 
 // completeWith hands id over with cmd released and a head row acquired after it:
@@ -339,10 +319,7 @@ func testPoolIsNotATx(t *testing.T, h harness) {
 	_, err = set.AddTx(ctx, nil, mkBlock("b", "", 0))
 	require.ErrorIs(t, err, refset.ErrInvalidTx)
 
-	rel, err := tok.Release(e.releasePending())
-	require.NoError(t, err)
-	acq, err := rel.Acquire(e.acquireHead())
-	require.NoError(t, err)
+	acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 	_, err = acq.CompleteTx(ctx, pool)
 	require.ErrorIs(t, err, refset.ErrInvalidTx)
 	assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "b"))
@@ -354,6 +331,7 @@ func testPoolIsNotATx(t *testing.T, h harness) {
 const slowQuery = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000000) SELECT count(*) FROM c`
 
 func testContextErrors(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	e := newEnv(t, h)
 	set := e.blocks(t)
 	tok, err := set.Add(t.Context(), mkBlock("a", "", 0), e.insertPending())

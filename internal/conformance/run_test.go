@@ -20,39 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestConformance runs the whole suite on every harness but those marked notInRun.
-func TestConformance(t *testing.T) {
-	runSuite(t, false, []suiteTest{
-		{"RoundTripColumnTypes", testRoundTrip},
-		{"IDTypes", testIDTypes},
-		{"AddDuplicate", testAddDuplicate},
-		{"AddAll", testAddAll},
-		{"UnknownID", testUnknownID},
-		{"ZeroID", testZeroID},
-		{"LeaseSharesInstance", testLeaseSharesInstance},
-		{"CacheFreesReleasedObjects", testCacheFrees},
-		{"ConcurrentMissesLoadOnce", testConcurrentMisses},
-		{"ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
-		{"HandOver", testHandOver},
-		{"TokenSingleUse", testTokenSingleUse},
-		{"DatabaseRefusesDeletingHeld", testRefusesDeletingHeld},
-		{"ReferenceToMissingObject", testReferenceToMissing},
-		{"ForeignKeyErrorsWhateverTheSQL", testForeignKeyErrorsWhateverTheSQL},
-		{"Holds", testHolds},
-		{"CancelledContext", testCancelledContext},
-		{"BadIdentifiers", testBadIdentifiers},
-		{"SchemaMismatch", testSchemaMismatch},
-		{"UnitOfWork", testUnitOfWork},
-		{"TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
-		{"ConcurrentWriters", testConcurrentWriters},
-		{"ConcurrentHandOversOfOneToken", testConcurrentComplete},
-		{"ReferenceRaceBothWays", testReferenceRaceBothWays},
-		{"MigrateTwiceAndConcurrently", testMigrate},
-		{"TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
-		{"Closed", testClosed},
-	})
-}
-
 // every is a row with one column of each type a store must round-trip.
 type every struct {
 	Key      string     `db:"k"`
@@ -152,11 +119,7 @@ func roundTripID[T refset.Identifiable[ID], ID comparable](t *testing.T, set *re
 	}
 	_, err = set.Add(ctx, a)
 	require.ErrorIs(t, err, refset.ErrDuplicate)
-	rel, err := ta.Release(set.Unhold("tester"))
-	require.NoError(t, err)
-	acq, err := rel.Acquire(set.Hold("other", time.Hour))
-	require.NoError(t, err)
-	_, err = acq.Complete(ctx)
+	_, err = handOverOf(t, ta, set.Unhold("tester"), set.Hold("other", time.Hour)).Complete(ctx)
 	require.NoError(t, err)
 }
 
@@ -281,34 +244,43 @@ func testCacheFrees(t *testing.T, h harness) {
 		return nil
 	}))
 
+	concurrently(t, 8, func(w int) error {
+		for i := w; i < n; i += 8 {
+			tok, err := set.Upgrade(ctx, fmt.Sprintf("b%06d", i))
+			if err == nil {
+				var lease refset.Lease[block]
+				lease, err = set.Get(ctx, tok)
+				if err == nil && lease.Value().Height != int64(i) {
+					err = fmt.Errorf("b%06d has height %d", i, lease.Value().Height)
+				}
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	waitCacheEmpty(t, set)
+}
+
+// concurrently runs fn(0) to fn(n-1) at once, each on a goroutine of its own, and
+// fails t with every error they returned.
+func concurrently(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	start := make(chan struct{})
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < n; i += 8 {
-				tok, err := set.Upgrade(ctx, fmt.Sprintf("b%06d", i))
-				if err == nil {
-					var lease refset.Lease[block]
-					lease, err = set.Get(ctx, tok)
-					if err == nil && lease.Value().Height != int64(i) {
-						err = fmt.Errorf("b%06d has height %d", i, lease.Value().Height)
-					}
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
+			<-start
+			errs[i] = fn(i)
 		}()
 	}
+	close(start)
 	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
-	waitCacheEmpty(t, set)
+	require.NoError(t, errors.Join(errs...))
 }
 
 // countingStore counts the loads that reach the real store and find the object, and
@@ -421,22 +393,35 @@ func (e *env) acquireHead() refset.Command[string] {
 	return refset.Exec[string](e.sql(`INSERT INTO heads (block_id) VALUES (?)`), 1)
 }
 
+// handOverOf returns tok released with release and acquired with acquire, ready to
+// complete, failing tb if either is refused.
+func handOverOf[ID comparable](tb testing.TB, tok *refset.RefToken[ID], release refset.Command[ID], acquire ...refset.Command[ID]) *refset.Acquired[ID] {
+	tb.Helper()
+	rel, err := tok.Release(release)
+	require.NoError(tb, err)
+	acq, err := rel.Acquire(acquire...)
+	require.NoError(tb, err)
+	return acq
+}
+
 func testHandOver(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
+	// completes completes acq, which must move id from pending to heads.
+	completes := func(t *testing.T, acq *refset.Acquired[string], id string) {
+		t.Helper()
+		got, err := acq.Complete(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, id, got.ID())
+		assert.Equal(t, 0, e.count(t, "pending", "block_id = ?", id))
+		assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", id))
+	}
 
 	t.Run("commits both", func(t *testing.T) {
 		tok, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
 		require.NoError(t, err)
 		require.Equal(t, 1, e.count(t, "pending", "block_id = ?", "a"))
-		rel, err := tok.Release(e.releasePending())
-		require.NoError(t, err)
-		acq, err := rel.Acquire(e.acquireHead())
-		require.NoError(t, err)
-		got, err := acq.Complete(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, "a", got.ID())
-		assert.Equal(t, 0, e.count(t, "pending", "block_id = ?", "a"))
-		assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", "a"))
+		acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
+		completes(t, acq, "a")
 	})
 
 	t.Run("a failing acquire commits neither and the token stays usable", func(t *testing.T) {
@@ -444,30 +429,20 @@ func testHandOver(t *testing.T, h harness) {
 		require.NoError(t, err)
 		// The controller already has a head row for b: its insert fails.
 		e.mustExec(t, `INSERT INTO heads (block_id) VALUES (?)`, "b")
-		rel, err := tok.Release(e.releasePending())
-		require.NoError(t, err)
-		acq, err := rel.Acquire(e.acquireHead())
-		require.NoError(t, err)
+		acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 		_, err = acq.Complete(ctx)
 		require.ErrorIs(t, err, refset.ErrDuplicate)
 		assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", "b"), "the release was rolled back")
 
 		// Fix the cause; the same token completes.
 		e.mustExec(t, `DELETE FROM heads WHERE block_id = ?`, "b")
-		got, err := acq.Complete(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, "b", got.ID())
-		assert.Equal(t, 0, e.count(t, "pending", "block_id = ?", "b"))
-		assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", "b"))
+		completes(t, acq, "b")
 	})
 
 	t.Run("a release of what was not held fails the hand-over", func(t *testing.T) {
 		tok, err := set.Add(ctx, mkBlock("c", "", 0))
 		require.NoError(t, err)
-		rel, err := tok.Release(e.releasePending())
-		require.NoError(t, err)
-		acq, err := rel.Acquire(e.acquireHead())
-		require.NoError(t, err)
+		acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 		_, err = acq.Complete(ctx)
 		require.ErrorIs(t, err, refset.ErrNotFound)
 		assert.Equal(t, 0, e.count(t, "heads", "block_id = ?", "c"))
@@ -534,28 +509,20 @@ func testConcurrentComplete(t *testing.T, h harness) {
 		id := string(rune('a' + round))
 		tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
 		require.NoError(t, err)
-		rel, err := tok.Release(e.releasePending())
-		require.NoError(t, err)
-		acq, err := rel.Acquire(e.acquireHead())
-		require.NoError(t, err)
-		var wg sync.WaitGroup
+		acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 		var wins, consumed atomic.Int64
-		for range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_, err := acq.Complete(ctx)
-				switch {
-				case err == nil:
-					wins.Add(1)
-				case errors.Is(err, refset.ErrTokenConsumed):
-					consumed.Add(1)
-				default:
-					t.Errorf("complete: %v", err)
-				}
-			}()
-		}
-		wg.Wait()
+		concurrently(t, 4, func(int) error {
+			_, err := acq.Complete(ctx)
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case errors.Is(err, refset.ErrTokenConsumed):
+				consumed.Add(1)
+			default:
+				return fmt.Errorf("complete: %w", err)
+			}
+			return nil
+		})
 		assert.Equal(t, int64(1), wins.Load())
 		assert.Equal(t, int64(3), consumed.Load())
 		assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", id))
@@ -611,21 +578,13 @@ func testHolds(t *testing.T, h harness) {
 	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ? AND object_id = ? AND expires_at IS NULL", "completer", "a"))
 
 	// The hold moves from one holder to another atomically, with an expiry.
-	rel, err := tok.Release(set.Unhold("completer"))
-	require.NoError(t, err)
-	acq, err := rel.Acquire(set.Hold("controller", time.Hour))
-	require.NoError(t, err)
-	tok, err = acq.Complete(ctx)
+	tok, err = handOverOf(t, tok, set.Unhold("completer"), set.Hold("controller", time.Hour)).Complete(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 0, e.count(t, "blocks_holds", "holder = ?", "completer"))
 	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ? AND expires_at IS NOT NULL", "controller"))
 
 	// Unholding what one does not hold stops the hand-over and changes nothing.
-	rel, err = tok.Release(set.Unhold("completer"))
-	require.NoError(t, err)
-	acq, err = rel.Acquire(set.Hold("third", 0))
-	require.NoError(t, err)
-	_, err = acq.Complete(ctx)
+	_, err = handOverOf(t, tok, set.Unhold("completer"), set.Hold("third", 0)).Complete(ctx)
 	require.ErrorIs(t, err, refset.ErrNotFound)
 	assert.Equal(t, 0, e.count(t, "blocks_holds", "holder = ?", "third"))
 
@@ -657,10 +616,7 @@ func testCancelledContext(t *testing.T, h harness) {
 	_, err = set.Get(cancelled, tok)
 	require.Error(t, err)
 
-	rel, err := tok.Release(e.releasePending())
-	require.NoError(t, err)
-	acq, err := rel.Acquire(e.acquireHead())
-	require.NoError(t, err)
+	acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 	_, err = acq.Complete(cancelled)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, 1, e.count(t, "blocks", ""))
@@ -670,13 +626,10 @@ func testCancelledContext(t *testing.T, h harness) {
 	// A context that ends while the hand-over's commands run rolls all of it back.
 	tok2, err := set.Add(t.Context(), mkBlock("c", "", 0), e.insertPending())
 	require.NoError(t, err)
-	rel2, err := tok2.Release(e.releasePending())
-	require.NoError(t, err)
-	acq2, err := rel2.Acquire(e.acquireHead(), refset.CommandFunc[string](func(ctx context.Context, _ refset.Tx, _ string) error {
+	acq2 := handOverOf(t, tok2, e.releasePending(), e.acquireHead(), refset.CommandFunc[string](func(ctx context.Context, _ refset.Tx, _ string) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}))
-	require.NoError(t, err)
 	slow, stop := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer stop()
 	_, err = acq2.Complete(slow)
@@ -719,47 +672,34 @@ func testSchemaMismatch(t *testing.T, h harness) {
 	e.blocks(t)
 	e.mustExec(t, `CREATE TABLE nokey (id {Text}, height {Int})`)
 	e.mustExec(t, `CREATE TABLE twokeys (id {Text}, prev {Text}, height {Int}, payload {Bytes}, PRIMARY KEY (id, prev))`)
-	ctx := t.Context()
 
 	cases := []struct {
 		name string
-		open func() error
+		open func(context.Context) error
 	}{
-		{"no such table", func() error {
-			_, err := store.NewStore[block, string](ctx, e.db, store.Config{Table: "nosuch"})
-			return err
-		}},
-		{"no primary key", func() error {
-			_, err := store.NewStore[block, string](ctx, e.db, store.Config{Table: "nokey"})
-			return err
-		}},
-		{"two-column primary key", func() error {
-			_, err := store.NewStore[block, string](ctx, e.db, store.Config{Table: "twokeys"})
-			return err
-		}},
-		{"id column not the key", func() error {
-			_, err := store.NewStore[block, string](ctx, e.db, store.Config{Table: "blocks", IDColumn: "height"})
-			return err
-		}},
-		{"missing column", func() error {
-			_, err := store.NewStore[missingColumn, string](ctx, e.db, store.Config{Table: "blocks"})
-			return err
-		}},
-		{"unsupported field type", func() error {
-			_, err := store.NewStore[unsupported, string](ctx, e.db, store.Config{Table: "blocks"})
-			return err
-		}},
-		{"ID type differs from the key field", func() error {
-			_, err := store.NewStore[wrongID, string](ctx, e.db, store.Config{Table: "blocks"})
-			return err
-		}},
+		{"no such table", newStoreOf[block](e, store.Config{Table: "nosuch"})},
+		{"no primary key", newStoreOf[block](e, store.Config{Table: "nokey"})},
+		{"two-column primary key", newStoreOf[block](e, store.Config{Table: "twokeys"})},
+		{"id column not the key", newStoreOf[block](e, store.Config{Table: "blocks", IDColumn: "height"})},
+		{"missing column", newStoreOf[missingColumn](e, store.Config{Table: "blocks"})},
+		{"unsupported field type", newStoreOf[unsupported](e, store.Config{Table: "blocks"})},
+		{"ID type differs from the key field", newStoreOf[wrongID](e, store.Config{Table: "blocks"})},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.open()
+			err := tc.open(t.Context())
 			require.ErrorIs(t, err, refset.ErrSchema)
 			t.Log(err)
 		})
+	}
+}
+
+// newStoreOf is a case of testSchemaMismatch: building a store of T on cfg, which
+// must fail.
+func newStoreOf[T refset.Identifiable[string]](e *env, cfg store.Config) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := store.NewStore[T, string](ctx, e.db, cfg)
+		return err
 	}
 }
 
@@ -874,35 +814,26 @@ func testTxFormsKeepCallerTx(t *testing.T, h harness) {
 func testConcurrentWriters(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
 	const writers, each = 32, 10
-	var wg sync.WaitGroup
-	errs := make(chan error, writers*each)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				id := fmt.Sprintf("w%02d-%02d", w, i)
-				tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
-				if err == nil {
-					var rel *refset.Released[string]
-					if rel, err = tok.Release(e.releasePending()); err == nil {
-						var acq *refset.Acquired[string]
-						if acq, err = rel.Acquire(e.acquireHead()); err == nil {
-							_, err = acq.Complete(ctx)
-						}
+	concurrently(t, writers, func(w int) error {
+		var errs []error
+		for i := range each {
+			id := fmt.Sprintf("w%02d-%02d", w, i)
+			tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
+			if err == nil {
+				var rel *refset.Released[string]
+				if rel, err = tok.Release(e.releasePending()); err == nil {
+					var acq *refset.Acquired[string]
+					if acq, err = rel.Acquire(e.acquireHead()); err == nil {
+						_, err = acq.Complete(ctx)
 					}
 				}
-				if err != nil {
-					errs <- fmt.Errorf("%s: %w", id, err)
-				}
 			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", id, err))
+			}
+		}
+		return errors.Join(errs...)
+	})
 	assert.Equal(t, writers*each, e.count(t, "heads", ""))
 	assert.Equal(t, 0, e.count(t, "pending", ""))
 }
@@ -933,24 +864,11 @@ func testMigrate(t *testing.T, h harness) {
 	// Several handles on a database refset has not seen yet, as several processes would
 	// have, migrating and building the same store (which migrates the set) at once; then
 	// the same twice more.
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	start := make(chan struct{})
-	for range 4 {
-		other := h.reopen(t, e.db)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs <- migrate(other)
-		}()
+	others := make([]refset.Database, 4)
+	for i := range others {
+		others[i] = h.reopen(t, e.db)
 	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	concurrently(t, len(others), func(i int) error { return migrate(others[i]) })
 	require.NoError(t, migrate(e.db))
 	require.NoError(t, migrate(e.db))
 	assert.Equal(t, []string{"1", "2"}, e.ids(t, "migration_runs", "version"), "each migration ran once")
@@ -1077,14 +995,10 @@ func (e *env) handOver(tb testing.TB, set *refset.RefSet[block, string], q, arg 
 	tb.Helper()
 	tok, err := set.Upgrade(tb.Context(), "carrier")
 	require.NoError(tb, err)
-	rel, err := tok.Release(set.Unhold("tester"))
-	require.NoError(tb, err)
-	acq, err := rel.Acquire(refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
+	return handOverOf(tb, tok, set.Unhold("tester"), refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
 		_, err := tx.ExecContext(ctx, q, arg)
 		return err
 	}))
-	require.NoError(tb, err)
-	return acq
 }
 
 // Tables dropped and made again (a test fixture reset, DROP SCHEMA ... CASCADE on
