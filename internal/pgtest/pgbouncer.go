@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -50,16 +49,9 @@ func Pooled(tb testing.TB) string {
 func NewPooled(tb testing.TB) (dsn, schema string) {
 	tb.Helper()
 	base := baseDSN(tb)
-	bouncer := os.Getenv(EnvPgBouncer)
-	if bouncer == "" {
-		const msg = EnvPgBouncer + " is not set; run make test (it starts PgBouncer when the pgbouncer package is installed)"
-		if isCI() {
-			// The pooled suites are how CI knows refset survives
-			// transaction pooling: skipping them must not pass.
-			tb.Fatal("pgtest: " + msg)
-		}
-		tb.Skip("pgtest: " + msg)
-	}
+	// The pooled suites are how CI knows refset survives transaction pooling:
+	// skipping them must not pass.
+	bouncer := envDSN(tb, EnvPgBouncer, "run make test (it starts PgBouncer when the pgbouncer package is installed)")
 
 	admin := openAdmin(tb, base, EnvDSN)
 	name := schemaPrefix + randomHex(6)

@@ -168,17 +168,7 @@ func TestMissingBouncer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
 			t.Setenv(EnvPgBouncer, "")
-			f := &fakeTB{TB: t}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				NewPooled(f)
-				t.Error("NewPooled returned instead of giving up")
-			}()
-			<-done
-			require.Equal(t, tc.wantSkip, f.skipped, "skipped")
-			require.Equal(t, !tc.wantSkip, f.failed, "failed")
-			require.Contains(t, f.msg, EnvPgBouncer+" is not set")
+			requireGivesUp(t, func(tb testing.TB) { NewPooled(tb) }, tc.wantSkip, EnvPgBouncer+" is not set")
 		})
 	}
 }

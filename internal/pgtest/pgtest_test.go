@@ -29,17 +29,14 @@ func useTable(t *testing.T, db *sql.DB, value string) []string {
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, `INSERT INTO t (v) VALUES ($1)`, value)
 	require.NoError(t, err)
+	return values(t, db)
+}
 
-	rows, err := db.QueryContext(ctx, `SELECT v FROM t ORDER BY v`)
-	require.NoError(t, err)
-	defer rows.Close()
+// values returns every row db sees in table t.
+func values(t *testing.T, db *sql.DB) []string {
+	t.Helper()
 	var got []string
-	for rows.Next() {
-		var v string
-		require.NoError(t, rows.Scan(&v))
-		got = append(got, v)
-	}
-	require.NoError(t, rows.Err())
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT array_agg(v ORDER BY v) FROM t`).Scan(pq.Array(&got)))
 	return got
 }
 
@@ -82,17 +79,7 @@ func TestSchemasCoexist(t *testing.T) {
 
 	// Re-read A after B wrote, through a second pool, to show the isolation
 	// comes from the DSN and holds for every connection opened from it.
-	var got []string
-	rows, err := open(t, dsnA).QueryContext(t.Context(), `SELECT v FROM t`)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var v string
-		require.NoError(t, rows.Scan(&v))
-		got = append(got, v)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"a"}, got)
+	require.Equal(t, []string{"a"}, values(t, open(t, dsnA)))
 }
 
 // TestCleanupDropsSchema checks that the schema and its tables are gone once
@@ -172,7 +159,8 @@ func TestWithSearchPath(t *testing.T) {
 	})
 }
 
-// fakeTB records how New gives up instead of ending the real test.
+// fakeTB records how a function of this package gives up instead of ending the
+// real test.
 type fakeTB struct {
 	testing.TB
 	skipped, failed bool
@@ -212,19 +200,24 @@ func TestMissingOrDeadServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
 			t.Setenv(EnvDSN, tc.dsn)
-
-			f := &fakeTB{TB: t}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				New(f)
-				t.Error("New returned instead of giving up")
-			}()
-			<-done
-
-			require.Equal(t, tc.wantSkip, f.skipped, "skipped")
-			require.Equal(t, !tc.wantSkip, f.failed, "failed")
-			require.Contains(t, f.msg, tc.wantMsg)
+			requireGivesUp(t, func(tb testing.TB) { New(tb) }, tc.wantSkip, tc.wantMsg)
 		})
 	}
+}
+
+// requireGivesUp runs fn with a fakeTB for t and checks that it gives up as it
+// should: it skips (wantSkip) or fails, saying msg.
+func requireGivesUp(t *testing.T, fn func(testing.TB), wantSkip bool, msg string) {
+	t.Helper()
+	f := &fakeTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(f)
+		t.Error("returned instead of giving up")
+	}()
+	<-done
+	require.Equal(t, wantSkip, f.skipped, "skipped")
+	require.Equal(t, !wantSkip, f.failed, "failed")
+	require.Contains(t, f.msg, msg)
 }
