@@ -23,12 +23,12 @@ type harness struct {
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).
 	SkipCancels string
-	// notInRun keeps the harness out of TestConformance, the longest suite, where
+	// notInMain keeps the harness out of TestConformance, the longest suite, where
 	// another one takes the same paths: pgx through PgBouncer differs from lib/pq
 	// through it in its driver's settings (store/postgres's
 	// TestPooledReadsRunTheirOwnStatements) and in cancel requests (the clean-up and
 	// promises suites), not in what TestConformance checks.
-	notInRun bool
+	notInMain bool
 }
 
 // Types are column types of a dialect.
@@ -62,8 +62,8 @@ func named(name string, b testdb.Backend) testdb.Backend {
 	return b
 }
 
-func onBackend(b testdb.Backend, notInRun bool) harness {
-	h := harness{Backend: b, Types: sqliteTypes, notInRun: notInRun}
+func onBackend(b testdb.Backend, notInMain bool) harness {
+	h := harness{Backend: b, Types: sqliteTypes, notInMain: notInMain}
 	if b.Postgres {
 		h.Types = postgresTypes
 	}
@@ -94,7 +94,7 @@ func (h harness) reopen(tb testing.TB, db refset.Database) refset.Database {
 }
 
 // TestConformance is the main suite (run_test.go): sets, tokens, hand-overs, holds,
-// errors, migrations and races, on every harness but those marked notInRun.
+// errors, migrations and races, on every harness but those marked notInMain.
 func TestConformance(t *testing.T) { runSuite(t, mainSuite) }
 
 // TestCleanupConformance is the clean-up suite (cleanup_test.go) on every harness.
@@ -187,7 +187,7 @@ var suiteTests = []suiteTest{
 // harness.
 func runSuite(t *testing.T, s suite) {
 	for _, h := range harnesses {
-		if h.notInRun && s == mainSuite {
+		if h.notInMain && s == mainSuite {
 			continue
 		}
 		t.Run(h.Name, func(t *testing.T) {
