@@ -139,14 +139,5 @@ END $$`)
 // asUser returns dsn with its user replaced by user and no password (PgBouncer
 // trusts the roles it looks up).
 func asUser(dsn, user string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", fmt.Errorf("parse %s as a URL: %w", EnvPgBouncer, redact(err))
-		}
-		u.User = url.User(user)
-		return u.String(), nil
-	}
-	// key=value form: a later key overrides an earlier one.
-	return dsn + " user='" + user + "' password=''", nil
+	return rewrite(dsn, EnvPgBouncer, func(u *url.URL) { u.User = url.User(user) }, "user="+quote(user)+" password=''")
 }

@@ -112,21 +112,33 @@ func isCI() bool {
 // so every connection opened from the result starts with that search_path;
 // a SET after connecting would apply to one pooled connection only.
 func withSearchPath(dsn, schema string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			// Do not echo the DSN: it may hold a password.
-			return "", fmt.Errorf("parse %s as a URL: %w", EnvDSN, redact(err))
-		}
+	return rewrite(dsn, EnvDSN, func(u *url.URL) {
 		q := u.Query()
 		q.Set("search_path", schema) // replaces one the base DSN may carry
 		u.RawQuery = q.Encode()
-		return u.String(), nil
+	}, "search_path="+quote(schema))
+}
+
+// rewrite returns dsn, the DSN in the variable env, changed by inURL if it is a
+// URL, or with the keys and values kv appended if it is in key=value form, where a
+// later key overrides an earlier one.
+func rewrite(dsn, env string, inURL func(*url.URL), kv string) (string, error) {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " " + kv, nil
 	}
-	// key=value form: a later key overrides an earlier one. Quote the value
-	// so the result stays valid whatever characters the schema contains.
-	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
-	return dsn + " search_path='" + r.Replace(schema) + "'", nil
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// Do not echo the DSN: it may hold a password.
+		return "", fmt.Errorf("parse %s as a URL: %w", env, redact(err))
+	}
+	inURL(u)
+	return u.String(), nil
+}
+
+// quote quotes v as a value of a key=value DSN, so the result stays valid whatever
+// characters v holds.
+func quote(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
 
 // redact drops the URL (and any password in it) from a *url.Error.

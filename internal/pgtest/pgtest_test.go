@@ -111,9 +111,7 @@ func TestCleanupDropsSchema(t *testing.T) {
 // lib/pq reads the result back as a search_path run-time parameter.
 func TestWithSearchPath(t *testing.T) {
 	const schema = "refset_t_0123456789ab"
-	tests := []struct {
-		name, dsn, want string
-	}{
+	tests := []rewriteCase{
 		{
 			name: "url without query",
 			dsn:  "postgres://u@127.0.0.1:5432/db",
@@ -140,23 +138,33 @@ func TestWithSearchPath(t *testing.T) {
 			want: "host=127.0.0.1 search_path=public search_path='" + schema + "'",
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := withSearchPath(tc.dsn, schema)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-
-			cfg, err := pq.NewConfig(got)
-			require.NoError(t, err)
-			require.Equal(t, schema, cfg.Runtime["search_path"])
-		})
-	}
+	requireRewrites(t, func(dsn string) (string, error) { return withSearchPath(dsn, schema) }, tests,
+		func(t *testing.T, cfg pq.Config) { require.Equal(t, schema, cfg.Runtime["search_path"]) })
 
 	t.Run("bad url hides password", func(t *testing.T) {
 		_, err := withSearchPath("postgres://u:secret@127.0.0.1:bad/db", schema)
 		require.Error(t, err)
 		require.NotContains(t, err.Error(), "secret")
 	})
+}
+
+// rewriteCase is a DSN a rewrite of it must turn into want.
+type rewriteCase struct{ name, dsn, want string }
+
+// requireRewrites checks that rewrite turns each case's DSN into its want, and that
+// lib/pq reads the result back as check expects.
+func requireRewrites(t *testing.T, rewrite func(dsn string) (string, error), cases []rewriteCase, check func(*testing.T, pq.Config)) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := rewrite(tc.dsn)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			cfg, err := pq.NewConfig(got)
+			require.NoError(t, err)
+			check(t, cfg)
+		})
+	}
 }
 
 // fakeTB records how a function of this package gives up instead of ending the
