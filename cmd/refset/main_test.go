@@ -590,8 +590,8 @@ func TestUnpreparedFlagReachesTheStore(t *testing.T) {
 	for _, unprepared := range []bool{false, true} {
 		db, err := open(t.Context(), connection{dsn: dsn, unprepared: unprepared})
 		require.NoError(t, err)
-		pg, ok := db.Database.(*postgres.DB)
-		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db.Database)
+		pg, ok := db.(*postgres.DB)
+		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db)
 		require.Equal(t, unprepared, pg.Unprepared())
 		require.NoError(t, db.Close())
 	}
