@@ -49,8 +49,7 @@ func TestTxLocksOrderTransactions(t *testing.T) {
 			return
 		}
 		ctx := t.Context()
-		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 1), m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, chain("g", NullBlockID, 0, 1))
 		tests := []struct {
 			name          string
 			first, second step
