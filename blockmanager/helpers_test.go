@@ -87,11 +87,14 @@ func count(tb testing.TB, m *Manager, q string, args ...any) int {
 	return n
 }
 
-// put stores each branch in turn, held by holder "t".
-func put(tb testing.TB, m *Manager, branches ...[]Block) {
+// put stores each branch in turn, held by holder "t", and returns the last one's
+// tip.
+func put(tb testing.TB, m *Manager, branches ...[]Block) (tip *refset.RefToken[string]) {
 	tb.Helper()
 	for _, b := range branches {
-		_, err := m.Put(tb.Context(), b, m.Blocks().Hold("t", 0))
+		var err error
+		tip, err = m.Put(tb.Context(), b, m.Blocks().Hold("t", 0))
 		require.NoError(tb, err)
 	}
+	return tip
 }

@@ -28,19 +28,16 @@ func branch(t *testing.T, m *Manager, tip string) []string {
 
 func TestPutAndRelease(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
-		ctx := t.Context()
-		blocks := m.Blocks()
-		tip, err := m.Put(ctx, chain("a", NullBlockID, 0, 5), blocks.Hold("test", 0))
-		require.NoError(t, err)
+		tip := put(t, m, chain("a", NullBlockID, 0, 5))
 		assert.Equal(t, "a0004", tip.ID())
 		assert.Equal(t, []string{"a0004", "a0003", "a0002", "a0001", "a0000"}, branch(t, m, "a0004"))
 
 		// Releasing the only reference drops the whole chain.
-		rel, err := tip.Release(blocks.Unhold("test"))
+		rel, err := tip.Release(m.Blocks().Unhold("t"))
 		require.NoError(t, err)
 		acq, err := rel.Acquire()
 		require.NoError(t, err)
-		_, err = acq.Complete(ctx)
+		_, err = acq.Complete(t.Context())
 		require.NoError(t, err)
 		collect(t, m)
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks`))

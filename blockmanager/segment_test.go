@@ -77,8 +77,7 @@ func TestSegments(t *testing.T) {
 		ctx := t.Context()
 		c := m.Completer()
 		g := chain("g", NullBlockID, 0, 12)
-		put(t, m, g[:4])
-		put(t, m, g[2:8]) // overlaps g0002 and g0003
+		put(t, m, g[:4], g[2:8]) // the second overlaps g0002 and g0003
 		receiveAll(t, c, g[8:10])
 		out, err := c.Receive(ctx, g[11]) // waits for g0010
 		require.NoError(t, err)
