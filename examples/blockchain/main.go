@@ -15,12 +15,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,18 +117,9 @@ func block(id, prev string, num int64) blockmanager.Block {
 // peerOrder is the order one peer sends the blocks in: by height, shuffled within
 // windows, so many blocks arrive before their predecessor.
 func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
-	order := append([]blockmanager.Block(nil), all...)
-	// Sort by height (stable for equal heights), then shuffle windows of 16.
-	byHeight := make(map[int64][]blockmanager.Block)
-	var maxNum int64
-	for _, b := range order {
-		byHeight[b.BlockNum] = append(byHeight[b.BlockNum], b)
-		maxNum = max(maxNum, b.BlockNum)
-	}
-	order = order[:0]
-	for h := int64(0); h <= maxNum; h++ {
-		order = append(order, byHeight[h]...)
-	}
+	// By height (stable for equal heights), then shuffled in windows of 16.
+	order := slices.Clone(all)
+	slices.SortStableFunc(order, func(a, b blockmanager.Block) int { return cmp.Compare(a.BlockNum, b.BlockNum) })
 	for start := 0; start < len(order); start += 16 {
 		w := order[start:min(start+16, len(order))]
 		rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })

@@ -113,20 +113,9 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	if err != nil {
 		return err
 	}
-	count := func(table string) (int, error) {
-		var c int
-		err := db.Reader().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&c)
-		return c, err
-	}
-	stored, err := count("blocks")
-	if err != nil {
-		return err
-	}
-	pending, err := count("pending_blocks")
-	if err != nil {
-		return err
-	}
-	heads, err := count("chain_heads")
+	var stored, pending, heads int
+	err = db.Reader().QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM blocks), (SELECT COUNT(*) FROM pending_blocks),
+		(SELECT COUNT(*) FROM chain_heads)`).Scan(&stored, &pending, &heads)
 	if err != nil {
 		return err
 	}
