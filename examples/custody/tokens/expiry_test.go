@@ -28,8 +28,8 @@ func waitExpired(t *testing.T, v *Vault, owner string) {
 // locks is every token's non-owner holders, as the database has them.
 func locks(t *testing.T, v *Vault, owner string) map[string][]string {
 	t.Helper()
-	rows, err := v.db.Reader().QueryContext(t.Context(), v.sql(`SELECT t.id, h.holder FROM tokens t
-		JOIN tokens_holds h ON h.object_id = t.id AND h.holder <> 'owner' WHERE t.owner = ? ORDER BY t.id, h.holder`), owner)
+	rows, err := v.db.Reader().QueryContext(t.Context(), v.sql(`SELECT t.id, l.holder FROM tokens t
+		JOIN token_locks l ON l.token_id = t.id WHERE t.owner = ? ORDER BY t.id, l.holder`), owner)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string][]string{}

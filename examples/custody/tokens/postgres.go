@@ -16,15 +16,16 @@ import (
 
 // The Postgres fast paths: a select is one statement and a spend is one statement,
 // each committed on its own. They run where the dialect's SQL folder has their
-// statements (sql/postgres/queries) and its tables the functions those call. They do what the general paths in tokens.go do statement
-// by statement (which SQLite, selections with a Predicate and every case the fast
-// select cannot settle still take), in one round trip, and they write the same rows:
-// the RefSet's tokens table and its holds, under the same clean-up triggers.
+// statements (sql/postgres/queries) and its tables the functions those call. They do
+// what the general paths in tokens.go do statement by statement (which SQLite,
+// selections with a Predicate and every case the fast select cannot settle still
+// take), in one round trip, and they write the same rows: the RefSet's tokens table
+// and custody's holder tables, under the same clean-up triggers.
 //
-// A spend deletes the spent tokens in the statement that deletes their holds, and
-// creates the outputs in the statement that creates their owners' holds, so the
-// clean-up triggers, which look at the end of the statement, queue nothing: payments
-// give clean-up no work.
+// A spend deletes the spent tokens in the statement that deletes their owners' rows
+// and locks, and creates the outputs in the statement that gives them their owners,
+// so the clean-up triggers, which look at the end of the statement, queue nothing:
+// payments give clean-up no work.
 
 // statements are the fast paths' statements, each prepared on the pool when first
 // run, which database/sql then prepares once per connection, not once per call: for
