@@ -42,6 +42,17 @@ func locks(t *testing.T, v *Vault, owner string) map[string][]string {
 	return out
 }
 
+// lostLocks checks that txID, whose locks expired and were taken, can neither release
+// nor spend anything.
+func lostLocks(t *testing.T, v *Vault, txID string) {
+	t.Helper()
+	n, err := v.Release(t.Context(), txID)
+	require.NoError(t, err)
+	assert.Zero(t, n, "%s released a lock it lost", txID)
+	_, _, err = v.Spend(t.Context(), txID, []Token{gbp("jack", 1)})
+	require.ErrorIs(t, err, ErrNothingLocked)
+}
+
 // A lock that has expired by the database's clock does not hide its token: the next
 // Select takes it over at once, with no clean-up run, and on Postgres in the one
 // statement of the fast path. The takeover replaces the lock, so the token still
@@ -71,11 +82,7 @@ func TestExpiredLockIsTakenOverAtOnce(t *testing.T) {
 
 		_, err = v.Select(ctx, newTx(), "ivy", 1, Filter{}, time.Minute)
 		require.ErrorIs(t, err, ErrLocked, "a live lock was taken over")
-		n, err := v.Release(ctx, old)
-		require.NoError(t, err)
-		assert.Zero(t, n, "the old transaction released a lock it lost")
-		_, _, err = v.Spend(ctx, old, []Token{gbp("jack", 7)})
-		require.ErrorIs(t, err, ErrNothingLocked)
+		lostLocks(t, v, old)
 		_, _, err = v.Spend(ctx, next, []Token{gbp("jack", 7)})
 		require.NoError(t, err)
 	})
