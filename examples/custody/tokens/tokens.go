@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -314,30 +315,31 @@ func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 	for races := 0; ; {
 		v.attempts.Add(1)
 		err := attempt()
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict):
+		race := errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict)
+		if race {
 			v.lost.Add(1)
-			if races++; races < v.maxAttempts {
-				err = pause(ctx, time.Duration(mrand.IntN(1+min(races, 10)*500))*time.Microsecond)
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
-			}
-			// Too contended to win now: wait as for locked funds, then race again.
+			races++
+		}
+		var pause time.Duration
+		switch {
+		case race && races < v.maxAttempts:
+			pause = time.Duration(mrand.IntN(1+min(races, 10)*500)) * time.Microsecond
+		case race && time.Now().After(deadline):
+			return fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
+		case race: // too contended to win now: wait as for locked funds, then race again
 			races = 0
-			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
-			wait = min(2*wait, 250*time.Millisecond)
+			fallthrough
 		case errors.Is(err, ErrLocked) && time.Now().Before(deadline):
 			// Funds locked by committed transactions free up when those spend or
 			// release: wait, backing off.
-			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
-			wait = min(2*wait, 250*time.Millisecond)
-		}
-		if err != nil {
+			pause, wait = wait/2+time.Duration(mrand.Int64N(int64(wait))), min(2*wait, 250*time.Millisecond)
+		default:
 			return err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -360,17 +362,6 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 	// A panic of the caller's Predicate rolls the transaction back (refset.InTx does
 	// that for any panic) and goes on with its own value and stack.
 	return got, err
-}
-
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // errRace: the tokens chosen were being locked by another transaction.
@@ -499,18 +490,15 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 	for i, t := range want {
 		ids[i] = t.TokenID
 	}
-	r, err := tx.QueryContext(ctx, v.lockRowsSQL, pq.Array(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
+	rows, err := tx.QueryContext(ctx, v.lockRowsSQL, pq.Array(ids))
 	locked := map[string]bool{}
-	for r.Next() {
+	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
-		if err := r.Scan(&id); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&id)
 		locked[id] = true
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	var got []Token
 	for _, t := range want {
@@ -518,7 +506,7 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 			got = append(got, t)
 		}
 	}
-	return got, r.Err()
+	return got, nil
 }
 
 // keep is the tokens pred accepts.
@@ -535,21 +523,31 @@ func keep(toks []Token, pred func(Token) bool) []Token {
 	return out
 }
 
-func (v *Vault) query(ctx context.Context, q refset.Querier, sql string, args ...any) ([]Token, error) {
-	r, err := q.QueryContext(ctx, v.sql(sql), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
+func (v *Vault) query(ctx context.Context, q refset.Querier, query string, args ...any) ([]Token, error) {
+	rows, err := q.QueryContext(ctx, v.sql(query), args...)
 	var out []Token
-	for r.Next() {
+	err = eachRow(rows, err, func(r *sql.Rows) error {
 		var t Token
-		if err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount)
 		out = append(out, t)
+		return err
+	})
+	return out, err
+}
+
+// eachRow calls row on each of rows, the result of a query that failed if err is not
+// nil, and closes them.
+func eachRow(rows *sql.Rows, err error, row func(*sql.Rows) error) error {
+	if err != nil {
+		return err
 	}
-	return out, r.Err()
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // Release drops every lock txID holds and returns how many. A lock another
@@ -631,20 +629,14 @@ func balanced(inputs, outputs []Token) error {
 // holds and the tokens, the history, then the outputs.
 func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, error) {
 	// The locks go first: what this returns is exactly what txID still holds.
-	r, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), lockHolder(txID))
-	if err != nil {
-		return nil, err
-	}
+	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), lockHolder(txID))
 	var ids []any
-	for r.Next() {
+	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
-		if err := r.Scan(&id); err != nil {
-			r.Close()
-			return nil, err
-		}
+		err := r.Scan(&id)
 		ids = append(ids, id)
-	}
-	if err := r.Close(); err != nil {
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
