@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -120,8 +119,7 @@ type Vault struct {
 }
 
 // Open creates the custody tables if needed (on a database of store/sqlite or
-// store/postgres),
-// installs clean-up and returns the vault.
+// store/postgres), installs clean-up and returns the vault.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	v := &Vault{db: db, maxAttempts: cfg.MaxAttempts, lockWait: cfg.LockWait}
 	if v.maxAttempts <= 0 {
@@ -165,11 +163,8 @@ func (v *Vault) migrate(ctx context.Context, part string) error {
 	if err != nil {
 		return err
 	}
-	refsetSQL, err := schema.SQLOf(v.db) // refset's own migrations, which custody's follow
-	if err != nil {
-		return err
-	}
-	return schema.MigrateFS(ctx, v.db, refsetSQL, "custody-"+part, sub)
+	// After refset's own migrations, the driver's, which custody's follow.
+	return schema.MigrateFS(ctx, v.db, v.drv.SchemaSQL(), "custody-"+part, sub)
 }
 
 // sqlDir is the folder of the database's dialect in migrations.
@@ -490,7 +485,7 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 	for i, t := range want {
 		ids[i] = t.TokenID
 	}
-	rows, err := tx.QueryContext(ctx, v.lockRowsSQL, pq.Array(ids))
+	rows, err := tx.QueryContext(ctx, v.lockRowsSQL, v.drv.StringList(ids))
 	locked := map[string]bool{}
 	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
