@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -19,11 +20,24 @@ import (
 // benchmarks also read the CPU time of their own server processes and of their own
 // Go process.
 //
-// Each side tags its connections with an application_name of its own (withApp, as the
-// replicas do); serverClock finds their backends in pg_stat_activity and reads each
-// one's user and system time from /proc/<pid>/stat, which works where the server runs
-// on this machine (as the benchmarks' server does) and reads as zero, and is not
-// reported, elsewhere.
+// Each side tags its connections with an application_name of its own; serverClock
+// finds their backends in pg_stat_activity and reads each one's user and system time
+// from /proc/<pid>/stat, which works where the server runs on this machine (as the
+// benchmarks' server does) and reads as zero, and is not reported, elsewhere.
+
+// withApplicationName is dsn with its connections' application_name set to app.
+func withApplicationName(tb testing.TB, dsn, app string) string {
+	tb.Helper()
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " application_name=" + app
+	}
+	u, err := url.Parse(dsn)
+	must(tb, err)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
 
 // serverClock is the CPU time, when a measurement started, of the backends serving
 // connections named app, and of this process.

@@ -146,7 +146,7 @@ func (c *custody) tag(b *testing.B, dsn string) string {
 	must(b, err)
 	b.Cleanup(func() { admin.Close() })
 	c.app, c.admin = "custody-bench-"+tokens.NewID()[:12], admin
-	return withApp(b, dsn, c.app)
+	return withApplicationName(b, dsn, c.app)
 }
 
 // pay makes n payments, eight at a time, one goroutine per replica.
