@@ -94,9 +94,8 @@ type Config struct {
 	// back-off (up to 250 ms apart, so many waiters do not swamp the database). Zero
 	// means it fails with ErrLocked at once.
 	LockWait time.Duration
-	// Logger receives the tokens' clean-up passes (expired locks removed; see
-	// cleanup.Config.Logger). Nil means the database's logger (the stores'
-	// Options.Logger), if any.
+	// Logger receives the collector's passes of Collect (see cleanup.Config.Logger).
+	// Nil means the database's logger (the stores' Options.Logger), if any.
 	Logger *slog.Logger
 }
 
