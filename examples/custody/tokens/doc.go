@@ -6,10 +6,11 @@
 // row of token_owners, custody's own holder table, which references the token ON
 // DELETE RESTRICT, as a component built on refset holds objects (clean-up follows it);
 // custody runs no SQL on refset's own tables. A transaction locks a token with a row
-// of token_locks, which expires by the database's clock and keeps nothing alive. Its
-// primary key allows at most one lock per token, so two replicas can never lock the
-// same token, whatever their timing: the database decides every race, and the loser
-// tries other tokens.
+// of token_locks, which expires by the database's clock and keeps nothing alive (its
+// key to the token cascades, so it goes with the token it locked). Its primary key
+// allows at most one lock per token, so two replicas can never lock the same token,
+// whatever their timing: the database decides every race, and the loser tries other
+// tokens.
 //
 // Select finds the owner's unlocked tokens that match a filter, takes them in random
 // order until they cover the amount, and locks them in one transaction; any failure

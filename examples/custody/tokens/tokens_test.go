@@ -490,3 +490,36 @@ func TestUpgradeMovesHolds(t *testing.T) {
 		audit(t, upgraded)
 	})
 }
+
+// A lock belongs to its token (token_locks' key cascades): the database refuses a lock
+// on no token, and a token that goes, here deleted behind custody's back, takes its
+// lock with it, so no lock ever names a token that is not there.
+func TestLocksBelongToTheirTokens(t *testing.T) {
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		issue(t, v, "alice", 10)
+		locked, err := v.Select(ctx, newTx(), "alice", 10, Filter{}, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, locked, 1)
+
+		err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO token_locks (token_id, holder, expires_at)
+				SELECT 'no such token', 'tx:forged', expires_at FROM token_locks`)
+			return err
+		})
+		require.Error(t, err, "a lock on no token was stored")
+
+		require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+			for _, stmt := range []string{`DELETE FROM token_owners WHERE token_id = ?`, `DELETE FROM tokens WHERE id = ?`} {
+				if _, err := tx.ExecContext(ctx, v.sql(stmt), locked[0].TokenID); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		var locks int
+		require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM token_locks`).Scan(&locks))
+		assert.Zero(t, locks, "the deleted token's lock is still there")
+	})
+}
