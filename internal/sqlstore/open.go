@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -61,15 +60,6 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
-}
-
-// Columns joins quoted column names with ", ".
-func QuotedColumns(cols []string) string {
-	q := make([]string, len(cols))
-	for i, c := range cols {
-		q[i] = `"` + c + `"`
-	}
-	return strings.Join(q, ", ")
 }
 
 // translated is err, a driver's error translated to a sentinel unless it carries one.

@@ -63,6 +63,9 @@ func SchemaSQL() schema.SQL { return theSchemaSQL }
 
 func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 
+// Rebind writes the dialect's placeholders into a statement written with ?.
+func (cleanupDialect) Rebind(query string) string { return rebind(query) }
+
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "rowid" }
 
