@@ -592,7 +592,7 @@ func TestUnpreparedFlagReachesTheStore(t *testing.T) {
 		require.NoError(t, err)
 		pg, ok := db.Database.(*postgres.DB)
 		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db.Database)
-		require.Equal(t, unprepared, pg.Unprepared())
+		require.Equal(t, unprepared, pg.Driver().Unprepared())
 		require.NoError(t, db.Close())
 	}
 }

@@ -8,6 +8,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -40,8 +41,7 @@ type Config struct {
 	Statements *stmtcache.Cache
 	// Begin begins a write transaction on the database's pools.
 	Begin func(ctx context.Context) (*sqlx.Tx, error)
-	// Release closes the pools the database owns (and, for pools the caller owns,
-	// frees what refset prepared on them).
+	// Release closes the pools the database owns; nil: it owns none.
 	Release func() error
 }
 
@@ -89,5 +89,10 @@ func (e *Engine) Close() error {
 	if e == nil || e.closed.Swap(true) {
 		return nil
 	}
-	return e.release()
+	// The caller's pools live on: free the statements refset prepared on them.
+	err := e.stmts.Close()
+	if e.release != nil {
+		err = errors.Join(err, e.release())
+	}
+	return err
 }

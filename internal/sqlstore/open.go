@@ -26,21 +26,9 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
-	table, err := sqlident.Parse(cfg.Table, true)
+	table, holds, queue, err := cfg.tables()
 	if err != nil {
 		return nil, err
-	}
-	holdsName := cfg.HoldsTable
-	if holdsName == "" {
-		holdsName = table.Name + "_holds"
-	}
-	holds, err := table.WithName(holdsName)
-	if err != nil {
-		return nil, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
-	}
-	queue, err := table.WithName(table.Name + "_review")
-	if err != nil {
-		return nil, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
 	}
 	cols, err := d.Columns(ctx, db.Reader(), table)
 	if err != nil {
@@ -60,6 +48,24 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
+}
+
+// tables are the set's object table, its holds table and its review queue.
+func (cfg Config) tables() (table, holds, queue sqlident.Ident, err error) {
+	if table, err = sqlident.Parse(cfg.Table, true); err != nil {
+		return
+	}
+	holdsName := cfg.HoldsTable
+	if holdsName == "" {
+		holdsName = table.Name + "_holds"
+	}
+	if holds, err = table.WithName(holdsName); err != nil {
+		return table, holds, queue, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
+	}
+	if queue, err = table.WithName(table.Name + "_review"); err != nil {
+		return table, holds, queue, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
+	}
+	return table, holds, queue, nil
 }
 
 // translated is err, a driver's error translated to a sentinel unless it carries one.

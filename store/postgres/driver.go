@@ -60,7 +60,7 @@ func newDriver(db *DB, driverName string, binding refsetdriver.Binding) refsetdr
 	if driverName != DriverPgx {
 		return d
 	}
-	if p, ok := newPgxPipeline(db, db.isolation); ok {
+	if p, ok := newPgxPipeline(db, db.isolation, binding.Unprepared()); ok {
 		return pipeliningDriver{pgxDriver: pgxDriver{d}, pipeline: p}
 	}
 	return pgxDriver{d}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"io/fs"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/refsettables"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 //go:embed sql/schema
@@ -79,16 +79,5 @@ func (cleanupDialect) RowAddress() string { return "ctid" }
 
 // Clock: refset's tables keep times as timestamptz.
 func (cleanupDialect) Clock() refsetdriver.Clock {
-	return refsetdriver.Clock{
-		Now: `now()`,
-		Scan: func() (any, func() time.Time) {
-			var t sql.NullTime
-			return &t, func() time.Time {
-				if !t.Valid {
-					return time.Time{}
-				}
-				return t.Time.UTC()
-			}
-		},
-	}
+	return storesql.Clock("now()", func(t time.Time) time.Time { return t })
 }

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"embed"
 	"io/fs"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/refsettables"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 //go:embed sql/schema
@@ -70,17 +70,4 @@ func (cleanupDialect) Rebind(query string) string { return rebind(query) }
 func (cleanupDialect) RowAddress() string { return "rowid" }
 
 // Clock: refset's tables keep times as Unix milliseconds in INTEGER columns.
-func (cleanupDialect) Clock() refsetdriver.Clock {
-	return refsetdriver.Clock{
-		Now: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
-		Scan: func() (any, func() time.Time) {
-			var ms sql.NullInt64
-			return &ms, func() time.Time {
-				if !ms.Valid {
-					return time.Time{}
-				}
-				return time.UnixMilli(ms.Int64).UTC()
-			}
-		},
-	}
-}
+func (cleanupDialect) Clock() refsetdriver.Clock { return storesql.Clock(nowMillis, time.UnixMilli) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -65,4 +66,18 @@ func Rows[T any](ctx context.Context, q refset.Querier, query string, args []any
 		list = append(list, v)
 	}
 	return list, errors.Join(rows.Err(), rows.Close())
+}
+
+// Clock is a dialect's clock (refsetdriver.Clock): now is its SQL, and a time it reads
+// comes as a T, which at converts (NULL reads as the zero time).
+func Clock[T any](now string, at func(T) time.Time) refsetdriver.Clock {
+	return refsetdriver.Clock{Now: now, Scan: func() (any, func() time.Time) {
+		var v sql.Null[T]
+		return &v, func() time.Time {
+			if !v.Valid {
+				return time.Time{}
+			}
+			return at(v.V).UTC()
+		}
+	}}
 }
