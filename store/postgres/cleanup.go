@@ -625,15 +625,8 @@ func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *r
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote_nullable((" + expr + ")::text)" }
 
-// SchemaError: a table, column or schema the collector's SQL names does not exist.
+// SchemaError: a table, column, schema, function or other object the collector's
+// SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
-	var se sqlStater
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.SQLState() {
-	case "42P01", "42703", "3F000": // undefined_table, undefined_column, invalid_schema_name
-		return true
-	}
-	return false
+	return errors.Is(translateError(err, ""), refset.ErrSchema)
 }

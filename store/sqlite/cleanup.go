@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
@@ -472,13 +471,7 @@ func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *r
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote(" + expr + ")" }
 
-// SchemaError: a table or column the collector's SQL names does not exist. SQLite
-// gives these the generic code SQLITE_ERROR, so only its message tells them apart.
+// SchemaError: a table or column the collector's SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
-	var se sqlite3.Error
-	if !errors.As(err, &se) || se.Code != sqlite3.ErrError {
-		return false
-	}
-	msg := se.Error()
-	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+	return errors.Is(translateError(err, ""), refset.ErrSchema)
 }

@@ -254,7 +254,7 @@ func checkImmediate(ctx context.Context, writer *sql.DB, file string) error {
 // openError is why opening failed, as a sentinel: a file that cannot be opened or
 // read as a database is ErrUnavailable, anything else ErrInvalidConfig.
 func openError(err error) error {
-	if err = (&DB{}).TranslateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
+	if err = translateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)

@@ -17,11 +17,15 @@ import (
 // failed ("" when unknown): SQLite reports one code for every foreign key failure, and
 // only the statement says whether a parent was missing or a child still refers to it.
 func (db *DB) TranslateError(err error, query string) error {
+	if err != nil && !sqlstore.Translated(err) && db.Closed() {
+		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrClosed, err)
+	}
+	return translateError(err, query)
+}
+
+func translateError(err error, query string) error {
 	if err == nil || sqlstore.Translated(err) {
 		return err
-	}
-	if db.Closed() {
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrClosed, err)
 	}
 	var se sqlite3.Error
 	if !errors.As(err, &se) {
