@@ -124,13 +124,14 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	return idType, refs, nil
 }
 
-// enqueue is the upsert every trigger uses: a second signal for a queued object
-// postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *refsetdriver.Plan, selectSQL string) string {
+// Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
+// object postpones its review to the later time and bumps the version, never drops
+// it.
+func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 	return fmt.Sprintf(`INSERT INTO %s AS q (object_id, review_after)
 	%s
 	ON CONFLICT (object_id) DO UPDATE
-	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
+	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), rows)
 }
 
 // enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows tail` yields
@@ -151,7 +152,7 @@ func enqueue(p *refsetdriver.Plan, selectSQL string) string {
 func enqueueAny(p *refsetdriver.Plan, cols, rows, tail string) string {
 	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
 		%s;
-	END IF`, rows, enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
+	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
 }
 
 // qualifySQL finds the schema of the table a name resolves to in this session.
@@ -610,16 +611,6 @@ func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 			CROSS JOIN LATERAL (VALUES %s) AS x(id) WHERE x.id IS NOT NULL`, p.Table.Quoted(), p.IDColumn, strings.Join(next, ", "))
 	}
 	return q + `)`
-}
-
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
-	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+" "+enqueue(p, fmt.Sprintf(
-		`SELECT o."%[1]s", now() FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
-		p.IDColumn, p.Table.Quoted())))
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // Text renders a value as an SQL literal in text, NULL included, for reports.

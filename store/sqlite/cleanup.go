@@ -155,12 +155,18 @@ func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, 
 	return nil
 }
 
-// enqueue is the upsert every trigger uses: a second signal for a queued object
-// postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
-	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) VALUES (%s, %s)
+// Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
+// object postpones its review to the later time and bumps the version, never drops
+// it. A SELECT of rows needs a WHERE clause, or SQLite reads ON CONFLICT as a join's.
+func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
+	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) %s
 		ON CONFLICT (object_id) DO UPDATE
-		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), id, reviewAfter)
+		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), rows)
+}
+
+// enqueue queues the object id, due at reviewAfter.
+func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
+	return cleanupDialect{}.Enqueue(p, "VALUES ("+id+", "+reviewAfter+")")
 }
 
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
@@ -453,19 +459,6 @@ func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 			e.Column, p.Table.Quoted(), p.IDColumn, e.Column)
 	}
 	return q + `)`
-}
-
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
-	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+fmt.Sprintf(`
-		INSERT INTO %[3]s (object_id, review_after)
-		SELECT o."%[1]s", %[4]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s")
-		ON CONFLICT (object_id) DO UPDATE
-		SET review_after = max(review_after, excluded.review_after), version = version + 1`,
-		p.IDColumn, p.Table.Quoted(), p.Queue.Quoted(), nowMillis))
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // Text renders a value as an SQL literal in text, NULL included, for reports.

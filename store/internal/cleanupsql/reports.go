@@ -26,6 +26,9 @@ type Fragments interface {
 	// Reach is a WITH RECURSIVE clause defining reach(id): every object reachable
 	// from a root (and, when withQueue, from a queued object) along the edges.
 	Reach(p *refsetdriver.Plan, withQueue bool) string
+	// Enqueue queues rows, VALUES or a SELECT (with a WHERE clause) of an object's
+	// ID and the time to review it, for review.
+	Enqueue(p *refsetdriver.Plan, rows string) string
 	// Text renders the SQL expression expr as a literal in text, NULL included.
 	Text(expr string) string
 	// RowAddress is the expression naming a row of any table (Postgres ctid, SQLite
@@ -41,6 +44,19 @@ type Reports[F Fragments] struct{}
 func (Reports[F]) fragments() F {
 	var f F
 	return f
+}
+
+// EnqueueUnreachable: see refsetdriver.CleanupDialect. Not a report, but written
+// alike with the same fragments. ORDER BY: queue entries are locked in one order.
+func (r Reports[F]) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
+	f := r.fragments()
+	res, err := tx.ExecContext(ctx, f.Reach(p, false)+" "+f.Enqueue(p, fmt.Sprintf(
+		`SELECT o."%[1]s", %[3]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
+		p.IDColumn, p.Table.Quoted(), f.Clock().Now)))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // Leaked: see refsetdriver.CleanupDialect.
