@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -359,16 +360,12 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 // batch, so an ended ctx stops the batch at the next one.
 type preparedTx struct {
 	refset.Tx
-	raw   preparer
+	raw   stmtcache.Preparer
 	stmts map[string]*sql.Stmt
 }
 
-type preparer interface {
-	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
-}
-
 func prepare(view refset.Tx) *preparedTx {
-	raw, _ := txview.Raw(view).(preparer)
+	raw, _ := txview.Raw(view).(stmtcache.Preparer)
 	return &preparedTx{Tx: view, raw: raw, stmts: map[string]*sql.Stmt{}}
 }
 
