@@ -322,7 +322,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 // does not know), the walk stops there: the deletion of the level above queued those
 // objects, and the next batch reviews them one by one.
 func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int64, error) {
-	defer tx.close()
+	defer tx.stmts.Close()
 	var deepest sql.NullInt64
 	if err := tx.QueryRowContext(ctx, `SELECT max(depth) FROM temp.refset_freed`).Scan(&deepest); err != nil {
 		return 0, err
@@ -360,44 +360,24 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 // batch, so an ended ctx stops the batch at the next one.
 type preparedTx struct {
 	refset.Tx
-	raw   stmtcache.Preparer
-	stmts map[string]*sql.Stmt
+	stmts *stmtcache.Cache // prepared on the batch's transaction; nil: none
 }
 
 func prepare(view refset.Tx) *preparedTx {
-	raw, _ := txview.Raw(view).(stmtcache.Preparer)
-	return &preparedTx{Tx: view, raw: raw, stmts: map[string]*sql.Stmt{}}
+	t := &preparedTx{Tx: view}
+	if raw, ok := txview.Raw(view).(stmtcache.Preparer); ok {
+		t.stmts = stmtcache.New(raw, stmtcache.DefaultSize, nil)
+	}
+	return t
 }
 
 func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if stmt := t.stmt(ctx, query); stmt != nil && ctx.Err() == nil {
+	if stmt := t.stmts.Stmt(ctx, query); stmt != nil && ctx.Err() == nil {
 		if res, err := stmt.ExecContext(context.WithoutCancel(ctx), args...); err == nil {
 			return res, nil
 		}
 	}
 	return t.Tx.ExecContext(ctx, query, args...)
-}
-
-// stmt is query compiled, or nil if it cannot be (the view then reports why).
-func (t *preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
-	if t.raw == nil {
-		return nil
-	}
-	if stmt, ok := t.stmts[query]; ok {
-		return stmt
-	}
-	stmt, err := t.raw.PrepareContext(ctx, query)
-	if err != nil {
-		return nil
-	}
-	t.stmts[query] = stmt
-	return stmt
-}
-
-func (t *preparedTx) close() {
-	for _, stmt := range t.stmts {
-		stmt.Close()
-	}
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in
