@@ -14,7 +14,6 @@ import (
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/cleanupsql"
-	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.
@@ -100,7 +99,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		refsetdriver.Reference
 		nsp, rel string
 	}
-	found, err := storesql.Rows(ctx, q, referencesSQL, []any{table.Quoted(), idColumn}, func(rows *sql.Rows, r *ref) error {
+	found, err := cleanupsql.Rows(ctx, q, referencesSQL, []any{table.Quoted(), idColumn}, func(rows *sql.Rows, r *ref) error {
 		return rows.Scan(&r.nsp, &r.rel, &r.Column, &r.Self, &r.Indexed, pq.Array(&r.Key), &r.NoAction)
 	})
 	if err != nil {
@@ -474,7 +473,7 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 		id     string
 		locked bool
 	}
-	rows, err := storesql.Rows(ctx, tx, fmt.Sprintf(`WITH locked AS (
+	rows, err := cleanupsql.Rows(ctx, tx, fmt.Sprintf(`WITH locked AS (
 		SELECT "%[2]s" AS id FROM %[1]s WHERE "%[2]s" = ANY (%[3]s) FOR UPDATE SKIP LOCKED)
 		SELECT o."%[2]s"::text, l.id IS NOT NULL FROM %[1]s o LEFT JOIN locked l ON l.id = o."%[2]s"
 		WHERE o."%[2]s" = ANY (%[3]s)`, p.Table.Quoted(), p.IDColumn, idArray), []any{pq.Array(ids)},
@@ -588,7 +587,7 @@ func claim(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (
 		id      string
 		version int64
 	}
-	entries, err := storesql.Rows(ctx, tx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
+	entries, err := cleanupsql.Rows(ctx, tx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
 		WHERE review_after <= now() ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED`, p.Queue.Quoted()), []any{limit},
 		func(rows *sql.Rows, e *entry) error { return rows.Scan(&e.id, &e.version) })
 	ids, versions := make([]string, len(entries)), make([]int64, len(entries))

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"io/fs"
 	"time"
 
 	"github.com/refsetdb/refset/internal/sqltext"
@@ -11,7 +10,6 @@ import (
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/refsettables"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
@@ -22,11 +20,6 @@ var schemaFiles embed.FS
 // spells "refset" in ASCII.
 const advisoryLockKey = 0x726566736574
 
-// schemaSQL is this store's part of refset's schema (refsetdriver.SchemaSQL): its
-// migration files, their lock and its catalog here, its statements on refset's own
-// tables those of refsettables, written with its placeholders.
-type schemaSQL struct{ refsettables.Tables }
-
 // dialectName names the dialect: the folder of per-dialect SQL files.
 const dialectName = "postgres"
 
@@ -34,28 +27,15 @@ const dialectName = "postgres"
 // $1, $2, ... on Postgres.
 func rebind(query string) string { return sqltext.Dollar(query) }
 
-// theSchemaSQL is the one schemaSQL.
-var theSchemaSQL = schemaSQL{refsettables.New(rebind, tableExists, cleanupDialect{}.Clock())}
+// theSchemaSQL is this store's part of refset's schema.
+var theSchemaSQL = storesql.NewSchema(storesql.SchemaDialect{Name: dialectName, Files: schemaFiles,
+	Rebind: rebind, Clock: cleanupDialect{}.Clock(), LockMigrations: lockMigrations, TableExists: tableExists})
 
-func (schemaSQL) Name() string { return dialectName }
-
-func (schemaSQL) Migrations() fs.FS {
-	sub, err := fs.Sub(schemaFiles, "sql/schema")
-	if err != nil {
-		panic(err) // the embedded folder is part of this package
-	}
-	return sub
-}
-
-// LockMigrations takes a transaction-scoped advisory lock: a second process waits
+// lockMigrations takes a transaction-scoped advisory lock: a second process waits
 // here, then finds everything applied.
-func (schemaSQL) LockMigrations(ctx context.Context, tx refset.Tx) error {
+func lockMigrations(ctx context.Context, tx refset.Tx) error {
 	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey)
 	return err
-}
-
-func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
-	return tableExists(ctx, q, table)
 }
 
 func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
@@ -35,7 +36,7 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
 func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
-	return storesql.Rows(ctx, q, columnsSQL, []any{table.Quoted()}, func(rows *sql.Rows, c *refsetdriver.Column) error {
+	return cleanupsql.Rows(ctx, q, columnsSQL, []any{table.Quoted()}, func(rows *sql.Rows, c *refsetdriver.Column) error {
 		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary)
 	})
 }

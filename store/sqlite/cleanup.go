@@ -14,7 +14,6 @@ import (
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/cleanupsql"
-	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
@@ -93,7 +92,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		table, from string
 		to          sql.NullString
 	}
-	fks, err := storesql.Rows(ctx, q, referencesSQL, []any{table.Name}, func(rows *sql.Rows, f *fk) error {
+	fks, err := cleanupsql.Rows(ctx, q, referencesSQL, []any{table.Name}, func(rows *sql.Rows, f *fk) error {
 		return rows.Scan(&f.table, &f.from, &f.to)
 	})
 	if err != nil {
@@ -134,7 +133,7 @@ func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, 
 		referencing, from, to string
 		columns               int
 	}
-	keys, err := storesql.Rows(ctx, q, keysSQL, []any{table.Name}, func(rows *sql.Rows, k *key) error {
+	keys, err := cleanupsql.Rows(ctx, q, keysSQL, []any{table.Name}, func(rows *sql.Rows, k *key) error {
 		return rows.Scan(&k.referencing, &k.from, &k.to, &k.columns)
 	})
 	if err != nil {

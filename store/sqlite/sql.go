@@ -8,6 +8,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
@@ -23,7 +24,7 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 	if table.Schema != "" {
 		return nil, fmt.Errorf("refset/sqlite: table %s: schema-qualified names are for Postgres: %w", table, refset.ErrInvalidIdentifier)
 	}
-	return storesql.Rows(ctx, q, `SELECT name, type, "notnull", pk > 0 FROM pragma_table_info(?)`, []any{table.Name},
+	return cleanupsql.Rows(ctx, q, `SELECT name, type, "notnull", pk > 0 FROM pragma_table_info(?)`, []any{table.Name},
 		func(rows *sql.Rows, c *refsetdriver.Column) error {
 			if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
 				return err

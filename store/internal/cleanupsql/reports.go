@@ -11,7 +11,6 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 // Fragments are the pieces of SQL in which the dialects' reports differ: a store's
@@ -63,7 +62,7 @@ func (r Reports[F]) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *ref
 func (r Reports[F]) Leaked(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, samples int) (n int64, ids []string, err error) {
 	f := r.fragments()
 	id := fmt.Sprintf(`o."%s"`, p.IDColumn)
-	ids, err = storesql.Rows(ctx, q, f.Reach(p, true)+fmt.Sprintf(`
+	ids, err = Rows(ctx, q, f.Reach(p, true)+fmt.Sprintf(`
 		SELECT %s, count(*) OVER () FROM %s o
 		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = %s) LIMIT %d`, f.Text(id), p.Table.Quoted(), id, samples), nil,
 		func(rows *sql.Rows, sample *string) error { return rows.Scan(sample, &n) })
@@ -172,13 +171,31 @@ func (r Reports[F]) QueueState(ctx context.Context, q refset.Querier, queue sqli
 
 // Versions: see refsetdriver.CleanupDialect.
 func (r Reports[F]) Versions(ctx context.Context, q refset.Querier) ([]refsetdriver.Version, error) {
-	return storesql.Rows(ctx, q, `SELECT component, version FROM refset_schema_version ORDER BY component`, nil,
+	return Rows(ctx, q, `SELECT component, version FROM refset_schema_version ORDER BY component`, nil,
 		func(rows *sql.Rows, v *refsetdriver.Version) error { return rows.Scan(&v.Component, &v.Version) })
+}
+
+// Rows is every row query returns, each read into a T by scan.
+func Rows[T any](ctx context.Context, q refset.Querier, query string, args []any, scan func(rows *sql.Rows, v *T) error) ([]T, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	var list []T
+	for rows.Next() {
+		var v T
+		if err := scan(rows, &v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		list = append(list, v)
+	}
+	return list, errors.Join(rows.Err(), rows.Close())
 }
 
 // Column is the one column of every row query returns.
 func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
-	return storesql.Rows(ctx, q, query, args, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
+	return Rows(ctx, q, query, args, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
 }
 
 // Unreferenced is the condition that no reference of the plan points at the object

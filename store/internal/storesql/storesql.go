@@ -1,18 +1,21 @@
 // Package storesql is the Go code that store/sqlite and store/postgres write alike
 // around their SQL: a set's statements, which differ only in their placeholders and
-// the clock of a hold's expiry, and the reading of a query's rows.
+// the clock of a hold's expiry, the clock, and the shell of a store's part of
+// refset's schema.
 package storesql
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/refsettables"
 )
 
 // Statements are the statements of the set on t (see refsetdriver.Statements), with
@@ -50,24 +53,6 @@ func Statements(t refsetdriver.SetTable, param func(n int) string, hold string) 
 	}
 }
 
-// Rows is every row query returns, each read into a T by scan.
-func Rows[T any](ctx context.Context, q refset.Querier, query string, args []any, scan func(rows *sql.Rows, v *T) error) ([]T, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	var list []T
-	for rows.Next() {
-		var v T
-		if err := scan(rows, &v); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		list = append(list, v)
-	}
-	return list, errors.Join(rows.Err(), rows.Close())
-}
-
 // Clock is a dialect's clock (refsetdriver.Clock): now is its SQL, and a time it reads
 // comes as a T, which at converts (NULL reads as the zero time).
 func Clock[T any](now string, at func(T) time.Time) refsetdriver.Clock {
@@ -80,4 +65,49 @@ func Clock[T any](now string, at func(T) time.Time) refsetdriver.Clock {
 			return at(v.V).UTC()
 		}
 	}}
+}
+
+// Schema is a store's part of refset's schema (refsetdriver.SchemaSQL): its
+// migration files, their lock and its catalog's look-up of a table, and its
+// statements on refset's own tables, those of refsettables written with its
+// placeholders and clock.
+type Schema struct {
+	refsettables.Tables
+	name   string
+	files  fs.FS
+	lock   func(ctx context.Context, tx refset.Tx) error
+	exists func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
+}
+
+// SchemaDialect is what a store's Schema is made of.
+type SchemaDialect struct {
+	Name   string                    // the dialect's name
+	Files  fs.FS                     // holding sql/schema/{core,set}
+	Rebind func(query string) string // writes the dialect's placeholders into a statement written with ?
+	Clock  refsetdriver.Clock
+	// LockMigrations serialises migrations across processes until tx ends; nil: the
+	// write transaction itself does.
+	LockMigrations func(ctx context.Context, tx refset.Tx) error
+	TableExists    func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
+}
+
+// NewSchema is the Schema of d.
+func NewSchema(d SchemaDialect) Schema {
+	files, err := fs.Sub(d.Files, "sql/schema")
+	if err != nil {
+		panic(err) // the embedded folder is part of the store's package
+	}
+	lock := d.LockMigrations
+	if lock == nil {
+		lock = func(context.Context, refset.Tx) error { return nil }
+	}
+	return Schema{Tables: refsettables.New(d.Rebind, d.TableExists, d.Clock), name: d.Name, files: files, lock: lock, exists: d.TableExists}
+}
+
+func (s Schema) Name() string                                           { return s.name }
+func (s Schema) Migrations() fs.FS                                      { return s.files }
+func (s Schema) LockMigrations(ctx context.Context, tx refset.Tx) error { return s.lock(ctx, tx) }
+
+func (s Schema) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
+	return s.exists(ctx, q, table)
 }
