@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -17,13 +16,6 @@ import (
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.
-
-// NewCollector installs clean-up for the set on cfg.Table (whose store must have
-// been built) and returns its collector. Installing again, after a schema change,
-// picks up new referencing tables.
-func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return cleanup.Install(ctx, db, cfg)
-}
 
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
 // and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
@@ -19,13 +18,6 @@ import (
 // All of this store's clean-up SQL is here. See package cleanup for the design. SQLite
 // has one writer at a time, so a collection batch needs no row locks: nothing else
 // can reference or delete an object while the batch's write transaction is open.
-
-// NewCollector installs clean-up for the set on cfg.Table (whose store must have
-// been built) and returns its collector. Installing again, after a schema change,
-// picks up new referencing tables.
-func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return cleanup.Install(ctx, db, cfg)
-}
 
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
 // and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
