@@ -1,6 +1,7 @@
 package blockmanager
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -124,8 +125,7 @@ func TestCommitExtendingTheHeadMakesNoFork(t *testing.T) {
 		ctx := t.Context()
 		cc := m.Controller()
 		g := chain("g", NullBlockID, 0, 12)
-		_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, g)
 		for _, b := range g[:10] {
 			require.NoError(t, cc.Commit(ctx, b.HeaderSignature))
 			assert.Empty(t, forks(t, m), "after committing %s", b.HeaderSignature)
@@ -134,8 +134,7 @@ func TestCommitExtendingTheHeadMakesNoFork(t *testing.T) {
 		assert.Empty(t, forks(t, m))
 
 		f := chain("f", "g0004", 5, 2)
-		_, err = m.Put(ctx, f, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, f)
 		require.NoError(t, cc.Commit(ctx, "f0006"))
 		assert.ElementsMatch(t, []string{"g0011"}, forks(t, m), "the abandoned head is a fork")
 		require.NoError(t, cc.Commit(ctx, "g0011"))
@@ -152,8 +151,7 @@ func TestCommitThroughAForkHeadDropsItsForkHold(t *testing.T) {
 		receiveAll(t, c, chain("g", NullBlockID, 0, 6))
 		receiveAll(t, c, chain("f", "g0002", 3, 2)) // f0004: a fork head
 		require.ElementsMatch(t, []string{"f0004"}, forks(t, m))
-		_, err := m.Put(ctx, chain("f", "f0004", 5, 3), m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, chain("f", "f0004", 5, 3))
 		require.NoError(t, m.Controller().Commit(ctx, "f0007"))
 		assert.ElementsMatch(t, []string{"g0005"}, forks(t, m), "f0004 is committed history now")
 	})
@@ -253,11 +251,12 @@ func nodeProcess(kind, where string) int {
 	return 0
 }
 
-// handOverInvariant counts blocks that are both pending and the controller's, and
-// blocks that are neither. The controller's blocks are those its committed head or
-// fork heads reach through the links.
-func handOverInvariant(t *testing.T, m *Manager) (both, neither int) {
+// requireHandOver fails the test, saying when, unless every block is either pending
+// or the controller's, and none is both. The controller's blocks are those its
+// committed head or fork heads reach through the links.
+func requireHandOver(t *testing.T, m *Manager, when string) {
 	t.Helper()
+	var both, neither int
 	const reach = `WITH RECURSIVE ctl(id) AS (
 		SELECT chain_head FROM chain_heads
 		UNION SELECT object_id FROM blocks_holds WHERE holder = 'fork-cache'
@@ -269,7 +268,8 @@ func handOverInvariant(t *testing.T, m *Manager) (both, neither int) {
 		(SELECT COUNT(*) FROM blocks b WHERE NOT EXISTS (SELECT 1 FROM pending_blocks p WHERE p.block_id = b.header_signature)
 		                                 AND NOT EXISTS (SELECT 1 FROM ctl WHERE ctl.id = b.header_signature))`
 	require.NoError(t, m.db.Reader().QueryRowContext(t.Context(), reach).Scan(&both, &neither))
-	return both, neither
+	require.Zero(t, both, "%s: blocks both pending and the controller's", when)
+	require.Zero(t, neither, "%s: blocks neither pending nor the controller's", when)
 }
 
 func TestHandOverSurvivesKill9(t *testing.T) {
@@ -285,7 +285,8 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 		for i := range kills {
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
 			cmd.Env = append(os.Environ(), nodeEnvKind+"="+b.Name, nodeEnvAt+"="+where.At)
-			out := &lockedBuffer{}
+			// One writer for both: exec.Cmd then writes to it from one goroutine at a time.
+			out := &bytes.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			require.NoError(t, cmd.Start())
 			time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
@@ -296,9 +297,7 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 			} else if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() > 0 {
 				t.Fatalf("node process failed: %v\n%s", err, out.String())
 			}
-			both, neither := handOverInvariant(t, m)
-			require.Zero(t, both, "after kill %d: blocks both pending and the controller's", i)
-			require.Zero(t, neither, "after kill %d: blocks neither pending nor the controller's", i)
+			requireHandOver(t, m, fmt.Sprintf("after kill %d", i))
 		}
 		// A last run to the end completes every block.
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -308,9 +307,7 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 		assert.Equal(t, total, count(t, m, `SELECT COUNT(*) FROM blocks`))
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
 		assert.Equal(t, "g0149", head(t, m))
-		both, neither := handOverInvariant(t, m)
-		assert.Zero(t, both)
-		assert.Zero(t, neither)
+		requireHandOver(t, m, "at the end")
 	})
 }
 
@@ -328,9 +325,7 @@ func TestCompleterWaitsBehindAWaitingPredecessor(t *testing.T) {
 		out, err = c.Receive(ctx, g[3])
 		require.NoError(t, err)
 		assert.True(t, out.Pending, "g0003: g0002 is stored but waiting")
-		both, neither := handOverInvariant(t, m)
-		assert.Zero(t, both)
-		assert.Zero(t, neither)
+		requireHandOver(t, m, "g0002 and g0003 waiting")
 		out, err = c.Receive(ctx, g[1])
 		require.NoError(t, err)
 		assert.Equal(t, 3, out.Completed)
@@ -370,9 +365,7 @@ func TestConcurrentReceivers(t *testing.T) {
 		assert.Equal(t, int64(len(blocks)), completed.Load(), "each block completed exactly once")
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
 		assert.Equal(t, "g0149", head(t, m))
-		both, neither := handOverInvariant(t, m)
-		assert.Zero(t, both)
-		assert.Zero(t, neither)
+		requireHandOver(t, m, "at the end")
 	})
 }
 
@@ -385,19 +378,12 @@ func TestCascadeRacesNewChildren(t *testing.T) {
 		const n = 300
 		main := chain("g", NullBlockID, 0, n+1)
 		receiveAll(t, m.Completer(), main[1:])
-		var sides []Block
-		for i := 1; i <= n; i++ {
-			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
-		}
-		rand.New(rand.NewPCG(5, 6)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		raceReceivers(t, m, sides, func() error {
+		raceReceivers(t, m, sideChildren(main[1:], 5), func() error {
 			_, err := m.Completer().Receive(t.Context(), main[0])
 			return err
 		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind completed parents")
-		both, neither := handOverInvariant(t, m)
-		assert.Zero(t, both)
-		assert.Zero(t, neither)
+		requireHandOver(t, m, "at the end")
 	})
 }
 
@@ -408,18 +394,24 @@ func TestPutRacesReceivers(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		const n = 300
 		main := chain("g", NullBlockID, 0, n)
-		var sides []Block
-		for i := range n {
-			sides = append(sides, chain(fmt.Sprintf("s%04d-", i), main[i].HeaderSignature, int64(i+1), 1)...)
-		}
-		rand.New(rand.NewPCG(7, 8)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
-		raceReceivers(t, m, sides, func() error {
+		raceReceivers(t, m, sideChildren(main, 7), func() error {
 			_, err := m.Put(t.Context(), main, m.Blocks().Hold("test", 0))
 			return err
 		})
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "blocks left waiting behind parents that Put stored")
 		assert.Equal(t, 2*n, count(t, m, `SELECT COUNT(*) FROM blocks`))
 	})
+}
+
+// sideChildren is a child of each of parents but the one that continues its chain,
+// in an order shuffled by seed.
+func sideChildren(parents []Block, seed uint64) []Block {
+	var sides []Block
+	for _, p := range parents {
+		sides = append(sides, chain(fmt.Sprintf("s%04d-", p.BlockNum), p.HeaderSignature, p.BlockNum+1, 1)...)
+	}
+	rand.New(rand.NewPCG(seed, seed+1)).Shuffle(len(sides), func(i, j int) { sides[i], sides[j] = sides[j], sides[i] })
+	return sides
 }
 
 // raceReceivers runs first while two receivers deliver a half of sides each, and

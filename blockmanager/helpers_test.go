@@ -1,10 +1,8 @@
 package blockmanager
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -89,20 +87,14 @@ func count(tb testing.TB, m *Manager, q string, args ...any) int {
 	return n
 }
 
-// lockedBuffer collects a child process's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// put stores each branch in turn, held by holder "t", and returns the last one's
+// tip.
+func put(tb testing.TB, m *Manager, branches ...[]Block) (tip *refset.RefToken[string]) {
+	tb.Helper()
+	for _, b := range branches {
+		var err error
+		tip, err = m.Put(tb.Context(), b, m.Blocks().Hold("t", 0))
+		require.NoError(tb, err)
+	}
+	return tip
 }

@@ -28,19 +28,16 @@ func branch(t *testing.T, m *Manager, tip string) []string {
 
 func TestPutAndRelease(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
-		ctx := t.Context()
-		blocks := m.Blocks()
-		tip, err := m.Put(ctx, chain("a", NullBlockID, 0, 5), blocks.Hold("test", 0))
-		require.NoError(t, err)
+		tip := put(t, m, chain("a", NullBlockID, 0, 5))
 		assert.Equal(t, "a0004", tip.ID())
 		assert.Equal(t, []string{"a0004", "a0003", "a0002", "a0001", "a0000"}, branch(t, m, "a0004"))
 
 		// Releasing the only reference drops the whole chain.
-		rel, err := tip.Release(blocks.Unhold("test"))
+		rel, err := tip.Release(m.Blocks().Unhold("t"))
 		require.NoError(t, err)
 		acq, err := rel.Acquire()
 		require.NoError(t, err)
-		_, err = acq.Complete(ctx)
+		_, err = acq.Complete(t.Context())
 		require.NoError(t, err)
 		collect(t, m)
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM blocks`))
@@ -109,8 +106,7 @@ func TestPutErrors(t *testing.T) {
 func TestGetAndContains(t *testing.T) {
 	eachDBAndStandby(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 3), m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, chain("g", NullBlockID, 0, 3))
 		got, err := m.Get(ctx, []string{"nope", "g0002", "g0000", "also-nope"})
 		require.NoError(t, err)
 		assert.Equal(t, []string{"", "g0002", "g0000", ""}, ids(got))
@@ -131,9 +127,8 @@ func TestIdempotentAndOverlappingPut(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		first := chain("c", NullBlockID, 0, 4)
+		put(t, m, first)
 		_, err := m.Put(ctx, first, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
-		_, err = m.Put(ctx, first, m.Blocks().Hold("t", 0))
 		require.NoError(t, err, "putting the same branch again")
 		assert.Equal(t, 4, count(t, m, `SELECT COUNT(*) FROM blocks`))
 
@@ -156,15 +151,9 @@ func TestIdempotentAndOverlappingPut(t *testing.T) {
 func TestBranchDiff(t *testing.T) {
 	eachDBAndStandby(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		hold := m.Blocks().Hold("t", 0)
 		// g0000..g0009, then fork a from g0004 (a0005..a0019) and fork b from g0004
 		// (b0005..b0011), and the main line goes on to g0009.
-		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 10), hold)
-		require.NoError(t, err)
-		_, err = m.Put(ctx, chain("a", "g0004", 5, 15), hold)
-		require.NoError(t, err)
-		_, err = m.Put(ctx, chain("b", "g0004", 5, 7), hold)
-		require.NoError(t, err)
+		put(t, m, chain("g", NullBlockID, 0, 10), chain("a", "g0004", 5, 15), chain("b", "g0004", 5, 7))
 
 		diff := func(tip, exclude string) []string {
 			d, err := m.BranchDiff(ctx, tip, exclude)
@@ -198,8 +187,7 @@ func TestBranchDiff(t *testing.T) {
 		}
 
 		// Two unrelated chains share nothing.
-		_, err = m.Put(ctx, chain("u", NullBlockID, 0, 3), hold)
-		require.NoError(t, err)
+		put(t, m, chain("u", NullBlockID, 0, 3))
 		assert.Equal(t, rng("u", 0, 2), diff("u0002", "g0009"))
 		common, err = m.CommonAncestor(ctx, "u0002", "g0009")
 		require.NoError(t, err)
@@ -210,11 +198,7 @@ func TestBranchDiff(t *testing.T) {
 func TestContainsAnyBatchesAndTransactions(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		hold := m.Blocks().Hold("t", 0)
-		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 6), hold)
-		require.NoError(t, err)
-		_, err = m.Put(ctx, chain("f", "g0002", 3, 3), hold)
-		require.NoError(t, err)
+		put(t, m, chain("g", NullBlockID, 0, 6), chain("f", "g0002", 3, 3))
 		tests := []struct {
 			tip  string
 			ids  []string
@@ -244,7 +228,7 @@ func TestContainsAnyBatchesAndTransactions(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got, "transactions %v from %s", txns, tc.tip)
 		}
-		_, err = m.ContainsAnyBatches(ctx, "unknown", []string{"batch-g0001"})
+		_, err := m.ContainsAnyBatches(ctx, "unknown", []string{"batch-g0001"})
 		require.ErrorIs(t, err, ErrUnknownBlock)
 	})
 }
@@ -284,8 +268,7 @@ func TestPutOverlapsPendingBlocks(t *testing.T) {
 			"the caller's command ran on the tip")
 
 		// Putting the same branch again changes nothing.
-		_, err = m.Put(ctx, p, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, p)
 		assert.Equal(t, "p0005", head(t, m))
 		assert.Equal(t, 7, count(t, m, `SELECT COUNT(*) FROM blocks`))
 	})
@@ -302,8 +285,7 @@ func TestPutCompletesBlocksWaitingForItsBlocks(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, out.Pending)
 
-		_, err = m.Put(ctx, g[:2], m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, g[:2])
 		waiting, _, err := c.Pending(ctx)
 		require.NoError(t, err)
 		assert.Zero(t, waiting)
@@ -413,8 +395,7 @@ func TestLongPutOverAPendingBlock(t *testing.T) {
 		out, err := m.Completer().Receive(ctx, g[1000])
 		require.NoError(t, err)
 		require.True(t, out.Pending)
-		_, err = m.Put(ctx, g, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, g)
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
 		assert.Equal(t, "g1000", head(t, m), "the waiting block was handed to the controller")
 		assert.Len(t, branch(t, m, "g1499"), 1500)
@@ -428,8 +409,7 @@ func TestPutCompletesAWaiterAmongManyPending(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		c := m.Completer()
-		_, err := m.Put(ctx, chain("g", NullBlockID, 0, 2), m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, chain("g", NullBlockID, 0, 2))
 		for _, b := range chain("a", "missing", 10, 5) { // all wait, for blocks never put
 			out, err := c.Receive(ctx, b)
 			require.NoError(t, err)
@@ -440,8 +420,7 @@ func TestPutCompletesAWaiterAmongManyPending(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, out.Pending)
 
-		_, err = m.Put(ctx, chain("x", "g0001", 2, 1), m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, chain("x", "g0001", 2, 1))
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`, "z0003"), "the waiter was completed")
 		assert.Equal(t, 5, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))
 		assert.Equal(t, []string{"z0003", "x0002", "g0001", "g0000"}, branch(t, m, "z0003"))

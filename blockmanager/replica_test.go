@@ -35,11 +35,9 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{})
 	ctx := t.Context()
-	hold := m.Blocks().Hold("t", 0)
 
 	// a0000..a0009 stored; a0011 waits for a0010, unlinked.
-	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 10), hold)
-	require.NoError(t, err)
+	put(t, m, chain("a", NullBlockID, 0, 10))
 	late := chain("a", "a0009", 10, 2)
 	out, err := m.Completer().Receive(ctx, late[1])
 	require.NoError(t, err)
@@ -72,12 +70,7 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 	pgtest.PauseReplay(t)
 	// a0010 arrives: Put links the waiting a0011 to it. Then a0012..a0014, and a
 	// fork f0006..f0008 from a0005.
-	_, err = m.Put(ctx, late[:1], hold)
-	require.NoError(t, err)
-	_, err = m.Put(ctx, chain("a", "a0011", 12, 3), hold)
-	require.NoError(t, err)
-	_, err = m.Put(ctx, chain("f", "a0005", 6, 3), hold)
-	require.NoError(t, err)
+	put(t, m, late[:1], chain("a", "a0011", 12, 3), chain("f", "a0005", 6, 3))
 
 	assert.Equal(t, descending("a", 0, 11), walk("a0011"), "a0011 is linked on the primary")
 	assert.Equal(t, descending("a", 0, 14), walk("a0014"), "a tip the standby has not replayed")
@@ -118,24 +111,18 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	db := openWithStandby(t, obs)
 	m := openManager(t, db, Config{PageSize: 4}) // walks of several pages
 	ctx := t.Context()
-	hold := m.Blocks().Hold("t", 0)
-	put := func(branch []Block) {
-		t.Helper()
-		_, err := m.Put(ctx, branch, hold)
-		require.NoError(t, err)
-	}
 
 	// g0000..g0019 in one segment; a fork f0010..f0014 off g0009 in one of its own;
 	// x0021 waits for x0020, and x0022..x0025 are stored on it.
 	g := chain("g", NullBlockID, 0, 20)
-	put(g)
+	put(t, m, g)
 	f := chain("f", "g0009", 10, 5)
-	put(f)
+	put(t, m, f)
 	x := chain("x", "g0019", 20, 6)
 	out, err := m.Completer().Receive(ctx, x[1])
 	require.NoError(t, err)
 	require.True(t, out.Pending)
-	put(x[2:])
+	put(t, m, x[2:])
 	requireCaughtUp(t, db)
 	obs.Take()
 
@@ -149,10 +136,10 @@ func TestSegmentWalksOnLaggingStandby(t *testing.T) {
 	// arrives, linking x0021 and moving it into g's segment: none of it on the
 	// standby.
 	more := chain("f", "f0014", 15, 10)
-	put(more)
+	put(t, m, more)
 	h := chain("h", "f0012", 13, 8)
-	put(h)
-	put(x[:1])
+	put(t, m, h)
+	put(t, m, x[:1])
 	require.Equal(t, segmentOf(t, m, "f0010"), segmentOf(t, m, "f0024"), "f0024 joined a segment the standby has")
 	require.Equal(t, segmentOf(t, m, "g0000"), segmentOf(t, m, "x0021"))
 
@@ -200,8 +187,7 @@ func TestSegmentWalksOnStandbyBeforeTheMigration(t *testing.T) {
 	pgtest.PauseReplay(t)
 	m := openManager(t, db, Config{PageSize: 4}) // migrates to segments on the primary only
 	g := chain("g", NullBlockID, 0, 12)
-	_, err := m.Put(ctx, g, m.Blocks().Hold("t", 0))
-	require.NoError(t, err)
+	put(t, m, g)
 	obs.Take()
 
 	assert.Equal(t, descending(g), branch(t, m, "g0011"))

@@ -44,8 +44,7 @@ func setSegment(t *testing.T, m *Manager, segment int64, ids ...string) {
 func putGenesis(t *testing.T, m *Manager, n int) []Block {
 	t.Helper()
 	g := chain("g", NullBlockID, 0, n)
-	_, err := m.Put(t.Context(), g, m.Blocks().Hold("t", 0))
-	require.NoError(t, err)
+	put(t, m, g)
 	return g
 }
 
@@ -77,12 +76,8 @@ func TestSegments(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
 		c := m.Completer()
-		hold := m.Blocks().Hold("t", 0)
 		g := chain("g", NullBlockID, 0, 12)
-		_, err := m.Put(ctx, g[:4], hold)
-		require.NoError(t, err)
-		_, err = m.Put(ctx, g[2:8], hold) // overlaps g0002 and g0003
-		require.NoError(t, err)
+		put(t, m, g[:4], g[2:8]) // the second overlaps g0002 and g0003
 		receiveAll(t, c, g[8:10])
 		out, err := c.Receive(ctx, g[11]) // waits for g0010
 		require.NoError(t, err)
@@ -95,15 +90,13 @@ func TestSegments(t *testing.T) {
 		}
 
 		fork := chain("f", "g0005", 6, 3)
-		_, err = m.Put(ctx, fork, hold)
-		require.NoError(t, err)
+		put(t, m, fork)
 		forked := segmentOf(t, m, "f0006")
 		assert.NotEqual(t, main, forked, "a fork off the middle of a segment starts its own")
 		receiveAll(t, c, chain("f", "f0008", 9, 2))
 		assert.Equal(t, forked, segmentOf(t, m, "f0010"), "the fork's blocks join the fork's segment")
 
-		_, err = m.Put(ctx, chain("u", NullBlockID, 0, 2), hold)
-		require.NoError(t, err)
+		put(t, m, chain("u", NullBlockID, 0, 2))
 		assert.NotContains(t, []int64{main, forked, 0}, segmentOf(t, m, "u0000"), "a genesis block starts its own")
 
 		assert.Equal(t, descending(g[:6], fork, chain("f", "f0008", 9, 2)), branch(t, m, "f0010"))
@@ -119,15 +112,11 @@ func TestWalksPassOverOtherBranchesInTheirSegment(t *testing.T) {
 		t.Run(fmt.Sprintf("page=%d", pageSize), func(t *testing.T) {
 			eachDB(t, Config{PageSize: pageSize}, func(t *testing.T, m *Manager) {
 				ctx := t.Context()
-				hold := m.Blocks().Hold("t", 0)
 				g := chain("g", NullBlockID, 0, 40)
 				a := chain("a", "g0019", 20, 30)
 				b := chain("b", "g0019", 20, 25)
 				c := chain("c", "a0029", 30, 5) // a fork off fork a
-				for _, br := range [][]Block{g, a, b, c} {
-					_, err := m.Put(ctx, br, hold)
-					require.NoError(t, err)
-				}
+				put(t, m, g, a, b, c)
 				check := func(t *testing.T) {
 					t.Helper()
 					assert.Equal(t, descending(g), branch(t, m, "g0039"))
@@ -170,8 +159,7 @@ func TestRacingForksKeepWalksRight(t *testing.T) {
 		ctx := t.Context()
 		hold := m.Blocks().Hold("t", 0)
 		g := chain("g", NullBlockID, 0, 10)
-		_, err := m.Put(ctx, g, hold)
-		require.NoError(t, err)
+		put(t, m, g)
 		const writers = 6
 		_, concurrent := m.drv.(refsetdriver.TxLocks)
 		forks := make([][]Block, writers)
@@ -260,8 +248,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 		assert.Equal(t, descending(g), branch(t, m, "g0029"))
 		assert.Equal(t, descending(g[:10], f), branch(t, m, "f0024"))
 		more := chain("g", "g0029", 30, 5)
-		_, err := m.Put(ctx, more, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, more)
 		assert.Equal(t, descending(g, more), branch(t, m, "g0034"))
 		diff, err := m.BranchDiff(ctx, "g0034", "f0024")
 		require.NoError(t, err)
@@ -275,24 +262,34 @@ func TestWalkPagesGrow(t *testing.T) {
 	eachDB(t, Config{PageSize: 5}, func(t *testing.T, m *Manager) {
 		putGenesis(t, m, 400)
 		w := m.walk(context.Background(), "g0399", false)
-		var sizes []int
-		used := 0
-		for {
-			before := w.size
-			b, err := w.next()
-			require.NoError(t, err)
-			if b == nil {
-				break
-			}
-			used++
-			if len(w.page)+1 == before { // a page was read for this block
-				sizes = append(sizes, before)
-				assert.LessOrEqual(t, used+len(w.page), 2*used+5, "read beyond what was used")
-			}
-		}
-		assert.Equal(t, 400, used)
+		walked, sizes := walkAll(t, w, func(used int) {
+			assert.LessOrEqual(t, used+len(w.page), 2*used+5, "read beyond what was used")
+		})
+		assert.Len(t, walked, 400)
 		assert.Equal(t, []int{5, 10, 20, 40, 80, 80, 80, 80}, sizes[:8])
 	})
+}
+
+// walkAll walks w to its end and returns the IDs it yields and the size of each page
+// it read; onPage, if not nil, runs when a page was read, with the blocks yielded so
+// far.
+func walkAll(t *testing.T, w *walker, onPage func(used int)) (walked []string, sizes []int) {
+	t.Helper()
+	for {
+		before := w.size
+		b, err := w.next()
+		require.NoError(t, err)
+		if b == nil {
+			return walked, sizes
+		}
+		walked = append(walked, b.HeaderSignature)
+		if len(w.page)+1 == before { // a page was read for this block
+			sizes = append(sizes, before)
+			if onPage != nil {
+				onPage(len(walked))
+			}
+		}
+	}
 }
 
 // A segment page of at least two parts' worth of heights below the block the walk
@@ -304,20 +301,7 @@ func TestWalkReadsLongPagesInTwoParts(t *testing.T) {
 		g := putGenesis(t, m, 300)
 		walk := func() *walker {
 			w := m.walk(t.Context(), "g0299", false)
-			var walked []string
-			var sizes []int
-			for {
-				before := w.size
-				b, err := w.next()
-				require.NoError(t, err)
-				if b == nil {
-					break
-				}
-				if len(w.page)+1 == before {
-					sizes = append(sizes, before)
-				}
-				walked = append(walked, b.HeaderSignature)
-			}
+			walked, sizes := walkAll(t, w, nil)
 			assert.Equal(t, descending(g), walked)
 			assert.Equal(t, []int{8, 16, 32, 64, 128}, sizes[:5], "page sizes")
 			return w
@@ -343,15 +327,12 @@ func TestWalkReadsCrowdedSegmentsByLinks(t *testing.T) {
 	const pageSize, length, forks = 10, 100, 20
 	eachDB(t, Config{PageSize: pageSize}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		hold := m.Blocks().Hold("t", 0)
 		g := chain("g", NullBlockID, 0, length)
-		_, err := m.Put(ctx, g, hold)
-		require.NoError(t, err)
+		put(t, m, g)
 		ids := idsOf(g)
 		for i := range forks {
 			f := chain(fmt.Sprintf("f%02d-", i), "g0000", 1, length-1)
-			_, err := m.Put(ctx, f, hold)
-			require.NoError(t, err)
+			put(t, m, f)
 			ids = append(ids, idsOf(f)...)
 		}
 		setSegment(t, m, 0, ids...)
@@ -383,8 +364,7 @@ func TestWalkAcrossAPutOverAPendingBlock(t *testing.T) {
 		out, err := m.Completer().Receive(ctx, p[1])
 		require.NoError(t, err)
 		require.True(t, out.Pending)
-		_, err = m.Put(ctx, p, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, p)
 
 		main := segmentOf(t, m, "g0000")
 		assert.Equal(t, main, segmentOf(t, m, "p0007"), "the pending block joined its predecessor's segment once linked")

@@ -27,8 +27,7 @@ func TestListArgumentsCarryAnyID(t *testing.T) {
 			prev = id
 		}
 		tip := branch[len(branch)-1].HeaderSignature
-		_, err := m.Put(ctx, branch, m.Blocks().Hold("t", 0))
-		require.NoError(t, err)
+		put(t, m, branch)
 
 		absent := []string{`quote"`, `com`, `{}`, `back\\slash`, `null`}
 		stored, err := m.storedIDs(ctx, m.db.Reader(), append(append([]string{}, awkwardIDs...), absent...))

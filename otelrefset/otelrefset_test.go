@@ -79,20 +79,21 @@ func sums(t *testing.T, a metricdata.Aggregation) map[string]int64 {
 	t.Helper()
 	s, ok := a.(metricdata.Sum[int64])
 	require.True(t, ok, "want an int64 counter, have %T", a)
-	out := map[string]int64{}
-	for _, dp := range s.DataPoints {
-		out[label(dp.Attributes)] += dp.Value
-	}
-	return out
+	return byLabel(s.DataPoints)
 }
 
 func gauges(t *testing.T, a metricdata.Aggregation) map[string]int64 {
 	t.Helper()
 	g, ok := a.(metricdata.Gauge[int64])
 	require.True(t, ok, "want an int64 gauge, have %T", a)
+	return byLabel(g.DataPoints)
+}
+
+// byLabel adds up the points of each attribute set (a gauge has one a set).
+func byLabel(points []metricdata.DataPoint[int64]) map[string]int64 {
 	out := map[string]int64{}
-	for _, dp := range g.DataPoints {
-		out[label(dp.Attributes)] = dp.Value
+	for _, dp := range points {
+		out[label(dp.Attributes)] += dp.Value
 	}
 	return out
 }

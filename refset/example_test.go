@@ -32,10 +32,14 @@ CREATE TABLE blocks (
 CREATE TABLE pending_blocks (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
 CREATE TABLE chain_heads    (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);`
 
-// openBlocks opens a fresh SQLite database in dir with the RFC's tables and a set of
-// blocks on it.
-func openBlocks(ctx context.Context, dir string) (*sqlite.DB, *refset.RefSet[Block, string]) {
-	db, err := sqlite.Open(ctx, filepath.Join(dir, "chain.db"), sqlite.Options{})
+// openBlocks opens a fresh SQLite database in a new directory, with the RFC's tables
+// and a set of blocks on it; done closes the database and removes the directory.
+func openBlocks(ctx context.Context) (db *sqlite.DB, blocks *refset.RefSet[Block, string], done func()) {
+	dir, err := os.MkdirTemp("", "refset-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	db, err = sqlite.Open(ctx, filepath.Join(dir, "chain.db"), sqlite.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -46,7 +50,7 @@ func openBlocks(ctx context.Context, dir string) (*sqlite.DB, *refset.RefSet[Blo
 	if err != nil {
 		log.Fatal(err)
 	}
-	return db, refset.New(store)
+	return db, refset.New(store), func() { db.Close(); os.RemoveAll(dir) }
 }
 
 // A block arrives at the completer, which records it as pending in the same
@@ -54,10 +58,8 @@ func openBlocks(ctx context.Context, dir string) (*sqlite.DB, *refset.RefSet[Blo
 // which records it as a head. Both rows change in one transaction.
 func Example() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "refset-example")
-	defer os.RemoveAll(dir)
-	db, blocks := openBlocks(ctx, dir)
-	defer db.Close()
+	db, blocks, done := openBlocks(ctx)
+	defer done()
 
 	pending := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
 	tok, err := blocks.Add(ctx, Block{Hash: "genesis"}, pending)
@@ -107,10 +109,8 @@ func Example() {
 // when anything fails, none of them does.
 func ExampleInTx() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "refset-example")
-	defer os.RemoveAll(dir)
-	db, blocks := openBlocks(ctx, dir)
-	defer db.Close()
+	db, blocks, done := openBlocks(ctx)
+	defer done()
 
 	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
 		if _, err := blocks.AddTx(ctx, tx, Block{Hash: "b1"}, blocks.Hold("validator", 0)); err != nil {
@@ -133,10 +133,8 @@ func ExampleInTx() {
 // Leases on one ID share one instance, read from the database once.
 func ExampleRefSet_Get() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "refset-example")
-	defer os.RemoveAll(dir)
-	db, blocks := openBlocks(ctx, dir)
-	defer db.Close()
+	_, blocks, done := openBlocks(ctx)
+	defer done()
 
 	if _, err := blocks.Add(ctx, Block{Hash: "b1", Height: 7}, blocks.Hold("reader", 0)); err != nil {
 		log.Fatal(err)
@@ -157,10 +155,8 @@ func ExampleRefSet_Get() {
 // to delete stops the hand-over: releasing what one never held is a bug.
 func ExampleExec() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "refset-example")
-	defer os.RemoveAll(dir)
-	db, blocks := openBlocks(ctx, dir)
-	defer db.Close()
+	db, blocks, done := openBlocks(ctx)
+	defer done()
 
 	hold := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
 	release := refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -23,16 +20,14 @@ type holdsQuery struct {
 	filter refsetdriver.HoldFilter
 }
 
-// newHoldsQuery finds the holds table of the set on table in the registry of sets.
-func newHoldsQuery(ctx context.Context, db opened, table string, expired bool, holder string) (holdsQuery, error) {
-	if table == "" {
-		return holdsQuery{}, errors.New("--table is required")
-	}
-	d, err := refsetdriver.Of(db.Database)
+// newHoldsQuery finds the holds table of the set on --table in the registry of sets.
+func newHoldsQuery(ctx context.Context, c call, expired bool, holder string) (holdsQuery, error) {
+	db := c.db
+	d, err := refsetdriver.Of(db)
 	if err != nil {
 		return holdsQuery{}, err
 	}
-	t, err := sqlident.Parse(table, true)
+	t, err := sqlident.Parse(c.table, true)
 	if err != nil {
 		return holdsQuery{}, err
 	}
@@ -68,41 +63,39 @@ type (
 	}
 )
 
-func holdsListCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	table := fs.String("table", "", "the set's object table (required)")
+func holdsListCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "only holds past their expiry, by the database's clock")
 	holder := fs.String("holder", "", "only the holds of this holder")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		q, err := newHoldsQuery(ctx, db, *table, *expired, *holder)
+	return func(ctx context.Context, c call) error {
+		q, err := newHoldsQuery(ctx, c, *expired, *holder)
 		if err != nil {
-			return exitError, err
+			return err
 		}
-		doc, err := listHolds(ctx, db, q)
+		doc, err := listHolds(ctx, c.db, q)
 		if err != nil {
-			return exitError, err
+			return err
 		}
-		if *asJSON {
-			return exitOK, writeJSON(out, doc)
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "OBJECT\tHOLDER\tEXPIRES\tCREATED")
-		for _, h := range doc.Holds {
-			expires := "-"
-			if h.ExpiresAt != nil {
-				expires = h.ExpiresAt.Format(time.RFC3339)
-				if h.Expired {
-					expires += " (expired)"
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.ObjectID, h.Holder, expires, h.CreatedAt.Format(time.RFC3339))
-		}
-		if err := tw.Flush(); err != nil {
-			return exitError, err
-		}
-		fmt.Fprintf(out, "%d holds in %s (database clock %s)\n", len(doc.Holds), doc.Table, doc.Now.Format(time.RFC3339))
-		return exitOK, nil
+		return c.print(doc)
 	}
+}
+
+func (doc holdsJSON) text(out io.Writer) error {
+	tw := newTable(out, "OBJECT", "HOLDER", "EXPIRES", "CREATED")
+	for _, h := range doc.Holds {
+		expires := "-"
+		if h.ExpiresAt != nil {
+			expires = h.ExpiresAt.Format(time.RFC3339)
+			if h.Expired {
+				expires += " (expired)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.ObjectID, h.Holder, expires, h.CreatedAt.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "%d holds in %s (database clock %s)\n", len(doc.Holds), doc.Table, doc.Now.Format(time.RFC3339))
+	return err
 }
 
 // listHolds reads every hold q selects, the object ID as text whatever its type.
@@ -123,57 +116,49 @@ func listHolds(ctx context.Context, db opened, q holdsQuery) (holdsJSON, error) 
 	return doc, nil
 }
 
-func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	table := fs.String("table", "", "the set's object table (required)")
+func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "delete the holds past their expiry, by the database's clock (required: live holds are never deleted)")
 	holder := fs.String("holder", "", "only the expired holds of this holder")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+	return func(ctx context.Context, c call) error {
 		if !*expired {
-			return exitError, fmt.Errorf("%w: holds rm deletes expired holds only: give --expired (a live hold is its holder's to unhold)", refset.ErrInvalidConfig)
+			return fmt.Errorf("%w: holds rm deletes expired holds only: give --expired (a live hold is its holder's to unhold)", refset.ErrInvalidConfig)
 		}
-		q, err := newHoldsQuery(ctx, db, *table, true, *holder)
+		q, err := newHoldsQuery(ctx, c, true, *holder)
 		if err != nil {
-			return exitError, err
+			return err
 		}
 		// Clean-up's triggers queue the objects whose holds go, as when Collect
 		// expires them.
 		var n int64
-		err = refset.InTx(ctx, db.Database, func(tx refset.Tx) error {
+		err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
 			n, err = q.sql.DeleteExpiredHolds(ctx, tx, q.holds, q.filter.Holder)
 			return err
 		})
 		if err != nil {
-			return exitError, err
+			return err
 		}
-		fmt.Fprintf(out, "deleted %d expired holds from %s\n", n, q.holds)
-		return exitOK, nil
+		fmt.Fprintf(c.out, "deleted %d expired holds from %s\n", n, q.holds)
+		return nil
 	}
 }
 
-func sweepCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	table := fs.String("table", "", "the set's object table (required)")
-	grace := fs.Duration("grace", cleanup.DefaultGrace, "the grace period of new objects; sweep installs clean-up's triggers with it, so give the one the set's program uses")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		if *table == "" {
-			return exitError, errors.New("--table is required")
-		}
-		if *grace <= 0 {
-			return exitError, fmt.Errorf("%w: --grace must be positive", refset.ErrInvalidConfig)
-		}
-		c, err := db.collector(ctx, cleanup.Config{Table: *table, Grace: *grace})
+func sweepCommand(fs *flag.FlagSet) func(context.Context, call) error {
+	collector := installing(fs, "sweep")
+	return func(ctx context.Context, c call) error {
+		col, err := collector(ctx, c)
 		if err != nil {
-			return exitError, err
+			return err
 		}
 		// The mark takes one statement; the progress bar follows the collection
 		// after it, once the unreachable objects are queued.
-		stop := showProgressAfter(ctx, c, out, time.Second)
-		queued, s, err := c.Sweep(ctx)
+		stop := showProgress(ctx, col, c.out, time.Second)
+		queued, s, err := col.Sweep(ctx)
 		stop()
 		if err != nil {
-			return exitError, err
+			return err
 		}
-		fmt.Fprintf(out, "queued %d unreachable objects; collected: %s\n", queued, s)
-		summary(out, 1, s)
-		return exitOK, nil
+		fmt.Fprintf(c.out, "queued %d unreachable objects; collected: %s\n", queued, s)
+		summary(c.out, 1, s)
+		return nil
 	}
 }

@@ -34,26 +34,47 @@ func main() {
 	os.Exit(code)
 }
 
-// command is one subcommand: its flags are declared on fs by setup, which returns
-// the function that runs it once the flags are parsed.
+// command is one subcommand. The flags of its own are declared on fs by setup, which
+// returns the function that runs it once the flags are parsed.
 type command struct {
 	name, args, summary string
-	positional          int // how many arguments besides the flags
-	setup               func(fs *flag.FlagSet) func(ctx context.Context, db opened, args []string, out io.Writer) (int, error)
+	positional          int  // how many arguments besides the flags
+	set                 bool // works on one set, named by --table (required)
+	json                bool // takes --json, to print its document as JSON instead of text
+	setup               func(fs *flag.FlagSet) func(context.Context, call) error
+}
+
+// call is what a command runs with: the database, its positional arguments, where it
+// prints, and the flags several commands share.
+type call struct {
+	db    opened
+	args  []string
+	out   io.Writer
+	table string // --table, of a command on one set
+	json  bool   // --json
+}
+
+// errFindings is a command's error when it did its job and found what exit code 1
+// reports: leaked objects or dangling references.
+var errFindings = errors.New("findings")
+
+// noFlags is the setup of a command that takes no flags of its own.
+func noFlags(run func(context.Context, call) error) func(*flag.FlagSet) func(context.Context, call) error {
+	return func(*flag.FlagSet) func(context.Context, call) error { return run }
 }
 
 var commands = []command{
-	{name: "status", summary: "every set's objects, holds and review queue, and the schema versions", setup: statusCommand},
-	{name: "why", args: "ID", positional: 1, summary: "every row that keeps object ID of the set on --table alive", setup: whyCommand},
-	{name: "check", summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: checkCommand},
-	{name: "collect", summary: "delete what nothing references in the set on --table", setup: collectCommand},
-	{name: "sweep", summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
-	{name: "migrate status", summary: "each component's recorded and available schema version, and what is pending", setup: migrateStatusCommand},
-	{name: "migrate up", summary: "apply the pending migrations of refset's tables and print what was done", setup: migrateUpCommand},
-	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: migrateSQLCommand},
+	{name: "status", json: true, summary: "every set's objects, holds and review queue, and the schema versions", setup: noFlags(status)},
+	{name: "why", args: "ID", positional: 1, set: true, json: true, summary: "every row that keeps object ID of the set on --table alive", setup: noFlags(why)},
+	{name: "check", set: true, json: true, summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: noFlags(check)},
+	{name: "collect", set: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
+	{name: "sweep", set: true, summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
+	{name: "migrate status", json: true, summary: "each component's recorded and available schema version, and what is pending", setup: onSets(migration.status)},
+	{name: "migrate up", summary: "apply the pending migrations of refset's tables and print what was done", setup: onSets(migration.up)},
+	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
 	{name: "migrate down", summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
-	{name: "holds ls", summary: "list the holds of the set on --table", setup: holdsListCommand},
-	{name: "holds rm", summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
+	{name: "holds ls", set: true, json: true, summary: "list the holds of the set on --table", setup: holdsListCommand},
+	{name: "holds rm", set: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
 }
 
 func usage(w io.Writer) {
@@ -92,6 +113,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	driverFlag := fs.String("driver", "", "the Postgres driver: postgres (lib/pq, the default) or pgx")
 	replicaFlag := fs.String("replica", "", "a DSN of a hot standby of the --db PostgreSQL, where status, why and check read once it has replayed the latest writes")
 	unpreparedFlag := fs.Bool("unprepared", false, "prepare no statements on the PostgreSQL --db: needed behind a pooler in transaction mode, such as PgBouncer before 1.21")
+	var c call
+	if cmd.set {
+		fs.StringVar(&c.table, "table", "", "the set's object table (required)")
+	}
+	if cmd.json {
+		fs.BoolVar(&c.json, "json", false, "print JSON")
+	}
 	exec := cmd.setup(fs)
 	cmdUsage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: refset %s [flags]%s\n\n%s.\n\nFlags:\n", cmd.name, strings.TrimRight(" "+cmd.args, " "), cmd.summary)
@@ -110,6 +138,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil && *dbFlag == "" {
 		err = errors.New("--db is required")
 	}
+	if err == nil && cmd.set && c.table == "" {
+		err = errors.New("--table is required")
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "refset %s: %v\n\n", cmd.name, err)
 		cmdUsage(stderr)
@@ -122,12 +153,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	defer db.Close()
-	code, err := exec(ctx, db, pos, stdout)
-	if err != nil {
+	c.db, c.args, c.out = db, pos, stdout
+	switch err := exec(ctx, c); {
+	case errors.Is(err, errFindings):
+		return exitFindings
+	case err != nil:
 		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
 		return exitError
 	}
-	return code
+	return exitOK
 }
 
 // lookup finds the command args start with, a name of one word (status) or two
@@ -174,11 +208,10 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// opened is a database of either store, with what the commands need of it.
-type opened struct {
+// opened is a database of either store.
+type opened interface {
 	refset.Database
-	collector func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error)
-	Close     func() error
+	Close() error
 }
 
 // isPostgres tells a Postgres DSN from a SQLite path: a URL of the postgres schemes,
@@ -198,42 +231,51 @@ func open(ctx context.Context, c connection) (opened, error) {
 	if isPostgres(dsn) {
 		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: c.driver, MaxConns: 4, ReplicaDSN: c.replica, Unprepared: c.unprepared})
 		if err != nil {
-			return opened{}, err
+			return nil, err
 		}
-		return opened{Database: db, Close: db.Close, collector: func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error) {
-			return postgres.NewCollector(ctx, db, cfg)
-		}}, nil
+		return db, nil
 	}
 	for _, f := range []struct {
 		name string
 		set  bool
 	}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
 		if f.set {
-			return opened{}, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, dsn)
+			return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, dsn)
 		}
 	}
 	// sqlite.Open creates a missing file; a tool that reads must not.
 	if _, err := os.Stat(dsn); err != nil {
-		return opened{}, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, dsn, err)
+		return nil, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, dsn, err)
 	}
 	db, err := sqlite.Open(ctx, dsn, sqlite.Options{Readers: 2})
 	if err != nil {
-		return opened{}, err
+		return nil, err
 	}
-	return opened{Database: db, Close: db.Close, collector: func(ctx context.Context, cfg cleanup.Config) (*cleanup.Collector, error) {
-		return sqlite.NewCollector(ctx, db, cfg)
-	}}, nil
+	return db, nil
 }
 
-// inspect is a collector of the set on table that installs nothing (cleanup.Inspect).
-func inspect(ctx context.Context, db opened, table string) (*cleanup.Collector, error) {
-	return cleanup.Inspect(ctx, db.Database, cleanup.Config{Table: table})
+// inspect is a collector of the set on --table that installs nothing (cleanup.Inspect).
+func (c call) inspect(ctx context.Context) (*cleanup.Collector, error) {
+	return cleanup.Inspect(ctx, c.db, cleanup.Config{Table: c.table})
 }
 
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
+// document is what a command that takes --json prints: itself as JSON, or its text.
+type document interface{ text(out io.Writer) error }
+
+func (c call) print(doc document) error {
+	if !c.json {
+		return doc.text(c.out)
+	}
+	enc := json.NewEncoder(c.out)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return enc.Encode(doc)
+}
+
+// newTable is a tabwriter for a table with a header row of columns.
+func newTable(out io.Writer, columns ...string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(columns, "\t"))
+	return tw
 }
 
 // The JSON documents the commands print: their field names are the command's
@@ -276,148 +318,139 @@ type (
 	}
 )
 
-func statusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		s, err := cleanup.Status(ctx, db.Database)
-		if err != nil {
-			return exitError, err
+func status(ctx context.Context, c call) error {
+	s, err := cleanup.Status(ctx, c.db)
+	if err != nil {
+		return err
+	}
+	doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}}
+	for _, st := range s.Sets {
+		j := setJSON{Table: st.Table, Objects: st.Objects, HoldsLive: st.HoldsLive, HoldsExpired: st.HoldsExpired,
+			Queued: st.Queued, Overdue: st.Overdue}
+		if !st.OldestDue.IsZero() {
+			j.OldestDue = &st.OldestDue
 		}
-		if *asJSON {
-			doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}}
-			for _, st := range s.Sets {
-				j := setJSON{Table: st.Table, Objects: st.Objects, HoldsLive: st.HoldsLive, HoldsExpired: st.HoldsExpired,
-					Queued: st.Queued, Overdue: st.Overdue}
-				if !st.OldestDue.IsZero() {
-					j.OldestDue = &st.OldestDue
-				}
-				doc.Sets = append(doc.Sets, j)
+		doc.Sets = append(doc.Sets, j)
+	}
+	for _, v := range s.Versions {
+		doc.Versions = append(doc.Versions, versionJSON{Component: v.Component, Version: v.Version})
+	}
+	return c.print(doc)
+}
+
+func (doc statusJSON) text(out io.Writer) error {
+	fmt.Fprintf(out, "database clock %s\n\n", doc.Now.Format(time.RFC3339))
+	tw := newTable(out, "SET", "OBJECTS", "HOLDS LIVE", "HOLDS EXPIRED", "QUEUED", "OVERDUE", "OLDEST DUE")
+	for _, st := range doc.Sets {
+		oldest := "-"
+		if st.OldestDue != nil {
+			oldest = st.OldestDue.Format(time.RFC3339)
+			if lag := doc.Now.Sub(*st.OldestDue); lag > 0 {
+				oldest += fmt.Sprintf(" (%s ago)", lag.Round(time.Second))
 			}
-			for _, v := range s.Versions {
-				doc.Versions = append(doc.Versions, versionJSON{Component: v.Component, Version: v.Version})
-			}
-			return exitOK, writeJSON(out, doc)
 		}
-		fmt.Fprintf(out, "database clock %s\n\n", s.Now.Format(time.RFC3339))
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "SET\tOBJECTS\tHOLDS LIVE\tHOLDS EXPIRED\tQUEUED\tOVERDUE\tOLDEST DUE")
-		for _, st := range s.Sets {
-			oldest := "-"
-			if !st.OldestDue.IsZero() {
-				oldest = st.OldestDue.Format(time.RFC3339)
-				if lag := s.Now.Sub(st.OldestDue); lag > 0 {
-					oldest += fmt.Sprintf(" (%s ago)", lag.Round(time.Second))
-				}
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", st.Table, st.Objects, st.HoldsLive, st.HoldsExpired, st.Queued, st.Overdue, oldest)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", st.Table, st.Objects, st.HoldsLive, st.HoldsExpired, st.Queued, st.Overdue, oldest)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nschema versions\n")
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, v := range doc.Versions {
+		fmt.Fprintf(tw, "  %s\t%d\n", v.Component, v.Version)
+	}
+	return tw.Flush()
+}
+
+func why(ctx context.Context, c call) error {
+	col, err := c.inspect(ctx)
+	if err != nil {
+		return err
+	}
+	hs, err := col.WhyAll(ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	doc := whyJSON{Table: c.table, ID: c.args[0], Holders: []holderJSON{}}
+	for _, h := range hs {
+		doc.Holders = append(doc.Holders, holderJSON(h))
+	}
+	return c.print(doc)
+}
+
+func (doc whyJSON) text(out io.Writer) error {
+	if len(doc.Holders) == 0 {
+		_, err := fmt.Fprintf(out, "%s: nothing references it; clean-up deletes it once it is due\n", doc.ID)
+		return err
+	}
+	for _, h := range doc.Holders {
+		fmt.Fprintln(out, cleanup.Holder(h))
+	}
+	return nil
+}
+
+func check(ctx context.Context, c call) error {
+	col, err := c.inspect(ctx)
+	if err != nil {
+		return err
+	}
+	r, err := col.Check(ctx)
+	if err != nil {
+		return err
+	}
+	doc := checkJSON{Table: c.table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples}
+	if doc.Samples == nil {
+		doc.Samples = []string{}
+	}
+	if err := c.print(doc); err != nil || doc.OK {
+		return err
+	}
+	return errFindings
+}
+
+func (doc checkJSON) text(out io.Writer) error {
+	fmt.Fprintf(out, "%s: %d leaked, %d dangling\n", doc.Table, doc.Leaked, doc.Dangling)
+	for _, s := range doc.Samples {
+		fmt.Fprintf(out, "  %s\n", s)
+	}
+	if doc.Leaked > 0 {
+		fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")
+	}
+	return nil
+}
+
+// installing declares --grace for a command that installs clean-up as the set's
+// program does (collect, sweep), and returns how it gets the set's collector.
+func installing(fs *flag.FlagSet, verb string) func(context.Context, call) (*cleanup.Collector, error) {
+	grace := fs.Duration("grace", cleanup.DefaultGrace, "the grace period of new objects; "+verb+" installs clean-up's triggers with it, so give the one the set's program uses")
+	return func(ctx context.Context, c call) (*cleanup.Collector, error) {
+		if *grace <= 0 {
+			return nil, fmt.Errorf("%w: --grace must be positive", refset.ErrInvalidConfig)
 		}
-		if err := tw.Flush(); err != nil {
-			return exitError, err
-		}
-		fmt.Fprintf(out, "\nschema versions\n")
-		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		for _, v := range s.Versions {
-			fmt.Fprintf(tw, "  %s\t%d\n", v.Component, v.Version)
-		}
-		return exitOK, tw.Flush()
+		return cleanup.Install(ctx, c.db, cleanup.Config{Table: c.table, Grace: *grace})
 	}
 }
 
-func whyCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	table := fs.String("table", "", "the set's object table (required)")
-	return func(ctx context.Context, db opened, args []string, out io.Writer) (int, error) {
-		if *table == "" {
-			return exitError, errors.New("--table is required")
-		}
-		c, err := inspect(ctx, db, *table)
-		if err != nil {
-			return exitError, err
-		}
-		id := args[0]
-		hs, err := c.WhyAll(ctx, id)
-		if err != nil {
-			return exitError, err
-		}
-		if *asJSON {
-			doc := whyJSON{Table: *table, ID: id, Holders: []holderJSON{}}
-			for _, h := range hs {
-				doc.Holders = append(doc.Holders, holderJSON{Table: h.Table, Column: h.Column, Key: h.Key})
-			}
-			return exitOK, writeJSON(out, doc)
-		}
-		if len(hs) == 0 {
-			fmt.Fprintf(out, "%s: nothing references it; clean-up deletes it once it is due\n", id)
-			return exitOK, nil
-		}
-		for _, h := range hs {
-			fmt.Fprintln(out, h)
-		}
-		return exitOK, nil
-	}
-}
-
-func checkCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	table := fs.String("table", "", "the set's object table (required)")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		if *table == "" {
-			return exitError, errors.New("--table is required")
-		}
-		c, err := inspect(ctx, db, *table)
-		if err != nil {
-			return exitError, err
-		}
-		r, err := c.Check(ctx)
-		if err != nil {
-			return exitError, err
-		}
-		code := exitOK
-		if !r.OK() {
-			code = exitFindings
-		}
-		if *asJSON {
-			doc := checkJSON{Table: *table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples}
-			if doc.Samples == nil {
-				doc.Samples = []string{}
-			}
-			return code, writeJSON(out, doc)
-		}
-		fmt.Fprintf(out, "%s: %d leaked, %d dangling\n", *table, r.Leaked, r.Dangling)
-		for _, s := range r.Samples {
-			fmt.Fprintf(out, "  %s\n", s)
-		}
-		if r.Leaked > 0 {
-			fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")
-		}
-		return code, nil
-	}
-}
-
-func collectCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	table := fs.String("table", "", "the set's object table (required)")
+func collectCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	untilEmpty := fs.Bool("until-empty", false, "repeat passes, --interval apart, while a pass postponed objects another transaction was using")
 	interval := fs.Duration("interval", time.Second, "the pause between passes with --until-empty")
-	grace := fs.Duration("grace", cleanup.DefaultGrace, "the grace period of new objects; collect installs clean-up's triggers with it, so give the one the set's program uses")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		if *table == "" {
-			return exitError, errors.New("--table is required")
+	collector := installing(fs, "collect")
+	return func(ctx context.Context, c call) error {
+		if *interval <= 0 {
+			return fmt.Errorf("%w: --interval must be positive", refset.ErrInvalidConfig)
 		}
-		if *grace <= 0 || *interval <= 0 {
-			return exitError, fmt.Errorf("%w: --grace and --interval must be positive", refset.ErrInvalidConfig)
-		}
-		c, err := db.collector(ctx, cleanup.Config{Table: *table, Grace: *grace})
+		col, err := collector(ctx, c)
 		if err != nil {
-			return exitError, err
+			return err
 		}
 		var total cleanup.Stats
 		passes := 0
-		stop := showProgress(ctx, c, out)
-		for pass := 1; ; pass++ {
-			s, err := c.Collect(ctx)
-			stop()
-			fmt.Fprintf(out, "pass %d: %s\n", pass, s)
+		stop := showProgress(ctx, col, c.out, 0)
+		for {
 			passes++
+			s, err := col.Collect(ctx)
+			stop()
+			fmt.Fprintf(c.out, "pass %d: %s\n", passes, s)
 			total.Reviewed += s.Reviewed
 			total.Deleted += s.Deleted
 			total.Postponed += s.Postponed
@@ -425,20 +458,20 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io
 			total.HoldsExpired += s.HoldsExpired
 			total.Duration += s.Duration
 			if err != nil {
-				return exitError, err
+				return err
 			}
 			if !*untilEmpty || s.Postponed == 0 {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return exitError, ctx.Err()
+				return ctx.Err()
 			case <-time.After(*interval):
 			}
-			stop = showProgress(ctx, c, out)
+			stop = showProgress(ctx, col, c.out, 0)
 		}
-		summary(out, passes, total)
-		return exitOK, nil
+		summary(c.out, passes, total)
+		return nil
 	}
 }
 
@@ -455,14 +488,10 @@ func isTerminal(out io.Writer) bool {
 
 // showProgress redraws, on a terminal, a bar of the review queue's due entries worked
 // off while a pass runs, read from the queue every few hundred milliseconds; the
-// function it returns stops it and clears the line. Elsewhere it does nothing.
-func showProgress(ctx context.Context, c *cleanup.Collector, out io.Writer) (stop func()) {
-	return showProgressAfter(ctx, c, out, 0)
-}
-
-// showProgressAfter is showProgress with the due entries counted after wait (during
-// which the pass queues them, as a sweep does), or at once when wait is 0.
-func showProgressAfter(ctx context.Context, c *cleanup.Collector, out io.Writer, wait time.Duration) (stop func()) {
+// function it returns stops it and clears the line. Elsewhere it does nothing. It
+// counts the due entries after wait (during which the pass queues them, as a sweep
+// does), or at once when wait is 0.
+func showProgress(ctx context.Context, c *cleanup.Collector, out io.Writer, wait time.Duration) (stop func()) {
 	if !isTerminal(out) {
 		return func() {}
 	}
@@ -514,8 +543,7 @@ func progressBar(worked, total int64) string {
 
 // summary prints a collect's totals as a table.
 func summary(out io.Writer, passes int, total cleanup.Stats) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nPASSES\tREVIEWED\tDELETED\tPOSTPONED\tREFUSED\tHOLDS EXPIRED\tTIME")
+	tw := newTable(out, "\nPASSES", "REVIEWED", "DELETED", "POSTPONED", "REFUSED", "HOLDS EXPIRED", "TIME")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%v\n", passes, total.Reviewed, total.Deleted, total.Postponed,
 		total.Refused, total.HoldsExpired, total.Duration.Round(time.Millisecond))
 	tw.Flush()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -23,18 +22,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-type block struct {
-	Hash string  `db:"id"`
-	Prev *string `db:"prev"`
+// object is the Go type of both the test's sets: the commands read their rows by
+// SQL alone, and a store registers a set from the ID column.
+type object struct {
+	Key string `db:"id"`
 }
 
-func (b block) ID() string { return b.Hash }
-
-type token struct {
-	Name string `db:"id"`
-}
-
-func (t token) ID() string { return t.Name }
+func (o object) ID() string { return o.Key }
 
 // backend is a database the command is run against, and the SQL times one hour from
 // its clock, as the holds and queue tables store them.
@@ -99,9 +93,9 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		exec(tx, `CREATE TABLE tokens (id TEXT PRIMARY KEY)`)
 		return nil
 	}))
-	_, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
+	_, err := store.NewStore[object, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	_, err = store.NewStore[token, string](ctx, db, store.Config{Table: "tokens"})
+	_, err = store.NewStore[object, string](ctx, db, store.Config{Table: "tokens"})
 	require.NoError(t, err)
 	for _, table := range []string{"blocks", "tokens"} {
 		_, err := cleanup.Install(ctx, db, cleanup.Config{Table: table})
@@ -586,12 +580,12 @@ func TestProgressBar(t *testing.T) {
 // few sequential statements rarely show (the pgbouncer backend of TestCommands
 // passes either way), so the option itself is checked.
 func TestUnpreparedFlagReachesTheStore(t *testing.T) {
-	dsn := pgtest.DSN(t)
+	dsn := testdb.LibPQ.New(t).At
 	for _, unprepared := range []bool{false, true} {
 		db, err := open(t.Context(), connection{dsn: dsn, unprepared: unprepared})
 		require.NoError(t, err)
-		pg, ok := db.Database.(*postgres.DB)
-		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db.Database)
+		pg, ok := db.(*postgres.DB)
+		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db)
 		require.Equal(t, unprepared, pg.Driver().Unprepared())
 		require.NoError(t, db.Close())
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -40,7 +39,7 @@ type migration struct {
 // table's one-column primary key), so that migrate can create its tables before the
 // program first runs.
 func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
-	d, err := refsetdriver.Of(db.Database)
+	d, err := refsetdriver.Of(db)
 	if err != nil {
 		return migration{}, err
 	}
@@ -143,11 +142,26 @@ type migrateStatusJSON struct {
 	Pending    string          `json:"pending"` // the plan, as schema.Plan.String; "" when up to date
 }
 
-// status is the recorded, available and pending state of core and of each set.
-func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
+// onSets is the setup of a migrate command on the sets its repeatable --table names.
+func onSets(run func(migration, context.Context, call) error) func(*flag.FlagSet) func(context.Context, call) error {
+	return func(fs *flag.FlagSet) func(context.Context, call) error {
+		var tables tablesFlag
+		fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+		return func(ctx context.Context, c call) error {
+			m, err := newMigration(ctx, c.db, tables)
+			if err != nil {
+				return err
+			}
+			return run(m, ctx, c)
+		}
+	}
+}
+
+// status prints the recorded, available and pending state of core and of each set.
+func (m migration) status(ctx context.Context, c call) error {
 	p, err := m.pending(ctx)
 	if err != nil {
-		return migrateStatusJSON{}, err
+		return err
 	}
 	doc := migrateStatusJSON{Components: []componentJSON{}, Pending: p.String()}
 	components := []string{"core"}
@@ -156,138 +170,103 @@ func (m migration) status(ctx context.Context) (migrateStatusJSON, error) {
 	}
 	hasVersions, err := m.sql.HasVersionTable(ctx, m.db.Reader())
 	if err != nil {
-		return doc, m.db.TranslateError(err, "")
+		return m.db.TranslateError(err, "")
 	}
-	for _, c := range components {
-		kind, _, _ := strings.Cut(c, ":")
+	for _, name := range components {
+		kind, _, _ := strings.Cut(name, ":")
 		ms, err := schema.Migrations(m.sql, kind)
 		if err != nil {
-			return doc, err
+			return err
 		}
-		j := componentJSON{Component: c, Available: ms[len(ms)-1].Version}
+		j := componentJSON{Component: name, Available: ms[len(ms)-1].Version}
 		if hasVersions {
-			if j.Recorded, err = m.sql.Version(ctx, m.db.Reader(), c); err != nil {
-				return doc, m.db.TranslateError(err, "")
+			if j.Recorded, err = m.sql.Version(ctx, m.db.Reader(), name); err != nil {
+				return m.db.TranslateError(err, "")
 			}
 		}
 		for _, s := range p {
-			if s.Component == c {
+			if s.Component == name {
 				j.Pending, j.Register = true, s.Register
 			}
 		}
 		doc.Components = append(doc.Components, j)
 	}
-	return doc, nil
+	return c.print(doc)
 }
 
-func migrateStatusCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	asJSON := fs.Bool("json", false, "print JSON")
-	tables := setsFlag(fs)
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, *tables)
-		if err != nil {
-			return exitError, err
+func (doc migrateStatusJSON) text(out io.Writer) error {
+	tw := newTable(out, "COMPONENT", "RECORDED", "AVAILABLE", "PENDING")
+	for _, c := range doc.Components {
+		pending := "-"
+		switch {
+		case c.Pending && c.Register && c.Recorded == c.Available:
+			pending = "registration"
+		case c.Pending:
+			pending = "yes"
 		}
-		doc, err := m.status(ctx)
-		if err != nil {
-			return exitError, err
-		}
-		if *asJSON {
-			return exitOK, writeJSON(out, doc)
-		}
-		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "COMPONENT\tRECORDED\tAVAILABLE\tPENDING")
-		for _, c := range doc.Components {
-			pending := "-"
-			switch {
-			case c.Pending && c.Register && c.Recorded == c.Available:
-				pending = "registration"
-			case c.Pending:
-				pending = "yes"
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Component, c.Recorded, c.Available, pending)
-		}
-		if err := tw.Flush(); err != nil {
-			return exitError, err
-		}
-		if doc.Pending == "" {
-			fmt.Fprintln(out, "\nnothing pending")
-		} else {
-			fmt.Fprintf(out, "\npending: %s (refset migrate up applies it; refset migrate sql prints it)\n", doc.Pending)
-		}
-		return exitOK, nil
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Component, c.Recorded, c.Available, pending)
 	}
-}
-
-func migrateUpCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	tables := setsFlag(fs)
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, *tables)
-		if err != nil {
-			return exitError, err
-		}
-		done, err := schema.Apply(ctx, db.Database, m.sql, m.sets...)
-		if err != nil {
-			return exitError, err
-		}
-		if len(done) == 0 {
-			fmt.Fprintln(out, "nothing to do: every component is up to date")
-		}
-		for _, a := range done {
-			fmt.Fprintf(out, "applied %s\n", a)
-		}
-		return exitOK, nil
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-}
-
-func migrateSQLCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
-	tables := setsFlag(fs)
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
-		m, err := newMigration(ctx, db, *tables)
-		if err != nil {
-			return exitError, err
-		}
-		p, err := m.pending(ctx)
-		if err != nil {
-			return exitError, err
-		}
-		if len(p) == 0 {
-			// A comment, so that the output is still a script a tool may run.
-			fmt.Fprintln(out, "-- refset schema: nothing pending.")
-			return exitOK, nil
-		}
-		_, err = io.WriteString(out, p.SQL())
-		return exitOK, err
+	if doc.Pending == "" {
+		_, err := fmt.Fprintln(out, "\nnothing pending")
+		return err
 	}
+	_, err := fmt.Fprintf(out, "\npending: %s (refset migrate up applies it; refset migrate sql prints it)\n", doc.Pending)
+	return err
 }
 
-func migrateDownCommand(fs *flag.FlagSet) func(context.Context, opened, []string, io.Writer) (int, error) {
+// up applies what is pending and prints what it did.
+func (m migration) up(ctx context.Context, c call) error {
+	done, err := schema.Apply(ctx, c.db, m.sql, m.sets...)
+	if err != nil {
+		return err
+	}
+	if len(done) == 0 {
+		fmt.Fprintln(c.out, "nothing to do: every component is up to date")
+	}
+	for _, a := range done {
+		fmt.Fprintf(c.out, "applied %s\n", a)
+	}
+	return nil
+}
+
+// script prints what is pending as a script, changing nothing.
+func (m migration) script(ctx context.Context, c call) error {
+	p, err := m.pending(ctx)
+	if err != nil {
+		return err
+	}
+	if len(p) == 0 {
+		// A comment, so that the output is still a script a tool may run.
+		_, err = fmt.Fprintln(c.out, "-- refset schema: nothing pending.")
+		return err
+	}
+	_, err = io.WriteString(c.out, p.SQL())
+	return err
+}
+
+func migrateDownCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	component := fs.String("component", "", `the component to take down: "core" or "set:<table>" (required)`)
 	target := fs.Int("target", -1, "the version to take it down to; 0 removes its tables and their rows (required)")
-	return func(ctx context.Context, db opened, _ []string, out io.Writer) (int, error) {
+	return func(ctx context.Context, c call) error {
 		if *component == "" || *target < 0 {
-			return exitError, fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
+			return fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
 		}
-		d, err := refsetdriver.Of(db.Database)
+		d, err := refsetdriver.Of(c.db)
 		if err != nil {
-			return exitError, err
+			return err
 		}
-		a, err := schema.MigrateDown(ctx, db.Database, d.SchemaSQL(), *component, *target)
+		a, err := schema.MigrateDown(ctx, c.db, d.SchemaSQL(), *component, *target)
 		if err != nil {
-			return exitError, err
+			return err
 		}
 		if a.From == a.To {
-			fmt.Fprintf(out, "nothing to do: %s is at version %d\n", a.Component, a.To)
-			return exitOK, nil
+			fmt.Fprintf(c.out, "nothing to do: %s is at version %d\n", a.Component, a.To)
+			return nil
 		}
-		fmt.Fprintf(out, "applied %s\n", a)
-		return exitOK, nil
+		fmt.Fprintf(c.out, "applied %s\n", a)
+		return nil
 	}
-}
-
-// setsFlag registers the migrate commands' repeatable --table.
-func setsFlag(fs *flag.FlagSet) *tablesFlag {
-	var tables tablesFlag
-	fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
-	return &tables
 }

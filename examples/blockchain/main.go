@@ -15,14 +15,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,9 +30,7 @@ import (
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/refsetdb/refset/examples/internal/exampledb"
 )
 
 type options struct {
@@ -119,18 +117,9 @@ func block(id, prev string, num int64) blockmanager.Block {
 // peerOrder is the order one peer sends the blocks in: by height, shuffled within
 // windows, so many blocks arrive before their predecessor.
 func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
-	order := append([]blockmanager.Block(nil), all...)
-	// Sort by height (stable for equal heights), then shuffle windows of 16.
-	byHeight := make(map[int64][]blockmanager.Block)
-	var maxNum int64
-	for _, b := range order {
-		byHeight[b.BlockNum] = append(byHeight[b.BlockNum], b)
-		maxNum = max(maxNum, b.BlockNum)
-	}
-	order = order[:0]
-	for h := int64(0); h <= maxNum; h++ {
-		order = append(order, byHeight[h]...)
-	}
+	// By height (stable for equal heights), then shuffled in windows of 16.
+	order := slices.Clone(all)
+	slices.SortStableFunc(order, func(a, b blockmanager.Block) int { return cmp.Compare(a.BlockNum, b.BlockNum) })
 	for start := 0; start < len(order); start += 16 {
 		w := order[start:min(start+16, len(order))]
 		rng.Shuffle(len(w), func(i, j int) { w[i], w[j] = w[j], w[i] })
@@ -140,15 +129,19 @@ func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
 
 func run(ctx context.Context, o options) (bool, error) {
 	start := time.Now()
-	db, cleanupDB, err := open(ctx, o)
+	demo, err := exampledb.New(ctx, "blockchain", o.dbPath, o.pgDSN)
 	if err != nil {
 		return false, err
 	}
-	defer cleanupDB()
+	defer demo.Close()
+	db, err := demo.Open(ctx, 0)
+	if err != nil {
+		return false, err
+	}
 	receivers := o.receivers
 	if receivers <= 0 {
 		receivers = 1
-		if o.pgDSN != "" {
+		if demo.Postgres() {
 			receivers = 4
 		}
 	}
@@ -359,57 +352,4 @@ func progress(done *atomic.Int64, total int64) (stop func()) {
 		}
 	}()
 	return func() { close(quit); <-finished }
-}
-
-// open opens the chosen database; the returned function removes what the example
-// created.
-func open(ctx context.Context, o options) (refset.Database, func(), error) {
-	if o.pgDSN != "" {
-		admin, err := postgres.Open(ctx, o.pgDSN, postgres.Options{MaxConns: 1})
-		if err != nil {
-			return nil, nil, err
-		}
-		schema := fmt.Sprintf("refset_blockchain_%d", time.Now().UnixNano())
-		if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-			admin.Close()
-			return nil, nil, err
-		}
-		drop := func() {
-			admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-			admin.Close()
-		}
-		db, err := postgres.Open(ctx, withSearchPath(o.pgDSN, schema), postgres.Options{})
-		if err != nil {
-			drop()
-			return nil, nil, err
-		}
-		return db, func() { db.Close(); drop() }, nil
-	}
-	path, remove := o.dbPath, func() {}
-	if path == "" {
-		dir, err := os.MkdirTemp("", "refset-blockchain")
-		if err != nil {
-			return nil, nil, err
-		}
-		path, remove = filepath.Join(dir, "node.db"), func() { os.RemoveAll(dir) }
-	} else if _, err := os.Stat(path); err == nil {
-		return nil, nil, errors.New(path + " exists: the example wants a new database file")
-	}
-	db, err := sqlite.Open(ctx, path, sqlite.Options{})
-	if err != nil {
-		remove()
-		return nil, nil, err
-	}
-	return db, func() { db.Close(); remove() }, nil
-}
-
-// withSearchPath adds a search_path to a lib/pq DSN, URL or key=value.
-func withSearchPath(dsn, schema string) string {
-	if !strings.Contains(dsn, "://") {
-		return dsn + " search_path=" + schema
-	}
-	if strings.Contains(dsn, "?") {
-		return dsn + "&search_path=" + schema
-	}
-	return dsn + "?search_path=" + schema
 }

@@ -14,16 +14,12 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/refsetdb/refset/examples/custody/tokens"
-	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/refsetdb/refset/examples/internal/exampledb"
 )
 
 func main() {
@@ -51,14 +47,14 @@ var owners = []string{"alice", "bob", "carol", "dave"}
 
 func run(ctx context.Context, pgDSN string, replicas, payments int) (bool, error) {
 	start := time.Now()
-	open, cleanup, err := opener(ctx, pgDSN)
+	demo, err := exampledb.New(ctx, "custody", "", pgDSN)
 	if err != nil {
 		return false, err
 	}
-	defer cleanup()
+	defer demo.Close()
 	var vaults []*tokens.Vault
 	for range replicas {
-		db, err := open()
+		db, err := demo.Open(ctx, 4)
 		if err != nil {
 			return false, err
 		}
@@ -213,57 +209,4 @@ func contains(toks []tokens.Token, id string) bool {
 		}
 	}
 	return false
-}
-
-// opener returns a function that opens a new connection pool on the demo's
-// database, and one that removes the database.
-func opener(ctx context.Context, pgDSN string) (func() (refset.Database, error), func(), error) {
-	var dbs []interface{ Close() error }
-	closeAll := func() {
-		for _, db := range dbs {
-			db.Close()
-		}
-	}
-	if pgDSN == "" {
-		dir, err := os.MkdirTemp("", "refset-custody")
-		if err != nil {
-			return nil, nil, err
-		}
-		path := filepath.Join(dir, "custody.db")
-		open := func() (refset.Database, error) {
-			db, err := sqlite.Open(ctx, path, sqlite.Options{})
-			if err == nil {
-				dbs = append(dbs, db)
-			}
-			return db, err
-		}
-		return open, func() { closeAll(); os.RemoveAll(dir) }, nil
-	}
-	admin, err := postgres.Open(ctx, pgDSN, postgres.Options{MaxConns: 1})
-	if err != nil {
-		return nil, nil, err
-	}
-	schema := fmt.Sprintf("refset_custody_%d", time.Now().UnixNano())
-	if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
-		admin.Close()
-		return nil, nil, err
-	}
-	scoped := pgDSN + "?search_path=" + schema
-	if strings.Contains(pgDSN, "?") {
-		scoped = pgDSN + "&search_path=" + schema
-	} else if !strings.Contains(pgDSN, "://") {
-		scoped = pgDSN + " search_path=" + schema
-	}
-	open := func() (refset.Database, error) {
-		db, err := postgres.Open(ctx, scoped, postgres.Options{MaxConns: 4})
-		if err == nil {
-			dbs = append(dbs, db)
-		}
-		return db, err
-	}
-	return open, func() {
-		closeAll()
-		admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-		admin.Close()
-	}, nil
 }

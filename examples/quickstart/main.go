@@ -17,13 +17,12 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/refsetdb/refset/examples/internal/exampledb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/refsetdb/refset/store"
 )
 
 // Block is a block of a chain; its ID is its hash.
@@ -54,26 +53,23 @@ that the database refuses to delete a referenced block.`, os.Args[0])
 	}
 }
 
-// database is the part of a store's database the example needs besides refset's.
-type database interface {
-	refset.Database
-	Close() error
-}
-
 func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	start := time.Now()
-	db, blocks, placeholder, cleanup, err := open(ctx, dbPath, pgDSN)
+	demo, err := exampledb.New(ctx, "quickstart", dbPath, pgDSN)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	defer db.Close()
-	sql := func(q string) string { return strings.ReplaceAll(q, "?", placeholder) }
+	defer demo.Close()
+	db, blocks, err := open(ctx, demo)
+	if err != nil {
+		return err
+	}
 
-	hold := refset.Exec[string](sql(`INSERT INTO pending_blocks (block_id) VALUES (?)`), 1)
-	release := refset.Exec[string](sql(`DELETE FROM pending_blocks WHERE block_id = ?`), 1)
-	acquire := refset.Exec[string](sql(`INSERT INTO chain_heads (block_id) VALUES (?)`), 1)
-	retire := refset.Exec[string](sql(`DELETE FROM chain_heads WHERE block_id = ?`), 1)
+	// Exec commands write the database's own placeholders for ?.
+	hold := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
+	release := refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)
+	acquire := refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1)
+	retire := refset.Exec[string](`DELETE FROM chain_heads WHERE block_id = ?`, 1)
 
 	// The completer receives blocks; each is stored and held as pending at once.
 	var prev *string
@@ -117,20 +113,9 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	if err != nil {
 		return err
 	}
-	count := func(table string) (int, error) {
-		var c int
-		err := db.Reader().QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table).Scan(&c)
-		return c, err
-	}
-	stored, err := count("blocks")
-	if err != nil {
-		return err
-	}
-	pending, err := count("pending_blocks")
-	if err != nil {
-		return err
-	}
-	heads, err := count("chain_heads")
+	var stored, pending, heads int
+	err = db.Reader().QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM blocks), (SELECT COUNT(*) FROM pending_blocks),
+		(SELECT COUNT(*) FROM chain_heads)`).Scan(&stored, &pending, &heads)
 	if err != nil {
 		return err
 	}
@@ -138,7 +123,7 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	// The database, not the program, guards the chain: deleting the genesis block,
 	// which its successor references, is refused.
 	delErr := refset.InTx(ctx, db, func(tx refset.Tx) error {
-		_, err := tx.ExecContext(ctx, sql(`DELETE FROM blocks WHERE id = ?`), "block-000000")
+		_, err := tx.ExecContext(ctx, db.Driver().Rebind(`DELETE FROM blocks WHERE id = ?`), "block-000000")
 		return err
 	})
 	refused := errors.Is(delErr, refset.ErrReferenced)
@@ -167,82 +152,26 @@ CREATE TABLE blocks (
 CREATE TABLE pending_blocks (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
 CREATE TABLE chain_heads    (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT)`
 
-// open opens the chosen database, creates the example's tables and returns the set.
-func open(ctx context.Context, dbPath, pgDSN string) (database, *refset.RefSet[Block, string], string, func(), error) {
-	if pgDSN != "" {
-		db, err := postgres.Open(ctx, pgDSN, postgres.Options{})
-		if err != nil {
-			return nil, nil, "", nil, err
-		}
-		// A schema of its own, so the example never touches existing tables.
-		schema := fmt.Sprintf("refset_quickstart_%d", time.Now().UnixNano())
-		ddl := strings.NewReplacer("{text}", "text", "{int}", "bigint", "{bytes}", "bytea").Replace(schemaSQL)
-		if _, err := db.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema+`; SET search_path TO `+schema); err != nil {
-			db.Close()
-			return nil, nil, "", nil, err
-		}
-		db.Close()
-		// Reconnect with the schema as search_path for every pooled connection.
-		sep := "?"
-		if strings.Contains(pgDSN, "?") {
-			sep = "&"
-		}
-		if !strings.Contains(pgDSN, "://") {
-			sep = " "
-		}
-		scoped := pgDSN + sep + "search_path=" + schema
-		if sep == " " {
-			scoped = pgDSN + " search_path=" + schema
-		}
-		db, err = postgres.Open(ctx, scoped, postgres.Options{})
-		if err != nil {
-			return nil, nil, "", nil, err
-		}
-		cleanup := func() {
-			if admin, err := postgres.Open(context.Background(), pgDSN, postgres.Options{MaxConns: 1}); err == nil {
-				admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-				admin.Close()
-			}
-		}
-		if _, err := db.Pool.ExecContext(ctx, ddl); err != nil {
-			db.Close()
-			cleanup()
-			return nil, nil, "", nil, err
-		}
-		store, err := postgres.NewStore[Block, string](ctx, db, postgres.Config{Table: "blocks"})
-		if err != nil {
-			db.Close()
-			cleanup()
-			return nil, nil, "", nil, err
-		}
-		return db, refset.New(store), "$1", cleanup, nil
-	}
-
-	cleanup := func() {}
-	if dbPath == "" {
-		dir, err := os.MkdirTemp("", "refset-quickstart")
-		if err != nil {
-			return nil, nil, "", nil, err
-		}
-		dbPath = filepath.Join(dir, "chain.db")
-		cleanup = func() { os.RemoveAll(dir) }
-	}
-	db, err := sqlite.Open(ctx, dbPath, sqlite.Options{})
+// open creates the example's tables on demo's database and returns the set.
+func open(ctx context.Context, demo *exampledb.DB) (refset.Database, *refset.RefSet[Block, string], error) {
+	db, err := demo.Open(ctx, 0)
 	if err != nil {
-		cleanup()
-		return nil, nil, "", nil, err
+		return nil, nil, err
 	}
-	ddl := strings.NewReplacer("{text}", "TEXT", "{int}", "INTEGER", "{bytes}", "BLOB").Replace(schemaSQL)
-	if _, err := db.Writer.ExecContext(ctx, ddl); err != nil {
-		db.Close()
-		cleanup()
-		return nil, nil, "", nil, fmt.Errorf("creating the tables in %s (use a new file): %w", dbPath, err)
+	types := strings.NewReplacer("{text}", "TEXT", "{int}", "INTEGER", "{bytes}", "BLOB")
+	if demo.Postgres() {
+		types = strings.NewReplacer("{text}", "text", "{int}", "bigint", "{bytes}", "bytea")
 	}
-	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, types.Replace(schemaSQL))
+		return err
+	})
 	if err != nil {
-		db.Close()
-		cleanup()
-		return nil, nil, "", nil, err
+		return nil, nil, fmt.Errorf("creating the tables: %w", err)
 	}
-	return db, refset.New(store), "?", cleanup, nil
+	set, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, refset.New(set), nil
 }

@@ -266,25 +266,34 @@ func compare(b *testing.B, prepare prepareFunc) {
 	b.Run("refset", func(b *testing.B) { measure(b, prepare(b, refsetSide, b.N)) })
 	b.Run("sqlx", func(b *testing.B) { measure(b, prepare(b, sqlxSide, b.N)) })
 	b.Run("paired", func(b *testing.B) {
-		ops := [2]func(int) error{prepare(b, refsetSide, b.N), prepare(b, sqlxSide, b.N)}
-		var spent [2]time.Duration
+		refsetOp, sqlxOp := prepare(b, refsetSide, b.N), prepare(b, sqlxSide, b.N)
 		b.ReportAllocs()
 		b.ResetTimer()
-		for i := range b.N {
-			for k := range 2 {
-				s := (i + k) % 2
-				start := time.Now()
-				if err := ops[s](i); err != nil {
-					b.Fatal(err)
-				}
-				spent[s] += time.Since(start)
-			}
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(spent[refsetSide].Nanoseconds())/float64(b.N), "refset-ns/op")
-		b.ReportMetric(float64(spent[sqlxSide].Nanoseconds())/float64(b.N), "sqlx-ns/op")
-		b.ReportMetric(float64(spent[sqlxSide])/float64(spent[refsetSide]), "throughput-ratio")
+		pairedOps(b, refsetOp, sqlxOp)
 	})
+}
+
+// pairedOps runs b.N operations of each side, one of each per iteration, taking turns at
+// going first, and reports each side's ns/op and throughput-ratio (refset's
+// throughput over sqlx's): both sides see the machine in the same moments.
+func pairedOps(b *testing.B, refsetOp, sqlxOp func(i int) error) {
+	b.Helper()
+	var spent [2]time.Duration // by side
+	sides := [2]func(int) error{refsetSide: refsetOp, sqlxSide: sqlxOp}
+	for i := range b.N {
+		for k := range 2 {
+			s := (i + k) % 2
+			start := time.Now()
+			if err := sides[s](i); err != nil {
+				b.Fatal(err)
+			}
+			spent[s] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(spent[refsetSide].Nanoseconds())/float64(b.N), "refset-ns/op")
+	b.ReportMetric(float64(spent[sqlxSide].Nanoseconds())/float64(b.N), "sqlx-ns/op")
+	b.ReportMetric(float64(spent[sqlxSide])/float64(spent[refsetSide]), "throughput-ratio")
 }
 
 // measure times op(0) ... op(b.N-1).

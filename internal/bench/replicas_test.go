@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -341,23 +340,6 @@ func envInt(b *testing.B, name string, def int) int {
 	return envInts(b, name, []int{def})[0]
 }
 
-// withApp is dsn with application_name set, so the replica's server processes can
-// be found in pg_stat_activity.
-func withApp(b *testing.B, dsn, app string) string {
-	b.Helper()
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			b.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("application_name", app)
-		u.RawQuery = q.Encode()
-		return u.String()
-	}
-	return dsn + " application_name=" + app
-}
-
 // replicaRun is one measurement: replicas started, told to go together, waited for.
 type replicaRun struct {
 	procs   []*exec.Cmd
@@ -496,6 +478,31 @@ func pgDeadlocks(b *testing.B, db *postgres.DB) int64 {
 	return n
 }
 
+// benchReplicaCounts runs a sub-benchmark per replica count n: b.N operations shared
+// among n replica processes of role on the database at dsn, each configured by
+// config (the sub-benchmark's run number, the replica's index), then measured; after,
+// if not nil, checks the outcome.
+func benchReplicaCounts(b *testing.B, db *postgres.DB, dsn, role string, config func(run, i int) replicaConfig, after func(b *testing.B)) {
+	run := 0
+	for _, n := range replicaCounts(b) {
+		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
+			run++
+			var cfgs []replicaConfig
+			for i, ops := range shares(b.N, n) {
+				cfg := config(run, i)
+				cfg.Role, cfg.Ops = role, ops
+				cfg.App = fmt.Sprintf("refset-bench-%s-%d-%d-%d", role, os.Getpid(), run, i)
+				cfg.DSN = withApplicationName(b, dsn, cfg.App)
+				cfgs = append(cfgs, cfg)
+			}
+			measureReplicas(b, db, cfgs)
+			if after != nil {
+				after(b)
+			}
+		})
+	}
+}
+
 // shares splits n operations between k replicas.
 func shares(n, k int) []int {
 	out := make([]int, k)
@@ -532,24 +539,15 @@ func BenchmarkReplicasCustody(b *testing.B) {
 	}
 	_, err = db.Pool.ExecContext(ctx, `ANALYZE`)
 	must(b, err)
-	run := 0
-	for _, n := range replicaCounts(b) {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			run++
-			var cfgs []replicaConfig
-			for i, ops := range shares(b.N, n) {
-				app := fmt.Sprintf("refset-bench-custody-%d-%d-%d", os.Getpid(), run, i)
-				cfgs = append(cfgs, replicaConfig{Role: "custody", DSN: withApp(b, dsn, app), App: app,
-					Driver: custodyDriver(), ID: run*1000 + i, Ops: ops, Workers: workers, Owners: owners})
-			}
-			measureReplicas(b, db, cfgs)
-			a, err := v.Audit(ctx)
-			must(b, err)
-			if !a.Balanced() {
-				b.Fatalf("books do not balance: %+v", a)
-			}
-		})
-	}
+	benchReplicaCounts(b, db, dsn, "custody", func(run, i int) replicaConfig {
+		return replicaConfig{Driver: custodyDriver(), ID: run*1000 + i, Workers: workers, Owners: owners}
+	}, func(b *testing.B) {
+		a, err := v.Audit(ctx)
+		must(b, err)
+		if !a.Balanced() {
+			b.Fatalf("books do not balance: %+v", a)
+		}
+	})
 }
 
 // BenchmarkReplicasReceive: blocks stored with Put by 1, 2, 4, ... replica processes
@@ -568,20 +566,10 @@ func BenchmarkReplicasReceive(b *testing.B) {
 	_, err = m.Put(ctx, base)
 	must(b, err)
 	tip := base[len(base)-1]
-	run := 0
-	for _, n := range replicaCounts(b) {
-		b.Run(fmt.Sprintf("replicas=%d", n), func(b *testing.B) {
-			run++
-			var cfgs []replicaConfig
-			for i, ops := range shares(b.N, n) {
-				app := fmt.Sprintf("refset-bench-receive-%d-%d-%d", os.Getpid(), run, i)
-				cfgs = append(cfgs, replicaConfig{Role: "receiver", DSN: withApp(b, dsn, app), App: app,
-					Driver: postgres.DriverLibPQ, ID: i, Ops: ops, Workers: workers,
-					Prefix: fmt.Sprintf("run%d-r%d-", run, i), Base: tip.HeaderSignature, BaseNum: tip.BlockNum, Branch: branch})
-			}
-			measureReplicas(b, db, cfgs)
-		})
-	}
+	benchReplicaCounts(b, db, dsn, "receiver", func(run, i int) replicaConfig {
+		return replicaConfig{Driver: postgres.DriverLibPQ, ID: i, Workers: workers,
+			Prefix: fmt.Sprintf("run%d-r%d-", run, i), Base: tip.HeaderSignature, BaseNum: tip.BlockNum, Branch: branch}
+	}, nil)
 }
 
 // TestRetryCounterCountsDeadlocks: two transactions lock two rows in opposite orders,

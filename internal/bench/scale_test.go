@@ -123,28 +123,6 @@ func scaleSet(b *testing.B, size int) {
 	})
 }
 
-// pairedOps runs b.N operations of each side, one of each per iteration, taking turns at
-// going first, and reports each side's ns/op and throughput-ratio (refset's
-// throughput over sqlx's): both sides see the machine in the same moments.
-func pairedOps(b *testing.B, refsetOp, sqlxOp func(i int) error) {
-	b.Helper()
-	var spent [2]time.Duration
-	sides := [2]func(int) error{refsetOp, sqlxOp}
-	for i := range b.N {
-		for k := range 2 {
-			s := (i + k) % 2
-			start := time.Now()
-			if err := sides[s](i); err != nil {
-				b.Fatal(err)
-			}
-			spent[s] += time.Since(start)
-		}
-	}
-	b.ReportMetric(float64(spent[0].Nanoseconds())/float64(b.N), "refset-ns/op")
-	b.ReportMetric(float64(spent[1].Nanoseconds())/float64(b.N), "sqlx-ns/op")
-	b.ReportMetric(spent[1].Seconds()/spent[0].Seconds(), "throughput-ratio")
-}
-
 var sinkString string
 
 // scaleSetup is gcEnv.setup loading in chunks: the live objects, each referenced by

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
@@ -50,16 +49,9 @@ func Pooled(tb testing.TB) string {
 func NewPooled(tb testing.TB) (dsn, schema string) {
 	tb.Helper()
 	base := baseDSN(tb)
-	bouncer := os.Getenv(EnvPgBouncer)
-	if bouncer == "" {
-		const msg = EnvPgBouncer + " is not set; run make test (it starts PgBouncer when the pgbouncer package is installed)"
-		if isCI() {
-			// The pooled suites are how CI knows refset survives
-			// transaction pooling: skipping them must not pass.
-			tb.Fatal("pgtest: " + msg)
-		}
-		tb.Skip("pgtest: " + msg)
-	}
+	// The pooled suites are how CI knows refset survives transaction pooling:
+	// skipping them must not pass.
+	bouncer := envDSN(tb, EnvPgBouncer, "run make test (it starts PgBouncer when the pgbouncer package is installed)")
 
 	admin := openAdmin(tb, base, EnvDSN)
 	name := schemaPrefix + randomHex(6)
@@ -147,14 +139,5 @@ END $$`)
 // asUser returns dsn with its user replaced by user and no password (PgBouncer
 // trusts the roles it looks up).
 func asUser(dsn, user string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "", fmt.Errorf("parse %s as a URL: %w", EnvPgBouncer, redact(err))
-		}
-		u.User = url.User(user)
-		return u.String(), nil
-	}
-	// key=value form: a later key overrides an earlier one.
-	return dsn + " user='" + user + "' password=''", nil
+	return rewrite(dsn, EnvPgBouncer, func(u *url.URL) { u.User = url.User(user) }, "user="+quote(user)+" password=''")
 }

@@ -133,7 +133,7 @@ func TestSweepDropsEndedTestsRoles(t *testing.T) {
 // the result back as the role, without a password.
 func TestAsUser(t *testing.T) {
 	const role = "refset_t_0123456789ab"
-	tests := []struct{ name, dsn, want string }{
+	tests := []rewriteCase{
 		{"url", "postgres://postgres@127.0.0.1:6432/db?sslmode=disable",
 			"postgres://" + role + "@127.0.0.1:6432/db?sslmode=disable"},
 		{"url with password", "postgres://postgres:secret@127.0.0.1:6432/db",
@@ -141,17 +141,10 @@ func TestAsUser(t *testing.T) {
 		{"key=value", "host=127.0.0.1 port=6432 user=postgres password=secret dbname=db",
 			"host=127.0.0.1 port=6432 user=postgres password=secret dbname=db user='" + role + "' password=''"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := asUser(tc.dsn, role)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-			cfg, err := pq.NewConfig(got)
-			require.NoError(t, err)
-			require.Equal(t, role, cfg.User)
-			require.Empty(t, cfg.Password)
-		})
-	}
+	requireRewrites(t, func(dsn string) (string, error) { return asUser(dsn, role) }, tests, func(t *testing.T, cfg pq.Config) {
+		require.Equal(t, role, cfg.User)
+		require.Empty(t, cfg.Password)
+	})
 }
 
 // TestMissingBouncer checks that a pooled test without PgBouncer skips, and fails
@@ -168,17 +161,7 @@ func TestMissingBouncer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
 			t.Setenv(EnvPgBouncer, "")
-			f := &fakeTB{TB: t}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				NewPooled(f)
-				t.Error("NewPooled returned instead of giving up")
-			}()
-			<-done
-			require.Equal(t, tc.wantSkip, f.skipped, "skipped")
-			require.Equal(t, !tc.wantSkip, f.failed, "failed")
-			require.Contains(t, f.msg, EnvPgBouncer+" is not set")
+			requireGivesUp(t, func(tb testing.TB) { NewPooled(tb) }, tc.wantSkip, EnvPgBouncer+" is not set")
 		})
 	}
 }

@@ -53,27 +53,9 @@ func DSN(tb testing.TB) string {
 func New(tb testing.TB) (dsn, schema string) {
 	tb.Helper()
 	base := baseDSN(tb)
-
-	// sql.Open only validates its arguments; the ping below is the first
-	// real contact with the server.
-	db, err := sql.Open("postgres", base)
-	if err != nil {
-		tb.Fatalf("pgtest: open %s: %v", EnvDSN, err)
-	}
-	// One connection is all the admin work needs; keeping the pool at one
-	// avoids eating into max_connections when many tests run in parallel.
-	db.SetMaxOpenConns(1)
-
+	db := openAdmin(tb, base, EnvDSN)
 	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
 	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		_ = db.Close()
-		// Fatal even outside CI: the variable was set on purpose, so a
-		// server that does not answer is a broken setup, not a reason to
-		// skip.
-		tb.Fatalf("pgtest: cannot reach the server in %s: %v", EnvDSN, err)
-	}
-
 	schema = schemaPrefix + randomHex(6)
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+pq.QuoteIdentifier(schema)); err != nil {
 		_ = db.Close()
@@ -90,28 +72,32 @@ func New(tb testing.TB) (dsn, schema string) {
 		}
 	})
 
-	dsn, err = withSearchPath(base, schema)
+	dsn, err := withSearchPath(base, schema)
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	return dsn, schema
 }
 
-// baseDSN returns the server DSN from the environment, skipping tb (or, under
-// CI, failing it) when there is none.
+// baseDSN returns the server DSN from the environment (see [envDSN]).
 func baseDSN(tb testing.TB) string {
 	tb.Helper()
-	dsn := os.Getenv(EnvDSN)
-	if dsn != "" {
+	return envDSN(tb, EnvDSN, "run make test (or set it to a lib/pq DSN of a server you can create schemas in)")
+}
+
+// envDSN returns the DSN in the environment variable env, skipping tb when there is
+// none, or failing it under CI: a CI run that skips every database test would pass
+// while testing nothing. hint says how to set it.
+func envDSN(tb testing.TB, env, hint string) string {
+	tb.Helper()
+	if dsn := os.Getenv(env); dsn != "" {
 		return dsn
 	}
-	const msg = EnvDSN + " is not set; run make test (or set it to a lib/pq DSN of a server you can create schemas in)"
+	msg := "pgtest: " + env + " is not set; " + hint
 	if isCI() {
-		// A CI run that skips every database test would pass while
-		// testing nothing.
-		tb.Fatal("pgtest: " + msg)
+		tb.Fatal(msg)
 	}
-	tb.Skip("pgtest: " + msg)
+	tb.Skip(msg)
 	return ""
 }
 
@@ -126,21 +112,33 @@ func isCI() bool {
 // so every connection opened from the result starts with that search_path;
 // a SET after connecting would apply to one pooled connection only.
 func withSearchPath(dsn, schema string) (string, error) {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			// Do not echo the DSN: it may hold a password.
-			return "", fmt.Errorf("parse %s as a URL: %w", EnvDSN, redact(err))
-		}
+	return rewrite(dsn, EnvDSN, func(u *url.URL) {
 		q := u.Query()
 		q.Set("search_path", schema) // replaces one the base DSN may carry
 		u.RawQuery = q.Encode()
-		return u.String(), nil
+	}, "search_path="+quote(schema))
+}
+
+// rewrite returns dsn, the DSN in the variable env, changed by inURL if it is a
+// URL, or with the keys and values kv appended if it is in key=value form, where a
+// later key overrides an earlier one.
+func rewrite(dsn, env string, inURL func(*url.URL), kv string) (string, error) {
+	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
+		return dsn + " " + kv, nil
 	}
-	// key=value form: a later key overrides an earlier one. Quote the value
-	// so the result stays valid whatever characters the schema contains.
-	r := strings.NewReplacer(`\`, `\\`, `'`, `\'`)
-	return dsn + " search_path='" + r.Replace(schema) + "'", nil
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// Do not echo the DSN: it may hold a password.
+		return "", fmt.Errorf("parse %s as a URL: %w", env, redact(err))
+	}
+	inURL(u)
+	return u.String(), nil
+}
+
+// quote quotes v as a value of a key=value DSN, so the result stays valid whatever
+// characters v holds.
+func quote(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
 }
 
 // redact drops the URL (and any password in it) from a *url.Error.
@@ -161,16 +159,21 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// openAdmin opens a small pool of its own on dsn (the server itself, never
-// PgBouncer), for a test's setup statements, failing tb if the server in the
-// variable env does not answer.
+// openAdmin opens a pool of its own on dsn (the server itself, never PgBouncer),
+// for a test's setup statements, failing tb if the server in the variable env does
+// not answer: even outside CI, since the variable was set on purpose, a server that
+// does not answer is a broken setup, not a reason to skip.
 func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
 	tb.Helper()
+	// sql.Open only validates its arguments; the ping below is the first real
+	// contact with the server.
 	db, err := sql.Open("postgres", dsn)
 	if err != nil {
 		tb.Fatalf("pgtest: open %s: %v", env, err)
 	}
-	db.SetMaxOpenConns(2)
+	// One connection is all the admin work needs; keeping the pool at one avoids
+	// eating into max_connections when many tests run in parallel.
+	db.SetMaxOpenConns(1)
 	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {

@@ -29,17 +29,14 @@ func useTable(t *testing.T, db *sql.DB, value string) []string {
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, `INSERT INTO t (v) VALUES ($1)`, value)
 	require.NoError(t, err)
+	return values(t, db)
+}
 
-	rows, err := db.QueryContext(ctx, `SELECT v FROM t ORDER BY v`)
-	require.NoError(t, err)
-	defer rows.Close()
+// values returns every row db sees in table t.
+func values(t *testing.T, db *sql.DB) []string {
+	t.Helper()
 	var got []string
-	for rows.Next() {
-		var v string
-		require.NoError(t, rows.Scan(&v))
-		got = append(got, v)
-	}
-	require.NoError(t, rows.Err())
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT array_agg(v ORDER BY v) FROM t`).Scan(pq.Array(&got)))
 	return got
 }
 
@@ -82,17 +79,7 @@ func TestSchemasCoexist(t *testing.T) {
 
 	// Re-read A after B wrote, through a second pool, to show the isolation
 	// comes from the DSN and holds for every connection opened from it.
-	var got []string
-	rows, err := open(t, dsnA).QueryContext(t.Context(), `SELECT v FROM t`)
-	require.NoError(t, err)
-	defer rows.Close()
-	for rows.Next() {
-		var v string
-		require.NoError(t, rows.Scan(&v))
-		got = append(got, v)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"a"}, got)
+	require.Equal(t, []string{"a"}, values(t, open(t, dsnA)))
 }
 
 // TestCleanupDropsSchema checks that the schema and its tables are gone once
@@ -124,9 +111,7 @@ func TestCleanupDropsSchema(t *testing.T) {
 // lib/pq reads the result back as a search_path run-time parameter.
 func TestWithSearchPath(t *testing.T) {
 	const schema = "refset_t_0123456789ab"
-	tests := []struct {
-		name, dsn, want string
-	}{
+	tests := []rewriteCase{
 		{
 			name: "url without query",
 			dsn:  "postgres://u@127.0.0.1:5432/db",
@@ -153,17 +138,8 @@ func TestWithSearchPath(t *testing.T) {
 			want: "host=127.0.0.1 search_path=public search_path='" + schema + "'",
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := withSearchPath(tc.dsn, schema)
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-
-			cfg, err := pq.NewConfig(got)
-			require.NoError(t, err)
-			require.Equal(t, schema, cfg.Runtime["search_path"])
-		})
-	}
+	requireRewrites(t, func(dsn string) (string, error) { return withSearchPath(dsn, schema) }, tests,
+		func(t *testing.T, cfg pq.Config) { require.Equal(t, schema, cfg.Runtime["search_path"]) })
 
 	t.Run("bad url hides password", func(t *testing.T) {
 		_, err := withSearchPath("postgres://u:secret@127.0.0.1:bad/db", schema)
@@ -172,7 +148,27 @@ func TestWithSearchPath(t *testing.T) {
 	})
 }
 
-// fakeTB records how New gives up instead of ending the real test.
+// rewriteCase is a DSN a rewrite of it must turn into want.
+type rewriteCase struct{ name, dsn, want string }
+
+// requireRewrites checks that rewrite turns each case's DSN into its want, and that
+// lib/pq reads the result back as check expects.
+func requireRewrites(t *testing.T, rewrite func(dsn string) (string, error), cases []rewriteCase, check func(*testing.T, pq.Config)) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := rewrite(tc.dsn)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+			cfg, err := pq.NewConfig(got)
+			require.NoError(t, err)
+			check(t, cfg)
+		})
+	}
+}
+
+// fakeTB records how a function of this package gives up instead of ending the
+// real test.
 type fakeTB struct {
 	testing.TB
 	skipped, failed bool
@@ -212,19 +208,24 @@ func TestMissingOrDeadServer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("CI", tc.ci)
 			t.Setenv(EnvDSN, tc.dsn)
-
-			f := &fakeTB{TB: t}
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				New(f)
-				t.Error("New returned instead of giving up")
-			}()
-			<-done
-
-			require.Equal(t, tc.wantSkip, f.skipped, "skipped")
-			require.Equal(t, !tc.wantSkip, f.failed, "failed")
-			require.Contains(t, f.msg, tc.wantMsg)
+			requireGivesUp(t, func(tb testing.TB) { New(tb) }, tc.wantSkip, tc.wantMsg)
 		})
 	}
+}
+
+// requireGivesUp runs fn with a fakeTB for t and checks that it gives up as it
+// should: it skips (wantSkip) or fails, saying msg.
+func requireGivesUp(t *testing.T, fn func(testing.TB), wantSkip bool, msg string) {
+	t.Helper()
+	f := &fakeTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(f)
+		t.Error("returned instead of giving up")
+	}()
+	<-done
+	require.Equal(t, wantSkip, f.skipped, "skipped")
+	require.Equal(t, !wantSkip, f.failed, "failed")
+	require.Contains(t, f.msg, msg)
 }

@@ -2,7 +2,6 @@ package pgtest
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -103,18 +102,8 @@ func PauseReplay(tb testing.TB) (resume func()) {
 	return resume
 }
 
-// standbyBaseDSN returns the standby's DSN from the environment, skipping tb (or,
-// under CI, failing it) when there is none.
+// standbyBaseDSN returns the standby's DSN from the environment (see [envDSN]).
 func standbyBaseDSN(tb testing.TB) string {
 	tb.Helper()
-	dsn := os.Getenv(EnvStandbyDSN)
-	if dsn != "" {
-		return dsn
-	}
-	const msg = EnvStandbyDSN + " is not set; run make test (or set it to a lib/pq DSN of a hot standby of the server in " + EnvDSN + ")"
-	if isCI() {
-		tb.Fatal("pgtest: " + msg)
-	}
-	tb.Skip("pgtest: " + msg)
-	return ""
+	return envDSN(tb, EnvStandbyDSN, "run make test (or set it to a lib/pq DSN of a hot standby of the server in "+EnvDSN+")")
 }

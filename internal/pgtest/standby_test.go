@@ -27,17 +27,7 @@ func TestMissingStandby(t *testing.T) {
 			t.Run(call+" "+tc.name, func(t *testing.T) {
 				t.Setenv("CI", tc.ci)
 				t.Setenv(EnvStandbyDSN, "")
-				f := &fakeTB{TB: t}
-				done := make(chan struct{})
-				go func() {
-					defer close(done)
-					fn(f)
-					t.Error(call + " returned instead of giving up")
-				}()
-				<-done
-				require.Equal(t, tc.wantSkip, f.skipped, "skipped")
-				require.Equal(t, !tc.wantSkip, f.failed, "failed")
-				require.Contains(t, f.msg, EnvStandbyDSN+" is not set")
+				requireGivesUp(t, fn, tc.wantSkip, EnvStandbyDSN+" is not set")
 			})
 		}
 	}

@@ -14,22 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// RunPromises tries to break refset's one promise as a hostile caller would: a
-// hand-over, an Add or Upgrade with commands, and a unit of work are one transaction,
-// never half done, whatever the caller's code does (panic, end the transaction, pass
-// a pool for a transaction, let its context end), and every failure is a typed error
-// that changed nothing.
-func RunPromises(t *testing.T, h Harness) {
-	runParallel(t, h, []suiteTest{
-		{"PanickingCallerCode", testPanics},
-		{"CallerCodeCannotEndTheTransaction", testCannotEndTx},
-		{"PoolIsNotATransaction", testPoolIsNotATx},
-		{"ContextErrors", cancelling(testContextErrors)},
-		{"ErrorsMatchSentinels", testErrorsMatchSentinels},
-		{"ExecPlaceholders", testExecPlaceholders},
-	})
-}
-
 // boom is what the hostile commands panic with: the test checks that the very same
 // value comes out of the call.
 type boom struct{ where string }
@@ -82,7 +66,7 @@ func (e *env) stillWritable(t *testing.T, id string) {
 	require.ErrorIs(t, err, errProbe, "a write after the call must go through at once: the call left a transaction open")
 }
 
-func testPanics(t *testing.T, h Harness) {
+func testPanics(t *testing.T, h harness) {
 	cases := []struct {
 		name string
 		adds bool // the call adds the object, so rolling back removes it
@@ -193,11 +177,7 @@ func (e *env) acquired(t *testing.T, set *refset.RefSet[block, string], id strin
 	t.Helper()
 	tok, err := set.Add(t.Context(), mkBlock(id, "", 0), e.insertPending())
 	require.NoError(t, err)
-	rel, err := tok.Release(e.releasePending())
-	require.NoError(t, err)
-	acq, err := rel.Acquire(cmd)
-	require.NoError(t, err)
-	return acq
+	return handOverOf(t, tok, e.releasePending(), cmd)
 }
 
 // completeWith hands id over with cmd released and a head row acquired after it:
@@ -229,7 +209,7 @@ var endingStatements = []string{
 	"SELECT 1; COMMIT",
 }
 
-func testCannotEndTx(t *testing.T, h Harness) {
+func testCannotEndTx(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
 
 	t.Run("no Commit or Rollback in the type", func(t *testing.T) {
@@ -324,7 +304,7 @@ func testCannotEndTx(t *testing.T, h Harness) {
 	})
 }
 
-func testPoolIsNotATx(t *testing.T, h Harness) {
+func testPoolIsNotATx(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
 	tok, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
 	require.NoError(t, err)
@@ -339,10 +319,7 @@ func testPoolIsNotATx(t *testing.T, h Harness) {
 	_, err = set.AddTx(ctx, nil, mkBlock("b", "", 0))
 	require.ErrorIs(t, err, refset.ErrInvalidTx)
 
-	rel, err := tok.Release(e.releasePending())
-	require.NoError(t, err)
-	acq, err := rel.Acquire(e.acquireHead())
-	require.NoError(t, err)
+	acq := handOverOf(t, tok, e.releasePending(), e.acquireHead())
 	_, err = acq.CompleteTx(ctx, pool)
 	require.ErrorIs(t, err, refset.ErrInvalidTx)
 	assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "b"))
@@ -353,7 +330,8 @@ func testPoolIsNotATx(t *testing.T, h Harness) {
 // slowQuery takes seconds on both databases, so a context ends while it runs.
 const slowQuery = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000000) SELECT count(*) FROM c`
 
-func testContextErrors(t *testing.T, h Harness) {
+func testContextErrors(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	e := newEnv(t, h)
 	set := e.blocks(t)
 	tok, err := set.Add(t.Context(), mkBlock("a", "", 0), e.insertPending())
@@ -453,7 +431,7 @@ func testContextErrors(t *testing.T, h Harness) {
 // testErrorsMatchSentinels induces the failures a caller meets without a broken
 // server and checks that each error matches the sentinel the docs promise (and so one
 // of refset's sentinels), and that the set still works after.
-func testErrorsMatchSentinels(t *testing.T, h Harness) {
+func testErrorsMatchSentinels(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
 	_, err := set.Add(ctx, mkBlock("a", "", 0), e.insertPending())
 	require.NoError(t, err)
@@ -531,7 +509,7 @@ func (n narrow) ID() string { return n.Key }
 
 // testExecPlaceholders: a Command written once with refset.Exec runs on every store,
 // with ? or $1 for the object's ID.
-func testExecPlaceholders(t *testing.T, h Harness) {
+func testExecPlaceholders(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
 	for _, q := range []string{
 		`INSERT INTO pending (block_id) VALUES (?)`,

@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -15,35 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// RunCleanup runs the clean-up suite against the store h describes.
-func RunCleanup(t *testing.T, h Harness) {
-	runParallel(t, h, []suiteTest{
-		{"AbandonedForkGoesInOneCall", testAbandonedFork},
-		{"GracePeriod", testGrace},
-		{"ExpiringHolds", testExpiringHolds},
-		{"ReReferencedSurvives", testReReferenced},
-		{"HandOverNeverCollected", testHandOverVersusCollector},
-		{"InstallTwiceAndAfterNewReference", testInstallAgain},
-		{"SweepRepairsLostQueue", testSweep},
-		{"CheckAndWhy", testCheckAndWhy},
-		{"UnindexedReferenceRefused", testUnindexed},
-		{"BackgroundRunStopsCleanly", testBackground},
-		{"SuggestedIndexesAreValidSQL", testSuggestedIndexes},
-		{"UnfollowedKeysRefused", testUnfollowedKeys},
-		{"KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
-		{"RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
-		{"EndedContextIsAnError", testEndedContext},
-		{"RunStopsOnClosedDatabase", testRunClosed},
-		{"RunStopsOnDroppedTables", cancelling(testRunSchemaGone)},
-		{"RunFailuresAreNeverLost", cancelling(testRunFailures)},
-		{"RunCallbackPanicLeavesNoTransaction", testRunCallbackPanic},
-		{"ChainGoesInOneCollect", testChainInOneCollect},
-		{"ChainStopsAtKeptBlock", testChainStopsAtKeptBlock},
-		{"ChainAlongTwoEdges", testChainAlongTwoEdges},
-		{"ChainReReferencedMidCollection", testChainReReferencedMidCollection},
-	})
-}
-
 // chain creates the RFC tables with indexed references (clean-up refuses
 // unindexed ones) and a set on them.
 func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
@@ -51,6 +23,15 @@ func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
 	set := e.blocks(tb)
 	e.mustExec(tb, `CREATE INDEX blocks_prev ON blocks (prev)`)
 	return set
+}
+
+// newChainEnv is the start of most clean-up tests: a fresh env with the RFC tables
+// (chain), a set on them, a collector with cfg, and the test's context.
+func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+	t.Helper()
+	e := newEnv(t, h)
+	set := e.chain(t)
+	return e, set, e.collector(t, cfg), t.Context()
 }
 
 func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
@@ -108,11 +89,8 @@ func (e *env) makeDue(tb testing.TB, ids ...string) {
 //	p                     (pending)
 //
 // Dropping b2's head row with plain SQL frees b2 and b1, down to g, in one call.
-func testAbandonedFork(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{BatchSize: 2}) // small batches: the walk spans several
-	ctx := t.Context()
+func testAbandonedFork(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 2}) // small batches: the walk spans several
 	add := func(id, prev string, cmds ...refset.Command[string]) {
 		_, err := set.Add(ctx, mkBlock(id, prev, 0), cmds...)
 		require.NoError(t, err)
@@ -149,7 +127,7 @@ func testAbandonedFork(t *testing.T, h Harness) {
 	assert.Equal(t, 0, e.count(t, "blocks_review", ""), "the queue is empty once all is reviewed")
 }
 
-func testGrace(t *testing.T, h Harness) {
+func testGrace(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	ctx := t.Context()
@@ -182,11 +160,8 @@ func testGrace(t *testing.T, h Harness) {
 	})
 }
 
-func testExpiringHolds(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+func testExpiringHolds(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	_, err := set.Add(ctx, mkBlock("leased", "", 0), set.Hold("lock", 50*time.Millisecond))
 	require.NoError(t, err)
 	_, err = set.Add(ctx, mkBlock("kept", "", 0), set.Hold("owner", 0))
@@ -205,20 +180,13 @@ func testExpiringHolds(t *testing.T, h Harness) {
 	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ?", "owner"))
 }
 
-func testReReferenced(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+func testReReferenced(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	tok, err := set.Add(ctx, mkBlock("x", "", 0), set.Hold("first", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 	// The hold moves: the unhold queues x, the new hold references it again.
-	rel, err := tok.Release(set.Unhold("first"))
-	require.NoError(t, err)
-	acq, err := rel.Acquire(set.Hold("second", 0))
-	require.NoError(t, err)
-	_, err = acq.Complete(ctx)
+	_, err = handOverOf(t, tok, set.Unhold("first"), set.Hold("second", 0)).Complete(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "x"), "queued by the unhold")
 
@@ -231,11 +199,8 @@ func testReReferenced(t *testing.T, h Harness) {
 
 // A hand-over moves a reference from one holder to another in one transaction: a
 // collector running all the while never sees the object unreferenced.
-func testHandOverVersusCollector(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{BatchSize: 10})
-	ctx := t.Context()
+func testHandOverVersusCollector(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 10})
 	const objects, moves = 20, 30
 	toks := make([]*refset.RefToken[string], objects)
 	for i := range toks {
@@ -264,11 +229,8 @@ func testHandOverVersusCollector(t *testing.T, h Harness) {
 	}()
 	for m := range moves {
 		for i, tok := range toks {
-			rel, err := tok.Release(set.Unhold(fmt.Sprintf("holder-%d", m)))
-			require.NoError(t, err)
-			acq, err := rel.Acquire(set.Hold(fmt.Sprintf("holder-%d", m+1), 0))
-			require.NoError(t, err)
-			toks[i], err = acq.Complete(ctx)
+			var err error
+			toks[i], err = handOverOf(t, tok, set.Unhold(fmt.Sprintf("holder-%d", m)), set.Hold(fmt.Sprintf("holder-%d", m+1), 0)).Complete(ctx)
 			require.NoError(t, err)
 		}
 	}
@@ -279,7 +241,7 @@ func testHandOverVersusCollector(t *testing.T, h Harness) {
 	assert.Equal(t, objects, e.count(t, "blocks_holds", "holder = ?", fmt.Sprintf("holder-%d", moves)))
 }
 
-func testInstallAgain(t *testing.T, h Harness) {
+func testInstallAgain(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	ctx := t.Context()
@@ -332,7 +294,7 @@ func testInstallAgain(t *testing.T, h Harness) {
 	assert.Equal(t, 1, version)
 }
 
-func testSweep(t *testing.T, h Harness) {
+func testSweep(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	ctx := t.Context()
@@ -364,11 +326,8 @@ func testSweep(t *testing.T, h Harness) {
 	assert.True(t, report.OK(), "%+v", report)
 }
 
-func testCheckAndWhy(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	ctx := t.Context()
+func testCheckAndWhy(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
 	_, err := set.Add(ctx, mkBlock("g", "", 0), set.Hold("auditor", 0))
 	require.NoError(t, err)
 	_, err = set.Add(ctx, mkBlock("a", "g", 1), e.acquireHead())
@@ -396,7 +355,7 @@ func testCheckAndWhy(t *testing.T, h Harness) {
 	assert.True(t, report.OK(), "%+v", report)
 }
 
-func testUnindexed(t *testing.T, h Harness) {
+func testUnindexed(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	e.blocks(t) // prev has no index
 	_, err := cleanup.Install(t.Context(), e.db, cleanup.Config{Table: "blocks"})
@@ -407,7 +366,7 @@ func testUnindexed(t *testing.T, h Harness) {
 	require.ErrorIs(t, err, refset.ErrNotFound)
 }
 
-func testBackground(t *testing.T, h Harness) {
+func testBackground(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	c := e.collector(t, cleanup.Config{Grace: time.Millisecond})
@@ -447,7 +406,7 @@ func testBackground(t *testing.T, h Harness) {
 }
 
 // The statements an ErrUnindexed names run as they stand, and make Install succeed.
-func testSuggestedIndexes(t *testing.T, h Harness) {
+func testSuggestedIndexes(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	e.blocks(t) // prev has no index
 	e.mustExec(t, `CREATE TABLE votes (voter {Text} NOT NULL, block_id {Text} NOT NULL REFERENCES blocks (id), PRIMARY KEY (voter, block_id))`)
@@ -468,17 +427,15 @@ func testSuggestedIndexes(t *testing.T, h Harness) {
 
 // Collect, Sweep, Check and Why on an ended context return its error, and change
 // nothing.
-func testEndedContext(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	_, err := set.Add(t.Context(), mkBlock("due", "", 0))
+func testEndedContext(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+	_, err := set.Add(ctx, mkBlock("due", "", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 
-	cancelled, cancel := context.WithCancel(t.Context())
+	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
-	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	expired, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
 	defer cancel()
 	calls := []struct {
 		name string
@@ -519,12 +476,12 @@ var withAndWithoutCallback = []struct {
 
 // Run on a database that was closed returns refset.ErrClosed after its first pass,
 // instead of failing pass after pass until its context ends.
-func testRunClosed(t *testing.T, h Harness) {
+func testRunClosed(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	e.chain(t)
 	for _, tc := range withAndWithoutCallback {
 		t.Run(tc.name, func(t *testing.T) {
-			db := h.Reopen(t, e.db)
+			db := h.reopen(t, e.db)
 			c, err := cleanup.Install(t.Context(), db, cleanup.Config{Table: "blocks"})
 			require.NoError(t, err)
 			closer, ok := db.(interface{ Close() error })
@@ -548,7 +505,8 @@ func testRunClosed(t *testing.T, h Harness) {
 
 // Run whose set's tables were dropped returns refset.ErrSchema after its first pass,
 // and Collect returns it too.
-func testRunSchemaGone(t *testing.T, h Harness) {
+func testRunSchemaGone(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	drops := []struct {
 		name  string
 		drops []string
@@ -602,13 +560,12 @@ func (e *env) refuseDeletes(tb testing.TB) {
 // A pass that fails for a reason Run cannot judge permanent is never lost: with a
 // callback, the callback sees each and Run goes on; without one, Run returns the
 // error once MaxFailedPasses passes in a row failed.
-func testRunFailures(t *testing.T, h Harness) {
+func testRunFailures(t *testing.T, h harness) {
+	h.sendsCancels(t)
 	for _, tc := range withAndWithoutCallback {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, h)
-			set := e.chain(t)
-			c := e.collector(t, cleanup.Config{})
-			_, err := set.Add(t.Context(), mkBlock("doomed", "", 0))
+			e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+			_, err := set.Add(ctx, mkBlock("doomed", "", 0))
 			require.NoError(t, err)
 			e.makeDue(t)
 			e.refuseDeletes(t)
@@ -639,13 +596,11 @@ func testRunFailures(t *testing.T, h Harness) {
 
 // Run's callback is called with no transaction open: a write from it does not wait
 // for one, and a panic in it leaves the database free for the next pass.
-func testRunCallbackPanic(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{})
-	_, err := set.Add(t.Context(), mkBlock("held", "", 0), e.acquireHead())
+func testRunCallbackPanic(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{})
+	_, err := set.Add(ctx, mkBlock("held", "", 0), e.acquireHead())
 	require.NoError(t, err)
-	_, err = set.Add(t.Context(), mkBlock("loose", "", 0))
+	_, err = set.Add(ctx, mkBlock("loose", "", 0))
 	require.NoError(t, err)
 	e.makeDue(t)
 
@@ -659,7 +614,7 @@ func testRunCallbackPanic(t *testing.T, h Harness) {
 	var probed error
 	recovered := func() (r any) {
 		defer func() { r = recover() }()
-		_ = c.Run(t.Context(), time.Hour, func(cleanup.Stats, error) {
+		_ = c.Run(ctx, time.Hour, func(cleanup.Stats, error) {
 			probed = probe()
 			panic("callback failed")
 		})
@@ -668,7 +623,7 @@ func testRunCallbackPanic(t *testing.T, h Harness) {
 	assert.Equal(t, "callback failed", recovered, "the panic goes on up through Run")
 	require.NoError(t, probed, "the callback ran inside a transaction")
 	require.NoError(t, probe(), "a transaction was left open")
-	_, err = c.Collect(t.Context())
+	_, err = c.Collect(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"held"}, e.ids(t, "blocks", "id"))
 }
@@ -702,7 +657,7 @@ var foreignKeys = []struct {
 
 // A key that would refuse an object's deletion and does not reference the ID column
 // alone is refused by Install, by name; one ON DELETE CASCADE is left alone.
-func testUnfollowedKeys(t *testing.T, h Harness) {
+func testUnfollowedKeys(t *testing.T, h harness) {
 	for _, fk := range foreignKeys[1:] {
 		t.Run(fk.name, func(t *testing.T) {
 			e := newEnv(t, h)
@@ -730,17 +685,14 @@ func testUnfollowedKeys(t *testing.T, h Harness) {
 // wedge the queue: the object it keeps alive is refused, counted and postponed by a
 // grace period, the others are collected, and later passes succeed. Once the
 // reference goes, the object is collected.
-func testKeyAddedAfterInstall(t *testing.T, h Harness) {
+func testKeyAddedAfterInstall(t *testing.T, h harness) {
 	for _, fk := range foreignKeys {
 		for _, batch := range []int{1, 100} {
 			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
-				e := newEnv(t, h)
-				set := e.chain(t)
-				c := e.collector(t, cleanup.Config{BatchSize: batch})
+				e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
 				for _, stmt := range fk.create {
 					e.mustExec(t, stmt)
 				}
-				ctx := t.Context()
 				for i, id := range []string{"free1", "pinned", "free2", "free3"} {
 					_, err := set.Add(ctx, mkBlock(id, "", int64(i)))
 					require.NoError(t, err)
@@ -771,12 +723,10 @@ func testKeyAddedAfterInstall(t *testing.T, h Harness) {
 // An object refused again and again (a key added after Install keeps it) and due
 // again at once (a grace period shorter than a batch) does not keep Collect from
 // returning.
-func testRefusedShortGrace(t *testing.T, h Harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	c := e.collector(t, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
+func testRefusedShortGrace(t *testing.T, h harness) {
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
 	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
-	_, err := set.Add(t.Context(), mkBlock("pinned", "", 0))
+	_, err := set.Add(ctx, mkBlock("pinned", "", 0))
 	require.NoError(t, err)
 	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
 	e.makeDue(t)
@@ -786,4 +736,246 @@ func testRefusedShortGrace(t *testing.T, h Harness) {
 	require.NoError(t, err, "Collect went on reviewing the refused object")
 	assert.Positive(t, s.Refused)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
+}
+
+// The clean-up of abandoned chains: deleting a block frees the one before it, and a
+// collector follows that within its batch instead of paying a batch per block.
+
+// chainOf stores n blocks chained by prev, the first on prev ("" for none), with IDs
+// prefix-0000, prefix-0001, ..., and returns the IDs, oldest first. Nothing
+// references the newest.
+func (e *env) chainOf(tb testing.TB, prefix, prev string, n int) []string {
+	tb.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%04d", prefix, i)
+	}
+	const per = 100
+	err := refset.InTx(tb.Context(), e.db, func(tx refset.Tx) error {
+		for start := 0; start < n; start += per {
+			end := min(start+per, n)
+			var args []any
+			for i := start; i < end; i++ {
+				var p any
+				switch {
+				case i > 0:
+					p = ids[i-1]
+				case prev != "":
+					p = prev
+				}
+				args = append(args, ids[i], p, int64(i))
+			}
+			q := `INSERT INTO blocks (id, prev, height) VALUES ` + strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", end-start), ", ")
+			if _, err := tx.ExecContext(tb.Context(), e.sql(q), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	require.NoError(tb, err)
+	return ids
+}
+
+// abandon deletes the heads row of id, as a node dropping a fork does.
+func (e *env) abandon(tb testing.TB, id string) {
+	tb.Helper()
+	e.mustExec(tb, `DELETE FROM heads WHERE block_id = ?`, id)
+}
+
+// reviewLater queues id for review an hour from now, as a new block in its grace
+// period, or one a collector postponed, is.
+func (e *env) reviewLater(tb testing.TB, id string) {
+	tb.Helper()
+	var later any = time.Now().Add(time.Hour)
+	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
+		later = time.Now().Add(time.Hour).UnixMilli()
+	}
+	e.mustExec(tb, `DELETE FROM blocks_review WHERE object_id = ?`, id)
+	e.mustExec(tb, `INSERT INTO blocks_review (object_id, review_after) VALUES (?, ?)`, id, later)
+}
+
+// reviewAll makes everything queued due and collects it, expecting nothing deleted:
+// what a collector running all along would have done by the time a chain is
+// abandoned.
+func reviewAll(tb testing.TB, e *env, c *cleanup.Collector) {
+	tb.Helper()
+	e.makeDue(tb)
+	s, err := c.Collect(tb.Context())
+	require.NoError(tb, err)
+	require.Zero(tb, s.Deleted, "everything is referenced: %v", s)
+}
+
+// An abandoned chain of 1,000 blocks goes in one Collect, in about one batch per
+// BatchSize blocks rather than one per block, and leaves nothing queued.
+func testChainInOneCollect(t *testing.T, h harness) {
+	const length, batch = 1000, 100
+	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
+	_, err := set.Add(ctx, mkBlock("kept", "", 0), e.acquireHead())
+	require.NoError(t, err)
+	ids := e.chainOf(t, "link", "", length)
+	e.mustExec(t, `INSERT INTO heads (block_id) VALUES (?)`, ids[length-1])
+	reviewAll(t, e, c)
+
+	e.abandon(t, ids[length-1])
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(length), s.Deleted, "%v", s)
+	assert.Equal(t, []string{"kept"}, e.ids(t, "blocks", "id"))
+	assert.LessOrEqual(t, s.Batches, 2*length/batch, "a batch per block, not per BatchSize blocks: %v", s)
+	assert.Zero(t, e.count(t, "blocks_review", ""), "the queue is empty once all is reviewed")
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
+// The walk down an abandoned chain stops at the first block something else keeps:
+// a hold, a root row, another block built on it, or its own review time still ahead
+// (a new block's grace period). Everything above it goes in the same Collect, in a
+// few batches; it and everything below it stay.
+func testChainStopsAtKeptBlock(t *testing.T, h harness) {
+	const length, kept = 30, 10
+	cases := []struct {
+		name string
+		keep func(t *testing.T, e *env, set *refset.RefSet[block, string], id string)
+		also []string // blocks besides the chain's lower part that stay
+	}{
+		{"held", func(t *testing.T, e *env, _ *refset.RefSet[block, string], id string) {
+			e.mustExec(t, `INSERT INTO blocks_holds (holder, object_id) VALUES ('keeper', ?)`, id)
+		}, nil},
+		{"referenced by a root table", func(t *testing.T, e *env, _ *refset.RefSet[block, string], id string) {
+			e.mustExec(t, `INSERT INTO pending (block_id) VALUES (?)`, id)
+		}, nil},
+		{"a live fork builds on it", func(t *testing.T, e *env, set *refset.RefSet[block, string], id string) {
+			_, err := set.Add(t.Context(), mkBlock("fork", id, 0), e.acquireHead())
+			require.NoError(t, err)
+		}, []string{"fork"}},
+		{"its review is not due", func(t *testing.T, e *env, _ *refset.RefSet[block, string], id string) {
+			e.reviewLater(t, id)
+		}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: 100})
+			ids := e.chainOf(t, "link", "", length)
+			e.mustExec(t, `INSERT INTO heads (block_id) VALUES (?)`, ids[length-1])
+			reviewAll(t, e, c)
+			tc.keep(t, e, set, ids[kept])
+
+			e.abandon(t, ids[length-1])
+			s, err := c.Collect(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, int64(length-kept-1), s.Deleted, "%v", s)
+			assert.Equal(t, sorted(append(append([]string(nil), ids[:kept+1]...), tc.also...)...), e.ids(t, "blocks", "id"))
+			assert.LessOrEqual(t, s.Batches, 5, "the walk stopped short and went on a block per batch: %v", s)
+			report, err := c.Check(ctx)
+			require.NoError(t, err)
+			assert.True(t, report.OK(), "%+v", report)
+		})
+	}
+}
+
+// A table with two references to itself (a block's parent and its uncle): the walk
+// follows both, and stops at a block the other one still keeps.
+func testChainAlongTwoEdges(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.mustExec(t, `CREATE TABLE dag (id {Text} NOT NULL PRIMARY KEY, prev {Text} REFERENCES dag (id) ON DELETE RESTRICT,
+		uncle {Text} REFERENCES dag (id), height {Int} NOT NULL, payload {Bytes})`)
+	e.mustExec(t, `CREATE INDEX dag_prev ON dag (prev)`)
+	e.mustExec(t, `CREATE INDEX dag_uncle ON dag (uncle)`)
+	e.mustExec(t, `CREATE TABLE tips (dag_id {Text} NOT NULL PRIMARY KEY REFERENCES dag (id))`)
+	openStore[block, string](t, e, "dag")
+	c := e.collector(t, cleanup.Config{Table: "dag", BatchSize: 100})
+	ctx := t.Context()
+	// u0 <- u1 <- u2: a side chain, reached only as uncles. m0 <- m1 <- ... <- m9: the
+	// main chain; m5's uncle is u2, m7's uncle is x1, and x1 is the parent of x2, a
+	// live tip: x1 stays, and with it its own past x0.
+	rows := [][3]any{
+		{"u0", nil, nil}, {"u1", "u0", nil}, {"u2", "u1", nil},
+		{"x0", nil, nil}, {"x1", "x0", nil}, {"x2", "x1", nil},
+		{"m0", nil, nil},
+	}
+	for i := 1; i < 10; i++ {
+		var uncle any
+		switch i {
+		case 5:
+			uncle = "u2"
+		case 7:
+			uncle = "x1"
+		}
+		rows = append(rows, [3]any{fmt.Sprintf("m%d", i), fmt.Sprintf("m%d", i-1), uncle})
+	}
+	for _, r := range rows {
+		e.mustExec(t, `INSERT INTO dag (id, prev, uncle, height) VALUES (?, ?, ?, 0)`, r[0], r[1], r[2])
+	}
+	e.mustExec(t, `INSERT INTO tips (dag_id) VALUES ('m9'), ('x2')`)
+	e.mustExec(t, `UPDATE dag_review SET review_after = `+map[bool]string{true: "0", false: "now() - interval '1 second'"}[e.h.Types.Time == "TIMESTAMP"])
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	require.Zero(t, s.Deleted, "%v", s)
+
+	e.mustExec(t, `DELETE FROM tips WHERE dag_id = 'm9'`)
+	s, err = c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(13), s.Deleted, "m0-m9 and u0-u2: %v", s)
+	assert.Equal(t, []string{"x0", "x1", "x2"}, e.ids(t, "dag", "id"))
+	assert.LessOrEqual(t, s.Batches, 5, "%v", s)
+}
+
+// A writer references a block in the middle of an abandoned chain, in a transaction
+// still open when a collector starts down the chain, and commits while the collector
+// is at work (on Postgres its walk has usually reached the block by then, and waits
+// for the writer's lock). The collector reports no error; the block and everything
+// below it stay, everything above it goes.
+func testChainReReferencedMidCollection(t *testing.T, h harness) {
+	const length, batch, rounds = 300, 100, 4
+	e := newEnv(t, h)
+	e.chain(t)
+	c := e.collector(t, cleanup.Config{BatchSize: batch})
+	ctx := t.Context()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range rounds {
+		ids := e.chainOf(t, fmt.Sprintf("r%d", round), "", length)
+		e.mustExec(t, `INSERT INTO heads (block_id) VALUES (?)`, ids[length-1])
+		reviewAll(t, e, c)
+		e.abandon(t, ids[length-1])
+		// Within the first batch's reach, so that the walk meets it at once.
+		referenced := length - 2 - rng.IntN(batch-2)
+
+		inserted, commit := make(chan struct{}), make(chan struct{})
+		writerDone := make(chan error, 1)
+		go func() {
+			writerDone <- refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO pending (block_id) VALUES (?)`), ids[referenced]); err != nil {
+					return err
+				}
+				close(inserted)
+				<-commit
+				return nil
+			})
+		}()
+		<-inserted
+		var s cleanup.Stats
+		var collectErr error
+		collected := make(chan struct{})
+		go func() {
+			defer close(collected)
+			s, collectErr = c.Collect(ctx)
+		}()
+		time.Sleep(time.Duration(50+rng.IntN(150)) * time.Millisecond)
+		close(commit)
+		require.NoError(t, <-writerDone)
+		<-collected
+		require.NoError(t, collectErr, "round %d", round)
+		assert.Equal(t, int64(length-referenced-1), s.Deleted, "round %d: %v", round, s)
+		assert.Equal(t, ids[:referenced+1], e.ids(t, "blocks", "id"), "round %d", round)
+		report, err := c.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, report.OK(), "%+v", report)
+
+		e.mustExec(t, `DELETE FROM pending`)
+		e.makeDue(t)
+		_, err = c.Collect(ctx)
+		require.NoError(t, err)
+		require.Zero(t, e.count(t, "blocks", ""), "round %d", round)
+	}
 }
