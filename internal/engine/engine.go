@@ -89,3 +89,14 @@ func (e *Engine) Close() error {
 	}
 	return err
 }
+
+// TranslateError is what a store's DB.TranslateError does: an error of a closed
+// database is ErrClosed, and any other driver error is translate's, the dialect's
+// mapping to the sentinels. nil, and an error that carries a sentinel already, pass
+// as they are. e may be nil (a DB that was not opened).
+func TranslateError(e *Engine, err error, query string, translate func(err error, query string) error) error {
+	if err != nil && !sqlstore.Translated(err) && e.Closed() {
+		return fmt.Errorf("%s: %w: %w", e.c.Name, sentinel.ErrClosed, err)
+	}
+	return translate(err, query)
+}

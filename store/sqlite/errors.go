@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mattn/go-sqlite3"
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -17,10 +18,7 @@ import (
 // failed ("" when unknown): SQLite reports one code for every foreign key failure, and
 // only the statement says whether a parent was missing or a child still refers to it.
 func (db *DB) TranslateError(err error, query string) error {
-	if err != nil && !sqlstore.Translated(err) && db.Closed() {
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrClosed, err)
-	}
-	return translateError(err, query)
+	return engine.TranslateError(db.storeEngine, err, query, translateError)
 }
 
 func translateError(err error, query string) error {
