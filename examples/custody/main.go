@@ -140,7 +140,7 @@ func run(ctx context.Context, pgDSN string, replicas, payments int) (bool, error
 	if _, err := bank.Release(ctx, "takeover"); err != nil {
 		return false, err
 	}
-	stats, err := bank.Collector().Collect(ctx)
+	stats, err := bank.Collect(ctx)
 	if err != nil {
 		return false, err
 	}

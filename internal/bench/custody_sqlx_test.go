@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -26,31 +27,18 @@ import (
 // review queue's triggers, expiry by clean-up, the general path's distinctions
 // (insufficient or locked) and waiting for locked funds.
 
-const sqlxCustodySchema = `
-CREATE TABLE tokens (
-    id         text   NOT NULL PRIMARY KEY,
-    owner      text   NOT NULL,
-    token_type text   NOT NULL,
-    identifier text   NOT NULL,
-    issuer     text   NOT NULL,
-    notary     text   NOT NULL,
-    amount     bigint NOT NULL CHECK (amount > 0)
-);
-CREATE INDEX tokens_by_owner ON tokens (owner, identifier, id);
+// sqlxTokensSchema is custody's first migration, the tokens and history tables, so
+// that both sides pay on the same tables; sqlxLocksSchema adds the lock table.
+const (
+	sqlxTokensSchema = "../../examples/custody/tokens/sql/postgres/tables/0001_tokens.sql"
+	sqlxLocksSchema  = `
 CREATE TABLE token_locks (
     token_id   text        NOT NULL PRIMARY KEY REFERENCES tokens (id) ON DELETE RESTRICT,
     tx_id      text        NOT NULL,
     expires_at timestamptz NOT NULL
 );
-CREATE INDEX token_locks_by_tx ON token_locks (tx_id);
-CREATE TABLE token_history (
-    token_id   text   NOT NULL PRIMARY KEY,
-    owner      text   NOT NULL,
-    identifier text   NOT NULL,
-    amount     bigint NOT NULL,
-    created_by text   NOT NULL,
-    spent_by   text
-)`
+CREATE INDEX token_locks_by_tx ON token_locks (tx_id)`
+)
 
 // sqlxCandidatesSQL reads up to 16 unlocked tokens of an owner on one side of the
 // pivot ($3): the caller runs it with id >= pivot, then, if short, with id < pivot.
@@ -83,7 +71,9 @@ func sqlxCustody(b *testing.B, w workload, path sqlxPath) *custody {
 			first = db
 		}
 	}
-	_, err := first.ExecContext(ctx, sqlxCustodySchema)
+	tables, err := os.ReadFile(sqlxTokensSchema)
+	must(b, err)
+	_, err = first.ExecContext(ctx, string(tables)+sqlxLocksSchema)
 	must(b, err)
 	var issued int64
 	for o := range w.owners {
@@ -132,12 +122,35 @@ SELECT id, owner, identifier, amount, $4 FROM issued`, pq.Array(ids), pq.Array(n
 func sqlxTwoStep(db *sqlx.DB) payer { return &sqlxPayer{db: db} }
 
 type sqlxPayer struct {
-	db               *sqlx.DB
-	attempts, losses atomic.Int64
+	db *sqlx.DB
+	sqlxRaces
 }
 
-func (p *sqlxPayer) stats() tokens.LockStats {
-	return tokens.LockStats{Attempts: p.attempts.Load(), LostRaces: p.losses.Load()}
+// sqlxRaces counts a hand-written payer's attempts to take tokens and the races they
+// lost.
+type sqlxRaces struct{ attempts, losses atomic.Int64 }
+
+func (r *sqlxRaces) stats() tokens.LockStats {
+	return tokens.LockStats{Attempts: r.attempts.Load(), LostRaces: r.losses.Load()}
+}
+
+// sqlxRetry runs once until it needs no other attempt (again false) or has had 30,
+// with jittered back-off between them, and returns its last error. With races, each
+// attempt counts, and each one tried again as a race lost.
+func sqlxRetry(races *sqlxRaces, once func() (again bool, err error)) error {
+	for attempt := 1; ; attempt++ {
+		if races != nil {
+			races.attempts.Add(1)
+		}
+		again, err := once()
+		if !again || attempt == 30 {
+			return err
+		}
+		if races != nil {
+			races.losses.Add(1)
+		}
+		time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
+	}
 }
 
 func (p *sqlxPayer) pay(ctx context.Context, tx string, pm payment) error {
@@ -150,17 +163,12 @@ func (p *sqlxPayer) pay(ctx context.Context, tx string, pm payment) error {
 
 // lock selects and locks tokens covering amount, retrying a lost race up to 30 times
 // with jittered back-off.
-func (p *sqlxPayer) lock(ctx context.Context, tx, owner string, amount int64) ([]tokens.Token, error) {
-	for attempt := 1; ; attempt++ {
-		p.attempts.Add(1)
-		locked, err := p.lockOnce(ctx, tx, owner, amount)
-		if retryable(err, "23505") && attempt < 30 {
-			p.losses.Add(1)
-			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
-			continue
-		}
-		return locked, err
-	}
+func (p *sqlxPayer) lock(ctx context.Context, tx, owner string, amount int64) (locked []tokens.Token, err error) {
+	err = sqlxRetry(&p.sqlxRaces, func() (bool, error) {
+		locked, err = p.lockOnce(ctx, tx, owner, amount)
+		return retryable(err, "23505"), err
+	})
+	return locked, err
 }
 
 // retryable: err is a deadlock or serialization failure, which rolled the transaction
@@ -222,14 +230,10 @@ func (p *sqlxPayer) lockOnce(ctx context.Context, txID, owner string, amount int
 
 // spend spends the locked tokens into outputs, retrying a deadlock (see retryable).
 func (p *sqlxPayer) spend(ctx context.Context, txID string, locked, outputs []tokens.Token) error {
-	for attempt := 1; ; attempt++ {
+	return sqlxRetry(nil, func() (bool, error) {
 		err := p.spendOnce(ctx, txID, locked, outputs)
-		if retryable(err) && attempt < 30 {
-			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
-			continue
-		}
-		return err
-	}
+		return retryable(err), err
+	})
 }
 
 func (p *sqlxPayer) spendOnce(ctx context.Context, txID string, locked, outputs []tokens.Token) error {
@@ -339,12 +343,8 @@ SELECT (SELECT covered FROM total) >= $3::bigint, (SELECT count(*) FROM wanted),
 func sqlxOneStatement(db *sqlx.DB) payer { return &sqlxOnePayer{db: db} }
 
 type sqlxOnePayer struct {
-	db               *sqlx.DB
-	attempts, losses atomic.Int64
-}
-
-func (p *sqlxOnePayer) stats() tokens.LockStats {
-	return tokens.LockStats{Attempts: p.attempts.Load(), LostRaces: p.losses.Load()}
+	db *sqlx.DB
+	sqlxRaces
 }
 
 func (p *sqlxOnePayer) pay(ctx context.Context, tx string, pm payment) error {
@@ -353,22 +353,18 @@ func (p *sqlxOnePayer) pay(ctx context.Context, tx string, pm payment) error {
 	for _, t := range pm.outputs(pm.amount) {
 		ids, owners, amounts = append(ids, tokens.NewID()), append(owners, t.Owner), append(amounts, t.Amount)
 	}
-	for attempt := 1; ; attempt++ {
-		p.attempts.Add(1)
+	return sqlxRetry(&p.sqlxRaces, func() (bool, error) {
 		var paid bool
 		var wanted, locked int
 		err := p.db.QueryRowContext(ctx, sqlxPaySQL, pm.from, tokens.NewID(), pm.amount, tx,
 			pq.Array(ids), pq.Array(owners), pq.Array(amounts), tokens.NewID()).Scan(&paid, &wanted, &locked)
 		switch {
 		case err == nil && paid:
-			return nil
-		case attempt < 30 && (retryable(err) || err == nil && locked < wanted):
-			p.losses.Add(1)
-			time.Sleep(time.Duration(rand.IntN(1000*attempt)) * time.Microsecond)
-		case err == nil:
-			return fmt.Errorf("%w: %s", tokens.ErrInsufficientFunds, pm.from)
+			return false, nil
+		case err == nil: // short: a race lost if another payment took tokens it wanted
+			return locked < wanted, fmt.Errorf("%w: %s", tokens.ErrInsufficientFunds, pm.from)
 		default:
-			return err
+			return retryable(err), err
 		}
-	}
+	})
 }

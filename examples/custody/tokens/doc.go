@@ -3,10 +3,13 @@
 // with several replicas (connection pools or processes) on one database.
 //
 // A token is an immutable object in the tokens table. Its owner keeps it alive with a
-// hold that never expires; a lock is a second hold, by the transaction, that expires
-// by the database's clock. A unique index allows at most one lock per token, so two
-// replicas can never lock the same token, whatever their timing: the database decides
-// every race, and the loser tries other tokens.
+// row of token_owners, custody's own holder table, which references the token ON
+// DELETE RESTRICT, as a component built on refset holds objects (clean-up follows it);
+// custody runs no SQL on refset's own tables. A transaction locks a token with a row
+// of token_locks, which expires by the database's clock and keeps nothing alive. Its
+// primary key allows at most one lock per token, so two replicas can never lock the
+// same token, whatever their timing: the database decides every race, and the loser
+// tries other tokens.
 //
 // Select finds the owner's unlocked tokens that match a filter, takes them in random
 // order until they cover the amount, and locks them in one transaction; any failure
@@ -19,10 +22,10 @@
 //
 // A lock whose time-to-live has passed by the database's clock is no lock: the next
 // Select may take its token at once, on either database and on either path below,
-// without waiting for clean-up (which removes the expired locks no Select took). The
+// without waiting for clean-up (Collect, which removes the expired locks no Select took). The
 // takeover replaces the old lock in the statement or transaction that inserts the
 // new one, and only if the old one is still expired when that statement meets it
-// (compare-and-swap on the one-lock index), so a token never has two locks, and a
+// (compare-and-swap on the lock's primary key), so a token never has two locks, and a
 // lock taken over is live again and cannot be taken over in turn.
 //
 // Pay makes a payment whose outputs are known when it starts in one step: it takes
@@ -32,7 +35,7 @@
 // On Postgres Select, Pay and Spend are each one prepared statement, committed on its
 // own (postgres.go), since for statements this small the round trips and the planning
 // cost more than the work. Select and Pay call plpgsql functions
-// (sql/postgres/tables/0004_claim.sql) that claim tokens row by row: from a random
+// (sql/postgres/tables/0006_holders.sql) that claim tokens row by row: from a random
 // point of the owner's tokens, each row no live lock holds is locked FOR UPDATE SKIP
 // LOCKED as a cursor reaches it, until the rows cover the amount. A token another
 // transaction is taking is skipped and the scan goes on past it, so meeting one costs
@@ -43,11 +46,11 @@
 // because others were paying at the same moment. It gives up on its own (a race lost,
 // in LockStats) only when it holds some tokens and finds no more while others take the
 // rest: it then releases what it holds rather than sit on it. Select then inserts the locks, taking
-// expired ones over (compare-and-swap on the one-lock index); Pay spends in the same
+// expired ones over (compare-and-swap on the lock's primary key); Pay spends in the same
 // call. A Select with a Predicate goes to the general path, a transaction of several
 // statements, which SQLite always takes; LockStats.General counts those. The spend
 // deletes, records, creates and checks in one statement, in a plpgsql function too
-// (custody_spend, sql/postgres/tables/0005_spend.sql), so that it is planned once per
+// (custody_spend, sql/postgres/tables/0006_holders.sql), so that it is planned once per
 // session and by key; a refusal (nothing locked, unbalanced outputs) is raised inside
 // it, so it changes nothing.
 //

@@ -28,8 +28,8 @@ func waitExpired(t *testing.T, v *Vault, owner string) {
 // locks is every token's non-owner holders, as the database has them.
 func locks(t *testing.T, v *Vault, owner string) map[string][]string {
 	t.Helper()
-	rows, err := v.db.Reader().QueryContext(t.Context(), v.sql(`SELECT t.id, h.holder FROM tokens t
-		JOIN tokens_holds h ON h.object_id = t.id AND h.holder <> 'owner' WHERE t.owner = ? ORDER BY t.id, h.holder`), owner)
+	rows, err := v.db.Reader().QueryContext(t.Context(), v.sql(`SELECT t.id, l.holder FROM tokens t
+		JOIN token_locks l ON l.token_id = t.id WHERE t.owner = ? ORDER BY t.id, l.holder`), owner)
 	require.NoError(t, err)
 	defer rows.Close()
 	out := map[string][]string{}
@@ -40,6 +40,17 @@ func locks(t *testing.T, v *Vault, owner string) map[string][]string {
 	}
 	require.NoError(t, rows.Err())
 	return out
+}
+
+// lostLocks checks that txID, whose locks expired and were taken, can neither release
+// nor spend anything.
+func lostLocks(t *testing.T, v *Vault, txID string) {
+	t.Helper()
+	n, err := v.Release(t.Context(), txID)
+	require.NoError(t, err)
+	assert.Zero(t, n, "%s released a lock it lost", txID)
+	_, _, err = v.Spend(t.Context(), txID, []Token{gbp("jack", 1)})
+	require.ErrorIs(t, err, ErrNothingLocked)
 }
 
 // A lock that has expired by the database's clock does not hide its token: the next
@@ -71,11 +82,7 @@ func TestExpiredLockIsTakenOverAtOnce(t *testing.T) {
 
 		_, err = v.Select(ctx, newTx(), "ivy", 1, Filter{}, time.Minute)
 		require.ErrorIs(t, err, ErrLocked, "a live lock was taken over")
-		n, err := v.Release(ctx, old)
-		require.NoError(t, err)
-		assert.Zero(t, n, "the old transaction released a lock it lost")
-		_, _, err = v.Spend(ctx, old, []Token{gbp("jack", 7)})
-		require.ErrorIs(t, err, ErrNothingLocked)
+		lostLocks(t, v, old)
 		_, _, err = v.Spend(ctx, next, []Token{gbp("jack", 7)})
 		require.NoError(t, err)
 	})

@@ -16,15 +16,16 @@ import (
 
 // The Postgres fast paths: a select is one statement and a spend is one statement,
 // each committed on its own. They run where the dialect's SQL folder has their
-// statements (sql/postgres/queries) and its tables the functions those call. They do what the general paths in tokens.go do statement
-// by statement (which SQLite, selections with a Predicate and every case the fast
-// select cannot settle still take), in one round trip, and they write the same rows:
-// the RefSet's tokens table and its holds, under the same clean-up triggers.
+// statements (sql/postgres/queries) and its tables the functions those call. They do
+// what the general paths in tokens.go do statement by statement (which SQLite,
+// selections with a Predicate and every case the fast select cannot settle still
+// take), in one round trip, and they write the same rows: the RefSet's tokens table
+// and custody's holder tables, under the same clean-up triggers.
 //
-// A spend deletes the spent tokens in the statement that deletes their holds, and
-// creates the outputs in the statement that creates their owners' holds, so the
-// clean-up triggers, which look at the end of the statement, queue nothing: payments
-// give clean-up no work.
+// A spend deletes the spent tokens in the statement that deletes their owners' rows
+// and locks, and creates the outputs in the statement that gives them their owners,
+// so the clean-up triggers, which look at the end of the statement, queue nothing:
+// payments give clean-up no work.
 
 // statements are the fast paths' statements, each prepared on the pool when first
 // run, which database/sql then prepares once per connection, not once per call: for
@@ -55,7 +56,7 @@ func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Row
 			return err
 		}
 		err = s.run(ctx, st.query, prepared, row, args)
-		if attempt > 0 || prepared == nil || sqlState(err) != "0A000" {
+		if code, _ := serverError(err); attempt > 0 || prepared == nil || code != "0A000" {
 			return err
 		}
 		// Closed before it is prepared again: pgx prepares a text once per connection,
@@ -92,16 +93,7 @@ func (s *statements) run(ctx context.Context, query string, prepared *sql.Stmt, 
 	} else {
 		rows, err = s.pool.QueryContext(ctx, query, args...)
 	}
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := row(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, err, row)
 }
 
 // selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
@@ -165,11 +157,13 @@ func claimError(verdict, owner, covered string, amount int64) error {
 // looked, eight times; counted as a race lost and tried again.
 var errBusy = fmt.Errorf("%w: the funds are being taken by payments in flight", errRace)
 
-// refusals are the sentinels of custody_refuse's codes.
+// refusals are the sentinels of custody_refuse's codes. CU004 is custody_pay's: a
+// claimed token was locked first by a two-step transaction, a race lost.
 var refusals = map[string]error{
 	"CU001": ErrNothingLocked,
 	"CU002": ErrUnbalanced,
 	"CU003": errBooks,
+	"CU004": errRace,
 }
 
 // errBooks: a spend found the books disagreeing with its locks (a token recorded
@@ -208,7 +202,7 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 		return err
 	}, args...)
 	if err != nil {
-		return nil, v.refusal(err)
+		return nil, v.refusal(err, &v.stmts.spend)
 	}
 	if len(spent) == 0 { // custody_refuse raises first; this guards the guard
 		return nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
@@ -216,34 +210,27 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 	return spent, nil
 }
 
-// refusal is err as custody's sentinel when custody_refuse raised it.
-func (v *Vault) refusal(err error) error {
-	if sentinel, ok := refusals[sqlState(err)]; ok {
-		return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(serverMessage(err), "custody: "))
+// refusal is err, an error of st, as custody's sentinel when custody_refuse raised
+// it, or as the database translates it.
+func (v *Vault) refusal(err error, st *statement) error {
+	if code, message := serverError(err); refusals[code] != nil {
+		return fmt.Errorf("%w: %s", refusals[code], strings.TrimPrefix(message, "custody: "))
 	}
-	return v.db.TranslateError(err, v.stmts.spend.query)
+	return v.db.TranslateError(err, st.query)
 }
 
-// sqlState is the SQLSTATE of a server error from lib/pq or pgx, or "".
-func sqlState(err error) string {
-	var se interface{ SQLState() string }
-	if errors.As(err, &se) {
-		return se.SQLState()
-	}
-	return ""
-}
-
-// serverMessage is the server's primary message of err, without the driver's prefix.
-func serverMessage(err error) string {
+// serverError is the SQLSTATE and the primary message of a server error from lib/pq
+// or pgx, without the driver's prefix; empty for any other error, or none.
+func serverError(err error) (code, message string) {
 	var pe *pq.Error
-	if errors.As(err, &pe) {
-		return pe.Message
-	}
 	var pgxe *pgconn.PgError
-	if errors.As(err, &pgxe) {
-		return pgxe.Message
+	switch {
+	case errors.As(err, &pe):
+		return string(pe.Code), pe.Message
+	case errors.As(err, &pgxe):
+		return pgxe.Code, pgxe.Message
 	}
-	return err.Error()
+	return "", ""
 }
 
 // payFast is one attempt of Pay on Postgres; outputs have their IDs.
@@ -269,7 +256,7 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 		return nil
 	}, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
 	if err != nil {
-		return nil, v.payRefusal(err)
+		return nil, v.refusal(err, &v.stmts.pay)
 	}
 	switch verdict {
 	case "paid":
@@ -280,16 +267,4 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 	default:
 		return nil, claimError(verdict, from, covered, amount)
 	}
-}
-
-// payRefusal is err as custody's sentinel when custody_pay refused the payment: CU004,
-// a claimed token locked first by a two-step transaction, is a race lost.
-func (v *Vault) payRefusal(err error) error {
-	if sqlState(err) == "CU004" {
-		return fmt.Errorf("%w: %s", errRace, serverMessage(err))
-	}
-	if sentinel, ok := refusals[sqlState(err)]; ok {
-		return fmt.Errorf("%w: %s", sentinel, strings.TrimPrefix(serverMessage(err), "custody: "))
-	}
-	return v.db.TranslateError(err, v.stmts.pay.query)
 }

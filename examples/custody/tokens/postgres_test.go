@@ -59,7 +59,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	// turns such a wait into an error of its own (55P03) long before deadlock_timeout.
 	_, err = stale.ExecContext(ctx, `SET LOCAL lock_timeout = '200ms'`)
 	require.NoError(t, err)
-	_, err = stale.ExecContext(ctx, `INSERT INTO tokens_holds (holder, object_id, expires_at) VALUES ('tx:B', $1, now() + interval '1 minute')`, token)
+	_, err = stale.ExecContext(ctx, `INSERT INTO token_locks (token_id, holder, expires_at) VALUES ($1, 'tx:B', now() + interval '1 minute')`, token)
 	var pe *pq.Error
 	require.True(t, errors.As(err, &pe), "inserting the stale lock: %v", err)
 	assert.Equal(t, pq.ErrorCode("23505"), pe.Code, "the stale select must lose its race (unique_violation), not deadlock: %v", err)
@@ -123,14 +123,14 @@ func TestFastPathsReadByKey(t *testing.T) {
 		amounts[i] = 1 + int64(i%5)
 	}
 	issue(t, v, "alice", amounts...)
-	_, err := v.stmts.pool.ExecContext(ctx, `ANALYZE tokens; ANALYZE tokens_holds; ANALYZE token_history`)
+	_, err := v.stmts.pool.ExecContext(ctx, `ANALYZE tokens; ANALYZE token_owners; ANALYZE token_locks; ANALYZE token_history`)
 	require.NoError(t, err)
 
 	type counters struct{ seqScans, historyRows int64 }
 	read := func() (c counters) {
 		t.Helper()
 		require.NoError(t, v.stmts.pool.QueryRowContext(ctx, `
-			SELECT sum(seq_scan) FILTER (WHERE relname IN ('tokens', 'tokens_holds', 'token_history')),
+			SELECT sum(seq_scan) FILTER (WHERE relname IN ('tokens', 'token_owners', 'token_locks', 'token_history')),
 			       sum(n_tup_ins) FILTER (WHERE relname = 'token_history')
 			FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&c.seqScans, &c.historyRows))
 		return c

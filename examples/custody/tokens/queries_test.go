@@ -31,8 +31,8 @@ func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 		_, err = other.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, id)
 		require.NoError(t, err)
 
-		// Without the row locks, the lock's insert would wait for the row (its
-		// foreign key locks the token's row): the deadline says so.
+		// Without the row locks, Select would lock the token whose row the other
+		// transaction holds; the deadline bounds any wait for that row.
 		impatient, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		before := v.Stats()

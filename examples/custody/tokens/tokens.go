@@ -3,6 +3,7 @@ package tokens
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"embed"
 	"encoding/hex"
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -25,9 +25,9 @@ import (
 	"github.com/refsetdb/refset/store"
 )
 
-// migrations is custody's SQL, a folder per dialect named as the database's driver
-// names it: the migrations (tables, locks) and the dialect's own statements (queries),
-// if it has any.
+// migrations is custody's SQL: a folder per dialect named as the database's driver
+// names it, with the dialect's tables and its own statements (queries), if it has
+// any, and the locks' migrations, written alike for every dialect (locks).
 //
 //go:embed sql
 var migrations embed.FS
@@ -79,9 +79,7 @@ var (
 	ErrInvalid = errors.New("tokens: invalid request")
 )
 
-// ownerHolder is the holder name of an owner's hold on its tokens.
-const ownerHolder = "owner"
-
+// lockHolder is the holder of txID's locks.
 func lockHolder(txID string) string { return "tx:" + txID }
 
 // Config tunes a Vault. The zero value is a sane default.
@@ -96,9 +94,8 @@ type Config struct {
 	// back-off (up to 250 ms apart, so many waiters do not swamp the database). Zero
 	// means it fails with ErrLocked at once.
 	LockWait time.Duration
-	// Logger receives the tokens' clean-up passes (expired locks removed; see
-	// cleanup.Config.Logger). Nil means the database's logger (the stores'
-	// Options.Logger), if any.
+	// Logger receives the collector's passes of Collect (see cleanup.Config.Logger).
+	// Nil means the database's logger (the stores' Options.Logger), if any.
 	Logger *slog.Logger
 }
 
@@ -121,8 +118,7 @@ type Vault struct {
 }
 
 // Open creates the custody tables if needed (on a database of store/sqlite or
-// store/postgres),
-// installs clean-up and returns the vault.
+// store/postgres), installs clean-up and returns the vault.
 func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	v := &Vault{db: db, maxAttempts: cfg.MaxAttempts, lockWait: cfg.LockWait}
 	if v.maxAttempts <= 0 {
@@ -155,16 +151,19 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	return v, nil
 }
 
+// migrate applies the migrations of part: the dialect's tables, or the locks, which
+// are written alike for every dialect.
 func (v *Vault) migrate(ctx context.Context, part string) error {
-	sub, err := fs.Sub(migrations, v.sqlDir()+"/"+part)
+	dir := "sql/" + part
+	if part == "tables" {
+		dir = v.sqlDir() + "/" + part
+	}
+	sub, err := fs.Sub(migrations, dir)
 	if err != nil {
 		return err
 	}
-	refsetSQL, err := schema.SQLOf(v.db) // refset's own migrations, which custody's follow
-	if err != nil {
-		return err
-	}
-	return schema.MigrateFS(ctx, v.db, refsetSQL, "custody-"+part, sub)
+	// After refset's own migrations, the driver's, which custody's follow.
+	return schema.MigrateFS(ctx, v.db, v.drv.SchemaSQL(), "custody-"+part, sub)
 }
 
 // sqlDir is the folder of the database's dialect in migrations.
@@ -188,9 +187,17 @@ func (v *Vault) readQueries() {
 // (an unprepared statement would send it on every call).
 var sqlComment = regexp.MustCompile(`(?m)^\s*--.*\n`)
 
-// Collector is the tokens' clean-up: it removes expired locks (and would collect a
-// token nothing holds).
-func (v *Vault) Collector() *cleanup.Collector { return v.collector }
+// Collect is the tokens' clean-up: it removes the expired locks no Select took over
+// (counted in HoldsExpired), then collects any token nothing holds.
+func (v *Vault) Collect(ctx context.Context) (cleanup.Stats, error) {
+	expired, err := v.exec(ctx, `DELETE FROM token_locks WHERE expires_at <= `+v.drv.Clock().Now)
+	if err != nil {
+		return cleanup.Stats{}, err
+	}
+	stats, err := v.collector.Collect(ctx)
+	stats.HoldsExpired += expired
+	return stats, err
+}
 
 // Set is the set the tokens live in.
 func (v *Vault) Set() *refset.RefSet[Token, string] { return v.set }
@@ -249,13 +256,13 @@ func (v *Vault) create(ctx context.Context, tx refset.Tx, txID string, out []Tok
 	// databases bound the parameters of one statement).
 	for start := 0; start < len(out); start += 1000 {
 		chunk := out[start:min(start+1000, len(out))]
-		holds := make([]any, 0, 2*len(chunk))
+		owners := make([]any, 0, len(chunk))
 		history := make([]any, 0, 6*len(chunk))
 		for _, t := range chunk {
-			holds = append(holds, ownerHolder, t.TokenID)
+			owners = append(owners, t.TokenID)
 			history = append(history, t.TokenID, t.Owner, t.Identifier, t.Amount, txID, issued)
 		}
-		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id) VALUES `+rows(len(chunk), 2)), holds...); err != nil {
+		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_owners (token_id) VALUES `+rows(len(chunk), 1)), owners...); err != nil {
 			return nil, err
 		}
 		if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_history (token_id, owner, identifier, amount, created_by, issued) VALUES `+rows(len(chunk), 6)), history...); err != nil {
@@ -291,7 +298,7 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 
 // retry runs attempt until it succeeds or fails for good, and counts the attempts
 // and the races lost. A race lost to another transaction (errRace, a lock the
-// one-lock index refused, a deadlock or serialization failure) is tried again at
+// locks' primary key refused, a deadlock or serialization failure) is tried again at
 // once, after a jittered pause so racing replicas fall out of step; after
 // MaxAttempts of those, or when funds are locked by committed transactions
 // (ErrLocked), it waits with jittered exponential back-off, until LockWait has
@@ -302,30 +309,31 @@ func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 	for races := 0; ; {
 		v.attempts.Add(1)
 		err := attempt()
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict):
+		race := errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict)
+		if race {
 			v.lost.Add(1)
-			if races++; races < v.maxAttempts {
-				err = pause(ctx, time.Duration(mrand.IntN(1+min(races, 10)*500))*time.Microsecond)
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
-			}
-			// Too contended to win now: wait as for locked funds, then race again.
+			races++
+		}
+		var pause time.Duration
+		switch {
+		case race && races < v.maxAttempts:
+			pause = time.Duration(mrand.IntN(1+min(races, 10)*500)) * time.Microsecond
+		case race && time.Now().After(deadline):
+			return fmt.Errorf("%w: lost the race for tokens %d times: %w", ErrLocked, races, err)
+		case race: // too contended to win now: wait as for locked funds, then race again
 			races = 0
-			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
-			wait = min(2*wait, 250*time.Millisecond)
+			fallthrough
 		case errors.Is(err, ErrLocked) && time.Now().Before(deadline):
 			// Funds locked by committed transactions free up when those spend or
 			// release: wait, backing off.
-			err = pause(ctx, wait/2+time.Duration(mrand.Int64N(int64(wait))))
-			wait = min(2*wait, 250*time.Millisecond)
-		}
-		if err != nil {
+			pause, wait = wait/2+time.Duration(mrand.Int64N(int64(wait))), min(2*wait, 250*time.Millisecond)
+		default:
 			return err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -350,17 +358,6 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 	return got, err
 }
 
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // errRace: the tokens chosen were being locked by another transaction.
 var errRace = errors.New("tokens: lost a race for a token")
 
@@ -380,8 +377,8 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// apart, so they rarely want the same tokens, and the cost follows the amount
 	// asked, not the size of the wallet.
 	base := `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
-		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM tokens_holds h
-		WHERE h.object_id = t.id AND h.holder <> 'owner' AND (h.expires_at IS NULL OR h.expires_at > ` + v.drv.Clock().Now + `))`
+		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM token_locks l
+		WHERE l.token_id = t.id AND l.expires_at > ` + v.drv.Clock().Now + `)`
 	const page = 64
 	pivot := NewID()
 	var candidates []Token
@@ -456,8 +453,8 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// Expired locks on them are taken over: deleted here, replaced below, in this
 	// transaction, which holds the tokens' rows (Postgres) or the one writer (SQLite),
 	// so no other selector can take them in between.
-	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder <> 'owner' AND expires_at <= `+
-		v.drv.Clock().Now+` AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM token_locks WHERE expires_at <= `+
+		v.drv.Clock().Now+` AND token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
 	}
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
@@ -466,10 +463,10 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	lockArgs := make([]any, 0, 2*len(chosen))
 	values := make([]string, len(chosen))
 	for i, t := range chosen {
-		lockArgs = append(lockArgs, lockHolder(txID), t.TokenID)
+		lockArgs = append(lockArgs, t.TokenID, lockHolder(txID))
 		values[i] = "(?, ?, " + expires + ")"
 	}
-	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO tokens_holds (holder, object_id, expires_at) VALUES `+
+	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_locks (token_id, holder, expires_at) VALUES `+
 		strings.Join(values, ", ")), lockArgs...); err != nil {
 		return nil, err
 	}
@@ -487,18 +484,15 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 	for i, t := range want {
 		ids[i] = t.TokenID
 	}
-	r, err := tx.QueryContext(ctx, v.lockRowsSQL, pq.Array(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
+	rows, err := tx.QueryContext(ctx, v.lockRowsSQL, v.drv.StringList(ids))
 	locked := map[string]bool{}
-	for r.Next() {
+	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
-		if err := r.Scan(&id); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&id)
 		locked[id] = true
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	var got []Token
 	for _, t := range want {
@@ -506,7 +500,7 @@ func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Tok
 			got = append(got, t)
 		}
 	}
-	return got, r.Err()
+	return got, nil
 }
 
 // keep is the tokens pred accepts.
@@ -523,34 +517,47 @@ func keep(toks []Token, pred func(Token) bool) []Token {
 	return out
 }
 
-func (v *Vault) query(ctx context.Context, q refset.Querier, sql string, args ...any) ([]Token, error) {
-	r, err := q.QueryContext(ctx, v.sql(sql), args...)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
+func (v *Vault) query(ctx context.Context, q refset.Querier, query string, args ...any) ([]Token, error) {
+	rows, err := q.QueryContext(ctx, v.sql(query), args...)
 	var out []Token
-	for r.Next() {
+	err = eachRow(rows, err, func(r *sql.Rows) error {
 		var t Token
-		if err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount); err != nil {
-			return nil, err
-		}
+		err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount)
 		out = append(out, t)
+		return err
+	})
+	return out, err
+}
+
+// eachRow calls row on each of rows, the result of a query that failed if err is not
+// nil, and closes them.
+func eachRow(rows *sql.Rows, err error, row func(*sql.Rows) error) error {
+	if err != nil {
+		return err
 	}
-	return out, r.Err()
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // Release drops every lock txID holds and returns how many. A lock another
 // transaction has taken over since (after it expired) is not txID's any more and is
 // left alone.
 func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
-	var n int64
-	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
-		res, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ?`), lockHolder(txID))
-		if err != nil {
-			return err
+	return v.exec(ctx, `DELETE FROM token_locks WHERE holder = ?`, lockHolder(txID))
+}
+
+// exec runs one statement in a transaction of its own and returns the rows it changed.
+func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
+	err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		res, err := tx.ExecContext(ctx, v.sql(query), args...)
+		if err == nil {
+			n, err = res.RowsAffected()
 		}
-		n, err = res.RowsAffected()
 		return err
 	})
 	return n, err
@@ -616,20 +623,14 @@ func balanced(inputs, outputs []Token) error {
 // holds and the tokens, the history, then the outputs.
 func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, error) {
 	// The locks go first: what this returns is exactly what txID still holds.
-	r, err := tx.QueryContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = ? RETURNING object_id`), lockHolder(txID))
-	if err != nil {
-		return nil, err
-	}
+	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), lockHolder(txID))
 	var ids []any
-	for r.Next() {
+	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
-		if err := r.Scan(&id); err != nil {
-			r.Close()
-			return nil, err
-		}
+		err := r.Scan(&id)
 		ids = append(ids, id)
-	}
-	if err := r.Close(); err != nil {
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	if len(ids) == 0 {
@@ -644,7 +645,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 	if err := balanced(inputs, outputs); err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens_holds WHERE holder = 'owner' AND object_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM token_owners WHERE token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
 	}
 	res, err := tx.ExecContext(ctx, v.sql(`DELETE FROM tokens WHERE id IN (`+list(len(ids))+`)`), ids...)
@@ -672,8 +673,8 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 // Balance is what an owner has of an identifier: in all, and not locked.
 func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
 	err = v.db.Reader().QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
-		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder <> 'owner'
-			AND (h.expires_at IS NULL OR h.expires_at > `+v.drv.Clock().Now+`)) THEN 0 ELSE t.amount END), 0)
+		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id
+			AND l.expires_at > `+v.drv.Clock().Now+`) THEN 0 ELSE t.amount END), 0)
 		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
 	return total, unlocked, err
 }
@@ -717,8 +718,8 @@ func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 				SELECT identifier, -amount FROM tokens) flows
 			GROUP BY identifier HAVING SUM(amount) <> 0) x),
 		(SELECT COUNT(*) FROM token_history h WHERE h.spent_by IS NOT NULL AND EXISTS (SELECT 1 FROM tokens t WHERE t.id = h.token_id)),
-		(SELECT COUNT(*) FROM (SELECT object_id FROM tokens_holds WHERE holder <> 'owner' GROUP BY object_id HAVING COUNT(*) > 1) x),
-		(SELECT COUNT(*) FROM tokens t WHERE NOT EXISTS (SELECT 1 FROM tokens_holds h WHERE h.object_id = t.id AND h.holder = 'owner'))`).
+		(SELECT COUNT(*) FROM (SELECT token_id FROM token_locks GROUP BY token_id HAVING COUNT(*) > 1) x),
+		(SELECT COUNT(*) FROM tokens t WHERE NOT EXISTS (SELECT 1 FROM token_owners o WHERE o.token_id = t.id))`).
 		Scan(&a.Issued, &a.Created, &a.Spent, &a.Remaining, &a.Tokens, &a.Unconserved, &a.SpentButPresent, &a.LockedTwice, &a.Unheld)
 	return a, err
 }

@@ -89,6 +89,17 @@ func repeat(n int, amount int64) []int64 {
 	return out
 }
 
+// logRaces logs the replicas' lock attempts and the races they lost.
+func logRaces(t *testing.T, vs []*Vault) {
+	t.Helper()
+	var st LockStats
+	for _, v := range vs {
+		st.Attempts += v.Stats().Attempts
+		st.LostRaces += v.Stats().LostRaces
+	}
+	t.Logf("lock attempts %d, lost races %d", st.Attempts, st.LostRaces)
+}
+
 // run starts fn on every replica, each `each` times, concurrently, and collects the
 // errors.
 func run(vs []*Vault, each int, fn func(v *Vault) error) []error {
@@ -135,12 +146,7 @@ func TestOneTokenSpentThroughChange(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(0), alice)
 		assert.Equal(t, int64(100), bob)
-		var st LockStats
-		for _, v := range vs {
-			st.Attempts += v.Stats().Attempts
-			st.LostRaces += v.Stats().LostRaces
-		}
-		t.Logf("lock attempts %d, lost races %d", st.Attempts, st.LostRaces)
+		logRaces(t, vs)
 	})
 }
 
@@ -275,11 +281,7 @@ func TestLockSurvivesRestartAndExpires(t *testing.T) {
 			return err == nil
 		}, 10*time.Second, 20*time.Millisecond, "the lock expires")
 
-		n, err := v.Release(ctx, first)
-		require.NoError(t, err)
-		assert.Zero(t, n, "the expired lock was taken over: unlocking it does nothing")
-		_, _, err = v.Spend(ctx, first, []Token{gbp("frank", 7)})
-		require.ErrorIs(t, err, ErrNothingLocked)
+		lostLocks(t, v, first)
 		_, _, err = restarted.Spend(ctx, second, []Token{gbp("frank", 7)})
 		require.NoError(t, err)
 	})
@@ -295,7 +297,7 @@ func TestCleanupRemovesExpiredLocks(t *testing.T) {
 		require.NoError(t, err)
 		var expired int64
 		require.Eventually(t, func() bool {
-			s, err := v.Collector().Collect(ctx)
+			s, err := v.Collect(ctx)
 			require.NoError(t, err)
 			expired += s.HoldsExpired
 			return expired == 3
@@ -334,7 +336,7 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 	}{
 		{"value from nothing", []string{
 			`INSERT INTO tokens (id, owner, token_type, identifier, issuer, notary, amount) VALUES ('forged', 'mallory', 'fiat', 'GBP', 'bank', 'notary', 50)`,
-			`INSERT INTO tokens_holds (holder, object_id) VALUES ('owner', 'forged')`,
+			`INSERT INTO token_owners (token_id) VALUES ('forged')`,
 			`INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES ('forged', 'mallory', 'GBP', 50, 'forger')`,
 		}, func(t *testing.T, a Audit) {
 			assert.Equal(t, a.Spent+a.Remaining, a.Created, "each token is still spent or unspent")
@@ -342,7 +344,7 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 			assert.EqualValues(t, 1, a.Unconserved)
 		}},
 		{"value lost", []string{
-			`DELETE FROM tokens_holds WHERE object_id = ?`,
+			`DELETE FROM token_owners WHERE token_id = ?`,
 			`DELETE FROM tokens WHERE id = ?`,
 		}, func(t *testing.T, a Audit) {
 			assert.NotEqual(t, a.Created, a.Spent+a.Remaining)
@@ -441,10 +443,50 @@ func TestPaymentsLeaveNothingToReview(t *testing.T) {
 	}
 	assert.Equal(t, before, queued(), "payments queued tokens for review")
 	time.Sleep(10 * time.Millisecond) // the issued tokens' grace
-	stats, err := v.Collector().Collect(ctx)
+	stats, err := v.Collect(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, int64(before), stats.Reviewed, "the issued tokens were reviewed")
 	assert.Zero(t, queued())
 	a := audit(t, v)
 	assert.Equal(t, int64(10), a.Remaining, "clean-up collected nothing held")
+}
+
+// Custody kept its owners' holds and its locks in the tokens set's holds table before
+// it had holder tables of its own: on such a database the locks migration moves them,
+// so owners keep their tokens and a transaction its locks, which it can still spend.
+func TestUpgradeMovesHolds(t *testing.T) {
+	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		issue(t, v, "olga", 1, 2, 3)
+		tx := newTx()
+		locked, err := v.Select(ctx, tx, "olga", 6, Filter{}, time.Minute)
+		require.NoError(t, err)
+		// The books as custody kept them before its holder tables.
+		require.NoError(t, refset.InTx(ctx, v.db, func(q refset.Tx) error {
+			for _, stmt := range []string{
+				`INSERT INTO tokens_holds (holder, object_id) SELECT 'owner', token_id FROM token_owners`,
+				`INSERT INTO tokens_holds (holder, object_id, expires_at) SELECT holder, token_id, expires_at FROM token_locks`,
+				`DELETE FROM token_locks`,
+				`DELETE FROM token_owners`,
+			} {
+				if _, err := q.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			return v.drv.SchemaSQL().SetVersion(ctx, q, "custody-locks", 1)
+		}))
+
+		upgraded := reopen(t, v)
+		total, unlocked, err := upgraded.Balance(ctx, "olga", "GBP")
+		require.NoError(t, err)
+		assert.Equal(t, []int64{6, 0}, []int64{total, unlocked}, "the owner's tokens, all locked")
+		var left int
+		require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT COUNT(*) FROM tokens_holds`).Scan(&left))
+		assert.Zero(t, left, "holds left in the set's holds table")
+		spent, _, err := upgraded.Spend(ctx, tx, []Token{gbp("oscar", 6)})
+		require.NoError(t, err)
+		assert.ElementsMatch(t, locked, spent)
+		audit(t, upgraded)
+	})
 }

@@ -1,5 +1,5 @@
 -- Spend's fast path spends what a transaction has locked and creates the outputs, in
--- one statement committed on its own: custody_spend (../tables/0005_spend.sql), a
+-- one statement committed on its own: custody_spend (../tables/0006_holders.sql), a
 -- function so that the statement is planned once per session rather than on every
 -- call. It deletes the tokens the transaction's locks ($1) are on, then their locks and
 -- their owners' holds; records them spent ($9; only history rows not spent yet: a
@@ -14,7 +14,7 @@
 -- The tokens go before their locks, so the spend never waits on a select while that
 -- select waits on the spend. A select whose snapshot predates one of this
 -- transaction's locks may lock that token's row FOR UPDATE; then the spend waits for
--- it, and the select's insert of its lock fails at once on the one-lock index against
+-- it, and the select's insert of its lock fails at once on the lock's primary key against
 -- the lock, still there, committed (a lost race, retried), which lets the spend go on.
 -- Deleting the lock first would make the select's insert wait for the spend instead, a
 -- deadlock that PostgreSQL breaks only after deadlock_timeout.
