@@ -1,7 +1,7 @@
 // Package engine is the part of a store's database that does not depend on the
 // dialect: beginning refset's write transactions (with the statement cache of Exec
-// commands), refusing calls once closed, closing what the database owns, and
-// carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
+// commands), refusing calls once closed (and naming a closed database's errors
+// ErrClosed), closing what the database owns, and carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
 // and give it what differs: how to begin a transaction on their pools, and what
 // closing means.
 package engine
