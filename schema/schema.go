@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -21,18 +20,6 @@ import (
 // its store (sqlite.SchemaSQL(), postgres.SchemaSQL()) or from its database's driver,
 // and never implements it.
 type SQL = refsetdriver.SchemaSQL
-
-// Dialect names a SQL dialect.
-//
-// Deprecated: code outside the stores asks its database's driver
-// (refsetdriver.Driver's Name and Rebind) instead of comparing dialects. Dialect stays
-// while callers remain.
-type Dialect string
-
-const (
-	SQLite   Dialect = "sqlite"
-	Postgres Dialect = "postgres"
-)
 
 // Set describes the object table a set's migrations are written for.
 type Set struct {
@@ -348,16 +335,6 @@ func apply(ctx context.Context, tx refset.Tx, d SQL, component string, ms []Migr
 	}
 	*done = append(*done, Applied{Component: component, From: from, To: current})
 	return d.SetVersion(ctx, tx, component, current)
-}
-
-// Rebind writes the dialect's placeholders into a statement written with ?
-// placeholders: $1, $2, ... on Postgres (a ? in a literal, a quoted name or a comment
-// stays as it is); SQLite takes ? as it is.
-func (d Dialect) Rebind(q string) string {
-	if d != Postgres {
-		return q
-	}
-	return sqltext.Dollar(q)
 }
 
 // SQLOf is the migrations of db's dialect: every store's driver has them.

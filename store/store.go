@@ -89,19 +89,9 @@ func (o Options) Settings() refsetdriver.Settings {
 // With the database's ExternalMigrations option it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError) when the schema is behind.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (refset.SetStore[T, ID], error) {
-	s, err := openSet[T, ID](ctx, db, cfg)
-	if err != nil {
-		return nil, err // not a nil *Store in a non-nil interface
-	}
-	return s, nil
-}
-
-// openSet is NewStore's store itself, for refset's own packages that need more of
-// it than refset.SetStore (blockmanager's writes).
-func openSet[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (*sqlstore.Store[T, ID], error) {
 	s, err := sqlstore.Open[T, ID](ctx, db, sqlstore.Config(cfg))
 	if err != nil {
-		return nil, err
+		return nil, err // not a nil *Store in a non-nil interface
 	}
 	if drv := db.Driver(); !drv.Unprepared() {
 		if err := s.Prepare(ctx, drv.Pool()); err != nil {

@@ -586,7 +586,7 @@ func TestUnpreparedFlagReachesTheStore(t *testing.T) {
 		require.NoError(t, err)
 		pg, ok := db.(*postgres.DB)
 		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db)
-		require.Equal(t, unprepared, pg.Unprepared())
+		require.Equal(t, unprepared, pg.Driver().Unprepared())
 		require.NoError(t, db.Close())
 	}
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -171,7 +171,7 @@ func (e *env) q(query string) string {
 	if !e.d.dollar {
 		return query
 	}
-	return schema.Postgres.Rebind(query)
+	return sqltext.Dollar(query)
 }
 
 // newBlocks returns n new blocks, not yet stored, with new IDs: a chain from the

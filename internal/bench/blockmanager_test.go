@@ -9,16 +9,32 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
 // The block manager benchmarks: Put beside a raw bulk insert of the same rows, and
 // walks over long branches.
 
-func bmOpen(b *testing.B, dialect string) (*blockmanager.Manager, refset.Database, schema.Dialect) {
+// rawDialect is the dialect of the hand-written SQL the raw (sqlx) side runs.
+type rawDialect string
+
+const (
+	rawSQLite   rawDialect = "sqlite"
+	rawPostgres rawDialect = "postgres"
+)
+
+// Rebind writes the dialect's placeholders into a statement written with ?.
+func (d rawDialect) Rebind(query string) string {
+	if d == rawPostgres {
+		return sqltext.Dollar(query)
+	}
+	return query
+}
+
+func bmOpen(b *testing.B, dialect string) (*blockmanager.Manager, refset.Database, rawDialect) {
 	b.Helper()
 	m, db, d, _ := bmOpenRaw(b, dialect)
 	return m, db, d
@@ -27,15 +43,15 @@ func bmOpen(b *testing.B, dialect string) (*blockmanager.Manager, refset.Databas
 // bmOpenRaw opens a manager on a fresh database, and returns beside it the pool
 // refset reads through (sqlite DB.Readers, on postgres the pool given to
 // postgres.New), where the raw walks read.
-func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Database, schema.Dialect, *sqlx.DB) {
+func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Database, rawDialect, *sqlx.DB) {
 	tb.Helper()
 	ctx := context.Background()
 	var db refset.Database
 	var reader *sqlx.DB
-	d := schema.SQLite
+	d := rawSQLite
 	if dialect != onSQLite {
 		db, reader = openPool(tb, dialect)
-		d = schema.Postgres
+		d = rawPostgres
 	} else {
 		s := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
 		db, reader = s, s.Readers
@@ -62,7 +78,7 @@ func bmChain(prefix, prev string, from int64, n int) []blockmanager.Block {
 
 // rawPut inserts a branch the way a hand-written bulk loader would: multi-row inserts
 // of the blocks and their batch and transaction index rows, in one transaction.
-func rawPut(ctx context.Context, db refset.Database, d schema.Dialect, branch []blockmanager.Block) error {
+func rawPut(ctx context.Context, db refset.Database, d rawDialect, branch []blockmanager.Block) error {
 	return refset.InTx(ctx, db, func(tx refset.Tx) error {
 		const per = 500
 		for start := 0; start < len(branch); start += per {
@@ -250,7 +266,7 @@ var walkSizes = []struct {
 type walkBench struct {
 	m      *blockmanager.Manager
 	db     refset.Database
-	d      schema.Dialect
+	d      rawDialect
 	reader *sqlx.DB
 }
 
@@ -347,7 +363,7 @@ func fillForks(tb testing.TB, w *walkBench, root string, rootNum int64, forks, l
 			tb.Fatal(err)
 		}
 	}
-	if w.d == schema.Postgres {
+	if w.d == rawPostgres {
 		if _, err := w.reader.ExecContext(ctx, `ANALYZE blocks`); err != nil {
 			tb.Fatal(err)
 		}
@@ -357,14 +373,14 @@ func fillForks(tb testing.TB, w *walkBench, root string, rootNum int64, forks, l
 // fillSQL inserts the blocks of heights $3 to $4 of $5 forks off $1, whose first
 // blocks are at height $2, with payload $6. Fork k's block at height h is named
 // f<k>-<h>, and follows root at the first height, f<k>-<h-1> above.
-var fillSQL = map[schema.Dialect]string{
-	schema.Postgres: `INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
+var fillSQL = map[rawDialect]string{
+	rawPostgres: `INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
 		SELECT f.id, f.prev, f.prev, f.h, '["b-' || f.id || '"]', '["t-' || f.id || '"]', $6
 		FROM (SELECT h, k, 'f' || lpad(k::text, 4, '0') || '-' || lpad(h::text, 7, '0') AS id,
 			CASE WHEN h = $2 THEN $1 ELSE 'f' || lpad(k::text, 4, '0') || '-' || lpad((h - 1)::text, 7, '0') END AS prev
 			FROM generate_series($3::bigint, $4::bigint) h, generate_series(1, $5::int) k) f
 		ORDER BY f.h, f.k`,
-	schema.SQLite: `WITH RECURSIVE hs(h) AS (SELECT ?3 UNION ALL SELECT h + 1 FROM hs WHERE h < ?4),
+	rawSQLite: `WITH RECURSIVE hs(h) AS (SELECT ?3 UNION ALL SELECT h + 1 FROM hs WHERE h < ?4),
 			ks(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM ks WHERE k < ?5)
 		INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num, batch_ids, transaction_ids, payload)
 		SELECT f.id, f.prev, f.prev, f.h, '["b-' || f.id || '"]', '["t-' || f.id || '"]', ?6

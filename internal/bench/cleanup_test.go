@@ -13,8 +13,8 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -98,7 +98,7 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 		e := &gcEnv{db: db, pg: true, typeMap: strings.NewReplacer("{Text}", "text")}
 		e.exec = func(b *testing.B, q string, args ...any) {
 			b.Helper()
-			if _, err := pool.ExecContext(ctx, schema.Postgres.Rebind(q), args...); err != nil {
+			if _, err := pool.ExecContext(ctx, sqltext.Dollar(q), args...); err != nil {
 				b.Fatalf("%s: %v", q, err)
 			}
 		}

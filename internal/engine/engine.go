@@ -1,13 +1,14 @@
 // Package engine is the part of a store's database that does not depend on the
 // dialect: beginning refset's write transactions (with the statement cache of Exec
-// commands), refusing calls once closed, closing what the database owns, and
-// carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
+// commands), refusing calls once closed (and naming a closed database's errors
+// ErrClosed), closing what the database owns, and carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
 // and give it what differs: how to begin a transaction on their pools, and what
 // closing means.
 package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -21,18 +22,13 @@ import (
 // Engine is a store's database as refset's packages see it: it implements
 // refsetdriver.Database with the Reader and TranslateError of the store's DB.
 type Engine struct {
-	name    string // "refset/sqlite": what error messages begin with
-	db      refsetdriver.Database
-	driver  refsetdriver.Driver
-	stmts   *stmtcache.Cache // of Exec commands' statements; nil: none
-	begin   func(ctx context.Context) (*sqlx.Tx, error)
-	release func() error // closes what the database owns
-	closed  atomic.Bool
+	c      Config
+	closed atomic.Bool
 }
 
 // Config is what a store gives its Engine.
 type Config struct {
-	Name   string                // the store's package, for error messages
+	Name   string                // the store's package ("refset/sqlite"), for error messages
 	DB     refsetdriver.Database // the store's DB, which embeds the Engine
 	Driver refsetdriver.Driver
 	// Statements caches the statements of Exec commands on the pool writes begin
@@ -40,15 +36,12 @@ type Config struct {
 	Statements *stmtcache.Cache
 	// Begin begins a write transaction on the database's pools.
 	Begin func(ctx context.Context) (*sqlx.Tx, error)
-	// Release closes the pools the database owns (and, for pools the caller owns,
-	// frees what refset prepared on them).
+	// Release closes the pools the database owns; nil: it owns none.
 	Release func() error
 }
 
 // New returns the Engine of a store's database.
-func New(c Config) *Engine {
-	return &Engine{name: c.Name, db: c.DB, driver: c.Driver, stmts: c.Statements, begin: c.Begin, release: c.Release}
-}
+func New(c Config) *Engine { return &Engine{c: c} }
 
 // Driver is the database's driver; nil for a database that was not opened (the zero
 // value of a store's DB).
@@ -56,7 +49,7 @@ func (e *Engine) Driver() refsetdriver.Driver {
 	if e == nil {
 		return nil
 	}
-	return e.driver
+	return e.c.Driver
 }
 
 // Begin opens a write transaction; on SQLite it waits for the writer if another
@@ -66,17 +59,17 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 		return nil, fmt.Errorf("refset: begin: %w: the database was not opened (use the store's Open or New)", sentinel.ErrInvalidConfig)
 	}
 	if e.closed.Load() {
-		return nil, fmt.Errorf("%s: begin: %w", e.name, sentinel.ErrClosed)
+		return nil, fmt.Errorf("%s: begin: %w", e.c.Name, sentinel.ErrClosed)
 	}
 	// Exec commands' statements that ran unprepared are prepared now, while this
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).
-	e.stmts.Prepare(ctx)
-	tx, err := e.begin(ctx)
+	e.c.Statements.Prepare(ctx)
+	tx, err := e.c.Begin(ctx)
 	if err != nil {
-		return nil, e.db.TranslateError(err, "BEGIN")
+		return nil, e.c.DB.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(tx, e.db, e.stmts), nil
+	return sqlstore.NewTx(tx, e.c.DB, e.c.Statements), nil
 }
 
 // Closed reports whether Close was called.
@@ -89,5 +82,21 @@ func (e *Engine) Close() error {
 	if e == nil || e.closed.Swap(true) {
 		return nil
 	}
-	return e.release()
+	// The caller's pools live on: free the statements refset prepared on them.
+	err := e.c.Statements.Close()
+	if e.c.Release != nil {
+		err = errors.Join(err, e.c.Release())
+	}
+	return err
+}
+
+// TranslateError is what a store's DB.TranslateError does: an error of a closed
+// database is ErrClosed, and any other driver error is translate's, the dialect's
+// mapping to the sentinels. nil, and an error that carries a sentinel already, pass
+// as they are. e may be nil (a DB that was not opened).
+func TranslateError(e *Engine, err error, query string, translate func(err error, query string) error) error {
+	if err != nil && !sqlstore.Translated(err) && e.Closed() {
+		return fmt.Errorf("%s: %w: %w", e.c.Name, sentinel.ErrClosed, err)
+	}
+	return translate(err, query)
 }

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -27,21 +26,9 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
-	table, err := sqlident.Parse(cfg.Table, true)
+	table, holds, queue, err := cfg.tables()
 	if err != nil {
 		return nil, err
-	}
-	holdsName := cfg.HoldsTable
-	if holdsName == "" {
-		holdsName = table.Name + "_holds"
-	}
-	holds, err := table.WithName(holdsName)
-	if err != nil {
-		return nil, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
-	}
-	queue, err := table.WithName(table.Name + "_review")
-	if err != nil {
-		return nil, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
 	}
 	cols, err := d.Columns(ctx, db.Reader(), table)
 	if err != nil {
@@ -63,13 +50,22 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
 }
 
-// Columns joins quoted column names with ", ".
-func QuotedColumns(cols []string) string {
-	q := make([]string, len(cols))
-	for i, c := range cols {
-		q[i] = `"` + c + `"`
+// tables are the set's object table, its holds table and its review queue.
+func (cfg Config) tables() (table, holds, queue sqlident.Ident, err error) {
+	if table, err = sqlident.Parse(cfg.Table, true); err != nil {
+		return
 	}
-	return strings.Join(q, ", ")
+	holdsName := cfg.HoldsTable
+	if holdsName == "" {
+		holdsName = table.Name + "_holds"
+	}
+	if holds, err = table.WithName(holdsName); err != nil {
+		return table, holds, queue, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
+	}
+	if queue, err = table.WithName(table.Name + "_review"); err != nil {
+		return table, holds, queue, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
+	}
+	return table, holds, queue, nil
 }
 
 // translated is err, a driver's error translated to a sentinel unless it carries one.

@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -97,9 +97,11 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	table Table
 	stmt  refsetdriver.Statements
 	// reads, replicaReads and writes are nil until Prepare: the store then runs
-	// every statement unprepared. reads are prepared on the database's reader,
-	// replicaReads on its replica.
-	reads, replicaReads *preparedReads
+	// every statement unprepared. reads are the reads outside transactions (a cache
+	// miss loads through the database's reader) prepared on the database's reader,
+	// replicaReads on its replica: unprepared, SQLite compiles the statement on every
+	// call (over a third of a miss) and lib/pq spends a second round trip to parse it.
+	reads, replicaReads *stmtcache.Cache
 	replica             refset.Querier // the database's replica, or nil
 	// writes are the writing statements, prepared by Prepare on the pool that the
 	// database begins its transactions on, by query; read-only after that.
@@ -130,7 +132,7 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 		}
 		writes[query] = st
 	}
-	s.writes, s.reads, s.replicaReads = writes, &preparedReads{}, &preparedReads{}
+	s.writes, s.reads, s.replicaReads = writes, readsOn(s.db.Reader()), readsOn(s.replica)
 	return nil
 }
 
@@ -163,55 +165,12 @@ func begun(q refset.Querier) *Tx {
 // rowsPerInsert is how many rows of cols columns a multi-row insert takes.
 func rowsPerInsert(cols int) int { return min(maxRows, maxParams/cols) }
 
-// preparedReads are the store's reads outside transactions (a cache miss loads
-// through the database's reader), prepared once per store and then once per pooled
-// connection by database/sql. Unprepared, SQLite compiles the statement on every call
-// (over a third of a miss) and lib/pq spends a second round trip to parse it.
-type preparedReads struct {
-	mu    sync.Mutex
-	stmts map[string]*sql.Stmt
-}
-
-// preparer is a pool that prepares statements: *sql.DB, and *sqlx.DB through it.
-type preparer interface {
-	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
-}
-
-// stmt is query prepared on pool, or nil if it cannot be: the caller then runs the
-// query unprepared and reports what that run fails with. A failed prepare is not
-// remembered, so a table created later is found.
-func (r *preparedReads) stmt(ctx context.Context, pool refset.Querier, query string) *sql.Stmt {
-	p, ok := pool.(preparer)
-	if !ok {
-		return nil
+// readsOn is a cache of the reads prepared on pool, or nil when pool prepares nothing.
+func readsOn(pool refset.Querier) *stmtcache.Cache {
+	if p, ok := pool.(stmtcache.Preparer); ok {
+		return stmtcache.New(p, stmtcache.DefaultSize, nil)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st, ok := r.stmts[query]; ok {
-		return st
-	}
-	st, err := p.PrepareContext(ctx, query)
-	if err != nil {
-		return nil
-	}
-	if r.stmts == nil {
-		r.stmts = map[string]*sql.Stmt{}
-	}
-	r.stmts[query] = st
-	return st
-}
-
-// forget drops a prepared statement that failed, so the next read prepares it again.
-// Postgres refuses to run a statement prepared before its table's columns changed
-// type ("cached plan must not change result type"), on every connection it was
-// prepared on, until it is prepared anew.
-func (r *preparedReads) forget(query string, st *sql.Stmt) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stmts[query] == st {
-		delete(r.stmts, query)
-		_ = st.Close() // the error that made us forget it is the one that matters
-	}
+	return nil
 }
 
 // read runs query on q: prepared when q is the database's reader or its replica. A
@@ -220,24 +179,24 @@ func (r *preparedReads) forget(query string, st *sql.Stmt) {
 // connection or a closed database fail or succeed as they did then.
 func (s *Store[T, ID]) read(ctx context.Context, q refset.Querier, query string, args ...any) (*sql.Rows, error) {
 	defer s.slow(ctx, query, time.Now())
-	if reads := s.preparedOn(q); reads != nil {
-		if st := reads.stmt(ctx, q, query); st != nil {
-			rows, err := st.QueryContext(ctx, args...)
-			if err == nil || ctx.Err() != nil {
-				return rows, err
-			}
-			reads.forget(query, st)
+	// Postgres refuses a statement prepared before its table's columns changed type
+	// ("cached plan must not change result type") on every connection it was prepared
+	// on until it is prepared anew: a failed one is forgotten.
+	reads := s.preparedOn(q)
+	if st := reads.Stmt(ctx, query); st != nil {
+		rows, err := st.QueryContext(ctx, args...)
+		if err == nil || ctx.Err() != nil {
+			return rows, err
 		}
+		reads.Forget(query, st)
 	}
 	return q.QueryContext(ctx, query, args...)
 }
 
 // preparedOn is the store's prepared reads on q, or nil when q is neither of the
 // database's pools (a transaction) or the store runs unprepared.
-func (s *Store[T, ID]) preparedOn(q refset.Querier) *preparedReads {
+func (s *Store[T, ID]) preparedOn(q refset.Querier) *stmtcache.Cache {
 	switch {
-	case s.reads == nil:
-		return nil
 	case q == s.db.Reader():
 		return s.reads
 	case s.replica != nil && q == s.replica:

@@ -65,10 +65,15 @@ func (s stale) Error() string        { return s.err.Error() }
 func (s stale) Unwrap() error        { return s.err }
 func (s stale) Is(target error) bool { return target == ErrStale }
 
+// Preparer is a pool that prepares statements: *sql.DB, and *sqlx.DB through it.
+type Preparer interface {
+	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+}
+
 // Cache is the prepared statements of one pool. A nil *Cache prepares nothing: Exec
 // runs every statement unprepared.
 type Cache struct {
-	pool  *sql.DB
+	pool  Preparer
 	size  int
 	stale func(error) bool // whether a run failed because the statement is out of date
 
@@ -90,7 +95,7 @@ type entry struct {
 // New returns a cache of at most size statements prepared on pool, or nil when size
 // is not positive. stale, if not nil, tells a run that failed because the statement is
 // out of date; the cache then forgets the statement.
-func New(pool *sql.DB, size int, stale func(error) bool) *Cache {
+func New(pool Preparer, size int, stale func(error) bool) *Cache {
 	if size <= 0 {
 		return nil
 	}
@@ -115,9 +120,28 @@ func (c *Cache) Exec(ctx context.Context, tx *sql.Tx, query string, args ...any)
 	}
 	res, err := tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	if err != nil && c.stale != nil && c.stale(err) {
-		c.forget(query, st)
+		c.Forget(query, st)
 	}
 	return res, err
+}
+
+// Stmt is query prepared on the cache's pool, prepared now if it is not cached, or nil
+// if it does not prepare (the caller then runs it unprepared and reports what that
+// run fails with; a failed prepare is not remembered, so a table created later is
+// found). Unlike Exec, it is for a pool where preparing waits for no transaction of
+// the caller's: the pool reads outside transactions go to.
+func (c *Cache) Stmt(ctx context.Context, query string) *sql.Stmt {
+	if c == nil {
+		return nil
+	}
+	if st := c.lookup(query); st != nil {
+		return st
+	}
+	st, err := c.pool.PrepareContext(ctx, query)
+	if err != nil {
+		return nil
+	}
+	return c.add(query, st)
 }
 
 // Prepare prepares on the pool the statements noted since the last call. Call it
@@ -140,11 +164,9 @@ func (c *Cache) Prepare(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		st, err := c.pool.PrepareContext(ctx, q)
-		if err != nil {
-			continue
+		if st, err := c.pool.PrepareContext(ctx, q); err == nil {
+			c.add(q, st)
 		}
-		c.add(q, st)
 	}
 }
 
@@ -221,12 +243,17 @@ func (c *Cache) note(query string) {
 func (c *Cache) seenLimit() int { return max(4*c.size, 256) }
 
 // add caches st as query's statement, closing the least recently used ones beyond
-// the cache's size.
-func (c *Cache) add(query string, st *sql.Stmt) {
+// the cache's size, and returns query's statement: st, or the one another goroutine
+// cached first (nil once the cache is closed).
+func (c *Cache) add(query string, st *sql.Stmt) *sql.Stmt {
 	c.mu.Lock()
 	var evicted []*sql.Stmt
-	if _, dup := c.byQuery[query]; dup || c.closed {
+	if el, dup := c.byQuery[query]; dup || c.closed {
 		evicted = append(evicted, st)
+		st = nil
+		if dup {
+			st = el.Value.(*entry).stmt
+		}
 	} else {
 		c.byQuery[query] = c.lru.PushFront(&entry{query: query, stmt: st})
 		for c.lru.Len() > c.size {
@@ -238,13 +265,15 @@ func (c *Cache) add(query string, st *sql.Stmt) {
 	c.mu.Unlock()
 	// Closing sends a message on every connection the statement was prepared on: not
 	// under the lock.
-	for _, st := range evicted {
-		_ = st.Close()
+	for _, e := range evicted {
+		_ = e.Close()
 	}
+	return st
 }
 
-// forget drops query's statement if it is still st, closing it.
-func (c *Cache) forget(query string, st *sql.Stmt) {
+// Forget drops query's statement if it is still st, closing it: a statement that
+// failed, so that the next run prepares it anew.
+func (c *Cache) Forget(query string, st *sql.Stmt) {
 	c.mu.Lock()
 	el, ok := c.byQuery[query]
 	if ok && el.Value.(*entry).stmt == st {

@@ -316,3 +316,36 @@ func TestMarkStale(t *testing.T) {
 	assert.ErrorIs(t, err, sql.ErrNoRows)
 	assert.NotErrorIs(t, base, ErrStale)
 }
+
+// Stmt prepares at once, on a pool no transaction holds, and hands every goroutine
+// the one cached statement; one that does not prepare is not cached, and Forget
+// drops a statement that failed, so the next Stmt prepares it anew.
+func TestStmtPreparesNow(t *testing.T) {
+	forEachDatabase(t, func(t *testing.T, d database, pool *sql.DB) {
+		c := New(pool, 4, nil)
+		ctx := t.Context()
+		q := `SELECT count(*) FROM t`
+		got := make([]*sql.Stmt, 4)
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() { got[i] = c.Stmt(ctx, q) })
+		}
+		wg.Wait()
+		for _, st := range got {
+			require.Same(t, got[0], st, "one statement for all")
+		}
+		var n int
+		require.NoError(t, got[0].QueryRowContext(ctx).Scan(&n))
+		assert.Equal(t, 1, c.Len())
+
+		assert.Nil(t, c.Stmt(ctx, `SELECT nope FROM missing`))
+		assert.Equal(t, 1, c.Len(), "a failed prepare is not remembered")
+
+		c.Forget(q, got[0])
+		assert.Zero(t, c.Len())
+		again := c.Stmt(ctx, q)
+		require.NotNil(t, again)
+		assert.NotSame(t, got[0], again, "prepared anew")
+		assert.Nil(t, (*Cache)(nil).Stmt(ctx, q), "a nil cache prepares nothing")
+	})
+}

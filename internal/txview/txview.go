@@ -19,14 +19,11 @@ import (
 
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Querier runs statements: *sql.Tx, *sqlx.Tx and a View all do.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
+type Querier = refsetdriver.Querier
 
 // ErrEndsTransaction is wrapped by the error a View returns for a statement that would
 // end or begin a transaction. refset wraps it in its own ErrInvalidCommand.

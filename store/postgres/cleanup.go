@@ -9,22 +9,13 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.
-
-// NewCollector installs clean-up for the set on cfg.Table (whose store must have
-// been built) and returns its collector. Installing again, after a schema change,
-// picks up new referencing tables.
-func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return cleanup.Install(ctx, db, cfg)
-}
 
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
 // and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
@@ -32,8 +23,6 @@ func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Col
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
-
-func (cleanupDialect) Schema() schema.Dialect { return schema.Postgres }
 
 const idTypeSQL = `
 SELECT format_type(a.atttypid, a.atttypmod)
@@ -91,61 +80,49 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err := sqlident.CheckType(idType); err != nil {
 		return "", nil, err
 	}
-	var unfollowed []string
-	rows, err := q.QueryContext(ctx, unfollowedSQL, table.Quoted(), idColumn)
+	unfollowed, err := cleanupsql.Column[string](ctx, q, unfollowedSQL, table.Quoted(), idColumn)
 	if err != nil {
-		return "", nil, err
-	}
-	for rows.Next() {
-		var key string
-		if err := rows.Scan(&key); err != nil {
-			rows.Close()
-			return "", nil, err
-		}
-		unfollowed = append(unfollowed, key)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return "", nil, err
 	}
 	if len(unfollowed) > 0 {
 		return "", nil, refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
 	}
-	rows, err = q.QueryContext(ctx, referencesSQL, table.Quoted(), idColumn)
+	type ref struct {
+		refsetdriver.Reference
+		nsp, rel string
+	}
+	found, err := cleanupsql.Rows(ctx, q, referencesSQL, []any{table.Quoted(), idColumn}, func(rows *sql.Rows, r *ref) error {
+		return rows.Scan(&r.nsp, &r.rel, &r.Column, &r.Self, &r.Indexed, pq.Array(&r.Key), &r.NoAction)
+	})
 	if err != nil {
 		return "", nil, err
 	}
-	defer rows.Close()
 	var refs []refsetdriver.Reference
-	for rows.Next() {
-		var nsp, rel, col string
-		var r refsetdriver.Reference
-		if err := rows.Scan(&nsp, &rel, &col, &r.Self, &r.Indexed, pq.Array(&r.Key), &r.NoAction); err != nil {
-			return "", nil, err
+	for _, r := range found {
+		if r.Table, err = sqlident.Parse(r.nsp+"."+r.rel, true); err != nil {
+			return "", nil, fmt.Errorf("referencing table %s.%s: %w", r.nsp, r.rel, err)
 		}
-		if r.Table, err = sqlident.Parse(nsp+"."+rel, true); err != nil {
-			return "", nil, fmt.Errorf("referencing table %s.%s: %w", nsp, rel, err)
-		}
-		if _, err := sqlident.Parse(col, false); err != nil {
-			return "", nil, fmt.Errorf("referencing column %s.%s.%s: %w", nsp, rel, col, err)
+		if _, err := sqlident.Parse(r.Column, false); err != nil {
+			return "", nil, fmt.Errorf("referencing column %s.%s.%s: %w", r.nsp, r.rel, r.Column, err)
 		}
 		for _, k := range r.Key {
 			if _, err := sqlident.Parse(k, false); err != nil {
-				return "", nil, fmt.Errorf("key column %s.%s.%s: %w", nsp, rel, k, err)
+				return "", nil, fmt.Errorf("key column %s.%s.%s: %w", r.nsp, r.rel, k, err)
 			}
 		}
-		r.Column = col
-		refs = append(refs, r)
+		refs = append(refs, r.Reference)
 	}
-	return idType, refs, rows.Err()
+	return idType, refs, nil
 }
 
-// enqueue is the upsert every trigger uses: a second signal for a queued object
-// postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *refsetdriver.Plan, selectSQL string) string {
+// Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
+// object postpones its review to the later time and bumps the version, never drops
+// it.
+func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 	return fmt.Sprintf(`INSERT INTO %s AS q (object_id, review_after)
 	%s
 	ON CONFLICT (object_id) DO UPDATE
-	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), selectSQL)
+	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), rows)
 }
 
 // enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows tail` yields
@@ -166,7 +143,7 @@ func enqueue(p *refsetdriver.Plan, selectSQL string) string {
 func enqueueAny(p *refsetdriver.Plan, cols, rows, tail string) string {
 	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
 		%s;
-	END IF`, rows, enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
+	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
 }
 
 // qualifySQL finds the schema of the table a name resolves to in this session.
@@ -343,19 +320,6 @@ func unprobed(p *refsetdriver.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
-// unreferenced is the condition that no reference row points at o.
-func unreferenced(p *refsetdriver.Plan, o string) string {
-	var conds []string
-	for _, r := range p.References {
-		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
-			r.Table.Quoted(), r.Column, o, p.IDColumn))
-	}
-	if len(conds) == 0 {
-		return "true"
-	}
-	return strings.Join(conds, " AND ")
-}
-
 // CollectBatch reviews a batch in one statement (fastBatch). If a reference to an
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
@@ -414,7 +378,7 @@ func fastBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit in
 // always runs to completion.
 func fastBatchSQL(p *refsetdriver.Plan) string {
 	deleted := fmt.Sprintf(`DELETE FROM %s o USING claimed c WHERE o."%s" = c.object_id AND %s`,
-		p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
+		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, "o"))
 	var freed string
 	if len(p.Edges()) > 0 {
 		freed = freedSQL(p) + ","
@@ -461,7 +425,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 	}
 	q := fmt.Sprintf(`freed (%s) AS (
 			SELECT %s FROM %s o WHERE o."%s" = ANY (ARRAY (SELECT object_id FROM claimed)) AND %s`,
-		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"))
+		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, "o"))
 	var conds []string
 	for _, r := range p.Roots() {
 		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = x."%s")`, r.Table.Quoted(), r.Column, p.IDColumn))
@@ -497,29 +461,25 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 	// Lock the objects that still exist. A row another transaction holds a lock on
 	// (a reference being inserted takes KEY SHARE on it) is skipped and postponed.
 	// Once locked, no new reference to it can commit until this transaction ends.
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`WITH locked AS (
+	type row struct {
+		id     string
+		locked bool
+	}
+	rows, err := cleanupsql.Rows(ctx, tx, fmt.Sprintf(`WITH locked AS (
 		SELECT "%[2]s" AS id FROM %[1]s WHERE "%[2]s" = ANY (%[3]s) FOR UPDATE SKIP LOCKED)
 		SELECT o."%[2]s"::text, l.id IS NOT NULL FROM %[1]s o LEFT JOIN locked l ON l.id = o."%[2]s"
-		WHERE o."%[2]s" = ANY (%[3]s)`, p.Table.Quoted(), p.IDColumn, idArray), pq.Array(ids))
+		WHERE o."%[2]s" = ANY (%[3]s)`, p.Table.Quoted(), p.IDColumn, idArray), []any{pq.Array(ids)},
+		func(rows *sql.Rows, r *row) error { return rows.Scan(&r.id, &r.locked) })
 	if err != nil {
 		return b, err
 	}
 	var locked, busy []string
-	for rows.Next() {
-		var id string
-		var ok bool
-		if err := rows.Scan(&id, &ok); err != nil {
-			rows.Close()
-			return b, err
-		}
-		if ok {
-			locked = append(locked, id)
+	for _, r := range rows {
+		if r.locked {
+			locked = append(locked, r.id)
 		} else {
-			busy = append(busy, id)
+			busy = append(busy, r.id)
 		}
-	}
-	if err := rows.Close(); err != nil {
-		return b, err
 	}
 
 	// A new statement sees every reference committed before the locks were taken.
@@ -565,7 +525,7 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 // not keep the rest of the batch, and the queue behind it, from being collected.
 func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []string) (deleted int64, refused []string, err error) {
 	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
-		p.Table.Quoted(), p.IDColumn, p.IDType, unreferenced(p, "o"))
+		p.Table.Quoted(), p.IDColumn, p.IDType, cleanupsql.Unreferenced(p, "o"))
 	deleted, err = execUnder(ctx, tx, "refset_delete", del, pq.Array(ids))
 	if !errors.Is(err, refset.ErrReferenced) {
 		return deleted, nil, err
@@ -615,40 +575,24 @@ func postpone(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []str
 
 // claim takes up to limit due entries; entries another collector holds are skipped.
 func claim(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) ([]string, []int64, error) {
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
-		WHERE review_after <= now() ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED`, p.Queue.Quoted()), limit)
-	if err != nil {
-		return nil, nil, err
+	type entry struct {
+		id      string
+		version int64
 	}
-	defer rows.Close()
-	var ids []string
-	var versions []int64
-	for rows.Next() {
-		var id string
-		var v int64
-		if err := rows.Scan(&id, &v); err != nil {
-			return nil, nil, err
-		}
-		ids = append(ids, id)
-		versions = append(versions, v)
+	entries, err := cleanupsql.Rows(ctx, tx, fmt.Sprintf(`SELECT object_id::text, version FROM %s
+		WHERE review_after <= now() ORDER BY review_after LIMIT $1 FOR UPDATE SKIP LOCKED`, p.Queue.Quoted()), []any{limit},
+		func(rows *sql.Rows, e *entry) error { return rows.Scan(&e.id, &e.version) })
+	ids, versions := make([]string, len(entries)), make([]int64, len(entries))
+	for i, e := range entries {
+		ids[i], versions[i] = e.id, e.version
 	}
-	return ids, versions, rows.Err()
+	return ids, versions, err
 }
 
 // Reach is a recursive query of every object reachable from the roots (and, when
 // withQueue, from queued objects) along the edges.
 func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
-	var seeds []string
-	for _, r := range p.Roots() {
-		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
-	}
-	if withQueue {
-		seeds = append(seeds, fmt.Sprintf(`SELECT object_id FROM %s`, p.Queue.Quoted()))
-	}
-	if len(seeds) == 0 {
-		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE false`, p.IDColumn, p.Table.Quoted()))
-	}
-	q := `WITH RECURSIVE reach(id) AS (` + strings.Join(seeds, " UNION ")
+	q := `WITH RECURSIVE reach(id) AS (` + cleanupsql.Seeds(p, withQueue)
 	if edges := p.Edges(); len(edges) > 0 {
 		var next []string
 		for _, e := range edges {
@@ -660,28 +604,11 @@ func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 	return q + `)`
 }
 
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
-	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+" "+enqueue(p, fmt.Sprintf(
-		`SELECT o."%[1]s", now() FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
-		p.IDColumn, p.Table.Quoted())))
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote_nullable((" + expr + ")::text)" }
 
-// SchemaError: a table, column or schema the collector's SQL names does not exist.
+// SchemaError: a table, column, schema, function or other object the collector's
+// SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
-	var se sqlStater
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.SQLState() {
-	case "42P01", "42703", "3F000": // undefined_table, undefined_column, invalid_schema_name
-		return true
-	}
-	return false
+	return errors.Is(translateError(err, ""), refset.ErrSchema)
 }

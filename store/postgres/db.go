@@ -92,11 +92,10 @@ type DB struct {
 
 	*storeEngine // Begin, Close, Driver
 
-	isolation  sql.IsolationLevel
-	unprepared bool
-	ownsPool   bool // Open made the pool, so Close closes it
-	replica    replicaState
-	stmts      *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
+	isolation sql.IsolationLevel
+	ownsPool  bool // Open made the pool, so Close closes it
+	replica   replicaState
+	stmts     *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 }
 
 // storeEngine is the engine every store's DB embeds, under a name that keeps the
@@ -130,9 +129,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	if conns <= 0 {
 		conns = 20
 	}
-	pool.SetMaxOpenConns(conns)
-	pool.SetMaxIdleConns(conns)
-	pool.SetConnMaxIdleTime(5 * time.Minute)
+	size := func(p *sql.DB) {
+		p.SetMaxOpenConns(conns)
+		p.SetMaxIdleConns(conns)
+		p.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	size(pool)
 	ownsReplica := false
 	if opts.ReplicaDSN != "" {
 		if opts.Replica != nil {
@@ -143,9 +145,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 			pool.Close()
 			return nil, redactPassword(fmt.Errorf("refset/postgres: open the replica: %w: %w", refset.ErrInvalidConfig, err), opts.ReplicaDSN)
 		}
-		opts.Replica.SetMaxOpenConns(conns)
-		opts.Replica.SetMaxIdleConns(conns)
-		opts.Replica.SetConnMaxIdleTime(5 * time.Minute)
+		size(opts.Replica)
 		ownsReplica = true
 	}
 	db, err := New(ctx, pool, opts)
@@ -258,7 +258,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared}
+	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
 	if opts.Replica != nil {
 		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
 			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
@@ -368,10 +368,6 @@ func openError(err error) error {
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 }
 
-// Unprepared reports whether Options.Unprepared was set: code with statements of its
-// own to prepare should run them unprepared too.
-func (db *DB) Unprepared() bool { return db.unprepared }
-
 // Reader is the pool.
 func (db *DB) Reader() refset.Querier { return db.Pool }
 
@@ -383,8 +379,7 @@ func (db *DB) release() error {
 		err = db.Replica.Close()
 	}
 	if db.ownsPool {
-		return errors.Join(db.Pool.Close(), err)
+		err = errors.Join(db.Pool.Close(), err)
 	}
-	// The caller's pool lives on: free the statements refset prepared on it.
-	return errors.Join(db.stmts.Close(), err)
+	return err
 }

@@ -5,7 +5,6 @@ import (
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 )
 
 // dialectDriver is this store's refsetdriver.Driver, bound to one database: its
@@ -19,17 +18,8 @@ type dialectDriver struct {
 	db *DB
 }
 
-// SchemaSQL: dialect and cleanupDialect both have it, so say which.
-func (dialectDriver) SchemaSQL() schema.SQL { return theSchemaSQL }
-
-// ExternalMigrations is the database's option, not the bare dialect's false.
-func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
-
 // Name names the dialect: the folder of per-dialect SQL files.
 func (dialectDriver) Name() string { return dialectName }
-
-// Rebind rewrites ? placeholders to $1, $2, ...
-func (dialectDriver) Rebind(query string) string { return rebind(query) }
 
 // Replica is the pool on the hot standby, or nil.
 func (d dialectDriver) Replica() refset.Querier {
@@ -70,7 +60,7 @@ func newDriver(db *DB, driverName string, binding refsetdriver.Binding) refsetdr
 	if driverName != DriverPgx {
 		return d
 	}
-	if p, ok := newPgxPipeline(db, db.isolation); ok {
+	if p, ok := newPgxPipeline(db, db.isolation, binding.Unprepared()); ok {
 		return pipeliningDriver{pgxDriver: pgxDriver{d}, pipeline: p}
 	}
 	return pgxDriver{d}

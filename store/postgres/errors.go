@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
@@ -20,10 +21,7 @@ type sqlStater interface{ SQLState() string }
 // TranslateError maps a Postgres error to the refset sentinels by SQLSTATE, wrapping
 // both; it is the one place this store reads driver codes.
 func (db *DB) TranslateError(err error, query string) error {
-	if err != nil && !sqlstore.Translated(err) && db.Closed() {
-		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrClosed, err)
-	}
-	return translateError(err, query)
+	return engine.TranslateError(db.storeEngine, err, query, translateError)
 }
 
 func translateError(err error, query string) error {

@@ -36,8 +36,9 @@ type pgxPipeline struct {
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
 // isolation level iso, or nil when pgx's stdlib would refuse the level (the
-// transaction then begins as before, and fails as before).
-func newPgxPipeline(db *DB, iso sql.IsolationLevel) (pgxPipeline, bool) {
+// transaction then begins as before, and fails as before). Unprepared (behind a
+// pooler) it sends no cancel request.
+func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipeline, bool) {
 	var opts pgx.TxOptions
 	switch iso {
 	case sql.LevelDefault:
@@ -52,7 +53,7 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel) (pgxPipeline, bool) {
 	default:
 		return pgxPipeline{}, false
 	}
-	return pgxPipeline{db: db, opts: opts, cancels: !db.unprepared}, true
+	return pgxPipeline{db: db, opts: opts, cancels: !unprepared}, true
 }
 
 // run is refsetdriver.Pipeliner.RunPipeline.

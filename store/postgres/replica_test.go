@@ -35,6 +35,14 @@ type replicaEnv struct {
 	obs   *testdb.Fallbacks
 }
 
+// addFirst adds the object "a", body "first", held by "keeper".
+func (e *replicaEnv) addFirst(t *testing.T) *refset.RefToken[string] {
+	t.Helper()
+	tok, err := e.set.Add(t.Context(), item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
+	require.NoError(t, err)
+	return tok
+}
+
 // longWait is the ReplicaWait of tests that expect the standby to catch up: long
 // enough to outlast a pause another test (of any package) holds meanwhile.
 const longWait = 2 * time.Minute
@@ -85,8 +93,7 @@ func TestReplicaReadAfterWrite(t *testing.T) {
 	ctx := t.Context()
 	pgtest.PauseReplay(t)
 
-	tok, err := e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
-	require.NoError(t, err)
+	tok := e.addFirst(t)
 	lease, err := e.set.Get(ctx, tok)
 	require.NoError(t, err)
 	assert.Equal(t, "first", lease.Value().Body)
@@ -109,8 +116,7 @@ func TestReplicaServesRowsItHas(t *testing.T) {
 	t.Parallel()
 	e := newReplicaEnv(t)
 	ctx := t.Context()
-	tok, err := e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
-	require.NoError(t, err)
+	tok := e.addFirst(t)
 	e.caughtUp(t)
 	pgtest.PauseReplay(t)
 
@@ -143,8 +149,7 @@ func TestReplicaReports(t *testing.T) {
 	ctx := t.Context()
 	c, err := postgres.NewCollector(ctx, e.db, cleanup.Config{Table: "items"})
 	require.NoError(t, err)
-	_, err = e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
-	require.NoError(t, err)
+	e.addFirst(t)
 	e.obs.Take()
 
 	// Right after the Add, served by the standby: no fallback.
@@ -207,8 +212,7 @@ func TestReplicaGone(t *testing.T) {
 	t.Parallel()
 	e := newReplicaEnv(t)
 	ctx := t.Context()
-	_, err := e.set.Add(ctx, item{Key: "a", Body: "first"}, e.set.Hold("keeper", 0))
-	require.NoError(t, err)
+	e.addFirst(t)
 
 	replica, err := sql.Open("postgres", e.place.StandbyAt)
 	require.NoError(t, err)

@@ -2,9 +2,7 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"embed"
-	"io/fs"
 	"time"
 
 	"github.com/refsetdb/refset/internal/sqltext"
@@ -12,7 +10,7 @@ import (
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/refsettables"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 //go:embed sql/schema
@@ -22,11 +20,6 @@ var schemaFiles embed.FS
 // spells "refset" in ASCII.
 const advisoryLockKey = 0x726566736574
 
-// schemaSQL is this store's part of refset's schema (refsetdriver.SchemaSQL): its
-// migration files, their lock and its catalog here, its statements on refset's own
-// tables those of refsettables, written with its placeholders.
-type schemaSQL struct{ refsettables.Tables }
-
 // dialectName names the dialect: the folder of per-dialect SQL files.
 const dialectName = "postgres"
 
@@ -34,28 +27,15 @@ const dialectName = "postgres"
 // $1, $2, ... on Postgres.
 func rebind(query string) string { return sqltext.Dollar(query) }
 
-// theSchemaSQL is the one schemaSQL.
-var theSchemaSQL = schemaSQL{refsettables.New(rebind, tableExists, cleanupDialect{}.Clock())}
+// theSchemaSQL is this store's part of refset's schema.
+var theSchemaSQL = storesql.NewSchema(storesql.SchemaDialect{Name: dialectName, Files: schemaFiles,
+	Rebind: rebind, Clock: cleanupDialect{}.Clock(), LockMigrations: lockMigrations, TableExists: tableExists})
 
-func (schemaSQL) Name() string { return dialectName }
-
-func (schemaSQL) Migrations() fs.FS {
-	sub, err := fs.Sub(schemaFiles, "sql/schema")
-	if err != nil {
-		panic(err) // the embedded folder is part of this package
-	}
-	return sub
-}
-
-// LockMigrations takes a transaction-scoped advisory lock: a second process waits
+// lockMigrations takes a transaction-scoped advisory lock: a second process waits
 // here, then finds everything applied.
-func (schemaSQL) LockMigrations(ctx context.Context, tx refset.Tx) error {
+func lockMigrations(ctx context.Context, tx refset.Tx) error {
 	_, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryLockKey)
 	return err
-}
-
-func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
-	return tableExists(ctx, q, table)
 }
 
 func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
@@ -71,21 +51,13 @@ func SchemaSQL() schema.SQL { return theSchemaSQL }
 
 func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 
+// Rebind writes the dialect's placeholders into a statement written with ?.
+func (cleanupDialect) Rebind(query string) string { return rebind(query) }
+
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "ctid" }
 
 // Clock: refset's tables keep times as timestamptz.
 func (cleanupDialect) Clock() refsetdriver.Clock {
-	return refsetdriver.Clock{
-		Now: `now()`,
-		Scan: func() (any, func() time.Time) {
-			var t sql.NullTime
-			return &t, func() time.Time {
-				if !t.Valid {
-					return time.Time{}
-				}
-				return t.Time.UTC()
-			}
-		},
-	}
+	return storesql.Clock("now()", func(t time.Time) time.Time { return t })
 }

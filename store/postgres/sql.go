@@ -2,14 +2,15 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
-	"strings"
 
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 // All of this store's SQL is here.
@@ -35,55 +36,13 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`
 
 func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
-	rows, err := q.QueryContext(ctx, columnsSQL, table.Quoted())
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var cols []refsetdriver.Column
-	for rows.Next() {
-		var c refsetdriver.Column
-		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
-			return nil, err
-		}
-		cols = append(cols, c)
-	}
-	return cols, rows.Err()
+	return cleanupsql.Rows(ctx, q, columnsSQL, []any{table.Quoted()}, func(rows *sql.Rows, c *refsetdriver.Column) error {
+		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary)
+	})
 }
 
 func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
-	cols := t.Columns
-	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
-	params := make([]string, len(cols))
-	for i := range cols {
-		params[i] = "$" + strconv.Itoa(i+1)
-	}
-	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
-	return refsetdriver.Statements{
-		Insert: insert + "(" + strings.Join(params, ", ") + ")",
-		InsertRows: func(n int) string {
-			var b strings.Builder
-			b.WriteString(insert)
-			for r := range n {
-				if r > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteByte('(')
-				for c := range cols {
-					if c > 0 {
-						b.WriteString(", ")
-					}
-					b.WriteString("$" + strconv.Itoa(r*len(cols)+c+1))
-				}
-				b.WriteByte(')')
-			}
-			return b.String()
-		},
-		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1`, sqlstore.QuotedColumns(cols), table, id),
-		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = $1`, table, id),
-		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+	return storesql.Statements(t, func(n int) string { return "$" + strconv.Itoa(n) }, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
 			VALUES ($1, $2, CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END)
-			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, holds),
-		Unhold: fmt.Sprintf(`DELETE FROM %s WHERE holder = $1 AND object_id = $2`, holds),
-	}
+			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, t.Holds.Quoted()))
 }

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/mattn/go-sqlite3"
-	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
@@ -21,21 +19,12 @@ import (
 // has one writer at a time, so a collection batch needs no row locks: nothing else
 // can reference or delete an object while the batch's write transaction is open.
 
-// NewCollector installs clean-up for the set on cfg.Table (whose store must have
-// been built) and returns its collector. Installing again, after a schema change,
-// picks up new referencing tables.
-func NewCollector(ctx context.Context, db *DB, cfg cleanup.Config) (*cleanup.Collector, error) {
-	return cleanup.Install(ctx, db, cfg)
-}
-
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
 // and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
 // Clock).
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
-
-func (cleanupDialect) Schema() schema.Dialect { return schema.SQLite }
 
 // referencesSQL lists the one-column foreign keys to the set's table. A key written
 // without a column ("REFERENCES blocks") points at the primary key. A key with ON
@@ -91,28 +80,21 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err := checkFollowed(ctx, q, table, idColumn); err != nil {
 		return "", nil, err
 	}
-	type fk struct{ table, from string }
-	var fks []fk
-	rows, err := q.QueryContext(ctx, referencesSQL, table.Name)
+	type fk struct {
+		table, from string
+		to          sql.NullString
+	}
+	fks, err := cleanupsql.Rows(ctx, q, referencesSQL, []any{table.Name}, func(rows *sql.Rows, f *fk) error {
+		return rows.Scan(&f.table, &f.from, &f.to)
+	})
 	if err != nil {
-		return "", nil, err
-	}
-	for rows.Next() {
-		var f fk
-		var to sql.NullString
-		if err := rows.Scan(&f.table, &f.from, &to); err != nil {
-			rows.Close()
-			return "", nil, err
-		}
-		if !to.Valid || strings.EqualFold(to.String, idColumn) {
-			fks = append(fks, f)
-		}
-	}
-	if err := rows.Close(); err != nil {
 		return "", nil, err
 	}
 	var refs []refsetdriver.Reference
 	for _, f := range fks {
+		if f.to.Valid && !strings.EqualFold(f.to.String, idColumn) {
+			continue
+		}
 		r := refsetdriver.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
 		if r.Table, err = sqlident.Parse(f.table, false); err != nil {
 			return "", nil, fmt.Errorf("referencing table %s: %w", f.table, err)
@@ -123,24 +105,13 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		if err := q.QueryRowContext(ctx, leadingIndexSQL, f.table, f.from).Scan(&r.Indexed); err != nil {
 			return "", nil, err
 		}
-		keys, err := q.QueryContext(ctx, keyColumnsSQL, f.table)
-		if err != nil {
+		if r.Key, err = cleanupsql.Column[string](ctx, q, keyColumnsSQL, f.table); err != nil {
 			return "", nil, err
 		}
-		for keys.Next() {
-			var k string
-			if err := keys.Scan(&k); err != nil {
-				keys.Close()
-				return "", nil, err
-			}
+		for _, k := range r.Key {
 			if _, err := sqlident.Parse(k, false); err != nil {
-				keys.Close()
 				return "", nil, fmt.Errorf("key column %s.%s: %w", f.table, k, err)
 			}
-			r.Key = append(r.Key, k)
-		}
-		if err := keys.Close(); err != nil {
-			return "", nil, err
 		}
 		refs = append(refs, r)
 	}
@@ -150,28 +121,25 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 // checkFollowed fails with refsetdriver.UnfollowedKeys if a key that would refuse an
 // object's deletion references other columns than the ID column alone.
 func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) error {
-	rows, err := q.QueryContext(ctx, keysSQL, table.Name)
+	type key struct {
+		referencing, from, to string
+		columns               int
+	}
+	keys, err := cleanupsql.Rows(ctx, q, keysSQL, []any{table.Name}, func(rows *sql.Rows, k *key) error {
+		return rows.Scan(&k.referencing, &k.from, &k.to, &k.columns)
+	})
 	if err != nil {
 		return err
 	}
 	var unfollowed []string
-	for rows.Next() {
-		var from, to, referencing string
-		var columns int
-		if err := rows.Scan(&referencing, &from, &to, &columns); err != nil {
-			rows.Close()
-			return err
-		}
-		if columns == 1 && (to == "" || strings.EqualFold(to, idColumn)) {
+	for _, k := range keys {
+		if k.columns == 1 && (k.to == "" || strings.EqualFold(k.to, idColumn)) {
 			continue
 		}
-		if to == "" {
-			to = "its primary key"
+		if k.to == "" {
+			k.to = "its primary key"
 		}
-		unfollowed = append(unfollowed, fmt.Sprintf("a key on %s (%s) referencing (%s)", referencing, from, to))
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return err
+		unfollowed = append(unfollowed, fmt.Sprintf("a key on %s (%s) referencing (%s)", k.referencing, k.from, k.to))
 	}
 	if len(unfollowed) > 0 {
 		return refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
@@ -179,12 +147,18 @@ func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, 
 	return nil
 }
 
-// enqueue is the upsert every trigger uses: a second signal for a queued object
-// postpones its review to the later time and bumps the version, never drops it.
-func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
-	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) VALUES (%s, %s)
+// Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
+// object postpones its review to the later time and bumps the version, never drops
+// it. A SELECT of rows needs a WHERE clause, or SQLite reads ON CONFLICT as a join's.
+func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
+	return fmt.Sprintf(`INSERT INTO %s (object_id, review_after) %s
 		ON CONFLICT (object_id) DO UPDATE
-		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), id, reviewAfter)
+		SET review_after = max(review_after, excluded.review_after), version = version + 1`, p.Queue.Quoted(), rows)
+}
+
+// enqueue queues the object id, due at reviewAfter.
+func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
+	return cleanupDialect{}.Enqueue(p, "VALUES ("+id+", "+reviewAfter+")")
 }
 
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
@@ -218,18 +192,6 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdr
 		return 0, err
 	}
 	return res.RowsAffected()
-}
-
-func unreferenced(p *refsetdriver.Plan, o string) string {
-	var conds []string
-	for _, r := range p.References {
-		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
-			r.Table.Quoted(), r.Column, o, p.IDColumn))
-	}
-	if len(conds) == 0 {
-		return "1"
-	}
-	return strings.Join(conds, " AND ")
 }
 
 // CollectBatch claims due entries into a temporary table of the writer connection,
@@ -339,7 +301,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 			%[6]s
 			LIMIT ?)
 		INSERT INTO temp.refset_freed (id, depth) SELECT id, depth FROM freed`,
-		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, unreferenced(p, "o"),
+		strings.Join(cols, ", "), strings.Join(selectO, ", "), p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, "o"),
 		strings.Join(steps, "\n\t\t\tUNION\n\t\t\t"))
 }
 
@@ -351,7 +313,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 // does not know), the walk stops there: the deletion of the level above queued those
 // objects, and the next batch reviews them one by one.
 func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int64, error) {
-	defer tx.close()
+	defer tx.stmts.Close()
 	var deepest sql.NullInt64
 	if err := tx.QueryRowContext(ctx, `SELECT max(depth) FROM temp.refset_freed`).Scan(&deepest); err != nil {
 		return 0, err
@@ -389,48 +351,24 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 // batch, so an ended ctx stops the batch at the next one.
 type preparedTx struct {
 	refset.Tx
-	raw   preparer
-	stmts map[string]*sql.Stmt
-}
-
-type preparer interface {
-	PrepareContext(ctx context.Context, query string) (*sql.Stmt, error)
+	stmts *stmtcache.Cache // prepared on the batch's transaction; nil: none
 }
 
 func prepare(view refset.Tx) *preparedTx {
-	raw, _ := txview.Raw(view).(preparer)
-	return &preparedTx{Tx: view, raw: raw, stmts: map[string]*sql.Stmt{}}
+	t := &preparedTx{Tx: view}
+	if raw, ok := txview.Raw(view).(stmtcache.Preparer); ok {
+		t.stmts = stmtcache.New(raw, stmtcache.DefaultSize, nil)
+	}
+	return t
 }
 
 func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if stmt := t.stmt(ctx, query); stmt != nil && ctx.Err() == nil {
+	if stmt := t.stmts.Stmt(ctx, query); stmt != nil && ctx.Err() == nil {
 		if res, err := stmt.ExecContext(context.WithoutCancel(ctx), args...); err == nil {
 			return res, nil
 		}
 	}
 	return t.Tx.ExecContext(ctx, query, args...)
-}
-
-// stmt is query compiled, or nil if it cannot be (the view then reports why).
-func (t *preparedTx) stmt(ctx context.Context, query string) *sql.Stmt {
-	if t.raw == nil {
-		return nil
-	}
-	if stmt, ok := t.stmts[query]; ok {
-		return stmt
-	}
-	stmt, err := t.raw.PrepareContext(ctx, query)
-	if err != nil {
-		return nil
-	}
-	t.stmts[query] = stmt
-	return stmt
-}
-
-func (t *preparedTx) close() {
-	for _, stmt := range t.stmts {
-		stmt.Close()
-	}
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in
@@ -441,7 +379,7 @@ func (t *preparedTx) close() {
 // statement undoes only itself in SQLite; the transaction goes on.
 func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (deleted, refused int64, err error) {
 	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
-		p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted()))
+		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
 	res, err := tx.ExecContext(ctx, del)
 	if err == nil {
 		deleted, err = res.RowsAffected()
@@ -450,11 +388,11 @@ func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (del
 	if !errors.Is(err, refset.ErrReferenced) {
 		return 0, 0, err
 	}
-	ids, err := claimedIDs(ctx, tx)
+	ids, err := cleanupsql.Column[any](ctx, tx, `SELECT object_id FROM temp.refset_claim`)
 	if err != nil {
 		return 0, 0, err
 	}
-	delOne := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" = ? AND %[3]s`, p.Table.Quoted(), p.IDColumn, unreferenced(p, p.Table.Quoted()))
+	delOne := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" = ? AND %[3]s`, p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
 	postpone := fmt.Sprintf(`UPDATE %s SET review_after = %s + ? WHERE object_id = ?`, p.Queue.Quoted(), nowMillis)
 	for _, id := range ids {
 		res, err := tx.ExecContext(ctx, delOne, id)
@@ -480,24 +418,10 @@ func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (del
 	return deleted, refused, nil
 }
 
-func claimedIDs(ctx context.Context, tx refset.Tx) ([]any, error) {
-	return cleanupsql.Column[any](ctx, tx, `SELECT object_id FROM temp.refset_claim`)
-}
-
 // Reach is a recursive query of every object reachable from the roots (and, when
 // withQueue, from queued objects) along the edges.
 func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
-	var seeds []string
-	for _, r := range p.Roots() {
-		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
-	}
-	if withQueue {
-		seeds = append(seeds, fmt.Sprintf(`SELECT object_id FROM %s`, p.Queue.Quoted()))
-	}
-	if len(seeds) == 0 {
-		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE 0`, p.IDColumn, p.Table.Quoted()))
-	}
-	q := `WITH RECURSIVE reach(id) AS (` + strings.Join(seeds, " UNION ")
+	q := `WITH RECURSIVE reach(id) AS (` + cleanupsql.Seeds(p, withQueue)
 	for _, e := range p.Edges() {
 		q += fmt.Sprintf(` UNION SELECT o."%s" FROM reach JOIN %s o ON o."%s" = reach.id WHERE o."%s" IS NOT NULL`,
 			e.Column, p.Table.Quoted(), p.IDColumn, e.Column)
@@ -505,29 +429,10 @@ func (cleanupDialect) Reach(p *refsetdriver.Plan, withQueue bool) string {
 	return q + `)`
 }
 
-func (cleanupDialect) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
-	res, err := tx.ExecContext(ctx, cleanupDialect{}.Reach(p, false)+fmt.Sprintf(`
-		INSERT INTO %[3]s (object_id, review_after)
-		SELECT o."%[1]s", %[4]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s")
-		ON CONFLICT (object_id) DO UPDATE
-		SET review_after = max(review_after, excluded.review_after), version = version + 1`,
-		p.IDColumn, p.Table.Quoted(), p.Queue.Quoted(), nowMillis))
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
-}
-
 // Text renders a value as an SQL literal in text, NULL included, for reports.
 func (cleanupDialect) Text(expr string) string { return "quote(" + expr + ")" }
 
-// SchemaError: a table or column the collector's SQL names does not exist. SQLite
-// gives these the generic code SQLITE_ERROR, so only its message tells them apart.
+// SchemaError: a table or column the collector's SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
-	var se sqlite3.Error
-	if !errors.As(err, &se) || se.Code != sqlite3.ErrError {
-		return false
-	}
-	msg := se.Error()
-	return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
+	return errors.Is(translateError(err, ""), refset.ErrSchema)
 }

@@ -80,19 +80,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		readers = max(4, runtime.GOMAXPROCS(0))
 	}
 
-	file := "file:" + (&url.URL{Path: path}).EscapedPath()
-	common := url.Values{}
-	common.Set("_foreign_keys", "on")
-	common.Set("_busy_timeout", strconv.FormatInt(busy.Milliseconds(), 10))
-
-	w := url.Values{}
-	for k, v := range common {
-		w[k] = v
-	}
-	w.Set("_journal_mode", "WAL")
-	w.Set("_synchronous", sync)
-	w.Set("_txlock", "immediate")
-	writer, err := sqlx.Open("sqlite3", file+"?"+w.Encode())
+	// Every connection enforces foreign keys and waits for locks; the writer also
+	// switches the file to WAL and begins its transactions IMMEDIATE.
+	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
+	writer, err := sqlx.Open("sqlite3", file+"&_journal_mode=WAL&_synchronous="+sync+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
@@ -106,12 +97,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
 	}
 
-	r := url.Values{}
-	for k, v := range common {
-		r[k] = v
-	}
-	r.Set("_query_only", "true")
-	reader, err := sqlx.Open("sqlite3", file+"?"+r.Encode())
+	reader, err := sqlx.Open("sqlite3", file+"&_query_only=true")
 	if err != nil {
 		writer.Close()
 		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
@@ -130,6 +116,10 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	stmts := stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
 	db := &DB{Writer: writer, Readers: readers, stmts: stmts}
+	var release func() error // the caller's pools stay open
+	if ownsPools {
+		release = func() error { return errors.Join(readers.Close(), writer.Close()) }
+	}
 	db.storeEngine = engine.New(engine.Config{
 		Name:       "refset/sqlite",
 		DB:         db,
@@ -137,15 +127,8 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.
-		Begin: func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
-		Release: func() error {
-			if !ownsPools {
-				// The caller's writer lives on: free the statements refset
-				// prepared on it.
-				return stmts.Close()
-			}
-			return errors.Join(readers.Close(), writer.Close())
-		},
+		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
+		Release: release,
 	})
 	return db
 }
@@ -271,7 +254,7 @@ func checkImmediate(ctx context.Context, writer *sql.DB, file string) error {
 // openError is why opening failed, as a sentinel: a file that cannot be opened or
 // read as a database is ErrUnavailable, anything else ErrInvalidConfig.
 func openError(err error) error {
-	if err = (&DB{}).TranslateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
+	if err = translateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)

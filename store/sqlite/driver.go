@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 )
 
 // dialectDriver is this store's refsetdriver.Driver, bound to one database: its
@@ -14,14 +13,5 @@ type dialectDriver struct {
 	refsetdriver.Binding
 }
 
-// SchemaSQL: dialect and cleanupDialect both have it, so say which.
-func (dialectDriver) SchemaSQL() schema.SQL { return theSchemaSQL }
-
-// ExternalMigrations is the database's option, not the bare dialect's false.
-func (d dialectDriver) ExternalMigrations() bool { return d.Binding.ExternalMigrations() }
-
 // Name names the dialect: the folder of per-dialect SQL files.
 func (dialectDriver) Name() string { return dialectName }
-
-// Rebind leaves ? placeholders as they are: they are SQLite's own.
-func (dialectDriver) Rebind(query string) string { return rebind(query) }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/mattn/go-sqlite3"
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 )
@@ -17,11 +18,12 @@ import (
 // failed ("" when unknown): SQLite reports one code for every foreign key failure, and
 // only the statement says whether a parent was missing or a child still refers to it.
 func (db *DB) TranslateError(err error, query string) error {
+	return engine.TranslateError(db.storeEngine, err, query, translateError)
+}
+
+func translateError(err error, query string) error {
 	if err == nil || sqlstore.Translated(err) {
 		return err
-	}
-	if db.Closed() {
-		return fmt.Errorf("refset/sqlite: %w: %w", refset.ErrClosed, err)
 	}
 	var se sqlite3.Error
 	if !errors.As(err, &se) {

@@ -2,25 +2,18 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"embed"
-	"io/fs"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/refsettables"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 //go:embed sql/schema
 var schemaFiles embed.FS
-
-// schemaSQL is this store's part of refset's schema (refsetdriver.SchemaSQL): its
-// migration files, their lock and its catalog here, its statements on refset's own
-// tables those of refsettables, written with its placeholders.
-type schemaSQL struct{ refsettables.Tables }
 
 // dialectName names the dialect: the folder of per-dialect SQL files.
 const dialectName = "sqlite"
@@ -29,26 +22,11 @@ const dialectName = "sqlite"
 // SQLite takes ? as it is.
 func rebind(query string) string { return query }
 
-// theSchemaSQL is the one schemaSQL.
-var theSchemaSQL = schemaSQL{refsettables.New(rebind, tableExists, cleanupDialect{}.Clock())}
-
-func (schemaSQL) Name() string { return dialectName }
-
-func (schemaSQL) Migrations() fs.FS {
-	sub, err := fs.Sub(schemaFiles, "sql/schema")
-	if err != nil {
-		panic(err) // the embedded folder is part of this package
-	}
-	return sub
-}
-
-// LockMigrations does nothing: the write transaction itself (BEGIN IMMEDIATE)
-// already excludes every other writer.
-func (schemaSQL) LockMigrations(context.Context, refset.Tx) error { return nil }
-
-func (schemaSQL) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
-	return tableExists(ctx, q, table)
-}
+// theSchemaSQL is this store's part of refset's schema. It takes no lock for
+// migrations: the write transaction itself (BEGIN IMMEDIATE) already excludes every
+// other writer.
+var theSchemaSQL = storesql.NewSchema(storesql.SchemaDialect{Name: dialectName, Files: schemaFiles,
+	Rebind: rebind, Clock: cleanupDialect{}.Clock(), TableExists: tableExists})
 
 func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
 	var found bool
@@ -63,21 +41,11 @@ func SchemaSQL() schema.SQL { return theSchemaSQL }
 
 func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
 
+// Rebind writes the dialect's placeholders into a statement written with ?.
+func (cleanupDialect) Rebind(query string) string { return rebind(query) }
+
 // RowAddress names a row of any table, for reports on tables without a primary key.
 func (cleanupDialect) RowAddress() string { return "rowid" }
 
 // Clock: refset's tables keep times as Unix milliseconds in INTEGER columns.
-func (cleanupDialect) Clock() refsetdriver.Clock {
-	return refsetdriver.Clock{
-		Now: `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
-		Scan: func() (any, func() time.Time) {
-			var ms sql.NullInt64
-			return &ms, func() time.Time {
-				if !ms.Valid {
-					return time.Time{}
-				}
-				return time.UnixMilli(ms.Int64).UTC()
-			}
-		},
-	}
-}
+func (cleanupDialect) Clock() refsetdriver.Clock { return storesql.Clock(nowMillis, time.UnixMilli) }

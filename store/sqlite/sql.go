@@ -2,13 +2,14 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
-	"strings"
 
-	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
+	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
 // All of this store's SQL is here.
@@ -23,42 +24,20 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 	if table.Schema != "" {
 		return nil, fmt.Errorf("refset/sqlite: table %s: schema-qualified names are for Postgres: %w", table, refset.ErrInvalidIdentifier)
 	}
-	rows, err := q.QueryContext(ctx, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table.Name)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var cols []refsetdriver.Column
-	for rows.Next() {
-		var c refsetdriver.Column
-		var pk int
-		if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &pk); err != nil {
-			return nil, err
-		}
-		c.Primary = pk > 0
-		if c.Type == "" {
-			c.Type = "BLOB" // a column declared without a type has no affinity
-		}
-		cols = append(cols, c)
-	}
-	return cols, rows.Err()
+	return cleanupsql.Rows(ctx, q, `SELECT name, type, "notnull", pk > 0 FROM pragma_table_info(?)`, []any{table.Name},
+		func(rows *sql.Rows, c *refsetdriver.Column) error {
+			if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
+				return err
+			}
+			if c.Type == "" {
+				c.Type = "BLOB" // a column declared without a type has no affinity
+			}
+			return nil
+		})
 }
 
 func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
-	cols := t.Columns
-	table, holds, id := t.Name.Quoted(), t.Holds.Quoted(), `"`+t.IDColumn+`"`
-	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")"
-	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, sqlstore.QuotedColumns(cols))
-	return refsetdriver.Statements{
-		Insert: insert + row,
-		InsertRows: func(n int) string {
-			return insert + strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
-		},
-		Select: fmt.Sprintf(`SELECT %s FROM %s WHERE %s = ?`, sqlstore.QuotedColumns(cols), table, id),
-		Exists: fmt.Sprintf(`SELECT 1 FROM %s WHERE %s = ?`, table, id),
-		Hold: fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+	return storesql.Statements(t, func(int) string { return "?" }, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
 			VALUES (?1, ?2, CASE WHEN ?3 > 0 THEN %s + ?3 END)
-			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = excluded.expires_at`, holds, nowMillis),
-		Unhold: fmt.Sprintf(`DELETE FROM %s WHERE holder = ? AND object_id = ?`, holds),
-	}
+			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = excluded.expires_at`, t.Holds.Quoted(), nowMillis))
 }

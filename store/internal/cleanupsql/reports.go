@@ -10,22 +10,24 @@ import (
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 )
 
 // Fragments are the pieces of SQL in which the dialects' reports differ: a store's
 // clean-up dialect has them all.
 type Fragments interface {
-	// Schema names the dialect, whose Rebind writes its placeholders.
-	Schema() schema.Dialect
+	// Rebind writes the dialect's placeholders into a statement written with ?.
+	Rebind(query string) string
 	// SchemaSQL finds refset's own tables.
-	SchemaSQL() schema.SQL
+	SchemaSQL() refsetdriver.SchemaSQL
 	// Clock is the database's clock as refset's tables keep time.
 	Clock() refsetdriver.Clock
 	// Reach is a WITH RECURSIVE clause defining reach(id): every object reachable
 	// from a root (and, when withQueue, from a queued object) along the edges.
 	Reach(p *refsetdriver.Plan, withQueue bool) string
+	// Enqueue queues rows, VALUES or a SELECT (with a WHERE clause) of an object's
+	// ID and the time to review it, for review.
+	Enqueue(p *refsetdriver.Plan, rows string) string
 	// Text renders the SQL expression expr as a literal in text, NULL included.
 	Text(expr string) string
 	// RowAddress is the expression naming a row of any table (Postgres ctid, SQLite
@@ -43,25 +45,28 @@ func (Reports[F]) fragments() F {
 	return f
 }
 
+// EnqueueUnreachable: see refsetdriver.CleanupDialect. Not a report, but written
+// alike with the same fragments. ORDER BY: queue entries are locked in one order.
+func (r Reports[F]) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
+	f := r.fragments()
+	res, err := tx.ExecContext(ctx, f.Reach(p, false)+" "+f.Enqueue(p, fmt.Sprintf(
+		`SELECT o."%[1]s", %[3]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
+		p.IDColumn, p.Table.Quoted(), f.Clock().Now)))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // Leaked: see refsetdriver.CleanupDialect.
 func (r Reports[F]) Leaked(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, samples int) (n int64, ids []string, err error) {
 	f := r.fragments()
 	id := fmt.Sprintf(`o."%s"`, p.IDColumn)
-	rows, err := q.QueryContext(ctx, f.Reach(p, true)+fmt.Sprintf(`
+	ids, err = Rows(ctx, q, f.Reach(p, true)+fmt.Sprintf(`
 		SELECT %s, count(*) OVER () FROM %s o
-		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = %s) LIMIT %d`, f.Text(id), p.Table.Quoted(), id, samples))
-	if err != nil {
-		return 0, nil, err
-	}
-	for rows.Next() {
-		var sample string
-		if err := rows.Scan(&sample, &n); err != nil {
-			rows.Close()
-			return 0, nil, err
-		}
-		ids = append(ids, sample)
-	}
-	return n, ids, errors.Join(rows.Err(), rows.Close())
+		WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = %s) LIMIT %d`, f.Text(id), p.Table.Quoted(), id, samples), nil,
+		func(rows *sql.Rows, sample *string) error { return rows.Scan(sample, &n) })
+	return n, ids, err
 }
 
 // Dangling: see refsetdriver.CleanupDialect.
@@ -78,7 +83,7 @@ func (r Reports[F]) Dangling(ctx context.Context, q refset.Querier, p *refsetdri
 // HasObject: see refsetdriver.CleanupDialect.
 func (r Reports[F]) HasObject(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, id any) (bool, error) {
 	var one int
-	err := q.QueryRowContext(ctx, r.fragments().Schema().Rebind(fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), id).Scan(&one)
+	err := q.QueryRowContext(ctx, r.fragments().Rebind(fmt.Sprintf(`SELECT 1 FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), id).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -99,7 +104,7 @@ func (r Reports[F]) Holders(ctx context.Context, q refset.Querier, _ *refsetdriv
 	if limit > 0 {
 		query += fmt.Sprintf(` LIMIT %d`, limit)
 	}
-	return Column[string](ctx, q, f.Schema().Rebind(query), id)
+	return Column[string](ctx, q, f.Rebind(query), id)
 }
 
 // Now: see refsetdriver.CleanupDialect.
@@ -166,36 +171,59 @@ func (r Reports[F]) QueueState(ctx context.Context, q refset.Querier, queue sqli
 
 // Versions: see refsetdriver.CleanupDialect.
 func (r Reports[F]) Versions(ctx context.Context, q refset.Querier) ([]refsetdriver.Version, error) {
-	rows, err := q.QueryContext(ctx, `SELECT component, version FROM refset_schema_version ORDER BY component`)
-	if err != nil {
-		return nil, err
-	}
-	var vs []refsetdriver.Version
-	for rows.Next() {
-		var v refsetdriver.Version
-		if err := rows.Scan(&v.Component, &v.Version); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		vs = append(vs, v)
-	}
-	return vs, errors.Join(rows.Err(), rows.Close())
+	return Rows(ctx, q, `SELECT component, version FROM refset_schema_version ORDER BY component`, nil,
+		func(rows *sql.Rows, v *refsetdriver.Version) error { return rows.Scan(&v.Component, &v.Version) })
 }
 
-// Column is the one column of every row query returns.
-func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
+// Rows is every row query returns, each read into a T by scan.
+func Rows[T any](ctx context.Context, q refset.Querier, query string, args []any, scan func(rows *sql.Rows, v *T) error) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	var values []T
+	var list []T
 	for rows.Next() {
 		var v T
-		if err := rows.Scan(&v); err != nil {
+		if err := scan(rows, &v); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		values = append(values, v)
+		list = append(list, v)
 	}
-	return values, errors.Join(rows.Err(), rows.Close())
+	return list, errors.Join(rows.Err(), rows.Close())
+}
+
+// Column is the one column of every row query returns.
+func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
+	return Rows(ctx, q, query, args, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
+}
+
+// Unreferenced is the condition that no reference of the plan points at the object
+// of the table aliased o.
+func Unreferenced(p *refsetdriver.Plan, o string) string {
+	var conds []string
+	for _, r := range p.References {
+		conds = append(conds, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s r WHERE r."%s" = %s."%s")`,
+			r.Table.Quoted(), r.Column, o, p.IDColumn))
+	}
+	if len(conds) == 0 {
+		return "true"
+	}
+	return strings.Join(conds, " AND ")
+}
+
+// Seeds are where a reach query (Fragments.Reach) starts: the objects the roots
+// reference and, when withQueue, the queued ones, as one SELECT of their IDs.
+func Seeds(p *refsetdriver.Plan, withQueue bool) string {
+	var seeds []string
+	for _, r := range p.Roots() {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE "%s" IS NOT NULL`, r.Column, r.Table.Quoted(), r.Column))
+	}
+	if withQueue {
+		seeds = append(seeds, fmt.Sprintf(`SELECT object_id FROM %s`, p.Queue.Quoted()))
+	}
+	if len(seeds) == 0 {
+		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE false`, p.IDColumn, p.Table.Quoted()))
+	}
+	return strings.Join(seeds, " UNION ")
 }
