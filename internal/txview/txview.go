@@ -19,14 +19,11 @@ import (
 
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // Querier runs statements: *sql.Tx, *sqlx.Tx and a View all do.
-type Querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
+type Querier = refsetdriver.Querier
 
 // ErrEndsTransaction is wrapped by the error a View returns for a statement that would
 // end or begin a transaction. refset wraps it in its own ErrInvalidCommand.
@@ -93,16 +90,7 @@ func Raw(q Querier) Querier {
 
 // ExecContext runs query in the transaction, refusing one that would end it.
 func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := v.check(query); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	res, err := v.raw.ExecContext(ctx, query, args...)
-	dblog.Slow(ctx, v.Log, v.Slow, query, start)
-	if err != nil {
-		return nil, v.Translate(err, query)
-	}
-	return res, nil
+	return run(ctx, v, query, func() (sql.Result, error) { return v.raw.ExecContext(ctx, query, args...) })
 }
 
 // CommandExecer is a transaction that runs the statements of refset.Exec commands
@@ -114,36 +102,32 @@ type CommandExecer interface {
 // ExecCommand runs the statement of a refset.Exec command: as ExecContext does, but
 // through the transaction's ExecCommand when it has one.
 func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := v.check(query); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	var res sql.Result
-	var err error
+	exec := v.raw.ExecContext
 	if c, ok := v.raw.(CommandExecer); ok {
-		res, err = c.ExecCommand(ctx, query, args...)
-	} else {
-		res, err = v.raw.ExecContext(ctx, query, args...)
+		exec = c.ExecCommand
 	}
-	dblog.Slow(ctx, v.Log, v.Slow, query, start)
-	if err != nil {
-		return nil, v.Translate(err, query)
-	}
-	return res, nil
+	return run(ctx, v, query, func() (sql.Result, error) { return exec(ctx, query, args...) })
 }
 
 // QueryContext runs query in the transaction, refusing one that would end it.
 func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return run(ctx, v, query, func() (*sql.Rows, error) { return v.raw.QueryContext(ctx, query, args...) })
+}
+
+// run runs query through send unless it would end the transaction, logs it when
+// slow, and translates its error.
+func run[R any](ctx context.Context, v *View, query string, send func() (R, error)) (R, error) {
+	var none R
 	if err := v.check(query); err != nil {
-		return nil, err
+		return none, err
 	}
 	start := time.Now()
-	rows, err := v.raw.QueryContext(ctx, query, args...)
+	res, err := send()
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
-		return nil, v.Translate(err, query)
+		return none, v.Translate(err, query)
 	}
-	return rows, nil
+	return res, nil
 }
 
 // QueryRowContext runs query in the transaction. A query that would end the
