@@ -55,21 +55,46 @@ type completer[ID comparable] interface {
 	observer() Observer
 }
 
-// RefToken is a reference to an object known to be in a set when the token was made.
-// It is safe to send to another goroutine; it does not keep the object alive (a
-// persisted reference row does). Pass it on with Release.
-type RefToken[ID comparable] struct {
-	id  ID
-	set completer[ID]
-	lin *lineage
-}
-
-func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
-	return &RefToken[ID]{id: id, set: set, lin: &lineage{}}
+// hand is what a token and each step of its hand-over carry.
+type hand[ID comparable] struct {
+	id   ID
+	set  completer[ID]
+	lin  *lineage
+	cmds []Command[ID] // the commands recorded so far
 }
 
 // ID is the ID of the referenced object.
-func (t *RefToken[ID]) ID() ID { return t.id }
+func (h *hand[ID]) ID() ID { return h.id }
+
+// take moves the hand-over from one step to the next, once cmds, the commands the
+// step records, are all non-nil. op names the step in errors.
+func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
+	if h.lin == nil {
+		return opError(op, ErrInvalidToken, nil)
+	}
+	if err := checkCommands(cmds); err != nil {
+		return err
+	}
+	if !h.lin.advance(from, to) {
+		return opError(fmt.Sprintf("%s %v", op, h.id), ErrTokenConsumed, nil)
+	}
+	return nil
+}
+
+// with is what the next step carries: the commands recorded so far, then cmds.
+func (h *hand[ID]) with(cmds []Command[ID]) hand[ID] {
+	all := make([]Command[ID], 0, len(h.cmds)+len(cmds))
+	return hand[ID]{id: h.id, set: h.set, lin: h.lin, cmds: append(append(all, h.cmds...), cmds...)}
+}
+
+// RefToken is a reference to an object known to be in a set when the token was made.
+// It is safe to send to another goroutine; it does not keep the object alive (a
+// persisted reference row does). Pass it on with Release.
+type RefToken[ID comparable] struct{ hand[ID] }
+
+func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
+	return &RefToken[ID]{hand[ID]{id: id, set: set, lin: &lineage{}}}
+}
 
 func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
 
@@ -77,57 +102,33 @@ func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id
 // The token is consumed. Errors: ErrInvalidToken (nil), ErrInvalidCommand (a nil
 // command), ErrTokenConsumed.
 func (t *RefToken[ID]) Release(cmds ...Command[ID]) (*Released[ID], error) {
-	if t == nil || t.lin == nil {
+	if t == nil {
 		return nil, opError("release", ErrInvalidToken, nil)
 	}
-	if err := checkCommands(cmds); err != nil {
+	if err := t.take("release", stepHeld, stepReleased, cmds); err != nil {
 		return nil, err
 	}
-	if !t.lin.advance(stepHeld, stepReleased) {
-		return nil, opError(fmt.Sprintf("release %v", t.id), ErrTokenConsumed, nil)
-	}
-	return &Released[ID]{id: t.id, set: t.set, lin: t.lin, cmds: append([]Command[ID](nil), cmds...)}, nil
+	return &Released[ID]{t.with(cmds)}, nil
 }
 
 // Released is a reference on its way from one component to another. Send it to the
 // taker, which calls Acquire.
-type Released[ID comparable] struct {
-	id   ID
-	set  completer[ID]
-	lin  *lineage
-	cmds []Command[ID]
-}
-
-// ID is the ID of the referenced object.
-func (r *Released[ID]) ID() ID { return r.id }
+type Released[ID comparable] struct{ hand[ID] }
 
 // Acquire records the taker's commands, to run after the giver's. The Released is
 // consumed. Errors: those of Release.
 func (r *Released[ID]) Acquire(cmds ...Command[ID]) (*Acquired[ID], error) {
-	if r == nil || r.lin == nil {
+	if r == nil {
 		return nil, opError("acquire", ErrInvalidToken, nil)
 	}
-	if err := checkCommands(cmds); err != nil {
+	if err := r.take("acquire", stepReleased, stepAcquired, cmds); err != nil {
 		return nil, err
 	}
-	if !r.lin.advance(stepReleased, stepAcquired) {
-		return nil, opError(fmt.Sprintf("acquire %v", r.id), ErrTokenConsumed, nil)
-	}
-	all := make([]Command[ID], 0, len(r.cmds)+len(cmds))
-	all = append(append(all, r.cmds...), cmds...)
-	return &Acquired[ID]{id: r.id, set: r.set, lin: r.lin, cmds: all}, nil
+	return &Acquired[ID]{r.with(cmds)}, nil
 }
 
 // Acquired is a hand-over ready to commit.
-type Acquired[ID comparable] struct {
-	id   ID
-	set  completer[ID]
-	lin  *lineage
-	cmds []Command[ID]
-}
-
-// ID is the ID of the referenced object.
-func (a *Acquired[ID]) ID() ID { return a.id }
+type Acquired[ID comparable] struct{ hand[ID] }
 
 // Complete runs the release commands and then the acquire commands in one new
 // transaction and commits it, returning the taker's RefToken. If any command fails
@@ -160,11 +161,11 @@ func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], er
 }
 
 func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], error) {
-	if a == nil || a.lin == nil {
+	if a == nil {
 		return nil, opError("complete", ErrInvalidToken, nil)
 	}
-	if !a.lin.advance(stepAcquired, stepCompleting) {
-		return nil, opError(fmt.Sprintf("complete %v", a.id), ErrTokenConsumed, nil)
+	if err := a.take("complete", stepAcquired, stepCompleting, nil); err != nil {
+		return nil, err
 	}
 	done := false
 	defer func() {
