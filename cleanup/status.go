@@ -57,11 +57,7 @@ func Status(ctx context.Context, db refset.Database) (_ DatabaseStatus, err erro
 	if err != nil {
 		return DatabaseStatus{}, err
 	}
-	var s DatabaseStatus
-	err = onReplica(ctx, db, func(q refset.Querier) (err error) {
-		s, err = status(ctx, q, d)
-		return err
-	})
+	s, err := onReplica(ctx, db, func(q refset.Querier) (DatabaseStatus, error) { return status(ctx, q, d) })
 	if err != nil {
 		if !errors.Is(err, refset.ErrNotFound) {
 			err = (&Collector{db: db, dialect: d}).readError(err)
