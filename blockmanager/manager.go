@@ -259,7 +259,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 		for i, b := range fresh {
 			arrived[i] = b.HeaderSignature
 		}
-		if _, err := m.Completer().complete(ctx, tx, seen.waitingFor(arrived)); err != nil {
+		if _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived)); err != nil {
 			return nil, err
 		}
 	}
@@ -271,26 +271,6 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 type branchLookUp struct {
 	stored  map[string]bool
 	waiting []waitingBlock
-}
-
-// waitingFor is the blocks that wait for one of parents, in the order of parents,
-// then by ID.
-func (l branchLookUp) waitingFor(parents []string) []waitingBlock {
-	if len(l.waiting) == 0 {
-		return nil
-	}
-	order := make(map[string]int, len(parents))
-	for i, p := range parents {
-		order[p] = i
-	}
-	var out []waitingBlock
-	for _, w := range l.waiting {
-		if _, ok := order[w.parent]; ok {
-			out = append(out, w)
-		}
-	}
-	sortWaiting(out, order)
-	return out
 }
 
 // lookUpSQL reads the pending blocks, as many as there are blocks in a branch and
@@ -409,13 +389,7 @@ func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (in
 
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	return m.idsIn(ctx, q, m.stmt.storedIDs, ids)
-}
-
-// idsIn is which of ids query finds: it reads the IDs of a table that are in the
-// list it binds as its one argument (see refsetdriver.Driver.ColumnIn).
-func (m *Manager) idsIn(ctx context.Context, q refset.Querier, query string, ids []string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, query, m.stmt.list(ids))
+	rows, err := q.QueryContext(ctx, m.stmt.storedIDs, m.stmt.list(ids))
 	if err != nil {
 		return nil, err
 	}
