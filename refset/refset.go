@@ -25,15 +25,12 @@ type RefSet[T Identifiable[ID], ID comparable] struct {
 	db    Database
 	caps  capabilities // the database's, found once
 	cache *cache[T, ID]
-	obs   Observer               // the database's
-	pipe  refsetdriver.Pipeliner // the database's, or nil
 }
 
 // New returns a RefSet kept in store.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	caps := capabilitiesOf(db)
-	return &RefSet[T, ID]{store: store, db: db, caps: caps, cache: newCache[T, ID](), obs: caps.obs, pipe: caps.pipe}
+	return &RefSet[T, ID]{store: store, db: db, caps: capabilitiesOf(db), cache: newCache[T, ID]()}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -71,7 +68,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
 		return nil, fmt.Errorf("refset: add %v: %w", id, err)
 	}
-	s.obs.Added(ctx, 1)
+	s.caps.obs.Added(ctx, 1)
 	return newToken[ID](id, s), nil
 }
 
@@ -79,7 +76,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 // pipelined when the commands are all Exec commands and the database can pipeline
 // them and the store give its insert as a statement, otherwise under a savepoint of tx.
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
-	if tx == nil && s.pipe != nil {
+	if tx == nil && s.caps.pipe != nil {
 		if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
 			if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
 				execs = append([]*execCommand[ID]{nil}, execs...)
@@ -127,7 +124,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	if err != nil {
 		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
 	}
-	s.obs.Added(ctx, len(objs))
+	s.caps.obs.Added(ctx, len(objs))
 	return toks, nil
 }
 
@@ -254,14 +251,14 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 	})
 }
 
-func (s *RefSet[T, ID]) observer() Observer { return s.obs }
+func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
 
 // runCommands runs a hand-over's commands: in a new transaction when tx is nil,
 // pipelined when they are all Exec commands and the database can pipeline them,
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
-	if tx == nil && s.pipe != nil {
+	if tx == nil && s.caps.pipe != nil {
 		if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
 			return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
 		}
