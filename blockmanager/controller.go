@@ -100,8 +100,13 @@ func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old stri
 		_, err := tx.ExecContext(ctx, m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, id)
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
-		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, oldNum, ForkHolder); err != nil {
+	// unholdDownTo removes the fork-cache holds of id and its ancestors down to height.
+	unholdDownTo := func(height int64) error {
+		_, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
+		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, height, ForkHolder)
+		return err
+	}
+	if err := unholdDownTo(oldNum); err != nil {
 		return err
 	}
 	if extendsOld {
@@ -121,8 +126,7 @@ func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old stri
 		return err
 	}
 	if lowest < oldNum {
-		if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
-			DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, lowest, ForkHolder); err != nil {
+		if err := unholdDownTo(lowest); err != nil {
 			return err
 		}
 	}

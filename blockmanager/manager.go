@@ -449,19 +449,18 @@ func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 // them. NullBlockID, the predecessor of genesis, is a tip whose branch is empty, so
 // it contains none (as in Sawtooth); any other tip that is not stored is
 // ErrUnknownBlock. Errors: ErrUnknownBlock, and those of Get.
-func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (_ bool, err error) {
-	defer func() { err = refsetdriver.ContextError(ctx, err) }()
+func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (bool, error) {
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
 
 // ContainsAnyTransactions reports whether any of the transactions is in a block of
 // tip's branch, as ContainsAnyBatches does for batches, with the same errors.
-func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (_ bool, err error) {
-	defer func() { err = refsetdriver.ContextError(ctx, err) }()
+func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (bool, error) {
 	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
 }
 
-func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (bool, error) {
+func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (_ bool, err error) {
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	if tip == NullBlockID {
 		return false, nil
 	}
@@ -479,17 +478,13 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
 	// The oldest block holding any of them bounds the walk.
 	var oldest *int64
-	err := q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
+	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
 		JOIN blocks b ON b.header_signature = x.block_id WHERE x.%s IN (%s)`, table, column, in)), args...).Scan(&oldest)
 	if err != nil || oldest == nil {
 		return false, err
 	}
 	var found bool
-	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`WITH RECURSIVE walk(id, prev) AS (
-			SELECT header_signature, previous_block_ref FROM blocks WHERE header_signature = ?
-			UNION ALL
-			SELECT b.header_signature, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.prev
-			WHERE b.block_num >= ?)
+	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+fmt.Sprintf(`
 		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE x.%s IN (%s))`, table, column, in)),
 		append([]any{tip, *oldest}, args...)...).Scan(&found)
 	return found, err
