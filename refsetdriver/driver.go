@@ -216,12 +216,8 @@ func (NoObserver) ReadFellBack(context.Context, string, string)                {
 // pool and the options that change what the Driver does. A store's driver embeds it
 // beside its dialect.
 type Binding struct {
-	pool       *sql.DB
-	unprepared bool
-	external   bool
-	logger     *slog.Logger
-	slow       time.Duration
-	observer   Observer
+	pool     *sql.DB
+	settings Settings
 }
 
 // Settings are the options of a database that every store has.
@@ -235,17 +231,16 @@ type Settings struct {
 // Bind returns the Binding of a database whose write transactions and prepared
 // statements are on pool.
 func Bind(pool *sql.DB, s Settings) Binding {
-	logger, observer := dblog.Or(s.Logger), s.Observer
-	if observer == nil {
-		observer = NoObserver{}
+	s.Logger = dblog.Or(s.Logger)
+	if s.Observer == nil {
+		s.Observer = NoObserver{}
 	}
-	return Binding{pool: pool, unprepared: s.Unprepared, external: s.ExternalMigrations,
-		logger: logger, slow: s.SlowStatement, observer: observer}
+	return Binding{pool: pool, settings: s}
 }
 
 func (b Binding) Pool() *sql.DB                { return b.pool }
-func (b Binding) Unprepared() bool             { return b.unprepared }
-func (b Binding) ExternalMigrations() bool     { return b.external }
-func (b Binding) Logger() *slog.Logger         { return b.logger }
-func (b Binding) SlowStatement() time.Duration { return b.slow }
-func (b Binding) Observer() Observer           { return b.observer }
+func (b Binding) Unprepared() bool             { return b.settings.Unprepared }
+func (b Binding) ExternalMigrations() bool     { return b.settings.ExternalMigrations }
+func (b Binding) Logger() *slog.Logger         { return b.settings.Logger }
+func (b Binding) SlowStatement() time.Duration { return b.settings.SlowStatement }
+func (b Binding) Observer() Observer           { return b.settings.Observer }

@@ -48,7 +48,7 @@ type Options struct {
 	Translate func(err error, query string) error
 	// Refuse wraps ErrEndsTransaction for a refused statement.
 	Refuse func(error) error
-	// Rebind rewrites ? placeholders to the database's own; nil leaves them.
+	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres).
 	Rebind func(query string) string
 	// Log receives statements slower than Slow (none when Slow is 0).
 	Log  *slog.Logger
@@ -63,14 +63,6 @@ func New(raw Querier, opts Options) *View {
 		raw = v.raw
 	}
 	return &View{raw: raw, Options: opts}
-}
-
-// Rebind rewrites query's ? placeholders to the database's own ($1 on Postgres).
-func (v *View) Rebind(query string) string {
-	if v.Options.Rebind == nil {
-		return query
-	}
-	return v.Options.Rebind(query)
 }
 
 // Refused is the error of the first statement the view refused, or nil.
