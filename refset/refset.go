@@ -47,22 +47,20 @@ func (s *RefSet[T, ID]) Database() Database { return s.db }
 // the context's error, and whatever a command returned. A panicking command rolls
 // back and goes on panicking.
 func (s *RefSet[T, ID]) Add(ctx context.Context, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
-	return s.add(ctx, nil, obj, cmds)
+	return s.add(ctx, false, nil, obj, cmds)
 }
 
 // AddTx is Add inside the caller's transaction tx, under a savepoint. A failure (or
 // a panicking command) undoes only what AddTx did, and tx stays usable. Errors: those
 // of Add, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if err := checkTx(tx); err != nil {
-		return nil, err
-	}
-	return s.add(ctx, tx, obj, cmds)
+	return s.add(ctx, true, tx, obj, cmds)
 }
 
-func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
+// add is Add in a new transaction, or AddTx in tx when inTx.
+func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
 	id := obj.ID()
-	if err := checkCall("add", id, cmds); err != nil {
+	if err := checkCall("add", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
@@ -157,20 +155,19 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 		}
 		return newToken[ID](id, s), nil
 	}
-	return s.upgradeIn(ctx, nil, id, cmds)
+	return s.upgradeIn(ctx, false, nil, id, cmds)
 }
 
 // UpgradeTx is Upgrade inside the caller's transaction tx, under a savepoint.
 // Errors: those of Upgrade, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if err := checkTx(tx); err != nil {
-		return nil, err
-	}
-	return s.upgradeIn(ctx, tx, id, cmds)
+	return s.upgradeIn(ctx, true, tx, id, cmds)
 }
 
-func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
-	if err := checkCall("upgrade", id, cmds); err != nil {
+// upgradeIn is Upgrade with commands, in a new transaction, or UpgradeTx in tx when
+// inTx.
+func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	if err := checkCall("upgrade", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
 	err := s.within(ctx, tx, func(tx Tx) error {
@@ -305,8 +302,14 @@ func checkID[ID comparable](op string, id ID) error {
 	return nil
 }
 
-// checkCall refuses the zero ID and a nil command.
-func checkCall[ID comparable](op string, id ID, cmds []Command[ID]) error {
+// checkCall refuses what a call cannot run with: a tx that is not a transaction,
+// for a call in the caller's (inTx); the zero ID; a nil command.
+func checkCall[ID comparable](op string, inTx bool, tx Tx, id ID, cmds []Command[ID]) error {
+	if inTx {
+		if err := checkTx(tx); err != nil {
+			return err
+		}
+	}
 	if err := checkID(op, id); err != nil {
 		return err
 	}

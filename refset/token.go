@@ -55,8 +55,8 @@ type completer[ID comparable] interface {
 	observer() Observer
 }
 
-// hand is what a token and each step of its hand-over carry.
-type hand[ID comparable] struct {
+// ref is what a token and each step of its hand-over carry.
+type ref[ID comparable] struct {
 	id   ID
 	set  completer[ID]
 	lin  *lineage
@@ -64,12 +64,17 @@ type hand[ID comparable] struct {
 }
 
 // ID is the ID of the referenced object.
-func (h *hand[ID]) ID() ID { return h.id }
+func (r *ref[ID]) ID() ID { return r.id }
+
+// hand is a RefToken, a Released or an Acquired (all of them structs of one ref,
+// which convert to each other), on its way to the next step of a hand-over. A nil
+// hand is a nil token or step.
+type hand[ID comparable] struct{ ref[ID] }
 
 // take moves the hand-over from one step to the next, once cmds, the commands the
 // step records, are all non-nil. op names the step in errors.
 func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
-	if h.lin == nil {
+	if h == nil || h.lin == nil {
 		return opError(op, ErrInvalidToken, nil)
 	}
 	if err := checkCommands(cmds); err != nil {
@@ -81,19 +86,23 @@ func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
 	return nil
 }
 
-// with is what the next step carries: the commands recorded so far, then cmds.
-func (h *hand[ID]) with(cmds []Command[ID]) hand[ID] {
+// next takes the step and returns what the next one carries: the commands recorded
+// so far, then cmds.
+func (h *hand[ID]) next(op string, from, to step, cmds []Command[ID]) (*hand[ID], error) {
+	if err := h.take(op, from, to, cmds); err != nil {
+		return nil, err
+	}
 	all := make([]Command[ID], 0, len(h.cmds)+len(cmds))
-	return hand[ID]{id: h.id, set: h.set, lin: h.lin, cmds: append(append(all, h.cmds...), cmds...)}
+	return &hand[ID]{ref[ID]{id: h.id, set: h.set, lin: h.lin, cmds: append(append(all, h.cmds...), cmds...)}}, nil
 }
 
 // RefToken is a reference to an object known to be in a set when the token was made.
 // It is safe to send to another goroutine; it does not keep the object alive (a
 // persisted reference row does). Pass it on with Release.
-type RefToken[ID comparable] struct{ hand[ID] }
+type RefToken[ID comparable] struct{ ref[ID] }
 
 func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
-	return &RefToken[ID]{hand[ID]{id: id, set: set, lin: &lineage{}}}
+	return &RefToken[ID]{ref[ID]{id: id, set: set, lin: &lineage{}}}
 }
 
 func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
@@ -102,33 +111,23 @@ func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id
 // The token is consumed. Errors: ErrInvalidToken (nil), ErrInvalidCommand (a nil
 // command), ErrTokenConsumed.
 func (t *RefToken[ID]) Release(cmds ...Command[ID]) (*Released[ID], error) {
-	if t == nil {
-		return nil, opError("release", ErrInvalidToken, nil)
-	}
-	if err := t.take("release", stepHeld, stepReleased, cmds); err != nil {
-		return nil, err
-	}
-	return &Released[ID]{t.with(cmds)}, nil
+	next, err := (*hand[ID])(t).next("release", stepHeld, stepReleased, cmds)
+	return (*Released[ID])(next), err
 }
 
 // Released is a reference on its way from one component to another. Send it to the
 // taker, which calls Acquire.
-type Released[ID comparable] struct{ hand[ID] }
+type Released[ID comparable] struct{ ref[ID] }
 
 // Acquire records the taker's commands, to run after the giver's. The Released is
 // consumed. Errors: those of Release.
 func (r *Released[ID]) Acquire(cmds ...Command[ID]) (*Acquired[ID], error) {
-	if r == nil {
-		return nil, opError("acquire", ErrInvalidToken, nil)
-	}
-	if err := r.take("acquire", stepReleased, stepAcquired, cmds); err != nil {
-		return nil, err
-	}
-	return &Acquired[ID]{r.with(cmds)}, nil
+	next, err := (*hand[ID])(r).next("acquire", stepReleased, stepAcquired, cmds)
+	return (*Acquired[ID])(next), err
 }
 
 // Acquired is a hand-over ready to commit.
-type Acquired[ID comparable] struct{ hand[ID] }
+type Acquired[ID comparable] struct{ ref[ID] }
 
 // Complete runs the release commands and then the acquire commands in one new
 // transaction and commits it, returning the taker's RefToken. If any command fails
@@ -161,10 +160,7 @@ func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], er
 }
 
 func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], error) {
-	if a == nil {
-		return nil, opError("complete", ErrInvalidToken, nil)
-	}
-	if err := a.take("complete", stepAcquired, stepCompleting, nil); err != nil {
+	if err := (*hand[ID])(a).take("complete", stepAcquired, stepCompleting, nil); err != nil {
 		return nil, err
 	}
 	done := false
