@@ -44,12 +44,10 @@ type Config struct {
 // so a new process on the same database carries on where the last one stopped.
 type Manager struct {
 	db        refset.Database
-	replica   refset.Querier // the database's replica, or nil: where walks read first
 	drv       refsetdriver.Driver
 	stmt      statements
 	blocks    *refset.RefSet[Block, string]
 	writes    refset.SetStore[storedBlock, string] // the set's table, with each block's segment
-	observer  refset.Observer
 	collector *cleanup.Collector
 	pageSize  int
 	pagePart  int // the fewest blocks a part of a segment page holds; 0: pages are read whole
@@ -76,7 +74,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.drv, m.stmt, m.replica = drv, newStatements(drv), refsetdriver.ReplicaOf(drv)
+	m.drv, m.stmt = drv, newStatements(drv)
 	if drv.InProcess() {
 		m.pagePart = minPagePart
 	}
@@ -94,7 +92,6 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.observer = drv.Observer()
 	return m, nil
 }
 
@@ -374,7 +371,7 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []store
 	if err := m.writes.PersistAll(ctx, tx, blocks); err != nil {
 		return fmt.Errorf("blockmanager: storing %d blocks: %w", len(blocks), err)
 	}
-	m.observer.Added(ctx, len(blocks))
+	m.drv.Observer().Added(ctx, len(blocks))
 	return m.insertIndexes(ctx, tx, blocks)
 }
 

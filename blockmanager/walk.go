@@ -178,8 +178,8 @@ type walker struct {
 
 func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, height: -1, links: links, size: m.pageSize}
-	if m.replica != nil {
-		w.q, w.onReplica = m.replica, true
+	if replica := refsetdriver.ReplicaOf(m.drv); replica != nil {
+		w.q, w.onReplica = replica, true
 	}
 	return w
 }
@@ -188,7 +188,7 @@ func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 // refset.Observer.ReadFellBack names it).
 func (w *walker) toPrimary(reason string) {
 	w.q, w.onReplica = w.m.db.Reader(), false
-	w.m.observer.ReadFellBack(w.ctx, "branch", reason)
+	w.m.drv.Observer().ReadFellBack(w.ctx, "branch", reason)
 }
 
 func (w *walker) next() (*Block, error) {
