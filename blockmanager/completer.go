@@ -136,8 +136,9 @@ func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prev p
 		return prev, false, err
 	}
 	// A predecessor that is stored but itself waits is not complete either.
-	waiting, err = c.isPending(ctx, tx, b.PreviousBlockID)
-	return prev, waiting, err
+	var n int
+	err = tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), b.PreviousBlockID).Scan(&n)
+	return prev, n > 0, err
 }
 
 // completeWaiting links every block that waits for one of arrived (blocks tx has
@@ -204,12 +205,6 @@ func (c *Completer) handOver(ctx context.Context, tx refset.Tx, tok *refset.RefT
 	}
 	_, err = acq.CompleteTx(ctx, tx)
 	return err
-}
-
-func (c *Completer) isPending(ctx context.Context, tx refset.Tx, id string) (bool, error) {
-	var n int
-	err := tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), id).Scan(&n)
-	return n > 0, err
 }
 
 // waitingBlock is a pending block and the predecessor it waits for.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
@@ -46,11 +45,7 @@ func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) e
 	}
 	var num int64
 	var prev sql.NullString
-	err := tx.QueryRowContext(ctx, m.sql(`SELECT block_num, previous_block_ref FROM blocks WHERE header_signature = ?`), id).Scan(&num, &prev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
-	}
-	if err != nil {
+	if err := scanBlock(ctx, tx, m.sql(`SELECT block_num, previous_block_ref FROM blocks WHERE header_signature = ?`), []any{id}, &num, &prev); err != nil {
 		return err
 	}
 	if prev.Valid {

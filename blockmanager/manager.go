@@ -377,11 +377,18 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []store
 
 func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (int64, error) {
 	var num int64
-	err := q.QueryRowContext(ctx, m.sql(`SELECT block_num FROM blocks WHERE header_signature = ?`), id).Scan(&num)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
-	}
+	err := scanBlock(ctx, q, m.sql(`SELECT block_num FROM blocks WHERE header_signature = ?`), []any{id}, &num)
 	return num, err
+}
+
+// scanBlock scans into dest the row that query, with args, reads of a block, whose
+// ID is the last of args: ErrUnknownBlock when there is none.
+func scanBlock(ctx context.Context, q refset.Querier, query string, args []any, dest ...any) error {
+	err := q.QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, args[len(args)-1], refset.ErrNotFound)
+	}
+	return err
 }
 
 // storedIDs reports which of ids are stored.
