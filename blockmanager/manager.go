@@ -226,7 +226,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 	if err != nil {
 		return nil, err
 	}
-	fresh := make([]storedBlock, 0, len(branch))
+	fresh, arrived := make([]storedBlock, 0, len(branch)), make([]string, 0, len(branch))
 	for i, b := range branch {
 		if seen.stored[b.HeaderSignature] {
 			continue
@@ -247,18 +247,13 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			b.PreviousBlockRef = nil
 		}
 		fresh = append(fresh, storedBlock{Block: b, Segment: segment})
+		arrived = append(arrived, b.HeaderSignature)
 	}
 	if err := m.insertBlocks(ctx, tx, fresh); err != nil {
 		return nil, err
 	}
-	if len(fresh) > 0 {
-		arrived := make([]string, len(fresh))
-		for i, b := range fresh {
-			arrived[i] = b.HeaderSignature
-		}
-		if _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived)); err != nil {
-			return nil, err
-		}
+	if _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived)); err != nil {
+		return nil, err
 	}
 	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
 }
