@@ -1,7 +1,9 @@
 package blockmanager
 
 import (
+	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -134,8 +136,9 @@ func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prev p
 		return prev, false, err
 	}
 	// A predecessor that is stored but itself waits is not complete either.
-	waiting, err = c.isPending(ctx, tx, b.PreviousBlockID)
-	return prev, waiting, err
+	var n int
+	err = tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), b.PreviousBlockID).Scan(&n)
+	return prev, n > 0, err
 }
 
 // completeWaiting links every block that waits for one of arrived (blocks tx has
@@ -204,12 +207,6 @@ func (c *Completer) handOver(ctx context.Context, tx refset.Tx, tok *refset.RefT
 	return err
 }
 
-func (c *Completer) isPending(ctx context.Context, tx refset.Tx, id string) (bool, error) {
-	var n int
-	err := tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), id).Scan(&n)
-	return n > 0, err
-}
-
 // waitingBlock is a pending block and the predecessor it waits for.
 type waitingBlock struct{ child, parent string }
 
@@ -219,38 +216,36 @@ func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parents []stri
 	if len(parents) == 0 {
 		return nil, nil
 	}
+	var waiting []waitingBlock
+	err := c.m.scanPending(ctx, tx, c.m.stmt.waitingFor, []any{c.m.stmt.list(parents)}, func(child string, parent sql.NullString) {
+		waiting = append(waiting, waitingBlock{child: child, parent: parent.String})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return waitingFor(waiting, parents), nil
+}
+
+// waitingFor is the blocks of waiting that wait for one of parents, in the order of
+// parents, then by ID.
+func waitingFor(waiting []waitingBlock, parents []string) []waitingBlock {
+	if len(waiting) == 0 {
+		return nil
+	}
 	order := make(map[string]int, len(parents))
 	for i, p := range parents {
 		order[p] = i
 	}
-	rows, err := tx.QueryContext(ctx, c.m.stmt.waitingFor, c.m.stmt.list(parents))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []waitingBlock
-	for rows.Next() {
-		var w waitingBlock
-		if err := rows.Scan(&w.child, &w.parent); err != nil {
-			return nil, err
+	for _, w := range waiting {
+		if _, ok := order[w.parent]; ok {
+			out = append(out, w)
 		}
-		out = append(out, w)
 	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	sortWaiting(out, order)
-	return out, nil
-}
-
-// sortWaiting sorts waiting blocks in the order of their parents, then by ID.
-func sortWaiting(waiting []waitingBlock, order map[string]int) {
-	slices.SortFunc(waiting, func(a, b waitingBlock) int {
-		if d := order[a.parent] - order[b.parent]; d != 0 {
-			return d
-		}
-		return strings.Compare(a.child, b.child)
+	slices.SortFunc(out, func(a, b waitingBlock) int {
+		return cmp.Or(order[a.parent]-order[b.parent], strings.Compare(a.child, b.child))
 	})
+	return out
 }
 
 // link sets a waiting block's link to its now stored predecessor, after checking its

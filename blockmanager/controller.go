@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
@@ -46,11 +45,7 @@ func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) e
 	}
 	var num int64
 	var prev sql.NullString
-	err := tx.QueryRowContext(ctx, m.sql(`SELECT block_num, previous_block_ref FROM blocks WHERE header_signature = ?`), id).Scan(&num, &prev)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
-	}
-	if err != nil {
+	if err := scanBlock(ctx, tx, m.sql(`SELECT block_num, previous_block_ref FROM blocks WHERE header_signature = ?`), []any{id}, &num, &prev); err != nil {
 		return err
 	}
 	if prev.Valid {
@@ -100,8 +95,13 @@ func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old stri
 		_, err := tx.ExecContext(ctx, m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, id)
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
-		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, oldNum, ForkHolder); err != nil {
+	// unholdDownTo removes the fork-cache holds of id and its ancestors down to height.
+	unholdDownTo := func(height int64) error {
+		_, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
+		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, height, ForkHolder)
+		return err
+	}
+	if err := unholdDownTo(oldNum); err != nil {
 		return err
 	}
 	if extendsOld {
@@ -121,8 +121,7 @@ func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old stri
 		return err
 	}
 	if lowest < oldNum {
-		if _, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
-			DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, lowest, ForkHolder); err != nil {
+		if err := unholdDownTo(lowest); err != nil {
 			return err
 		}
 	}

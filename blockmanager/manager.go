@@ -44,12 +44,10 @@ type Config struct {
 // so a new process on the same database carries on where the last one stopped.
 type Manager struct {
 	db        refset.Database
-	replica   refset.Querier // the database's replica, or nil: where walks read first
 	drv       refsetdriver.Driver
 	stmt      statements
 	blocks    *refset.RefSet[Block, string]
 	writes    refset.SetStore[storedBlock, string] // the set's table, with each block's segment
-	observer  refset.Observer
 	collector *cleanup.Collector
 	pageSize  int
 	pagePart  int // the fewest blocks a part of a segment page holds; 0: pages are read whole
@@ -76,7 +74,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.drv, m.stmt, m.replica = drv, newStatements(drv), refsetdriver.ReplicaOf(drv)
+	m.drv, m.stmt = drv, newStatements(drv)
 	if drv.InProcess() {
 		m.pagePart = minPagePart
 	}
@@ -94,7 +92,6 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
-	m.observer = drv.Observer()
 	return m, nil
 }
 
@@ -229,7 +226,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 	if err != nil {
 		return nil, err
 	}
-	fresh := make([]storedBlock, 0, len(branch))
+	fresh, arrived := make([]storedBlock, 0, len(branch)), make([]string, 0, len(branch))
 	for i, b := range branch {
 		if seen.stored[b.HeaderSignature] {
 			continue
@@ -250,18 +247,13 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 			b.PreviousBlockRef = nil
 		}
 		fresh = append(fresh, storedBlock{Block: b, Segment: segment})
+		arrived = append(arrived, b.HeaderSignature)
 	}
 	if err := m.insertBlocks(ctx, tx, fresh); err != nil {
 		return nil, err
 	}
-	if len(fresh) > 0 {
-		arrived := make([]string, len(fresh))
-		for i, b := range fresh {
-			arrived[i] = b.HeaderSignature
-		}
-		if _, err := m.Completer().complete(ctx, tx, seen.waitingFor(arrived)); err != nil {
-			return nil, err
-		}
+	if _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived)); err != nil {
+		return nil, err
 	}
 	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
 }
@@ -271,26 +263,6 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 type branchLookUp struct {
 	stored  map[string]bool
 	waiting []waitingBlock
-}
-
-// waitingFor is the blocks that wait for one of parents, in the order of parents,
-// then by ID.
-func (l branchLookUp) waitingFor(parents []string) []waitingBlock {
-	if len(l.waiting) == 0 {
-		return nil
-	}
-	order := make(map[string]int, len(parents))
-	for i, p := range parents {
-		order[p] = i
-	}
-	var out []waitingBlock
-	for _, w := range l.waiting {
-		if _, ok := order[w.parent]; ok {
-			out = append(out, w)
-		}
-	}
-	sortWaiting(out, order)
-	return out
 }
 
 // lookUpSQL reads the pending blocks, as many as there are blocks in a branch and
@@ -394,28 +366,29 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []store
 	if err := m.writes.PersistAll(ctx, tx, blocks); err != nil {
 		return fmt.Errorf("blockmanager: storing %d blocks: %w", len(blocks), err)
 	}
-	m.observer.Added(ctx, len(blocks))
+	m.drv.Observer().Added(ctx, len(blocks))
 	return m.insertIndexes(ctx, tx, blocks)
 }
 
 func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (int64, error) {
 	var num int64
-	err := q.QueryRowContext(ctx, m.sql(`SELECT block_num FROM blocks WHERE header_signature = ?`), id).Scan(&num)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
-	}
+	err := scanBlock(ctx, q, m.sql(`SELECT block_num FROM blocks WHERE header_signature = ?`), []any{id}, &num)
 	return num, err
+}
+
+// scanBlock scans into dest the row that query, with args, reads of a block, whose
+// ID is the last of args: ErrUnknownBlock when there is none.
+func scanBlock(ctx context.Context, q refset.Querier, query string, args []any, dest ...any) error {
+	err := q.QueryRowContext(ctx, query, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, args[len(args)-1], refset.ErrNotFound)
+	}
+	return err
 }
 
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	return m.idsIn(ctx, q, m.stmt.storedIDs, ids)
-}
-
-// idsIn is which of ids query finds: it reads the IDs of a table that are in the
-// list it binds as its one argument (see refsetdriver.Driver.ColumnIn).
-func (m *Manager) idsIn(ctx context.Context, q refset.Querier, query string, ids []string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, query, m.stmt.list(ids))
+	rows, err := q.QueryContext(ctx, m.stmt.storedIDs, m.stmt.list(ids))
 	if err != nil {
 		return nil, err
 	}
@@ -475,19 +448,18 @@ func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
 // them. NullBlockID, the predecessor of genesis, is a tip whose branch is empty, so
 // it contains none (as in Sawtooth); any other tip that is not stored is
 // ErrUnknownBlock. Errors: ErrUnknownBlock, and those of Get.
-func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (_ bool, err error) {
-	defer func() { err = refsetdriver.ContextError(ctx, err) }()
+func (m *Manager) ContainsAnyBatches(ctx context.Context, tip string, batchIDs []string) (bool, error) {
 	return m.containsAny(ctx, tip, "block_batches", "batch_id", batchIDs)
 }
 
 // ContainsAnyTransactions reports whether any of the transactions is in a block of
 // tip's branch, as ContainsAnyBatches does for batches, with the same errors.
-func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (_ bool, err error) {
-	defer func() { err = refsetdriver.ContextError(ctx, err) }()
+func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnIDs []string) (bool, error) {
 	return m.containsAny(ctx, tip, "block_transactions", "transaction_id", txnIDs)
 }
 
-func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (bool, error) {
+func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (_ bool, err error) {
+	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	if tip == NullBlockID {
 		return false, nil
 	}
@@ -505,17 +477,13 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
 	// The oldest block holding any of them bounds the walk.
 	var oldest *int64
-	err := q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
+	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
 		JOIN blocks b ON b.header_signature = x.block_id WHERE x.%s IN (%s)`, table, column, in)), args...).Scan(&oldest)
 	if err != nil || oldest == nil {
 		return false, err
 	}
 	var found bool
-	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`WITH RECURSIVE walk(id, prev) AS (
-			SELECT header_signature, previous_block_ref FROM blocks WHERE header_signature = ?
-			UNION ALL
-			SELECT b.header_signature, b.previous_block_ref FROM walk JOIN blocks b ON b.header_signature = walk.prev
-			WHERE b.block_num >= ?)
+	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+fmt.Sprintf(`
 		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE x.%s IN (%s))`, table, column, in)),
 		append([]any{tip, *oldest}, args...)...).Scan(&found)
 	return found, err

@@ -2,9 +2,6 @@ package blockmanager
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 
 	"github.com/refsetdb/refset/refset"
@@ -84,14 +81,12 @@ func (m *Manager) keepPredecessor(ctx context.Context, tx refset.Tx, id string, 
 func (m *Manager) readPredecessor(ctx context.Context, q refset.Querier, query string, args ...any) (predecessor, error) {
 	var p predecessor
 	var segment, highest int64
-	id := args[len(args)-1]
-	err := q.QueryRowContext(ctx, query, args...).Scan(&p.num, &segment, &highest)
-	if errors.Is(err, sql.ErrNoRows) {
-		return p, fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, refset.ErrNotFound)
+	if err := scanBlock(ctx, q, query, args, &p.num, &segment, &highest); err != nil {
+		return p, err
 	}
 	p.joins = newSegment()
 	if highest == p.num {
 		p.joins = segment
 	}
-	return p, err
+	return p, nil
 }

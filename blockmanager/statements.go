@@ -21,9 +21,8 @@ type statements struct {
 	// needs no gate, and keep no lock.
 	predecessor, keep, keepGated string
 	lookUp                       string // lookUpSQL
-	// storedIDs, pendingIDs and waitingFor take one list; pendingOf takes the same
-	// list twice.
-	storedIDs, pendingIDs, waitingFor, pendingOf string
+	// storedIDs and waitingFor take one list; pendingOf takes the same list twice.
+	storedIDs, waitingFor, pendingOf string
 	// insertIndexes writes the rows of both indexes in one statement, from four
 	// lists: batch IDs and their blocks, transaction IDs and theirs. "" where the
 	// database takes multi-row inserts instead.
@@ -38,7 +37,6 @@ func newStatements(drv refsetdriver.Driver) statements {
 		predecessor: drv.Rebind(predecessorSQL),
 		lookUp:      drv.Rebind(lookUpSQL),
 		storedIDs:   drv.Rebind(`SELECT header_signature FROM blocks WHERE ` + drv.ColumnIn("header_signature")),
-		pendingIDs:  drv.Rebind(`SELECT block_id FROM pending_blocks WHERE ` + drv.ColumnIn("block_id")),
 		waitingFor:  drv.Rebind(pendingWhere + drv.ColumnIn("pending_previous_block_id")),
 		pendingOf:   drv.Rebind(pendingWhere + drv.ColumnIn("block_id") + ` OR ` + drv.ColumnIn("pending_previous_block_id")),
 		list:        drv.StringList,

@@ -54,7 +54,8 @@ func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, erro
 }
 
 // diverge walks tip's branch, reading whole blocks, beside exclude's, reading only
-// links, down to the block both share.
+// links, down to the block both share: the walk that is higher steps down (both, at
+// one height), and every block of tip's it steps past differs.
 func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
 	a, b := m.walk(ctx, tip, false), m.walk(ctx, exclude, true)
 	ta, err := a.next()
@@ -65,34 +66,22 @@ func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Blo
 	if err != nil {
 		return nil, nil, err
 	}
-	for ta != nil && tb != nil && ta.BlockNum > tb.BlockNum {
-		diff = append(diff, ta)
-		if ta, err = a.next(); err != nil {
-			return nil, nil, err
-		}
-	}
-	for ta != nil && tb != nil && tb.BlockNum > ta.BlockNum {
-		if tb, err = b.next(); err != nil {
-			return nil, nil, err
-		}
-	}
-	for ta != nil && tb != nil && ta.HeaderSignature != tb.HeaderSignature {
-		diff = append(diff, ta)
-		if ta, err = a.next(); err != nil {
-			return nil, nil, err
-		}
-		if tb, err = b.next(); err != nil {
-			return nil, nil, err
-		}
-	}
-	if ta != nil && tb != nil {
-		return diff, ta, nil
-	}
-	// No common ancestor: the whole of tip's branch differs.
 	for ta != nil {
-		diff = append(diff, ta)
-		if ta, err = a.next(); err != nil {
-			return nil, nil, err
+		if tb != nil && ta.HeaderSignature == tb.HeaderSignature {
+			return diff, ta, nil
+		}
+		// Without a block of exclude's left, the rest of tip's branch differs.
+		stepA, stepB := tb == nil || ta.BlockNum >= tb.BlockNum, tb != nil && tb.BlockNum >= ta.BlockNum
+		if stepA {
+			diff = append(diff, ta)
+			if ta, err = a.next(); err != nil {
+				return nil, nil, err
+			}
+		}
+		if stepB {
+			if tb, err = b.next(); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	return diff, nil, nil
@@ -189,8 +178,8 @@ type walker struct {
 
 func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, height: -1, links: links, size: m.pageSize}
-	if m.replica != nil {
-		w.q, w.onReplica = m.replica, true
+	if replica := refsetdriver.ReplicaOf(m.drv); replica != nil {
+		w.q, w.onReplica = replica, true
 	}
 	return w
 }
@@ -199,7 +188,7 @@ func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 // refset.Observer.ReadFellBack names it).
 func (w *walker) toPrimary(reason string) {
 	w.q, w.onReplica = w.m.db.Reader(), false
-	w.m.observer.ReadFellBack(w.ctx, "branch", reason)
+	w.m.drv.Observer().ReadFellBack(w.ctx, "branch", reason)
 }
 
 func (w *walker) next() (*Block, error) {

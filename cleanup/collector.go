@@ -1,6 +1,7 @@
 package cleanup
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,27 +78,10 @@ func newCollector(db refset.Database, cfg Config) (*Collector, error) {
 	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
 		return nil, fmt.Errorf("refset/cleanup: %w: negative Grace, BatchSize, RetryDelay or Workers in %+v", refset.ErrInvalidConfig, cfg)
 	}
-	workers := cfg.Workers
-	if workers == 0 {
-		workers = 2
-	}
-	p := refsetdriver.Plan{Table: table, Grace: cfg.Grace, RetryDelay: cfg.RetryDelay}
-	if p.Grace == 0 {
-		p.Grace = DefaultGrace
-	}
-	if p.RetryDelay == 0 {
-		p.RetryDelay = DefaultRetryDelay
-	}
-	batch := cfg.BatchSize
-	if batch == 0 {
-		batch = DefaultBatchSize
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = d.Logger()
-	}
-	log = log.With(slog.String("table", table.String()))
-	return &Collector{db: db, dialect: d, plan: p, batch: batch, workers: workers, log: log, obs: d.Observer()}, nil
+	p := refsetdriver.Plan{Table: table, Grace: cmp.Or(cfg.Grace, DefaultGrace), RetryDelay: cmp.Or(cfg.RetryDelay, DefaultRetryDelay)}
+	log := cmp.Or(cfg.Logger, d.Logger()).With(slog.String("table", table.String()))
+	return &Collector{db: db, dialect: d, plan: p, batch: cmp.Or(cfg.BatchSize, DefaultBatchSize), workers: cmp.Or(cfg.Workers, 2),
+		log: log, obs: d.Observer()}, nil
 }
 
 // References are the foreign keys Install found, roots and edges.

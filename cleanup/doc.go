@@ -72,7 +72,7 @@
 //     and the catalog into a plan (describe), and Install creates the triggers.
 //   - run.go is the schedule: Run, and when a failing collector gives up.
 //   - report.go and status.go are the read-only reports: Check, Why, WhyAll and Queue
-//     on one set, Status on a whole database. replica.go says where they read.
+//     on one set, Status on a whole database; onReplica (report.go) says where they read.
 //   - collector.go holds what they share: Config, the Collector and its errors.
 //
 // None of it runs SQL of its own. A store's clean-up dialect

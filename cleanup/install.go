@@ -70,11 +70,7 @@ func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, e
 		if err := d.SchemaSQL().LockMigrations(ctx, tx); err != nil {
 			return err
 		}
-		reg, err := d.SchemaSQL().Lookup(ctx, tx, table)
-		if err != nil {
-			return err
-		}
-		if err := describe(ctx, tx, d, p, reg); err != nil {
+		if err := describe(ctx, tx, d, p); err != nil {
 			return err
 		}
 		return d.Install(ctx, tx, p)
@@ -108,12 +104,7 @@ func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector,
 	if err != nil {
 		return nil, err
 	}
-	q, d := db.Reader(), c.dialect
-	reg, err := d.SchemaSQL().Lookup(ctx, q, c.plan.Table)
-	if err == nil {
-		err = describe(ctx, q, d, &c.plan, reg)
-	}
-	if err != nil {
+	if err := describe(ctx, db.Reader(), c.dialect, &c.plan); err != nil {
 		if !errors.Is(err, ErrUnindexed) {
 			err = c.readError(err)
 		}
@@ -122,11 +113,14 @@ func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector,
 	return c, nil
 }
 
-// describe completes p from the set's registration and the catalog, through q: the
-// qualified names, the ID type and every reference. It fails with an
-// *UnindexedError if a referencing column has no index.
-func describe(ctx context.Context, q refset.Querier, d refsetdriver.CleanupDialect, p *refsetdriver.Plan, reg refsetdriver.Registered) error {
-	var err error
+// describe completes p, which knows only its table, from the set's registration and
+// the catalog, through q: the qualified names, the ID type and every reference. It
+// fails with an *UnindexedError if a referencing column has no index.
+func describe(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *refsetdriver.Plan) error {
+	reg, err := d.SchemaSQL().Lookup(ctx, q, p.Table)
+	if err != nil {
+		return err
+	}
 	p.IDColumn, p.RegisteredQueue = reg.IDColumn, reg.Queue.String()
 	// Resolved once, here: the triggers must name the same tables in every
 	// session, whatever its search path.

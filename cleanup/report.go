@@ -6,12 +6,24 @@ import (
 
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // This file is the reports on one set, which change nothing: Check, Why, WhyAll and
 // Queue. Their reads are the dialect's (refsetdriver.CleanupDialect's reports); what
 // they make of them is here. Queue reads the database's reader; the others read where
 // onReplica says.
+
+// onReplica runs report, a read of what changes (holds, references, the queue), on
+// the database's replica once the replica shows every write the primary had
+// committed when the report began, so a report sees the caller's own writes as it
+// would on the primary; on the primary when there is no replica, when the replica
+// does not catch up within its wait (postgres.Options.ReplicaWait), or when it
+// fails. A report that finds no such object (refset.ErrNotFound) on a replica that
+// caught up has its answer.
+func onReplica[T any](ctx context.Context, db refset.Database, report func(q refset.Querier) (T, error)) (T, error) {
+	return refsetdriver.ReadReplicaFirst(ctx, db, "report", true, report)
+}
 
 // Report is what Check found.
 type Report struct {
@@ -36,11 +48,7 @@ func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 // the context's error.
 func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	var r Report
-	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
-		r, err = c.check(ctx, q)
-		return err
-	})
+	r, err := onReplica(ctx, c.db, func(q refset.Querier) (Report, error) { return c.check(ctx, q) })
 	if err = c.readError(err); err != nil {
 		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
 	}
@@ -60,34 +68,15 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // referencing table; WhyAll lists them all). None means it is garbage: Collect will
 // delete it once it is due. It reads where Check does. ErrNotFound if there is no
 // such object; otherwise the errors of Check.
-func (c *Collector) Why(ctx context.Context, id any) (_ []Holder, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	hs, err := c.whyOnReplica(ctx, refset.Arg(id), whyLimit)
-	if err = c.readError(err); err != nil {
-		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
-	}
-	return hs, nil
-}
-
-// whyOnReplica is why, on the replica when it has caught up (onReplica).
-func (c *Collector) whyOnReplica(ctx context.Context, id any, limit int) (hs []Holder, err error) {
-	err = onReplica(ctx, c.db, func(q refset.Querier) (err error) {
-		hs, err = c.why(ctx, q, id, limit)
-		return err
-	})
-	return hs, err
+func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
+	return c.why(ctx, id, whyLimit)
 }
 
 // WhyAll is Why without its limit: every row that keeps the object alive, for an
 // operator who must find them all before removing them. Its cost follows the number
 // of such rows. It reads where Check does. Errors: those of Why.
-func (c *Collector) WhyAll(ctx context.Context, id any) (_ []Holder, err error) {
-	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	hs, err := c.whyOnReplica(ctx, refset.Arg(id), 0)
-	if err = c.readError(err); err != nil {
-		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
-	}
-	return hs, nil
+func (c *Collector) WhyAll(ctx context.Context, id any) ([]Holder, error) {
+	return c.why(ctx, id, 0)
 }
 
 // Queue reads the set's review queue on the database's reader: depth is its entries,
@@ -136,26 +125,33 @@ func (c *Collector) check(ctx context.Context, q refset.Querier) (Report, error)
 // whyLimit is how many rows per referencing table Why lists.
 const whyLimit = 5
 
-// why lists, on q, up to limit rows (0: all of them) per referencing table that
-// reference id.
-func (c *Collector) why(ctx context.Context, q refset.Querier, id any, limit int) ([]Holder, error) {
-	p, d := &c.plan, c.dialect
-	found, err := d.HasObject(ctx, q, p, id)
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		return nil, fmt.Errorf("no object %v in %s: %w", id, p.Table, refset.ErrNotFound)
-	}
-	var hs []Holder
-	for _, r := range p.References {
-		keys, err := d.Holders(ctx, q, p, r, id, limit)
+// why lists up to limit rows (0: all of them) per referencing table that reference
+// id.
+func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	p, d, arg := &c.plan, c.dialect, refset.Arg(id)
+	hs, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Holder, error) {
+		found, err := d.HasObject(ctx, q, p, arg)
 		if err != nil {
 			return nil, err
 		}
-		for _, k := range keys {
-			hs = append(hs, Holder{Table: r.Table.String(), Column: r.Column, Key: k})
+		if !found {
+			return nil, fmt.Errorf("no object %v in %s: %w", arg, p.Table, refset.ErrNotFound)
 		}
+		var hs []Holder
+		for _, r := range p.References {
+			keys, err := d.Holders(ctx, q, p, r, arg, limit)
+			if err != nil {
+				return nil, err
+			}
+			for _, k := range keys {
+				hs = append(hs, Holder{Table: r.Table.String(), Column: r.Column, Key: k})
+			}
+		}
+		return hs, nil
+	})
+	if err = c.readError(err); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
 }

@@ -32,10 +32,7 @@ type SetStatus struct {
 // ComponentVersion is a schema version refset's records keep: "core" for refset's
 // own tables, "set:<table>" for a set's holds table and queue, and those of
 // components built on refset (blockmanager).
-type ComponentVersion struct {
-	Component string
-	Version   int
-}
+type ComponentVersion = refsetdriver.Version
 
 // DatabaseStatus is what Status read.
 type DatabaseStatus struct {
@@ -57,11 +54,7 @@ func Status(ctx context.Context, db refset.Database) (_ DatabaseStatus, err erro
 	if err != nil {
 		return DatabaseStatus{}, err
 	}
-	var s DatabaseStatus
-	err = onReplica(ctx, db, func(q refset.Querier) (err error) {
-		s, err = status(ctx, q, d)
-		return err
-	})
+	s, err := onReplica(ctx, db, func(q refset.Querier) (DatabaseStatus, error) { return status(ctx, q, d) })
 	if err != nil {
 		if !errors.Is(err, refset.ErrNotFound) {
 			err = (&Collector{db: db, dialect: d}).readError(err)
@@ -96,9 +89,6 @@ func status(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (Datab
 		s.Sets = append(s.Sets, SetStatus{Table: name, Objects: st.Objects, HoldsLive: st.HoldsLive,
 			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue})
 	}
-	versions, err := d.Versions(ctx, q)
-	for _, v := range versions {
-		s.Versions = append(s.Versions, ComponentVersion(v))
-	}
+	s.Versions, err = d.Versions(ctx, q)
 	return s, err
 }

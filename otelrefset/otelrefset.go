@@ -42,42 +42,36 @@ var (
 // New makes refset's instruments on meter. Its error is the meter's, for an
 // instrument it refused.
 func New(meter metric.Meter) (*Observer, error) {
-	o := &Observer{meter: meter}
-	var err, e error
-	o.adds, e = meter.Int64Counter("refset.adds", metric.WithUnit("{object}"),
-		metric.WithDescription("Objects stored by committed Add and AddAll calls."))
-	err = errors.Join(err, e)
-	o.handovers, e = meter.Int64Counter("refset.handovers", metric.WithUnit("{handover}"),
-		metric.WithDescription("Complete and CompleteTx calls that ran their commands, by result (ok, error)."))
-	err = errors.Join(err, e)
+	var err error
+	counter := func(name, unit, description string) metric.Int64Counter {
+		c, e := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
+		err = errors.Join(err, e)
+		return c
+	}
+	gauge := func(name, description string) metric.Int64ObservableGauge {
+		g, e := meter.Int64ObservableGauge(name, metric.WithUnit("{entry}"), metric.WithDescription(description))
+		err = errors.Join(err, e)
+		return g
+	}
+	o := &Observer{meter: meter,
+		adds:      counter("refset.adds", "{object}", "Objects stored by committed Add and AddAll calls."),
+		handovers: counter("refset.handovers", "{handover}", "Complete and CompleteTx calls that ran their commands, by result (ok, error)."),
+		retries:   counter("refset.retries", "{retry}", "Transactions the database aborted that refset ran again, by cause."),
+		conflicts: counter("refset.conflicts", "{conflict}", "Conflicts that outlasted the retries and reached the caller."),
+		collected: counter("refset.collected", "{object}", "Objects clean-up deleted."),
+		expired:   counter("refset.holds.expired", "{hold}", "Expired holds clean-up removed."),
+		fallbacks: counter("refset.replica.fallbacks", "{read}",
+			"Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed)."),
+		queueDepth: gauge("refset.queue.depth", "Entries in a set's review queue."),
+		overdue:    gauge("refset.queue.overdue", "Review queue entries due now: what the next Collect reviews."),
+	}
+	var e error
 	o.handoverS, e = meter.Float64Histogram("refset.handover.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long a hand-over's commands took, retries included."))
 	err = errors.Join(err, e)
-	o.retries, e = meter.Int64Counter("refset.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Transactions the database aborted that refset ran again, by cause."))
-	err = errors.Join(err, e)
-	o.conflicts, e = meter.Int64Counter("refset.conflicts", metric.WithUnit("{conflict}"),
-		metric.WithDescription("Conflicts that outlasted the retries and reached the caller."))
-	err = errors.Join(err, e)
-	o.collected, e = meter.Int64Counter("refset.collected", metric.WithUnit("{object}"),
-		metric.WithDescription("Objects clean-up deleted."))
-	err = errors.Join(err, e)
-	o.expired, e = meter.Int64Counter("refset.holds.expired", metric.WithUnit("{hold}"),
-		metric.WithDescription("Expired holds clean-up removed."))
-	err = errors.Join(err, e)
 	o.batches, e = meter.Int64Histogram("refset.collect.batches", metric.WithUnit("{batch}"),
 		metric.WithDescription("Batch transactions per successful Collect."))
-	err = errors.Join(err, e)
-	o.fallbacks, e = meter.Int64Counter("refset.replica.fallbacks", metric.WithUnit("{read}"),
-		metric.WithDescription("Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed)."))
-	err = errors.Join(err, e)
-	o.queueDepth, e = meter.Int64ObservableGauge("refset.queue.depth", metric.WithUnit("{entry}"),
-		metric.WithDescription("Entries in a set's review queue."))
-	err = errors.Join(err, e)
-	o.overdue, e = meter.Int64ObservableGauge("refset.queue.overdue", metric.WithUnit("{entry}"),
-		metric.WithDescription("Review queue entries due now: what the next Collect reviews."))
-	err = errors.Join(err, e)
-	if err != nil {
+	if err = errors.Join(err, e); err != nil {
 		return nil, fmt.Errorf("refset/otel: new: %w", err)
 	}
 	return o, nil

@@ -68,11 +68,8 @@ func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
 	} else {
 		res, err = tx.ExecContext(ctx, c.query, Arg(id))
 	}
-	if err != nil {
+	if err != nil || c.wantRows < 0 {
 		return err
-	}
-	if c.wantRows < 0 {
-		return nil
 	}
 	n, err := res.RowsAffected()
 	if err != nil {

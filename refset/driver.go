@@ -10,14 +10,13 @@ import (
 
 // capabilities are what the core asks of a database's driver (refsetdriver.Of).
 // A database without one, a SetStore's of the caller's own, has none of them: no
-// logs, no metrics, ? as its placeholder, no replica, no pipelining.
+// logs, no metrics, ? as its placeholder, no pipelining.
 type capabilities struct {
-	log     *slog.Logger
-	slow    time.Duration
-	obs     Observer
-	rebind  func(query string) string
-	replica Querier                // nil: none
-	pipe    refsetdriver.Pipeliner // nil: none
+	log    *slog.Logger
+	slow   time.Duration
+	obs    Observer
+	rebind func(query string) string
+	pipe   refsetdriver.Pipeliner // nil: none
 }
 
 func capabilitiesOf(db Database) capabilities {
@@ -26,6 +25,5 @@ func capabilitiesOf(db Database) capabilities {
 		return capabilities{log: dblog.Or(nil), obs: NoObserver{}, rebind: func(q string) string { return q }}
 	}
 	pipe, _ := drv.(refsetdriver.Pipeliner)
-	return capabilities{log: drv.Logger(), slow: drv.SlowStatement(), obs: drv.Observer(), rebind: drv.Rebind,
-		replica: refsetdriver.ReplicaOf(drv), pipe: pipe}
+	return capabilities{log: drv.Logger(), slow: drv.SlowStatement(), obs: drv.Observer(), rebind: drv.Rebind, pipe: pipe}
 }

@@ -94,13 +94,10 @@ var (
 	ErrStatement = sentinel.ErrStatement
 )
 
-// sentinels are all the errors above.
-var sentinels = sentinel.All
-
 // IsSentinel reports whether err matches one of the sentinel errors above: an error
 // that is not the context's, nor a caller's own, always does.
 func IsSentinel(err error) bool {
-	for _, s := range sentinels {
+	for _, s := range sentinel.All {
 		if errors.Is(err, s) {
 			return true
 		}

@@ -2,6 +2,7 @@ package refset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"time"
@@ -20,20 +21,16 @@ type Identifiable[ID comparable] interface {
 // the objects it holds and Leases to read them, keeping one in-memory instance per ID
 // while any lease on it lives. A RefSet is safe for concurrent use.
 type RefSet[T Identifiable[ID], ID comparable] struct {
-	store   SetStore[T, ID]
-	db      Database
-	caps    capabilities // the database's, found once
-	replica Querier      // the database's replica, or nil
-	cache   *cache[T, ID]
-	obs     Observer               // the database's
-	pipe    refsetdriver.Pipeliner // the database's, or nil
+	store SetStore[T, ID]
+	db    Database
+	caps  capabilities // the database's, found once
+	cache *cache[T, ID]
 }
 
 // New returns a RefSet kept in store.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
 	db := store.Database()
-	caps := capabilitiesOf(db)
-	return &RefSet[T, ID]{store: store, db: db, caps: caps, replica: caps.replica, cache: newCache[T, ID](), obs: caps.obs, pipe: caps.pipe}
+	return &RefSet[T, ID]{store: store, db: db, caps: capabilitiesOf(db), cache: newCache[T, ID]()}
 }
 
 // Database is the database the set lives in, for units of work (InTx) that span it.
@@ -50,31 +47,26 @@ func (s *RefSet[T, ID]) Database() Database { return s.db }
 // the context's error, and whatever a command returned. A panicking command rolls
 // back and goes on panicking.
 func (s *RefSet[T, ID]) Add(ctx context.Context, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
-	return s.add(ctx, nil, obj, cmds)
+	return s.add(ctx, false, nil, obj, cmds)
 }
 
 // AddTx is Add inside the caller's transaction tx, under a savepoint. A failure (or
 // a panicking command) undoes only what AddTx did, and tx stays usable. Errors: those
 // of Add, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if err := checkTx(tx); err != nil {
-		return nil, err
-	}
-	return s.add(ctx, tx, obj, cmds)
+	return s.add(ctx, true, tx, obj, cmds)
 }
 
-func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
+// add is Add in a new transaction, or AddTx in tx when inTx.
+func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
 	id := obj.ID()
-	if err := checkID("add", id); err != nil {
-		return nil, err
-	}
-	if err := checkCommands(cmds); err != nil {
+	if err := checkCall("add", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
 		return nil, fmt.Errorf("refset: add %v: %w", id, err)
 	}
-	s.obs.Added(ctx, 1)
+	s.caps.obs.Added(ctx, 1)
 	return newToken[ID](id, s), nil
 }
 
@@ -82,7 +74,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, tx Tx, obj T, cmds []Command[ID
 // pipelined when the commands are all Exec commands and the database can pipeline
 // them and the store give its insert as a statement, otherwise under a savepoint of tx.
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
-	if tx == nil && s.pipe != nil {
+	if tx == nil && s.caps.pipe != nil {
 		if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
 			if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
 				execs = append([]*execCommand[ID]{nil}, execs...)
@@ -130,7 +122,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	if err != nil {
 		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
 	}
-	s.obs.Added(ctx, len(objs))
+	s.caps.obs.Added(ctx, len(objs))
 	return toks, nil
 }
 
@@ -147,72 +139,54 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 		if err := checkID("upgrade", id); err != nil {
 			return nil, err
 		}
-		found, err := s.has(ctx, id)
+		// A replica that does not have the object may not have replayed its Add yet.
+		_, err := refsetdriver.ReadReplicaFirst(ctx, s.db, "has", false, func(q Querier) (bool, error) {
+			found, err := s.store.Has(ctx, q, id)
+			if err == nil && !found {
+				err = ErrNotFound
+			}
+			return found, err
+		})
+		if errors.Is(err, ErrNotFound) {
+			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+		}
 		if err != nil {
 			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset: upgrade %v: %w", id, err))
 		}
-		if !found {
-			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
-		}
 		return newToken[ID](id, s), nil
 	}
-	return s.upgradeIn(ctx, nil, id, cmds)
+	return s.upgradeIn(ctx, false, nil, id, cmds)
 }
 
 // UpgradeTx is Upgrade inside the caller's transaction tx, under a savepoint.
 // Errors: those of Upgrade, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
-	if err := checkTx(tx); err != nil {
-		return nil, err
-	}
-	return s.upgradeIn(ctx, tx, id, cmds)
+	return s.upgradeIn(ctx, true, tx, id, cmds)
 }
 
-func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
-	if err := checkID("upgrade", id); err != nil {
+// upgradeIn is Upgrade with commands, in a new transaction, or UpgradeTx in tx when
+// inTx.
+func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	if err := checkCall("upgrade", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
-	if err := checkCommands(cmds); err != nil {
-		return nil, err
-	}
-	var tok *RefToken[ID]
 	err := s.within(ctx, tx, func(tx Tx) error {
-		var err error
-		tok, err = s.upgrade(ctx, tx, id, cmds)
-		return err
+		ok, err := s.store.Has(ctx, tx, id)
+		if err != nil {
+			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+		}
+		if !ok {
+			return opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+		}
+		if err := runAll(ctx, tx, id, cmds); err != nil {
+			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return tok, nil
-}
-
-func (s *RefSet[T, ID]) upgrade(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
-	ok, err := s.store.Has(ctx, tx, id)
-	if err != nil {
-		return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
-	}
-	if !ok {
-		return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
-	}
-	if err := runAll(ctx, tx, id, cmds); err != nil {
-		return nil, fmt.Errorf("refset: upgrade %v: %w", id, err)
-	}
 	return newToken[ID](id, s), nil
-}
-
-// has reports whether the object is stored, outside a transaction: on the replica
-// first, when the database has one, and on the primary when the replica does not
-// have it (it may not have replayed the Add yet) or fails.
-func (s *RefSet[T, ID]) has(ctx context.Context, id ID) (bool, error) {
-	if s.replica != nil {
-		found, err := s.store.Has(ctx, s.replica, id)
-		if found && err == nil || ctx.Err() != nil {
-			return found, err
-		}
-		s.obs.ReadFellBack(ctx, "has", refsetdriver.FallbackReason(err))
-	}
-	return s.store.Has(ctx, s.db.Reader(), id)
 }
 
 // Get returns a lease on the referenced object. While any lease on an ID lives, every
@@ -234,27 +208,16 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 	if !tok.lin.is(stepHeld) {
 		return Lease[T]{}, opError(fmt.Sprintf("get %v", tok.id), ErrTokenConsumed, nil)
 	}
-	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) { return s.load(ctx, tok.id) })
+	// The token says the primary had the object, so a replica without it is behind
+	// (or the object was collected since); a row the replica has is the object
+	// however far behind it is, since objects never change.
+	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) {
+		return refsetdriver.ReadReplicaFirst(ctx, s.db, "get", false, func(q Querier) (T, error) { return s.store.Get(ctx, q, tok.id) })
+	})
 	if err != nil {
 		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: get %v: %w", tok.id, err))
 	}
 	return Lease[T]{b: b}, nil
-}
-
-// load reads an object outside a transaction (a cache miss): on the replica first,
-// when the database has one, and on the primary when the replica does not have it or
-// fails. The token says the primary had the object, so a replica without it is
-// behind (or the object was collected since); a row the replica has is the object
-// however far behind it is, since objects never change.
-func (s *RefSet[T, ID]) load(ctx context.Context, id ID) (T, error) {
-	if s.replica != nil {
-		obj, err := s.store.Get(ctx, s.replica, id)
-		if err == nil || ctx.Err() != nil {
-			return obj, err
-		}
-		s.obs.ReadFellBack(ctx, "get", refsetdriver.FallbackReason(err))
-	}
-	return s.store.Get(ctx, s.db.Reader(), id)
 }
 
 // Cached is the number of objects that have a live in-memory instance.
@@ -285,14 +248,14 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 	})
 }
 
-func (s *RefSet[T, ID]) observer() Observer { return s.obs }
+func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
 
 // runCommands runs a hand-over's commands: in a new transaction when tx is nil,
 // pipelined when they are all Exec commands and the database can pipeline them,
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
-	if tx == nil && s.pipe != nil {
+	if tx == nil && s.caps.pipe != nil {
 		if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
 			return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
 		}
@@ -337,6 +300,20 @@ func checkID[ID comparable](op string, id ID) error {
 		return opError(op, ErrInvalidID, fmt.Errorf("the zero %T names no object", id))
 	}
 	return nil
+}
+
+// checkCall refuses what a call cannot run with: a tx that is not a transaction,
+// for a call in the caller's (inTx); the zero ID; a nil command.
+func checkCall[ID comparable](op string, inTx bool, tx Tx, id ID, cmds []Command[ID]) error {
+	if inTx {
+		if err := checkTx(tx); err != nil {
+			return err
+		}
+	}
+	if err := checkID(op, id); err != nil {
+		return err
+	}
+	return checkCommands(cmds)
 }
 
 // Arg returns id as database/sql takes a query argument: a byte array such as

@@ -55,21 +55,55 @@ type completer[ID comparable] interface {
 	observer() Observer
 }
 
-// RefToken is a reference to an object known to be in a set when the token was made.
-// It is safe to send to another goroutine; it does not keep the object alive (a
-// persisted reference row does). Pass it on with Release.
-type RefToken[ID comparable] struct {
-	id  ID
-	set completer[ID]
-	lin *lineage
-}
-
-func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
-	return &RefToken[ID]{id: id, set: set, lin: &lineage{}}
+// ref is what a token and each step of its hand-over carry.
+type ref[ID comparable] struct {
+	id   ID
+	set  completer[ID]
+	lin  *lineage
+	cmds []Command[ID] // the commands recorded so far
 }
 
 // ID is the ID of the referenced object.
-func (t *RefToken[ID]) ID() ID { return t.id }
+func (r *ref[ID]) ID() ID { return r.id }
+
+// hand is a RefToken, a Released or an Acquired (all of them structs of one ref,
+// which convert to each other), on its way to the next step of a hand-over. A nil
+// hand is a nil token or step.
+type hand[ID comparable] struct{ ref[ID] }
+
+// take moves the hand-over from one step to the next, once cmds, the commands the
+// step records, are all non-nil. op names the step in errors.
+func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
+	if h == nil || h.lin == nil {
+		return opError(op, ErrInvalidToken, nil)
+	}
+	if err := checkCommands(cmds); err != nil {
+		return err
+	}
+	if !h.lin.advance(from, to) {
+		return opError(fmt.Sprintf("%s %v", op, h.id), ErrTokenConsumed, nil)
+	}
+	return nil
+}
+
+// next takes the step and returns what the next one carries: the commands recorded
+// so far, then cmds.
+func (h *hand[ID]) next(op string, from, to step, cmds []Command[ID]) (*hand[ID], error) {
+	if err := h.take(op, from, to, cmds); err != nil {
+		return nil, err
+	}
+	all := make([]Command[ID], 0, len(h.cmds)+len(cmds))
+	return &hand[ID]{ref[ID]{id: h.id, set: h.set, lin: h.lin, cmds: append(append(all, h.cmds...), cmds...)}}, nil
+}
+
+// RefToken is a reference to an object known to be in a set when the token was made.
+// It is safe to send to another goroutine; it does not keep the object alive (a
+// persisted reference row does). Pass it on with Release.
+type RefToken[ID comparable] struct{ ref[ID] }
+
+func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
+	return &RefToken[ID]{ref[ID]{id: id, set: set, lin: &lineage{}}}
+}
 
 func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
 
@@ -77,57 +111,23 @@ func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id
 // The token is consumed. Errors: ErrInvalidToken (nil), ErrInvalidCommand (a nil
 // command), ErrTokenConsumed.
 func (t *RefToken[ID]) Release(cmds ...Command[ID]) (*Released[ID], error) {
-	if t == nil || t.lin == nil {
-		return nil, opError("release", ErrInvalidToken, nil)
-	}
-	if err := checkCommands(cmds); err != nil {
-		return nil, err
-	}
-	if !t.lin.advance(stepHeld, stepReleased) {
-		return nil, opError(fmt.Sprintf("release %v", t.id), ErrTokenConsumed, nil)
-	}
-	return &Released[ID]{id: t.id, set: t.set, lin: t.lin, cmds: append([]Command[ID](nil), cmds...)}, nil
+	next, err := (*hand[ID])(t).next("release", stepHeld, stepReleased, cmds)
+	return (*Released[ID])(next), err
 }
 
 // Released is a reference on its way from one component to another. Send it to the
 // taker, which calls Acquire.
-type Released[ID comparable] struct {
-	id   ID
-	set  completer[ID]
-	lin  *lineage
-	cmds []Command[ID]
-}
-
-// ID is the ID of the referenced object.
-func (r *Released[ID]) ID() ID { return r.id }
+type Released[ID comparable] struct{ ref[ID] }
 
 // Acquire records the taker's commands, to run after the giver's. The Released is
 // consumed. Errors: those of Release.
 func (r *Released[ID]) Acquire(cmds ...Command[ID]) (*Acquired[ID], error) {
-	if r == nil || r.lin == nil {
-		return nil, opError("acquire", ErrInvalidToken, nil)
-	}
-	if err := checkCommands(cmds); err != nil {
-		return nil, err
-	}
-	if !r.lin.advance(stepReleased, stepAcquired) {
-		return nil, opError(fmt.Sprintf("acquire %v", r.id), ErrTokenConsumed, nil)
-	}
-	all := make([]Command[ID], 0, len(r.cmds)+len(cmds))
-	all = append(append(all, r.cmds...), cmds...)
-	return &Acquired[ID]{id: r.id, set: r.set, lin: r.lin, cmds: all}, nil
+	next, err := (*hand[ID])(r).next("acquire", stepReleased, stepAcquired, cmds)
+	return (*Acquired[ID])(next), err
 }
 
 // Acquired is a hand-over ready to commit.
-type Acquired[ID comparable] struct {
-	id   ID
-	set  completer[ID]
-	lin  *lineage
-	cmds []Command[ID]
-}
-
-// ID is the ID of the referenced object.
-func (a *Acquired[ID]) ID() ID { return a.id }
+type Acquired[ID comparable] struct{ ref[ID] }
 
 // Complete runs the release commands and then the acquire commands in one new
 // transaction and commits it, returning the taker's RefToken. If any command fails
@@ -160,11 +160,8 @@ func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], er
 }
 
 func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], error) {
-	if a == nil || a.lin == nil {
-		return nil, opError("complete", ErrInvalidToken, nil)
-	}
-	if !a.lin.advance(stepAcquired, stepCompleting) {
-		return nil, opError(fmt.Sprintf("complete %v", a.id), ErrTokenConsumed, nil)
+	if err := (*hand[ID])(a).take("complete", stepAcquired, stepCompleting, nil); err != nil {
+		return nil, err
 	}
 	done := false
 	defer func() {

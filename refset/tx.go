@@ -60,7 +60,7 @@ func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
 // match the context's when ctx ended.
 func runUnit(ctx context.Context, caps capabilities, once func() error) error {
 	log := caps.log
-	err := retryConflicts(ctx, log, caps.obs, func() error {
+	err := retryConflicts(ctx, caps, func() error {
 		err := once()
 		if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
 			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
@@ -87,13 +87,14 @@ func runUnit(ctx context.Context, caps capabilities, once func() error) error {
 // so metrics count this work's conflicts beside the units of work's. A nil db tells
 // nobody.
 func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
-	caps := capabilitiesOf(db) // a nil db tells nobody
-	return retryConflicts(ctx, caps.log, caps.obs, fn)
+	return retryConflicts(ctx, capabilitiesOf(db), fn) // a nil db tells nobody
 }
 
 // retryConflicts is RetryConflicts, logging each retry (at debug level, with its
-// cause) and a conflict that outlasted them (a warning) to log, and telling obs.
-func retryConflicts(ctx context.Context, log *slog.Logger, obs Observer, fn func() error) error {
+// cause) and a conflict that outlasted them (a warning) to caps' logger, and telling
+// its Observer.
+func retryConflicts(ctx context.Context, caps capabilities, fn func() error) error {
+	log, obs := caps.log, caps.obs
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || !errors.Is(err, ErrConflict) {

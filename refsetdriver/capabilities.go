@@ -1,6 +1,7 @@
 package refsetdriver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
@@ -100,12 +101,44 @@ func ReplicaOf(d Driver) Querier {
 	return nil
 }
 
-// FallbackReason is why a read on a replica is made again on the primary, as
-// Observer.ReadFellBack names it: "missing" when the replica found no row (err is
-// nil, or matches ErrNotFound), "failed" for any other error.
-func FallbackReason(err error) string {
-	if err == nil || errors.Is(err, sentinel.ErrNotFound) {
-		return "missing"
+// ReadReplicaFirst runs read, a read outside a transaction, on db's replica when its
+// Driver has one (Replicated), and again on db.Reader(), the primary, when the
+// replica's answer may be wrong: read failed, or found nothing (ErrNotFound: the
+// replica may not have replayed it yet). It then tells the Observer why
+// (ReadFellBack, naming the read name: "missing", "failed" or "behind"), unless ctx
+// ended, when it returns the replica's answer.
+//
+// A read that must see what the primary had committed when it began (a report on
+// holds and references, which change) sets caughtUp: the replica is read only once
+// it has replayed all of it (ReplicaCaughtUp), and its ErrNotFound then stands.
+func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caughtUp bool, read func(q Querier) (T, error)) (T, error) {
+	drv := db.Driver()
+	r, ok := drv.(Replicated)
+	if !ok || r.Replica() == nil {
+		return read(db.Reader())
 	}
-	return "failed"
+	var v T
+	ready, err := true, error(nil)
+	if caughtUp {
+		ready, err = r.ReplicaCaughtUp(ctx)
+	}
+	reason := "behind"
+	if ready && err == nil {
+		v, err = read(r.Replica())
+		missing := errors.Is(err, sentinel.ErrNotFound)
+		if err == nil || missing && caughtUp {
+			return v, err
+		}
+		if missing {
+			reason = "missing"
+		}
+	}
+	if err != nil && reason != "missing" {
+		reason = "failed"
+	}
+	if ctx.Err() != nil {
+		return v, cmp.Or(err, ctx.Err())
+	}
+	drv.Observer().ReadFellBack(ctx, name, reason)
+	return read(db.Reader())
 }

@@ -24,7 +24,7 @@
 //   - RowReader: reads the one row of a lookup by key over the driver's own
 //     interface rather than through database/sql (pgx).
 //   - Replicated: a hot standby that reads which a lagging copy cannot make wrong go
-//     to first (postgres.Options.Replica).
+//     to first (postgres.Options.Replica), through ReadReplicaFirst.
 //   - TxLocks: locks, held until the transaction ends, that write transactions run
 //     side by side order themselves by (PostgreSQL's advisory locks, FOR KEY SHARE).
 //     Without it the database runs one write transaction at a time (SQLite).

@@ -216,8 +216,8 @@ func (NoObserver) ReadFellBack(context.Context, string, string)                {
 // pool and the options that change what the Driver does. A store's driver embeds it
 // beside its dialect.
 type Binding struct {
-	pool *sql.DB
-	s    Settings // Logger and Observer never nil
+	pool     *sql.DB
+	settings Settings
 }
 
 // Settings are the options of a database that every store has.
@@ -235,12 +235,12 @@ func Bind(pool *sql.DB, s Settings) Binding {
 	if s.Observer == nil {
 		s.Observer = NoObserver{}
 	}
-	return Binding{pool: pool, s: s}
+	return Binding{pool: pool, settings: s}
 }
 
 func (b Binding) Pool() *sql.DB                { return b.pool }
-func (b Binding) Unprepared() bool             { return b.s.Unprepared }
-func (b Binding) ExternalMigrations() bool     { return b.s.ExternalMigrations }
-func (b Binding) Logger() *slog.Logger         { return b.s.Logger }
-func (b Binding) SlowStatement() time.Duration { return b.s.SlowStatement }
-func (b Binding) Observer() Observer           { return b.s.Observer }
+func (b Binding) Unprepared() bool             { return b.settings.Unprepared }
+func (b Binding) ExternalMigrations() bool     { return b.settings.ExternalMigrations }
+func (b Binding) Logger() *slog.Logger         { return b.settings.Logger }
+func (b Binding) SlowStatement() time.Duration { return b.settings.SlowStatement }
+func (b Binding) Observer() Observer           { return b.settings.Observer }

@@ -48,7 +48,7 @@ type Options struct {
 	Translate func(err error, query string) error
 	// Refuse wraps ErrEndsTransaction for a refused statement.
 	Refuse func(error) error
-	// Rebind rewrites ? placeholders to the database's own; nil leaves them.
+	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres).
 	Rebind func(query string) string
 	// Log receives statements slower than Slow (none when Slow is 0).
 	Log  *slog.Logger
@@ -63,14 +63,6 @@ func New(raw Querier, opts Options) *View {
 		raw = v.raw
 	}
 	return &View{raw: raw, Options: opts}
-}
-
-// Rebind rewrites query's ? placeholders to the database's own ($1 on Postgres).
-func (v *View) Rebind(query string) string {
-	if v.Options.Rebind == nil {
-		return query
-	}
-	return v.Options.Rebind(query)
 }
 
 // Refused is the error of the first statement the view refused, or nil.
@@ -90,16 +82,7 @@ func Raw(q Querier) Querier {
 
 // ExecContext runs query in the transaction, refusing one that would end it.
 func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := v.check(query); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	res, err := v.raw.ExecContext(ctx, query, args...)
-	dblog.Slow(ctx, v.Log, v.Slow, query, start)
-	if err != nil {
-		return nil, v.Translate(err, query)
-	}
-	return res, nil
+	return run(ctx, v, query, func() (sql.Result, error) { return v.raw.ExecContext(ctx, query, args...) })
 }
 
 // CommandExecer is a transaction that runs the statements of refset.Exec commands
@@ -111,36 +94,32 @@ type CommandExecer interface {
 // ExecCommand runs the statement of a refset.Exec command: as ExecContext does, but
 // through the transaction's ExecCommand when it has one.
 func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := v.check(query); err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	var res sql.Result
-	var err error
+	exec := v.raw.ExecContext
 	if c, ok := v.raw.(CommandExecer); ok {
-		res, err = c.ExecCommand(ctx, query, args...)
-	} else {
-		res, err = v.raw.ExecContext(ctx, query, args...)
+		exec = c.ExecCommand
 	}
-	dblog.Slow(ctx, v.Log, v.Slow, query, start)
-	if err != nil {
-		return nil, v.Translate(err, query)
-	}
-	return res, nil
+	return run(ctx, v, query, func() (sql.Result, error) { return exec(ctx, query, args...) })
 }
 
 // QueryContext runs query in the transaction, refusing one that would end it.
 func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return run(ctx, v, query, func() (*sql.Rows, error) { return v.raw.QueryContext(ctx, query, args...) })
+}
+
+// run runs query through send unless it would end the transaction, logs it when
+// slow, and translates its error.
+func run[R any](ctx context.Context, v *View, query string, send func() (R, error)) (R, error) {
+	var none R
 	if err := v.check(query); err != nil {
-		return nil, err
+		return none, err
 	}
 	start := time.Now()
-	rows, err := v.raw.QueryContext(ctx, query, args...)
+	res, err := send()
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
-		return nil, v.Translate(err, query)
+		return none, v.Translate(err, query)
 	}
-	return rows, nil
+	return res, nil
 }
 
 // QueryRowContext runs query in the transaction. A query that would end the
