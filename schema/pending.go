@@ -79,24 +79,9 @@ func statement(text string) string {
 // tables and of each set's: the migrations Apply would run. Its Plan's SQL is the
 // script a DBA runs where the application's role may not create tables (the stores'
 // ExternalMigrations option). Sets are described as the stores build them; a store
-// that found its schema missing says which (PendingError).
+// that found its schema missing says which (PendingError). A nil q reads as an empty
+// database (SQLText).
 func Pending(ctx context.Context, q refset.Querier, d SQL, sets ...Set) (Plan, error) {
-	return plan(ctx, q, d, sets)
-}
-
-// SQLText is the script that creates refset's core tables and each set's in an empty
-// database: Pending's SQL when nothing is there yet. A DBA keeps it beside the
-// database's other migrations.
-func SQLText(d SQL, sets ...Set) (string, error) {
-	p, err := plan(context.Background(), nil, d, sets)
-	if err != nil {
-		return "", err
-	}
-	return p.SQL(), nil
-}
-
-// plan lists the steps q's database lacks, or, q nil, those of an empty database.
-func plan(ctx context.Context, q refset.Querier, d SQL, sets []Set) (Plan, error) {
 	core, err := Migrations(d, "core")
 	if err != nil {
 		return nil, err
@@ -139,6 +124,17 @@ func plan(ctx context.Context, q refset.Querier, d SQL, sets []Set) (Plan, error
 		}
 	}
 	return p, nil
+}
+
+// SQLText is the script that creates refset's core tables and each set's in an empty
+// database: Pending's SQL when nothing is there yet. A DBA keeps it beside the
+// database's other migrations.
+func SQLText(d SQL, sets ...Set) (string, error) {
+	p, err := Pending(context.Background(), nil, d, sets...)
+	if err != nil {
+		return "", err
+	}
+	return p.SQL(), nil
 }
 
 // recorded is the version of component, core (set nil) or set's, that q's database
