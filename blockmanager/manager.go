@@ -100,7 +100,7 @@ func (m *Manager) migrate(ctx context.Context, refsetSQL schema.SQL) error {
 	if err != nil {
 		return err
 	}
-	if err := schema.MigrateFS(ctx, m.db, refsetSQL, "blockmanager", sub); err != nil {
+	if _, err := schema.ApplyFS(ctx, m.db, refsetSQL, "blockmanager", sub); err != nil {
 		return fmt.Errorf("blockmanager: creating the tables: %w", err)
 	}
 	return nil

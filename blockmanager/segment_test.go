@@ -213,9 +213,8 @@ func migrateBeforeSegments(t *testing.T, db refset.Database) refsetdriver.Driver
 	require.NoError(t, err)
 	first, err := fs.ReadFile(dir, "0001_blocks.sql")
 	require.NoError(t, err)
-	refsetSQL, err := schema.SQLOf(db)
+	_, err = schema.ApplyFS(t.Context(), db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}})
 	require.NoError(t, err)
-	require.NoError(t, schema.MigrateFS(t.Context(), db, refsetSQL, "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}}))
 	return drv
 }
 

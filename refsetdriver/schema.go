@@ -27,7 +27,7 @@ type SchemaSQL interface {
 	TableExists(ctx context.Context, q Querier, table sqlident.Ident) (bool, error)
 
 	// The record of versions: one version per component ("core", "set:<table>", or a
-	// component of schema.MigrateFS).
+	// component of schema.ApplyFS).
 
 	// VersionTable is the statement that creates the record if it is missing. The
 	// runner runs it before anything else, and a script for a DBA starts with it.

@@ -1,13 +1,13 @@
 // Package schema runs refset's own migrations, versioned. The SQL itself belongs to
 // each store: store/sqlite and store/postgres embed their dialect's files (in
 // sql/schema/ of their folder) and give them to this package as a schema.SQL
-// (refsetdriver.SchemaSQL; SQLOf finds a database's), with every statement on
+// (refsetdriver.SchemaSQL; a database's is db.Driver().SchemaSQL()), with every statement on
 // refset's own tables (the record of versions, the registry of sets, written once for
 // both in store/internal/refsettables) and the migration lock. This package is the
 // runner: it decides what to apply, in what order, and writes no SQL of its own.
 //
-// Two kinds of migration exist. The core ones (Migrate) create the tables refset
-// needs once per database. The per-set ones (MigrateSet) create what each set needs
+// Two kinds of migration exist, both applied by Apply. The core ones create the tables
+// refset needs once per database. The per-set ones create what each set needs
 // beside the user's object table, such as its holds table, whose object_id column has
 // the type of the set's ID and a FOREIGN KEY to it. Each applied version is recorded in
 // refset_schema_version, so running a migration again does nothing, and two processes
@@ -16,15 +16,15 @@
 //
 // The record can outlive the tables: dropping a set's tables by hand, or a Postgres
 // schema with CASCADE while refset's bookkeeping lives in another schema, leaves
-// versions recorded for tables that are gone. Migrate and MigrateSet therefore check
-// that the tables a record stands for exist, and when one does not they apply that
-// record's migrations again; every refset migration creates only what is missing, so
-// this rebuilds exactly what was lost. A component migrated with MigrateFS is not
-// checked: after dropping its tables, delete its row from refset_schema_version.
+// versions recorded for tables that are gone. Apply therefore checks that the tables a
+// record stands for exist, and when one does not it applies that record's migrations
+// again; every refset migration creates only what is missing, so this rebuilds exactly
+// what was lost. A component migrated with ApplyFS is not checked: after dropping its
+// tables, delete its row from refset_schema_version.
 //
-// The stores call MigrateSet when a store is built, so most programs never call this
-// package directly. Apply does what Migrate and MigrateSet do and reports which
-// component went from which version to which, for a program's start-up log.
+// The stores call Apply when a store is built, so most programs never call this
+// package directly. Apply reports which component went from which version to which,
+// for a program's start-up log.
 //
 // Where a DBA owns the schema and the application's role may not create tables, the
 // stores' ExternalMigrations option makes them call Check instead: it reads the

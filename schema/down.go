@@ -76,7 +76,7 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 						strings.Join(sets, ", "), refset.ErrReferenced)
 				}
 			}
-			downs, err = downMigrations(d, "core")
+			downs, err = dialectFiles(d, "core", true)
 		} else {
 			var r refsetdriver.Registered
 			if r, err = d.Lookup(ctx, tx, table); err != nil {

@@ -41,7 +41,7 @@ func (p Plan) String() string {
 
 // SQL is the script that does the plan, for a DBA to read and run in one
 // transaction with a role that may create tables: the migrations in order, each
-// followed by the record of its version, as Migrate would have done it. Every
+// followed by the record of its version, as Apply would have done it. Every
 // statement creates only what is missing, so running it twice does no harm. An empty
 // Plan gives "".
 func (p Plan) SQL() string {
@@ -79,107 +79,94 @@ func statement(text string) string {
 // tables and of each set's: the migrations Apply would run. Its Plan's SQL is the
 // script a DBA runs where the application's role may not create tables (the stores'
 // ExternalMigrations option). Sets are described as the stores build them; a store
-// that found its schema missing says which (PendingError).
+// that found its schema missing says which (PendingError). A nil q reads as an empty
+// database (SQLText).
 func Pending(ctx context.Context, q refset.Querier, d SQL, sets ...Set) (Plan, error) {
-	return plan(d, sets, func(component string, set *Set) (int, error) {
-		if has, err := d.HasVersionTable(ctx, q); err != nil || !has {
-			return 0, err
+	core, err := Migrations(d, "core")
+	if err != nil {
+		return nil, err
+	}
+	var p Plan
+	add := func(component string, ms []Migration, set *Set) error {
+		from, err := recorded(ctx, q, d, component, set)
+		if err != nil {
+			return fmt.Errorf("refset/schema: reading the version of %s: %w", component, err)
 		}
-		if g, err := gone(ctx, q, d, set); err != nil || g {
-			return 0, err
+		s := Step{Component: component, From: from, To: from, set: set, sql: d}
+		for _, m := range ms {
+			if m.Version > from {
+				s.Migrations = append(s.Migrations, m)
+				s.To = m.Version
+			}
 		}
-		return d.Version(ctx, q, component)
-	}, func(set Set) (bool, error) {
-		if has, err := d.HasSetTable(ctx, q); err != nil || !has {
-			return false, err
+		if set != nil {
+			ok, err := registered(ctx, q, d, *set)
+			if err != nil {
+				return fmt.Errorf("refset/schema: reading the registration of %s: %w", set.Table, err)
+			}
+			s.Register = !ok
 		}
-		r, err := d.Lookup(ctx, q, set.Table)
-		if errors.Is(err, refset.ErrNotFound) {
-			return false, nil
+		if s.To != from || s.Register {
+			p = append(p, s)
+		}
+		return nil
+	}
+	if err := add("core", core, nil); err != nil {
+		return nil, err
+	}
+	for _, set := range sets {
+		ms, err := setMigrations(d, set, false)
+		if err == nil {
+			err = add(setComponent(set.Table), ms, &set)
 		}
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		return r.IDColumn == set.IDColumn && r.Holds == set.Holds && r.Queue == set.Queue, nil
-	})
+	}
+	return p, nil
 }
 
 // SQLText is the script that creates refset's core tables and each set's in an empty
 // database: Pending's SQL when nothing is there yet. A DBA keeps it beside the
 // database's other migrations.
 func SQLText(d SQL, sets ...Set) (string, error) {
-	p, err := plan(d, sets,
-		func(string, *Set) (int, error) { return 0, nil },
-		func(Set) (bool, error) { return false, nil })
+	p, err := Pending(context.Background(), nil, d, sets...)
 	if err != nil {
 		return "", err
 	}
 	return p.SQL(), nil
 }
 
-// plan lists the steps missing given how a component's version (have) and a set's
-// registration (registered) read.
-func plan(d SQL, sets []Set,
-	have func(component string, set *Set) (int, error),
-	registered func(Set) (bool, error),
-) (Plan, error) {
-	var p Plan
-	core, err := Migrations(d, "core")
-	if err != nil {
-		return nil, err
+// recorded is the version of component, core (set nil) or set's, that q's database
+// records: 0 when q is nil, when it records none, or when a table of the component is
+// gone, since Apply then runs its migrations again.
+func recorded(ctx context.Context, q refset.Querier, d SQL, component string, set *Set) (int, error) {
+	if q == nil {
+		return 0, nil
 	}
-	step, err := pendingStep("core", core, nil, have)
-	if err != nil {
-		return nil, err
+	if has, err := d.HasVersionTable(ctx, q); err != nil || !has {
+		return 0, err
 	}
-	if step != nil {
-		step.sql = d
-		p = append(p, *step)
+	if g, err := gone(ctx, q, d, set); err != nil || g {
+		return 0, err
 	}
-	for _, set := range sets {
-		ms, err := setMigrations(d, set, false)
-		if err != nil {
-			return nil, err
-		}
-		step, err := pendingStep(setComponent(set.Table), ms, &set, have)
-		if err != nil {
-			return nil, err
-		}
-		ok, err := registered(set)
-		if err != nil {
-			return nil, fmt.Errorf("refset/schema: reading the registration of %s: %w", set.Table, err)
-		}
-		if step == nil && !ok {
-			last := ms[len(ms)-1].Version
-			step = &Step{Component: setComponent(set.Table), From: last, To: last}
-		}
-		if step != nil {
-			step.Register, step.set, step.sql = !ok, &set, d
-			p = append(p, *step)
-		}
-	}
-	return p, nil
+	return d.Version(ctx, q, component)
 }
 
-// pendingStep is the step of component whose migrations are ms, nil if none is due.
-func pendingStep(component string, ms []Migration, set *Set,
-	have func(string, *Set) (int, error),
-) (*Step, error) {
-	from, err := have(component, set)
-	if err != nil {
-		return nil, fmt.Errorf("refset/schema: reading the version of %s: %w", component, err)
+// registered reports whether q's database (none when q is nil) registers set in
+// refset_sets as it is described.
+func registered(ctx context.Context, q refset.Querier, d SQL, set Set) (bool, error) {
+	if q == nil {
+		return false, nil
 	}
-	s := &Step{Component: component, From: from, To: from}
-	for _, m := range ms {
-		if m.Version > from {
-			s.Migrations = append(s.Migrations, m)
-			s.To = m.Version
-		}
+	if has, err := d.HasSetTable(ctx, q); err != nil || !has {
+		return false, err
 	}
-	if s.To == from {
-		return nil, nil
+	r, err := d.Lookup(ctx, q, set.Table)
+	if errors.Is(err, refset.ErrNotFound) {
+		return false, nil
 	}
-	return s, nil
+	return err == nil && r.IDColumn == set.IDColumn && r.Holds == set.Holds && r.Queue == set.Queue, err
 }
 
 // PendingError says a database lacks schema a store needs, where the store may not

@@ -3,6 +3,7 @@ package schema
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -38,14 +39,21 @@ type Migration struct {
 }
 
 // Migrations lists a dialect's migrations of one kind, "core" or "set", in version
-// order. Set migrations are templates, rendered by MigrateSet.
-func Migrations(s SQL, kind string) ([]Migration, error) {
+// order. Set migrations are templates, rendered by Apply.
+func Migrations(s SQL, kind string) ([]Migration, error) { return dialectFiles(s, kind, false) }
+
+// dialectFiles lists a dialect's up (down false) or down migrations of one kind, in
+// version order.
+func dialectFiles(s SQL, kind string, down bool) ([]Migration, error) {
 	sub, err := fs.Sub(s.Migrations(), kind)
 	if err != nil {
 		return nil, err
 	}
-	ms, err := readMigrations(sub)
+	ms, err := readFiles(sub, down)
 	if err != nil {
+		if down {
+			kind += " down"
+		}
 		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, s.Name(), err)
 	}
 	return ms, nil
@@ -55,18 +63,9 @@ func Migrations(s SQL, kind string) ([]Migration, error) {
 // up migration NNNN of the same folder.
 const downSuffix = ".down.sql"
 
-// readMigrations reads the up migrations, the files NNNN_name.sql at the root of fsys
-// (not the NNNN_name.down.sql beside them), in version order.
-func readMigrations(fsys fs.FS) ([]Migration, error) {
-	ms, err := readFiles(fsys, false)
-	if err == nil && len(ms) == 0 {
-		err = fmt.Errorf("no migrations")
-	}
-	return ms, err
-}
-
-// readFiles reads the up (down false) or the down migrations at the root of fsys, in
-// version order.
+// readFiles reads the up migrations (down false), the files NNNN_name.sql at the root
+// of fsys, at least one, or the down ones beside them, NNNN_name.down.sql, in version
+// order.
 func readFiles(fsys fs.FS, down bool) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -94,12 +93,15 @@ func readFiles(fsys fs.FS, down bool) ([]Migration, error) {
 		}
 		ms = append(ms, Migration{Version: v, Name: name, SQL: string(body)})
 	}
+	if len(ms) == 0 && !down {
+		return nil, errors.New("no migrations")
+	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
 }
 
 // Applied is what a migration did to one component (core, set:<table>, or a
-// component of MigrateFS): its recorded version went from From to To. From is 0 when
+// component of ApplyFS): its recorded version went from From to To. From is 0 when
 // the component was new, or when its tables were gone and its migrations ran again.
 // To is below From for MigrateDown.
 type Applied struct {
@@ -109,56 +111,29 @@ type Applied struct {
 
 func (a Applied) String() string { return fmt.Sprintf("%s %d -> %d", a.Component, a.From, a.To) }
 
-// MigrateFS applies another component's migrations, the files NNNN_name.sql at the
-// root of fsys (written for the dialect of s), after refset's core ones, recording
+// ApplyFS applies another component's migrations, the files NNNN_name.sql at the
+// root of fsys (written for the dialect of d), after refset's core ones, recording
 // their versions under component. Packages built on refset (blockmanager) keep their
-// tables this way. It is idempotent and safe to run from several processes at once.
-func MigrateFS(ctx context.Context, db refset.Database, d SQL, component string, fsys fs.FS) error {
-	_, err := ApplyFS(ctx, db, d, component, fsys)
-	return err
-}
-
-// ApplyFS is MigrateFS, and reports what it did: one Applied for each component
-// (core, then component) whose version changed, none when all was up to date.
+// tables this way. It is idempotent and safe to run from several processes at once,
+// and reports what it did: one Applied for each component (core, then component)
+// whose version changed, none when all was up to date.
 func ApplyFS(ctx context.Context, db refset.Database, d SQL, component string, fsys fs.FS) ([]Applied, error) {
-	ms, err := readMigrations(fsys)
+	ms, err := readFiles(fsys, false)
 	if err != nil {
 		return nil, fmt.Errorf("refset/schema: %s: %w", component, err)
 	}
-	var done []Applied
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
-		done = done[:0] // a retried transaction starts over
-		if err := migrate(ctx, tx, d, &done); err != nil {
-			return err
-		}
-		return apply(ctx, tx, d, component, ms, &done)
+	return applyAfterCore(ctx, db, d, func(tx refset.Tx, done *[]Applied) error {
+		return apply(ctx, tx, d, component, ms, done)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return done, nil
 }
 
-// Migrate brings refset's core tables up to date. It is idempotent and safe to run
-// from several processes at once.
-func Migrate(ctx context.Context, db refset.Database, d SQL) error {
-	_, err := Apply(ctx, db, d)
-	return err
-}
-
-// MigrateSet brings the tables of one set (its holds table and review queue) up to
-// date, after the core ones, and registers the set in refset_sets. It is idempotent
-// and safe to run from several processes at once.
-func MigrateSet(ctx context.Context, db refset.Database, d SQL, set Set) error {
-	_, err := Apply(ctx, db, d, set)
-	return err
-}
-
-// Apply brings refset's core tables and those of each set up to date in one
-// transaction, as Migrate and MigrateSet do, and reports what it did: one Applied for
-// each component whose version changed, core first, none when all was up to date. A
-// program that migrates at start-up can log it; an empty report on a database that
-// should have needed work says another process got there first.
+// Apply brings refset's core tables and the tables of each set (its holds table and
+// review queue) up to date in one transaction, and registers each set in refset_sets,
+// where tools find its tables. With no set it migrates the core alone. It is
+// idempotent and safe to run from several processes at once, and reports what it did:
+// one Applied for each component whose version changed, core first, none when all was
+// up to date. A program that migrates at start-up can log it; an empty report on a
+// database that should have needed work says another process got there first.
 func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Applied, error) {
 	rendered := make([][]Migration, len(sets))
 	for i, set := range sets {
@@ -168,18 +143,13 @@ func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Appli
 		}
 		rendered[i] = ms
 	}
-	var done []Applied
-	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
-		done = done[:0] // a retried transaction starts over
-		if err := migrate(ctx, tx, d, &done); err != nil {
-			return err
-		}
+	return applyAfterCore(ctx, db, d, func(tx refset.Tx, done *[]Applied) error {
 		for i, set := range sets {
 			component := setComponent(set.Table)
 			if err := forgetIfGone(ctx, tx, d, component, &set); err != nil {
 				return err
 			}
-			if err := apply(ctx, tx, d, component, rendered[i], &done); err != nil {
+			if err := apply(ctx, tx, d, component, rendered[i], done); err != nil {
 				return err
 			}
 			if err := d.Register(ctx, tx, set.registered()); err != nil {
@@ -187,6 +157,34 @@ func Apply(ctx context.Context, db refset.Database, d SQL, sets ...Set) ([]Appli
 			}
 		}
 		return nil
+	})
+}
+
+// applyAfterCore brings the core up to date, then runs then, in one transaction, and
+// returns what both applied.
+func applyAfterCore(ctx context.Context, db refset.Database, d SQL, then func(refset.Tx, *[]Applied) error) ([]Applied, error) {
+	core, err := Migrations(d, "core")
+	if err != nil {
+		return nil, err
+	}
+	var done []Applied
+	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		done = done[:0] // a retried transaction starts over
+		// Held to the end of the transaction: a second process waits here, then finds
+		// everything applied.
+		if err := d.LockMigrations(ctx, tx); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, d.VersionTable()); err != nil {
+			return err
+		}
+		if err := forgetIfGone(ctx, tx, d, "core", nil); err != nil {
+			return err
+		}
+		if err := apply(ctx, tx, d, "core", core, &done); err != nil {
+			return err
+		}
+		return then(tx, &done)
 	})
 	if err != nil {
 		return nil, err
@@ -211,13 +209,7 @@ func setMigrations(d SQL, set Set, down bool) ([]Migration, error) {
 	if _, err := sqlident.Parse(set.IDColumn, false); err != nil {
 		return nil, err
 	}
-	var ms []Migration
-	var err error
-	if down {
-		ms, err = downMigrations(d, "set")
-	} else {
-		ms, err = Migrations(d, "set")
-	}
+	ms, err := dialectFiles(d, "set", down)
 	if err != nil {
 		return nil, err
 	}
@@ -242,38 +234,6 @@ func setMigrations(d SQL, set Set, down bool) ([]Migration, error) {
 		ms[i].SQL = b.String()
 	}
 	return ms, nil
-}
-
-// downMigrations lists a dialect's down migrations of one kind, in version order.
-func downMigrations(s SQL, kind string) ([]Migration, error) {
-	sub, err := fs.Sub(s.Migrations(), kind)
-	if err != nil {
-		return nil, err
-	}
-	ms, err := readFiles(sub, true)
-	if err != nil {
-		return nil, fmt.Errorf("refset/schema: %s down migrations for dialect %q: %w", kind, s.Name(), err)
-	}
-	return ms, nil
-}
-
-func migrate(ctx context.Context, tx refset.Tx, d SQL, done *[]Applied) error {
-	// Held to the end of the transaction: a second process waits here, then finds
-	// everything applied.
-	if err := d.LockMigrations(ctx, tx); err != nil {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, d.VersionTable()); err != nil {
-		return err
-	}
-	if err := forgetIfGone(ctx, tx, d, "core", nil); err != nil {
-		return err
-	}
-	ms, err := Migrations(d, "core")
-	if err != nil {
-		return err
-	}
-	return apply(ctx, tx, d, "core", ms, done)
 }
 
 // forgetIfGone forgets the versions recorded for component, core (set nil) or set's,
@@ -335,13 +295,4 @@ func apply(ctx context.Context, tx refset.Tx, d SQL, component string, ms []Migr
 	}
 	*done = append(*done, Applied{Component: component, From: from, To: current})
 	return d.SetVersion(ctx, tx, component, current)
-}
-
-// SQLOf is the migrations of db's dialect: every store's driver has them.
-func SQLOf(db refset.Database) (SQL, error) {
-	drv, err := refsetdriver.Of(db)
-	if err != nil {
-		return nil, err
-	}
-	return drv.SchemaSQL(), nil
 }

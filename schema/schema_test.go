@@ -39,7 +39,7 @@ func TestMigrationsAreSequentialAndParallel(t *testing.T) {
 					vs = append(vs, m.Version)
 				}
 				// Every up migration has its down one, so MigrateDown can go to 0.
-				downs, err := downMigrations(d, kind)
+				downs, err := dialectFiles(d, kind, true)
 				require.NoError(t, err)
 				var dvs []int
 				for _, m := range downs {

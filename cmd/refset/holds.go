@@ -12,40 +12,26 @@ import (
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// holdsQuery is what the holds commands need of a set: the dialect's SQL on refset's
-// tables, the set's holds table and the filter the flags ask for.
-type holdsQuery struct {
-	sql    refsetdriver.SchemaSQL
-	holds  sqlident.Ident
-	filter refsetdriver.HoldFilter
-}
-
-// newHoldsQuery finds the holds table of the set on --table in the registry of sets.
-func newHoldsQuery(ctx context.Context, c call, expired bool, holder string) (holdsQuery, error) {
-	db := c.db
-	d, err := refsetdriver.Of(db)
-	if err != nil {
-		return holdsQuery{}, err
-	}
+// holdsTable finds the holds table of the set on --table in the registry of sets, and
+// the dialect's SQL on refset's tables that reads and deletes its holds.
+func holdsTable(ctx context.Context, c call) (refsetdriver.SchemaSQL, sqlident.Ident, error) {
+	d := c.db.Driver().SchemaSQL()
 	t, err := sqlident.Parse(c.table, true)
 	if err != nil {
-		return holdsQuery{}, err
+		return nil, sqlident.Ident{}, err
 	}
-	has, err := d.SchemaSQL().HasSetTable(ctx, db.Reader())
+	has, err := d.HasSetTable(ctx, c.db.Reader())
 	if err != nil {
-		return holdsQuery{}, db.TranslateError(err, "")
+		return nil, sqlident.Ident{}, c.db.TranslateError(err, "")
 	}
 	if !has {
-		return holdsQuery{}, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
+		return nil, sqlident.Ident{}, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
 	}
-	reg, err := d.SchemaSQL().Lookup(ctx, db.Reader(), t)
-	if err != nil {
-		if !refset.IsSentinel(err) {
-			err = db.TranslateError(err, "")
-		}
-		return holdsQuery{}, err
+	reg, err := d.Lookup(ctx, c.db.Reader(), t)
+	if err != nil && !refset.IsSentinel(err) {
+		err = c.db.TranslateError(err, "")
 	}
-	return holdsQuery{sql: d.SchemaSQL(), holds: reg.Holds, filter: refsetdriver.HoldFilter{Expired: expired, Holder: holder}}, nil
+	return d, reg.Holds, err
 }
 
 type (
@@ -67,13 +53,22 @@ func holdsListCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "only holds past their expiry, by the database's clock")
 	holder := fs.String("holder", "", "only the holds of this holder")
 	return func(ctx context.Context, c call) error {
-		q, err := newHoldsQuery(ctx, c, *expired, *holder)
+		d, holds, err := holdsTable(ctx, c)
 		if err != nil {
 			return err
 		}
-		doc, err := listHolds(ctx, c.db, q)
+		now, hs, err := d.ListHolds(ctx, c.db.Reader(), holds, refsetdriver.HoldFilter{Expired: *expired, Holder: *holder})
 		if err != nil {
-			return err
+			return c.db.TranslateError(err, "")
+		}
+		// The object ID as text whatever its type.
+		doc := holdsJSON{Table: holds.String(), Now: now, Holds: []holdJSON{}}
+		for _, h := range hs {
+			j := holdJSON{Holder: h.Holder, ObjectID: h.ObjectID, CreatedAt: h.CreatedAt, Expired: h.Expired}
+			if !h.ExpiresAt.IsZero() {
+				j.ExpiresAt = &h.ExpiresAt
+			}
+			doc.Holds = append(doc.Holds, j)
 		}
 		return c.print(doc)
 	}
@@ -98,24 +93,6 @@ func (doc holdsJSON) text(out io.Writer) error {
 	return err
 }
 
-// listHolds reads every hold q selects, the object ID as text whatever its type.
-func listHolds(ctx context.Context, db opened, q holdsQuery) (holdsJSON, error) {
-	doc := holdsJSON{Table: q.holds.String(), Holds: []holdJSON{}}
-	now, holds, err := q.sql.ListHolds(ctx, db.Reader(), q.holds, q.filter)
-	if err != nil {
-		return doc, db.TranslateError(err, "")
-	}
-	doc.Now = now
-	for _, h := range holds {
-		j := holdJSON{Holder: h.Holder, ObjectID: h.ObjectID, CreatedAt: h.CreatedAt, Expired: h.Expired}
-		if !h.ExpiresAt.IsZero() {
-			j.ExpiresAt = &h.ExpiresAt
-		}
-		doc.Holds = append(doc.Holds, j)
-	}
-	return doc, nil
-}
-
 func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "delete the holds past their expiry, by the database's clock (required: live holds are never deleted)")
 	holder := fs.String("holder", "", "only the expired holds of this holder")
@@ -123,7 +100,7 @@ func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		if !*expired {
 			return fmt.Errorf("%w: holds rm deletes expired holds only: give --expired (a live hold is its holder's to unhold)", refset.ErrInvalidConfig)
 		}
-		q, err := newHoldsQuery(ctx, c, true, *holder)
+		d, holds, err := holdsTable(ctx, c)
 		if err != nil {
 			return err
 		}
@@ -131,13 +108,13 @@ func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		// expires them.
 		var n int64
 		err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
-			n, err = q.sql.DeleteExpiredHolds(ctx, tx, q.holds, q.filter.Holder)
+			n, err = d.DeleteExpiredHolds(ctx, tx, holds, *holder)
 			return err
 		})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.out, "deleted %d expired holds from %s\n", n, q.holds)
+		fmt.Fprintf(c.out, "deleted %d expired holds from %s\n", n, holds)
 		return nil
 	}
 }

@@ -445,9 +445,9 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		}
 		var total cleanup.Stats
 		passes := 0
-		stop := showProgress(ctx, col, c.out, 0)
 		for {
 			passes++
+			stop := showProgress(ctx, col, c.out, 0)
 			s, err := col.Collect(ctx)
 			stop()
 			fmt.Fprintf(c.out, "pass %d: %s\n", passes, s)
@@ -468,7 +468,6 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, call) error {
 				return ctx.Err()
 			case <-time.After(*interval):
 			}
-			stop = showProgress(ctx, col, c.out, 0)
 		}
 		summary(c.out, passes, total)
 		return nil
@@ -509,28 +508,22 @@ func showProgress(ctx context.Context, c *cleanup.Collector, out io.Writer, wait
 			<-done
 			return
 		}
-		drawProgress(ctx, c, out, due, done)
+		// Redrawn until done is closed, then the line is cleared.
+		t := time.NewTicker(300 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				fmt.Fprint(out, "\r\033[K")
+				return
+			case <-t.C:
+				if _, left, err := c.Queue(ctx); err == nil {
+					fmt.Fprint(out, "\r"+progressBar(due-left, due))
+				}
+			}
+		}
 	}()
 	return func() { close(done); <-finished }
-}
-
-// drawProgress redraws the bar until done is closed, then clears the line.
-func drawProgress(ctx context.Context, c *cleanup.Collector, out io.Writer, due int64, done <-chan struct{}) {
-	t := time.NewTicker(300 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			fmt.Fprint(out, "\r\033[K")
-			return
-		case <-t.C:
-			_, left, err := c.Queue(ctx)
-			if err != nil {
-				continue
-			}
-			fmt.Fprint(out, "\r"+progressBar(due-left, due))
-		}
-	}
 }
 
 // progressBar draws worked of total as a bar 30 wide with its counts.

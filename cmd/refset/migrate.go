@@ -14,16 +14,6 @@ import (
 	"github.com/refsetdb/refset/sqlident"
 )
 
-// tablesFlag is a flag given once per table (--table a --table b).
-type tablesFlag []string
-
-func (f *tablesFlag) String() string { return strings.Join(*f, ",") }
-
-func (f *tablesFlag) Set(v string) error {
-	*f = append(*f, v)
-	return nil
-}
-
 // migration is what the migrate commands work on: the dialect's migrations and the
 // sets they cover.
 type migration struct {
@@ -39,10 +29,7 @@ type migration struct {
 // table's one-column primary key), so that migrate can create its tables before the
 // program first runs.
 func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
-	d, err := refsetdriver.Of(db)
-	if err != nil {
-		return migration{}, err
-	}
+	d := db.Driver()
 	m := migration{db: db, d: d, sql: d.SchemaSQL()}
 	q := db.Reader()
 	hasSets, err := m.sql.HasSetTable(ctx, q)
@@ -145,8 +132,11 @@ type migrateStatusJSON struct {
 // onSets is the setup of a migrate command on the sets its repeatable --table names.
 func onSets(run func(migration, context.Context, call) error) func(*flag.FlagSet) func(context.Context, call) error {
 	return func(fs *flag.FlagSet) func(context.Context, call) error {
-		var tables tablesFlag
-		fs.Var(&tables, "table", "a set's object table, repeatable (default: every set refset_sets records)")
+		var tables []string
+		fs.Func("table", "a set's object table, repeatable (default: every set refset_sets records)", func(v string) error {
+			tables = append(tables, v)
+			return nil
+		})
 		return func(ctx context.Context, c call) error {
 			m, err := newMigration(ctx, c.db, tables)
 			if err != nil {
@@ -254,11 +244,7 @@ func migrateDownCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		if *component == "" || *target < 0 {
 			return fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
 		}
-		d, err := refsetdriver.Of(c.db)
-		if err != nil {
-			return err
-		}
-		a, err := schema.MigrateDown(ctx, c.db, d.SchemaSQL(), *component, *target)
+		a, err := schema.MigrateDown(ctx, c.db, c.db.Driver().SchemaSQL(), *component, *target)
 		if err != nil {
 			return err
 		}

@@ -125,11 +125,13 @@ func run(ctx context.Context, pgDSN string, replicas, payments int) (bool, error
 	}
 	time.Sleep(300 * time.Millisecond)
 	var want int64
+	mine := map[string]bool{}
 	for _, t := range abandoned {
 		want += t.Amount
+		mine[t.TokenID] = true
 	}
 	taken, err := vaults[len(vaults)-1].Select(ctx, "takeover", "alice", want,
-		tokens.Filter{Predicate: func(t tokens.Token) bool { return contains(abandoned, t.TokenID) }}, time.Minute)
+		tokens.Filter{Predicate: func(t tokens.Token) bool { return mine[t.TokenID] }}, time.Minute)
 	if err != nil {
 		return false, fmt.Errorf("taking over the expired lock: %w", err)
 	}
@@ -200,13 +202,4 @@ func pay(ctx context.Context, v *tokens.Vault, tx, from, to string, amount int64
 
 func gbp(owner string, amount int64) tokens.Token {
 	return tokens.Token{Owner: owner, Type: "fiat", Identifier: "GBP", Issuer: "bank", Notary: "notary", Amount: amount}
-}
-
-func contains(toks []tokens.Token, id string) bool {
-	for _, t := range toks {
-		if t.TokenID == id {
-			return true
-		}
-	}
-	return false
 }

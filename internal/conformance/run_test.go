@@ -845,17 +845,16 @@ func testMigrate(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	e.createBlocks(t)
 	ctx := t.Context()
-	d, err := schema.SQLOf(e.db)
-	require.NoError(t, err)
+	d := e.db.Driver().SchemaSQL()
 	logged := fstest.MapFS{
 		"0001_log.sql":  {Data: []byte(e.sql(`CREATE TABLE migration_runs (version {Int} NOT NULL); INSERT INTO migration_runs (version) VALUES (1)`))},
 		"0002_more.sql": {Data: []byte(`INSERT INTO migration_runs (version) VALUES (2)`)},
 	}
 	migrate := func(db refset.Database) error {
-		if err := schema.Migrate(ctx, db, d); err != nil {
+		if _, err := schema.Apply(ctx, db, d); err != nil {
 			return err
 		}
-		if err := schema.MigrateFS(ctx, db, d, "logged", logged); err != nil {
+		if _, err := schema.ApplyFS(ctx, db, d, "logged", logged); err != nil {
 			return err
 		}
 		_, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})

@@ -18,7 +18,7 @@ type Config struct {
 }
 
 // Open checks cfg and the struct T against the catalog, creates the set's holds table
-// if needed (schema.MigrateSet), and returns the store. With d.ExternalMigrations it
+// if needed (schema.Apply), and returns the store. With d.ExternalMigrations it
 // creates nothing and fails with refset.ErrSchema (a *schema.PendingError, which
 // carries the SQL to run) if the schema is not at the versions this code needs.
 func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (*Store[T, ID], error) {
@@ -44,7 +44,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
 			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, translated(db, err))
 		}
-	} else if err := schema.MigrateSet(ctx, db, d.SchemaSQL(), set); err != nil {
+	} else if _, err := schema.Apply(ctx, db, d.SchemaSQL(), set); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil

@@ -55,7 +55,13 @@ func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Row
 		if err != nil {
 			return err
 		}
-		err = s.run(ctx, st.query, prepared, row, args)
+		var rows *sql.Rows
+		if prepared != nil {
+			rows, err = prepared.QueryContext(ctx, args...)
+		} else {
+			rows, err = s.pool.QueryContext(ctx, st.query, args...)
+		}
+		err = eachRow(rows, err, row)
 		if code, _ := serverError(err); attempt > 0 || prepared == nil || code != "0A000" {
 			return err
 		}
@@ -84,18 +90,6 @@ func (s *statements) prepared(ctx context.Context, st *statement) (*sql.Stmt, er
 	return fresh, nil
 }
 
-// run runs query, as prepared if it is not nil, and calls row on each row.
-func (s *statements) run(ctx context.Context, query string, prepared *sql.Stmt, row func(*sql.Rows) error, args []any) error {
-	var rows *sql.Rows
-	var err error
-	if prepared != nil {
-		rows, err = prepared.QueryContext(ctx, args...)
-	} else {
-		rows, err = s.pool.QueryContext(ctx, query, args...)
-	}
-	return eachRow(rows, err, row)
-}
-
 // selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
 func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	var verdict, covered string
@@ -119,15 +113,13 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 	if tookOver > 0 {
 		v.takeovers.Add(1)
 	}
-	switch verdict {
-	case "selected":
-		if len(locked) == 0 { // custody_select locks or says why not; this guards the guard
-			return nil, fmt.Errorf("%w: custody_select locked no token", errBooks)
-		}
-		return locked, nil
-	default:
+	if verdict != "selected" {
 		return nil, claimError(verdict, owner, covered, amount)
 	}
+	if len(locked) == 0 { // custody_select locks or says why not; this guards the guard
+		return nil, fmt.Errorf("%w: custody_select locked no token", errBooks)
+	}
+	return locked, nil
 }
 
 // orNull is s, or NULL (matching anything, to custody_claim) if s is empty.
@@ -258,13 +250,11 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 	if err != nil {
 		return nil, v.refusal(err, &v.stmts.pay)
 	}
-	switch verdict {
-	case "paid":
-		if len(spent) == 0 { // custody_pay refuses first; this guards the guard
-			return nil, fmt.Errorf("%w: custody_pay paid from no token", errBooks)
-		}
-		return spent, nil
-	default:
+	if verdict != "paid" {
 		return nil, claimError(verdict, from, covered, amount)
 	}
+	if len(spent) == 0 { // custody_pay refuses first; this guards the guard
+		return nil, fmt.Errorf("%w: custody_pay paid from no token", errBooks)
+	}
+	return spent, nil
 }

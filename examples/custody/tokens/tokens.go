@@ -163,7 +163,8 @@ func (v *Vault) migrate(ctx context.Context, part string) error {
 		return err
 	}
 	// After refset's own migrations, the driver's, which custody's follow.
-	return schema.MigrateFS(ctx, v.db, v.drv.SchemaSQL(), "custody-"+part, sub)
+	_, err = schema.ApplyFS(ctx, v.db, v.drv.SchemaSQL(), "custody-"+part, sub)
+	return err
 }
 
 // sqlDir is the folder of the database's dialect in migrations.
