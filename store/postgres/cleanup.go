@@ -99,16 +99,8 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	}
 	var refs []refsetdriver.Reference
 	for _, r := range found {
-		if r.Table, err = sqlident.Parse(r.nsp+"."+r.rel, true); err != nil {
-			return "", nil, fmt.Errorf("referencing table %s.%s: %w", r.nsp, r.rel, err)
-		}
-		if _, err := sqlident.Parse(r.Column, false); err != nil {
-			return "", nil, fmt.Errorf("referencing column %s.%s.%s: %w", r.nsp, r.rel, r.Column, err)
-		}
-		for _, k := range r.Key {
-			if _, err := sqlident.Parse(k, false); err != nil {
-				return "", nil, fmt.Errorf("key column %s.%s.%s: %w", r.nsp, r.rel, k, err)
-			}
+		if err := cleanupsql.CheckReference(&r.Reference, r.nsp+"."+r.rel, true); err != nil {
+			return "", nil, err
 		}
 		refs = append(refs, r.Reference)
 	}
@@ -298,12 +290,8 @@ func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, na
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
+	return cleanupsql.Exec(ctx, tx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
 		SELECT ctid FROM %[1]s WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // unprobed is the condition that no reference row points at o, checked by an index
@@ -320,7 +308,7 @@ func unprobed(p *refsetdriver.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
-// CollectBatch reviews a batch in one statement (fastBatch). If a reference to an
+// CollectBatch reviews a batch in one statement (fastBatchSQL). If a reference to an
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
 // is reviewed again the careful way (lockedBatch), which locks the objects first.
@@ -337,7 +325,8 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	if _, err := tx.ExecContext(ctx, `SET CONSTRAINTS ALL IMMEDIATE; SET LOCAL enable_seqscan = off; SAVEPOINT refset_collect`); err != nil {
 		return refsetdriver.Batch{}, err
 	}
-	b, err := fastBatch(ctx, tx, p, limit)
+	var b refsetdriver.Batch
+	err := translateError(tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted), "")
 	if err == nil {
 		// The savepoint is left to COMMIT to release: one round trip fewer.
 		return b, nil
@@ -351,31 +340,22 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	return lockedBatch(ctx, tx, p, limit)
 }
 
-// fastBatch claims due entries, deletes the unreferenced objects among them, follows
-// the edges from them to what they alone kept alive (see freedSQL), deletes that too,
-// and dequeues the claimed entries, in one statement. The claimed entries are locked
-// by it, so no one else changes them, and they are deleted by their row address (a
-// TID scan, whatever the size of the queue). The triggers a deletion fires run at the
-// statement's end, after the dequeue, so what they queue (the predecessor of the
-// last block deleted) stays queued.
+// fastBatchSQL claims due entries, deletes the unreferenced objects among them,
+// follows the edges from them to what they alone kept alive (see freedSQL), deletes
+// that too, and dequeues the claimed entries, in one statement that reads how many it
+// reviewed and deleted; $1 bounds both the entries it claims and the objects it
+// deletes. The claimed entries are locked by it, so no one else changes them, and
+// they are deleted by their row address (a TID scan, whatever the size of the queue).
+// The dequeue runs though nothing reads it: a data-modifying WITH always runs to
+// completion. The triggers a deletion fires run at the statement's end, after the
+// dequeue, so what they queue (the predecessor of the last block deleted) stays
+// queued.
 //
 // Everything the statement decides, it decides on its one snapshot; the foreign keys
 // check every delete again against what has committed since. A reference that
 // committed after the snapshot, or is being inserted now (its KEY SHARE lock makes
 // the delete wait for it), makes the database refuse the statement, and CollectBatch
 // reviews the batch again the careful way.
-func fastBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
-	err := tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted)
-	if err != nil {
-		return b, translateError(err, "")
-	}
-	return b, nil
-}
-
-// fastBatchSQL is fastBatch's statement; $1 bounds both the entries it claims and the
-// objects it deletes. The dequeue runs though nothing reads it: a data-modifying WITH
-// always runs to completion.
 func fastBatchSQL(p *refsetdriver.Plan) string {
 	deleted := fmt.Sprintf(`DELETE FROM %s o USING claimed c WHERE o."%s" = c.object_id AND %s`,
 		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, "o"))
@@ -401,10 +381,11 @@ func fastBatchSQL(p *refsetdriver.Plan) string {
 // freed referenced: deleting an abandoned chain frees its next block, and that block
 // the one before it, so a chain goes in one statement instead of one batch per block,
 // at a cost per block like that of any other garbage. The rows come out level by
-// level (a block before its predecessor), so the first $1 of them, which fastBatch
-// deletes, never leave a block's successor behind (were it otherwise, the foreign key
-// would refuse the statement, and the batch would be reviewed the careful way); the
-// last block's predecessor is queued by the trigger and reviewed by the next batch.
+// level (a block before its predecessor), so the first $1 of them, which
+// fastBatchSQL deletes, never leave a block's successor behind (were it otherwise,
+// the foreign key would refuse the statement, and the batch would be reviewed the
+// careful way); the last block's predecessor is queued by the trigger and reviewed by
+// the next batch.
 //
 // An object is followed only when, on the statement's snapshot, no root references
 // it, no other object does (an object reached from two freed objects, the fork point
@@ -491,25 +472,13 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 	}
 
 	// Dequeue what was reviewed, unless it was queued again meanwhile (its version
-	// moved: a deletion in this batch may have queued its predecessor) or must wait.
-	skip := make(map[string]bool, len(busy)+len(refused))
-	for _, id := range append(busy, refused...) {
-		skip[id] = true
-	}
-	var doneIDs []string
-	var doneVersions []int64
-	for i, id := range ids {
-		if !skip[id] {
-			doneIDs = append(doneIDs, id)
-			doneVersions = append(doneVersions, versions[i])
-		}
-	}
-	if len(doneIDs) > 0 {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s q USING unnest($1::text[], $2::bigint[]) AS c(id, v)
-			WHERE q.object_id = c.id::%s AND q.version = c.v`, p.Queue.Quoted(), p.IDType),
-			pq.Array(doneIDs), pq.Array(doneVersions)); err != nil {
-			return b, err
-		}
+	// moved: a deletion in this batch may have queued its predecessor) or must wait
+	// ($3, never NULL: <> ALL of a NULL array would dequeue nothing).
+	wait := append(append([]string{}, busy...), refused...)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s q USING unnest($1::text[], $2::bigint[]) AS c(id, v)
+		WHERE q.object_id = c.id::%s AND q.version = c.v AND c.id <> ALL ($3::text[])`, p.Queue.Quoted(), p.IDType),
+		pq.Array(ids), pq.Array(versions), pq.Array(wait)); err != nil {
+		return b, err
 	}
 	b.Postponed, b.Refused = int64(len(busy)), int64(len(refused))
 	if err := postpone(ctx, tx, p, busy, p.RetryDelay); err != nil {
@@ -519,10 +488,8 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 }
 
 // deleteUnreferenced deletes the objects of ids that no known reference points at,
-// in one statement. If the database refuses that (ErrReferenced: a foreign key
-// Install did not find, added since), it deletes them one by one instead, each under
-// a savepoint, and returns those it refused: one object with an unknown holder must
-// not keep the rest of the batch, and the queue behind it, from being collected.
+// in one statement. If the database refuses that, it deletes them one by one
+// instead (cleanupsql.OneByOne), each under a savepoint, and returns those it refused.
 func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []string) (deleted int64, refused []string, err error) {
 	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
 		p.Table.Quoted(), p.IDColumn, p.IDType, cleanupsql.Unreferenced(p, "o"))
@@ -530,18 +497,9 @@ func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan,
 	if !errors.Is(err, refset.ErrReferenced) {
 		return deleted, nil, err
 	}
-	deleted = 0
-	for _, id := range ids {
-		n, err := execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
-		switch {
-		case errors.Is(err, refset.ErrReferenced):
-			refused = append(refused, id)
-		case err != nil:
-			return deleted, refused, err
-		}
-		deleted += n
-	}
-	return deleted, refused, nil
+	return cleanupsql.OneByOne(ids, func(id string) (int64, error) {
+		return execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
+	})
 }
 
 // execUnder runs one statement under a savepoint, so that its failure leaves the
@@ -550,7 +508,7 @@ func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args 
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT `+savepoint); err != nil {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, query, args...)
+	n, err := cleanupsql.Exec(ctx, tx, query, args...)
 	if err != nil {
 		if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT `+savepoint); rbErr != nil {
 			return 0, errors.Join(err, rbErr)
@@ -560,7 +518,7 @@ func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args 
 	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT `+savepoint); err != nil {
 		return 0, err
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
 // postpone moves the reviews of ids delay ahead.

@@ -95,23 +95,17 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		if f.to.Valid && !strings.EqualFold(f.to.String, idColumn) {
 			continue
 		}
+		// The catalog's reads take the names as arguments; CheckReference checks
+		// them before any SQL is written with them.
 		r := refsetdriver.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
-		if r.Table, err = sqlident.Parse(f.table, false); err != nil {
-			return "", nil, fmt.Errorf("referencing table %s: %w", f.table, err)
-		}
-		if _, err := sqlident.Parse(f.from, false); err != nil {
-			return "", nil, fmt.Errorf("referencing column %s.%s: %w", f.table, f.from, err)
-		}
 		if err := q.QueryRowContext(ctx, leadingIndexSQL, f.table, f.from).Scan(&r.Indexed); err != nil {
 			return "", nil, err
 		}
 		if r.Key, err = cleanupsql.Column[string](ctx, q, keyColumnsSQL, f.table); err != nil {
 			return "", nil, err
 		}
-		for _, k := range r.Key {
-			if _, err := sqlident.Parse(k, false); err != nil {
-				return "", nil, fmt.Errorf("key column %s.%s: %w", f.table, k, err)
-			}
+		if err := cleanupsql.CheckReference(&r, f.table, false); err != nil {
+			return "", nil, err
 		}
 		refs = append(refs, r)
 	}
@@ -186,12 +180,8 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
+	return cleanupsql.Exec(ctx, tx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
 		SELECT rowid FROM %[1]s WHERE expires_at <= %[2]s LIMIT ?)`, p.Holds.Quoted(), nowMillis), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // CollectBatch claims due entries into a temporary table of the writer connection,
@@ -213,12 +203,10 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 			return b, err
 		}
 	}
-	res, err := view.ExecContext(ctx, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
+	var err error
+	b.Reviewed, err = cleanupsql.Exec(ctx, view, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
 		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
-	if err != nil {
-		return b, err
-	}
-	if b.Reviewed, err = res.RowsAffected(); err != nil || b.Reviewed == 0 {
+	if err != nil || b.Reviewed == 0 {
 		return b, err
 	}
 	if edges {
@@ -321,14 +309,10 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 	del := fmt.Sprintf(`DELETE FROM %s WHERE "%s" IN (SELECT id FROM temp.refset_freed WHERE depth = ?)`, p.Table.Quoted(), p.IDColumn)
 	var deleted int64
 	for depth := int64(1); depth <= deepest.Int64; depth++ {
-		res, err := tx.ExecContext(ctx, del, depth)
+		n, err := cleanupsql.Exec(ctx, tx, del, depth)
 		if errors.Is(err, refset.ErrReferenced) {
 			return deleted, nil
 		}
-		if err != nil {
-			return deleted, err
-		}
-		n, err := res.RowsAffected()
 		if err != nil {
 			return deleted, err
 		}
@@ -372,48 +356,35 @@ func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any)
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in
-// one statement. If the database refuses that (ErrReferenced: a foreign key Install
-// did not find, added since), it deletes them one by one instead: an object it still
-// refuses is postponed by a grace period and unclaimed, so it stays queued, and the
-// rest of the batch, and the queue behind it, is collected all the same. A failed
-// statement undoes only itself in SQLite; the transaction goes on.
+// one statement. If the database refuses that, it deletes them one by one instead
+// (cleanupsql.OneByOne): an object it still refuses is postponed by a grace period
+// and unclaimed, so it stays queued. A failed statement undoes only itself in
+// SQLite; the transaction goes on.
 func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (deleted, refused int64, err error) {
 	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
 		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
-	res, err := tx.ExecContext(ctx, del)
-	if err == nil {
-		deleted, err = res.RowsAffected()
-		return deleted, 0, err
-	}
+	deleted, err = cleanupsql.Exec(ctx, tx, del)
 	if !errors.Is(err, refset.ErrReferenced) {
-		return 0, 0, err
+		return deleted, 0, err
 	}
 	ids, err := cleanupsql.Column[any](ctx, tx, `SELECT object_id FROM temp.refset_claim`)
 	if err != nil {
 		return 0, 0, err
 	}
 	delOne := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" = ? AND %[3]s`, p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
+	deleted, refusedIDs, err := cleanupsql.OneByOne(ids, func(id any) (int64, error) { return cleanupsql.Exec(ctx, tx, delOne, id) })
+	refused = int64(len(refusedIDs))
+	if err != nil {
+		return deleted, refused, err
+	}
 	postpone := fmt.Sprintf(`UPDATE %s SET review_after = %s + ? WHERE object_id = ?`, p.Queue.Quoted(), nowMillis)
-	for _, id := range ids {
-		res, err := tx.ExecContext(ctx, delOne, id)
-		if errors.Is(err, refset.ErrReferenced) {
-			refused++
-			if _, err := tx.ExecContext(ctx, postpone, p.Grace.Milliseconds(), id); err != nil {
-				return deleted, refused, err
-			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim WHERE object_id = ?`, id); err != nil {
-				return deleted, refused, err
-			}
-			continue
-		}
-		if err != nil {
+	for _, id := range refusedIDs {
+		if _, err := tx.ExecContext(ctx, postpone, p.Grace.Milliseconds(), id); err != nil {
 			return deleted, refused, err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim WHERE object_id = ?`, id); err != nil {
 			return deleted, refused, err
 		}
-		deleted += n
 	}
 	return deleted, refused, nil
 }

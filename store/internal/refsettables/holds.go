@@ -10,6 +10,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // holdsWhere is the filter f on a holds table, with its arguments. Every comparison
@@ -61,9 +62,5 @@ func (t Tables) ListHolds(ctx context.Context, q refset.Querier, holds sqlident.
 
 func (t Tables) DeleteExpiredHolds(ctx context.Context, tx refset.Tx, holds sqlident.Ident, holder string) (int64, error) {
 	where, args := holdsWhere(t.clock, refsetdriver.HoldFilter{Expired: true, Holder: holder})
-	res, err := tx.ExecContext(ctx, t.rebind(`DELETE FROM `+holds.Quoted()+where), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return cleanupsql.Exec(ctx, tx, t.rebind(`DELETE FROM `+holds.Quoted()+where), args...)
 }
