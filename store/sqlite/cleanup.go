@@ -38,14 +38,17 @@ WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE
   AND (SELECT count(*) FROM pragma_foreign_key_list(m.name) g WHERE g.id = f.id) = 1
 ORDER BY m.name, f."from"`
 
-// keysSQL lists every foreign key to the set's table that would refuse an object's
-// deletion (ON DELETE NO ACTION or RESTRICT), one row per key, with its columns and
-// the columns it references ("" for the primary key, when the key names none).
-const keysSQL = `
-SELECT m.name, group_concat(f."from", ', '), group_concat(coalesce(f."to", ''), ', '), count(*)
+// unfollowedSQL lists the foreign keys to the set's table (?1) that would refuse an
+// object's deletion (ON DELETE NO ACTION or RESTRICT) but do not reference its ID
+// column (?2) alone, each described for an error message. A key that names no column
+// references the primary key.
+const unfollowedSQL = `
+SELECT printf('a key on %s (%s) referencing (%s)', m.name, group_concat(f."from", ', '),
+              coalesce(nullif(group_concat(coalesce(f."to", ''), ', '), ''), 'its primary key'))
 FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
-WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE AND upper(f.on_delete) IN ('NO ACTION', 'RESTRICT')
+WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND upper(f.on_delete) IN ('NO ACTION', 'RESTRICT')
 GROUP BY m.name, f.id
+HAVING count(*) > 1 OR NOT (coalesce(max(f."to"), '') = '' OR max(f."to") = ?2 COLLATE NOCASE)
 ORDER BY m.name, f.id`
 
 const leadingIndexSQL = `
@@ -77,8 +80,12 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if idType == "" {
 		return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
 	}
-	if err := checkFollowed(ctx, q, table, idColumn); err != nil {
+	unfollowed, err := cleanupsql.Column[string](ctx, q, unfollowedSQL, table.Name, idColumn)
+	if err != nil {
 		return "", nil, err
+	}
+	if len(unfollowed) > 0 {
+		return "", nil, refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
 	}
 	type fk struct {
 		table, from string
@@ -110,35 +117,6 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		refs = append(refs, r)
 	}
 	return idType, refs, nil
-}
-
-// checkFollowed fails with refsetdriver.UnfollowedKeys if a key that would refuse an
-// object's deletion references other columns than the ID column alone.
-func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) error {
-	type key struct {
-		referencing, from, to string
-		columns               int
-	}
-	keys, err := cleanupsql.Rows(ctx, q, keysSQL, []any{table.Name}, func(rows *sql.Rows, k *key) error {
-		return rows.Scan(&k.referencing, &k.from, &k.to, &k.columns)
-	})
-	if err != nil {
-		return err
-	}
-	var unfollowed []string
-	for _, k := range keys {
-		if k.columns == 1 && (k.to == "" || strings.EqualFold(k.to, idColumn)) {
-			continue
-		}
-		if k.to == "" {
-			k.to = "its primary key"
-		}
-		unfollowed = append(unfollowed, fmt.Sprintf("a key on %s (%s) referencing (%s)", k.referencing, k.from, k.to))
-	}
-	if len(unfollowed) > 0 {
-		return refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
-	}
-	return nil
 }
 
 // Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
