@@ -117,13 +117,14 @@ func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), rows)
 }
 
-// enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows tail` yields
-// (rows: a transition table and the condition of what to queue), once a probe of rows
-// has found something to queue. Most statements queue nothing (a custody payment
-// deletes the holds of the tokens it deletes, and holds the tokens it creates), and
-// the probe, a plain SELECT, is what they then cost: the upsert would open the queue
-// and its indexes, and set up its conflict handling, for no row (server CPU of a
-// one-statement custody payment 442 µs without the probe, 418 µs with it, paired).
+// enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows` yields (rows:
+// a transition table and the condition of what to queue; ordered, so that statements
+// lock queue entries in one order), once a probe of rows has found something to queue.
+// Most statements queue nothing (a custody payment deletes the holds of the tokens it
+// deletes, and holds the tokens it creates), and the probe, a plain SELECT, is what
+// they then cost: the upsert would open the queue and its indexes, and set up its
+// conflict handling, for no row (server CPU of a one-statement custody payment 442 µs
+// without the probe, 418 µs with it, paired).
 //
 // No signal is lost between the two snapshots: an object the probe passes over is
 // either still referenced by a row of this transaction (a new object, which no other
@@ -132,10 +133,10 @@ func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 // gone (no object is deleted while a reference to it exists, and one created again
 // is queued by its own trigger). When the probe finds something, the upsert reads
 // the rows again and queues what it finds, as it did alone.
-func enqueueAny(p *refsetdriver.Plan, cols, rows, tail string) string {
+func enqueueAny(p *refsetdriver.Plan, cols, rows string) string {
 	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
 		%s;
-	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
+	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s ORDER BY 1`, cols, rows)))
 }
 
 // qualifySQL finds the schema of the table a name resolves to in this session.
@@ -218,8 +219,9 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
-		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueueAny(p, fmt.Sprintf(`DISTINCT o.%s, now()`, col),
-			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s`, col, exists(col)), `ORDER BY 1`))
+		old := fmt.Sprintf(`DISTINCT o.%s, now()`, col) // the objects old rows referenced, due now
+		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueueAny(p, old,
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s`, col, exists(col))))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -231,13 +233,12 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 			changed = fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM new_rows n WHERE %s AND n.%s IS NOT DISTINCT FROM o.%s)`,
 				strings.Join(on, " AND "), col, col)
 		}
-		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p,
-			fmt.Sprintf(`DISTINCT o.%s, now()`, col),
-			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col)), `ORDER BY 1`))
+		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p, old,
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col))))
 	}
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueueAny(p,
 		fmt.Sprintf(`n."%s", now() + %d * interval '1 millisecond'`, p.IDColumn, p.Grace.Milliseconds()),
-		`new_rows n WHERE `+unprobed(p, "n"), `ORDER BY 1`))
+		`new_rows n WHERE `+unprobed(p, "n")))
 	for _, t := range triggers {
 		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
 		if err != nil {
@@ -430,8 +431,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 // lockedBatch claims due entries, locks their objects, and deletes the unreferenced
 // ones. IDs travel as text and are cast back to the ID type, so one code path serves
 // every ID type.
-func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
+func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (b refsetdriver.Batch, err error) {
 	ids, versions, err := claim(ctx, tx, p, limit)
 	if err != nil || len(ids) == 0 {
 		return b, err

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/refsetdb/refset/internal/stmtcache"
@@ -71,13 +72,8 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err != nil {
 		return "", nil, err
 	}
-	var idType string
-	for _, c := range cols {
-		if strings.EqualFold(c.Name, idColumn) {
-			idType = c.Type
-		}
-	}
-	if idType == "" {
+	id := slices.IndexFunc(cols, func(c refsetdriver.Column) bool { return strings.EqualFold(c.Name, idColumn) })
+	if id < 0 {
 		return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
 	}
 	unfollowed, err := cleanupsql.Column[string](ctx, q, unfollowedSQL, table.Name, idColumn)
@@ -116,7 +112,7 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		}
 		refs = append(refs, r)
 	}
-	return idType, refs, nil
+	return cols[id].Type, refs, nil
 }
 
 // Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
@@ -168,8 +164,7 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdr
 // may have queued a predecessor again) and the entries of the objects it deleted.
 // Nothing else can write while the batch holds the database, so what it finds
 // unreferenced stays so until it is deleted.
-func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
+func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refsetdriver.Plan, limit int) (b refsetdriver.Batch, err error) {
 	edges := len(p.Edges()) > 0
 	setup := []string{`CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`, `DELETE FROM temp.refset_claim`}
 	if edges {
@@ -181,7 +176,6 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 			return b, err
 		}
 	}
-	var err error
 	b.Reviewed, err = cleanupsql.Exec(ctx, view, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
 		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
 	if err != nil || b.Reviewed == 0 {
@@ -202,18 +196,13 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 			return b, err
 		}
 	}
-	dequeue := []string{fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
-		p.Queue.Quoted())}
-	if edges {
-		dequeue = append(dequeue, fmt.Sprintf(`DELETE FROM %[1]s WHERE object_id IN (SELECT id FROM temp.refset_freed WHERE depth > 0)
-			AND NOT EXISTS (SELECT 1 FROM %[2]s o WHERE o."%[3]s" = %[1]s.object_id)`, p.Queue.Quoted(), p.Table.Quoted(), p.IDColumn))
+	if _, err := view.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
+		p.Queue.Quoted())); err != nil || !edges {
+		return b, err
 	}
-	for _, q := range dequeue {
-		if _, err := view.ExecContext(ctx, q); err != nil {
-			return b, err
-		}
-	}
-	return b, nil
+	_, err = view.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE object_id IN (SELECT id FROM temp.refset_freed WHERE depth > 0)
+		AND NOT EXISTS (SELECT 1 FROM %[2]s o WHERE o."%[3]s" = %[1]s.object_id)`, p.Queue.Quoted(), p.Table.Quoted(), p.IDColumn))
+	return b, err
 }
 
 // freedSQL fills temp.refset_freed with the claimed objects nothing references (depth
