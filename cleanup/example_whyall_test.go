@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -33,7 +34,7 @@ func ExampleCollector_WhyAll() {
 	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY); INSERT INTO items (id) VALUES ('a')`); err != nil {
 		panic(err)
 	}
-	if _, err := sqlite.NewStore[item, string](ctx, db, sqlite.Config{Table: "items"}); err != nil {
+	if _, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"}); err != nil {
 		panic(err)
 	}
 	for i := range 7 {
@@ -41,7 +42,7 @@ func ExampleCollector_WhyAll() {
 			panic(err)
 		}
 	}
-	collector, err := sqlite.NewCollector(ctx, db, cleanup.Config{Table: "items"})
+	collector, err := store.NewCollector(ctx, db, cleanup.Config{Table: "items"})
 	if err != nil {
 		panic(err)
 	}

@@ -37,11 +37,11 @@ func Example() {
 	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
 		panic(err)
 	}
-	store, err := sqlite.NewStore[item, string](ctx, db, sqlite.Config{Table: "items"})
+	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	if err != nil {
 		panic(err)
 	}
-	set := refset.New(store)
+	set := refset.New(setStore)
 	if _, err := set.AddAll(ctx, []item{{Key: "a"}, {Key: "b"}}); err != nil {
 		panic(err)
 	}

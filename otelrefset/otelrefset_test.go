@@ -211,9 +211,9 @@ func TestReplicaFallbacks(t *testing.T) {
 	db := testdb.Standby.Open(t, testdb.Options{Observer: obs, ReplicaWait: 2 * time.Minute}).(*postgres.DB)
 	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
 	require.NoError(t, err)
-	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
+	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)
-	set := refset.New(store)
+	set := refset.New(setStore)
 	caughtUp, err := db.ReplicaCaughtUp(ctx) // the table is on the standby
 	require.NoError(t, err)
 	require.True(t, caughtUp)

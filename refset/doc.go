@@ -16,11 +16,11 @@
 //	}
 //	func (b Block) ID() string { return b.Hash }
 //
-//	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
-//	blocks := refset.New(store)
+//	setStore, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
+//	blocks := refset.New(setStore)
 //
-// Code that runs on either database builds its sets with package store's NewStore,
-// which takes any store's Database. A Database is opened by store/sqlite or
+// Sets are built, on either database, with package store's NewStore, which takes any
+// store's Database. A Database is opened by store/sqlite or
 // store/postgres, never implemented by callers (it is package refsetdriver's, the
 // stores' unstable API); a store of your own implements SetStore instead.
 //

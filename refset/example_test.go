@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -46,11 +47,11 @@ func openBlocks(ctx context.Context) (db *sqlite.DB, blocks *refset.RefSet[Block
 	if _, err := db.Writer.ExecContext(ctx, tables); err != nil {
 		log.Fatal(err)
 	}
-	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	setStore, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	return db, refset.New(store), func() { db.Close(); os.RemoveAll(dir) }
+	return db, refset.New(setStore), func() { db.Close(); os.RemoveAll(dir) }
 }
 
 // A block arrives at the completer, which records it as pending in the same

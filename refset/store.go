@@ -33,8 +33,8 @@ type Database = refsetdriver.Database
 
 // SetStore persists the objects of one set. Every method runs on the Querier it is
 // given, which is a transaction or the database's reader, so the caller decides what
-// commits together. Errors are translated to the refset sentinels. The stores'
-// NewStore functions return one; implement it only for a store of your own, and expect
+// commits together. Errors are translated to the refset sentinels. Package store's
+// NewStore returns one; implement it only for a store of your own, and expect
 // methods to be added.
 type SetStore[T Identifiable[ID], ID comparable] interface {
 	// Persist inserts obj, or fails with ErrDuplicate if its ID is stored.

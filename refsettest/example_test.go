@@ -13,7 +13,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/refsettest/sqlitetest"
-	"github.com/refsetdb/refset/store/sqlite"
+	"github.com/refsetdb/refset/store"
 )
 
 // testHandOver is a test of yours, written against testing.TB so this example can
@@ -33,13 +33,13 @@ func testHandOver(t testing.TB) {
 			t.Fatal(err)
 		}
 	}
-	store, err := sqlite.NewStore[block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := refset.New(store)
+	blocks := refset.New(setStore)
 	// A short grace period, so the test can collect what it has just let go.
-	collector, err := sqlite.NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
+	collector, err := store.NewCollector(ctx, db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -48,14 +49,14 @@ func quickStart(ctx context.Context, path string) error {
 	if _, err := db.Writer.ExecContext(ctx, tables); err != nil {
 		return err
 	}
-	store, err := sqlite.NewStore[Block, string](ctx, db, sqlite.Config{Table: "blocks"})
+	setStore, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
 	if err != nil {
 		return err
 	}
-	blocks := refset.New(store)
+	blocks := refset.New(setStore)
 	// Clean-up deletes the blocks nothing references any more (a new one only after a
 	// grace period, so its holder has time to reference it).
-	collector, err := sqlite.NewCollector(ctx, db, cleanup.Config{Table: "blocks"})
+	collector, err := store.NewCollector(ctx, db, cleanup.Config{Table: "blocks"})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -106,7 +107,7 @@ func openSQLite(tb testing.TB, d dialect) *env {
 	db := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
 	e := &env{close: db.Close, writer: db.Writer, reader: db.Readers}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
-		return sqlite.NewStore[block, string](ctx, db, sqlite.Config{Table: "blocks"})
+		return store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	})
 	return e
 }
@@ -117,7 +118,7 @@ func openPostgres(tb testing.TB, d dialect) *env {
 	db, pool := openPool(tb, d.name)
 	e := &env{close: func() error { return errors.Join(db.Close(), pool.Close()) }, writer: pool, reader: pool}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
-		return postgres.NewStore[block, string](ctx, db, postgres.Config{Table: "blocks"})
+		return store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	})
 	return e
 }

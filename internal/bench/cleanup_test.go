@@ -15,6 +15,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -174,17 +175,17 @@ func (e *gcEnv) setup(b *testing.B, live int) (*refset.RefSet[gcObj, string], *c
 	var err error
 	if e.pg {
 		db := e.db.(*postgres.DB)
-		var store refset.SetStore[gcObj, string]
-		if store, err = postgres.NewStore[gcObj, string](ctx, db, postgres.Config{Table: "objs"}); err == nil {
-			set = refset.New(store)
-			c, err = postgres.NewCollector(ctx, db, cfg)
+		var setStore refset.SetStore[gcObj, string]
+		if setStore, err = store.NewStore[gcObj, string](ctx, db, store.Config{Table: "objs"}); err == nil {
+			set = refset.New(setStore)
+			c, err = store.NewCollector(ctx, db, cfg)
 		}
 	} else {
 		db := e.db.(*sqlite.DB)
-		var store refset.SetStore[gcObj, string]
-		if store, err = sqlite.NewStore[gcObj, string](ctx, db, sqlite.Config{Table: "objs"}); err == nil {
-			set = refset.New(store)
-			c, err = sqlite.NewCollector(ctx, db, cfg)
+		var setStore refset.SetStore[gcObj, string]
+		if setStore, err = store.NewStore[gcObj, string](ctx, db, store.Config{Table: "objs"}); err == nil {
+			set = refset.New(setStore)
+			c, err = store.NewCollector(ctx, db, cfg)
 		}
 	}
 	if err != nil {
@@ -313,13 +314,13 @@ func collectChain(b *testing.B, dialect string, length int) {
 	var err error
 	if e.pg {
 		db := e.db.(*postgres.DB)
-		if _, err = postgres.NewStore[gcObj, string](ctx, db, postgres.Config{Table: "links"}); err == nil {
-			c, err = postgres.NewCollector(ctx, db, cfg)
+		if _, err = store.NewStore[gcObj, string](ctx, db, store.Config{Table: "links"}); err == nil {
+			c, err = store.NewCollector(ctx, db, cfg)
 		}
 	} else {
 		db := e.db.(*sqlite.DB)
-		if _, err = sqlite.NewStore[gcObj, string](ctx, db, sqlite.Config{Table: "links"}); err == nil {
-			c, err = sqlite.NewCollector(ctx, db, cfg)
+		if _, err = store.NewStore[gcObj, string](ctx, db, store.Config{Table: "links"}); err == nil {
+			c, err = store.NewCollector(ctx, db, cfg)
 		}
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 )
 
@@ -138,12 +139,12 @@ func scaleSetup(b *testing.B, e *gcEnv, live int) (*refset.RefSet[gcObj, string]
 	loadChunked(b, e, "objs", []string{"id"}, live, liveID)
 	loadChunked(b, e, "roots", []string{"obj_id"}, live, liveID)
 	db := e.db.(*postgres.DB)
-	store, err := postgres.NewStore[gcObj, string](ctx, db, postgres.Config{Table: "objs"})
+	setStore, err := store.NewStore[gcObj, string](ctx, db, store.Config{Table: "objs"})
 	must(b, err)
-	c, err := postgres.NewCollector(ctx, db, cleanup.Config{Table: "objs", Grace: time.Hour, BatchSize: 5000})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "objs", Grace: time.Hour, BatchSize: 5000})
 	must(b, err)
 	e.exec(b, "ANALYZE")
-	return refset.New(store), c
+	return refset.New(setStore), c
 }
 
 // loadChunked loads n rows with e.load, scaleChunk rows a transaction.

@@ -99,16 +99,8 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	}
 	var refs []refsetdriver.Reference
 	for _, r := range found {
-		if r.Table, err = sqlident.Parse(r.nsp+"."+r.rel, true); err != nil {
-			return "", nil, fmt.Errorf("referencing table %s.%s: %w", r.nsp, r.rel, err)
-		}
-		if _, err := sqlident.Parse(r.Column, false); err != nil {
-			return "", nil, fmt.Errorf("referencing column %s.%s.%s: %w", r.nsp, r.rel, r.Column, err)
-		}
-		for _, k := range r.Key {
-			if _, err := sqlident.Parse(k, false); err != nil {
-				return "", nil, fmt.Errorf("key column %s.%s.%s: %w", r.nsp, r.rel, k, err)
-			}
+		if err := cleanupsql.CheckReference(&r.Reference, r.nsp+"."+r.rel, true); err != nil {
+			return "", nil, err
 		}
 		refs = append(refs, r.Reference)
 	}
@@ -125,13 +117,14 @@ func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 	SET review_after = GREATEST(q.review_after, EXCLUDED.review_after), version = q.version + 1`, p.Queue.Quoted(), rows)
 }
 
-// enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows tail` yields
-// (rows: a transition table and the condition of what to queue), once a probe of rows
-// has found something to queue. Most statements queue nothing (a custody payment
-// deletes the holds of the tokens it deletes, and holds the tokens it creates), and
-// the probe, a plain SELECT, is what they then cost: the upsert would open the queue
-// and its indexes, and set up its conflict handling, for no row (server CPU of a
-// one-statement custody payment 442 µs without the probe, 418 µs with it, paired).
+// enqueueAny is a trigger's body: it queues what `SELECT cols FROM rows` yields (rows:
+// a transition table and the condition of what to queue; ordered, so that statements
+// lock queue entries in one order), once a probe of rows has found something to queue.
+// Most statements queue nothing (a custody payment deletes the holds of the tokens it
+// deletes, and holds the tokens it creates), and the probe, a plain SELECT, is what
+// they then cost: the upsert would open the queue and its indexes, and set up its
+// conflict handling, for no row (server CPU of a one-statement custody payment 442 µs
+// without the probe, 418 µs with it, paired).
 //
 // No signal is lost between the two snapshots: an object the probe passes over is
 // either still referenced by a row of this transaction (a new object, which no other
@@ -140,10 +133,10 @@ func (cleanupDialect) Enqueue(p *refsetdriver.Plan, rows string) string {
 // gone (no object is deleted while a reference to it exists, and one created again
 // is queued by its own trigger). When the probe finds something, the upsert reads
 // the rows again and queues what it finds, as it did alone.
-func enqueueAny(p *refsetdriver.Plan, cols, rows, tail string) string {
+func enqueueAny(p *refsetdriver.Plan, cols, rows string) string {
 	return fmt.Sprintf(`IF EXISTS (SELECT FROM %s) THEN
 		%s;
-	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s %s`, cols, rows, tail)))
+	END IF`, rows, cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM %s ORDER BY 1`, cols, rows)))
 }
 
 // qualifySQL finds the schema of the table a name resolves to in this session.
@@ -226,8 +219,9 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
 		col := `"` + r.Column + `"`
-		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueueAny(p, fmt.Sprintf(`DISTINCT o.%s, now()`, col),
-			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s`, col, exists(col)), `ORDER BY 1`))
+		old := fmt.Sprintf(`DISTINCT o.%s, now()`, col) // the objects old rows referenced, due now
+		trigger(name+"d", r.Table, "DELETE", "OLD TABLE AS old_rows", enqueueAny(p, old,
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s`, col, exists(col))))
 		// An update queues the old object only where the reference changed; without a
 		// primary key to pair old and new rows, every old object is queued.
 		changed := "true"
@@ -239,13 +233,12 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 			changed = fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM new_rows n WHERE %s AND n.%s IS NOT DISTINCT FROM o.%s)`,
 				strings.Join(on, " AND "), col, col)
 		}
-		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p,
-			fmt.Sprintf(`DISTINCT o.%s, now()`, col),
-			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col)), `ORDER BY 1`))
+		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p, old,
+			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col))))
 	}
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueueAny(p,
 		fmt.Sprintf(`n."%s", now() + %d * interval '1 millisecond'`, p.IDColumn, p.Grace.Milliseconds()),
-		`new_rows n WHERE `+unprobed(p, "n"), `ORDER BY 1`))
+		`new_rows n WHERE `+unprobed(p, "n")))
 	for _, t := range triggers {
 		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
 		if err != nil {
@@ -298,12 +291,8 @@ func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, na
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
+	return cleanupsql.Exec(ctx, tx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
 		SELECT ctid FROM %[1]s WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // unprobed is the condition that no reference row points at o, checked by an index
@@ -320,7 +309,7 @@ func unprobed(p *refsetdriver.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
-// CollectBatch reviews a batch in one statement (fastBatch). If a reference to an
+// CollectBatch reviews a batch in one statement (fastBatchSQL). If a reference to an
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
 // is reviewed again the careful way (lockedBatch), which locks the objects first.
@@ -337,7 +326,8 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	if _, err := tx.ExecContext(ctx, `SET CONSTRAINTS ALL IMMEDIATE; SET LOCAL enable_seqscan = off; SAVEPOINT refset_collect`); err != nil {
 		return refsetdriver.Batch{}, err
 	}
-	b, err := fastBatch(ctx, tx, p, limit)
+	var b refsetdriver.Batch
+	err := translateError(tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted), "")
 	if err == nil {
 		// The savepoint is left to COMMIT to release: one round trip fewer.
 		return b, nil
@@ -351,31 +341,22 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	return lockedBatch(ctx, tx, p, limit)
 }
 
-// fastBatch claims due entries, deletes the unreferenced objects among them, follows
-// the edges from them to what they alone kept alive (see freedSQL), deletes that too,
-// and dequeues the claimed entries, in one statement. The claimed entries are locked
-// by it, so no one else changes them, and they are deleted by their row address (a
-// TID scan, whatever the size of the queue). The triggers a deletion fires run at the
-// statement's end, after the dequeue, so what they queue (the predecessor of the
-// last block deleted) stays queued.
+// fastBatchSQL claims due entries, deletes the unreferenced objects among them,
+// follows the edges from them to what they alone kept alive (see freedSQL), deletes
+// that too, and dequeues the claimed entries, in one statement that reads how many it
+// reviewed and deleted; $1 bounds both the entries it claims and the objects it
+// deletes. The claimed entries are locked by it, so no one else changes them, and
+// they are deleted by their row address (a TID scan, whatever the size of the queue).
+// The dequeue runs though nothing reads it: a data-modifying WITH always runs to
+// completion. The triggers a deletion fires run at the statement's end, after the
+// dequeue, so what they queue (the predecessor of the last block deleted) stays
+// queued.
 //
 // Everything the statement decides, it decides on its one snapshot; the foreign keys
 // check every delete again against what has committed since. A reference that
 // committed after the snapshot, or is being inserted now (its KEY SHARE lock makes
 // the delete wait for it), makes the database refuse the statement, and CollectBatch
 // reviews the batch again the careful way.
-func fastBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
-	err := tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted)
-	if err != nil {
-		return b, translateError(err, "")
-	}
-	return b, nil
-}
-
-// fastBatchSQL is fastBatch's statement; $1 bounds both the entries it claims and the
-// objects it deletes. The dequeue runs though nothing reads it: a data-modifying WITH
-// always runs to completion.
 func fastBatchSQL(p *refsetdriver.Plan) string {
 	deleted := fmt.Sprintf(`DELETE FROM %s o USING claimed c WHERE o."%s" = c.object_id AND %s`,
 		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, "o"))
@@ -401,10 +382,11 @@ func fastBatchSQL(p *refsetdriver.Plan) string {
 // freed referenced: deleting an abandoned chain frees its next block, and that block
 // the one before it, so a chain goes in one statement instead of one batch per block,
 // at a cost per block like that of any other garbage. The rows come out level by
-// level (a block before its predecessor), so the first $1 of them, which fastBatch
-// deletes, never leave a block's successor behind (were it otherwise, the foreign key
-// would refuse the statement, and the batch would be reviewed the careful way); the
-// last block's predecessor is queued by the trigger and reviewed by the next batch.
+// level (a block before its predecessor), so the first $1 of them, which
+// fastBatchSQL deletes, never leave a block's successor behind (were it otherwise,
+// the foreign key would refuse the statement, and the batch would be reviewed the
+// careful way); the last block's predecessor is queued by the trigger and reviewed by
+// the next batch.
 //
 // An object is followed only when, on the statement's snapshot, no root references
 // it, no other object does (an object reached from two freed objects, the fork point
@@ -449,8 +431,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 // lockedBatch claims due entries, locks their objects, and deletes the unreferenced
 // ones. IDs travel as text and are cast back to the ID type, so one code path serves
 // every ID type.
-func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
+func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (b refsetdriver.Batch, err error) {
 	ids, versions, err := claim(ctx, tx, p, limit)
 	if err != nil || len(ids) == 0 {
 		return b, err
@@ -491,25 +472,13 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 	}
 
 	// Dequeue what was reviewed, unless it was queued again meanwhile (its version
-	// moved: a deletion in this batch may have queued its predecessor) or must wait.
-	skip := make(map[string]bool, len(busy)+len(refused))
-	for _, id := range append(busy, refused...) {
-		skip[id] = true
-	}
-	var doneIDs []string
-	var doneVersions []int64
-	for i, id := range ids {
-		if !skip[id] {
-			doneIDs = append(doneIDs, id)
-			doneVersions = append(doneVersions, versions[i])
-		}
-	}
-	if len(doneIDs) > 0 {
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s q USING unnest($1::text[], $2::bigint[]) AS c(id, v)
-			WHERE q.object_id = c.id::%s AND q.version = c.v`, p.Queue.Quoted(), p.IDType),
-			pq.Array(doneIDs), pq.Array(doneVersions)); err != nil {
-			return b, err
-		}
+	// moved: a deletion in this batch may have queued its predecessor) or must wait
+	// ($3, never NULL: <> ALL of a NULL array would dequeue nothing).
+	wait := append(append([]string{}, busy...), refused...)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s q USING unnest($1::text[], $2::bigint[]) AS c(id, v)
+		WHERE q.object_id = c.id::%s AND q.version = c.v AND c.id <> ALL ($3::text[])`, p.Queue.Quoted(), p.IDType),
+		pq.Array(ids), pq.Array(versions), pq.Array(wait)); err != nil {
+		return b, err
 	}
 	b.Postponed, b.Refused = int64(len(busy)), int64(len(refused))
 	if err := postpone(ctx, tx, p, busy, p.RetryDelay); err != nil {
@@ -519,10 +488,8 @@ func lockedBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit 
 }
 
 // deleteUnreferenced deletes the objects of ids that no known reference points at,
-// in one statement. If the database refuses that (ErrReferenced: a foreign key
-// Install did not find, added since), it deletes them one by one instead, each under
-// a savepoint, and returns those it refused: one object with an unknown holder must
-// not keep the rest of the batch, and the queue behind it, from being collected.
+// in one statement. If the database refuses that, it deletes them one by one
+// instead (cleanupsql.OneByOne), each under a savepoint, and returns those it refused.
 func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []string) (deleted int64, refused []string, err error) {
 	del := fmt.Sprintf(`DELETE FROM %s o WHERE o."%s" = ANY ($1::text[]::%s[]) AND %s`,
 		p.Table.Quoted(), p.IDColumn, p.IDType, cleanupsql.Unreferenced(p, "o"))
@@ -530,18 +497,9 @@ func deleteUnreferenced(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan,
 	if !errors.Is(err, refset.ErrReferenced) {
 		return deleted, nil, err
 	}
-	deleted = 0
-	for _, id := range ids {
-		n, err := execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
-		switch {
-		case errors.Is(err, refset.ErrReferenced):
-			refused = append(refused, id)
-		case err != nil:
-			return deleted, refused, err
-		}
-		deleted += n
-	}
-	return deleted, refused, nil
+	return cleanupsql.OneByOne(ids, func(id string) (int64, error) {
+		return execUnder(ctx, tx, "refset_delete", del, pq.Array([]string{id}))
+	})
 }
 
 // execUnder runs one statement under a savepoint, so that its failure leaves the
@@ -550,7 +508,7 @@ func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args 
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT `+savepoint); err != nil {
 		return 0, err
 	}
-	res, err := tx.ExecContext(ctx, query, args...)
+	n, err := cleanupsql.Exec(ctx, tx, query, args...)
 	if err != nil {
 		if _, rbErr := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT `+savepoint); rbErr != nil {
 			return 0, errors.Join(err, rbErr)
@@ -560,7 +518,7 @@ func execUnder(ctx context.Context, tx refset.Tx, savepoint, query string, args 
 	if _, err := tx.ExecContext(ctx, `RELEASE SAVEPOINT `+savepoint); err != nil {
 		return 0, err
 	}
-	return res.RowsAffected()
+	return n, nil
 }
 
 // postpone moves the reviews of ids delay ahead.

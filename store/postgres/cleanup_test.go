@@ -23,6 +23,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -53,7 +54,7 @@ func collectorProcess(dsn string) int {
 		return 1
 	}
 	defer db.Close()
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -97,10 +98,10 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 	db := openDSN(t, dsn)
 	ctx := t.Context()
 	createChain(t, db)
-	store, err := NewStore[link, string](ctx, db, Config{Table: "chain"})
+	setStore, err := store.NewStore[link, string](ctx, db, store.Config{Table: "chain"})
 	require.NoError(t, err)
-	set := refset.New(store)
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
+	set := refset.New(setStore)
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: 300 * time.Millisecond, BatchSize: 50})
 	require.NoError(t, err)
 
 	// The collector processes.
@@ -213,10 +214,10 @@ func TestCleanupInNamedSchema(t *testing.T) {
 		CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL);
 		CREATE TABLE ledger.heads (block_id text PRIMARY KEY REFERENCES ledger.blocks (id))`, "ledger.", ledger+"."))
 	require.NoError(t, err)
-	store, err := NewStore[block, string](ctx, db, Config{Table: ledger + ".blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: ledger + ".blocks"})
 	require.NoError(t, err)
-	set := refset.New(store)
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: ledger + ".blocks", Grace: time.Millisecond})
+	set := refset.New(setStore)
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: ledger + ".blocks", Grace: time.Millisecond})
 	require.NoError(t, err)
 	var tables []string
 	for _, r := range c.References() {
@@ -255,9 +256,9 @@ func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
 	exec(`CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0);
 		CREATE TABLE pins (id serial PRIMARY KEY, thing_id text NOT NULL REFERENCES things (id));
 		CREATE INDEX pins_thing ON pins (thing_id)`)
-	_, err := NewStore[block, string](ctx, db, Config{Table: "things"})
+	_, err := store.NewStore[block, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things", Grace: time.Hour})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things", Grace: time.Hour})
 	require.NoError(t, err)
 	queued := func() []string {
 		t.Helper()
@@ -310,11 +311,11 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 			db := openDSN(t, dsn)
 			ctx := t.Context()
 			createChain(t, db)
-			_, err := NewStore[link, string](ctx, db, Config{Table: "chain"})
+			_, err := store.NewStore[link, string](ctx, db, store.Config{Table: "chain"})
 			require.NoError(t, err)
 			install := func() {
 				t.Helper()
-				_, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour})
+				_, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour})
 				require.NoError(t, err)
 			}
 			install()
@@ -400,9 +401,9 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	ctx := t.Context()
 	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
 	require.NoError(t, err)
-	_, err = NewStore[block, string](ctx, db, Config{Table: "things"})
+	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things"})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things"})
 	require.NoError(t, err)
 	_, err = db.Pool.ExecContext(ctx, `
 		CREATE TABLE later (thing_id text NOT NULL REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED);
@@ -433,10 +434,10 @@ func TestInstallWarnsOfNoActionKeys(t *testing.T) {
 		CREATE TABLE strict   (thing_id text PRIMARY KEY REFERENCES things (id) ON DELETE RESTRICT);
 		CREATE TABLE deferred (thing_id text PRIMARY KEY REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED)`)
 	require.NoError(t, err)
-	_, err = NewStore[block, string](ctx, db, Config{Table: "things"})
+	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
 	var logged bytes.Buffer
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "things", Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things", Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	require.NoError(t, err)
 
 	noAction := map[string]bool{}
@@ -471,9 +472,9 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 		INSERT INTO chain SELECT 'link-' || i, CASE WHEN i > 0 THEN 'link-' || (i - 1) END FROM generate_series(0, 299) i;
 		INSERT INTO tips VALUES ('link-299')`)
 	require.NoError(t, err)
-	_, err = NewStore[link, string](ctx, db, Config{Table: "chain"})
+	_, err = store.NewStore[link, string](ctx, db, store.Config{Table: "chain"})
 	require.NoError(t, err)
-	c, err := NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour, BatchSize: 100})
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour, BatchSize: 100})
 	require.NoError(t, err)
 	_, err = db.Pool.ExecContext(ctx, `DELETE FROM tips`)
 	require.NoError(t, err)

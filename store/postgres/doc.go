@@ -9,10 +9,10 @@
 // object's row, which conflicts with its deletion, so "hold" and "collect" are
 // serialised by Postgres itself.
 //
-// NewStore maps a struct to an existing table (optionally schema-qualified) through
-// its `db` tags, checks both against the catalog, and creates the set's holds table
-// beside it. It and NewCollector are package store's, typed for a *DB; Config is
-// store.Config, and Options embeds store.Options, the options every store takes
+// store.NewStore maps a struct to an existing table (optionally schema-qualified)
+// through its `db` tags, checks both against the catalog, and creates the set's holds
+// table beside it; it and store.NewCollector take a *DB as they take any store's
+// database. Options embeds store.Options, the options every store takes
 // (logging, metrics, the statement cache, external migrations), beside PostgreSQL's
 // own.
 //
@@ -101,7 +101,7 @@
 // (ALTER ROLE ... SET search_path), not from the DSN: PgBouncer 1.18 refuses startup
 // parameters other than the few it tracks itself (later versions can track more, with
 // track_extra_parameters), or quietly drops those its ignore_startup_parameters lists.
-// Qualified table names (Config{Table: "ledger.blocks"}) need neither.
+// Qualified table names (store.Config{Table: "ledger.blocks"}) need neither.
 //
 // PgBouncer 1.18 (Debian 12's) may crash when a client cancels a statement, as lib/pq
 // does whenever a context ends while a statement runs (pgbouncer#801, fixed in 1.19.1).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -46,9 +47,9 @@ func TestNewFromCallersPool(t *testing.T) {
 
 		db, err := New(ctx, pool, Options{})
 		require.NoError(t, err)
-		store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+		setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 		require.NoError(t, err)
-		set := refset.New(store)
+		set := refset.New(setStore)
 		tok, err := set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("me", 0))
 		require.NoError(t, err)
 		lease, err := set.Get(ctx, tok)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,9 +24,9 @@ func TestSchemaDroppedAndMadeAgain(t *testing.T) {
 	}
 	exec(`CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 	for round := range 2 {
-		store, err := NewStore[block, string](ctx, db, Config{Table: ledger + ".blocks"})
+		setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: ledger + ".blocks"})
 		require.NoError(t, err, "round %d", round)
-		set := refset.New(store)
+		set := refset.New(setStore)
 		_, err = set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("keeper", 0))
 		require.NoError(t, err, "round %d", round)
 		var held int

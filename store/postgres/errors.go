@@ -29,13 +29,10 @@ func translateError(err error, query string) error {
 		return err
 	}
 	var se sqlStater
-	if !errors.As(err, &se) {
+	if !errors.As(err, &se) || len(se.SQLState()) != 5 {
 		return sqlstore.TranslateConnError(err, "refset/postgres")
 	}
 	code := se.SQLState()
-	if len(code) != 5 {
-		return sqlstore.TranslateConnError(err, "refset/postgres")
-	}
 	wrap := func(sentinel error) error { return fmt.Errorf("refset/postgres: %w: %w", sentinel, err) }
 	switch code {
 	case codeUniqueViolation:

@@ -88,10 +88,10 @@ func TestExternalMigrations(t *testing.T) {
 			plain, err := postgres.Open(ctx, roleDSN, postgres.Options{Driver: driver})
 			require.NoError(t, err)
 			t.Cleanup(func() { plain.Close() })
-			_, err = postgres.NewStore[thing, string](ctx, plain, postgres.Config{Table: "things"})
+			_, err = store.NewStore[thing, string](ctx, plain, store.Config{Table: "things"})
 			require.ErrorContains(t, err, "permission denied", "the role has no CREATE rights")
 
-			_, err = postgres.NewStore[thing, string](ctx, app, postgres.Config{Table: "things"})
+			_, err = store.NewStore[thing, string](ctx, app, store.Config{Table: "things"})
 			require.ErrorIs(t, err, refset.ErrSchema)
 			var pe *schema.PendingError
 			require.ErrorAs(t, err, &pe)
@@ -107,9 +107,9 @@ func TestExternalMigrations(t *testing.T) {
 			require.NoError(t, err)
 			grant()
 
-			store, err := postgres.NewStore[thing, string](ctx, app, postgres.Config{Table: "things"})
+			setStore, err := store.NewStore[thing, string](ctx, app, store.Config{Table: "things"})
 			require.NoError(t, err)
-			rs := refset.New(store)
+			rs := refset.New(setStore)
 			tok, err := rs.Add(ctx, thing{Key: "a"}, rs.Hold("me", 0))
 			require.NoError(t, err, "the set works on the DBA's tables")
 			lease, err := rs.Get(ctx, tok)

@@ -52,9 +52,9 @@ func newHandOverEnv(t *testing.T, db *DB) *handOverEnv {
 		_, err := db.Pool.ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	return &handOverEnv{db: db, set: refset.New(store)}
+	return &handOverEnv{db: db, set: refset.New(setStore)}
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,7 +47,7 @@ func TestPooledReadsRunTheirOwnStatements(t *testing.T) {
 			for _, kind := range []string{"apple", "pear"} {
 				_, err := db.Pool.ExecContext(ctx, `CREATE TABLE `+kind+` (id text PRIMARY KEY, kind text NOT NULL)`)
 				require.NoError(t, err)
-				s, err := postgres.NewStore[fruit, string](ctx, db, postgres.Config{Table: kind})
+				s, err := store.NewStore[fruit, string](ctx, db, store.Config{Table: kind})
 				require.NoError(t, err)
 				set := refset.New(s)
 				for i := range keys {

@@ -54,9 +54,9 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	e.db, e.obs = e.open(t, longWait)
 	_, err := e.db.Pool.ExecContext(t.Context(), `CREATE TABLE items (id text PRIMARY KEY, body text NOT NULL)`)
 	require.NoError(t, err)
-	store, err := postgres.NewStore[item, string](t.Context(), e.db, postgres.Config{Table: "items"})
+	setStore, err := store.NewStore[item, string](t.Context(), e.db, store.Config{Table: "items"})
 	require.NoError(t, err)
-	e.set = refset.New(store)
+	e.set = refset.New(setStore)
 	e.caughtUp(t)
 	e.obs.Take()
 	return e
@@ -147,7 +147,7 @@ func TestReplicaReports(t *testing.T) {
 	t.Parallel()
 	e := newReplicaEnv(t)
 	ctx := t.Context()
-	c, err := postgres.NewCollector(ctx, e.db, cleanup.Config{Table: "items"})
+	c, err := store.NewCollector(ctx, e.db, cleanup.Config{Table: "items"})
 	require.NoError(t, err)
 	e.addFirst(t)
 	e.obs.Take()
@@ -172,7 +172,7 @@ func TestReplicaReports(t *testing.T) {
 	// Paused, the standby cannot catch up: a handle that waits briefly reads the
 	// primary, and sees the new hold.
 	short, obs := e.open(t, 50*time.Millisecond)
-	cs, err := postgres.NewCollector(ctx, short, cleanup.Config{Table: "items"})
+	cs, err := store.NewCollector(ctx, short, cleanup.Config{Table: "items"})
 	require.NoError(t, err)
 	pgtest.PauseReplay(t)
 	e.primaryExec(t, `INSERT INTO items_holds (holder, object_id) VALUES ('other', 'a')`)
@@ -220,10 +220,10 @@ func TestReplicaGone(t *testing.T) {
 	db, err := postgres.Open(ctx, e.place.At, postgres.Options{Replica: replica, Options: store.Options{Observer: obs}})
 	require.NoError(t, err)
 	defer db.Close()
-	store, err := postgres.NewStore[item, string](ctx, db, postgres.Config{Table: "items"})
+	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)
-	set := refset.New(store)
-	c, err := postgres.NewCollector(ctx, db, cleanup.Config{Table: "items"})
+	set := refset.New(setStore)
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "items"})
 	require.NoError(t, err)
 
 	require.NoError(t, replica.Close()) // gone

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -24,9 +25,9 @@ func TestPgxReadsLookupsDirectly(t *testing.T) {
 	_, err := e.set.Add(ctx, block{Hash: "a", Height: 7})
 	require.NoError(t, err)
 
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	set := refset.New(store) // an empty cache
+	set := refset.New(setStore) // an empty cache
 	tracer.queries = nil
 	tok, err := set.Upgrade(ctx, "a")
 	require.NoError(t, err)
@@ -76,9 +77,9 @@ func TestPgxLookupConvertsAsDatabaseSQLDoes(t *testing.T) {
 	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height text NOT NULL);
 		INSERT INTO blocks VALUES ('a', '7')`)
 	require.NoError(t, err)
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	obj, err := store.Get(ctx, db.Reader(), "a")
+	obj, err := setStore.Get(ctx, db.Reader(), "a")
 	require.NoError(t, err)
 	assert.Equal(t, block{Hash: "a", Height: 7}, obj)
 }
@@ -101,9 +102,9 @@ func TestPgxLookupSurvivesAnEndedConnection(t *testing.T) {
 		_, err := e.set.Add(ctx, block{Hash: id, Height: 1})
 		require.NoError(t, err)
 	}
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	_, err = store.Get(ctx, db.Reader(), "a")
+	_, err = setStore.Get(ctx, db.Reader(), "a")
 	require.NoError(t, err)
 
 	var pid int
@@ -113,10 +114,10 @@ func TestPgxLookupSurvivesAnEndedConnection(t *testing.T) {
 	require.NoError(t, admin.Pool.GetContext(ctx, &ended, `SELECT pg_terminate_backend($1)`, pid))
 	require.True(t, ended)
 
-	obj, err := store.Get(ctx, db.Reader(), "b")
+	obj, err := setStore.Get(ctx, db.Reader(), "b")
 	require.NoError(t, err)
 	assert.Equal(t, block{Hash: "b", Height: 1}, obj)
-	found, err := store.Has(ctx, db.Reader(), "a")
+	found, err := setStore.Has(ctx, db.Reader(), "a")
 	require.NoError(t, err)
 	assert.True(t, found)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,9 +48,9 @@ func TestStoreInNamedSchema(t *testing.T) {
 		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`, "ledger.", ledger+"."))
 	require.NoError(t, err)
 
-	store, err := NewStore[block, string](ctx, db, Config{Table: ledger + ".blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: ledger + ".blocks"})
 	require.NoError(t, err)
-	set := refset.New(store)
+	set := refset.New(setStore)
 	_, err = set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("keeper", 0))
 	require.NoError(t, err)
 
@@ -113,24 +114,24 @@ func TestReadsSurviveColumnTypeChange(t *testing.T) {
 	ctx := t.Context()
 	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height integer NOT NULL)`)
 	require.NoError(t, err)
-	store, err := NewStore[block, string](ctx, db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	require.NoError(t, store.Persist(ctx, db.Pool, block{Hash: "a", Height: 1}))
+	require.NoError(t, setStore.Persist(ctx, db.Pool, block{Hash: "a", Height: 1}))
 	for _, step := range []string{"", `ALTER TABLE blocks ALTER COLUMN height TYPE bigint`} {
 		if step != "" {
 			_, err := db.Pool.ExecContext(ctx, step)
 			require.NoError(t, err)
 		}
 		for range 3 { // enough to reuse a pooled connection's statement
-			got, err := store.Get(ctx, db.Reader(), "a")
+			got, err := setStore.Get(ctx, db.Reader(), "a")
 			require.NoError(t, err, "after %q", step)
 			assert.Equal(t, block{Hash: "a", Height: 1}, got)
-			found, err := store.Has(ctx, db.Reader(), "a")
+			found, err := setStore.Has(ctx, db.Reader(), "a")
 			require.NoError(t, err)
 			assert.True(t, found)
 		}
 	}
-	found, err := store.Has(ctx, db.Reader(), "b")
+	found, err := setStore.Has(ctx, db.Reader(), "b")
 	require.NoError(t, err)
 	assert.False(t, found)
 }
@@ -165,7 +166,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	plain, err := Open(ctx, dsn, Options{MaxConns: 1, Unprepared: true}) // one connection: the one the read used
 	require.NoError(t, err)
 	t.Cleanup(func() { plain.Close() })
-	plainStore, err := NewStore[block, string](ctx, plain, Config{Table: "blocks"})
+	plainStore, err := store.NewStore[block, string](ctx, plain, store.Config{Table: "blocks"})
 	require.NoError(t, err)
 	plainSet := refset.New(plainStore)
 	require.NoError(t, refset.InTx(ctx, plain, func(tx refset.Tx) error {
@@ -210,7 +211,7 @@ func newBlocks(t *testing.T, db *DB) *refset.RefSet[block, string] {
 	t.Helper()
 	_, err := db.Pool.ExecContext(t.Context(), `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 	require.NoError(t, err)
-	store, err := NewStore[block, string](t.Context(), db, Config{Table: "blocks"})
+	setStore, err := store.NewStore[block, string](t.Context(), db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	return refset.New(store)
+	return refset.New(setStore)
 }

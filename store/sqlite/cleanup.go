@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/refsetdb/refset/internal/stmtcache"
@@ -38,14 +39,17 @@ WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE
   AND (SELECT count(*) FROM pragma_foreign_key_list(m.name) g WHERE g.id = f.id) = 1
 ORDER BY m.name, f."from"`
 
-// keysSQL lists every foreign key to the set's table that would refuse an object's
-// deletion (ON DELETE NO ACTION or RESTRICT), one row per key, with its columns and
-// the columns it references ("" for the primary key, when the key names none).
-const keysSQL = `
-SELECT m.name, group_concat(f."from", ', '), group_concat(coalesce(f."to", ''), ', '), count(*)
+// unfollowedSQL lists the foreign keys to the set's table (?1) that would refuse an
+// object's deletion (ON DELETE NO ACTION or RESTRICT) but do not reference its ID
+// column (?2) alone, each described for an error message. A key that names no column
+// references the primary key.
+const unfollowedSQL = `
+SELECT printf('a key on %s (%s) referencing (%s)', m.name, group_concat(f."from", ', '),
+              coalesce(nullif(group_concat(coalesce(f."to", ''), ', '), ''), 'its primary key'))
 FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
-WHERE m.type = 'table' AND f."table" = ? COLLATE NOCASE AND upper(f.on_delete) IN ('NO ACTION', 'RESTRICT')
+WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND upper(f.on_delete) IN ('NO ACTION', 'RESTRICT')
 GROUP BY m.name, f.id
+HAVING count(*) > 1 OR NOT (coalesce(max(f."to"), '') = '' OR max(f."to") = ?2 COLLATE NOCASE)
 ORDER BY m.name, f.id`
 
 const leadingIndexSQL = `
@@ -68,17 +72,16 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 	if err != nil {
 		return "", nil, err
 	}
-	var idType string
-	for _, c := range cols {
-		if strings.EqualFold(c.Name, idColumn) {
-			idType = c.Type
-		}
-	}
-	if idType == "" {
+	id := slices.IndexFunc(cols, func(c refsetdriver.Column) bool { return strings.EqualFold(c.Name, idColumn) })
+	if id < 0 {
 		return "", nil, fmt.Errorf("table %s has no column %q: %w", table, idColumn, refset.ErrSchema)
 	}
-	if err := checkFollowed(ctx, q, table, idColumn); err != nil {
+	unfollowed, err := cleanupsql.Column[string](ctx, q, unfollowedSQL, table.Name, idColumn)
+	if err != nil {
 		return "", nil, err
+	}
+	if len(unfollowed) > 0 {
+		return "", nil, refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
 	}
 	type fk struct {
 		table, from string
@@ -95,56 +98,21 @@ func (cleanupDialect) Describe(ctx context.Context, q refset.Querier, table sqli
 		if f.to.Valid && !strings.EqualFold(f.to.String, idColumn) {
 			continue
 		}
+		// The catalog's reads take the names as arguments; CheckReference checks
+		// them before any SQL is written with them.
 		r := refsetdriver.Reference{Column: f.from, Self: strings.EqualFold(f.table, table.Name)}
-		if r.Table, err = sqlident.Parse(f.table, false); err != nil {
-			return "", nil, fmt.Errorf("referencing table %s: %w", f.table, err)
-		}
-		if _, err := sqlident.Parse(f.from, false); err != nil {
-			return "", nil, fmt.Errorf("referencing column %s.%s: %w", f.table, f.from, err)
-		}
 		if err := q.QueryRowContext(ctx, leadingIndexSQL, f.table, f.from).Scan(&r.Indexed); err != nil {
 			return "", nil, err
 		}
 		if r.Key, err = cleanupsql.Column[string](ctx, q, keyColumnsSQL, f.table); err != nil {
 			return "", nil, err
 		}
-		for _, k := range r.Key {
-			if _, err := sqlident.Parse(k, false); err != nil {
-				return "", nil, fmt.Errorf("key column %s.%s: %w", f.table, k, err)
-			}
+		if err := cleanupsql.CheckReference(&r, f.table, false); err != nil {
+			return "", nil, err
 		}
 		refs = append(refs, r)
 	}
-	return idType, refs, nil
-}
-
-// checkFollowed fails with refsetdriver.UnfollowedKeys if a key that would refuse an
-// object's deletion references other columns than the ID column alone.
-func checkFollowed(ctx context.Context, q refset.Querier, table sqlident.Ident, idColumn string) error {
-	type key struct {
-		referencing, from, to string
-		columns               int
-	}
-	keys, err := cleanupsql.Rows(ctx, q, keysSQL, []any{table.Name}, func(rows *sql.Rows, k *key) error {
-		return rows.Scan(&k.referencing, &k.from, &k.to, &k.columns)
-	})
-	if err != nil {
-		return err
-	}
-	var unfollowed []string
-	for _, k := range keys {
-		if k.columns == 1 && (k.to == "" || strings.EqualFold(k.to, idColumn)) {
-			continue
-		}
-		if k.to == "" {
-			k.to = "its primary key"
-		}
-		unfollowed = append(unfollowed, fmt.Sprintf("a key on %s (%s) referencing (%s)", k.referencing, k.from, k.to))
-	}
-	if len(unfollowed) > 0 {
-		return refsetdriver.UnfollowedKeys(table, idColumn, unfollowed)
-	}
-	return nil
+	return cols[id].Type, refs, nil
 }
 
 // Enqueue is the upsert every trigger and the sweep use: a second signal for a queued
@@ -186,12 +154,8 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 }
 
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
-	res, err := tx.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
+	return cleanupsql.Exec(ctx, tx, fmt.Sprintf(`DELETE FROM %[1]s WHERE rowid IN (
 		SELECT rowid FROM %[1]s WHERE expires_at <= %[2]s LIMIT ?)`, p.Holds.Quoted(), nowMillis), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // CollectBatch claims due entries into a temporary table of the writer connection,
@@ -200,8 +164,7 @@ func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdr
 // may have queued a predecessor again) and the entries of the objects it deleted.
 // Nothing else can write while the batch holds the database, so what it finds
 // unreferenced stays so until it is deleted.
-func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
-	var b refsetdriver.Batch
+func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refsetdriver.Plan, limit int) (b refsetdriver.Batch, err error) {
 	edges := len(p.Edges()) > 0
 	setup := []string{`CREATE TEMP TABLE IF NOT EXISTS refset_claim (object_id, version)`, `DELETE FROM temp.refset_claim`}
 	if edges {
@@ -213,12 +176,9 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 			return b, err
 		}
 	}
-	res, err := view.ExecContext(ctx, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
+	b.Reviewed, err = cleanupsql.Exec(ctx, view, fmt.Sprintf(`INSERT INTO temp.refset_claim SELECT object_id, version FROM %s
 		WHERE review_after <= %s ORDER BY review_after LIMIT ?`, p.Queue.Quoted(), nowMillis), limit)
-	if err != nil {
-		return b, err
-	}
-	if b.Reviewed, err = res.RowsAffected(); err != nil || b.Reviewed == 0 {
+	if err != nil || b.Reviewed == 0 {
 		return b, err
 	}
 	if edges {
@@ -236,18 +196,13 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 			return b, err
 		}
 	}
-	dequeue := []string{fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
-		p.Queue.Quoted())}
-	if edges {
-		dequeue = append(dequeue, fmt.Sprintf(`DELETE FROM %[1]s WHERE object_id IN (SELECT id FROM temp.refset_freed WHERE depth > 0)
-			AND NOT EXISTS (SELECT 1 FROM %[2]s o WHERE o."%[3]s" = %[1]s.object_id)`, p.Queue.Quoted(), p.Table.Quoted(), p.IDColumn))
+	if _, err := view.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
+		p.Queue.Quoted())); err != nil || !edges {
+		return b, err
 	}
-	for _, q := range dequeue {
-		if _, err := view.ExecContext(ctx, q); err != nil {
-			return b, err
-		}
-	}
-	return b, nil
+	_, err = view.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %[1]s WHERE object_id IN (SELECT id FROM temp.refset_freed WHERE depth > 0)
+		AND NOT EXISTS (SELECT 1 FROM %[2]s o WHERE o."%[3]s" = %[1]s.object_id)`, p.Queue.Quoted(), p.Table.Quoted(), p.IDColumn))
+	return b, err
 }
 
 // freedSQL fills temp.refset_freed with the claimed objects nothing references (depth
@@ -321,14 +276,10 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 	del := fmt.Sprintf(`DELETE FROM %s WHERE "%s" IN (SELECT id FROM temp.refset_freed WHERE depth = ?)`, p.Table.Quoted(), p.IDColumn)
 	var deleted int64
 	for depth := int64(1); depth <= deepest.Int64; depth++ {
-		res, err := tx.ExecContext(ctx, del, depth)
+		n, err := cleanupsql.Exec(ctx, tx, del, depth)
 		if errors.Is(err, refset.ErrReferenced) {
 			return deleted, nil
 		}
-		if err != nil {
-			return deleted, err
-		}
-		n, err := res.RowsAffected()
 		if err != nil {
 			return deleted, err
 		}
@@ -372,48 +323,35 @@ func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any)
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in
-// one statement. If the database refuses that (ErrReferenced: a foreign key Install
-// did not find, added since), it deletes them one by one instead: an object it still
-// refuses is postponed by a grace period and unclaimed, so it stays queued, and the
-// rest of the batch, and the queue behind it, is collected all the same. A failed
-// statement undoes only itself in SQLite; the transaction goes on.
+// one statement. If the database refuses that, it deletes them one by one instead
+// (cleanupsql.OneByOne): an object it still refuses is postponed by a grace period
+// and unclaimed, so it stays queued. A failed statement undoes only itself in
+// SQLite; the transaction goes on.
 func deleteClaimed(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (deleted, refused int64, err error) {
 	del := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" IN (SELECT object_id FROM temp.refset_claim) AND %[3]s`,
 		p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
-	res, err := tx.ExecContext(ctx, del)
-	if err == nil {
-		deleted, err = res.RowsAffected()
-		return deleted, 0, err
-	}
+	deleted, err = cleanupsql.Exec(ctx, tx, del)
 	if !errors.Is(err, refset.ErrReferenced) {
-		return 0, 0, err
+		return deleted, 0, err
 	}
 	ids, err := cleanupsql.Column[any](ctx, tx, `SELECT object_id FROM temp.refset_claim`)
 	if err != nil {
 		return 0, 0, err
 	}
 	delOne := fmt.Sprintf(`DELETE FROM %[1]s WHERE "%[2]s" = ? AND %[3]s`, p.Table.Quoted(), p.IDColumn, cleanupsql.Unreferenced(p, p.Table.Quoted()))
+	deleted, refusedIDs, err := cleanupsql.OneByOne(ids, func(id any) (int64, error) { return cleanupsql.Exec(ctx, tx, delOne, id) })
+	refused = int64(len(refusedIDs))
+	if err != nil {
+		return deleted, refused, err
+	}
 	postpone := fmt.Sprintf(`UPDATE %s SET review_after = %s + ? WHERE object_id = ?`, p.Queue.Quoted(), nowMillis)
-	for _, id := range ids {
-		res, err := tx.ExecContext(ctx, delOne, id)
-		if errors.Is(err, refset.ErrReferenced) {
-			refused++
-			if _, err := tx.ExecContext(ctx, postpone, p.Grace.Milliseconds(), id); err != nil {
-				return deleted, refused, err
-			}
-			if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim WHERE object_id = ?`, id); err != nil {
-				return deleted, refused, err
-			}
-			continue
-		}
-		if err != nil {
+	for _, id := range refusedIDs {
+		if _, err := tx.ExecContext(ctx, postpone, p.Grace.Milliseconds(), id); err != nil {
 			return deleted, refused, err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM temp.refset_claim WHERE object_id = ?`, id); err != nil {
 			return deleted, refused, err
 		}
-		deleted += n
 	}
 	return deleted, refused, nil
 }

@@ -9,9 +9,9 @@
 // caller opened instead, and checks each of these settings, refusing with
 // refset.ErrInvalidConfig that names the DSN parameter to add.
 //
-// NewStore maps a struct to an existing table through its `db` tags, checks both
-// against the catalog, and creates the set's holds table beside it. It and
-// NewCollector are package store's, typed for a *DB; Config is store.Config, and
-// Options embeds store.Options, the options every store takes (logging, metrics, the
-// statement cache, external migrations), beside SQLite's own.
+// store.NewStore maps a struct to an existing table through its `db` tags, checks
+// both against the catalog, and creates the set's holds table beside it; it and
+// store.NewCollector take a *DB as they take any store's database. Options embeds
+// store.Options, the options every store takes (logging, metrics, the statement
+// cache, external migrations), beside SQLite's own.
 package sqlite

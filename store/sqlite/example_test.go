@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -20,7 +21,7 @@ func (b Batch) ID() string { return b.Signature }
 
 // Open a database file, create the object table, and put a set on it. NewStore
 // checks the struct against the table and creates the set's holds table.
-func ExampleNewStore() {
+func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "refset-sqlite")
 	defer os.RemoveAll(dir)
@@ -33,11 +34,11 @@ func ExampleNewStore() {
 	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE batches (signature TEXT PRIMARY KEY, payload BLOB NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
-	store, err := sqlite.NewStore[Batch, string](ctx, db, sqlite.Config{Table: "batches"})
+	setStore, err := store.NewStore[Batch, string](ctx, db, store.Config{Table: "batches"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	batches := refset.New(store)
+	batches := refset.New(setStore)
 
 	// A batch held by the block publisher until it is published.
 	tok, err := batches.Add(ctx, Batch{Signature: "b-1", Payload: []byte("txns")}, batches.Hold("publisher", 0))

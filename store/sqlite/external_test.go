@@ -39,7 +39,7 @@ func TestExternalMigrations(t *testing.T) {
 		return names
 	}
 
-	_, err = sqlite.NewStore[thing, string](ctx, db, sqlite.Config{Table: "things"})
+	_, err = store.NewStore[thing, string](ctx, db, store.Config{Table: "things"})
 	require.ErrorIs(t, err, refset.ErrSchema)
 	var pe *schema.PendingError
 	require.ErrorAs(t, err, &pe)
@@ -54,9 +54,9 @@ func TestExternalMigrations(t *testing.T) {
 	_, err = db.Writer.ExecContext(ctx, script) // the DBA's part
 	require.NoError(t, err)
 
-	store, err := sqlite.NewStore[thing, string](ctx, db, sqlite.Config{Table: "things"})
+	setStore, err := store.NewStore[thing, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
-	rs := refset.New(store)
+	rs := refset.New(setStore)
 	_, err = rs.Add(ctx, thing{Key: "a"}, rs.Hold("me", 0))
 	require.NoError(t, err, "the set works on the DBA's tables")
 }

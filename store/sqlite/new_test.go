@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,9 +36,9 @@ func TestNewFromCallersPools(t *testing.T) {
 
 		db, err := New(ctx, writer, readers, Options{})
 		require.NoError(t, err)
-		store, err := NewStore[item, string](ctx, db, Config{Table: "items"})
+		setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 		require.NoError(t, err)
-		set := refset.New(store)
+		set := refset.New(setStore)
 		tok, err := set.Add(ctx, item{Key: "a", N: 7}, set.Hold("me", 0))
 		require.NoError(t, err)
 		lease, err := set.Get(ctx, tok)

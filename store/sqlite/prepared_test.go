@@ -28,9 +28,9 @@ func handOvers(t *testing.T, opts Options, n int, release func(i int) refset.Com
 		_, err := db.Writer.ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
-	store, err := NewStore[item, string](ctx, db, Config{Table: "items"})
+	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)
-	set := refset.New(store)
+	set := refset.New(setStore)
 	acquire := refset.Exec[string](`INSERT INTO heads (k) VALUES (?)`, 1)
 	for i := range n {
 		id := fmt.Sprint("i", i)

@@ -49,13 +49,9 @@ func (Reports[F]) fragments() F {
 // alike with the same fragments. ORDER BY: queue entries are locked in one order.
 func (r Reports[F]) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) (int64, error) {
 	f := r.fragments()
-	res, err := tx.ExecContext(ctx, f.Reach(p, false)+" "+f.Enqueue(p, fmt.Sprintf(
+	return Exec(ctx, tx, f.Reach(p, false)+" "+f.Enqueue(p, fmt.Sprintf(
 		`SELECT o."%[1]s", %[3]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
 		p.IDColumn, p.Table.Quoted(), f.Clock().Now)))
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
 }
 
 // Leaked: see refsetdriver.CleanupDialect.
@@ -193,9 +189,55 @@ func Rows[T any](ctx context.Context, q refset.Querier, query string, args []any
 	return list, errors.Join(rows.Err(), rows.Close())
 }
 
+// Exec runs query on tx and returns the number of rows it affected.
+func Exec(ctx context.Context, tx refset.Tx, query string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// OneByOne deletes the objects of ids one at a time with del, once the database
+// refused to delete them together (ErrReferenced: a foreign key Install did not find,
+// added since), and returns those del refused: one object with an unknown holder must
+// not keep the rest of the batch, and the queue behind it, from being collected.
+func OneByOne[ID any](ids []ID, del func(id ID) (int64, error)) (deleted int64, refused []ID, err error) {
+	for _, id := range ids {
+		n, err := del(id)
+		switch {
+		case errors.Is(err, refset.ErrReferenced):
+			refused = append(refused, id)
+		case err != nil:
+			return deleted, refused, err
+		}
+		deleted += n
+	}
+	return deleted, refused, nil
+}
+
 // Column is the one column of every row query returns.
 func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
 	return Rows(ctx, q, query, args, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
+}
+
+// CheckReference sets r.Table to the referencing table a catalog named table
+// (schema-qualified if qualified), and checks that it, r.Column and r.Key are names
+// refset can write into its SQL.
+func CheckReference(r *refsetdriver.Reference, table string, qualified bool) error {
+	var err error
+	if r.Table, err = sqlident.Parse(table, qualified); err != nil {
+		return fmt.Errorf("referencing table %s: %w", table, err)
+	}
+	if _, err := sqlident.Parse(r.Column, false); err != nil {
+		return fmt.Errorf("referencing column %s.%s: %w", table, r.Column, err)
+	}
+	for _, k := range r.Key {
+		if _, err := sqlident.Parse(k, false); err != nil {
+			return fmt.Errorf("key column %s.%s: %w", table, k, err)
+		}
+	}
+	return nil
 }
 
 // Unreferenced is the condition that no reference of the plan points at the object

@@ -2,7 +2,7 @@ package refsettables
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +10,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store/internal/cleanupsql"
 )
 
 // holdsWhere is the filter f on a holds table, with its arguments. Every comparison
@@ -38,32 +39,25 @@ func (t Tables) ListHolds(ctx context.Context, q refset.Querier, holds sqlident.
 		return time.Time{}, nil, err
 	}
 	where, args := holdsWhere(clock, f)
-	rows, err := q.QueryContext(ctx, t.rebind(fmt.Sprintf(`SELECT holder, CAST(object_id AS TEXT), expires_at, created_at,
-		CASE WHEN expires_at <= %s THEN 1 ELSE 0 END FROM %s%s ORDER BY object_id, holder`, clock.Now, holds.Quoted(), where)), args...)
+	list, err := cleanupsql.Rows(ctx, q, t.rebind(fmt.Sprintf(`SELECT holder, CAST(object_id AS TEXT), expires_at, created_at,
+		CASE WHEN expires_at <= %s THEN 1 ELSE 0 END FROM %s%s ORDER BY object_id, holder`, clock.Now, holds.Quoted(), where)), args,
+		func(rows *sql.Rows, h *refsetdriver.Hold) error {
+			var expired int
+			expDst, expires := clock.Scan()
+			createdDst, created := clock.Scan()
+			if err := rows.Scan(&h.Holder, &h.ObjectID, expDst, createdDst, &expired); err != nil {
+				return err
+			}
+			h.ExpiresAt, h.CreatedAt, h.Expired = expires(), created(), expired == 1
+			return nil
+		})
 	if err != nil {
 		return time.Time{}, nil, err
 	}
-	list := []refsetdriver.Hold{}
-	for rows.Next() {
-		var h refsetdriver.Hold
-		var expired int
-		expDst, expires := clock.Scan()
-		createdDst, created := clock.Scan()
-		if err := rows.Scan(&h.Holder, &h.ObjectID, expDst, createdDst, &expired); err != nil {
-			rows.Close()
-			return time.Time{}, nil, err
-		}
-		h.ExpiresAt, h.CreatedAt, h.Expired = expires(), created(), expired == 1
-		list = append(list, h)
-	}
-	return now(), list, errors.Join(rows.Err(), rows.Close())
+	return now(), list, nil
 }
 
 func (t Tables) DeleteExpiredHolds(ctx context.Context, tx refset.Tx, holds sqlident.Ident, holder string) (int64, error) {
 	where, args := holdsWhere(t.clock, refsetdriver.HoldFilter{Expired: true, Holder: holder})
-	res, err := tx.ExecContext(ctx, t.rebind(`DELETE FROM `+holds.Quoted()+where), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return cleanupsql.Exec(ctx, tx, t.rebind(`DELETE FROM `+holds.Quoted()+where), args...)
 }

@@ -47,6 +47,11 @@ func (Tables) VersionTable() string {
 )`
 }
 
+// TableExists reads the dialect's catalog.
+func (t Tables) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
+	return t.exists(ctx, q, table)
+}
+
 func (t Tables) HasVersionTable(ctx context.Context, q refset.Querier) (bool, error) {
 	return t.exists(ctx, q, versionTable)
 }

@@ -68,15 +68,14 @@ func Clock[T any](now string, at func(T) time.Time) refsetdriver.Clock {
 }
 
 // Schema is a store's part of refset's schema (refsetdriver.SchemaSQL): its
-// migration files, their lock and its catalog's look-up of a table, and its
-// statements on refset's own tables, those of refsettables written with its
-// placeholders and clock.
+// migration files and their lock, and its statements on refset's own tables and its
+// catalog's look-up of a table (refsettables.Tables, written with its placeholders
+// and clock).
 type Schema struct {
 	refsettables.Tables
-	name   string
-	files  fs.FS
-	lock   func(ctx context.Context, tx refset.Tx) error
-	exists func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
+	name  string
+	files fs.FS
+	lock  func(ctx context.Context, tx refset.Tx) error
 }
 
 // SchemaDialect is what a store's Schema is made of.
@@ -101,13 +100,9 @@ func NewSchema(d SchemaDialect) Schema {
 	if lock == nil {
 		lock = func(context.Context, refset.Tx) error { return nil }
 	}
-	return Schema{Tables: refsettables.New(d.Rebind, d.TableExists, d.Clock), name: d.Name, files: files, lock: lock, exists: d.TableExists}
+	return Schema{Tables: refsettables.New(d.Rebind, d.TableExists, d.Clock), name: d.Name, files: files, lock: lock}
 }
 
 func (s Schema) Name() string                                           { return s.name }
 func (s Schema) Migrations() fs.FS                                      { return s.files }
 func (s Schema) LockMigrations(ctx context.Context, tx refset.Tx) error { return s.lock(ctx, tx) }
-
-func (s Schema) TableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
-	return s.exists(ctx, q, table)
-}
