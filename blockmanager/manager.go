@@ -281,28 +281,18 @@ const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM (SELECT block
 // block can start waiting for one of ids before tx ends.
 func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branchLookUp, error) {
 	var l branchLookUp
-	firstStored := false
-	err := m.scanPending(ctx, tx, m.stmt.lookUp, []any{len(ids) + 1, ids[0]}, func(child string, parent sql.NullString) {
-		if !parent.Valid {
-			firstStored = true
-		} else {
-			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
-		}
-	})
+	waiting, firstStored, err := m.scanPending(ctx, tx, m.stmt.lookUp, len(ids)+1, ids[0])
 	if err != nil {
 		return l, err
 	}
-	if len(l.waiting) > len(ids) {
+	if len(waiting) > len(ids) {
 		// More pending blocks than the branch has: look up the branch's.
-		l.waiting = nil
 		list := m.stmt.list(ids)
-		err := m.scanPending(ctx, tx, m.stmt.pendingOf, []any{list, list}, func(child string, parent sql.NullString) {
-			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
-		})
-		if err != nil {
+		if waiting, _, err = m.scanPending(ctx, tx, m.stmt.pendingOf, list, list); err != nil {
 			return l, err
 		}
 	}
+	l.waiting = waiting
 	if firstStored {
 		// The branch overlaps what is stored: look among every block.
 		l.stored, err = m.storedIDs(ctx, tx, ids)
@@ -324,23 +314,28 @@ func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branc
 	return l, nil
 }
 
-// scanPending runs query, which reads (block ID, predecessor ID) pairs, and hands
-// each to row.
-func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, args []any, row func(child string, parent sql.NullString)) error {
+// scanPending runs query, which reads (block ID, predecessor ID) pairs: the pending
+// blocks it read, and whether a row had no predecessor (lookUpSQL's row of a stored
+// block, which is no pending block).
+func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, args ...any) (waiting []waitingBlock, unlinked bool, err error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var child string
 		var parent sql.NullString
 		if err := rows.Scan(&child, &parent); err != nil {
-			return err
+			return nil, false, err
 		}
-		row(child, parent)
+		if !parent.Valid {
+			unlinked = true
+			continue
+		}
+		waiting = append(waiting, waitingBlock{child: child, parent: parent.String})
 	}
-	return rows.Close()
+	return waiting, unlinked, rows.Err()
 }
 
 // follows checks that b comes right after the block prevID numbered prevNum.
@@ -388,20 +383,31 @@ func scanBlock(ctx context.Context, q refset.Querier, query string, args []any, 
 
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, m.stmt.storedIDs, m.stmt.list(ids))
+	found, err := queryStrings(ctx, q, m.stmt.storedIDs, m.stmt.list(ids))
+	stored := make(map[string]bool, len(found))
+	for _, id := range found {
+		stored[id] = true
+	}
+	return stored, err
+}
+
+// queryStrings runs query, which reads one column of strings, on q, and returns
+// them.
+func queryStrings(ctx context.Context, q refset.Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	stored := make(map[string]bool)
+	var out []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var s string
+		if err := rows.Scan(&s); err != nil {
 			return nil, err
 		}
-		stored[id] = true
+		out = append(out, s)
 	}
-	return stored, rows.Close()
+	return out, rows.Err()
 }
 
 // Get returns the stored blocks with those IDs, in order, nil for each one that is
