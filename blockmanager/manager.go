@@ -52,6 +52,9 @@ type Manager struct {
 	pageSize  int
 	pagePart  int // the fewest blocks a part of a segment page holds; 0: pages are read whole
 	forkTTL   time.Duration
+	// locks prefixes the names of the manager's locks (see lock) with its blocks
+	// table, qualified with its schema where the database has schemas.
+	locks string
 }
 
 // Open creates the block tables if needed (on a database of store/sqlite or
@@ -92,6 +95,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
+	m.locks = "blockmanager:" + m.collector.Table() + ":"
 	return m, nil
 }
 
@@ -118,19 +122,22 @@ func (m *Manager) Database() refset.Database { return m.db }
 
 func (m *Manager) sql(q string) string { return m.drv.Rebind(q) }
 
-// lock serialises, until tx ends, the transactions that lock the same key: with a
-// lock of the database's (refsetdriver.TxLocks), where it runs write transactions
-// side by side; SQLite's one writer already serialises every write transaction.
+// lock serialises, until tx ends, the transactions that lock the same key on the
+// same blocks table: with a lock of the database's (refsetdriver.TxLocks), where it
+// runs write transactions side by side; SQLite's one writer already serialises
+// every write transaction. The lock's name holds the schema-qualified table: the
+// database's locks are one namespace, which managers of other tables (in other
+// schemas) must not wait in.
 func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
 	if m.stmt.lock == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, m.stmt.lock, "blockmanager:"+key)
+	_, err := tx.ExecContext(ctx, m.stmt.lock, m.locks+key)
 	return err
 }
 
-// gateKey names the advisory lock of the arrivals gate.
-const gateKey = "blockmanager:arrivals-gate"
+// gateKey names the lock of the arrivals gate, among the manager's (see lock).
+const gateKey = "arrivals-gate"
 
 // The arrivals gate keeps a block from waiting for a predecessor that has just
 // arrived. Two kinds of transaction meet at it, until they end:
@@ -153,7 +160,7 @@ func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) er
 	if gate == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, gate, gateKey)
+	_, err := tx.ExecContext(ctx, gate, m.locks+gateKey)
 	return err
 }
 
