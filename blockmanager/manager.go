@@ -153,14 +153,13 @@ const gateKey = "arrivals-gate"
 // block made a Put of a thousand blocks take a thousand. On SQLite the one writer
 // already serialises both.
 func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) error {
-	gate := m.stmt.gateShared
 	if exclusive {
-		gate = m.stmt.gateExclusive
+		return m.lock(ctx, tx, gateKey)
 	}
-	if gate == "" {
+	if m.stmt.gateShared == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, gate, m.locks+gateKey)
+	_, err := tx.ExecContext(ctx, m.stmt.gateShared, m.locks+gateKey)
 	return err
 }
 
