@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
@@ -482,21 +481,19 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	if len(ids) == 0 {
 		return false, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+	// The list is one argument (ColumnIn), so the statements' text is the same
+	// whatever the number of IDs.
+	in, list := m.drv.ColumnIn("x."+column), m.stmt.list(ids)
 	// The oldest block holding any of them bounds the walk.
 	var oldest *int64
 	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
-		JOIN blocks b ON b.header_signature = x.block_id WHERE x.%s IN (%s)`, table, column, in)), args...).Scan(&oldest)
+		JOIN blocks b ON b.header_signature = x.block_id WHERE %s`, table, in)), list).Scan(&oldest)
 	if err != nil || oldest == nil {
 		return false, err
 	}
 	var found bool
 	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+fmt.Sprintf(`
-		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE x.%s IN (%s))`, table, column, in)),
-		append([]any{tip, *oldest}, args...)...).Scan(&found)
+		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE %s)`, table, in)),
+		tip, *oldest, list).Scan(&found)
 	return found, err
 }
