@@ -3,7 +3,6 @@ package blockmanager
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -216,10 +215,7 @@ func (c *Completer) waitingFor(ctx context.Context, tx refset.Tx, parents []stri
 	if len(parents) == 0 {
 		return nil, nil
 	}
-	var waiting []waitingBlock
-	err := c.m.scanPending(ctx, tx, c.m.stmt.waitingFor, []any{c.m.stmt.list(parents)}, func(child string, parent sql.NullString) {
-		waiting = append(waiting, waitingBlock{child: child, parent: parent.String})
-	})
+	waiting, _, err := c.m.scanPending(ctx, tx, c.m.stmt.waitingFor, c.m.stmt.list(parents))
 	if err != nil {
 		return nil, err
 	}
@@ -283,19 +279,10 @@ func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string,
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
 		return 0, nil, err
 	}
-	rows, err := q.QueryContext(ctx, `SELECT DISTINCT p.pending_previous_block_id FROM pending_blocks p
+	if missing, err = queryStrings(ctx, q, `SELECT DISTINCT p.pending_previous_block_id FROM pending_blocks p
 		WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.header_signature = p.pending_previous_block_id)
-		ORDER BY 1`)
-	if err != nil {
+		ORDER BY 1`); err != nil {
 		return 0, nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return 0, nil, err
-		}
-		missing = append(missing, id)
-	}
-	return waiting, missing, rows.Err()
+	return waiting, missing, nil
 }

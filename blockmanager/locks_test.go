@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/require"
@@ -37,9 +38,6 @@ func collectorLock(id string) step {
 	}
 }
 
-// gateTurns keeps TestTxLocksOrderTransactions' backends from running at once.
-var gateTurns sync.Mutex
-
 // Where the database runs write transactions side by side (refsetdriver.TxLocks),
 // the manager's locks order them: a transaction waits for another's lock until
 // that one ends, exactly where the two conflict.
@@ -51,13 +49,6 @@ func TestTxLocksOrderTransactions(t *testing.T) {
 			require.True(t, m.drv.InProcess(), "a database of concurrent writers must give the manager its locks")
 			return
 		}
-		// The gate is one advisory lock of the whole database, which the Postgres
-		// backends share (each has a schema of its own): one backend's second
-		// transaction queued for the exclusive gate would make another's shared
-		// gates wait. They take turns.
-		gateTurns.Lock()
-		defer gateTurns.Unlock()
-		ctx := t.Context()
 		put(t, m, chain("g", NullBlockID, 0, 1))
 		tests := []struct {
 			name          string
@@ -75,48 +66,81 @@ func TestTxLocksOrderTransactions(t *testing.T) {
 			{"kept predecessor, kept predecessor", keepStep("g0000", true), keepStep("g0000", true), false},
 		}
 		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				held, release, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-				end := sync.OnceFunc(func() { close(release) })
-				defer end() // a failed test's first transaction ends too
-				go func() {
-					firstDone <- refset.InTx(ctx, m.db, func(tx refset.Tx) error {
-						if err := tt.first(ctx, m, tx); err != nil {
-							return err
-						}
-						close(held)
-						<-release
-						return nil
-					})
-				}()
-				select {
-				case <-held:
-				case err := <-firstDone:
-					t.Fatalf("first transaction: %v", err)
-				}
-				secondDone := make(chan error, 1)
-				go func() {
-					secondDone <- refset.InTx(ctx, m.db, func(tx refset.Tx) error { return tt.second(ctx, m, tx) })
-				}()
-				if tt.waits {
-					select {
-					case err := <-secondDone:
-						t.Fatalf("the second transaction did not wait for the first (%v)", err)
-					case <-time.After(500 * time.Millisecond):
-					}
-					end()
-					require.NoError(t, <-secondDone)
-				} else {
-					select {
-					case err := <-secondDone:
-						require.NoError(t, err)
-					case <-time.After(10 * time.Second):
-						t.Fatal("the second transaction waits for the first")
-					}
-					end()
-				}
-				require.NoError(t, <-firstDone)
-			})
+			t.Run(tt.name, func(t *testing.T) { runPair(t, m, tt.first, m, tt.second, tt.waits) })
 		}
 	})
+}
+
+// The locks are the blocks table's: managers of tables in other schemas of one
+// database never wait for each other's, even under the same names (the gate, the
+// chain controller's lock, a block's lock), where one gate for the whole database
+// made every arrival wait behind any manager's decision to make a block wait.
+func TestTxLocksAreTheTablesOwn(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		a, other := openManager(t, b.Open(t, testdb.Options{}), Config{}), openManager(t, b.Open(t, testdb.Options{}), Config{})
+		require.NotEqual(t, a.locks, other.locks)
+		put(t, a, chain("g", NullBlockID, 0, 1))
+		put(t, other, chain("g", NullBlockID, 0, 1))
+		tests := []struct {
+			name          string
+			first, second step
+		}{
+			{"exclusive gate, shared gate", gateStep(true), gateStep(false)},
+			{"exclusive gate, exclusive gate", gateStep(true), gateStep(true)},
+			{"exclusive gate, predecessor kept through the gate", gateStep(true), keepStep("g0000", true)},
+			{"shared gate, exclusive gate", gateStep(false), gateStep(true)},
+			{"the chain controller's lock", lockStep("chain-controller"), lockStep("chain-controller")},
+			{"a block's lock", lockStep("g0000"), lockStep("g0000")},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) { runPair(t, a, tt.first, other, tt.second, false) })
+		}
+	})
+}
+
+// runPair runs first in a transaction of m1 and, while that transaction holds what
+// first took, second in one of m2, and checks that the second waits for the first
+// to end, or does not.
+func runPair(t *testing.T, m1 *Manager, first step, m2 *Manager, second step, waits bool) {
+	ctx := t.Context()
+	held, release, firstDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	end := sync.OnceFunc(func() { close(release) })
+	defer end() // a failed test's first transaction ends too
+	go func() {
+		firstDone <- refset.InTx(ctx, m1.db, func(tx refset.Tx) error {
+			if err := first(ctx, m1, tx); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-held:
+	case err := <-firstDone:
+		t.Fatalf("first transaction: %v", err)
+	}
+	secondDone := make(chan error, 1)
+	go func() {
+		secondDone <- refset.InTx(ctx, m2.db, func(tx refset.Tx) error { return second(ctx, m2, tx) })
+	}()
+	if waits {
+		select {
+		case err := <-secondDone:
+			t.Fatalf("the second transaction did not wait for the first (%v)", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		end()
+		require.NoError(t, <-secondDone)
+	} else {
+		select {
+		case err := <-secondDone:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second transaction waits for the first")
+		}
+		end()
+	}
+	require.NoError(t, <-firstDone)
 }

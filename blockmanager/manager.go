@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
@@ -52,6 +51,9 @@ type Manager struct {
 	pageSize  int
 	pagePart  int // the fewest blocks a part of a segment page holds; 0: pages are read whole
 	forkTTL   time.Duration
+	// locks prefixes the names of the manager's locks (see lock) with its blocks
+	// table, qualified with its schema where the database has schemas.
+	locks string
 }
 
 // Open creates the block tables if needed (on a database of store/sqlite or
@@ -92,6 +94,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)
 	}
+	m.locks = "blockmanager:" + m.collector.Table() + ":"
 	return m, nil
 }
 
@@ -118,19 +121,22 @@ func (m *Manager) Database() refset.Database { return m.db }
 
 func (m *Manager) sql(q string) string { return m.drv.Rebind(q) }
 
-// lock serialises, until tx ends, the transactions that lock the same key: with a
-// lock of the database's (refsetdriver.TxLocks), where it runs write transactions
-// side by side; SQLite's one writer already serialises every write transaction.
+// lock serialises, until tx ends, the transactions that lock the same key on the
+// same blocks table: with a lock of the database's (refsetdriver.TxLocks), where it
+// runs write transactions side by side; SQLite's one writer already serialises
+// every write transaction. The lock's name holds the schema-qualified table: the
+// database's locks are one namespace, which managers of other tables (in other
+// schemas) must not wait in.
 func (m *Manager) lock(ctx context.Context, tx refset.Tx, key string) error {
 	if m.stmt.lock == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, m.stmt.lock, "blockmanager:"+key)
+	_, err := tx.ExecContext(ctx, m.stmt.lock, m.locks+key)
 	return err
 }
 
-// gateKey names the advisory lock of the arrivals gate.
-const gateKey = "blockmanager:arrivals-gate"
+// gateKey names the lock of the arrivals gate, among the manager's (see lock).
+const gateKey = "arrivals-gate"
 
 // The arrivals gate keeps a block from waiting for a predecessor that has just
 // arrived. Two kinds of transaction meet at it, until they end:
@@ -146,14 +152,13 @@ const gateKey = "blockmanager:arrivals-gate"
 // block made a Put of a thousand blocks take a thousand. On SQLite the one writer
 // already serialises both.
 func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) error {
-	gate := m.stmt.gateShared
 	if exclusive {
-		gate = m.stmt.gateExclusive
+		return m.lock(ctx, tx, gateKey)
 	}
-	if gate == "" {
+	if m.stmt.gateShared == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, gate, gateKey)
+	_, err := tx.ExecContext(ctx, m.stmt.gateShared, m.locks+gateKey)
 	return err
 }
 
@@ -281,28 +286,18 @@ const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM (SELECT block
 // block can start waiting for one of ids before tx ends.
 func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branchLookUp, error) {
 	var l branchLookUp
-	firstStored := false
-	err := m.scanPending(ctx, tx, m.stmt.lookUp, []any{len(ids) + 1, ids[0]}, func(child string, parent sql.NullString) {
-		if !parent.Valid {
-			firstStored = true
-		} else {
-			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
-		}
-	})
+	waiting, firstStored, err := m.scanPending(ctx, tx, m.stmt.lookUp, len(ids)+1, ids[0])
 	if err != nil {
 		return l, err
 	}
-	if len(l.waiting) > len(ids) {
+	if len(waiting) > len(ids) {
 		// More pending blocks than the branch has: look up the branch's.
-		l.waiting = nil
 		list := m.stmt.list(ids)
-		err := m.scanPending(ctx, tx, m.stmt.pendingOf, []any{list, list}, func(child string, parent sql.NullString) {
-			l.waiting = append(l.waiting, waitingBlock{child: child, parent: parent.String})
-		})
-		if err != nil {
+		if waiting, _, err = m.scanPending(ctx, tx, m.stmt.pendingOf, list, list); err != nil {
 			return l, err
 		}
 	}
+	l.waiting = waiting
 	if firstStored {
 		// The branch overlaps what is stored: look among every block.
 		l.stored, err = m.storedIDs(ctx, tx, ids)
@@ -324,23 +319,28 @@ func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branc
 	return l, nil
 }
 
-// scanPending runs query, which reads (block ID, predecessor ID) pairs, and hands
-// each to row.
-func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, args []any, row func(child string, parent sql.NullString)) error {
+// scanPending runs query, which reads (block ID, predecessor ID) pairs: the pending
+// blocks it read, and whether a row had no predecessor (lookUpSQL's row of a stored
+// block, which is no pending block).
+func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, args ...any) (waiting []waitingBlock, unlinked bool, err error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var child string
 		var parent sql.NullString
 		if err := rows.Scan(&child, &parent); err != nil {
-			return err
+			return nil, false, err
 		}
-		row(child, parent)
+		if !parent.Valid {
+			unlinked = true
+			continue
+		}
+		waiting = append(waiting, waitingBlock{child: child, parent: parent.String})
 	}
-	return rows.Close()
+	return waiting, unlinked, rows.Err()
 }
 
 // follows checks that b comes right after the block prevID numbered prevNum.
@@ -388,20 +388,31 @@ func scanBlock(ctx context.Context, q refset.Querier, query string, args []any, 
 
 // storedIDs reports which of ids are stored.
 func (m *Manager) storedIDs(ctx context.Context, q refset.Querier, ids []string) (map[string]bool, error) {
-	rows, err := q.QueryContext(ctx, m.stmt.storedIDs, m.stmt.list(ids))
+	found, err := queryStrings(ctx, q, m.stmt.storedIDs, m.stmt.list(ids))
+	stored := make(map[string]bool, len(found))
+	for _, id := range found {
+		stored[id] = true
+	}
+	return stored, err
+}
+
+// queryStrings runs query, which reads one column of strings, on q, and returns
+// them.
+func queryStrings(ctx context.Context, q refset.Querier, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	stored := make(map[string]bool)
+	var out []string
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var s string
+		if err := rows.Scan(&s); err != nil {
 			return nil, err
 		}
-		stored[id] = true
+		out = append(out, s)
 	}
-	return stored, rows.Close()
+	return out, rows.Err()
 }
 
 // Get returns the stored blocks with those IDs, in order, nil for each one that is
@@ -470,21 +481,19 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	if len(ids) == 0 {
 		return false, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	in := strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")
+	// The list is one argument (ColumnIn), so the statements' text is the same
+	// whatever the number of IDs.
+	in, list := m.drv.ColumnIn("x."+column), m.stmt.list(ids)
 	// The oldest block holding any of them bounds the walk.
 	var oldest *int64
 	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
-		JOIN blocks b ON b.header_signature = x.block_id WHERE x.%s IN (%s)`, table, column, in)), args...).Scan(&oldest)
+		JOIN blocks b ON b.header_signature = x.block_id WHERE %s`, table, in)), list).Scan(&oldest)
 	if err != nil || oldest == nil {
 		return false, err
 	}
 	var found bool
 	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+fmt.Sprintf(`
-		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE x.%s IN (%s))`, table, column, in)),
-		append([]any{tip, *oldest}, args...)...).Scan(&found)
+		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE %s)`, table, in)),
+		tip, *oldest, list).Scan(&found)
 	return found, err
 }

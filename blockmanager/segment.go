@@ -72,7 +72,7 @@ const predecessorSQL = `SELECT p.block_num, p.segment,
 // found Put fails and looks for nothing.
 func (m *Manager) keepPredecessor(ctx context.Context, tx refset.Tx, id string, gate bool) (predecessor, error) {
 	if gate && m.stmt.keepGated != "" {
-		return m.readPredecessor(ctx, tx, m.stmt.keepGated, gateKey, id)
+		return m.readPredecessor(ctx, tx, m.stmt.keepGated, m.locks+gateKey, id)
 	}
 	return m.readPredecessor(ctx, tx, m.stmt.keep, id)
 }

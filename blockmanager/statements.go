@@ -10,11 +10,11 @@ import (
 // written once, at Open, from what its driver offers, and rebound to its
 // placeholders.
 type statements struct {
-	// lock takes a lock until the transaction ends, named by its one argument, as
-	// gateShared and gateExclusive take the arrivals gate's (see passGate). All
-	// three are "" where the database runs one write transaction at a time, which
-	// orders them already.
-	lock, gateShared, gateExclusive string
+	// lock takes a lock until the transaction ends, named by its one argument
+	// (the arrivals gate's exclusive, too: see passGate), and gateShared the gate's
+	// shared. Both are "" where the database runs one write transaction at a time,
+	// which orders them already.
+	lock, gateShared string
 	// predecessor reads a block as a predecessor (predecessorSQL). keep does too,
 	// and keeps its row from clean-up until the transaction ends; keepGated passes
 	// the arrivals gate first, named by its first argument: "" where the database
@@ -45,7 +45,6 @@ func newStatements(drv refsetdriver.Driver) statements {
 	if locks, ok := drv.(refsetdriver.TxLocks); ok {
 		s.lock = drv.Rebind(`SELECT ` + locks.TxLock(false))
 		s.gateShared = drv.Rebind(`SELECT ` + locks.TxLock(true))
-		s.gateExclusive = s.lock
 		keyShare := ` ` + locks.KeyShare("p")
 		s.keep = drv.Rebind(predecessorSQL + keyShare)
 		// The gate is taken as the statement joins the predecessor's row, before the

@@ -1,12 +1,14 @@
 package blockmanager
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
 	"iter"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -278,25 +280,17 @@ func (w *walker) readSegment(cols columns, query string) ([]*Block, error) {
 	if w.m.pagePart == 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 {
 		return part(0, w.size)
 	}
-	type result struct {
-		rows []*Block
-		err  error
-	}
 	w.parts++
-	lower := make(chan result, 1)
-	go func() {
-		rows, err := part(span/2, w.size)
-		lower <- result{rows, err}
-	}()
+	var low []*Block
+	var lowErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { low, lowErr = part(span/2, w.size) })
 	rows, err := part(0, span/2)
-	low := <-lower
-	if err == nil {
-		err = low.err
-	}
-	if err != nil {
+	wg.Wait()
+	if err = cmp.Or(err, lowErr); err != nil {
 		return nil, err
 	}
-	return append(rows, low.rows...), nil
+	return append(rows, low...), nil
 }
 
 // read runs a page's query and scans its rows, which have cols. Every row is

@@ -63,9 +63,7 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	workCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for range c.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for workCtx.Err() == nil {
 				expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
 				if err == nil && expired < int64(c.batch) {
@@ -95,7 +93,7 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	total.Duration = time.Since(start)

@@ -101,10 +101,7 @@ func (c *Collector) schemaError(err error) error {
 }
 
 // readError translates an error of a read on the database's reader, which no
-// transaction of refset's translated.
+// transaction of refset's translated (nil stays nil).
 func (c *Collector) readError(err error) error {
-	if err == nil {
-		return nil
-	}
 	return c.schemaError(c.db.TranslateError(err, ""))
 }

@@ -21,40 +21,43 @@ import (
 // trips instead of four; an Add, one instead of three or more. Everything else is
 // InTx's: the same translated errors, retries, logs and context errors.
 
-// statementsOf is cmds as the statements they run for id, when every command is an
-// Exec command; ok is false otherwise, and when a statement would end the transaction
-// (the ordinary path refuses it, statement by statement, as it always did).
-func statementsOf[ID comparable](rebind func(string) string, id ID, cmds []Command[ID]) (execs []*execCommand[ID], stmts []refsetdriver.Statement, ok bool) {
-	execs = make([]*execCommand[ID], len(cmds))
-	stmts = make([]refsetdriver.Statement, len(cmds))
-	for i, c := range cmds {
+// pipelined runs cmds for id as a list of statements, when it can: in a new
+// transaction (tx is nil), on a database that pipelines, when every command is an
+// Exec command and none would end the transaction (the ordinary path refuses that,
+// statement by statement, as it always did). ran is false, and nothing ran, when it
+// cannot. lead, if not nil, gives the store's own statement (the insert of an Add),
+// run first (execs[i] is nil for it), whose errors are translated as the store's are
+// and whose row count is not checked. The statements run in one transaction, as a unit of work of InTx's.
+func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func() refsetdriver.Statement, cmds []Command[ID]) (ran bool, err error) {
+	if tx != nil || s.caps.pipe == nil {
+		return false, nil
+	}
+	execs := make([]*execCommand[ID], 0, len(cmds)+1)
+	stmts := make([]refsetdriver.Statement, 0, len(cmds)+1)
+	for _, c := range cmds {
 		e, isExec := c.(*execCommand[ID])
 		if !isExec {
-			return nil, nil, false
+			return false, nil
 		}
-		q := rebind(e.query)
+		q := s.caps.rebind(e.query)
 		if sqltext.EndingStatement(q) != "" {
-			return nil, nil, false
+			return false, nil
 		}
-		execs[i] = e
-		stmts[i] = refsetdriver.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0}
+		execs = append(execs, e)
+		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0})
 	}
-	return execs, stmts, true
-}
-
-// runPipelined runs stmts for id through run, in one transaction, as a unit of work
-// of InTx's. execs[i] is the Exec command stmts[i] is, or nil for a statement of the
-// store's own (the insert of an Add), whose errors are translated as the store's are
-// and whose row count is not checked.
-func runPipelined[ID comparable](ctx context.Context, db Database, caps capabilities, id ID, execs []*execCommand[ID], stmts []refsetdriver.Statement) error {
-	log, slow := caps.log, caps.slow
-	return runUnit(ctx, caps, func() error {
+	if lead != nil {
+		execs = append([]*execCommand[ID]{nil}, execs...)
+		stmts = append([]refsetdriver.Statement{lead()}, stmts...)
+	}
+	db := s.db
+	return true, runUnit(ctx, s.caps, func() error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("refset: in transaction: %w", err)
 		}
 		start := time.Now() // a pipelined statement is timed from when the first was sent
-		err := caps.pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
-			dblog.Slow(ctx, log, slow, stmts[i].Query, start)
+		err := s.caps.pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
+			dblog.Slow(ctx, s.caps.log, s.caps.slow, stmts[i].Query, start)
 			if execs[i] == nil { // the store's own statement, an insert: as Persist
 				if err != nil {
 					return db.TranslateError(err, stmts[i].Query)

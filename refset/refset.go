@@ -74,13 +74,10 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 // pipelined when the commands are all Exec commands and the database can pipeline
 // them and the store give its insert as a statement, otherwise under a savepoint of tx.
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
-	if tx == nil && s.caps.pipe != nil {
-		if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
-			if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
-				execs = append([]*execCommand[ID]{nil}, execs...)
-				stmts = append([]refsetdriver.Statement{ins.InsertStatement(obj)}, stmts...)
-				return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
-			}
+	if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
+		insert := func() refsetdriver.Statement { return ins.InsertStatement(obj) }
+		if ran, err := s.pipelined(ctx, tx, id, insert, cmds); ran {
+			return err
 		}
 	}
 	return s.within(ctx, tx, func(tx Tx) error {
@@ -255,10 +252,8 @@ func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
-	if tx == nil && s.caps.pipe != nil {
-		if execs, stmts, ok := statementsOf(s.caps.rebind, id, cmds); ok {
-			return runPipelined(ctx, s.db, s.caps, id, execs, stmts)
-		}
+	if ran, err := s.pipelined(ctx, tx, id, nil, cmds); ran {
+		return err
 	}
 	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
 }

@@ -172,7 +172,7 @@ func newView(raw Querier, db Database) *txview.View {
 // refused statement.
 func translateStatement(db Database, err error, query string) error {
 	err = db.TranslateError(err, query)
-	if IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if IsSentinel(err) || isContextError(err) {
 		return err
 	}
 	return opError("statement", ErrStatement, err)

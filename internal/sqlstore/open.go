@@ -42,7 +42,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	set := schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue}
 	if d.ExternalMigrations() {
 		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
-			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, translated(db, err))
+			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, db.TranslateError(err, ""))
 		}
 	} else if _, err := schema.Apply(ctx, db, d.SchemaSQL(), set); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
@@ -66,14 +66,6 @@ func (cfg Config) tables() (table, holds, queue sqlident.Ident, err error) {
 		return table, holds, queue, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
 	}
 	return table, holds, queue, nil
-}
-
-// translated is err, a driver's error translated to a sentinel unless it carries one.
-func translated(db refset.Database, err error) error {
-	if Translated(err) {
-		return err
-	}
-	return db.TranslateError(err, "")
 }
 
 // Translated reports whether err already carries a refset sentinel, so a store does
