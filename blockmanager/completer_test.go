@@ -117,6 +117,23 @@ func TestForkChoice(t *testing.T) {
 	})
 }
 
+// Forks says when each fork head leaves the cache: ForkTTL after it became one, by
+// the database's clock, on every database (SQLite keeps the expiry as a number).
+func TestForksExpireAfterForkTTL(t *testing.T) {
+	const ttl = 7 * time.Minute
+	eachDB(t, Config{ForkTTL: ttl}, func(t *testing.T, m *Manager) {
+		c := m.Completer()
+		receiveAll(t, c, chain("g", NullBlockID, 0, 4))
+		before := time.Now()
+		receiveAll(t, c, chain("f", "g0001", 2, 1)) // f0002: a fork head
+		after := time.Now()
+		fs, err := m.Controller().Forks(t.Context())
+		require.NoError(t, err)
+		require.Contains(t, fs, "f0002")
+		assert.WithinRange(t, fs["f0002"], before.Add(ttl-time.Second), after.Add(ttl+time.Second))
+	})
+}
+
 // Committing a block that extends the head makes no fork of the old head: a node
 // that commits every block keeps an empty fork cache. Only an abandoned head is a
 // fork.

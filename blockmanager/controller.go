@@ -4,15 +4,22 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // ForkHolder is the holder name of the chain controller's fork cache in the blocks'
 // holds table.
 const ForkHolder = "fork-cache"
+
+// forkHolds is the blocks set's holds table, which is refset's: the controller keeps
+// and drops its fork-cache holds with the set's Hold and Unhold commands and reads
+// them with the store's ListHolds, never with SQL of its own on that table.
+var forkHolds = sqlident.Must("blocks_holds")
 
 // ChainController keeps the committed head in chain_heads and the head of every
 // other branch in a fork cache: a hold with an expiry, renewed while the fork grows.
@@ -49,7 +56,7 @@ func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) e
 		return err
 	}
 	if prev.Valid {
-		if _, err := tx.ExecContext(ctx, m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, prev.String); err != nil {
+		if err := c.unfork(ctx, tx, prev.String); err != nil {
 			return err
 		}
 	}
@@ -76,13 +83,15 @@ func (c *ChainController) head(ctx context.Context, q refset.Querier) (string, i
 }
 
 // commit makes id the committed head in place of old (numbered oldNum; "" before the
-// first block). The committed chain needs no fork-cache holds, so id and its
-// ancestors down to old's height lose theirs; old becomes a fork only if it is not
-// one of those ancestors, for a committed block is no fork, and a node that commits
-// every block would otherwise add one fork-cache entry per block. extendsOld says
-// the caller knows old is id's predecessor, which spares the walk. Only a switch to
-// another branch walks further, down to the lowest fork head, since a fork head
-// below old's height may be on the branch now committed.
+// first block). The committed chain needs no fork-cache holds, so the fork heads
+// among id and its ancestors lose theirs; old becomes a fork only if it is not one of
+// those ancestors, for a committed block is no fork, and a node that commits every
+// block would otherwise add one fork-cache entry per block. extendsOld says the
+// caller knows old is id's predecessor, which spares the walk: then id is the only
+// one of the two that can be a fork head (old, the head, never is), as when there was
+// no head. Otherwise the walk goes down to old's height or the lowest fork head's,
+// whichever is lower, since a fork head below old's height may be on the branch now
+// committed (below old, the committed chain it passes holds no fork heads).
 func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old string, oldNum int64, extendsOld bool) error {
 	m := c.m
 	if _, err := tx.ExecContext(ctx, `DELETE FROM chain_heads`); err != nil {
@@ -91,42 +100,47 @@ func (c *ChainController) commit(ctx context.Context, tx refset.Tx, id, old stri
 	if _, err := tx.ExecContext(ctx, m.sql(`INSERT INTO chain_heads (chain_head) VALUES (?)`), id); err != nil {
 		return err
 	}
-	if old == "" {
-		_, err := tx.ExecContext(ctx, m.sql(`DELETE FROM blocks_holds WHERE holder = ? AND object_id = ?`), ForkHolder, id)
+	if old == "" || extendsOld {
+		return c.unfork(ctx, tx, id)
+	}
+	_, forks, err := m.drv.SchemaSQL().ListHolds(ctx, tx, forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
+	if err != nil {
 		return err
 	}
-	// unholdDownTo removes the fork-cache holds of id and its ancestors down to height.
-	unholdDownTo := func(height int64) error {
-		_, err := tx.ExecContext(ctx, m.sql(ancestorsSQL+`
-		DELETE FROM blocks_holds WHERE holder = ? AND object_id IN (SELECT id FROM walk)`), id, height, ForkHolder)
+	heads := make([]string, len(forks))
+	for i, f := range forks {
+		heads[i] = f.ObjectID
+	}
+	lowest := oldNum
+	if err := tx.QueryRowContext(ctx, m.sql(`SELECT COALESCE(MIN(block_num), ?) FROM blocks WHERE `+m.drv.ColumnIn("header_signature")),
+		oldNum, m.stmt.list(heads)).Scan(&lowest); err != nil {
 		return err
 	}
-	if err := unholdDownTo(oldNum); err != nil {
+	walk, err := queryStrings(ctx, tx, m.sql(ancestorsSQL+` SELECT id FROM walk`), id, min(lowest, oldNum))
+	if err != nil {
 		return err
 	}
-	if extendsOld {
-		return nil
-	}
-	var ancestor bool
-	if err := tx.QueryRowContext(ctx, m.sql(ancestorsSQL+`
-		SELECT EXISTS (SELECT 1 FROM walk WHERE id = ?)`), id, oldNum, old).Scan(&ancestor); err != nil {
-		return err
-	}
-	if ancestor {
-		return nil
-	}
-	var lowest int64
-	if err := tx.QueryRowContext(ctx, m.sql(`SELECT COALESCE(MIN(b.block_num), ?) FROM blocks_holds h
-		JOIN blocks b ON b.header_signature = h.object_id WHERE h.holder = ?`), oldNum, ForkHolder).Scan(&lowest); err != nil {
-		return err
-	}
-	if lowest < oldNum {
-		if err := unholdDownTo(lowest); err != nil {
-			return err
+	for _, h := range heads {
+		if slices.Contains(walk, h) {
+			if err := c.unfork(ctx, tx, h); err != nil {
+				return err
+			}
 		}
+	}
+	if slices.Contains(walk, old) {
+		return nil
 	}
 	// The old committed chain was abandoned: it becomes a fork.
 	return m.blocks.Hold(ForkHolder, m.forkTTL).Execute(ctx, tx, old)
+}
+
+// unfork drops id's fork-cache hold, if it has one.
+func (c *ChainController) unfork(ctx context.Context, tx refset.Tx, id string) error {
+	err := c.m.blocks.Unhold(ForkHolder).Execute(ctx, tx, id)
+	if errors.Is(err, refset.ErrNotFound) {
+		return nil
+	}
+	return err
 }
 
 // ancestorsSQL walks from a block (the first parameter) through its ancestors down to
@@ -171,24 +185,13 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 // those of Manager.Get.
 func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
-	rows, err := c.m.db.Reader().QueryContext(ctx, c.m.sql(`SELECT object_id, expires_at FROM blocks_holds WHERE holder = ?`), ForkHolder)
+	_, holds, err := c.m.drv.SchemaSQL().ListHolds(ctx, c.m.db.Reader(), forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	forks := make(map[string]time.Time)
-	for rows.Next() {
-		var id string
-		var exp any
-		if err := rows.Scan(&id, &exp); err != nil {
-			return nil, err
-		}
-		switch v := exp.(type) {
-		case time.Time:
-			forks[id] = v
-		case int64: // SQLite keeps Unix milliseconds
-			forks[id] = time.UnixMilli(v)
-		}
+	forks := make(map[string]time.Time, len(holds))
+	for _, h := range holds {
+		forks[h.ObjectID] = h.ExpiresAt
 	}
-	return forks, rows.Err()
+	return forks, nil
 }
