@@ -66,6 +66,7 @@ func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, e
 		return nil, err
 	}
 	d, p, table := c.dialect, &c.plan, c.plan.Table
+	var parts []string
 	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
 		if err := d.SchemaSQL().LockMigrations(ctx, tx); err != nil {
 			return err
@@ -73,10 +74,19 @@ func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, e
 		if err := describe(ctx, tx, d, p); err != nil {
 			return err
 		}
+		var err error
+		if parts, err = d.Parts(ctx, tx, p.Table, p.Holds); err != nil {
+			return err
+		}
 		return d.Install(ctx, tx, p)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+	}
+	for _, key := range parts {
+		c.log.Info("refset/cleanup: a foreign key is ON DELETE CASCADE: its rows count as parts of the object and keep nothing alive, "+
+			"so clean-up deletes the object (and them) once nothing else references it; declare it ON DELETE RESTRICT if its rows hold the object",
+			slog.String("key", key))
 	}
 	for _, r := range p.References {
 		if r.NoAction {
@@ -110,16 +120,56 @@ func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector,
 		}
 		return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, err)
 	}
+	if cfg.Grace == 0 {
+		// Objects the database refuses to delete are postponed by the grace period:
+		// by the program's, as its Install left it in the triggers.
+		grace, ok, err := c.dialect.InstalledGrace(ctx, db.Reader(), &c.plan)
+		if err != nil {
+			return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, c.readError(err))
+		}
+		if ok && grace > 0 {
+			c.plan.Grace = grace
+		}
+	}
 	return c, nil
 }
 
-// describe completes p, which knows only its table, from the set's registration and
-// the catalog, through q: the qualified names, the ID type and every reference. It
-// fails with an *UnindexedError if a referencing column has no index.
-func describe(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *refsetdriver.Plan) error {
+// Installed is the Config the last Install left in the database for the set on
+// table: its Table, and its Grace as the set's triggers apply it to new objects (zero,
+// which Install takes as DefaultGrace, when no Install made them). Grace is the one
+// setting of Config the database keeps; the others are each collector's own. A tool
+// that installs clean-up on a set a program owns (the refset command's collect and
+// sweep) installs with it, so that it keeps the program's grace period. It reads on the
+// database's reader.
+//
+// Errors: refset.ErrNotFound (no set registered on table), refset.ErrInvalidIdentifier,
+// refset.ErrSchema (its tables are gone), and the read errors of Check.
+func Installed(ctx context.Context, db refset.Database, table string) (_ Config, err error) {
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	c, err := newCollector(db, Config{Table: table})
+	if err != nil {
+		return Config{}, err
+	}
+	cfg := Config{Table: table}
+	if _, err := locate(ctx, db.Reader(), c.dialect, &c.plan); err != nil {
+		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
+	}
+	grace, ok, err := c.dialect.InstalledGrace(ctx, db.Reader(), &c.plan)
+	if err != nil {
+		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
+	}
+	if ok && grace > 0 {
+		cfg.Grace = grace
+	}
+	return cfg, nil
+}
+
+// locate completes p, which knows only its table, with what the set's registration
+// says and the session resolves: the qualified names of its tables and its ID column.
+func locate(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *refsetdriver.Plan) (refsetdriver.Registered, error) {
 	reg, err := d.SchemaSQL().Lookup(ctx, q, p.Table)
 	if err != nil {
-		return err
+		return reg, err
 	}
 	p.IDColumn, p.RegisteredQueue = reg.IDColumn, reg.Queue.String()
 	// Resolved once, here: the triggers must name the same tables in every
@@ -129,10 +179,21 @@ func describe(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *r
 		name sqlident.Ident
 	}{{&p.Table, reg.Table}, {&p.Holds, reg.Holds}, {&p.Queue, reg.Queue}} {
 		if *n.to, err = d.Qualify(ctx, q, n.name); err != nil {
-			return err
+			return reg, err
 		}
 	}
-	p.IDType, p.References, err = d.Describe(ctx, q, p.Table, reg.IDColumn)
+	return reg, nil
+}
+
+// describe completes p, which knows only its table, from the set's registration and
+// the catalog, through q: the qualified names, the ID type and every reference. It
+// fails with an *UnindexedError if a referencing column has no index.
+func describe(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *refsetdriver.Plan) error {
+	reg, err := locate(ctx, q, d, p)
+	if err != nil {
+		return err
+	}
+	p.IDType, p.References, err = d.Describe(ctx, q, p.Table, p.IDColumn)
 	if err != nil {
 		return err
 	}

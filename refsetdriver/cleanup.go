@@ -32,8 +32,17 @@ type CleanupDialect interface {
 	// A key to the table that refuses deletion but does not reference the ID column
 	// alone fails it with UnfollowedKeys.
 	Describe(ctx context.Context, q Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
+	// Parts describes, each for a log line (its name, table and columns), the foreign
+	// keys to the set's table declared ON DELETE CASCADE, but for those of its holds
+	// table: Describe leaves them out, since their rows are parts of the object and
+	// keep nothing alive.
+	Parts(ctx context.Context, q Querier, table, holds sqlident.Ident) ([]string, error)
 	// Install creates or replaces the triggers of p, inside tx.
 	Install(ctx context.Context, tx Tx, p *Plan) error
+	// InstalledGrace reads the grace period that the trigger an earlier Install made
+	// for p's new objects applies (p as describe completed it: its qualified table and
+	// registered queue), or false when there is no such trigger.
+	InstalledGrace(ctx context.Context, q Querier, p *Plan) (grace time.Duration, ok bool, err error)
 	// ExpireHolds deletes up to limit expired holds.
 	ExpireHolds(ctx context.Context, tx Tx, p *Plan, limit int) (int64, error)
 	// CollectBatch reviews up to limit due queue entries. An object the database

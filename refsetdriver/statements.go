@@ -8,6 +8,10 @@ type Column struct {
 	Type    string // as the catalog writes it, e.g. "text", "VARCHAR(128)"
 	NotNull bool
 	Primary bool // part of the primary key
+	// Default is a column the database fills when an INSERT leaves it out: one with
+	// a DEFAULT (a serial's too), an identity or generated column, SQLite's rowid
+	// alias (INTEGER PRIMARY KEY). A NOT NULL column without it must be mapped.
+	Default bool
 }
 
 // SetTable is a set's table, checked against the catalog, as a dialect writes its

@@ -81,8 +81,10 @@ func (o Options) Settings() refsetdriver.Settings {
 
 // NewStore returns the store of a set of T in db, a database of store/sqlite or
 // store/postgres (refset.ErrInvalidConfig for anything else). It checks every name
-// in cfg, checks that each `db`-tagged field of T has a column and that the primary
-// key is mapped to a field of type ID (refset.ErrSchema otherwise), and creates the
+// in cfg, checks that each `db`-tagged field of T has a column, that each NOT NULL
+// column without a default (nor an identity, generated or rowid column) has a field,
+// and that the primary key is mapped to a field of type ID (refset.ErrSchema
+// otherwise, naming the column and the `db` tag to add), and creates the
 // holds table and review queue if they do not exist, also when refset's records say
 // it made them before: tables dropped and made again (by hand, or by DROP SCHEMA ...
 // CASCADE while refset_schema_version lives in another schema) get a working set.

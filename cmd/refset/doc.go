@@ -21,6 +21,10 @@
 // reports nothing pending. holds rm deletes expired holds only; a live hold is its
 // holder's to unhold, so without --expired it refuses.
 //
+// --table names a set's object table with its schema or without, whichever way its
+// store was configured: public.notes or notes on PostgreSQL, main.notes or notes on
+// SQLite.
+//
 // --db is a SQLite file path, or a PostgreSQL DSN (a postgres:// or postgresql:// URL,
 // or key=value pairs); --driver pgx|postgres picks the Postgres driver (lib/pq by
 // default). A SQLite file that does not exist is an error, never created. --replica
@@ -36,7 +40,8 @@
 // status, why, check, migrate status, migrate sql and holds ls only read, and install
 // no clean-up triggers (those carry the grace period of the program that owns the set,
 // which a tool must not change). collect and sweep install clean-up as the program
-// does (cleanup.Install), with --grace.
+// does (cleanup.Install), to follow references added since, with the grace period the
+// set's triggers already apply (cleanup.Installed), or --grace if given.
 //
 // Exit codes: 0 success; 1 check found leaked objects or dangling references; 2 the
 // command could not do its job (bad usage, an unreachable database, an unknown set or

@@ -16,6 +16,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -154,6 +155,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer db.Close()
 	c.db, c.args, c.out = db, pos, stdout
+	if cmd.set {
+		if c.table, err = registeredTable(ctx, db, c.table); err != nil {
+			fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
+			return exitError
+		}
+	}
 	switch err := exec(ctx, c); {
 	case errors.Is(err, errFindings):
 		return exitFindings
@@ -252,6 +259,49 @@ func open(ctx context.Context, c connection) (opened, error) {
 		return nil, err
 	}
 	return db, nil
+}
+
+// registeredTable is the object table of the set that name names, as its store
+// registered it, so that --table takes the table with its schema or without
+// (public.notes for a set on notes, or notes for one on public.notes, on Postgres;
+// main.notes on SQLite). A name that no registered set's table resolves to is
+// returned as it is, but for SQLite's main, which it drops.
+func registeredTable(ctx context.Context, db opened, name string) (string, error) {
+	given, err := sqlident.Parse(name, true)
+	if err != nil {
+		return "", err
+	}
+	d, q := db.Driver(), db.Reader()
+	has, err := d.SchemaSQL().HasSetTable(ctx, q)
+	if err != nil {
+		return "", db.TranslateError(err, "")
+	}
+	var tables []string
+	if has {
+		if tables, err = d.SchemaSQL().SetTables(ctx, q); err != nil {
+			return "", db.TranslateError(err, "")
+		}
+	}
+	if slices.Contains(tables, given.String()) {
+		return given.String(), nil
+	}
+	want, err := d.Qualify(ctx, q, given)
+	if err != nil {
+		return name, nil // no such table: the command says so
+	}
+	for _, t := range tables {
+		id, err := sqlident.Parse(t, true)
+		if err != nil {
+			continue
+		}
+		if got, err := d.Qualify(ctx, q, id); err == nil && got == want {
+			return t, nil
+		}
+	}
+	if want.Schema == "" && given.Schema != "" {
+		return want.String(), nil
+	}
+	return name, nil
 }
 
 // inspect is a collector of the set on --table that installs nothing (cleanup.Inspect).
@@ -420,14 +470,26 @@ func (doc checkJSON) text(out io.Writer) error {
 }
 
 // installing declares --grace for a command that installs clean-up as the set's
-// program does (collect, sweep), and returns how it gets the set's collector.
+// program does (collect, sweep), and returns how it gets the set's collector. Without
+// --grace it installs with the settings the set's last Install left in the database
+// (cleanup.Installed), so that it never changes the program's grace period.
 func installing(fs *flag.FlagSet, verb string) func(context.Context, call) (*cleanup.Collector, error) {
-	grace := fs.Duration("grace", cleanup.DefaultGrace, "the grace period of new objects; "+verb+" installs clean-up's triggers with it, so give the one the set's program uses")
+	grace := fs.Duration("grace", 0, "the grace period of new objects, which "+verb+" installs clean-up's triggers with "+
+		"(default: the one the set's triggers apply, as its program installed them; "+cleanup.DefaultGrace.String()+" if none did)")
 	return func(ctx context.Context, c call) (*cleanup.Collector, error) {
-		if *grace <= 0 {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "grace" })
+		if given && *grace <= 0 {
 			return nil, fmt.Errorf("%w: --grace must be positive", refset.ErrInvalidConfig)
 		}
-		return cleanup.Install(ctx, c.db, cleanup.Config{Table: c.table, Grace: *grace})
+		cfg, err := cleanup.Installed(ctx, c.db, c.table)
+		if err != nil {
+			return nil, err
+		}
+		if given {
+			cfg.Grace = *grace
+		}
+		return cleanup.Install(ctx, c.db, cfg)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -588,5 +589,120 @@ func TestUnpreparedFlagReachesTheStore(t *testing.T) {
 		require.True(t, ok, "a Postgres DSN opens a *postgres.DB, not %T", db)
 		require.Equal(t, unprepared, pg.Driver().Unprepared())
 		require.NoError(t, db.Close())
+	}
+}
+
+// TestInstallKeepsTheProgramsGrace: collect and sweep install clean-up's triggers
+// again, with the grace period the set's program installed (2s here) unless --grace
+// says otherwise; a new object is then due that long after it was added.
+func TestInstallKeepsTheProgramsGrace(t *testing.T) {
+	bin := buildCLI(t)
+	cases := []struct {
+		name string
+		args []string
+		want time.Duration
+	}{
+		{name: "collect", args: []string{"collect"}, want: 2 * time.Second},
+		{name: "collect until empty", args: []string{"collect", "--until-empty"}, want: 2 * time.Second},
+		{name: "sweep", args: []string{"sweep"}, want: 2 * time.Second},
+		{name: "collect with --grace", args: []string{"collect", "--grace", "1h"}, want: time.Hour},
+		{name: "sweep with --grace", args: []string{"sweep", "--grace", "1h"}, want: time.Hour},
+	}
+	for _, b := range backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			ctx := t.Context()
+			exec := func(q string, args ...any) {
+				t.Helper()
+				require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+					_, err := tx.ExecContext(ctx, db.Driver().Rebind(q), args...)
+					return err
+				}), q)
+			}
+			exec(`CREATE TABLE notes (id TEXT PRIMARY KEY)`)
+			_, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
+			require.NoError(t, err)
+			// How long until a queued object is due, by the database's clock.
+			until := `SELECT review_after - ` + sqliteNow + ` FROM notes_review WHERE object_id = ?`
+			if b.Postgres {
+				until = `SELECT (EXTRACT(EPOCH FROM review_after - now()) * 1000)::bigint FROM notes_review WHERE object_id = $1`
+			}
+			for i, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					_, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: 2 * time.Second})
+					require.NoError(t, err)
+					cli(t, bin, dbArgs, exitOK, append(tc.args, "--table", "notes")...)
+
+					id := fmt.Sprintf("n%d", i)
+					exec(`INSERT INTO notes (id) VALUES (?)`, id)
+					var ms int64
+					require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, until, id).Scan(&ms))
+					left := time.Duration(ms) * time.Millisecond
+					require.LessOrEqual(t, left, tc.want, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
+					require.Greater(t, left, tc.want-time.Second, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
+
+					cfg, err := cleanup.Installed(ctx, db, "notes")
+					require.NoError(t, err)
+					require.Equal(t, cleanup.Config{Table: "notes", Grace: tc.want}, cfg)
+				})
+			}
+		})
+	}
+}
+
+// TestQualifiedTables: every --table takes the set's table with its schema or
+// without, whichever way its store registered it (Postgres), and SQLite's main.
+func TestQualifiedTables(t *testing.T) {
+	bin := buildCLI(t)
+	for _, b := range backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			prepare(t, b, db)
+			ctx := t.Context()
+			schema := "main"
+			if b.Postgres {
+				require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
+				// A set its store registered qualified, named bare below.
+				require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+					_, err := tx.ExecContext(ctx, `CREATE TABLE `+schema+`.parts (id TEXT PRIMARY KEY)`)
+					return err
+				}))
+				_, err := store.NewStore[object, string](ctx, db, store.Config{Table: schema + ".parts"})
+				require.NoError(t, err)
+			}
+			blocks := schema + ".blocks"
+			cases := []struct {
+				name     string
+				args     []string
+				postgres bool // a case of the set registered qualified
+				code     int
+				stdout   []string
+			}{
+				{name: "why", args: []string{"why", "h", "--table", blocks}, stdout: []string{"'alice'", "'h6'"}},
+				{name: "check", args: []string{"check", "--table", blocks}, code: exitFindings, stdout: []string{"blocks: 1 leaked"}},
+				{name: "holds ls", args: []string{"holds", "ls", "--table", blocks}, stdout: []string{"alice"}},
+				{name: "migrate status", args: []string{"migrate", "status", "--table", blocks}, stdout: []string{"set:blocks"}},
+				{name: "collect", args: []string{"collect", "--table", blocks}, stdout: []string{"pass 1: reviewed"}},
+				{name: "sweep", args: []string{"sweep", "--table", blocks}, stdout: []string{"queued"}},
+				{name: "bare name of a qualified set", args: []string{"check", "--table", "parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
+				{name: "qualified name of a qualified set", args: []string{"check", "--table", schema + ".parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
+			}
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					if tc.postgres && !b.Postgres {
+						t.Skip("SQLite's sets are in main, never qualified")
+					}
+					out := cli(t, bin, dbArgs, tc.code, tc.args...)
+					for _, s := range tc.stdout {
+						require.Contains(t, out, s)
+					}
+					require.NotContains(t, out, "set:"+blocks, "no second registration of blocks")
+				})
+			}
+			// migrate did not register blocks again under its qualified name.
+			sets, err := db.Driver().SchemaSQL().SetTables(ctx, db.Driver().Pool())
+			require.NoError(t, err)
+			require.NotContains(t, sets, blocks)
+		})
 	}
 }

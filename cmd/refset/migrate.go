@@ -138,7 +138,14 @@ func onSets(run func(migration, context.Context, call) error) func(*flag.FlagSet
 			return nil
 		})
 		return func(ctx context.Context, c call) error {
-			m, err := newMigration(ctx, c.db, tables)
+			named := make([]string, len(tables))
+			for i, t := range tables {
+				var err error
+				if named[i], err = registeredTable(ctx, c.db, t); err != nil {
+					return err
+				}
+			}
+			m, err := newMigration(ctx, c.db, named)
 			if err != nil {
 				return err
 			}

@@ -144,6 +144,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "CancelledContext", testCancelledContext},
 	{mainSuite, "BadIdentifiers", testBadIdentifiers},
 	{mainSuite, "SchemaMismatch", testSchemaMismatch},
+	{mainSuite, "UnmappedNotNullColumnRefused", testUnmappedNotNull},
 	{mainSuite, "UnitOfWork", testUnitOfWork},
 	{mainSuite, "TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
 	{mainSuite, "ConcurrentWriters", testConcurrentWriters},

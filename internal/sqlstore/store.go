@@ -38,7 +38,8 @@ func (t Table) SetTable() refsetdriver.SetTable {
 }
 
 // Resolve checks the struct T against the columns of table: every mapped column
-// exists, the primary key is one column, mapped to a field of type ID. idColumn may
+// exists, every NOT NULL column without a default is mapped, the primary key is one
+// column, mapped to a field of type ID. idColumn may
 // be "" (use the primary key).
 func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idColumn string, cols []refsetdriver.Column) (Table, error) {
 	m, err := NewMapping(reflect.TypeFor[T]())
@@ -60,6 +61,13 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 		if _, ok := byName[col]; !ok {
 			return Table{}, fmt.Errorf("refset: table %s has no column %q (mapped by %v): %w",
 				table, col, m.typ, refset.ErrSchema)
+		}
+	}
+	for _, c := range cols {
+		if _, mapped := m.Field(c.Name); c.NotNull && !c.Default && !mapped {
+			return Table{}, fmt.Errorf("refset: column %q of %s is NOT NULL without a default, and no field of %v maps it, "+
+				"so every Add would fail: add a field tagged `db:%q`, or give the column a default: %w",
+				c.Name, table, m.typ, c.Name, refset.ErrSchema)
 		}
 	}
 	if idColumn == "" {

@@ -161,6 +161,47 @@ func (cleanupDialect) Qualify(ctx context.Context, q refset.Querier, name sqlide
 	return q2, nil
 }
 
+// graceBefore and graceAfter surround the grace period, in milliseconds, in the body
+// of the trigger function that queues new objects, where InstalledGrace reads it back.
+const (
+	graceBefore = "now() + "
+	graceAfter  = " * interval '1 millisecond'"
+)
+
+// triggerSourceSQL reads the body of the function an existing trigger runs.
+const triggerSourceSQL = `
+SELECT f.prosrc FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
+WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
+
+// InstalledGrace reads the grace period from the body of the insert trigger's function.
+func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
+	var body string
+	err := q.QueryRowContext(ctx, triggerSourceSQL, p.Table.Quoted(), p.Name("new")+"_insert").Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	grace, ok := cleanupsql.GraceIn(body, graceBefore, graceAfter)
+	return grace, ok, nil
+}
+
+// partsSQL describes the foreign keys to the set's table ($1) declared ON DELETE
+// CASCADE, but the holds table's ($2).
+const partsSQL = `
+SELECT format('constraint %I on %s (%s)', c.conname, c.conrelid::regclass,
+       (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord)
+        JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum))
+FROM pg_constraint c
+WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND c.confdeltype = 'c'
+  AND c.conrelid IS DISTINCT FROM to_regclass($2)
+ORDER BY 1`
+
+func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]string, error) {
+	return cleanupsql.Column[string](ctx, q, partsSQL, table.Quoted(), holds.Quoted())
+}
+
 // triggerFunctionSQL finds the function an existing trigger runs.
 const triggerFunctionSQL = `
 SELECT n.nspname, f.proname
@@ -237,7 +278,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col))))
 	}
 	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueueAny(p,
-		fmt.Sprintf(`n."%s", now() + %d * interval '1 millisecond'`, p.IDColumn, p.Grace.Milliseconds()),
+		fmt.Sprintf(`n."%s", %s`, p.IDColumn, cleanupsql.GraceExpr(graceBefore, graceAfter, p.Grace)),
 		`new_rows n WHERE `+unprobed(p, "n")))
 	for _, t := range triggers {
 		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)

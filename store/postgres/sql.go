@@ -24,12 +24,17 @@ const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 type dialect struct{}
 
 // columnsSQL reads a table's columns; to_regclass resolves an unqualified name through
-// search_path as the statements will, and yields no rows for a missing table.
+// search_path as the statements will, and yields no rows for a missing table. A
+// column has a default when it has one of its own (serials' nextval, and generated
+// columns' expressions, are kept as defaults), is an identity, or is of a domain
+// with a default.
 const columnsSQL = `
 SELECT a.attname,
        format_type(a.atttypid, a.atttypmod),
        a.attnotnull,
-       COALESCE(a.attnum = ANY (i.indkey), false)
+       COALESCE(a.attnum = ANY (i.indkey), false),
+       a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
+         OR (SELECT t.typdefaultbin IS NOT NULL FROM pg_type t WHERE t.oid = a.atttypid)
 FROM pg_attribute a
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
@@ -37,7 +42,7 @@ ORDER BY a.attnum`
 
 func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
 	return cleanupsql.Rows(ctx, q, columnsSQL, []any{table.Quoted()}, func(rows *sql.Rows, c *refsetdriver.Column) error {
-		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary)
+		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary, &c.Default)
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
@@ -61,9 +62,13 @@ SELECT EXISTS (SELECT 1 FROM pragma_index_list(?1) il, pragma_index_info(il.name
 
 const keyColumnsSQL = `SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk`
 
-// Qualify returns name: SQLite's triggers live in the schema of their table and name
-// only tables of it.
+// Qualify returns name, without its schema if that is main: SQLite's triggers live in
+// the schema of their table and name only tables of it, and refset's stores name the
+// tables of main (the only schema they use) unqualified.
 func (cleanupDialect) Qualify(_ context.Context, _ refset.Querier, name sqlident.Ident) (sqlident.Ident, error) {
+	if strings.EqualFold(name.Schema, "main") {
+		name.Schema = ""
+	}
 	return name, nil
 }
 
@@ -129,6 +134,43 @@ func enqueue(p *refsetdriver.Plan, id, reviewAfter string) string {
 	return cleanupDialect{}.Enqueue(p, "VALUES ("+id+", "+reviewAfter+")")
 }
 
+// graceBefore comes before the grace period, in milliseconds, in the text of the
+// trigger that queues new objects, where InstalledGrace reads it back; graceAfter
+// follows it there (the end of enqueue's VALUES).
+const (
+	graceBefore = nowMillis + " + "
+	graceAfter  = ")"
+)
+
+// InstalledGrace reads the grace period from the text of the insert trigger.
+func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
+	var text string
+	err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ? AND tbl_name = ? COLLATE NOCASE`,
+		p.Name("new")+"_insert", p.Table.Name).Scan(&text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	grace, ok := cleanupsql.GraceIn(text, graceBefore, graceAfter)
+	return grace, ok, nil
+}
+
+// partsSQL describes the foreign keys to the set's table (?1) declared ON DELETE
+// CASCADE, but the holds table's (?2).
+const partsSQL = `
+SELECT printf('a key on %s (%s)', m.name, group_concat(f."from", ', '))
+FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
+WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND upper(f.on_delete) = 'CASCADE'
+  AND m.name <> ?2 COLLATE NOCASE
+GROUP BY m.name, f.id
+ORDER BY m.name, f.id`
+
+func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]string, error) {
+	return cleanupsql.Column[string](ctx, q, partsSQL, table.Name, holds.Name)
+}
+
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
 	var stmts []string
 	trigger := func(name, event string, table sqlident.Ident, when, body string) {
@@ -144,7 +186,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 			fmt.Sprintf(`%s IS NOT NULL AND %s IS NOT NEW."%s"`, old, old, r.Column), enqueue(p, old, nowMillis))
 	}
 	trigger(p.Name("new")+"_insert", "INSERT", p.Table, "true",
-		enqueue(p, `NEW."`+p.IDColumn+`"`, fmt.Sprintf("%s + %d", nowMillis, p.Grace.Milliseconds())))
+		enqueue(p, `NEW."`+p.IDColumn+`"`, cleanupsql.GraceExpr(graceBefore, "", p.Grace)))
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return err

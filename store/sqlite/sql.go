@@ -20,13 +20,25 @@ const nowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
 
 type dialect struct{}
 
+// columnsSQL reads a table's columns. A column has a default when it is declared with
+// one, or is the table's rowid alias (its one primary key column, of type INTEGER),
+// which SQLite numbers itself. (In a WITHOUT ROWID table such a column is no alias;
+// it is then a set's ID, which its Go type maps whatever this says.) Generated
+// columns are not listed: pragma_table_info hides them.
+const columnsSQL = `
+SELECT c.name, c.type, c."notnull", c.pk > 0,
+       c.dflt_value IS NOT NULL
+         OR (c.pk = 1 AND upper(c.type) = 'INTEGER'
+             AND (SELECT count(*) FROM pragma_table_info(?1) WHERE pk > 0) = 1)
+FROM pragma_table_info(?1) c`
+
 func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
 	if table.Schema != "" {
 		return nil, fmt.Errorf("refset/sqlite: table %s: schema-qualified names are for Postgres: %w", table, refset.ErrInvalidIdentifier)
 	}
-	return cleanupsql.Rows(ctx, q, `SELECT name, type, "notnull", pk > 0 FROM pragma_table_info(?)`, []any{table.Name},
+	return cleanupsql.Rows(ctx, q, columnsSQL, []any{table.Name},
 		func(rows *sql.Rows, c *refsetdriver.Column) error {
-			if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary); err != nil {
+			if err := rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary, &c.Default); err != nil {
 				return err
 			}
 			if c.Type == "" {

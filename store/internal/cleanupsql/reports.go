@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -268,4 +269,32 @@ func Seeds(p *refsetdriver.Plan, withQueue bool) string {
 		seeds = append(seeds, fmt.Sprintf(`SELECT "%s" FROM %s WHERE false`, p.IDColumn, p.Table.Quoted()))
 	}
 	return strings.Join(seeds, " UNION ")
+}
+
+// GraceIn reads the grace period that an insert trigger's text, written with
+// GraceExpr(before, after, ...), applies: the first whole number of milliseconds
+// between before and after.
+func GraceIn(text, before, after string) (time.Duration, bool) {
+	for rest := text; ; {
+		_, tail, ok := strings.Cut(rest, before)
+		if !ok {
+			return 0, false
+		}
+		rest = tail
+		end := strings.IndexFunc(tail, func(r rune) bool { return r < '0' || r > '9' })
+		if end <= 0 || !strings.HasPrefix(tail[end:], after) {
+			continue
+		}
+		ms, err := strconv.ParseInt(tail[:end], 10, 64)
+		if err != nil {
+			continue
+		}
+		return time.Duration(ms) * time.Millisecond, true
+	}
+}
+
+// GraceExpr writes grace, in whole milliseconds, between before and after, as
+// GraceIn reads it.
+func GraceExpr(before, after string, grace time.Duration) string {
+	return before + strconv.FormatInt(grace.Milliseconds(), 10) + after
 }
