@@ -180,7 +180,7 @@ var suiteTests = []suiteTest{
 	{promisesSuite, "PoolIsNotATransaction", testPoolIsNotATx},
 	{promisesSuite, "ContextErrors", testContextErrors},
 	{promisesSuite, "ErrorsMatchSentinels", testErrorsMatchSentinels},
-	{promisesSuite, "ExecPlaceholders", testExecPlaceholders},
+	{promisesSuite, "Placeholders", testPlaceholders},
 }
 
 // runSuite runs the tests of suite s as parallel subtests of a parallel subtest per
