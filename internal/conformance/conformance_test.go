@@ -132,6 +132,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "UnknownID", testUnknownID},
 	{mainSuite, "ZeroID", testZeroID},
 	{mainSuite, "LeaseSharesInstance", testLeaseSharesInstance},
+	{mainSuite, "LoadByID", testLoad},
 	{mainSuite, "CacheFreesReleasedObjects", testCacheFrees},
 	{mainSuite, "ConcurrentMissesLoadOnce", testConcurrentMisses},
 	{mainSuite, "ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
