@@ -73,8 +73,9 @@
 // PostgreSQL), so one program's SQL runs on both stores. A ? in a literal, a quoted
 // name or a comment stays, and so does every ? of a statement with no arguments or
 // with numbered ones ($1): PostgreSQL's jsonb operators ?, ?| and ?& (see Tx for the
-// rule). SQL sent to a pool directly is sent as it is; db.Driver().Rebind(query)
-// writes its placeholders the same way.
+// rule). SQL sent to a pool directly is sent as it is: db.Driver().Rebind(query)
+// writes its placeholders (leaving literals, comments and a statement with $1 as
+// they are).
 //
 // # Leases
 //

@@ -27,7 +27,8 @@ type Querier = refsetdriver.Querier
 // PostgreSQL's jsonb operator (?, ?| and ?&), and a statement that uses one with
 // arguments writes $1, $2, ... for them. A statement that ran before runs unchanged.
 // Statements of one's own on a pool (db.Reader(), the stores' pools) are sent as they
-// are: write the database's placeholders there, or ask db.Driver().Rebind(query).
+// are: write the database's placeholders there, or have db.Driver().Rebind(query)
+// write them.
 //
 // The *Tx methods (AddTx, UpgradeTx, CompleteTx, ...) take the caller's own
 // transaction as a Tx too: a *sql.Tx or *sqlx.Tx, or the Tx that InTx gave. A
