@@ -15,8 +15,9 @@ import (
 //
 // A command must do its work through tx only: it may run again in a new transaction
 // if the database aborted the first one with a conflict. tx cannot end the
-// transaction (see Tx); a command that panics rolls the transaction back, and the
-// panic goes on.
+// transaction (see Tx), and it writes the database's placeholders for ?, so a
+// command's own SQL runs on both stores; a command that panics rolls the transaction
+// back, and the panic goes on.
 type Command[ID comparable] interface {
 	Execute(ctx context.Context, tx Tx, id ID) error
 }
@@ -27,14 +28,22 @@ type CommandFunc[ID comparable] func(ctx context.Context, tx Tx, id ID) error
 // Execute calls f.
 func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { return f(ctx, tx, id) }
 
-// Exec returns a Command that runs query with the object's ID as its only argument.
-// Write the placeholder as ? and the command rewrites it to the database's own ($1 on
-// Postgres) when it runs, so one command serves both stores, for example
+// Exec returns a Command that runs query with the object's ID as its first argument
+// and args after it, for a holder row with more columns than the ID (an owner, a
+// deal). Write the placeholders as ? and the command writes the database's own ($1,
+// $2, ... on Postgres) when it runs, so one command serves both stores, for example
 //
 //	refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)
+//	refset.Exec[string](`INSERT INTO owned (block_id, owner) VALUES (?, ?)`, 1, "alice")
 //
-// ($1 works on both too; on Postgres, a query whose ? is an operator, as jsonb's is,
-// must be written with $1 and without ?).
+// A ? in a string literal, a quoted name or a comment is left as it is, and so is a
+// query that numbers its parameters already ($1 works on both stores too): on
+// Postgres, a query whose ? is an operator, as jsonb's ?, ?| and ?& are, writes $1,
+// $2, ... for its parameters. The Tx that refset gives Commands and InTx functions
+// follows the same rule for statements of one's own (see Tx).
+//
+// The args are the command's, passed as they are to every run: give values, not
+// something that changes after Exec returns. The ID goes as Arg makes it.
 //
 // If wantRows is at least 0 the statement must affect exactly that many rows, or the
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
@@ -47,8 +56,8 @@ func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { retu
 // Options.Unprepared turns preparing off). A Complete whose commands are all Exec
 // commands may send several of them at once on a driver that can (pgx): a statement
 // never runs before the row count of the one before it was checked.
-func Exec[ID comparable](query string, wantRows int64) Command[ID] {
-	return &execCommand[ID]{query: query, wantRows: wantRows}
+func Exec[ID comparable](query string, wantRows int64, args ...any) Command[ID] {
+	return &execCommand[ID]{query: query, wantRows: wantRows, args: args}
 }
 
 // execCommand is the Command Exec returns. Complete knows it: a hand-over made only
@@ -56,6 +65,13 @@ func Exec[ID comparable](query string, wantRows int64) Command[ID] {
 type execCommand[ID comparable] struct {
 	query    string
 	wantRows int64
+	args     []any // after the ID
+}
+
+// argsFor are the statement's arguments for the object id: the ID, then the
+// command's own.
+func (c *execCommand[ID]) argsFor(id ID) []any {
+	return append([]any{Arg(id)}, c.args...)
 }
 
 func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
@@ -64,9 +80,9 @@ func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
 	if v, ok := tx.(*txview.View); ok {
 		// The Tx refset gives commands: the database's placeholders, and the
 		// statement prepared when the database keeps it so.
-		res, err = v.ExecCommand(ctx, v.Rebind(c.query), Arg(id))
+		res, err = v.ExecCommand(ctx, c.query, c.argsFor(id)...)
 	} else {
-		res, err = tx.ExecContext(ctx, c.query, Arg(id))
+		res, err = tx.ExecContext(ctx, c.query, c.argsFor(id)...)
 	}
 	if err != nil || c.wantRows < 0 {
 		return err

@@ -49,6 +49,10 @@
 //	acq, err := rel.Acquire(refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1))
 //	tok, err = acq.Complete(ctx)
 //
+// Exec takes further arguments after the ID, for a holder row with more columns:
+//
+//	refset.Exec[string](`INSERT INTO owned (block_id, owner) VALUES (?, ?)`, 1, "alice")
+//
 // Each step consumes its input: a second Release, Acquire or Complete fails with
 // ErrTokenConsumed and runs nothing. A failed Complete rolls back and leaves the
 // Acquired usable, so the caller may fix the cause and retry.
@@ -62,11 +66,23 @@
 // retried, a bounded number of times, when the database aborts them to keep concurrent
 // ones apart.
 //
+// # Placeholders
+//
+// Write ? placeholders in Exec commands and in the statements run on the Tx that
+// Commands and InTx functions get: refset writes the database's own ($1, $2, ... on
+// PostgreSQL), so one program's SQL runs on both stores. A ? in a literal, a quoted
+// name or a comment stays, and so does every ? of a statement with no arguments or
+// with numbered ones ($1): PostgreSQL's jsonb operators ?, ?| and ?& (see Tx for the
+// rule). SQL sent to a pool directly is sent as it is: db.Driver().Rebind(query)
+// writes its placeholders (leaving literals, comments and a statement with $1 as
+// they are).
+//
 // # Leases
 //
-// Get returns a Lease on an object. While any lease on an ID is alive, every Get of
-// that ID returns the same instance without a database round trip; when none is, the
-// instance is freed. Concurrent Gets that miss on one ID read it once. The value is
+// Get returns a Lease on an object, through its token; Load, by its ID, in one call
+// and one round trip. While any lease on an ID is alive, every Get or Load of that ID
+// returns the same instance without a database round trip; when none is, the
+// instance is freed. Concurrent misses on one ID read it once. The value is
 // shared: read it, never modify it; a changed object is a new object with a new ID.
 //
 // # Reads from a replica
@@ -76,11 +92,12 @@
 // transaction whose answer a lagging copy cannot make wrong go there first, to take
 // load off the primary:
 //
-//   - Get (a cache miss) and Upgrade without commands look an object up by ID.
+//   - Get and Load (a cache miss) and Upgrade without commands look an object up
+//     by ID.
 //     Objects never change, so a row the replica has is the object, however far
 //     behind the replica is. A row it lacks may not be replicated yet, so the primary
-//     is asked then: a Get or an Upgrade right after the Add that stored the object
-//     finds it.
+//     is asked then: a Get, a Load or an Upgrade right after the Add that stored
+//     the object finds it.
 //   - Branch and BranchDiff walks in package blockmanager confirm on the primary
 //     every place where a walk on the replica would end.
 //   - Reports in package cleanup (Check, Why, WhyAll, Status) read the replica only

@@ -39,12 +39,12 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 		if !isExec {
 			return false, nil
 		}
-		q := s.caps.rebind(e.query)
+		q := s.caps.rebind(e.query) // as the Tx's Bind: an Exec always has the ID
 		if sqltext.EndingStatement(q) != "" {
 			return false, nil
 		}
 		execs = append(execs, e)
-		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: []any{Arg(id)}, Checked: e.wantRows >= 0})
+		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0})
 	}
 	if lead != nil {
 		execs = append([]*execCommand[ID]{nil}, execs...)

@@ -206,13 +206,45 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 		return Lease[T]{}, opError(fmt.Sprintf("get %v", tok.id), ErrTokenConsumed, nil)
 	}
 	// The token says the primary had the object, so a replica without it is behind
-	// (or the object was collected since); a row the replica has is the object
-	// however far behind it is, since objects never change.
-	b, err := s.cache.get(ctx, tok.id, func(ctx context.Context) (T, error) {
-		return refsetdriver.ReadReplicaFirst(ctx, s.db, "get", false, func(q Querier) (T, error) { return s.store.Get(ctx, q, tok.id) })
+	// (or the object was collected since).
+	return s.lease(ctx, "get", tok.id)
+}
+
+// Load returns a lease on the object with that ID: Upgrade and Get in one call, and
+// one round trip where they take two (none when the object is cached). Like Get it
+// fills the cache and shares it: while any lease on the ID lives, a Load and a Get of
+// it return the same instance without asking the database, and concurrent misses
+// read it once. ErrNotFound if no object with that ID is stored. Use it to read an
+// object one knows by its ID; Upgrade gives a token, for a hand-over or a Get later.
+//
+// Like Get, a miss reads the database's replica first, if it has one, and the primary
+// when the replica does not have the object (see "Reads from a replica" in the
+// package doc). Load has no token saying the primary had the object, but it needs
+// none: objects never change, so a row the replica has is the object, and a row it
+// lacks is asked of the primary, so a Load right after the Add that stored the object
+// finds it, and ErrNotFound is the primary's answer. An ID that is not stored costs
+// a read on each then; a hit, the usual case, costs one on the replica, off the
+// primary, as Upgrade and Get do.
+//
+// Errors: ErrNotFound, ErrInvalidID (the zero ID), ErrSchema (a stored row the type
+// cannot hold), ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
+func (s *RefSet[T, ID]) Load(ctx context.Context, id ID) (Lease[T], error) {
+	if err := checkID("load", id); err != nil {
+		return Lease[T]{}, err
+	}
+	return s.lease(ctx, "load", id)
+}
+
+// lease returns a lease on the object id from the cache, or loads it: from the
+// replica first, since a row the replica has is the object however far behind it
+// is (objects never change), and from the primary when the replica lacks it. op
+// names the call in errors.
+func (s *RefSet[T, ID]) lease(ctx context.Context, op string, id ID) (Lease[T], error) {
+	b, err := s.cache.get(ctx, id, func(ctx context.Context) (T, error) {
+		return refsetdriver.ReadReplicaFirst(ctx, s.db, "get", false, func(q Querier) (T, error) { return s.store.Get(ctx, q, id) })
 	})
 	if err != nil {
-		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: get %v: %w", tok.id, err))
+		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: %s %v: %w", op, id, err))
 	}
 	return Lease[T]{b: b}, nil
 }

@@ -19,6 +19,17 @@ type Querier = refsetdriver.Querier
 // that error), and it translates driver errors to the sentinels. Only refset ends a
 // transaction it began.
 //
+// It writes the database's placeholders, as Exec does: write ? in ExecContext,
+// QueryContext and QueryRowContext and the statement runs on PostgreSQL ($1, $2, ...)
+// as on SQLite. A ? in a string literal, a quoted name or a comment stays, and so does
+// every ? of a statement that has no arguments, or numbers its parameters already
+// ($1), or passes one of pgx's options (pgx.NamedArgs, ...) first: there the ? is
+// PostgreSQL's jsonb operator (?, ?| and ?&), and a statement that uses one with
+// arguments writes $1, $2, ... for them. A statement that ran before runs unchanged.
+// Statements of one's own on a pool (db.Reader(), the stores' pools) are sent as they
+// are: write the database's placeholders there, or have db.Driver().Rebind(query)
+// write them.
+//
 // The *Tx methods (AddTx, UpgradeTx, CompleteTx, ...) take the caller's own
 // transaction as a Tx too: a *sql.Tx or *sqlx.Tx, or the Tx that InTx gave. A
 // connection pool (*sql.DB, *sqlx.DB, *sql.Conn) is not a transaction and is refused

@@ -36,9 +36,10 @@ const maxAttempts = 6
 // which is not part of the unit of work, and on SQLite, whose one writer connection
 // fn's transaction holds, would wait for it until ctx ends.
 //
-// The tx given to fn translates driver errors of ExecContext and QueryContext to the
-// refset sentinels; an error from a QueryRowContext row's Scan is translated when fn
-// returns it.
+// The tx given to fn writes the database's placeholders for ? (see Tx: a statement
+// written once runs on both stores) and translates driver errors of ExecContext and
+// QueryContext to the refset sentinels; an error from a QueryRowContext row's Scan is
+// translated when fn returns it.
 //
 // Errors: ErrInvalidTx (a nil db), ErrInvalidCommand (fn ran a statement that would
 // end the transaction), ErrConflict (still aborted after the retries), ErrUnavailable

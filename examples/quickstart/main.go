@@ -65,11 +65,11 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 		return err
 	}
 
-	// Exec commands write the database's own placeholders for ?.
+	// Exec commands write the database's own placeholders for ?: the block's ID is
+	// the first argument.
 	hold := refset.Exec[string](`INSERT INTO pending_blocks (block_id) VALUES (?)`, 1)
 	release := refset.Exec[string](`DELETE FROM pending_blocks WHERE block_id = ?`, 1)
 	acquire := refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1)
-	retire := refset.Exec[string](`DELETE FROM chain_heads WHERE block_id = ?`, 1)
 
 	// The completer receives blocks; each is stored and held as pending at once.
 	var prev *string
@@ -85,22 +85,21 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	}
 
 	// It hands each block to the controller; the controller keeps only the newest head,
-	// so the hand-over of block i also retires block i-1's head row, all in one
-	// transaction. The chain's own predecessor links keep history alive.
+	// so the hand-over of block i moves its one head row from block i-1 to block i, in
+	// one transaction with the release. The chain's own predecessor links keep history
+	// alive.
 	var head *refset.RefToken[string]
 	for _, tok := range tokens {
 		rel, err := tok.Release(release)
 		if err != nil {
 			return err
 		}
-		cmds := []refset.Command[string]{acquire}
+		take := acquire
 		if head != nil {
-			old := head.ID()
-			cmds = append(cmds, refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, _ string) error {
-				return retire.Execute(ctx, tx, old)
-			}))
+			// Exec takes arguments after the ID: here the head it replaces.
+			take = refset.Exec[string](`UPDATE chain_heads SET block_id = ? WHERE block_id = ?`, 1, head.ID())
 		}
-		acq, err := rel.Acquire(cmds...)
+		acq, err := rel.Acquire(take)
 		if err != nil {
 			return err
 		}
@@ -123,7 +122,8 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	// The database, not the program, guards the chain: deleting the genesis block,
 	// which its successor references, is refused.
 	delErr := refset.InTx(ctx, db, func(tx refset.Tx) error {
-		_, err := tx.ExecContext(ctx, db.Driver().Rebind(`DELETE FROM blocks WHERE id = ?`), "block-000000")
+		// The Tx writes the database's placeholders for ?, as Exec does.
+		_, err := tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = ?`, "block-000000")
 		return err
 	})
 	refused := errors.Is(delErr, refset.ErrReferenced)

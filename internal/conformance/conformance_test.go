@@ -132,6 +132,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "UnknownID", testUnknownID},
 	{mainSuite, "ZeroID", testZeroID},
 	{mainSuite, "LeaseSharesInstance", testLeaseSharesInstance},
+	{mainSuite, "LoadByID", testLoad},
 	{mainSuite, "CacheFreesReleasedObjects", testCacheFrees},
 	{mainSuite, "ConcurrentMissesLoadOnce", testConcurrentMisses},
 	{mainSuite, "ReadsSurviveSchemaChange", testReadsSurviveSchemaChange},
@@ -181,7 +182,7 @@ var suiteTests = []suiteTest{
 	{promisesSuite, "PoolIsNotATransaction", testPoolIsNotATx},
 	{promisesSuite, "ContextErrors", testContextErrors},
 	{promisesSuite, "ErrorsMatchSentinels", testErrorsMatchSentinels},
-	{promisesSuite, "ExecPlaceholders", testExecPlaceholders},
+	{promisesSuite, "Placeholders", testPlaceholders},
 }
 
 // runSuite runs the tests of suite s as parallel subtests of a parallel subtest per

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -507,20 +509,140 @@ type narrow struct {
 
 func (n narrow) ID() string { return n.Key }
 
-// testExecPlaceholders: a Command written once with refset.Exec runs on every store,
-// with ? or $1 for the object's ID.
-func testExecPlaceholders(t *testing.T, h harness) {
+// testPlaceholders: SQL written once with ? runs on every store wherever refset runs
+// it or hands it over (issue 23): an Exec command with arguments after the ID, in an
+// Add (pipelined on pgx) and in a hand-over of Exec commands alone (pipelined on pgx
+// too), a CommandFunc's own statements, an InTx function's; a ? in a literal or a
+// comment stays as it is, and a statement with numbered parameters runs as written.
+// On PostgreSQL, a ? that is jsonb's operator keeps working where it worked before.
+func testPlaceholders(t *testing.T, h harness) {
 	e, set, ctx := newBlocksEnv(t, h)
-	for _, q := range []string{
-		`INSERT INTO pending (block_id) VALUES (?)`,
-		`INSERT INTO pending (block_id) VALUES ($1)`,
-		"INSERT INTO pending (block_id) /* a ? in a comment stays */ SELECT id FROM blocks WHERE id = ?",
-	} {
-		t.Run(q, func(t *testing.T) {
-			id := fmt.Sprintf("x%d", len(q))
-			_, err := set.Add(ctx, mkBlock(id, "", 0), refset.Exec[string](q, 1))
+	e.mustExec(t, `CREATE TABLE owned (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT,
+		owner {Text} NOT NULL, note {Text})`)
+
+	// The statements, each inserting the object's row with its owner: the ID is the
+	// first argument, the owner the second.
+	statements := []struct {
+		name, query, note string
+	}{
+		{"two parameters", `INSERT INTO owned (block_id, owner) VALUES (?, ?)`, ""},
+		{"a literal with ?", `INSERT INTO owned (block_id, owner, note) VALUES (?, ?, 'who? me?')`, "who? me?"},
+		{"comments with ?", "INSERT INTO owned (block_id, owner) /* why? */ VALUES (?, ?) -- ok?\n", ""},
+		{"numbered parameters", `INSERT INTO owned (block_id, owner) VALUES ($1, $2)`, ""},
+	}
+	// The ways refset runs them. add stores the block and the row; every way stores
+	// the block first.
+	ways := []struct {
+		name string
+		add  func(t *testing.T, id, q, owner string) error
+	}{
+		{"Exec in Add", func(t *testing.T, id, q, owner string) error {
+			_, err := set.Add(ctx, mkBlock(id, "", 0), refset.Exec[string](q, 1, owner))
+			return err
+		}},
+		{"Exec in a hand-over", func(t *testing.T, id, q, owner string) error {
+			tok, err := set.Add(ctx, mkBlock(id, "", 0))
 			require.NoError(t, err)
-			assert.Equal(t, 1, e.count(t, "pending", "block_id = ?", id))
+			rel, err := tok.Release()
+			require.NoError(t, err)
+			acq, err := rel.Acquire(refset.Exec[string](q, 1, owner))
+			require.NoError(t, err)
+			_, err = acq.Complete(ctx)
+			return err
+		}},
+		{"CommandFunc", func(t *testing.T, id, q, owner string) error {
+			_, err := set.Add(ctx, mkBlock(id, "", 0), refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
+				_, err := tx.ExecContext(ctx, q, id, owner)
+				return err
+			}))
+			return err
+		}},
+		{"InTx", func(t *testing.T, id, q, owner string) error {
+			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				if _, err := set.AddTx(ctx, tx, mkBlock(id, "", 0)); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, q, id, owner)
+				return err
+			})
+		}},
+	}
+	for i, way := range ways {
+		t.Run(way.name, func(t *testing.T) {
+			for j, st := range statements {
+				t.Run(st.name, func(t *testing.T) {
+					id, owner := fmt.Sprintf("b%d-%d", i, j), fmt.Sprintf("owner %d-%d", i, j)
+					require.NoError(t, way.add(t, id, st.query, owner))
+					// Read it back through a Tx, with ? again: QueryRowContext and
+					// QueryContext.
+					require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+						var note *string
+						err := tx.QueryRowContext(ctx, `SELECT note FROM owned WHERE block_id = ? AND owner = ?`, id, owner).Scan(&note)
+						require.NoError(t, err)
+						assert.Equal(t, st.note, ptrString(note))
+						rows, err := tx.QueryContext(ctx, `SELECT owner FROM owned WHERE block_id = ? AND owner <> ?`, id, "someone else")
+						require.NoError(t, err)
+						defer rows.Close()
+						var owners []string
+						for rows.Next() {
+							var o string
+							require.NoError(t, rows.Scan(&o))
+							owners = append(owners, o)
+						}
+						require.NoError(t, rows.Err())
+						assert.Equal(t, []string{owner}, owners)
+						return nil
+					}))
+				})
+			}
 		})
 	}
+
+	t.Run("Exec checks the rows its arguments select", func(t *testing.T) {
+		_, err := set.Upgrade(ctx, "b0-0", refset.Exec[string](`DELETE FROM owned WHERE block_id = ? AND owner = ?`, 1, "not the owner"))
+		require.ErrorIs(t, err, refset.ErrNotFound)
+		_, err = set.Upgrade(ctx, "b0-0", refset.Exec[string](`DELETE FROM owned WHERE block_id = ? AND owner = ?`, 1, "owner 0-0"))
+		require.NoError(t, err)
+	})
+
+	if !h.Postgres {
+		return
+	}
+	// jsonb's ? is an operator; where it ran before, it runs now.
+	jsonb := []struct {
+		name  string
+		query string
+		args  []any
+	}{
+		{"jsonb ? without arguments", `SELECT '{"a": 1}'::jsonb ? 'a'`, nil},
+		{"jsonb ?| without arguments", `SELECT '{"a": 1}'::jsonb ?| array['a', 'b']`, nil},
+		{"jsonb ? with numbered parameters", `SELECT $1::jsonb ? 'a'`, []any{`{"a": 1}`}},
+		{"jsonb ?& with numbered parameters", `SELECT $1::jsonb ?& string_to_array($2, ',')`, []any{`{"a": 1, "b": 2}`, "a,b"}},
+	}
+	if h.Driver == postgres.DriverPgx {
+		jsonb = append(jsonb, struct {
+			name  string
+			query string
+			args  []any
+		}{"jsonb ? with pgx's named arguments", `SELECT @doc::jsonb ? 'a'`, []any{pgx.NamedArgs{"doc": `{"a": 1}`}}})
+	}
+	for _, tc := range jsonb {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				var has bool
+				if err := tx.QueryRowContext(ctx, tc.query, tc.args...).Scan(&has); err != nil {
+					return err
+				}
+				assert.True(t, has)
+				return nil
+			}))
+		})
+	}
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

@@ -212,6 +212,132 @@ func testLeaseSharesInstance(t *testing.T, h harness) {
 	runtime.KeepAlive(first)
 }
 
+// readCounter counts the reads that reach the store, each one statement the
+// database answers in one round trip.
+type readCounter struct {
+	refset.SetStore[block, string]
+	reads atomic.Int64
+}
+
+func (c *readCounter) Get(ctx context.Context, q refset.Querier, id string) (block, error) {
+	c.reads.Add(1)
+	return c.SetStore.Get(ctx, q, id)
+}
+
+func (c *readCounter) Has(ctx context.Context, q refset.Querier, id string) (bool, error) {
+	c.reads.Add(1)
+	return c.SetStore.Has(ctx, q, id)
+}
+
+// testLoad: Load reads an object by its ID in one call and one read, fills the cache
+// Get reads (one instance per ID, whichever call loaded it), and says ErrNotFound for
+// an ID that is not stored (issue 23). Where Upgrade and Get take two reads, it takes
+// one; a cached object, none.
+func testLoad(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.blocks(t)
+	counter := &readCounter{SetStore: openStore[block, string](t, e, "blocks")}
+	set := refset.New[block, string](counter)
+	ctx := t.Context()
+	for _, id := range []string{"a", "b", "c"} {
+		_, err := set.Add(ctx, mkBlock(id, "", 0))
+		require.NoError(t, err)
+	}
+	e.waitReplica(t) // the reads counted are the replica's, which has the objects
+	notFoundReads := int64(1)
+	if h.Standby {
+		notFoundReads = 2 // the replica's miss, then the primary's answer
+	}
+	reads := func(fn func()) int64 {
+		t.Helper()
+		before := counter.reads.Load()
+		fn()
+		return counter.reads.Load() - before
+	}
+
+	var first refset.Lease[block]
+	assert.Equal(t, int64(1), reads(func() {
+		var err error
+		first, err = set.Load(ctx, "a")
+		require.NoError(t, err)
+	}), "a miss: one read")
+	assert.Equal(t, "a", first.Value().Hash)
+	assert.Equal(t, []byte("payload of a"), first.Value().Payload)
+
+	assert.Equal(t, int64(0), reads(func() {
+		again, err := set.Load(ctx, "a")
+		require.NoError(t, err)
+		assert.Same(t, first.Value(), again.Value(), "a second Load")
+	}), "a hit: no read")
+
+	t.Run("Get shares Load's instance", func(t *testing.T) {
+		tok, err := set.Upgrade(ctx, "a")
+		require.NoError(t, err)
+		got := reads(func() {
+			lease, err := set.Get(ctx, tok)
+			require.NoError(t, err)
+			assert.Same(t, first.Value(), lease.Value())
+		})
+		assert.Equal(t, int64(0), got, "Get of what Load loaded")
+	})
+
+	t.Run("Load shares Get's instance", func(t *testing.T) {
+		tok, err := set.Upgrade(ctx, "b")
+		require.NoError(t, err)
+		var viaGet refset.Lease[block]
+		assert.Equal(t, int64(1), reads(func() {
+			viaGet, err = set.Get(ctx, tok)
+			require.NoError(t, err)
+		}))
+		assert.Equal(t, int64(0), reads(func() {
+			viaLoad, err := set.Load(ctx, "b")
+			require.NoError(t, err)
+			assert.Same(t, viaGet.Value(), viaLoad.Value())
+		}), "Load of what Get loaded")
+		runtime.KeepAlive(viaGet)
+	})
+
+	t.Run("Upgrade and Get take two reads, Load one", func(t *testing.T) {
+		assert.Equal(t, int64(2), reads(func() {
+			tok, err := set.Upgrade(ctx, "c")
+			require.NoError(t, err)
+			lease, err := set.Get(ctx, tok)
+			require.NoError(t, err)
+			runtime.KeepAlive(lease)
+		}))
+	})
+
+	for _, tc := range []struct {
+		name  string
+		id    string
+		want  error
+		reads int64
+	}{
+		{"not stored", "nope", refset.ErrNotFound, notFoundReads},
+		{"the zero ID", "", refset.ErrInvalidID, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached := set.Cached()
+			got := reads(func() {
+				_, err := set.Load(ctx, tc.id)
+				require.ErrorIs(t, err, tc.want)
+				assert.Contains(t, err.Error(), "load")
+			})
+			assert.Equal(t, tc.reads, got)
+			assert.Equal(t, cached, set.Cached(), "nothing cached")
+		})
+	}
+
+	t.Run("collected", func(t *testing.T) {
+		_, err := set.Add(ctx, mkBlock("gone", "", 0))
+		require.NoError(t, err)
+		e.mustExec(t, `DELETE FROM blocks WHERE id = ?`, "gone")
+		_, err = set.Load(ctx, "gone")
+		require.ErrorIs(t, err, refset.ErrNotFound)
+	})
+	runtime.KeepAlive(first)
+}
+
 // waitCacheEmpty collects garbage until the set holds no instance, or fails after a
 // bound: cleanups run after a collection, on their own goroutine.
 func waitCacheEmpty[T refset.Identifiable[ID], ID comparable](t *testing.T, set *refset.RefSet[T, ID]) {

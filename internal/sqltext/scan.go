@@ -86,7 +86,10 @@ func (l *lexer) statement() (words []string, more bool) {
 }
 
 // Dollar rewrites the ? placeholders of query to Postgres's $1, $2, ... in order,
-// leaving any ? inside a literal, a quoted name or a comment as it is.
+// leaving any ? inside a literal, a quoted name or a comment as it is. A query that
+// already numbers its parameters ($1 outside literals and comments) is returned as it
+// is: its ? are its own, PostgreSQL's jsonb operators ?, ?| and ?&, and a statement
+// never mixes the two kinds of placeholders.
 func Dollar(query string) string {
 	if !strings.Contains(query, "?") {
 		return query
@@ -95,13 +98,21 @@ func Dollar(query string) string {
 	l := lexer{src: query}
 	n, last := 0, 0
 	for tok := l.next(); tok.kind != end; tok = l.next() {
-		if tok.kind == other && tok.text == "?" {
+		switch {
+		case tok.kind == other && tok.text == "?":
 			n++
 			b.WriteString(query[last:tok.pos])
 			b.WriteString("$" + strconv.Itoa(n))
 			last = tok.pos + 1
+		case isNumbered(tok):
+			return query
 		}
 	}
 	b.WriteString(query[last:])
 	return b.String()
+}
+
+// isNumbered reports whether tok is a numbered parameter, $1.
+func isNumbered(tok token) bool {
+	return tok.kind == other && len(tok.text) > 1 && tok.text[0] == '$'
 }

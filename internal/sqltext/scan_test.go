@@ -94,6 +94,13 @@ func TestDollar(t *testing.T) {
 		{"SELECT 1 /* ? */ WHERE x = ? -- ?\n", "SELECT 1 /* ? */ WHERE x = $1 -- ?\n"},
 		{"SELECT $q$?$q$, ?", "SELECT $q$?$q$, $1"},
 		{"SELECT $1", "SELECT $1"},
+		// A statement that numbers its parameters keeps its ?: jsonb's operators.
+		{"SELECT doc ? 'k' FROM t WHERE id = $1", "SELECT doc ? 'k' FROM t WHERE id = $1"},
+		{"SELECT doc ?| $2 FROM t WHERE id = $1", "SELECT doc ?| $2 FROM t WHERE id = $1"},
+		{"SELECT doc ?& array['a'] FROM t WHERE id = $1 AND ok", "SELECT doc ?& array['a'] FROM t WHERE id = $1 AND ok"},
+		// ... but a $1 in a literal or a comment numbers nothing.
+		{"SELECT '$1', ? /* $2 */", "SELECT '$1', $1 /* $2 */"},
+		{"SELECT $$?$$, ?", "SELECT $$?$$, $1"},
 	}
 	for _, tc := range tests {
 		if got := Dollar(tc.in); got != tc.want {

@@ -3,6 +3,9 @@
 // end the transaction: it has no Commit or Rollback, and it refuses statements that
 // would end it (COMMIT, ROLLBACK, BEGIN, ...). Only refset ends a transaction it began.
 //
+// The view writes the database's placeholders: a statement written with ? runs on
+// PostgreSQL as it does on SQLite (Bind has the rule).
+//
 // The package is internal so that the way back from a view to the transaction under
 // it (Raw) is open to the stores, which run their prepared statements on it, and
 // closed to callers.
@@ -14,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"time"
 
@@ -48,7 +52,8 @@ type Options struct {
 	Translate func(err error, query string) error
 	// Refuse wraps ErrEndsTransaction for a refused statement.
 	Refuse func(error) error
-	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres).
+	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres), as
+	// the database's refsetdriver.Driver does; nil leaves every statement as it is.
 	Rebind func(query string) string
 	// Log receives statements slower than Slow (none when Slow is 0).
 	Log  *slog.Logger
@@ -80,8 +85,46 @@ func Raw(q Querier) Querier {
 	return q
 }
 
-// ExecContext runs query in the transaction, refusing one that would end it.
+// Bind is query as the view sends it with args: its ? placeholders rewritten to
+// the database's own by Rebind ($1, $2, ... on PostgreSQL; SQLite's are ?), leaving
+// any ? in a string literal, a quoted name or a comment as it is. A statement is
+// left as it is, whatever its ?, when
+//
+//   - it has no arguments (a ? there can only be an operator: jsonb's ?, ?| and ?&);
+//   - it numbers its parameters already ($1 outside literals and comments): its ?
+//     are operators then, and ? and $n never mix in one statement;
+//   - its first argument is one of package pgx's (pgx.NamedArgs, a
+//     pgx.QueryExecMode, ...): pgx rewrites that statement itself.
+//
+// No statement that ran on PostgreSQL before is changed by this: one with arguments
+// had to number them or pass them through pgx. On PostgreSQL a statement that needs
+// jsonb's ? beside arguments writes $1, $2 for them, as it always had to.
+func (v *View) Bind(query string, args []any) string {
+	if len(args) == 0 || v.Rebind == nil {
+		return query
+	}
+	q := v.Rebind(query)
+	if q != query && pgxOption(args[0]) {
+		return query
+	}
+	return q
+}
+
+// pgxPackage is the import path of package pgx, whose option arguments
+// (NamedArgs, QueryExecMode, QueryResultFormats, ...) pgx's database/sql driver
+// takes as the first argument of a statement it then rewrites or runs its own way.
+const pgxPackage = "github.com/jackc/pgx/v5"
+
+// pgxOption reports whether arg is a value of one of package pgx's own types.
+func pgxOption(arg any) bool {
+	t := reflect.TypeOf(arg)
+	return t != nil && t.PkgPath() == pgxPackage
+}
+
+// ExecContext runs query in the transaction, refusing one that would end it, with
+// the database's placeholders (Bind).
 func (v *View) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	query = v.Bind(query, args)
 	return run(ctx, v, query, func() (sql.Result, error) { return v.raw.ExecContext(ctx, query, args...) })
 }
 
@@ -91,9 +134,11 @@ type CommandExecer interface {
 	ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// ExecCommand runs the statement of a refset.Exec command: as ExecContext does, but
-// through the transaction's ExecCommand when it has one.
+// ExecCommand runs the statement of a refset.Exec command: as ExecContext does (with
+// the database's placeholders), but through the transaction's ExecCommand when it has
+// one.
 func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	query = v.Bind(query, args)
 	exec := v.raw.ExecContext
 	if c, ok := v.raw.(CommandExecer); ok {
 		exec = c.ExecCommand
@@ -101,8 +146,10 @@ func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.
 	return run(ctx, v, query, func() (sql.Result, error) { return exec(ctx, query, args...) })
 }
 
-// QueryContext runs query in the transaction, refusing one that would end it.
+// QueryContext runs query in the transaction, refusing one that would end it, with
+// the database's placeholders (Bind).
 func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	query = v.Bind(query, args)
 	return run(ctx, v, query, func() (*sql.Rows, error) { return v.raw.QueryContext(ctx, query, args...) })
 }
 
@@ -122,11 +169,13 @@ func run[R any](ctx context.Context, v *View, query string, send func() (R, erro
 	return res, nil
 }
 
-// QueryRowContext runs query in the transaction. A query that would end the
+// QueryRowContext runs query in the transaction, with the database's placeholders
+// (Bind). A query that would end the
 // transaction is not sent: its row's Scan fails with context.Canceled, the one error
 // database/sql lets a caller put in a Row, and the refusal is remembered (Refused), so
 // the unit of work fails with it whatever the caller does with the Scan error.
 func (v *View) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	query = v.Bind(query, args)
 	if err := v.check(query); err != nil {
 		// database/sql gives no way to build a Row holding an error of one's own; a
 		// context already cancelled makes it hold context.Canceled without touching
