@@ -38,7 +38,7 @@ type Outcome struct {
 // number does not follow its stored predecessor's), and those of refset.InTx.
 func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
 	var out Outcome
-	err := refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, c.m.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		out, err = c.receive(ctx, tx, b)
 		return err
@@ -275,7 +275,7 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 // Manager.Get.
 func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
-	q := c.m.db.Reader()
+	q := refsetdriver.ReaderFor(ctx, c.m.db)
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
 		return 0, nil, err
 	}

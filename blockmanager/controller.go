@@ -156,7 +156,7 @@ const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
 // those of Manager.Get.
 func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
-	id, _, err := c.head(ctx, c.m.db.Reader())
+	id, _, err := c.head(ctx, refsetdriver.ReaderFor(ctx, c.m.db))
 	return id, err
 }
 
@@ -166,7 +166,7 @@ func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 // fork, which the fork cache keeps for ForkTTL. Errors: ErrUnknownBlock, and those
 // of refset.InTx.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
-	return refset.InTx(ctx, c.m.db, func(tx refset.Tx) error {
+	return refset.InTx(ctx, c.m.db, func(ctx context.Context, tx refset.Tx) error {
 		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 // those of Manager.Get.
 func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
-	_, holds, err := c.m.drv.SchemaSQL().ListHolds(ctx, c.m.db.Reader(), forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
+	_, holds, err := c.m.drv.SchemaSQL().ListHolds(ctx, refsetdriver.ReaderFor(ctx, c.m.db), forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
 	if err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func collect(tb testing.TB, m *Manager) {
 	if _, ok := m.db.(*sqlite.DB); ok {
 		past = "0"
 	}
-	require.NoError(tb, refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+	require.NoError(tb, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE blocks_review SET review_after = "+past)
 		return err
 	}))

@@ -107,7 +107,7 @@ func runPair(t *testing.T, m1 *Manager, first step, m2 *Manager, second step, wa
 	end := sync.OnceFunc(func() { close(release) })
 	defer end() // a failed test's first transaction ends too
 	go func() {
-		firstDone <- refset.InTx(ctx, m1.db, func(tx refset.Tx) error {
+		firstDone <- refset.InTx(ctx, m1.db, func(ctx context.Context, tx refset.Tx) error {
 			if err := first(ctx, m1, tx); err != nil {
 				return err
 			}
@@ -123,7 +123,7 @@ func runPair(t *testing.T, m1 *Manager, first step, m2 *Manager, second step, wa
 	}
 	secondDone := make(chan error, 1)
 	go func() {
-		secondDone <- refset.InTx(ctx, m2.db, func(tx refset.Tx) error { return second(ctx, m2, tx) })
+		secondDone <- refset.InTx(ctx, m2.db, func(ctx context.Context, tx refset.Tx) error { return second(ctx, m2, tx) })
 	}()
 	if waits {
 		select {

@@ -177,7 +177,7 @@ func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) er
 // that panics rolls the Put back and the panic goes on.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	var tip *refset.RefToken[string]
-	err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		tip, err = m.PutTx(ctx, tx, branch, cmds...)
 		return err
@@ -474,7 +474,7 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	if tip == NullBlockID {
 		return false, nil
 	}
-	q := m.db.Reader()
+	q := refsetdriver.ReaderFor(ctx, m.db)
 	if _, err := m.blockNum(ctx, q, tip); err != nil {
 		return false, err
 	}

@@ -30,7 +30,7 @@ func segmentOf(t *testing.T, m *Manager, id string) int64 {
 func setSegment(t *testing.T, m *Manager, segment int64, ids ...string) {
 	t.Helper()
 	ctx := t.Context()
-	require.NoError(t, refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
 		for _, id := range ids {
 			if _, err := tx.ExecContext(ctx, m.sql(`UPDATE blocks SET segment = ? WHERE header_signature = ?`), segment, id); err != nil {
 				return err
@@ -169,7 +169,7 @@ func TestRacingForksKeepWalksRight(t *testing.T) {
 		for i := range forks {
 			forks[i] = chain(fmt.Sprintf("w%d-", i), "g0009", 10, 50)
 			wg.Go(func() {
-				err := refset.InTx(ctx, m.db, func(tx refset.Tx) error {
+				err := refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
 					_, err := m.PutTx(ctx, tx, forks[i][:10], hold)
 					if concurrent {
 						put.Done()
@@ -228,7 +228,7 @@ func TestBlocksStoredBeforeSegments(t *testing.T) {
 		drv := migrateBeforeSegments(t, db)
 		g := chain("g", NullBlockID, 0, 30)
 		f := chain("f", "g0009", 10, 15)
-		require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 			for _, b := range append(append([]Block{}, g...), f...) {
 				var ref any
 				if b.PreviousBlockID != NullBlockID {

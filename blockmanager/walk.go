@@ -179,7 +179,10 @@ type walker struct {
 }
 
 func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
-	w := &walker{m: m, ctx: ctx, q: m.db.Reader(), from: tip, height: -1, links: links, size: m.pageSize}
+	w := &walker{m: m, ctx: ctx, q: refsetdriver.ReaderFor(ctx, m.db), from: tip, height: -1, links: links, size: m.pageSize}
+	if _, inUnit := refsetdriver.UnitTx(ctx, m.db); inUnit {
+		return w // the unit's own transaction, which sees what the unit wrote
+	}
 	if replica := refsetdriver.ReplicaOf(m.drv); replica != nil {
 		w.q, w.onReplica = replica, true
 	}
@@ -189,7 +192,7 @@ func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 // toPrimary makes the walk read the primary from now on, because of reason (as
 // refset.Observer.ReadFellBack names it).
 func (w *walker) toPrimary(reason string) {
-	w.q, w.onReplica = w.m.db.Reader(), false
+	w.q, w.onReplica = refsetdriver.ReaderFor(w.ctx, w.m.db), false
 	w.m.drv.Observer().ReadFellBack(w.ctx, "branch", reason)
 }
 

@@ -122,7 +122,10 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 // batchOnce runs one batch transaction: expired holds (when expire), then due
 // entries.
 func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, b refsetdriver.Batch, err error) {
-	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+	if err := refsetdriver.RefuseUnit(ctx, c.db, "clean-up's Collect"); err != nil {
+		return 0, b, err
+	}
+	err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		if expire {
 			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
@@ -141,7 +144,10 @@ func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, 
 // its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+	if err := refsetdriver.RefuseUnit(ctx, c.db, "clean-up's Sweep"); err != nil {
+		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
+	}
+	err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
 		return err

@@ -66,8 +66,11 @@ func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, e
 		return nil, err
 	}
 	d, p, table := c.dialect, &c.plan, c.plan.Table
+	if err := refsetdriver.RefuseUnit(ctx, db, "clean-up's Install"); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: install %s: %w", table, err)
+	}
 	var parts []string
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		if err := d.SchemaSQL().LockMigrations(ctx, tx); err != nil {
 			return err
 		}
@@ -114,7 +117,7 @@ func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector,
 	if err != nil {
 		return nil, err
 	}
-	if err := describe(ctx, db.Reader(), c.dialect, &c.plan); err != nil {
+	if err := describe(ctx, refsetdriver.ReaderFor(ctx, db), c.dialect, &c.plan); err != nil {
 		if !errors.Is(err, ErrUnindexed) {
 			err = c.readError(err)
 		}
@@ -123,7 +126,7 @@ func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector,
 	if cfg.Grace == 0 {
 		// Objects the database refuses to delete are postponed by the grace period:
 		// by the program's, as its Install left it in the triggers.
-		grace, ok, err := c.dialect.InstalledGrace(ctx, db.Reader(), &c.plan)
+		grace, ok, err := c.dialect.InstalledGrace(ctx, refsetdriver.ReaderFor(ctx, db), &c.plan)
 		if err != nil {
 			return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, c.readError(err))
 		}
@@ -151,10 +154,10 @@ func Installed(ctx context.Context, db refset.Database, table string) (_ Config,
 		return Config{}, err
 	}
 	cfg := Config{Table: table}
-	if _, err := locate(ctx, db.Reader(), c.dialect, &c.plan); err != nil {
+	if _, err := locate(ctx, refsetdriver.ReaderFor(ctx, db), c.dialect, &c.plan); err != nil {
 		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
 	}
-	grace, ok, err := c.dialect.InstalledGrace(ctx, db.Reader(), &c.plan)
+	grace, ok, err := c.dialect.InstalledGrace(ctx, refsetdriver.ReaderFor(ctx, db), &c.plan)
 	if err != nil {
 		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
 	}

@@ -105,7 +105,7 @@ func TestInstallLogsCascadingKeys(t *testing.T) {
 					table := strings.Fields(q)[2]
 					ddl = append(ddl, `CREATE INDEX `+table+`_note_id ON `+table+` (note_id)`)
 				}
-				require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 					for _, q := range ddl {
 						if _, err := tx.ExecContext(ctx, q); err != nil {
 							return err

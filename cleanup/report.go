@@ -86,7 +86,7 @@ func (c *Collector) WhyAll(ctx context.Context, id any) ([]Holder, error) {
 // of Check.
 func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	qs, err := c.dialect.QueueState(ctx, c.db.Reader(), c.plan.Queue)
+	qs, err := c.dialect.QueueState(ctx, refsetdriver.ReaderFor(ctx, c.db), c.plan.Queue)
 	if err = c.readError(err); err != nil {
 		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", c.plan.Table, err)
 	}

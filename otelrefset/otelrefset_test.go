@@ -44,7 +44,7 @@ func open(t *testing.T, b testdb.Backend, obs refset.Observer) fixture {
 	t.Helper()
 	ctx := t.Context()
 	where := b.New(t)
-	require.NoError(t, refset.InTx(ctx, where.Open(t, testdb.Options{}), func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, where.Open(t, testdb.Options{}), func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
 		return err
 	}))
@@ -153,13 +153,13 @@ func TestMetricsAfterKnownWork(t *testing.T) {
 
 			// Two retries, then success; five retries, then a lasting conflict.
 			runs := 0
-			require.NoError(t, refset.InTx(ctx, f.db, func(refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, f.db, func(context.Context, refset.Tx) error {
 				if runs++; runs <= 2 {
 					return refset.ErrConflict
 				}
 				return nil
 			}))
-			err = refset.InTx(ctx, f.db, func(refset.Tx) error { return refset.ErrConflict })
+			err = refset.InTx(ctx, f.db, func(context.Context, refset.Tx) error { return refset.ErrConflict })
 			require.ErrorIs(t, err, refset.ErrConflict)
 
 			time.Sleep(30 * time.Millisecond) // past the grace period and the hold's expiry

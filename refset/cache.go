@@ -50,11 +50,9 @@ func newCache[T any, ID comparable]() *cache[T, ID] {
 func (c *cache[T, ID]) get(ctx context.Context, id ID, fetch func(context.Context) (T, error)) (*box[T], error) {
 	for {
 		c.mu.Lock()
-		if wp, ok := c.live[id]; ok {
-			if b := wp.Value(); b != nil {
-				c.mu.Unlock()
-				return b, nil
-			}
+		if b := c.liveBox(id); b != nil {
+			c.mu.Unlock()
+			return b, nil
 		}
 		if l, ok := c.loading[id]; ok {
 			c.mu.Unlock()
@@ -75,6 +73,48 @@ func (c *cache[T, ID]) get(ctx context.Context, id ID, fetch func(context.Contex
 		c.mu.Unlock()
 		return c.load(ctx, id, l, fetch)
 	}
+}
+
+// getOwn is get for a read inside a unit of work, by fetch on the unit's
+// transaction: a live instance if there is one, and on a miss its own read, not
+// another goroutine's (which may be waiting for the connection the unit holds: a pool
+// of one). The unit may roll back what it read, so the instance it makes is the
+// caller's alone until publish, which the unit calls once it commits, shares it
+// (unless another instance went live meanwhile); publish is nil for a live instance.
+func (c *cache[T, ID]) getOwn(ctx context.Context, id ID, fetch func(context.Context) (T, error)) (b *box[T], publish func(), err error) {
+	c.mu.Lock()
+	b = c.liveBox(id)
+	c.mu.Unlock()
+	if b != nil {
+		return b, nil, nil
+	}
+	value, err := fetch(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	b = &box[T]{value: value}
+	return b, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.liveBox(id) == nil {
+			c.share(id, b)
+		}
+	}, nil
+}
+
+// liveBox is the live instance of id, or nil. c.mu is held.
+func (c *cache[T, ID]) liveBox(id ID) *box[T] {
+	if wp, ok := c.live[id]; ok {
+		return wp.Value()
+	}
+	return nil
+}
+
+// share makes b the live instance of id. c.mu is held.
+func (c *cache[T, ID]) share(id ID, b *box[T]) {
+	wp := weak.Make(b)
+	c.live[id] = wp
+	runtime.AddCleanup(b, c.evict, evictKey[T, ID]{id: id, ptr: wp})
 }
 
 // errLoadPanicked is what goroutines waiting on a load see when the load panicked.
@@ -100,9 +140,7 @@ func (c *cache[T, ID]) finish(id ID, l *load[T], value T, err error) (*box[T], e
 	delete(c.loading, id)
 	if err == nil {
 		l.box = &box[T]{value: value}
-		wp := weak.Make(l.box)
-		c.live[id] = wp
-		runtime.AddCleanup(l.box, c.evict, evictKey[T, ID]{id: id, ptr: wp})
+		c.share(id, l.box)
 	}
 	l.err = err
 	c.mu.Unlock()

@@ -59,12 +59,47 @@
 //
 // # Units of work
 //
-// InTx runs a function in one transaction; AddTx, UpgradeTx and CompleteTx do their
-// work inside it, under a savepoint, so a block, its batches, the hand-over and the
-// caller's own rows (transaction receipts) commit together or not at all. Several sets
-// in one database share one unit of work. Transactions refset opens itself are
+// InTx runs a function in one transaction, so a block, its batches, the hand-over and
+// the caller's own rows (transaction receipts) commit together or not at all. Several
+// sets in one database share one unit of work. Transactions refset opens itself are
 // retried, a bounded number of times, when the database aborts them to keep concurrent
 // ones apart.
+//
+// The function gets a context that carries the unit, and every call of refset made
+// with it joins the unit: Add, AddAll, Upgrade and Complete run in its transaction
+// under a savepoint (a failed one undoes only itself), Get, Load, Upgrade and
+// clean-up's reports read on it (they see what the unit wrote and take no second
+// connection), Reader gives the caller's own reads the same, and an InTx inside runs
+// as a savepoint. Commands get that context too. What commits on its own (clean-up's
+// Install, Collect and Sweep, store.NewStore, migrations) fails at once with
+// ErrInUnitOfWork. No call waits for the unit's own connection, and none commits
+// outside it:
+//
+//	err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+//		tok, err := blocks.Add(ctx, block, blocks.Hold("node", 0)) // joins the unit
+//		if err != nil {
+//			return err
+//		}
+//		_, err = tx.ExecContext(ctx, `INSERT INTO receipts (block_id, note) VALUES (?, ?)`, tok.ID(), "ok")
+//		return err
+//	})
+//
+// The *Tx forms (AddTx, UpgradeTx, CompleteTx, AddAllTx) do the same in a transaction
+// the caller began itself (a *sql.Tx), and give their commands its unit. Use the
+// context the function got, not InTx's own: a call with that is not part of the unit
+// (on SQLite, whose one writer connection the unit holds, a write with it waits for
+// the unit until the context ends).
+//
+// # Sizing a connection pool
+//
+// A unit of work holds one connection until it ends, and every call made with its
+// context uses that one, so each call and each unit needs a single connection at a
+// time: every call works on a pool of one connection, serialising them (SQLite's
+// writer is one connection by design). Size a PostgreSQL pool for the calls and units
+// that run at once (postgres.Options.MaxConns, or the caller's pool given to
+// postgres.New): a unit waits for a free connection at its start, not inside. A
+// clean-up collector running in the background takes one connection per pass, and a
+// database with a replica reads from its own pool too.
 //
 // # Placeholders
 //

@@ -92,6 +92,15 @@ var (
 	// names: a syntax error, a value of the wrong type, an exception raised by a
 	// trigger. It is almost always a caller's own SQL; the driver's error says what.
 	ErrStatement = sentinel.ErrStatement
+
+	// ErrInUnitOfWork: a call made with the context of a unit of work (the ctx InTx
+	// gives its function, or a Command gets) that cannot join the unit, because it
+	// commits on its own: clean-up's Install, Collect and Sweep, NewStore's migrations,
+	// a store's Begin. It fails at once, changing nothing, rather than wait for the
+	// connection the unit holds (SQLite's one writer, the last one of a pool) or commit
+	// outside the unit; make it before InTx or after InTx returns. refset's own calls
+	// (Add, Upgrade, Complete, Get, Load, InTx, ...) join the unit instead.
+	ErrInUnitOfWork = sentinel.ErrInUnitOfWork
 )
 
 // IsSentinel reports whether err matches one of the sentinel errors above: an error

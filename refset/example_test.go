@@ -91,7 +91,7 @@ func Example() {
 	fmt.Println("head:", lease.Value().Hash, "at height", lease.Value().Height)
 
 	// The database refuses to delete a block that is referenced.
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = 'genesis'`)
 		return err
 	})
@@ -113,7 +113,7 @@ func ExampleInTx() {
 	db, blocks, done := openBlocks(ctx)
 	defer done()
 
-	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		if _, err := blocks.AddTx(ctx, tx, Block{Hash: "b1"}, blocks.Hold("validator", 0)); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package refset_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -60,7 +61,7 @@ func TestSetStoreOfYourOwn(t *testing.T) {
 	lease, err := set.Get(ctx, head)
 	require.NoError(t, err)
 	assert.Equal(t, "hello", lease.Value().Text)
-	require.NoError(t, refset.InTx(ctx, plain, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, plain, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO notes (k, text) VALUES (?, ?)`, "b", "in a unit")
 		return err
 	}))

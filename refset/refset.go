@@ -39,7 +39,10 @@ func (s *RefSet[T, ID]) Database() Database { return s.db }
 // Add stores obj and returns a token for it. The commands run in the same transaction
 // as the insert: give an object its first reference (a Hold, the caller's own row)
 // there, and no clean-up can ever see it unreferenced. ErrDuplicate if an object with
-// that ID is stored already; nothing changes then.
+// that ID is stored already; nothing changes then. With the context of a unit of work
+// (the one InTx gives its function, or a Command gets) Add joins the unit, as AddTx
+// with its transaction; so do AddAll, Upgrade and Complete (see "Units of work" in
+// the package doc).
 //
 // Errors: ErrInvalidID (the zero ID), ErrInvalidCommand (a nil command, or one that
 // tried to end the transaction), ErrDuplicate, ErrNotFound (a command referenced a
@@ -63,6 +66,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 	if err := checkCall("add", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
+	tx = s.joined(ctx, tx)
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
 		return nil, fmt.Errorf("refset: add %v: %w", id, err)
 	}
@@ -80,7 +84,7 @@ func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds [
 			return err
 		}
 	}
-	return s.within(ctx, tx, func(tx Tx) error {
+	return s.within(ctx, tx, func(ctx context.Context, tx Tx) error {
 		if err := s.store.Persist(ctx, tx, obj); err != nil {
 			return err
 		}
@@ -115,7 +119,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	if len(objs) == 0 {
 		return toks, nil
 	}
-	err := s.within(ctx, tx, func(tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
+	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
 	if err != nil {
 		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
 	}
@@ -167,7 +171,7 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 	if err := checkCall("upgrade", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
-	err := s.within(ctx, tx, func(tx Tx) error {
+	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error {
 		ok, err := s.store.Has(ctx, tx, id)
 		if err != nil {
 			return fmt.Errorf("refset: upgrade %v: %w", id, err)
@@ -193,7 +197,10 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 // references are all gone, even while a token for it is in memory).
 // A miss reads the database's replica first, if it has one, and the primary when the
 // replica does not have the object yet (see "Reads from a replica" in the package
-// doc).
+// doc). Inside a unit of work (ctx carries one) a miss reads on the unit's
+// transaction, which sees the unit's own writes; the instance it makes is shared by
+// the unit's reads until the unit commits, and by every Get after, so an object whose
+// Add rolled back is never served from the cache.
 //
 // Errors: ErrNotFound, ErrInvalidToken (nil, or a token of another set),
 // ErrTokenConsumed (a token already released), ErrSchema (a stored row the type
@@ -224,7 +231,8 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 // lacks is asked of the primary, so a Load right after the Add that stored the object
 // finds it, and ErrNotFound is the primary's answer. An ID that is not stored costs
 // a read on each then; a hit, the usual case, costs one on the replica, off the
-// primary, as Upgrade and Get do.
+// primary, as Upgrade and Get do. Inside a unit of work it reads on the unit's
+// transaction, as Get does.
 //
 // Errors: ErrNotFound, ErrInvalidID (the zero ID), ErrSchema (a stored row the type
 // cannot hold), ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
@@ -240,13 +248,45 @@ func (s *RefSet[T, ID]) Load(ctx context.Context, id ID) (Lease[T], error) {
 // is (objects never change), and from the primary when the replica lacks it. op
 // names the call in errors.
 func (s *RefSet[T, ID]) lease(ctx context.Context, op string, id ID) (Lease[T], error) {
-	b, err := s.cache.get(ctx, id, func(ctx context.Context) (T, error) {
+	read := func(ctx context.Context) (T, error) {
 		return refsetdriver.ReadReplicaFirst(ctx, s.db, "get", false, func(q Querier) (T, error) { return s.store.Get(ctx, q, id) })
-	})
+	}
+	var b *box[T]
+	var err error
+	if _, inUnit := refsetdriver.UnitTx(ctx, s.db); inUnit {
+		b, err = s.leaseInUnit(ctx, id, read)
+	} else {
+		b, err = s.cache.get(ctx, id, read)
+	}
 	if err != nil {
 		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: %s %v: %w", op, id, err))
 	}
 	return Lease[T]{b: b}, nil
+}
+
+// unitBox is the key of the instance a unit of work read of an object, among the
+// unit's values (refsetdriver.UnitLocal).
+type unitBox[ID comparable] struct {
+	set any // the set's cache
+	id  ID
+}
+
+// leaseInUnit is lease's instance inside a unit of work, read on the unit's
+// transaction (ReadReplicaFirst reads there). The unit may roll back what it read, so
+// an instance it makes is shared by the unit's reads alone until it commits, then by
+// the set's cache.
+func (s *RefSet[T, ID]) leaseInUnit(ctx context.Context, id ID, read func(context.Context) (T, error)) (*box[T], error) {
+	key := unitBox[ID]{set: s.cache, id: id}
+	if v, ok := refsetdriver.UnitLocal(ctx, s.db, key); ok {
+		return v.(*box[T]), nil
+	}
+	b, publish, err := s.cache.getOwn(ctx, id, read)
+	if err != nil || publish == nil {
+		return b, err
+	}
+	refsetdriver.SetUnitLocal(ctx, s.db, key, b)
+	refsetdriver.AfterCommit(ctx, s.db, publish)
+	return b, nil
 }
 
 // Cached is the number of objects that have a live in-memory instance.
@@ -284,13 +324,26 @@ func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on
 // panicking.
 func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
+	tx = s.joined(ctx, tx)
 	if ran, err := s.pipelined(ctx, tx, id, nil, cmds); ran {
 		return err
 	}
-	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
+	return s.within(ctx, tx, func(ctx context.Context, tx Tx) error { return runAll(ctx, tx, id, cmds) })
 }
 
-func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(tx Tx) error) error {
+// joined is the transaction a call runs in: tx, the caller's, when it gave one;
+// otherwise that of the unit of work on the set's database that ctx carries (see
+// InTx), or nil for a transaction of the call's own.
+func (s *RefSet[T, ID]) joined(ctx context.Context, tx Tx) Tx {
+	if tx == nil {
+		tx, _ = refsetdriver.UnitTx(ctx, s.db)
+	}
+	return tx
+}
+
+// within runs fn in a new unit of work when tx is nil, and under a savepoint of tx
+// otherwise; fn's context carries the unit, for the calls its commands make.
+func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(ctx context.Context, tx Tx) error) error {
 	if tx == nil {
 		return InTx(ctx, s.db, fn)
 	}

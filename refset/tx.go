@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // maxAttempts bounds how often InTx runs a unit of work that the database aborted
@@ -19,25 +20,34 @@ import (
 const maxAttempts = 6
 
 // InTx runs fn in one write transaction of db and commits it: everything fn does
-// (Add, Upgrade and Complete through their Tx forms, holds, the caller's own SQL)
-// commits together or not at all. If fn returns an error the transaction rolls back
-// and InTx returns that error. If fn panics the transaction rolls back, its
-// connection goes back to the pool, and the panic goes on with its own value. If the
-// database aborts the transaction to keep concurrent ones apart (ErrConflict), fn
-// runs again in a new transaction, a bounded number of times with jittered back-off;
-// it also runs once more, at once, when Postgres refused a statement that was prepared
-// before a migration changed the type of a column it returns (the statement is then
-// prepared anew). fn must therefore have no effects outside the transaction.
+// (Add, Upgrade, Complete, holds, the caller's own SQL) commits together or not at
+// all. If fn returns an error the transaction rolls back and InTx returns that error.
+// If fn panics the transaction rolls back, its connection goes back to the pool, and
+// the panic goes on with its own value. If the database aborts the transaction to keep
+// concurrent ones apart (ErrConflict), fn runs again in a new transaction, a bounded
+// number of times with jittered back-off; it also runs once more, at once, when
+// Postgres refused a statement that was prepared before a migration changed the type
+// of a column it returns (the statement is then prepared anew). fn must therefore
+// have no effects outside the transaction.
 //
-// fn gets a Tx that runs statements but cannot end the transaction: a statement such
-// as COMMIT or ROLLBACK fails with ErrInvalidCommand, and InTx then rolls back and
-// returns that error whatever fn returned. Inside fn, use the Tx forms (AddTx,
-// UpgradeTx, CompleteTx) with tx. The plain forms open a transaction of their own,
-// which is not part of the unit of work, and on SQLite, whose one writer connection
-// fn's transaction holds, would wait for it until ctx ends.
+// fn gets a context that carries the unit of work, and a Tx. Calls of refset made
+// with that context join the unit: Add, AddAll, Upgrade and Complete run in its
+// transaction under a savepoint (so a failed one undoes only itself, as their *Tx
+// forms do), Get, Load and Upgrade read on it (they see what the unit wrote, and take
+// no second connection from the pool), clean-up's reports read on it, and InTx itself
+// runs its function under a savepoint, once, leaving retries to the outermost unit.
+// What cannot join, because it commits on its own (clean-up's Install, Collect and
+// Sweep, store.NewStore), fails at once with ErrInUnitOfWork. So use fn's ctx, not the
+// one InTx was given: a call with that one is not part of the unit, and on SQLite, whose
+// one writer connection the unit holds, a write with it waits for the unit until the
+// context ends. The unit is fn's goroutine's: do not share fn's ctx or tx with
+// goroutines that run on after fn returns, or run calls of one unit side by side. Once
+// InTx returns, its context carries the unit no more.
 //
-// The tx given to fn writes the database's placeholders for ? (see Tx: a statement
-// written once runs on both stores) and translates driver errors of ExecContext and
+// The Tx cannot end the transaction: a statement such as COMMIT or ROLLBACK fails with
+// ErrInvalidCommand, and InTx then rolls back and returns that error whatever fn
+// returned. It writes the database's placeholders for ? (see Tx: a statement written
+// once runs on both stores) and translates driver errors of ExecContext and
 // QueryContext to the refset sentinels; an error from a QueryRowContext row's Scan is
 // translated when fn returns it.
 //
@@ -46,11 +56,23 @@ const maxAttempts = 6
 // (with ErrCommitUnknown when the connection was lost while committing), ErrTimeout,
 // ErrClosed, the context's error when ctx ended, and whatever fn returned (translated
 // to a sentinel when it is a driver's error).
-func InTx(ctx context.Context, db Database, fn func(tx Tx) error) error {
+func InTx(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
 	}
+	if tx, ok := refsetdriver.UnitTx(ctx, db); ok {
+		return inSavepoint(ctx, db, tx, fn)
+	}
 	return runUnit(ctx, capabilitiesOf(db), func() error { return inTxOnce(ctx, db, fn) })
+}
+
+// Reader is where a read of one's own in db, made with ctx, runs: inside a unit of
+// work on db (ctx is the one InTx gave its function, or a Command got), the unit's
+// transaction, which sees what the unit wrote and takes no second connection from the
+// pool; outside any, db.Reader(). Either way, like the Tx of a unit, it writes the
+// database's placeholders for ? and translates driver errors to the sentinels.
+func Reader(ctx context.Context, db Database) Querier {
+	return newView(refsetdriver.ReaderFor(ctx, db), db)
 }
 
 // runUnit runs once, one attempt at a unit of work in a transaction of its own, as
@@ -116,7 +138,7 @@ func retryConflicts(ctx context.Context, caps capabilities, fn func() error) err
 	}
 }
 
-func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) error {
+func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("refset: in transaction: %w", err)
 	}
@@ -133,13 +155,17 @@ func inTxOnce(ctx context.Context, db Database, fn func(tx Tx) error) error {
 		}
 	}()
 	view := newView(raw, db)
-	if err := refusedOr(view, fn(view)); err != nil {
+	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
+	committed := false
+	defer func() { endUnit(committed) }()
+	if err := refusedOr(view, fn(unitCtx, view)); err != nil {
 		return db.TranslateError(err, "")
 	}
 	ended = true // whether it succeeds or not, Commit ends the transaction
 	if err := raw.Commit(); err != nil {
 		return commitError(db, err)
 	}
+	committed = true
 	return nil
 }
 
@@ -197,8 +223,9 @@ const savepoint = "refset_savepoint"
 
 // inSavepoint runs fn inside the caller's transaction so that, if fn fails or
 // panics, only what fn did is undone and the caller's transaction stays usable
-// (Postgres would otherwise refuse every later statement of it).
-func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(tx Tx) error) error {
+// (Postgres would otherwise refuse every later statement of it). fn's context
+// carries tx as the unit of work, for the calls fn makes to join.
+func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Context, tx Tx) error) error {
 	if err := checkTx(tx); err != nil {
 		return err
 	}
@@ -223,14 +250,22 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(tx Tx) error) 
 			_ = undo()
 		}
 	}()
+	// What fn's calls leave for after the commit (AfterCommit) waits for the
+	// enclosing unit's, if this is a savepoint of one; refset sees no commit of a
+	// caller's own transaction.
+	_, joined := refsetdriver.UnitTx(ctx, db)
 	view := newView(tx, db)
-	if err := refusedOr(view, fn(view)); err != nil {
+	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
+	kept := false
+	defer func() { endUnit(kept && joined) }()
+	if err := refusedOr(view, fn(unitCtx, view)); err != nil {
 		return ctxerr.Wrap(ctx, errors.Join(db.TranslateError(err, ""), undo()))
 	}
 	released = true
 	if _, err := raw.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
 		return ctxerr.Wrap(ctx, db.TranslateError(err, "RELEASE"))
 	}
+	kept = true
 	return nil
 }
 

@@ -111,7 +111,13 @@ func ReplicaOf(d Driver) Querier {
 // A read that must see what the primary had committed when it began (a report on
 // holds and references, which change) sets caughtUp: the replica is read only once
 // it has replayed all of it (ReplicaCaughtUp), and its ErrNotFound then stands.
+//
+// Inside a unit of work on db (ctx carries it: see WithUnit), read runs once, on the
+// unit's transaction.
 func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caughtUp bool, read func(q Querier) (T, error)) (T, error) {
+	if tx, ok := UnitTx(ctx, db); ok {
+		return read(tx)
+	}
 	drv := db.Driver()
 	r, ok := drv.(Replicated)
 	if !ok || r.Replica() == nil {

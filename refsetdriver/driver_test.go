@@ -1,6 +1,7 @@
 package refsetdriver_test
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -38,5 +39,5 @@ func TestOf(t *testing.T) {
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "a DB the store did not open has no driver")
 	_, err = zero.Begin(t.Context())
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
-	require.ErrorIs(t, refset.InTx(t.Context(), &zero, func(refset.Tx) error { return nil }), refset.ErrInvalidConfig)
+	require.ErrorIs(t, refset.InTx(t.Context(), &zero, func(context.Context, refset.Tx) error { return nil }), refset.ErrInvalidConfig)
 }

@@ -1,6 +1,7 @@
 package refsettest_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"testing"
@@ -81,7 +82,7 @@ func createTables(t *testing.T, db refset.Database) {
 // exec runs one statement of the test's own in a transaction.
 func exec(t *testing.T, db refset.Database, query string) {
 	t.Helper()
-	require.NoError(t, refset.InTx(t.Context(), db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(t.Context(), query)
 		return err
 	}))

@@ -42,8 +42,11 @@ func MigrateDown(ctx context.Context, db refset.Database, d SQL, component strin
 	if target < 0 {
 		return Applied{}, fmt.Errorf("refset/schema: %w: target version %d of %s is negative", refset.ErrInvalidConfig, target, component)
 	}
+	if err := refsetdriver.RefuseUnit(ctx, db, "a migration"); err != nil {
+		return Applied{}, fmt.Errorf("refset/schema: %w", err)
+	}
 	var done Applied
-	err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		if err := d.LockMigrations(ctx, tx); err != nil {
 			return err
 		}

@@ -167,8 +167,11 @@ func applyAfterCore(ctx context.Context, db refset.Database, d SQL, then func(re
 	if err != nil {
 		return nil, err
 	}
+	if err := refsetdriver.RefuseUnit(ctx, db, "a migration"); err != nil {
+		return nil, fmt.Errorf("refset/schema: %w", err)
+	}
 	var done []Applied
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		done = done[:0] // a retried transaction starts over
 		// Held to the end of the transaction: a second process waits here, then finds
 		// everything applied.

@@ -107,7 +107,7 @@ func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		// Clean-up's triggers queue the objects whose holds go, as when Collect
 		// expires them.
 		var n int64
-		err = refset.InTx(ctx, c.db, func(tx refset.Tx) error {
+		err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
 			n, err = d.DeleteExpiredHolds(ctx, tx, holds, *holder)
 			return err
 		})

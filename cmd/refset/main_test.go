@@ -87,7 +87,7 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		_, err := tx.ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
-	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		exec(tx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id))`)
 		exec(tx, `CREATE INDEX blocks_prev ON blocks (prev)`)
 		exec(tx, `CREATE TABLE chain_heads (block_id TEXT PRIMARY KEY REFERENCES blocks (id))`)
@@ -102,7 +102,7 @@ func prepare(t *testing.T, b backend, db refset.Database) {
 		_, err := cleanup.Install(ctx, db, cleanup.Config{Table: table})
 		require.NoError(t, err)
 	}
-	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		exec(tx, `INSERT INTO blocks (id, prev) VALUES ('g', NULL), ('a', 'g'), ('b', 'a'), ('x', NULL), ('y', NULL), ('h', NULL), ('e', NULL)`)
 		exec(tx, `INSERT INTO chain_heads (block_id) VALUES ('b')`)
 		exec(tx, `INSERT INTO blocks_holds (holder, object_id) VALUES ('alice', 'h'), ('h1', 'h'), ('h2', 'h'), ('h3', 'h'), ('h4', 'h'), ('h5', 'h'), ('h6', 'h')`)
@@ -448,7 +448,7 @@ func TestMigrate(t *testing.T) {
 			db, dbArgs := b.open(t)
 			d, err := refsetdriver.Of(db)
 			require.NoError(t, err)
-			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));
 					CREATE TABLE tokens (id BIGINT PRIMARY KEY)`)
 				return err
@@ -479,7 +479,7 @@ func TestMigrate(t *testing.T) {
 			require.Empty(t, refsetTables(), "migrate sql must change nothing")
 
 			// The DBA runs the script in one transaction.
-			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, script)
 				return err
 			}))
@@ -614,7 +614,7 @@ func TestInstallKeepsTheProgramsGrace(t *testing.T) {
 			ctx := t.Context()
 			exec := func(q string, args ...any) {
 				t.Helper()
-				require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 					_, err := tx.ExecContext(ctx, db.Driver().Rebind(q), args...)
 					return err
 				}), q)
@@ -663,7 +663,7 @@ func TestQualifiedTables(t *testing.T) {
 			if b.Postgres {
 				require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
 				// A set its store registered qualified, named bare below.
-				require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 					_, err := tx.ExecContext(ctx, `CREATE TABLE `+schema+`.parts (id TEXT PRIMARY KEY)`)
 					return err
 				}))

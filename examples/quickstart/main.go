@@ -121,7 +121,7 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 
 	// The database, not the program, guards the chain: deleting the genesis block,
 	// which its successor references, is refused.
-	delErr := refset.InTx(ctx, db, func(tx refset.Tx) error {
+	delErr := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		// The Tx writes the database's placeholders for ?, as Exec does.
 		_, err := tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = ?`, "block-000000")
 		return err
@@ -162,7 +162,7 @@ func open(ctx context.Context, demo *exampledb.DB) (refset.Database, *refset.Ref
 	if demo.Postgres() {
 		types = strings.NewReplacer("{text}", "text", "{int}", "bigint", "{bytes}", "bytea")
 	}
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, types.Replace(schemaSQL))
 		return err
 	})

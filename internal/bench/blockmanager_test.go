@@ -79,7 +79,7 @@ func bmChain(prefix, prev string, from int64, n int) []blockmanager.Block {
 // rawPut inserts a branch the way a hand-written bulk loader would: multi-row inserts
 // of the blocks and their batch and transaction index rows, in one transaction.
 func rawPut(ctx context.Context, db refset.Database, d rawDialect, branch []blockmanager.Block) error {
-	return refset.InTx(ctx, db, func(tx refset.Tx) error {
+	return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		const per = 500
 		for start := 0; start < len(branch); start += per {
 			chunk := branch[start:min(start+per, len(branch))]
@@ -355,7 +355,7 @@ func fillForks(tb testing.TB, w *walkBench, root string, rootNum int64, forks, l
 	first := rootNum + 1
 	for from := first; from < first+int64(length); from += int64(per) {
 		to := min(from+int64(per)-1, first+int64(length)-1)
-		err := refset.InTx(ctx, w.db, func(tx refset.Tx) error {
+		err := refset.InTx(ctx, w.db, func(ctx context.Context, tx refset.Tx) error {
 			_, err := tx.ExecContext(ctx, q, root, first, from, to, forks, bmPayload)
 			return err
 		})

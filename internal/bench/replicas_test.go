@@ -590,7 +590,7 @@ func TestRetryCounterCountsDeadlocks(t *testing.T) {
 	lockBoth := func(me, first, second int) error {
 		defer close(finished[me])
 		attempt := 0
-		return refset.InTx(ctx, db, func(tx refset.Tx) error {
+		return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 			attempt++
 			if attempt > 1 {
 				<-finished[1-me]

@@ -416,7 +416,7 @@ func testSuggestedIndexes(t *testing.T, h harness) {
 	require.ErrorIs(t, err, cleanup.ErrUnindexed)
 	require.Len(t, unindexed.Indexes, 2, "blocks.prev and votes.block_id: %v", unindexed.Indexes)
 	for _, stmt := range unindexed.Indexes {
-		err := refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+		err := refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 			_, err := tx.ExecContext(t.Context(), stmt) // verbatim: no rewriting
 			return err
 		})
@@ -751,7 +751,7 @@ func (e *env) chainOf(tb testing.TB, prefix, prev string, n int) []string {
 		ids[i] = fmt.Sprintf("%s-%04d", prefix, i)
 	}
 	const per = 100
-	err := refset.InTx(tb.Context(), e.db, func(tx refset.Tx) error {
+	err := refset.InTx(tb.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 		for start := 0; start < n; start += per {
 			end := min(start+per, n)
 			var args []any
@@ -944,7 +944,7 @@ func testChainReReferencedMidCollection(t *testing.T, h harness) {
 		inserted, commit := make(chan struct{}), make(chan struct{})
 		writerDone := make(chan error, 1)
 		go func() {
-			writerDone <- refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			writerDone <- refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO pending (block_id) VALUES (?)`), ids[referenced]); err != nil {
 					return err
 				}

@@ -147,6 +147,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "SchemaMismatch", testSchemaMismatch},
 	{mainSuite, "UnmappedNotNullColumnRefused", testUnmappedNotNull},
 	{mainSuite, "UnitOfWork", testUnitOfWork},
+	{mainSuite, "PlainCallsJoinTheUnit", testPlainCallsJoinTheUnit},
 	{mainSuite, "TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
 	{mainSuite, "ConcurrentWriters", testConcurrentWriters},
 	{mainSuite, "ConcurrentHandOversOfOneToken", testConcurrentComplete},
@@ -245,7 +246,7 @@ func (e *env) sql(q string) string {
 
 // exec runs plain SQL in its own transaction and returns the translated error.
 func (e *env) exec(ctx context.Context, q string, args ...any) error {
-	return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, e.sql(q), args...)
 		return err
 	})

@@ -54,7 +54,7 @@ func (e *env) stillWritable(t *testing.T, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	err := refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		for _, q := range []string{
 			`INSERT INTO blocks (id, height) SELECT ?, 0 WHERE NOT EXISTS (SELECT 1 FROM blocks WHERE id = ?)`,
 			`INSERT INTO heads (block_id) SELECT ? WHERE ? <> ''`,
@@ -84,7 +84,7 @@ func testPanics(t *testing.T, h harness) {
 		{"CompleteTx in InTx", false, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			acq := e.acquired(t, set, id, cmd)
 			return func() error {
-				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+				return refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 					// A row of the unit of work's own, before the hand-over: it must
 					// be rolled back with the rest.
 					if _, err := tx.ExecContext(t.Context(), e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-outer"); err != nil {
@@ -120,7 +120,7 @@ func testPanics(t *testing.T, h harness) {
 		}},
 		{"AddTx in InTx", true, func(t *testing.T, e *env, set *refset.RefSet[block, string], id string, cmd refset.Command[string]) func() error {
 			return func() error {
-				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+				return refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 					_, err := set.AddTx(t.Context(), tx, mkBlock(id, "", 0), cmd)
 					return err
 				})
@@ -135,7 +135,7 @@ func testPanics(t *testing.T, h harness) {
 			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
 			require.NoError(t, err)
 			return func() error {
-				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+				return refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 					_, err := set.UpgradeTx(t.Context(), tx, id, cmd)
 					return err
 				})
@@ -145,7 +145,7 @@ func testPanics(t *testing.T, h harness) {
 			_, err := set.Add(t.Context(), mkBlock(id, "", 0))
 			require.NoError(t, err)
 			return func() error {
-				return refset.InTx(t.Context(), e.db, func(tx refset.Tx) error {
+				return refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
 					return cmd.Execute(t.Context(), tx, id)
 				})
 			}
@@ -229,7 +229,7 @@ func testCannotEndTx(t *testing.T, h harness) {
 		})
 		_, err := set.Add(ctx, mkBlock("typed", "", 0), check)
 		require.NoError(t, err)
-		require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error { return check(ctx, tx, "") }))
+		require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error { return check(ctx, tx, "") }))
 	})
 
 	for i, stmt := range endingStatements {
@@ -254,7 +254,7 @@ func testCannotEndTx(t *testing.T, h harness) {
 
 			// Inside a unit of work: the caller's rows before the hand-over are not
 			// committed by it either.
-			err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO blocks (id, height) VALUES (?, 0)`), id+"-outer"); err != nil {
 					return err
 				}
@@ -268,7 +268,7 @@ func testCannotEndTx(t *testing.T, h harness) {
 
 			// The same statements straight in a unit of work, through each method.
 			for _, via := range []string{"exec", "query", "queryrow"} {
-				err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+				err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 					if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO heads (block_id) VALUES (?)`), id); err != nil {
 						return err
 					}
@@ -294,7 +294,7 @@ func testCannotEndTx(t *testing.T, h harness) {
 	}
 
 	t.Run("savepoints of the caller's own are allowed", func(t *testing.T) {
-		err := refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		err := refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 			for _, q := range []string{"SAVEPOINT mine", "ROLLBACK TO SAVEPOINT mine", "RELEASE SAVEPOINT mine"} {
 				if _, err := tx.ExecContext(ctx, q); err != nil {
 					return err
@@ -366,7 +366,7 @@ func testContextErrors(t *testing.T, h harness) {
 			return err
 		}},
 		{"InTx", func(ctx context.Context, cmds ...refset.Command[string]) error {
-			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				for _, c := range cmds {
 					if err := c.Execute(ctx, tx, "a"); err != nil {
 						return err
@@ -465,7 +465,7 @@ func testErrorsMatchSentinels(t *testing.T, h harness) {
 					if tc.cmd == nil {
 						continue
 					}
-					err = refset.InTx(ctx, e.db, func(tx refset.Tx) error { return tc.cmd.Execute(ctx, tx, "a") })
+					err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error { return tc.cmd.Execute(ctx, tx, "a") })
 				case "Complete":
 					err = e.completeWith(t, set, "a", tc.cmd)
 				}
@@ -485,7 +485,7 @@ func testErrorsMatchSentinels(t *testing.T, h harness) {
 		_, err := set.Upgrade(ctx, "a", own)
 		require.ErrorIs(t, err, mine)
 		require.False(t, refset.IsSentinel(err), "not dressed up as one of refset's: %v", err)
-		err = refset.InTx(ctx, e.db, func(tx refset.Tx) error { return own(ctx, tx, "a") })
+		err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error { return own(ctx, tx, "a") })
 		require.ErrorIs(t, err, mine)
 		require.False(t, refset.IsSentinel(err), "not dressed up as one of refset's: %v", err)
 	})
@@ -558,7 +558,7 @@ func testPlaceholders(t *testing.T, h harness) {
 			return err
 		}},
 		{"InTx", func(t *testing.T, id, q, owner string) error {
-			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				if _, err := set.AddTx(ctx, tx, mkBlock(id, "", 0)); err != nil {
 					return err
 				}
@@ -575,7 +575,7 @@ func testPlaceholders(t *testing.T, h harness) {
 					require.NoError(t, way.add(t, id, st.query, owner))
 					// Read it back through a Tx, with ? again: QueryRowContext and
 					// QueryContext.
-					require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+					require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 						var note *string
 						err := tx.QueryRowContext(ctx, `SELECT note FROM owned WHERE block_id = ? AND owner = ?`, id, owner).Scan(&note)
 						require.NoError(t, err)
@@ -628,7 +628,7 @@ func testPlaceholders(t *testing.T, h harness) {
 	}
 	for _, tc := range jsonb {
 		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				var has bool
 				if err := tx.QueryRowContext(ctx, tc.query, tc.args...).Scan(&has); err != nil {
 					return err

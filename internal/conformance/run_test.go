@@ -354,7 +354,7 @@ func testCacheFrees(t *testing.T, h harness) {
 	const n = 100_000
 	e, set, ctx := newBlocksEnv(t, h)
 	// Load the rows in bulk: the point is the cache, not the inserts.
-	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		for start := 0; start < n; start += 500 {
 			q, args := "INSERT INTO blocks (id, height) VALUES ", []any{}
 			for i := start; i < start+500; i++ {
@@ -494,7 +494,7 @@ func testAddAll(t *testing.T, h harness) {
 	assert.Equal(t, len(objs), e.count(t, "blocks", ""))
 
 	// Inside a caller's transaction, a failure leaves the transaction usable.
-	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		if _, err := set.AddAllTx(ctx, tx, more); !errors.Is(err, refset.ErrDuplicate) {
 			return fmt.Errorf("want ErrDuplicate, got %v", err)
 		}
@@ -922,7 +922,7 @@ func testUnitOfWork(t *testing.T, h harness) {
 
 	// Two sets, a hold and the caller's own SQL: all or nothing.
 	unit := func(id string, num int64, fail bool) error {
-		return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+		return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 			if _, err := blocks.AddTx(ctx, tx, mkBlock(id, "", 0), blocks.Hold("node", 0)); err != nil {
 				return err
 			}
@@ -948,7 +948,7 @@ func testUnitOfWork(t *testing.T, h harness) {
 	}
 
 	// An Upgrade and a hand-over inside the caller's transaction commit with it.
-	require.NoError(t, refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		tok, err := blocks.UpgradeTx(ctx, tx, "committed")
 		if err != nil {
 			return err
@@ -973,7 +973,7 @@ func testTxFormsKeepCallerTx(t *testing.T, h harness) {
 	_, err := set.Add(ctx, mkBlock("a", "", 0))
 	require.NoError(t, err)
 
-	err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		// A duplicate inside the caller's transaction fails alone...
 		if _, err := set.AddTx(ctx, tx, mkBlock("a", "", 0)); !errors.Is(err, refset.ErrDuplicate) {
 			return fmt.Errorf("want ErrDuplicate, got %v", err)
@@ -1144,7 +1144,7 @@ func testForeignKeyErrorsWhateverTheSQL(t *testing.T, h harness) {
 		run  func(t *testing.T, q string, arg string) error
 	}{
 		{"InTx", func(t *testing.T, q, arg string) error {
-			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, q, arg)
 				return err
 			})
@@ -1155,7 +1155,7 @@ func testForeignKeyErrorsWhateverTheSQL(t *testing.T, h harness) {
 		}},
 		{"Command via CompleteTx in InTx", func(t *testing.T, q, arg string) error {
 			acq := e.handOver(t, set, q, arg)
-			return refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+			return refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := acq.CompleteTx(ctx, tx)
 				return err
 			})

@@ -61,6 +61,11 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	if e.closed.Load() {
 		return nil, fmt.Errorf("%s: begin: %w", e.c.Name, sentinel.ErrClosed)
 	}
+	if _, ok := refsetdriver.UnitTx(ctx, e.c.DB); ok {
+		// Whatever reaches here did not join the unit: a transaction of its own would
+		// wait for the connection the unit holds, or commit outside it.
+		return nil, fmt.Errorf("%s: begin: %w: a transaction of its own would wait for the unit's connection or commit outside the unit; use the call's *Tx form with the unit's tx, or call it outside InTx", e.c.Name, sentinel.ErrInUnitOfWork)
+	}
 	// Exec commands' statements that ran unprepared are prepared now, while this
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).

@@ -26,6 +26,7 @@ var (
 	ErrTimeout           = errors.New("database timeout")
 	ErrInvalidConfig     = errors.New("invalid configuration")
 	ErrStatement         = errors.New("statement refused")
+	ErrInUnitOfWork      = errors.New("called inside a unit of work it cannot join")
 )
 
 // All lists every sentinel above.
@@ -48,4 +49,5 @@ var All = []error{
 	ErrTimeout,
 	ErrInvalidConfig,
 	ErrStatement,
+	ErrInUnitOfWork,
 }

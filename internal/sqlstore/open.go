@@ -26,6 +26,9 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
+	if err := refsetdriver.RefuseUnit(ctx, db, "NewStore"); err != nil {
+		return nil, fmt.Errorf("refset: new store of %s: %w", cfg.Table, err)
+	}
 	table, holds, queue, err := cfg.tables()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package testdb
 
 import (
+	"context"
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
@@ -17,7 +18,7 @@ func TestPlaces(t *testing.T) {
 		}
 		exec := func(db refset.Database, q string) {
 			t.Helper()
-			if err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+			if err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, q)
 				return err
 			}); err != nil {

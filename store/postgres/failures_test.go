@@ -70,7 +70,7 @@ func testInducedFailures(t *testing.T, driver string) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+			err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				if _, err := tx.ExecContext(ctx, `INSERT INTO items VALUES ('written')`); err != nil {
 					return err
 				}
@@ -93,7 +93,7 @@ func testInducedFailures(t *testing.T, driver string) {
 			assert.Equal(t, 0, count(t, db, `SELECT count(*) FROM items WHERE id = 'written'`), "nothing was committed")
 			assert.Equal(t, 0, count(t, db, `SELECT count(*) FROM doomed`), "nothing was committed")
 			// The pool drops the lost connection; the next unit of work goes through.
-			require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `SELECT 1`)
 				return err
 			}))
@@ -276,7 +276,7 @@ func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 			defer wg.Done()
 			for r := range units {
 				first := true
-				errs <- refset.InTx(ctx, db, func(tx refset.Tx) error {
+				errs <- refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 					attempts.Add(1)
 					var next int64
 					if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), 0) + 1 FROM ledger`).Scan(&next); err != nil {
@@ -359,7 +359,7 @@ func TestLogging(t *testing.T) {
 		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 		require.NoError(t, err)
 
-		require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 			_, err := tx.ExecContext(ctx, `SELECT pg_sleep(0.1)`)
 			return err
 		}))

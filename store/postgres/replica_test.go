@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"database/sql"
 	"net/url"
 	"testing"
@@ -132,7 +133,7 @@ func TestReplicaServesRowsItHas(t *testing.T) {
 	e.primaryExec(t, `DELETE FROM items_holds WHERE object_id = 'a'; DELETE FROM items WHERE id = 'a'`)
 	_, err = e.set.Upgrade(ctx, "a")
 	require.NoError(t, err, "Upgrade reads the standby")
-	err = refset.InTx(ctx, e.db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := e.set.UpgradeTx(ctx, tx, "a")
 		return err
 	})

@@ -60,7 +60,7 @@ func TestStoreInNamedSchema(t *testing.T) {
 	assert.Equal(t, 1, inLedger)
 	assert.Equal(t, 0, inDefault, "the unqualified table of the same name is untouched")
 
-	err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM `+ledger+`.blocks WHERE id = 'a'`)
 		return err
 	})
@@ -93,7 +93,7 @@ func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := refset.InTx(ctx, db, func(tx refset.Tx) error {
+			err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, tc.stmt)
 				return err // succeeds: the check waits for COMMIT
 			})
@@ -154,7 +154,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 			`SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'INSERT INTO "blocks"%'`).Scan(&n))
 		return n > 0
 	}
-	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := set.AddTx(ctx, tx, block{Hash: "a", Height: 1}, set.Hold("me", 0))
 		require.NoError(t, err)
 		assert.True(t, prepared(tx), "refset's own transaction runs the prepared insert")
@@ -169,7 +169,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	plainStore, err := store.NewStore[block, string](ctx, plain, store.Config{Table: "blocks"})
 	require.NoError(t, err)
 	plainSet := refset.New(plainStore)
-	require.NoError(t, refset.InTx(ctx, plain, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, plain, func(ctx context.Context, tx refset.Tx) error {
 		_, err := plainSet.AddTx(ctx, tx, block{Hash: "c", Height: 3}, plainSet.Hold("me", 0))
 		require.NoError(t, err)
 		assert.False(t, prepared(tx), "Unprepared: the insert is not prepared")

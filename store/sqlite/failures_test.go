@@ -37,7 +37,7 @@ func TestInducedFailures(t *testing.T) {
 		_, err = holder.ExecContext(ctx, `INSERT INTO items VALUES ('theirs')`)
 		require.NoError(t, err)
 
-		err = refset.InTx(ctx, db, func(tx refset.Tx) error {
+		err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO items VALUES ('mine')`)
 			return err
 		})

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,7 @@ func TestLogging(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 
 	// An Exec runs the statement through; a query is timed to its first row.
-	require.NoError(t, refset.InTx(ctx, db, func(tx refset.Tx) error {
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) SELECT count(*) FROM c`)
 		return err
 	}))

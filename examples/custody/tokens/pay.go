@@ -98,7 +98,7 @@ func (v *Vault) payStepwise(ctx context.Context, txID, from string, amount int64
 	exact := Filter{Type: k.typ, Identifier: k.identifier, Issuer: k.issuer, Notary: k.notary,
 		Predicate: func(t Token) bool { return kindOf(t) == k }} // empty fields must match too
 	var spent []Token
-	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		chosen, err := v.selectOnce(ctx, tx, txID, from, amount, exact, time.Minute)
 		if err != nil {
 			return err

@@ -216,7 +216,7 @@ func NewID() string {
 // owners, in one transaction; txID is recorded as their creator.
 func (v *Vault) Issue(ctx context.Context, txID string, toks ...Token) ([]Token, error) {
 	var out []Token
-	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		if out, err = prepare(txID, toks); err == nil {
 			out, err = v.create(ctx, tx, txID, out, true)
@@ -349,7 +349,7 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 	}
 	v.general.Add(1)
 	var got []Token
-	err := refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
 		return err
@@ -554,7 +554,7 @@ func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
 
 // exec runs one statement in a transaction of its own and returns the rows it changed.
 func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, err error) {
-	err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+	err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		res, err := tx.ExecContext(ctx, v.sql(query), args...)
 		if err == nil {
 			n, err = res.RowsAffected()
@@ -576,7 +576,7 @@ func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent,
 	if v.fast {
 		spent, err = v.spendFast(ctx, txID, created)
 	} else {
-		err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 			spent, err = v.spendStepwise(ctx, tx, txID, created)
 			return err
 		})
@@ -673,7 +673,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 
 // Balance is what an owner has of an identifier: in all, and not locked.
 func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
-	err = v.db.Reader().QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
+	err = refset.Reader(ctx, v.db).QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
 		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id
 			AND l.expires_at > `+v.drv.Clock().Now+`) THEN 0 ELSE t.amount END), 0)
 		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
@@ -706,7 +706,7 @@ func (a Audit) Balanced() bool {
 // Audit reads the books in one statement, so from one snapshot.
 func (v *Vault) Audit(ctx context.Context) (Audit, error) {
 	var a Audit
-	err := v.db.Reader().QueryRowContext(ctx, `SELECT
+	err := refset.Reader(ctx, v.db).QueryRowContext(ctx, `SELECT
 		COALESCE((SELECT SUM(amount) FROM token_history WHERE issued), 0),
 		COALESCE((SELECT SUM(amount) FROM token_history), 0),
 		COALESCE((SELECT SUM(amount) FROM token_history WHERE spent_by IS NOT NULL), 0),

@@ -372,7 +372,7 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 
 				var victim string
 				require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT id FROM tokens WHERE owner = 'bob'`).Scan(&victim))
-				require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+				require.NoError(t, refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 					for _, stmt := range c.tamper {
 						var args []any
 						if strings.Contains(stmt, "?") {
@@ -411,7 +411,7 @@ func TestIssuedBackfill(t *testing.T) {
 		require.True(t, ok, "%s: no ALTER TABLE", file)
 		_, backfill, ok := strings.Cut(alter, ";")
 		require.True(t, ok, "%s: no statement after the ALTER TABLE", file)
-		require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		require.NoError(t, refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 			if _, err := tx.ExecContext(ctx, `UPDATE token_history SET issued = false`); err != nil {
 				return err
 			}
@@ -463,7 +463,7 @@ func TestUpgradeMovesHolds(t *testing.T) {
 		locked, err := v.Select(ctx, tx, "olga", 6, Filter{}, time.Minute)
 		require.NoError(t, err)
 		// The books as custody kept them before its holder tables.
-		require.NoError(t, refset.InTx(ctx, v.db, func(q refset.Tx) error {
+		require.NoError(t, refset.InTx(ctx, v.db, func(ctx context.Context, q refset.Tx) error {
 			for _, stmt := range []string{
 				`INSERT INTO tokens_holds (holder, object_id) SELECT 'owner', token_id FROM token_owners`,
 				`INSERT INTO tokens_holds (holder, object_id, expires_at) SELECT holder, token_id, expires_at FROM token_locks`,
@@ -503,14 +503,14 @@ func TestLocksBelongToTheirTokens(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, locked, 1)
 
-		err = refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 			_, err := tx.ExecContext(ctx, `INSERT INTO token_locks (token_id, holder, expires_at)
 				SELECT 'no such token', 'tx:forged', expires_at FROM token_locks`)
 			return err
 		})
 		require.Error(t, err, "a lock on no token was stored")
 
-		require.NoError(t, refset.InTx(ctx, v.db, func(tx refset.Tx) error {
+		require.NoError(t, refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 			for _, stmt := range []string{`DELETE FROM token_owners WHERE token_id = ?`, `DELETE FROM tokens WHERE id = ?`} {
 				if _, err := tx.ExecContext(ctx, v.sql(stmt), locked[0].TokenID); err != nil {
 					return err

@@ -1,6 +1,7 @@
 package exampledb
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,7 +30,7 @@ func TestNewOpenClose(t *testing.T) {
 				require.NoError(t, err)
 				pools = append(pools, db)
 			}
-			require.NoError(t, refset.InTx(ctx, pools[0], func(tx refset.Tx) error {
+			require.NoError(t, refset.InTx(ctx, pools[0], func(ctx context.Context, tx refset.Tx) error {
 				_, err := tx.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
 				return err
 			}))
