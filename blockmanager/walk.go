@@ -165,6 +165,7 @@ type walker struct {
 	ctx       context.Context
 	q         refset.Querier // where pages are read: the replica, then the primary
 	onReplica bool           // q is the replica
+	inUnit    bool           // q is the transaction of the unit of work ctx carries
 	links     bool           // read only ID, link and height, not whole blocks
 	from      string         // the next block to read; "" when the branch ended
 	height    int64          // the height from's predecessor link implies; -1 unknown
@@ -180,7 +181,7 @@ type walker struct {
 
 func (m *Manager) walk(ctx context.Context, tip string, links bool) *walker {
 	w := &walker{m: m, ctx: ctx, q: refsetdriver.ReaderFor(ctx, m.db), from: tip, height: -1, links: links, size: m.pageSize}
-	if _, inUnit := refsetdriver.UnitTx(ctx, m.db); inUnit {
+	if _, w.inUnit = refsetdriver.UnitTx(ctx, m.db); w.inUnit {
 		return w // the unit's own transaction, which sees what the unit wrote
 	}
 	if replica := refsetdriver.ReplicaOf(m.drv); replica != nil {
@@ -280,7 +281,8 @@ func (w *walker) readSegment(cols columns, query string) ([]*Block, error) {
 	if w.height >= 0 {
 		span = int(min(int64(span), w.height+1))
 	}
-	if w.m.pagePart == 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 {
+	// A unit's transaction is one connection, which runs one query at a time.
+	if w.m.pagePart == 0 || span < 2*w.m.pagePart || runtime.GOMAXPROCS(0) < 2 || w.inUnit {
 		return part(0, w.size)
 	}
 	w.parts++

@@ -217,6 +217,31 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 	return s.lease(ctx, "get", tok.id)
 }
 
+// GetTx is Get reading in the caller's transaction tx (a *sql.Tx, or the Tx a unit of
+// work gave), which sees tx's own writes and takes no second connection. The instance
+// a miss makes is the caller's alone: refset does not see tx commit, so it never
+// shares an instance that tx may roll back. Errors: those of Get, and ErrInvalidTx
+// when tx is nil or a connection pool.
+func (s *RefSet[T, ID]) GetTx(ctx context.Context, tx Tx, tok *RefToken[ID]) (Lease[T], error) {
+	if err := checkTx(tx); err != nil {
+		return Lease[T]{}, err
+	}
+	ctx, end := refsetdriver.WithUnit(ctx, s.db, tx)
+	defer end(false)
+	return s.Get(ctx, tok)
+}
+
+// LoadTx is Load reading in the caller's transaction tx, as GetTx. Errors: those of
+// Load, and ErrInvalidTx when tx is nil or a connection pool.
+func (s *RefSet[T, ID]) LoadTx(ctx context.Context, tx Tx, id ID) (Lease[T], error) {
+	if err := checkTx(tx); err != nil {
+		return Lease[T]{}, err
+	}
+	ctx, end := refsetdriver.WithUnit(ctx, s.db, tx)
+	defer end(false)
+	return s.Load(ctx, id)
+}
+
 // Load returns a lease on the object with that ID: Upgrade and Get in one call, and
 // one round trip where they take two (none when the object is cached). Like Get it
 // fills the cache and shares it: while any lease on the ID lives, a Load and a Get of

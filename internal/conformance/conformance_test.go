@@ -148,6 +148,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "UnmappedNotNullColumnRefused", testUnmappedNotNull},
 	{mainSuite, "UnitOfWork", testUnitOfWork},
 	{mainSuite, "PlainCallsJoinTheUnit", testPlainCallsJoinTheUnit},
+	{mainSuite, "ReadsInCallersTx", testReadsInCallersTx},
 	{mainSuite, "TxFormsKeepCallerTxUsable", testTxFormsKeepCallerTx},
 	{mainSuite, "ConcurrentWriters", testConcurrentWriters},
 	{mainSuite, "ConcurrentHandOversOfOneToken", testConcurrentComplete},

@@ -2,9 +2,7 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
-	"net/url"
 	"runtime"
 	"testing"
 	"time"
@@ -13,29 +11,15 @@ import (
 	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
-	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// openPoolOfOne opens a fresh database of h on a caller's pool of one connection:
-// on SQLite, sqlite.New with one writer connection that also reads (readers nil); on
-// PostgreSQL, a pool of MaxConns 1. Closed when tb ends.
+// openPoolOfOne opens a fresh database of h on a caller's pool of one connection
+// (testdb.Options.PoolOfOne), closed when tb ends.
 func openPoolOfOne(tb testing.TB, h harness) refset.Database {
 	tb.Helper()
-	p := h.New(tb)
-	if h.Postgres {
-		return p.Open(tb, testdb.Options{MaxConns: 1})
-	}
-	pool, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: p.At}).EscapedPath()+
-		"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")
-	require.NoError(tb, err)
-	pool.SetMaxOpenConns(1)
-	tb.Cleanup(func() { _ = pool.Close() })
-	db, err := sqlite.New(tb.Context(), pool, nil, sqlite.Options{})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { _ = db.Close() })
-	return db
+	return h.Open(tb, testdb.Options{PoolOfOne: true})
 }
 
 // testPlainCallsJoinTheUnit checks InTx's promise that a unit of work is never a
@@ -188,4 +172,47 @@ func testPlainCallsJoinTheUnit(t *testing.T, h harness) {
 			assert.Same(t, fromUnit.Value(), shared.Value(), "the unit's instance is shared after its commit")
 		})
 	}
+}
+
+// testReadsInCallersTx checks GetTx and LoadTx: they read in the caller's own
+// transaction, see its writes, take no second connection (the database is a pool of
+// one), and never share an instance the transaction may roll back.
+func testReadsInCallersTx(t *testing.T, h harness) {
+	e := &env{h: h, db: openPoolOfOne(t, h)}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	set := e.blocks(t)
+	a, err := set.Add(ctx, mkBlock("a", "", 0))
+	require.NoError(t, err)
+
+	tx, err := e.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	b, err := set.AddTx(ctx, tx, mkBlock("b", "a", 1))
+	require.NoError(t, err)
+	got, err := set.GetTx(ctx, tx, b)
+	require.NoError(t, err, "GetTx sees the transaction's own object")
+	assert.Equal(t, "b", got.Value().Hash)
+	loaded, err := set.LoadTx(ctx, tx, "b")
+	require.NoError(t, err, "LoadTx sees the transaction's own object")
+	assert.Equal(t, int64(1), loaded.Value().Height)
+	old, err := set.LoadTx(ctx, tx, "a")
+	require.NoError(t, err, "LoadTx reads a committed object")
+	_, err = set.LoadTx(ctx, tx, "nothing")
+	assert.ErrorIs(t, err, refset.ErrNotFound)
+	require.NoError(t, tx.Rollback())
+
+	// b was the transaction's alone: after the rollback no Load finds it.
+	_, err = set.Load(ctx, "b")
+	assert.ErrorIs(t, err, refset.ErrNotFound, "an instance read in a rolled-back transaction is not shared")
+	runtime.KeepAlive(got)
+	runtime.KeepAlive(loaded)
+	again, err := set.Get(ctx, a)
+	require.NoError(t, err)
+	assert.Equal(t, old.Value().Hash, again.Value().Hash)
+
+	_, err = set.GetTx(ctx, nil, a)
+	assert.ErrorIs(t, err, refset.ErrInvalidTx)
+	_, err = set.LoadTx(ctx, nil, "a")
+	assert.ErrorIs(t, err, refset.ErrInvalidTx)
 }

@@ -2,7 +2,9 @@ package testdb
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
+	"net/url"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -103,6 +105,10 @@ type Options struct {
 	Logger   *slog.Logger
 	// MaxConns is Postgres's pool size; zero is postgres.Open's default.
 	MaxConns int
+	// PoolOfOne opens the database on one connection, as a caller's pool of one:
+	// SQLite through sqlite.New on a pool of one that writes and reads, Postgres with
+	// MaxConns 1. Place.Open alone takes it.
+	PoolOfOne bool
 	// ReplicaWait is how long a read on a Standby backend waits for the standby.
 	ReplicaWait time.Duration
 }
@@ -112,7 +118,13 @@ type Options struct {
 // own connections, as another process would have.
 func (p Place) Open(tb testing.TB, opts Options) refset.Database {
 	tb.Helper()
-	db, err := p.Dial(context.Background(), opts)
+	var db refset.Database
+	var err error
+	if opts.PoolOfOne && !p.Backend.Postgres {
+		db, err = p.sqlitePoolOfOne(tb)
+	} else {
+		db, err = p.Dial(context.Background(), opts)
+	}
 	if err != nil {
 		tb.Fatalf("testdb: open %s: %v", p.Backend.Name, err)
 	}
@@ -135,6 +147,19 @@ func (p Place) Dial(ctx context.Context, opts Options) (refset.Database, error) 
 	return sqlite.Open(ctx, p.At, sqlite.Options{Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
 }
 
+// sqlitePoolOfOne opens the SQLite place on a caller's pool of one connection, the
+// writer and the reader, which tb closes.
+func (p Place) sqlitePoolOfOne(tb testing.TB) (refset.Database, error) {
+	pool, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: p.At}).EscapedPath()+
+		"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	pool.SetMaxOpenConns(1)
+	tb.Cleanup(func() { _ = pool.Close() }) // after the database's own Close
+	return sqlite.New(context.Background(), pool, nil, sqlite.Options{})
+}
+
 // Named returns the backend of [All] or [Standby] called name.
 func Named(name string) (Backend, bool) {
 	for _, b := range append(All(), Standby) {
@@ -152,10 +177,18 @@ func (p Place) PostgresOptions(opts Options) postgres.Options {
 		Driver:      p.Backend.Driver,
 		Unprepared:  p.Backend.Unprepared,
 		ReplicaDSN:  p.StandbyAt,
-		MaxConns:    opts.MaxConns,
+		MaxConns:    opts.maxConns(),
 		ReplicaWait: opts.ReplicaWait,
 		Options:     store.Options{Observer: opts.Observer, Logger: opts.Logger},
 	}
+}
+
+// maxConns is the Postgres pool size opts ask for.
+func (o Options) maxConns() int {
+	if o.PoolOfOne {
+		return 1
+	}
+	return o.MaxConns
 }
 
 // places remembers the place of each database Open opened, until its test ends.
