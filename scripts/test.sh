@@ -4,7 +4,8 @@
 #   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run Foo -v
 #
 # Steps: gofmt check, go vet, a build of the Postgres path without cgo, go test
-# -race against PostgreSQL (lib/pq and pgx).
+# -race against PostgreSQL (lib/pq and pgx), then the same for the user's program
+# in testdata/external, a module of its own.
 #
 # Environment:
 #   REFSET_TEST_POSTGRES   lib/pq DSN of a server to test against. When unset,
@@ -149,6 +150,12 @@ step "go test"
 out=$(mktemp "${TMPDIR:-/tmp}/refset-test.XXXXXX")
 status=0
 go test -race -count=1 -timeout 30m "$@" "${packages[@]}" 2>&1 | tee "$out" || status=$?
+# The program of a user outside refset's module (testdata/external, a module of its
+# own that ./... does not reach): it builds on refset's exported names alone, and its
+# tests run on SQLite, lib/pq and pgx. Only the full run takes it.
+if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
+	(cd testdata/external && go vet ./... && go test -race -count=1 -timeout 10m ./...) 2>&1 | tee -a "$out" || status=$?
+fi
 passed=$(grep -cE '^ok[[:space:]]' "$out" || true)
 failed=$(grep -cE '^FAIL[[:space:]]+[^[:space:]]' "$out" || true)
 rm -f "$out"

@@ -1,0 +1,26 @@
+// A program of a user of refset, outside refset's module: it builds only with
+// refset's exported names, as a program that imports refset does. scripts/test.sh
+// runs its tests on SQLite and PostgreSQL (lib/pq and pgx).
+module example.com/ledger
+
+go 1.26
+
+require (
+	github.com/refsetdb/refset v0.0.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jmoiron/sqlx v1.4.0 // indirect
+	github.com/lib/pq v1.12.3 // indirect
+	github.com/mattn/go-sqlite3 v1.14.52 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace github.com/refsetdb/refset => ../..
