@@ -140,6 +140,7 @@ func TestDSNDialect(t *testing.T) {
 // quotes a password, and creates nothing.
 func TestOpenRefuses(t *testing.T) {
 	dir := t.TempDir()
+	t.Chdir(dir) // a DSN misread as a relative path would land here too
 	path := filepath.Join(dir, "new.db")
 	forms := []string{"a file path or a file: URL", "a postgres:// or postgresql:// URL or a key=value connection string"}
 	for _, tc := range []struct {
