@@ -167,7 +167,7 @@ func TestOpenRefuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db, err := store.Open(t.Context(), tc.dsn, tc.stores...)
 			require.ErrorIs(t, err, refset.ErrInvalidConfig)
-			assert.Nil(t, db)
+			assert.True(t, db == nil, "a nil interface, not one holding a nil *DB")
 			for _, want := range tc.want {
 				assert.Contains(t, err.Error(), want)
 			}

@@ -108,6 +108,15 @@ func TranslateError(e *Engine, err error, query string, translate func(err error
 	return translate(err, query)
 }
 
+// Opened is what a store's Open returned, as the refset.Database an Opener's OpenDSN
+// returns: on an error, a nil interface rather than one holding a nil *DB.
+func Opened[DB refsetdriver.Database](db DB, err error) (refsetdriver.Database, error) {
+	if err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
 // NotOpened is the error of op on a store's DB that no constructor made: the zero
 // value, or a literal (&sqlite.DB{}, &postgres.DB{}), which has no pools and no
 // driver. It says which calls make one, since nothing else can.

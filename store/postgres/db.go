@@ -81,16 +81,13 @@ type Options struct {
 }
 
 // Dialect is "postgres", the Name of this store's Driver: store.Open gives these
-// options the DSNs of PostgreSQL, a postgres:// or postgresql:// URL or a key=value connection string.
+// options the DSNs of PostgreSQL, a postgres:// or postgresql:// URL or a key=value
+// connection string.
 func (Options) Dialect() string { return dialectName }
 
 // OpenDSN is Open with these options, as store.Open calls it.
 func (o Options) OpenDSN(ctx context.Context, dsn string) (refset.Database, error) {
-	db, err := Open(ctx, dsn, o)
-	if err != nil {
-		return nil, err // not a nil *DB in a non-nil interface
-	}
-	return db, nil
+	return engine.Opened(Open(ctx, dsn, o))
 }
 
 var _ store.Opener = Options{}

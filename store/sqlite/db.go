@@ -48,11 +48,7 @@ func (Options) Dialect() string { return dialectName }
 
 // OpenDSN is Open with these options, as store.Open calls it.
 func (o Options) OpenDSN(ctx context.Context, dsn string) (refset.Database, error) {
-	db, err := Open(ctx, dsn, o)
-	if err != nil {
-		return nil, err // not a nil *DB in a non-nil interface
-	}
-	return db, nil
+	return engine.Opened(Open(ctx, dsn, o))
 }
 
 var _ store.Opener = Options{}
