@@ -27,6 +27,14 @@ type Completer struct {
 // Completer returns a completer that hands completed blocks to the chain controller.
 func (m *Manager) Completer() *Completer { return &Completer{m: m, cc: m.Controller()} }
 
+// manager is the Manager c works for; nil for a Completer its Manager did not make.
+func (c *Completer) manager() *Manager {
+	if c == nil {
+		return nil
+	}
+	return c.m
+}
+
 // Outcome is what Receive did with a block.
 type Outcome struct {
 	Duplicate bool // the block was stored already; nothing changed
@@ -37,6 +45,9 @@ type Outcome struct {
 // Receive takes one block, in one transaction. Errors: ErrBrokenChain (a block whose
 // number does not follow its stored predecessor's), and those of refset.InTx.
 func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
+	if err := c.manager().opened("receive"); err != nil {
+		return Outcome{}, err
+	}
 	var out Outcome
 	err := refset.InTx(ctx, c.m.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
@@ -274,6 +285,9 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 // wait for that are not stored (the ones to request from peers). Errors: those of
 // Manager.Get.
 func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string, err error) {
+	if err := c.manager().opened("pending"); err != nil {
+		return 0, nil, err
+	}
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	q := refsetdriver.ReaderFor(ctx, c.m.db)
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {

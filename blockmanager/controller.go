@@ -34,6 +34,15 @@ type ChainController struct {
 // Controller returns the manager's chain controller.
 func (m *Manager) Controller() *ChainController { return &ChainController{m: m} }
 
+// manager is the Manager c works for; nil for a ChainController its Manager did not
+// make.
+func (c *ChainController) manager() *Manager {
+	if c == nil {
+		return nil
+	}
+	return c.m
+}
+
 // Accept is the chain controller's acquire command in a hand-over: it records the
 // block as a fork head (its predecessor, now kept by the link, no longer needs to
 // be one), and commits it as the new head if fork choice prefers it: the longest
@@ -45,6 +54,9 @@ func (c *ChainController) Accept() refset.Command[string] {
 }
 
 func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) error {
+	if err := c.manager().opened("accept"); err != nil {
+		return err
+	}
 	m := c.m
 	// Fork choice reads the head and replaces it: one decision at a time.
 	if err := m.lock(ctx, tx, "chain-controller"); err != nil {
@@ -155,6 +167,9 @@ const ancestorsSQL = `WITH RECURSIVE walk(id, prev) AS (
 // Head returns the committed head's ID, or "" before the first block. Errors:
 // those of Manager.Get.
 func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
+	if err := c.manager().opened("head"); err != nil {
+		return "", err
+	}
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	id, _, err := c.head(ctx, refsetdriver.ReaderFor(ctx, c.m.db))
 	return id, err
@@ -166,6 +181,9 @@ func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 // fork, which the fork cache keeps for ForkTTL. Errors: ErrUnknownBlock, and those
 // of refset.InTx.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
+	if err := c.manager().opened("commit"); err != nil {
+		return err
+	}
 	return refset.InTx(ctx, c.m.db, func(ctx context.Context, tx refset.Tx) error {
 		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
 			return err
@@ -184,6 +202,9 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 // Forks returns the fork heads the cache holds, with when each expires. Errors:
 // those of Manager.Get.
 func (c *ChainController) Forks(ctx context.Context) (_ map[string]time.Time, err error) {
+	if err := c.manager().opened("forks"); err != nil {
+		return nil, err
+	}
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	_, holds, err := c.m.drv.SchemaSQL().ListHolds(ctx, refsetdriver.ReaderFor(ctx, c.m.db), forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
 	if err != nil {

@@ -110,16 +110,41 @@ func (m *Manager) migrate(ctx context.Context, refsetSQL schema.SQL) error {
 }
 
 // Blocks is the set the blocks live in.
-func (m *Manager) Blocks() *refset.RefSet[Block, string] { return m.blocks }
+func (m *Manager) Blocks() *refset.RefSet[Block, string] {
+	if m == nil {
+		return nil
+	}
+	return m.blocks
+}
 
 // Collector is the blocks' clean-up: run its Collect (or Run) to prune what nothing
 // references any more.
-func (m *Manager) Collector() *cleanup.Collector { return m.collector }
+func (m *Manager) Collector() *cleanup.Collector {
+	if m == nil {
+		return nil
+	}
+	return m.collector
+}
 
 // Database is the database the blocks live in.
-func (m *Manager) Database() refset.Database { return m.db }
+func (m *Manager) Database() refset.Database {
+	if m == nil || m.db == nil {
+		return nil // not a nil interface holding nil
+	}
+	return m.db
+}
 
 func (m *Manager) sql(q string) string { return m.drv.Rebind(q) }
+
+// opened fails op on a Manager that Open did not make (the zero value, or nil), which
+// has no database or set to work on: a typed error rather than a nil pointer's panic.
+// Its Completer and ChainController fail through it too.
+func (m *Manager) opened(op string) error {
+	if m == nil || m.db == nil {
+		return fmt.Errorf("refset/blockmanager: %s: %w: the Manager was not opened; make it with blockmanager.Open", op, refset.ErrInvalidConfig)
+	}
+	return nil
+}
 
 // lock serialises, until tx ends, the transactions that lock the same key on the
 // same blocks table: with a lock of the database's (refsetdriver.TxLocks), where it
@@ -176,6 +201,9 @@ func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) er
 // ErrTimeout, ErrClosed, the context's error, what a command returned). A command
 // that panics rolls the Put back and the panic goes on.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
+	if err := m.opened("put"); err != nil {
+		return nil, err
+	}
 	var tip *refset.RefToken[string]
 	err := refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
@@ -190,6 +218,9 @@ func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Comman
 // ErrEmptyBranch, ErrMissingPredecessor and ErrBrokenChain, which PutTx finds
 // before it writes, roll tx back: part of the branch may be written in it.
 func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
+	if err := m.opened("put"); err != nil {
+		return nil, err
+	}
 	if len(branch) == 0 {
 		return nil, ErrEmptyBranch
 	}
@@ -419,6 +450,9 @@ func queryStrings(ctx context.Context, q refset.Querier, query string, args ...a
 // not stored. The blocks are the set's shared instances: read them, never modify
 // them. Errors: refset.ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error) {
+	if err := m.opened("get"); err != nil {
+		return nil, err
+	}
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	out := make([]*Block, len(ids))
 	for i, id := range ids {
@@ -447,6 +481,9 @@ func (m *Manager) Get(ctx context.Context, ids []string) (_ []*Block, err error)
 // a block stored on the primary is always found, and one that clean-up deleted there
 // within the replica's replay lag may still be.
 func (m *Manager) Contains(ctx context.Context, id string) (bool, error) {
+	if err := m.opened("contains"); err != nil {
+		return false, err
+	}
 	_, err := m.blocks.Upgrade(ctx, id)
 	if errors.Is(err, refset.ErrNotFound) {
 		return false, nil
@@ -470,6 +507,9 @@ func (m *Manager) ContainsAnyTransactions(ctx context.Context, tip string, txnID
 }
 
 func (m *Manager) containsAny(ctx context.Context, tip, table, column string, ids []string) (_ bool, err error) {
+	if err := m.opened("contains any"); err != nil {
+		return false, err
+	}
 	defer func() { err = refsetdriver.ContextError(ctx, err) }()
 	if tip == NullBlockID {
 		return false, nil

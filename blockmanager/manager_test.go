@@ -331,7 +331,7 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
 	require.NoError(t, err)
 
-	pool := db.(*postgres.DB).Pool
+	pool := db.(*postgres.DB).Pool()
 	locker, err := pool.BeginTx(ctx, nil)
 	require.NoError(t, err)
 	defer locker.Rollback()

@@ -92,7 +92,7 @@ func TestWalksOnLaggingStandby(t *testing.T) {
 func requireCaughtUp(t *testing.T, db refset.Database) {
 	t.Helper()
 	pg, ok := db.(*postgres.DB)
-	if !ok || pg.Replica == nil {
+	if !ok || pg.Replica() == nil {
 		return
 	}
 	caughtUp, err := pg.ReplicaCaughtUp(t.Context())

@@ -24,6 +24,10 @@ import (
 // yields the errors of Get, and ends the walk.
 func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
 	return func(yield func(*Block, error) bool) {
+		if err := m.opened("branch"); err != nil {
+			yield(nil, err)
+			return
+		}
 		w := m.walk(ctx, tip, false)
 		for {
 			b, err := w.next()
@@ -59,6 +63,9 @@ func (m *Manager) CommonAncestor(ctx context.Context, a, b string) (*Block, erro
 // links, down to the block both share: the walk that is higher steps down (both, at
 // one height), and every block of tip's it steps past differs.
 func (m *Manager) diverge(ctx context.Context, tip, exclude string) (diff []*Block, common *Block, err error) {
+	if err := m.opened("diverge"); err != nil {
+		return nil, nil, err
+	}
 	a, b := m.walk(ctx, tip, false), m.walk(ctx, exclude, true)
 	ta, err := a.next()
 	if err != nil {

@@ -46,6 +46,9 @@ func (s Stats) String() string {
 // no retry mends either. Other errors: refset.ErrConflict (after retries),
 // ErrUnavailable, ErrTimeout, the context's error.
 func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
+	if err := c.made("collect"); err != nil {
+		return Stats{}, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	start := time.Now()
 	var (
@@ -143,6 +146,9 @@ func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, 
 // it to repair a database whose queue was lost or that had objects before Install;
 // its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
+	if err := c.made("sweep"); err != nil {
+		return 0, Stats{}, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := refsetdriver.RefuseUnit(ctx, c.db, "clean-up's Sweep"); err != nil {
 		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)

@@ -85,11 +85,31 @@ func newCollector(db refset.Database, cfg Config) (*Collector, error) {
 }
 
 // References are the foreign keys Install found, roots and edges.
-func (c *Collector) References() []Reference { return append([]Reference(nil), c.plan.References...) }
+func (c *Collector) References() []Reference {
+	if c == nil {
+		return nil
+	}
+	return append([]Reference(nil), c.plan.References...)
+}
 
 // Table is the set's object table, as the collector names it in its errors and logs
 // (qualified with its schema on Postgres): a label for its metrics.
-func (c *Collector) Table() string { return c.plan.Table.String() }
+func (c *Collector) Table() string {
+	if c == nil {
+		return ""
+	}
+	return c.plan.Table.String()
+}
+
+// made fails op on a Collector that Install or Inspect did not make (the zero value, or
+// nil), which has no database to work on: a typed error rather than a nil pointer's
+// panic.
+func (c *Collector) made(op string) error {
+	if c == nil || c.db == nil {
+		return fmt.Errorf("refset/cleanup: %s: %w: the Collector was not made by cleanup.Install, cleanup.Inspect or store.NewCollector", op, refset.ErrInvalidConfig)
+	}
+	return nil
+}
 
 // schemaError marks an error that says a table or column of the plan is gone as
 // refset.ErrSchema, so callers (Run above all) can tell it from a passing failure.

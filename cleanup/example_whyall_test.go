@@ -31,14 +31,14 @@ func ExampleCollector_WhyAll() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY); INSERT INTO items (id) VALUES ('a')`); err != nil {
+	if _, err := db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY); INSERT INTO items (id) VALUES ('a')`); err != nil {
 		panic(err)
 	}
 	if _, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"}); err != nil {
 		panic(err)
 	}
 	for i := range 7 {
-		if _, err := db.Writer.ExecContext(ctx, `INSERT INTO items_holds (holder, object_id) VALUES (?, 'a')`, fmt.Sprint("reader", i)); err != nil {
+		if _, err := db.Writer().ExecContext(ctx, `INSERT INTO items_holds (holder, object_id) VALUES (?, 'a')`, fmt.Sprint("reader", i)); err != nil {
 			panic(err)
 		}
 	}

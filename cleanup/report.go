@@ -47,6 +47,9 @@ func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 // (see onReplica). Errors: refset.ErrSchema, ErrUnavailable, ErrTimeout, ErrClosed,
 // the context's error.
 func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
+	if err := c.made("check"); err != nil {
+		return Report{}, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	r, err := onReplica(ctx, c.db, func(q refset.Querier) (Report, error) { return c.check(ctx, q) })
 	if err = c.readError(err); err != nil {
@@ -85,6 +88,9 @@ func (c *Collector) WhyAll(ctx context.Context, id any) ([]Holder, error) {
 // metrics gauge. Errors: refset.ErrSchema when the queue is gone, and the read errors
 // of Check.
 func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error) {
+	if err := c.made("queue"); err != nil {
+		return 0, 0, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	qs, err := c.dialect.QueueState(ctx, refsetdriver.ReaderFor(ctx, c.db), c.plan.Queue)
 	if err = c.readError(err); err != nil {
@@ -128,6 +134,9 @@ const whyLimit = 5
 // why lists up to limit rows (0: all of them) per referencing table that reference
 // id.
 func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err error) {
+	if err := c.made("why"); err != nil {
+		return nil, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	p, d, arg := &c.plan, c.dialect, refset.Arg(id)
 	hs, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Holder, error) {

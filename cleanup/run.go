@@ -30,8 +30,11 @@ const MaxFailedPasses = 5
 // Either way Run returns at once on an error no retry mends: the database was closed
 // (refset.ErrClosed) or the set's tables or columns are gone (refset.ErrSchema).
 func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func(Stats, error)) error {
+	if err := c.made("run"); err != nil {
+		return err
+	}
 	if interval <= 0 {
-		return fmt.Errorf("refset/cleanup: Run needs a positive interval, not %v", interval)
+		return fmt.Errorf("refset/cleanup: run: %w: Run needs a positive interval, not %v", refset.ErrInvalidConfig, interval)
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()

@@ -34,7 +34,7 @@ func Example() {
 		panic(err)
 	}
 	defer db.Close()
-	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
+	if _, err := db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`); err != nil {
 		panic(err)
 	}
 	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})

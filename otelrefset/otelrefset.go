@@ -4,18 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 )
 
 // Observer is a refset.Observer that records into OpenTelemetry instruments. Give it
-// to a store's Options.Observer; it is safe for concurrent use.
+// to a store's Options.Observer; it is safe for concurrent use. New makes one on a
+// meter of your choice; the zero value makes its instruments, on first use, on the
+// global MeterProvider's meter for this package (otel.Meter), as OpenTelemetry's
+// instrumentation libraries do by default. A nil *Observer records nothing.
 type Observer struct {
+	ready sync.Once // the instruments are made
 	meter metric.Meter
 
 	adds       metric.Int64Counter
@@ -33,6 +40,9 @@ type Observer struct {
 
 var _ refset.Observer = (*Observer)(nil)
 
+// scope is the instrumentation scope of the zero Observer's meter.
+const scope = "github.com/refsetdb/refset/otelrefset"
+
 // The result attribute of refset.handovers, made once: the hot path allocates none.
 var (
 	resultOK    = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "ok")))
@@ -42,46 +52,84 @@ var (
 // New makes refset's instruments on meter. Its error is the meter's, for an
 // instrument it refused.
 func New(meter metric.Meter) (*Observer, error) {
+	o := &Observer{}
 	var err error
-	counter := func(name, unit, description string) metric.Int64Counter {
-		c, e := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
-		err = errors.Join(err, e)
-		return c
-	}
-	gauge := func(name, description string) metric.Int64ObservableGauge {
-		g, e := meter.Int64ObservableGauge(name, metric.WithUnit("{entry}"), metric.WithDescription(description))
-		err = errors.Join(err, e)
-		return g
-	}
-	o := &Observer{meter: meter,
-		adds:      counter("refset.adds", "{object}", "Objects stored by committed Add and AddAll calls."),
-		handovers: counter("refset.handovers", "{handover}", "Complete and CompleteTx calls that ran their commands, by result (ok, error)."),
-		retries:   counter("refset.retries", "{retry}", "Transactions the database aborted that refset ran again, by cause."),
-		conflicts: counter("refset.conflicts", "{conflict}", "Conflicts that outlasted the retries and reached the caller."),
-		collected: counter("refset.collected", "{object}", "Objects clean-up deleted."),
-		expired:   counter("refset.holds.expired", "{hold}", "Expired holds clean-up removed."),
-		fallbacks: counter("refset.replica.fallbacks", "{read}",
-			"Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed)."),
-		queueDepth: gauge("refset.queue.depth", "Entries in a set's review queue."),
-		overdue:    gauge("refset.queue.overdue", "Review queue entries due now: what the next Collect reviews."),
-	}
-	var e error
-	o.handoverS, e = meter.Float64Histogram("refset.handover.duration", metric.WithUnit("s"),
-		metric.WithDescription("How long a hand-over's commands took, retries included."))
-	err = errors.Join(err, e)
-	o.batches, e = meter.Int64Histogram("refset.collect.batches", metric.WithUnit("{batch}"),
-		metric.WithDescription("Batch transactions per successful Collect."))
-	if err = errors.Join(err, e); err != nil {
+	o.ready.Do(func() { err = o.make(meter) })
+	if err != nil {
 		return nil, fmt.Errorf("refset/otel: new: %w", err)
 	}
 	return o, nil
 }
 
+// use is o with its instruments made: a zero Observer makes them on the global
+// MeterProvider's meter (an instrument it refuses records nothing); nil for a nil o.
+func (o *Observer) use() *Observer {
+	if o == nil {
+		return nil
+	}
+	o.ready.Do(func() {
+		if err := o.make(otel.Meter(scope)); err != nil {
+			otel.Handle(fmt.Errorf("refset/otel: %w", err))
+		}
+	})
+	return o
+}
+
+// make makes the instruments on meter; one it refuses is a no-op instrument, and the
+// error says which.
+func (o *Observer) make(meter metric.Meter) error {
+	var err error
+	counter := func(name, unit, description string) metric.Int64Counter {
+		c, e := meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
+		if err = errors.Join(err, e); c == nil {
+			c = noop.Int64Counter{}
+		}
+		return c
+	}
+	gauge := func(name, description string) metric.Int64ObservableGauge {
+		g, e := meter.Int64ObservableGauge(name, metric.WithUnit("{entry}"), metric.WithDescription(description))
+		if err = errors.Join(err, e); g == nil {
+			g = noop.Int64ObservableGauge{}
+		}
+		return g
+	}
+	o.meter = meter
+	o.adds = counter("refset.adds", "{object}", "Objects stored by committed Add and AddAll calls.")
+	o.handovers = counter("refset.handovers", "{handover}", "Complete and CompleteTx calls that ran their commands, by result (ok, error).")
+	o.retries = counter("refset.retries", "{retry}", "Transactions the database aborted that refset ran again, by cause.")
+	o.conflicts = counter("refset.conflicts", "{conflict}", "Conflicts that outlasted the retries and reached the caller.")
+	o.collected = counter("refset.collected", "{object}", "Objects clean-up deleted.")
+	o.expired = counter("refset.holds.expired", "{hold}", "Expired holds clean-up removed.")
+	o.fallbacks = counter("refset.replica.fallbacks", "{read}",
+		"Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed).")
+	o.queueDepth = gauge("refset.queue.depth", "Entries in a set's review queue.")
+	o.overdue = gauge("refset.queue.overdue", "Review queue entries due now: what the next Collect reviews.")
+	var e error
+	o.handoverS, e = meter.Float64Histogram("refset.handover.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long a hand-over's commands took, retries included."))
+	if err = errors.Join(err, e); o.handoverS == nil {
+		o.handoverS = noop.Float64Histogram{}
+	}
+	o.batches, e = meter.Int64Histogram("refset.collect.batches", metric.WithUnit("{batch}"),
+		metric.WithDescription("Batch transactions per successful Collect."))
+	if err = errors.Join(err, e); o.batches == nil {
+		o.batches = noop.Int64Histogram{}
+	}
+	return err
+}
+
 // Added counts n objects in refset.adds.
-func (o *Observer) Added(ctx context.Context, n int) { o.adds.Add(ctx, int64(n)) }
+func (o *Observer) Added(ctx context.Context, n int) {
+	if o = o.use(); o != nil {
+		o.adds.Add(ctx, int64(n))
+	}
+}
 
 // HandedOver counts a hand-over in refset.handovers and records its latency.
 func (o *Observer) HandedOver(ctx context.Context, took time.Duration, err error) {
+	if o = o.use(); o == nil {
+		return
+	}
 	result := resultOK
 	if err != nil {
 		result = resultError
@@ -105,14 +153,24 @@ func causeOf(err error) string {
 
 // Retried counts a retry in refset.retries, with its cause's sentinel text.
 func (o *Observer) Retried(ctx context.Context, cause error) {
+	if o = o.use(); o == nil {
+		return
+	}
 	o.retries.Add(ctx, 1, metric.WithAttributes(attribute.String("cause", causeOf(cause))))
 }
 
 // Conflicted counts a lasting conflict in refset.conflicts.
-func (o *Observer) Conflicted(ctx context.Context, _ error) { o.conflicts.Add(ctx, 1) }
+func (o *Observer) Conflicted(ctx context.Context, _ error) {
+	if o = o.use(); o != nil {
+		o.conflicts.Add(ctx, 1)
+	}
+}
 
 // Collected counts what a Collect did.
 func (o *Observer) Collected(ctx context.Context, deleted, holdsExpired int64, batches int, _ time.Duration) {
+	if o = o.use(); o == nil {
+		return
+	}
 	o.collected.Add(ctx, deleted)
 	o.expired.Add(ctx, holdsExpired)
 	o.batches.Record(ctx, int64(batches))
@@ -121,6 +179,9 @@ func (o *Observer) Collected(ctx context.Context, deleted, holdsExpired int64, b
 // ReadFellBack counts a read the replica could not answer in
 // refset.replica.fallbacks, with attributes read and reason.
 func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
+	if o = o.use(); o == nil {
+		return
+	}
 	o.fallbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("read", read), attribute.String("reason", reason)))
 }
 
@@ -130,6 +191,12 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 // nothing for that table and returns its error to the SDK, which reports it to
 // OpenTelemetry's error handler. Call it once per collector.
 func (o *Observer) WatchQueue(c *cleanup.Collector) error {
+	if o = o.use(); o == nil {
+		return fmt.Errorf("refset/otel: watch queue: %w: a nil Observer; make one with otelrefset.New", refset.ErrInvalidConfig)
+	}
+	if c.Table() == "" {
+		return fmt.Errorf("refset/otel: watch queue: %w: the Collector was not made by cleanup.Install, cleanup.Inspect or store.NewCollector", refset.ErrInvalidConfig)
+	}
 	table := metric.WithAttributeSet(attribute.NewSet(attribute.String("table", c.Table())))
 	_, err := o.meter.RegisterCallback(func(ctx context.Context, m metric.Observer) error {
 		depth, overdue, err := c.Queue(ctx)

@@ -209,7 +209,7 @@ func TestReplicaFallbacks(t *testing.T) {
 	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
 	require.NoError(t, err)
 	db := testdb.Standby.Open(t, testdb.Options{Observer: obs, ReplicaWait: 2 * time.Minute}).(*postgres.DB)
-	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)

@@ -20,9 +20,10 @@
 //	blocks := refset.New(setStore)
 //
 // Sets are built, on either database, with package store's NewStore, which takes any
-// store's Database. A Database is opened by store/sqlite or
-// store/postgres, never implemented by callers (it is package refsetdriver's, the
-// stores' unstable API); a store of your own implements SetStore instead.
+// store's Database. A Database is opened by store.Open (either database, by its DSN)
+// or by store/sqlite or store/postgres, never implemented by callers (it is package
+// refsetdriver's, the stores' unstable API); a store of your own implements SetStore
+// instead.
 //
 // # References are rows
 //

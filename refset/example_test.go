@@ -44,7 +44,7 @@ func openBlocks(ctx context.Context) (db *sqlite.DB, blocks *refset.RefSet[Block
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := db.Writer.ExecContext(ctx, tables); err != nil {
+	if _, err := db.Writer().ExecContext(ctx, tables); err != nil {
 		log.Fatal(err)
 	}
 	setStore, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
@@ -177,7 +177,7 @@ func ExampleExec() {
 	fmt.Println("released twice:", errors.Is(err, refset.ErrNotFound))
 
 	var pending int
-	if err := db.Readers.GetContext(ctx, &pending, `SELECT COUNT(*) FROM pending_blocks`); err != nil {
+	if err := db.Readers().GetContext(ctx, &pending, `SELECT COUNT(*) FROM pending_blocks`); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("still pending:", pending)

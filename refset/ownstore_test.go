@@ -42,7 +42,7 @@ func TestSetStoreOfYourOwn(t *testing.T) {
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "own.db"), sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE notes (k TEXT PRIMARY KEY, text TEXT NOT NULL);
+	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE notes (k TEXT PRIMARY KEY, text TEXT NOT NULL);
 		CREATE TABLE pins (k TEXT PRIMARY KEY REFERENCES notes (k) ON DELETE RESTRICT)`)
 	require.NoError(t, err)
 	inner, err := store.NewStore[note, string](ctx, db, store.Config{Table: "notes"})

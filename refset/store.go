@@ -36,10 +36,11 @@ type Querier = refsetdriver.Querier
 // with ErrInvalidTx.
 type Tx = refsetdriver.Tx
 
-// Database is the database a set lives in: open one with store/sqlite or
-// store/postgres. Several sets may share it, and a unit of work (InTx) may span all of
-// them. Its methods are for refset's own packages and store implementers (package
-// refsetdriver); do not implement it.
+// Database is the database a set lives in: open one by DSN with store.Open (either
+// store), or with store/sqlite or store/postgres. Several sets may share it, and a
+// unit of work (InTx) may span all of them. Close closes it; its other methods are
+// for refset's own packages and store implementers (package refsetdriver); do not
+// implement it.
 type Database = refsetdriver.Database
 
 // SetStore persists the objects of one set. Every method runs on the Querier it is

@@ -51,6 +51,12 @@ type Database interface {
 	// Driver is the database's dialect and capabilities; nil for a database that is
 	// not ready (the zero value of a store's DB).
 	Driver() Driver
+
+	// Close closes what the database owns (its pools, or the statements refset
+	// prepared on a caller's pools); later calls fail with refset.ErrClosed. It is
+	// here so that a program that opened the database of either store through one
+	// call (store.Open) can close it without knowing which.
+	Close() error
 }
 
 // Driver is one dialect bound to one database: everything refset's packages ask of
@@ -170,7 +176,7 @@ func Of(db Database) (Driver, error) {
 			return d, nil
 		}
 	}
-	return nil, fmt.Errorf("refset: %w: %T is not a database opened by store/sqlite or store/postgres", sentinel.ErrInvalidConfig, db)
+	return nil, fmt.Errorf("refset: %w: %T is not a database opened by store.Open, or the Open or New of store/sqlite or store/postgres", sentinel.ErrInvalidConfig, db)
 }
 
 // Observer is told what refset did, for metrics (refset.Observer is this type; its

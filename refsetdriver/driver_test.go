@@ -27,7 +27,7 @@ func TestOf(t *testing.T) {
 	d, err := refsetdriver.Of(db)
 	require.NoError(t, err)
 	assert.Equal(t, "sqlite", d.Name())
-	assert.Same(t, db.Writer.DB, d.Pool(), "statements are prepared on the pool writes begin on")
+	assert.Same(t, db.Writer().DB, d.Pool(), "statements are prepared on the pool writes begin on")
 
 	_, err = refsetdriver.Of(foreign{db})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)

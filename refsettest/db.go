@@ -63,7 +63,7 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 		tb.Fatalf("refsettest: cannot reach the server in %s: %v", EnvPostgres, err)
 	}
 	// The name is the prefix and hex digits: quoting cannot go wrong.
-	if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+	if _, err := admin.Pool().ExecContext(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
 		_ = admin.Close()
 		tb.Fatalf("refsettest: create schema %s on the server in %s: %v", schema, EnvPostgres, err)
 	}
@@ -72,7 +72,7 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 		// Not tb.Context(): it has ended by the time cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		defer cancel()
-		if _, err := admin.Pool.ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
+		if _, err := admin.Pool().ExecContext(ctx, `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`); err != nil {
 			tb.Errorf("refsettest: drop schema %s (is a connection of the test still open?): %v", schema, err)
 		}
 	})

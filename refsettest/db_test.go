@@ -28,21 +28,21 @@ func TestPostgres(t *testing.T) {
 					db := refsettest.Postgres(t, postgres.Options{Driver: driver})
 					dbs = append(dbs, db)
 					var schema string
-					require.NoError(t, db.Pool.GetContext(t.Context(), &schema, `SELECT current_schema()`))
+					require.NoError(t, db.Pool().GetContext(t.Context(), &schema, `SELECT current_schema()`))
 					require.True(t, strings.HasPrefix(schema, refsettest.SchemaPrefix), "schema %s", schema)
 					schemas = append(schemas, schema)
 					// Every connection of the pool is in the schema, not only the first.
-					db.Pool.SetMaxIdleConns(0)
+					db.Pool().SetMaxIdleConns(0)
 					exec(t, db, `CREATE TABLE t (id TEXT PRIMARY KEY)`)
 					exec(t, db, `INSERT INTO t (id) VALUES ('`+schema+`')`)
 				}
 				require.NotEqual(t, schemas[0], schemas[1])
 				for i, db := range dbs {
 					var rows []string
-					require.NoError(t, db.Pool.SelectContext(t.Context(), &rows, `SELECT id FROM t`))
+					require.NoError(t, db.Pool().SelectContext(t.Context(), &rows, `SELECT id FROM t`))
 					require.Equal(t, []string{schemas[i]}, rows, "each sees its own table only")
 					var where string
-					require.NoError(t, db.Pool.GetContext(t.Context(), &where,
+					require.NoError(t, db.Pool().GetContext(t.Context(), &where,
 						`SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = 't'::regclass`))
 					require.Equal(t, schemas[i], where, "the table in the schema")
 				}

@@ -29,7 +29,7 @@ func testHandOver(t testing.TB) {
 		`CREATE TABLE pending_blocks (block_id TEXT PRIMARY KEY REFERENCES blocks (id))`,
 		`CREATE TABLE chain_heads (block_id TEXT PRIMARY KEY REFERENCES blocks (id))`,
 	} {
-		if _, err := db.Writer.ExecContext(ctx, q); err != nil {
+		if _, err := db.Writer().ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -58,7 +58,7 @@ var stores = []struct {
 func openPostgres(t *testing.T, driver string) world {
 	db := refsettest.Postgres(t, postgres.Options{Driver: driver})
 	var schema string
-	require.NoError(t, db.Pool.GetContext(t.Context(), &schema, `SELECT current_schema()`))
+	require.NoError(t, db.Pool().GetContext(t.Context(), &schema, `SELECT current_schema()`))
 	return newWorld(t, db, schema)
 }
 

@@ -23,7 +23,7 @@ func ExamplePending() {
 		return
 	}
 	defer db.Close()
-	db.Writer.MustExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
+	db.Writer().MustExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
 	set := schema.Set{Table: sqlident.Ident{Name: "items"}, IDColumn: "id", IDType: "TEXT",
 		Holds: sqlident.Ident{Name: "items_holds"}, Queue: sqlident.Ident{Name: "items_review"}}
 
@@ -33,7 +33,7 @@ func ExamplePending() {
 		return
 	}
 	fmt.Println("pending:", plan)
-	db.Writer.MustExecContext(ctx, plan.SQL()) // what the DBA runs
+	db.Writer().MustExecContext(ctx, plan.SQL()) // what the DBA runs
 
 	done, err := schema.Apply(ctx, db, sqlite.SchemaSQL(), set)
 	fmt.Println("applied after the DBA:", len(done), err)

@@ -17,7 +17,9 @@ var identPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // works on one store should work on the other.
 const maxIdentLen = 63
 
-// Ident is a checked identifier, possibly schema-qualified ("ledger.blocks").
+// Ident is an identifier, possibly schema-qualified ("ledger.blocks"). Parse checks
+// one; an Ident written as a literal is not checked, but Quoted still quotes it as
+// the one identifier it names.
 type Ident struct {
 	Schema string // "" for the default schema (search_path on Postgres, main on SQLite)
 	Name   string
@@ -50,14 +52,19 @@ func Must(name string) Ident {
 	return id
 }
 
-// Quoted is the identifier quoted for SQL. Both dialects quote with double quotes; the
-// name is checked, so it contains none.
+// Quoted is the identifier quoted for SQL. Both dialects quote with double quotes,
+// and a double quote inside a name is written twice: a name Parse checked has none,
+// but one in a literal Ident (Ident{Name: `a"b`}) stays one identifier rather than
+// ending the quotes early.
 func (i Ident) Quoted() string {
 	if i.Schema == "" {
-		return `"` + i.Name + `"`
+		return quote(i.Name)
 	}
-	return `"` + i.Schema + `"."` + i.Name + `"`
+	return quote(i.Schema) + "." + quote(i.Name)
 }
+
+// quote is a delimited identifier naming name.
+func quote(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
 
 // String is the identifier as written, unquoted.
 func (i Ident) String() string {

@@ -54,3 +54,23 @@ func TestCheckType(t *testing.T) {
 		assert.ErrorIs(t, CheckType(bad), sentinel.ErrInvalidIdentifier, bad)
 	}
 }
+
+// An Ident written as a literal is not checked, but Quoted still quotes it as the one
+// identifier it names: a double quote in it is doubled, as both dialects read it, so
+// it cannot end the quotes and let the rest through as SQL.
+func TestQuotedLiteral(t *testing.T) {
+	for _, tc := range []struct {
+		id   Ident
+		want string
+	}{
+		{Ident{Name: "blocks"}, `"blocks"`},
+		{Ident{Schema: "ledger", Name: "blocks"}, `"ledger"."blocks"`},
+		{Ident{Name: `x"; DROP TABLE y; --`}, `"x""; DROP TABLE y; --"`},
+		{Ident{Schema: `a"b`, Name: `"`}, `"a""b".""""`},
+		{Ident{Name: "two words"}, `"two words"`},
+	} {
+		t.Run(tc.id.String(), func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.id.Quoted())
+		})
+	}
+}

@@ -1,8 +1,17 @@
-// Package store is what every refset store shares: a set's Config, NewStore and
-// NewCollector, which take the database of any store (store/sqlite, store/postgres)
-// and find its dialect through the database's driver. A program that runs on both
-// databases builds its sets and collectors here, with one code path; the store
-// packages open the databases.
+// Package store is what every refset store shares: Open, which opens the database
+// of either store (store/sqlite, store/postgres) from its DSN, and a set's Config,
+// NewStore and NewCollector, which take the database of any store and find its
+// dialect through the database's driver. A program that runs on both databases
+// opens, builds its sets and collectors here, with one code path:
+//
+//	db, err := store.Open(ctx, dsn, sqlite.Options{}, postgres.Options{})
+//	...
+//	defer db.Close()
+//	set, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
+//
+// The stores' options name the stores a program can open: package store imports
+// neither, so a program that passes only postgres.Options links no SQLite (and
+// builds without cgo).
 package store
 
 import (

@@ -17,6 +17,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -48,7 +49,7 @@ type command struct {
 // call is what a command runs with: the database, its positional arguments, where it
 // prints, and the flags several commands share.
 type call struct {
-	db    opened
+	db    refset.Database
 	args  []string
 	out   io.Writer
 	table string // --table, of a command on one set
@@ -215,50 +216,35 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// opened is a database of either store.
-type opened interface {
-	refset.Database
-	Close() error
-}
-
-// isPostgres tells a Postgres DSN from a SQLite path: a URL of the postgres schemes,
-// or key=value pairs. A SQLite file whose name holds "=" cannot be named.
-func isPostgres(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") || strings.Contains(db, "=")
-}
-
 // connection is what the flags say of the database to open.
 type connection struct {
 	dsn, driver, replica string
 	unprepared           bool
 }
 
-func open(ctx context.Context, c connection) (opened, error) {
-	dsn := c.dsn
-	if isPostgres(dsn) {
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: c.driver, MaxConns: 4, ReplicaDSN: c.replica, Unprepared: c.unprepared})
-		if err != nil {
-			return nil, err
-		}
-		return db, nil
-	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
-		if f.set {
-			return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, dsn)
-		}
-	}
-	// sqlite.Open creates a missing file; a tool that reads must not.
-	if _, err := os.Stat(dsn); err != nil {
-		return nil, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, dsn, err)
-	}
-	db, err := sqlite.Open(ctx, dsn, sqlite.Options{Readers: 2})
+// open opens the database c.dsn names, of either store (store.Open tells them apart
+// by the DSN's form).
+func open(ctx context.Context, c connection) (refset.Database, error) {
+	lite := sqlite.Options{Readers: 2}
+	dialect, err := store.DSNDialect(c.dsn)
 	if err != nil {
 		return nil, err
 	}
-	return db, nil
+	if dialect == lite.Dialect() {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
+			if f.set {
+				return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, c.dsn)
+			}
+		}
+		// sqlite.Open creates a missing file; a tool that reads must not.
+		if _, err := os.Stat(c.dsn); err != nil {
+			return nil, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, c.dsn, err)
+		}
+	}
+	return store.Open(ctx, c.dsn, lite, postgres.Options{Driver: c.driver, MaxConns: 4, ReplicaDSN: c.replica, Unprepared: c.unprepared})
 }
 
 // registeredTable is the object table of the set that name names, as its store
@@ -266,7 +252,7 @@ func open(ctx context.Context, c connection) (opened, error) {
 // (public.notes for a set on notes, or notes for one on public.notes, on Postgres;
 // main.notes on SQLite). A name that no registered set's table resolves to is
 // returned as it is, but for SQLite's main, which it drops.
-func registeredTable(ctx context.Context, db opened, name string) (string, error) {
+func registeredTable(ctx context.Context, db refset.Database, name string) (string, error) {
 	given, err := sqlident.Parse(name, true)
 	if err != nil {
 		return "", err

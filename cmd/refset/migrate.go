@@ -17,7 +17,7 @@ import (
 // migration is what the migrate commands work on: the dialect's migrations and the
 // sets they cover.
 type migration struct {
-	db   opened
+	db   refset.Database
 	d    refsetdriver.Driver
 	sql  refsetdriver.SchemaSQL
 	sets []schema.Set
@@ -28,7 +28,7 @@ type migration struct {
 // store would build it by default (holds table T_holds, queue T_review, the ID the
 // table's one-column primary key), so that migrate can create its tables before the
 // program first runs.
-func newMigration(ctx context.Context, db opened, tables []string) (migration, error) {
+func newMigration(ctx context.Context, db refset.Database, tables []string) (migration, error) {
 	d := db.Driver()
 	m := migration{db: db, d: d, sql: d.SchemaSQL()}
 	q := db.Reader()

@@ -129,7 +129,7 @@ func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
 
 func run(ctx context.Context, o options) (bool, error) {
 	start := time.Now()
-	demo, err := exampledb.New(ctx, "blockchain", o.dbPath, o.pgDSN)
+	demo, err := exampledb.New(ctx, "blockchain", cmp.Or(o.pgDSN, o.dbPath))
 	if err != nil {
 		return false, err
 	}

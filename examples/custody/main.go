@@ -47,7 +47,7 @@ var owners = []string{"alice", "bob", "carol", "dave"}
 
 func run(ctx context.Context, pgDSN string, replicas, payments int) (bool, error) {
 	start := time.Now()
-	demo, err := exampledb.New(ctx, "custody", "", pgDSN)
+	demo, err := exampledb.New(ctx, "custody", pgDSN)
 	if err != nil {
 		return false, err
 	}

@@ -5,9 +5,12 @@
 // end it checks the invariants and shows that the database itself refuses to delete
 // a referenced block.
 //
+// One flag picks the database, and one code path runs on either (store.Open tells
+// them apart by the DSN's form):
+//
 //	go run ./examples/quickstart                  # a SQLite file in a temporary directory
 //	go run ./examples/quickstart -db chain.db     # a SQLite file of your choice
-//	go run ./examples/quickstart -postgres "postgres://user@localhost/db?sslmode=disable"
+//	go run ./examples/quickstart -db 'postgres://user@localhost/db?sslmode=disable'
 package main
 
 import (
@@ -17,12 +20,13 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/examples/internal/exampledb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
 )
 
 // Block is a block of a chain; its ID is its hash.
@@ -30,14 +34,15 @@ type Block struct {
 	Hash    string  `db:"id"`
 	Prev    *string `db:"prev"`
 	Height  int64   `db:"height"`
-	Payload []byte  `db:"payload"`
+	Payload string  `db:"payload"`
 }
 
 func (b Block) ID() string { return b.Hash }
 
 func main() {
-	dbPath := flag.String("db", "", "SQLite database file (default: a new file in a temporary directory)")
-	pgDSN := flag.String("postgres", "", "PostgreSQL DSN of a direct connection (the example names its new schema in the DSN's search_path, which PgBouncer refuses); the example's tables are created in that schema, dropped at the end")
+	dsn := flag.String("db", "", "the database: a SQLite file path or file: URL (default: a new file in a temporary directory), "+
+		"or a PostgreSQL postgres:// URL or key=value DSN of a direct connection (the example names its new schema in the DSN's search_path, "+
+		"which PgBouncer refuses; its tables are created in that schema, dropped at the end)")
 	n := flag.Int("blocks", 1000, "number of blocks")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `quickstart shows refset's core: a completer holds each arriving block as pending
@@ -47,23 +52,24 @@ that the database refuses to delete a referenced block.`, os.Args[0])
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if err := run(context.Background(), *dbPath, *pgDSN, *n); err != nil {
+	if err := run(context.Background(), *dsn, *n); err != nil {
 		log.SetFlags(0)
 		log.Fatal("quickstart: ", err)
 	}
 }
 
-func run(ctx context.Context, dbPath, pgDSN string, n int) error {
+func run(ctx context.Context, dsn string, n int) error {
 	start := time.Now()
-	demo, err := exampledb.New(ctx, "quickstart", dbPath, pgDSN)
+	demo, err := exampledb.New(ctx, "quickstart", dsn)
 	if err != nil {
 		return err
 	}
 	defer demo.Close()
-	db, blocks, err := open(ctx, demo)
+	db, blocks, err := open(ctx, demo.DSN())
 	if err != nil {
 		return err
 	}
+	defer db.Close()
 
 	// Exec commands write the database's own placeholders for ?: the block's ID is
 	// the first argument.
@@ -75,7 +81,7 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	var prev *string
 	tokens := make([]*refset.RefToken[string], 0, n)
 	for i := range n {
-		b := Block{Hash: fmt.Sprintf("block-%06d", i), Prev: prev, Height: int64(i), Payload: []byte("txns")}
+		b := Block{Hash: fmt.Sprintf("block-%06d", i), Prev: prev, Height: int64(i), Payload: "txns"}
 		tok, err := blocks.Add(ctx, b, hold)
 		if err != nil {
 			return err
@@ -142,35 +148,35 @@ func run(ctx context.Context, dbPath, pgDSN string, n int) error {
 	return nil
 }
 
+// schemaSQL is the example's tables, in types both databases read alike.
 const schemaSQL = `
 CREATE TABLE blocks (
-    id      {text} NOT NULL PRIMARY KEY,
-    prev    {text} REFERENCES blocks (id) ON DELETE RESTRICT,
-    height  {int} NOT NULL,
-    payload {bytes}
+    id      TEXT NOT NULL PRIMARY KEY,
+    prev    TEXT REFERENCES blocks (id) ON DELETE RESTRICT,
+    height  BIGINT NOT NULL,
+    payload TEXT
 );
-CREATE TABLE pending_blocks (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-CREATE TABLE chain_heads    (block_id {text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT)`
+CREATE TABLE pending_blocks (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
+CREATE TABLE chain_heads    (block_id TEXT NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT)`
 
-// open creates the example's tables on demo's database and returns the set.
-func open(ctx context.Context, demo *exampledb.DB) (refset.Database, *refset.RefSet[Block, string], error) {
-	db, err := demo.Open(ctx, 0)
+// open opens the database dsn names, whichever it is, creates the example's tables
+// and returns the set.
+func open(ctx context.Context, dsn string) (refset.Database, *refset.RefSet[Block, string], error) {
+	db, err := store.Open(ctx, dsn, sqlite.Options{}, postgres.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	types := strings.NewReplacer("{text}", "TEXT", "{int}", "INTEGER", "{bytes}", "BLOB")
-	if demo.Postgres() {
-		types = strings.NewReplacer("{text}", "text", "{int}", "bigint", "{bytes}", "bytea")
-	}
 	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-		_, err := tx.ExecContext(ctx, types.Replace(schemaSQL))
+		_, err := tx.ExecContext(ctx, schemaSQL)
 		return err
 	})
 	if err != nil {
+		db.Close()
 		return nil, nil, fmt.Errorf("creating the tables: %w", err)
 	}
 	set, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
 	if err != nil {
+		db.Close()
 		return nil, nil, err
 	}
 	return db, refset.New(set), nil

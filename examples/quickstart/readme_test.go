@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,6 +21,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
+	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
 
@@ -40,13 +42,16 @@ CREATE INDEX blocks_prev ON blocks (prev);
 CREATE TABLE pending_blocks (block_id TEXT PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
 CREATE TABLE chain_heads    (block_id TEXT PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);`
 
-func quickStart(ctx context.Context, path string) error {
-	db, err := sqlite.Open(ctx, path, sqlite.Options{})
+// dsn is a SQLite file path (or file: URL), or a PostgreSQL URL or key=value DSN: one
+// code path runs on either, with each store's own options.
+func quickStart(ctx context.Context, dsn string) error {
+	db, err := store.Open(ctx, dsn, sqlite.Options{}, postgres.Options{})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.Writer.ExecContext(ctx, tables); err != nil {
+	// The pool refset writes on runs your own SQL too.
+	if _, err := db.Driver().Pool().ExecContext(ctx, tables); err != nil {
 		return err
 	}
 	setStore, err := store.NewStore[Block, string](ctx, db, store.Config{Table: "blocks"})
@@ -116,6 +121,53 @@ func Example_quickStart() {
 	// Output:
 	// head: genesis at height 0
 	// collected: 0 kept alive by: [chain_heads.block_id (block_id='genesis')]
+}
+
+// The README's quick start runs as it stands on both databases, named in each form
+// store.Open takes (lib/pq dials both PostgreSQL forms), and prints the same on each
+// (PostgreSQL names the holder's table with its schema).
+func TestQuickStartOnBothDatabases(t *testing.T) {
+	sqlitePath := func(tb testing.TB) (string, string) { return filepath.Join(tb.TempDir(), "chain.db"), "" }
+	pg := func(form int) func(testing.TB) (string, string) {
+		return func(tb testing.TB) (string, string) {
+			dsn, schema := pgtest.New(tb)
+			asURL, keyValue := pgtest.Forms(tb, dsn)
+			return []string{asURL, keyValue}[form], schema + "."
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		dsn  func(testing.TB) (dsn, schema string)
+	}{
+		{"sqlite/path", sqlitePath},
+		{"sqlite/file URL", func(tb testing.TB) (string, string) {
+			path, _ := sqlitePath(tb)
+			return "file:" + filepath.ToSlash(path), ""
+		}},
+		{"postgres/URL", pg(0)},
+		{"postgres/key=value", pg(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, schema := tc.dsn(t)
+			out := stdout(t, func() { require.NoError(t, quickStart(t.Context(), dsn)) })
+			assert.Equal(t, "head: genesis at height 0\ncollected: 0 kept alive by: ["+schema+"chain_heads.block_id (block_id='genesis')]\n", out)
+		})
+	}
+}
+
+// stdout is what fn printed to os.Stdout.
+func stdout(t *testing.T, fn func()) string {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "stdout")
+	require.NoError(t, err)
+	defer f.Close()
+	saved := os.Stdout
+	os.Stdout = f
+	defer func() { os.Stdout = saved }()
+	fn()
+	out, err := os.ReadFile(f.Name())
+	require.NoError(t, err)
+	return string(out)
 }
 
 // README.md's "Quick start in code" is this file's code between the markers, line for

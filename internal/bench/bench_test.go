@@ -105,7 +105,7 @@ func openSQLite(tb testing.TB, d dialect) *env {
 	tb.Helper()
 	ctx := context.Background()
 	db := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
-	e := &env{close: db.Close, writer: db.Writer, reader: db.Readers}
+	e := &env{close: db.Close, writer: db.Writer(), reader: db.Readers()}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
 		return store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	})

@@ -41,7 +41,7 @@ func bmOpen(b *testing.B, dialect string) (*blockmanager.Manager, refset.Databas
 }
 
 // bmOpenRaw opens a manager on a fresh database, and returns beside it the pool
-// refset reads through (sqlite DB.Readers, on postgres the pool given to
+// refset reads through (sqlite DB.Readers(), on postgres the pool given to
 // postgres.New), where the raw walks read.
 func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Database, rawDialect, *sqlx.DB) {
 	tb.Helper()
@@ -54,7 +54,7 @@ func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Dat
 		d = rawPostgres
 	} else {
 		s := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
-		db, reader = s, s.Readers
+		db, reader = s, s.Readers()
 	}
 	m, err := blockmanager.Open(ctx, db, blockmanager.Config{})
 	if err != nil {

@@ -64,14 +64,14 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 		e := &gcEnv{db: db, typeMap: strings.NewReplacer("{Text}", "TEXT")}
 		e.exec = func(b *testing.B, q string, args ...any) {
 			b.Helper()
-			if _, err := db.Writer.ExecContext(ctx, q, args...); err != nil {
+			if _, err := db.Writer().ExecContext(ctx, q, args...); err != nil {
 				b.Fatalf("%s: %v", q, err)
 			}
 		}
 		e.load = func(b *testing.B, table string, cols []string, n int, row func(i int) []any) {
 			b.Helper()
 			const per = 200
-			tx, err := db.Writer.BeginTxx(ctx, nil)
+			tx, err := db.Writer().BeginTxx(ctx, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -27,7 +27,7 @@
 //
 //   - Add: RefSet.Add of one block, a one-row INSERT in its own transaction, against
 //     BEGIN, the store's INSERT, COMMIT on the connection refset writes through
-//     (sqlite DB.Writer, on postgres the pool given to postgres.New). Every
+//     (sqlite DB.Writer(), on postgres the pool given to postgres.New). Every
 //     iteration inserts a new ID.
 //   - GetHit: RefSet.Get while a lease on the object is alive. The database handle is
 //     closed before the timer starts, so any database access would fail the
@@ -35,7 +35,7 @@
 //   - GetMiss: RefSet.Get of an object no lease or earlier Get of that set has
 //     touched (every iteration reads an ID the set has never read), the lease then
 //     dropped, against the store's SELECT by primary key scanned by sqlx into the
-//     struct, on the reader pool (sqlite DB.Readers, postgres the same pool).
+//     struct, on the reader pool (sqlite DB.Readers(), postgres the same pool).
 //   - Complete: a two-command hand-over, Release(DELETE FROM pending ...) then
 //     Acquire(INSERT INTO heads ...) then Complete, against BEGIN, the same DELETE
 //     (checking one row), the same INSERT, COMMIT.

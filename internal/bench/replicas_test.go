@@ -247,7 +247,7 @@ func warm(ctx context.Context, db *postgres.DB, n int) error {
 		}
 	}()
 	for range n {
-		c, err := db.Pool.Conn(ctx)
+		c, err := db.Pool().Conn(ctx)
 		if err != nil {
 			return err
 		}
@@ -292,7 +292,7 @@ func sqlStateOf(err error) string {
 // used, read from /proc: the server runs on this machine in every run of these
 // benchmarks. It reports how many such processes it found.
 func backendsCPU(ctx context.Context, db *postgres.DB, app string) (time.Duration, int, error) {
-	rows, err := db.Pool.QueryContext(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	rows, err := db.Pool().QueryContext(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -473,7 +473,7 @@ func measureReplicas(b *testing.B, pool *postgres.DB, cfgs []replicaConfig) {
 func pgDeadlocks(b *testing.B, db *postgres.DB) int64 {
 	b.Helper()
 	var n int64
-	must(b, db.Pool.QueryRowContext(context.Background(),
+	must(b, db.Pool().QueryRowContext(context.Background(),
 		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
 	return n
 }
@@ -537,7 +537,7 @@ func BenchmarkReplicasCustody(b *testing.B) {
 		_, err := v.Issue(ctx, fmt.Sprintf("issue-%d", o), toks...)
 		must(b, err)
 	}
-	_, err = db.Pool.ExecContext(ctx, `ANALYZE`)
+	_, err = db.Pool().ExecContext(ctx, `ANALYZE`)
 	must(b, err)
 	benchReplicaCounts(b, db, dsn, "custody", func(run, i int) replicaConfig {
 		return replicaConfig{Driver: custodyDriver(), ID: run*1000 + i, Workers: workers, Owners: owners}
@@ -581,7 +581,7 @@ func TestRetryCounterCountsDeadlocks(t *testing.T) {
 	ctx := t.Context()
 	obs := &retryCounter{}
 	db := testdb.LibPQ.Open(t, testdb.Options{MaxConns: 4, Observer: obs}).(*postgres.DB)
-	if _, err := db.Pool.ExecContext(ctx, `CREATE TABLE pair (k int PRIMARY KEY); INSERT INTO pair VALUES (1), (2)`); err != nil {
+	if _, err := db.Pool().ExecContext(ctx, `CREATE TABLE pair (k int PRIMARY KEY); INSERT INTO pair VALUES (1), (2)`); err != nil {
 		t.Fatal(err)
 	}
 	var firstLocked sync.WaitGroup // both hold their first row, on their first attempts

@@ -59,7 +59,7 @@ func scaleSet(b *testing.B, size int) {
 	start := time.Now()
 	set, c := scaleSetup(b, e, size)
 	b.Logf("loaded %d objects and their roots in %s", size, time.Since(start).Round(time.Second))
-	pool := e.db.(*postgres.DB).Pool
+	pool := e.db.(*postgres.DB).Pool()
 
 	garbage := envInt(b, "REFSET_BENCH_GARBAGE", 100_000)
 	round := 0
@@ -169,7 +169,7 @@ func scaleBranch(b *testing.B, size, walk int) {
 	}
 	ctx := context.Background()
 	m, db, _ := bmOpen(b, onLibPQ)
-	pool := db.(*postgres.DB).Pool
+	pool := db.(*postgres.DB).Pool()
 	exec := func(q string) {
 		b.Helper()
 		_, err := pool.ExecContext(ctx, q)

@@ -8,8 +8,11 @@ package engine
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
@@ -56,7 +59,7 @@ func (e *Engine) Driver() refsetdriver.Driver {
 // transaction has it.
 func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	if e == nil {
-		return nil, fmt.Errorf("refset: begin: %w: the database was not opened (use the store's Open or New)", sentinel.ErrInvalidConfig)
+		return nil, NotOpened("begin")
 	}
 	if e.closed.Load() {
 		return nil, fmt.Errorf("%s: begin: %w", e.c.Name, sentinel.ErrClosed)
@@ -82,9 +85,13 @@ func (e *Engine) Closed() bool { return e != nil && e.closed.Load() }
 
 // Close closes what the database owns: its pools, or, for pools the caller owns, the
 // statements refset prepared on them. Later calls of refset on the database fail with
-// refset.ErrClosed. Closing again does nothing.
+// refset.ErrClosed. Closing again does nothing; closing a database that was not opened
+// fails as its other calls do (NotOpened).
 func (e *Engine) Close() error {
-	if e == nil || e.closed.Swap(true) {
+	if e == nil {
+		return NotOpened("close")
+	}
+	if e.closed.Swap(true) {
 		return nil
 	}
 	// The caller's pools live on: free the statements refset prepared on them.
@@ -105,3 +112,55 @@ func TranslateError(e *Engine, err error, query string, translate func(err error
 	}
 	return translate(err, query)
 }
+
+// Opened is what a store's Open returned, as the refset.Database an Opener's OpenDSN
+// returns: on an error, a nil interface rather than one holding a nil *DB.
+func Opened[DB refsetdriver.Database](db DB, err error) (refsetdriver.Database, error) {
+	if err != nil {
+		return nil, err
+	}
+	return db, nil
+}
+
+// NotOpened is the error of op on a store's DB that no constructor made: the zero
+// value, or a literal (&sqlite.DB{}, &postgres.DB{}), which has no pools and no
+// driver. It says which calls make one, since nothing else can.
+func NotOpened(op string) error {
+	return fmt.Errorf("refset: %s: %w: the database was not opened; make it with store.Open, or the Open or New of store/sqlite or store/postgres", op, sentinel.ErrInvalidConfig)
+}
+
+// Unopened is the pool a store's DB that was not opened hands out for its pools
+// (Writer, Readers, Pool, Reader): every call on it fails with NotOpened's error
+// instead of a nil pointer's panic. driverName is the sqlx driver name, which picks
+// sqlx's placeholders. There is one per name, made on first use: a pool runs a
+// goroutine of its own.
+func Unopened(driverName string) *sqlx.DB {
+	unopenedMu.Lock()
+	defer unopenedMu.Unlock()
+	if db, ok := unopened[driverName]; ok {
+		return db
+	}
+	db := sqlx.NewDb(sql.OpenDB(notOpenedConnector{}), driverName)
+	unopened[driverName] = db
+	return db
+}
+
+var (
+	unopenedMu sync.Mutex
+	unopened   = map[string]*sqlx.DB{}
+)
+
+// notOpenedConnector is the connector of Unopened's pools: it connects to nothing.
+type notOpenedConnector struct{}
+
+func (notOpenedConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, NotOpened("connect")
+}
+
+func (c notOpenedConnector) Driver() driver.Driver { return notOpenedDriver{} }
+
+// notOpenedDriver is notOpenedConnector's driver, which database/sql asks for by
+// name only through sql.Open, never for an OpenDB pool.
+type notOpenedDriver struct{}
+
+func (notOpenedDriver) Open(string) (driver.Conn, error) { return nil, NotOpened("connect") }

@@ -20,12 +20,12 @@ func TestOpen(t *testing.T) {
 		sdb := sqlitetest.Open(t)
 		db = sdb
 		var file string
-		require.NoError(t, sdb.Readers.GetContext(t.Context(), &file, `SELECT file FROM pragma_database_list WHERE name = 'main'`))
+		require.NoError(t, sdb.Readers().GetContext(t.Context(), &file, `SELECT file FROM pragma_database_list WHERE name = 'main'`))
 		require.True(t, strings.HasPrefix(file, os.TempDir()), "database file %s", file)
 		var fk bool
-		require.NoError(t, sdb.Readers.GetContext(t.Context(), &fk, `PRAGMA foreign_keys`))
+		require.NoError(t, sdb.Readers().GetContext(t.Context(), &fk, `PRAGMA foreign_keys`))
 		require.True(t, fk, "foreign keys enforced")
-		_, err := sdb.Writer.ExecContext(t.Context(), `CREATE TABLE t (id TEXT PRIMARY KEY)`)
+		_, err := sdb.Writer().ExecContext(t.Context(), `CREATE TABLE t (id TEXT PRIMARY KEY)`)
 		require.NoError(t, err)
 	})
 	_, err := db.Begin(context.Background())

@@ -105,7 +105,7 @@ func TestAddStatementErrors(t *testing.T) {
 				// The connection is out of the failed transaction: the next Add commits.
 				_, err = e.set.Add(ctx, block{Hash: tc.id + "-after", Height: 3}, pending)
 				require.NoError(t, err)
-				_, err = db.Pool.ExecContext(ctx, `DELETE FROM pending; DELETE FROM blocks WHERE height = 3`)
+				_, err = db.Pool().ExecContext(ctx, `DELETE FROM pending; DELETE FROM blocks WHERE height = 3`)
 				require.NoError(t, err)
 			})
 		}

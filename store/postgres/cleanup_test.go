@@ -145,7 +145,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 					_, err = set.Add(ctx, link{Hash: id, Prev: pick()}, refset.Exec[string](`INSERT INTO tips (block_id) VALUES ($1)`, 1))
 				case op < 6: // abandon a tip
 					if p := pick(); p != nil {
-						_, err = db.Pool.ExecContext(ctx, `DELETE FROM tips WHERE block_id = $1`, *p)
+						_, err = db.Pool().ExecContext(ctx, `DELETE FROM tips WHERE block_id = $1`, *p)
 					}
 				case op < 8: // an expiring hold
 					_, err = set.Add(ctx, link{Hash: id, Prev: pick()}, set.Hold("lease", time.Duration(50+rng.IntN(200))*time.Millisecond))
@@ -192,7 +192,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, report.OK(), "%+v", report)
 	var unreferenced int
-	require.NoError(t, db.Pool.GetContext(ctx, &unreferenced, `SELECT count(*) FROM chain b
+	require.NoError(t, db.Pool().GetContext(ctx, &unreferenced, `SELECT count(*) FROM chain b
 		WHERE NOT EXISTS (SELECT 1 FROM tips WHERE block_id = b.id)
 		  AND NOT EXISTS (SELECT 1 FROM chain_holds WHERE object_id = b.id)
 		  AND NOT EXISTS (SELECT 1 FROM chain c WHERE c.prev = b.id)`))
@@ -201,7 +201,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 		assert.Positive(t, s.Deleted, "collector process %d deleted nothing", i)
 	}
 	var left int
-	require.NoError(t, db.Pool.GetContext(ctx, &left, `SELECT count(*) FROM chain`))
+	require.NoError(t, db.Pool().GetContext(ctx, &left, `SELECT count(*) FROM chain`))
 	t.Logf("%d objects written, %d refused (predecessor collected), %d left; processes deleted %d and %d, the final pass %d",
 		written.Load(), refused.Load(), left, childStats[0].Deleted, childStats[1].Deleted, final.Deleted)
 }
@@ -210,7 +210,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 func TestCleanupInNamedSchema(t *testing.T) {
 	db, ledger := withNamedSchema(t)
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, strings.ReplaceAll(`
+	_, err := db.Pool().ExecContext(ctx, strings.ReplaceAll(`
 		CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL);
 		CREATE TABLE ledger.heads (block_id text PRIMARY KEY REFERENCES ledger.blocks (id))`, "ledger.", ledger+"."))
 	require.NoError(t, err)
@@ -233,11 +233,11 @@ func TestCleanupInNamedSchema(t *testing.T) {
 		_, err := c.Collect(ctx)
 		require.NoError(t, err)
 		var n int
-		require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM `+ledger+`.blocks`))
+		require.NoError(t, db.Pool().GetContext(ctx, &n, `SELECT count(*) FROM `+ledger+`.blocks`))
 		return n == 1
 	}, 10*time.Second, 10*time.Millisecond)
 	var id string
-	require.NoError(t, db.Pool.GetContext(ctx, &id, `SELECT id FROM `+ledger+`.blocks`))
+	require.NoError(t, db.Pool().GetContext(ctx, &id, `SELECT id FROM `+ledger+`.blocks`))
 	assert.Equal(t, "kept", id)
 }
 
@@ -250,7 +250,7 @@ func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
 	ctx := t.Context()
 	exec := func(query string) {
 		t.Helper()
-		_, err := db.Pool.ExecContext(ctx, query)
+		_, err := db.Pool().ExecContext(ctx, query)
 		require.NoError(t, err, query)
 	}
 	exec(`CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0);
@@ -263,7 +263,7 @@ func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
 	queued := func() []string {
 		t.Helper()
 		var ids []string
-		require.NoError(t, db.Pool.SelectContext(ctx, &ids, `SELECT object_id FROM things_review ORDER BY 1`))
+		require.NoError(t, db.Pool().SelectContext(ctx, &ids, `SELECT object_id FROM things_review ORDER BY 1`))
 		exec(`DELETE FROM things_review`)
 		return ids
 	}
@@ -292,7 +292,7 @@ func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
 	_, err = c.Collect(ctx)
 	require.NoError(t, err)
 	var left []string
-	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things ORDER BY 1`))
+	require.NoError(t, db.Pool().SelectContext(ctx, &left, `SELECT id FROM things ORDER BY 1`))
 	assert.Equal(t, []string{"held"}, left)
 	report, err := c.Check(ctx)
 	require.NoError(t, err)
@@ -349,7 +349,7 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 				_, err = other.ExecContext(ctx, q(step.sql))
 				require.NoError(t, err, step.name)
 				var queued []string
-				require.NoError(t, db.Pool.SelectContext(ctx, &queued, `SELECT object_id FROM chain_review ORDER BY 1`))
+				require.NoError(t, db.Pool().SelectContext(ctx, &queued, `SELECT object_id FROM chain_review ORDER BY 1`))
 				assert.Equal(t, step.queued, queued, step.name)
 			}
 		})
@@ -365,7 +365,7 @@ func unqualifyTriggerFunctions(tb testing.TB, db *DB, sch string) {
 		Name string `db:"name"`
 		Body string `db:"body"`
 	}
-	require.NoError(tb, db.Pool.SelectContext(tb.Context(), &fns, `
+	require.NoError(tb, db.Pool().SelectContext(tb.Context(), &fns, `
 		SELECT DISTINCT t.tgfoid::regproc::text AS name, f.prosrc AS body
 		FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
 		WHERE t.tgname LIKE 'refset_rv_%' AND t.tgrelid::regclass::text IN ('chain', 'tips', 'chain_holds')`))
@@ -373,7 +373,7 @@ func unqualifyTriggerFunctions(tb testing.TB, db *DB, sch string) {
 	for _, f := range fns {
 		body := strings.ReplaceAll(f.Body, `"`+sch+`".`, "")
 		require.NotEqual(tb, f.Body, body, "the body of %s names no table with its schema", f.Name)
-		_, err := db.Pool.ExecContext(tb.Context(), `CREATE OR REPLACE FUNCTION `+f.Name+`() RETURNS trigger LANGUAGE plpgsql
+		_, err := db.Pool().ExecContext(tb.Context(), `CREATE OR REPLACE FUNCTION `+f.Name+`() RETURNS trigger LANGUAGE plpgsql
 			SET enable_seqscan = off AS $refset$`+body+`$refset$`)
 		require.NoError(tb, err)
 	}
@@ -399,13 +399,13 @@ func withSearchPath(tb testing.TB, dsn, path string) string {
 func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	db := openDSN(t, pgtest.DSN(t))
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
+	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
 	require.NoError(t, err)
 	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
 	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things"})
 	require.NoError(t, err)
-	_, err = db.Pool.ExecContext(ctx, `
+	_, err = db.Pool().ExecContext(ctx, `
 		CREATE TABLE later (thing_id text NOT NULL REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED);
 		INSERT INTO things (id) VALUES ('pinned'), ('free');
 		INSERT INTO later VALUES ('pinned');
@@ -417,7 +417,7 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	assert.Equal(t, int64(1), s.Deleted, "%v", s)
 	assert.Equal(t, int64(1), s.Refused, "%v", s)
 	var left []string
-	require.NoError(t, db.Pool.SelectContext(ctx, &left, `SELECT id FROM things`))
+	require.NoError(t, db.Pool().SelectContext(ctx, &left, `SELECT id FROM things`))
 	assert.Equal(t, []string{"pinned"}, left)
 }
 
@@ -427,7 +427,7 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 func TestInstallWarnsOfNoActionKeys(t *testing.T) {
 	db := openDSN(t, pgtest.DSN(t))
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `
+	_, err := db.Pool().ExecContext(ctx, `
 		CREATE TABLE things (id text PRIMARY KEY, prev text REFERENCES things (id), height bigint NOT NULL DEFAULT 0);
 		CREATE INDEX things_prev ON things (prev);
 		CREATE TABLE plain    (thing_id text PRIMARY KEY REFERENCES things (id));
@@ -465,7 +465,7 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	const length, referenced = 300, 250
 	db := openDSN(t, pgtest.DSN(t))
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `
+	_, err := db.Pool().ExecContext(ctx, `
 		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id) ON DELETE RESTRICT);
 		CREATE INDEX chain_prev ON chain (prev);
 		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id));
@@ -476,10 +476,10 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	require.NoError(t, err)
 	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour, BatchSize: 100})
 	require.NoError(t, err)
-	_, err = db.Pool.ExecContext(ctx, `DELETE FROM tips`)
+	_, err = db.Pool().ExecContext(ctx, `DELETE FROM tips`)
 	require.NoError(t, err)
 
-	writer, err := db.Pool.BeginTxx(ctx, nil)
+	writer, err := db.Pool().BeginTxx(ctx, nil)
 	require.NoError(t, err)
 	defer writer.Rollback()
 	var xid string
@@ -495,7 +495,7 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool {
 		var waiting bool
-		require.NoError(t, db.Pool.GetContext(ctx, &waiting, `SELECT EXISTS (SELECT 1 FROM pg_locks
+		require.NoError(t, db.Pool().GetContext(ctx, &waiting, `SELECT EXISTS (SELECT 1 FROM pg_locks
 			WHERE locktype = 'transactionid' AND NOT granted AND transactionid::text = $1)`, xid))
 		return waiting
 	}, 10*time.Second, time.Millisecond, "the collector never waited for the writer")
@@ -504,10 +504,10 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	require.NoError(t, collectErr)
 	assert.Equal(t, int64(length-referenced-1), s.Deleted, "%v", s)
 	var left int
-	require.NoError(t, db.Pool.GetContext(ctx, &left, `SELECT count(*) FROM chain`))
+	require.NoError(t, db.Pool().GetContext(ctx, &left, `SELECT count(*) FROM chain`))
 	assert.Equal(t, referenced+1, left)
 	var top string
-	require.NoError(t, db.Pool.GetContext(ctx, &top, `SELECT id FROM chain c WHERE NOT EXISTS (SELECT 1 FROM chain n WHERE n.prev = c.id)`))
+	require.NoError(t, db.Pool().GetContext(ctx, &top, `SELECT id FROM chain c WHERE NOT EXISTS (SELECT 1 FROM chain n WHERE n.prev = c.id)`))
 	assert.Equal(t, fmt.Sprintf("link-%d", referenced), top)
 }
 
@@ -515,7 +515,7 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 // it, and the tips that hold them.
 func createChain(t *testing.T, db *DB) {
 	t.Helper()
-	_, err := db.Pool.ExecContext(t.Context(), `
+	_, err := db.Pool().ExecContext(t.Context(), `
 		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id));
 		CREATE INDEX chain_prev ON chain (prev);
 		CREATE TABLE tips (block_id text PRIMARY KEY REFERENCES chain (id))`)

@@ -80,15 +80,25 @@ type Options struct {
 	ReplicaWait time.Duration
 }
 
+// Dialect is "postgres", the Name of this store's Driver: store.Open gives these
+// options the DSNs of PostgreSQL, a postgres:// or postgresql:// URL or a key=value
+// connection string.
+func (Options) Dialect() string { return dialectName }
+
+// OpenDSN is Open with these options, as store.Open calls it.
+func (o Options) OpenDSN(ctx context.Context, dsn string) (refset.Database, error) {
+	return engine.Opened(Open(ctx, dsn, o))
+}
+
+var _ store.Opener = Options{}
+
 // DB is a PostgreSQL database opened for refset. It implements refset.Database, so
 // several sets and the caller's own SQL can share one unit of work (refset.InTx).
+// Open, New and store.Open make one; its fields are unexported because a DB they did
+// not make has no pool: every call on one fails with refset.ErrInvalidConfig.
 type DB struct {
-	// Pool is the connection pool; use it for your own queries too.
-	Pool *sqlx.DB
-	// Replica is the pool on the hot standby (Options.Replica or ReplicaDSN), or nil.
-	// Reads of your own may go there too: ReplicaCaughtUp says when it shows your
-	// writes.
-	Replica *sqlx.DB
+	pool        *sqlx.DB // the connection pool
+	replicaPool *sqlx.DB // the pool on the hot standby, or nil
 
 	*storeEngine // Begin, Close, Driver
 
@@ -258,7 +268,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 			return nil, err
 		}
 	}
-	db := &DB{Pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
+	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
 	if opts.Replica != nil {
 		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
 			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
@@ -277,7 +287,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		Driver:     drv,
 		Statements: db.stmts,
 		Begin: func(ctx context.Context) (*sqlx.Tx, error) {
-			return db.Pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
+			return db.pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
 		},
 		Release: db.release,
 	})
@@ -368,18 +378,31 @@ func openError(err error) error {
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 }
 
-// Reader is the pool.
-func (db *DB) Reader() refset.Querier { return db.Pool }
+// Pool is the connection pool; use it for your own queries too. On a DB that was not
+// opened, every call on it fails with refset.ErrInvalidConfig.
+func (db *DB) Pool() *sqlx.DB {
+	if db.pool == nil {
+		return engine.Unopened(DriverLibPQ)
+	}
+	return db.pool
+}
+
+// Replica is the pool on the hot standby (Options.Replica or ReplicaDSN), or nil.
+// Reads of your own may go there too: ReplicaCaughtUp says when it shows your writes.
+func (db *DB) Replica() *sqlx.DB { return db.replicaPool }
+
+// Reader is the pool, Pool (refset.Database).
+func (db *DB) Reader() refset.Querier { return db.Pool() }
 
 // release closes the pools Open made, the replica's among them (a pool given to New
 // or in Options.Replica stays open: it is the caller's), when the database is closed.
 func (db *DB) release() error {
 	var err error
 	if db.replica.owned {
-		err = db.Replica.Close()
+		err = db.replicaPool.Close()
 	}
 	if db.ownsPool {
-		err = errors.Join(db.Pool.Close(), err)
+		err = errors.Join(db.pool.Close(), err)
 	}
 	return err
 }

@@ -1,7 +1,8 @@
 // Package postgres keeps a refset.RefSet in PostgreSQL, through lib/pq or pgx's
 // stdlib driver: Open dials a DSN with either (Options.Driver), and New uses a
 // *sql.DB the caller opened and owns (from a pgxpool.Pool: stdlib.OpenDBFromPool).
-// Errors are translated by SQLSTATE in one place, the same on both drivers.
+// store.Open dials a postgres:// URL or key=value DSN here when given this package's
+// Options. Errors are translated by SQLSTATE in one place, the same on both drivers.
 //
 // Several processes may share one database: nothing here relies on in-process state
 // for correctness. Foreign keys with ON DELETE RESTRICT make the database refuse to

@@ -23,10 +23,10 @@ func (dialectDriver) Name() string { return dialectName }
 
 // Replica is the pool on the hot standby, or nil.
 func (d dialectDriver) Replica() refset.Querier {
-	if d.db.Replica == nil {
+	if d.db.replicaPool == nil {
 		return nil // not a nil *sqlx.DB in a non-nil interface
 	}
-	return d.db.Replica
+	return d.db.replicaPool
 }
 
 // ReplicaCaughtUp is the database's (DB.ReplicaCaughtUp).

@@ -19,7 +19,7 @@ func TestSchemaDroppedAndMadeAgain(t *testing.T) {
 	ctx := t.Context()
 	exec := func(q string) {
 		t.Helper()
-		_, err := db.Pool.ExecContext(ctx, strings.ReplaceAll(q, "ledger", ledger))
+		_, err := db.Pool().ExecContext(ctx, strings.ReplaceAll(q, "ledger", ledger))
 		require.NoError(t, err, q)
 	}
 	exec(`CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
@@ -30,7 +30,7 @@ func TestSchemaDroppedAndMadeAgain(t *testing.T) {
 		_, err = set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("keeper", 0))
 		require.NoError(t, err, "round %d", round)
 		var held int
-		require.NoError(t, db.Pool.GetContext(ctx, &held, `SELECT count(*) FROM `+ledger+`.blocks_holds`))
+		require.NoError(t, db.Pool().GetContext(ctx, &held, `SELECT count(*) FROM `+ledger+`.blocks_holds`))
 		assert.Equal(t, 1, held)
 
 		exec(`DROP SCHEMA ledger CASCADE`)

@@ -68,9 +68,9 @@ func TestExternalMigrations(t *testing.T) {
 			admin, err := postgres.Open(ctx, dsn, postgres.Options{})
 			require.NoError(t, err)
 			t.Cleanup(func() { admin.Close() })
-			_, err = admin.Pool.ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY)`)
+			_, err = admin.Pool().ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY)`)
 			require.NoError(t, err)
-			roleDSN, grant := appRole(t, admin.Pool.DB, dsn, schemaName)
+			roleDSN, grant := appRole(t, admin.Pool().DB, dsn, schemaName)
 			grant()
 			app, err := postgres.Open(ctx, roleDSN, postgres.Options{Driver: driver, Options: store.Options{ExternalMigrations: true}})
 			require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestExternalMigrations(t *testing.T) {
 			relations := func() []string {
 				t.Helper()
 				var names []string
-				require.NoError(t, admin.Pool.SelectContext(ctx, &names, `SELECT relname FROM pg_class c
+				require.NoError(t, admin.Pool().SelectContext(ctx, &names, `SELECT relname FROM pg_class c
 					JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 ORDER BY relname`, schemaName))
 				return names
 			}
@@ -103,7 +103,7 @@ func TestExternalMigrations(t *testing.T) {
 			script, err := schema.SQLText(postgres.SchemaSQL(), set)
 			require.NoError(t, err)
 			assert.Equal(t, script, pe.Plan.SQL(), "the error carries the same script")
-			_, err = admin.Pool.ExecContext(ctx, script) // the DBA's part
+			_, err = admin.Pool().ExecContext(ctx, script) // the DBA's part
 			require.NoError(t, err)
 			grant()
 

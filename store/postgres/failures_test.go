@@ -48,11 +48,11 @@ func testInducedFailures(t *testing.T, driver string) {
 		`CREATE CONSTRAINT TRIGGER end_backend AFTER INSERT ON doomed
 		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_backend()`,
 	} {
-		_, err := db.Pool.ExecContext(ctx, q)
+		_, err := db.Pool().ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
 	// Another session holds the row lock of 'locked' for the lock_timeout case.
-	holder, err := db.Pool.BeginTx(ctx, nil)
+	holder, err := db.Pool().BeginTx(ctx, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { holder.Rollback() })
 	_, err = holder.ExecContext(ctx, `SELECT 1 FROM items WHERE id = 'locked' FOR UPDATE`)
@@ -203,7 +203,7 @@ func TestTranslateSQLStates(t *testing.T) {
 func count(t *testing.T, db *DB, q string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRowContext(t.Context(), q).Scan(&n))
+	require.NoError(t, db.Pool().QueryRowContext(t.Context(), q).Scan(&n))
 	return n
 }
 
@@ -221,7 +221,7 @@ func TestCleanupReportsItsDeadline(t *testing.T) {
 		_, err = set.Add(ctx, block{Hash: "a", Height: 1})
 		require.NoError(t, err)
 
-		locker, err := db.Pool.BeginTx(ctx, nil)
+		locker, err := db.Pool().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		defer locker.Rollback()
 		_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN ACCESS EXCLUSIVE MODE`)
@@ -257,7 +257,7 @@ func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	ctx := t.Context()
-	_, err = db.Pool.ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, writer int NOT NULL)`)
+	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, writer int NOT NULL)`)
 	require.NoError(t, err)
 
 	const writers, units = 4, 10
@@ -302,7 +302,7 @@ func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 		}
 	}
 	var rows, distinct, top int64
-	require.NoError(t, db.Pool.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
+	require.NoError(t, db.Pool().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
 	assert.Equal(t, int64(writers*units), rows, "every unit committed once")
 	assert.Equal(t, rows, distinct, "no sequence number twice")
 	assert.Equal(t, rows, top, "no gaps")
@@ -356,7 +356,7 @@ func TestLogging(t *testing.T) {
 		logs := newLogRecorder()
 		db := openWith(t, pgtest.DSN(t), Options{Driver: driver, Options: store.Options{Logger: logs.logger(), SlowStatement: 50 * time.Millisecond}})
 		ctx := t.Context()
-		_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+		_, err := db.Pool().ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 		require.NoError(t, err)
 
 		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
@@ -387,7 +387,7 @@ func TestLogging(t *testing.T) {
 
 		// The store's own statements are timed too: a lock another session holds
 		// makes the insert wait past the threshold.
-		locker, err := db.Pool.BeginTx(ctx, nil)
+		locker, err := db.Pool().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN EXCLUSIVE MODE`)
 		require.NoError(t, err)

@@ -49,7 +49,7 @@ func newHandOverEnv(t *testing.T, db *DB) *handOverEnv {
 		`CREATE TABLE pending (block_id text PRIMARY KEY REFERENCES blocks (id))`,
 		`CREATE TABLE heads (block_id text PRIMARY KEY REFERENCES blocks (id))`,
 	} {
-		_, err := db.Pool.ExecContext(ctx, q)
+		_, err := db.Pool().ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
 	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
@@ -86,7 +86,7 @@ func (e *handOverEnv) state(t *testing.T, id string) (pending, head bool) {
 func preparedLike(t *testing.T, db *DB, pattern string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, db.Pool.QueryRowContext(t.Context(),
+	require.NoError(t, db.Pool().QueryRowContext(t.Context(),
 		`SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1`, pattern).Scan(&n))
 	return n
 }
@@ -153,7 +153,7 @@ func TestHandOverStatementErrors(t *testing.T) {
 		opts.MaxConns = 1
 		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
 		ctx := t.Context()
-		_, err := e.db.Pool.ExecContext(ctx, `CREATE SEQUENCE acquired`)
+		_, err := e.db.Pool().ExecContext(ctx, `CREATE SEQUENCE acquired`)
 		require.NoError(t, err)
 		// touch is an acquire that leaves a trace outside the transaction: a
 		// sequence that a rollback does not reset.
@@ -174,7 +174,7 @@ func TestHandOverStatementErrors(t *testing.T) {
 				acquire: []refset.Command[string]{acquireHead, acquireHead}, want: refset.ErrDuplicate},
 			{name: "checked count wrong", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{touch},
 				prepare: func(t *testing.T, id string) {
-					_, err := e.db.Pool.ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
+					_, err := e.db.Pool().ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
 					require.NoError(t, err)
 				}, want: refset.ErrNotFound},
 		}
@@ -231,7 +231,7 @@ func TestHandOversSurviveColumnTypeChange(t *testing.T) {
 		for i := range 4 {
 			require.NoError(t, handOver(fmt.Sprint("before", i)))
 		}
-		_, err := e.db.Pool.ExecContext(ctx, `ALTER TABLE heads ALTER COLUMN block_id TYPE varchar(200)`)
+		_, err := e.db.Pool().ExecContext(ctx, `ALTER TABLE heads ALTER COLUMN block_id TYPE varchar(200)`)
 		require.NoError(t, err)
 		for i := range 4 { // on every pooled connection that prepared the statement
 			require.NoError(t, handOver(fmt.Sprint("after", i)))
@@ -369,7 +369,7 @@ func TestHandOverInducedFailures(t *testing.T) {
 			`CREATE CONSTRAINT TRIGGER end_backend AFTER INSERT ON doomed
 			 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_backend()`,
 		} {
-			_, err := e.db.Pool.ExecContext(ctx, q)
+			_, err := e.db.Pool().ExecContext(ctx, q)
 			require.NoError(t, err, q)
 		}
 		exec := func(q string) refset.Command[string] { return refset.Exec[string](q, -1) }
@@ -453,14 +453,14 @@ func TestHandOverIsolationAndSlowLog(t *testing.T) {
 		opts.Isolation, opts.Logger, opts.SlowStatement = sql.LevelSerializable, logs.logger(), 50*time.Millisecond
 		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
 		ctx := t.Context()
-		_, err := e.db.Pool.ExecContext(ctx, `CREATE TABLE levels (block_id text, level text)`)
+		_, err := e.db.Pool().ExecContext(ctx, `CREATE TABLE levels (block_id text, level text)`)
 		require.NoError(t, err)
 		record := refset.Exec[string](`INSERT INTO levels SELECT ?, current_setting('transaction_isolation')`, 1)
 		sleep := refset.Exec[string](`SELECT pg_sleep(0.1) WHERE ?::text IS NOT NULL`, -1)
 		_, err = e.acquired(t, "a", []refset.Command[string]{releasePending}, []refset.Command[string]{record, sleep}).Complete(ctx)
 		require.NoError(t, err)
 		var level string
-		require.NoError(t, e.db.Pool.QueryRowContext(ctx, `SELECT level FROM levels WHERE block_id = 'a'`).Scan(&level))
+		require.NoError(t, e.db.Pool().QueryRowContext(ctx, `SELECT level FROM levels WHERE block_id = 'a'`).Scan(&level))
 		assert.Equal(t, "serializable", level)
 		slow := logs.find("refset: slow statement")
 		require.NotEmpty(t, slow)
@@ -503,7 +503,7 @@ func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 			}
 			e := newHandOverEnv(t, openWith(t, dsn+sep+"default_query_exec_mode="+mode, Options{Driver: DriverPgx}))
 			ctx := t.Context()
-			_, err := e.db.Pool.ExecContext(ctx, `CREATE SEQUENCE acquired`)
+			_, err := e.db.Pool().ExecContext(ctx, `CREATE SEQUENCE acquired`)
 			require.NoError(t, err)
 			touch := refset.Exec[string](`SELECT nextval('acquired') WHERE ?::text IS NOT NULL`, -1)
 
@@ -514,7 +514,7 @@ func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 			assert.True(t, head)
 
 			acq := e.acquired(t, "b", []refset.Command[string]{releasePending}, []refset.Command[string]{touch})
-			_, err = e.db.Pool.ExecContext(ctx, `DELETE FROM pending WHERE block_id = 'b'`)
+			_, err = e.db.Pool().ExecContext(ctx, `DELETE FROM pending WHERE block_id = 'b'`)
 			require.NoError(t, err)
 			_, err = acq.Complete(ctx)
 			require.ErrorIs(t, err, refset.ErrNotFound)
@@ -539,7 +539,7 @@ func TestHandOversRetrySerializationFailures(t *testing.T) {
 		opts.Isolation, opts.Logger, opts.MaxConns = sql.LevelSerializable, logs.logger(), 8
 		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
 		ctx := t.Context()
-		_, err := e.db.Pool.ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, block_id text NOT NULL)`)
+		_, err := e.db.Pool().ExecContext(ctx, `CREATE TABLE ledger (seq bigint NOT NULL, block_id text NOT NULL)`)
 		require.NoError(t, err)
 		// The sleep keeps each transaction open after it read the ledger, so the
 		// concurrent ones overlap.
@@ -573,7 +573,7 @@ func TestHandOversRetrySerializationFailures(t *testing.T) {
 			require.NoError(t, err)
 		}
 		var rows, distinct, top int64
-		require.NoError(t, e.db.Pool.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
+		require.NoError(t, e.db.Pool().QueryRowContext(ctx, `SELECT count(*), count(DISTINCT seq), COALESCE(MAX(seq), 0) FROM ledger`).Scan(&rows, &distinct, &top))
 		assert.Equal(t, int64(writers*each), rows, "every hand-over committed once")
 		assert.Equal(t, rows, distinct, "no sequence number twice")
 		assert.Equal(t, rows, top, "no gaps")

@@ -45,7 +45,7 @@ func TestPooledReadsRunTheirOwnStatements(t *testing.T) {
 			const keys = 20
 			stores := map[string]refset.SetStore[fruit, string]{}
 			for _, kind := range []string{"apple", "pear"} {
-				_, err := db.Pool.ExecContext(ctx, `CREATE TABLE `+kind+` (id text PRIMARY KEY, kind text NOT NULL)`)
+				_, err := db.Pool().ExecContext(ctx, `CREATE TABLE `+kind+` (id text PRIMARY KEY, kind text NOT NULL)`)
 				require.NoError(t, err)
 				s, err := store.NewStore[fruit, string](ctx, db, store.Config{Table: kind})
 				require.NoError(t, err)
@@ -140,7 +140,7 @@ func TestOpenUnpreparedConfiguresDriver(t *testing.T) {
 			db, err := postgres.Open(t.Context(), tc.dsn, postgres.Options{Driver: tc.driver, Unprepared: true})
 			require.NoError(t, err)
 			t.Cleanup(func() { db.Close() })
-			again, err := postgres.New(context.Background(), db.Pool.DB, postgres.Options{Unprepared: true})
+			again, err := postgres.New(context.Background(), db.Pool().DB, postgres.Options{Unprepared: true})
 			require.NoError(t, err, "Open's pool passes New's check")
 			require.NoError(t, again.Close())
 		})

@@ -61,7 +61,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	if p.db.Closed() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
-	conn, err := p.db.Pool.Conn(ctx)
+	conn, err := p.db.pool.Conn(ctx)
 	if err != nil {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 	}

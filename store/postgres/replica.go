@@ -9,6 +9,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -37,7 +38,7 @@ func (db *DB) useReplica(ctx context.Context, pool *sql.DB, wait time.Duration) 
 	if err := pool.PingContext(ctx); err != nil {
 		return openError(err)
 	}
-	primary, err := describeServer(ctx, db.Pool.DB)
+	primary, err := describeServer(ctx, db.pool.DB)
 	if err != nil {
 		return fmt.Errorf("reading the primary: %w", translateError(err, ""))
 	}
@@ -54,7 +55,7 @@ func (db *DB) useReplica(ctx context.Context, pool *sql.DB, wait time.Duration) 
 	case wait < 0:
 		wait = 0
 	}
-	db.Replica = sqlx.NewDb(pool, name)
+	db.replicaPool = sqlx.NewDb(pool, name)
 	db.replica.wait, db.replica.wal = wait, primary.wal
 	return nil
 }
@@ -118,14 +119,17 @@ func (s server) replicates(primary server) error {
 // position once, then the replica's replay position until it is there. Errors:
 // refset.ErrUnavailable (either server), refset.ErrClosed, the context's error.
 func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
-	if db.Replica == nil {
+	if db.storeEngine == nil {
+		return false, engine.NotOpened("replica caught up")
+	}
+	if db.replicaPool == nil {
 		return false, nil
 	}
 	if db.Closed() {
 		return false, fmt.Errorf("refset/postgres: replica caught up: %w", refset.ErrClosed)
 	}
 	var text string
-	if err := db.Pool.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {
+	if err := db.pool.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {
 		return false, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: reading the primary's WAL position: %w", db.TranslateError(err, "")))
 	}
 	target, err := parseLSN(text)
@@ -137,7 +141,7 @@ func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
 	pause := time.Millisecond
 	for {
 		var replayed sql.NullString // NULL once the standby was promoted
-		if err := db.Replica.QueryRowContext(ctx, `SELECT pg_last_wal_replay_lsn()::text`).Scan(&replayed); err != nil {
+		if err := db.replicaPool.QueryRowContext(ctx, `SELECT pg_last_wal_replay_lsn()::text`).Scan(&replayed); err != nil {
 			return false, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: reading the replica's replay position: %w", db.TranslateError(err, "")))
 		}
 		if !replayed.Valid {

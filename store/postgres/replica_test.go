@@ -53,7 +53,7 @@ func newReplicaEnv(t *testing.T) *replicaEnv {
 	e := &replicaEnv{}
 	e.place = testdb.Standby.New(t)
 	e.db, e.obs = e.open(t, longWait)
-	_, err := e.db.Pool.ExecContext(t.Context(), `CREATE TABLE items (id text PRIMARY KEY, body text NOT NULL)`)
+	_, err := e.db.Pool().ExecContext(t.Context(), `CREATE TABLE items (id text PRIMARY KEY, body text NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[item, string](t.Context(), e.db, store.Config{Table: "items"})
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func (e *replicaEnv) caughtUp(t *testing.T) {
 // primaryExec runs SQL on the primary behind refset's back.
 func (e *replicaEnv) primaryExec(t *testing.T, q string, args ...any) {
 	t.Helper()
-	_, err := e.db.Pool.ExecContext(t.Context(), q, args...)
+	_, err := e.db.Pool().ExecContext(t.Context(), q, args...)
 	require.NoError(t, err, q)
 }
 
@@ -247,7 +247,7 @@ func TestReplicaGone(t *testing.T) {
 func TestReplicaIsReadOnly(t *testing.T) {
 	t.Parallel()
 	e := newReplicaEnv(t)
-	_, err := e.db.Replica.ExecContext(t.Context(), `INSERT INTO items VALUES ('a', 'first')`)
+	_, err := e.db.Replica().ExecContext(t.Context(), `INSERT INTO items VALUES ('a', 'first')`)
 	require.ErrorContains(t, err, "read-only transaction")
 }
 
@@ -290,7 +290,7 @@ func TestReplicaOptions(t *testing.T) {
 		db, err := postgres.Open(ctx, primary, postgres.Options{Driver: postgres.DriverPgx, ReplicaDSN: standby, ReplicaWait: longWait})
 		require.NoError(t, err)
 		defer db.Close()
-		require.Equal(t, postgres.DriverPgx, db.Replica.DriverName())
+		require.Equal(t, postgres.DriverPgx, db.Replica().DriverName())
 		ok, err := db.ReplicaCaughtUp(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -299,7 +299,7 @@ func TestReplicaOptions(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
 		db, err := postgres.Open(ctx, primary, postgres.Options{ReplicaDSN: standby})
 		require.NoError(t, err)
-		owned := db.Replica
+		owned := db.Replica()
 		require.NoError(t, db.Close())
 		require.Error(t, owned.PingContext(ctx), "Open's replica is closed")
 

@@ -74,7 +74,7 @@ func (r *argsTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 func TestPgxLookupConvertsAsDatabaseSQLDoes(t *testing.T) {
 	ctx := t.Context()
 	db := openWith(t, pgtest.DSN(t), Options{Driver: DriverPgx})
-	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height text NOT NULL);
+	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height text NOT NULL);
 		INSERT INTO blocks VALUES ('a', '7')`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
@@ -108,10 +108,10 @@ func TestPgxLookupSurvivesAnEndedConnection(t *testing.T) {
 	require.NoError(t, err)
 
 	var pid int
-	require.NoError(t, db.Pool.GetContext(ctx, &pid, `SELECT pg_backend_pid()`))
+	require.NoError(t, db.Pool().GetContext(ctx, &pid, `SELECT pg_backend_pid()`))
 	admin := openDSN(t, pgtest.DSN(t))
 	var ended bool
-	require.NoError(t, admin.Pool.GetContext(ctx, &ended, `SELECT pg_terminate_backend($1)`, pid))
+	require.NoError(t, admin.Pool().GetContext(ctx, &ended, `SELECT pg_terminate_backend($1)`, pid))
 	require.True(t, ended)
 
 	obj, err := setStore.Get(ctx, db.Reader(), "b")

@@ -29,10 +29,10 @@ func withNamedSchema(tb testing.TB) (*DB, string) {
 	dsn, def := pgtest.New(tb)
 	db := openDSN(tb, dsn)
 	ledger := def + "_ledger"
-	_, err := db.Pool.ExecContext(tb.Context(), `CREATE SCHEMA `+ledger)
+	_, err := db.Pool().ExecContext(tb.Context(), `CREATE SCHEMA `+ledger)
 	require.NoError(tb, err)
 	tb.Cleanup(func() {
-		_, err := db.Pool.ExecContext(context.Background(), `DROP SCHEMA `+ledger+` CASCADE`)
+		_, err := db.Pool().ExecContext(context.Background(), `DROP SCHEMA `+ledger+` CASCADE`)
 		assert.NoError(tb, err)
 	})
 	return db, ledger
@@ -43,7 +43,7 @@ func withNamedSchema(tb testing.TB) (*DB, string) {
 func TestStoreInNamedSchema(t *testing.T) {
 	db, ledger := withNamedSchema(t)
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, strings.ReplaceAll(`
+	_, err := db.Pool().ExecContext(ctx, strings.ReplaceAll(`
 		CREATE TABLE ledger.blocks (id text PRIMARY KEY, height bigint NOT NULL);
 		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`, "ledger.", ledger+"."))
 	require.NoError(t, err)
@@ -55,8 +55,8 @@ func TestStoreInNamedSchema(t *testing.T) {
 	require.NoError(t, err)
 
 	var inLedger, inDefault int
-	require.NoError(t, db.Pool.GetContext(ctx, &inLedger, `SELECT count(*) FROM `+ledger+`.blocks_holds`))
-	require.NoError(t, db.Pool.GetContext(ctx, &inDefault, `SELECT count(*) FROM blocks`))
+	require.NoError(t, db.Pool().GetContext(ctx, &inLedger, `SELECT count(*) FROM `+ledger+`.blocks_holds`))
+	require.NoError(t, db.Pool().GetContext(ctx, &inDefault, `SELECT count(*) FROM blocks`))
 	assert.Equal(t, 1, inLedger)
 	assert.Equal(t, 0, inDefault, "the unqualified table of the same name is untouched")
 
@@ -76,7 +76,7 @@ func TestDeferredForeignKeyAtCommit(t *testing.T) {
 func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
 	db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `
+	_, err := db.Pool().ExecContext(ctx, `
 		CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL);
 		CREATE TABLE heads (block_id text PRIMARY KEY REFERENCES blocks (id) DEFERRABLE INITIALLY DEFERRED);
 		INSERT INTO blocks VALUES ('a', 0);
@@ -101,7 +101,7 @@ func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
 		})
 	}
 	var n int
-	require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM blocks`))
+	require.NoError(t, db.Pool().GetContext(ctx, &n, `SELECT count(*) FROM blocks`))
 	assert.Equal(t, 1, n)
 }
 
@@ -112,14 +112,14 @@ func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
 func TestReadsSurviveColumnTypeChange(t *testing.T) {
 	db := openDSN(t, pgtest.DSN(t))
 	ctx := t.Context()
-	_, err := db.Pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height integer NOT NULL)`)
+	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height integer NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 	require.NoError(t, err)
-	require.NoError(t, setStore.Persist(ctx, db.Pool, block{Hash: "a", Height: 1}))
+	require.NoError(t, setStore.Persist(ctx, db.Pool(), block{Hash: "a", Height: 1}))
 	for _, step := range []string{"", `ALTER TABLE blocks ALTER COLUMN height TYPE bigint`} {
 		if step != "" {
-			_, err := db.Pool.ExecContext(ctx, step)
+			_, err := db.Pool().ExecContext(ctx, step)
 			require.NoError(t, err)
 		}
 		for range 3 { // enough to reuse a pooled connection's statement
@@ -178,7 +178,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	_, err = plainStore.Get(ctx, plain.Reader(), "c")
 	require.NoError(t, err)
 	var n int
-	require.NoError(t, plain.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
+	require.NoError(t, plain.Pool().GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
 	assert.Zero(t, n, "Unprepared: reads are not prepared either")
 
 	for name, begin := range map[string]func() (refsetdriver.DatabaseTx, error){
@@ -209,7 +209,7 @@ func TestWritesPreparedInOwnTransactions(t *testing.T) {
 // newBlocks makes the table blocks on db and a set on it.
 func newBlocks(t *testing.T, db *DB) *refset.RefSet[block, string] {
 	t.Helper()
-	_, err := db.Pool.ExecContext(t.Context(), `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+	_, err := db.Pool().ExecContext(t.Context(), `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[block, string](t.Context(), db, store.Config{Table: "blocks"})
 	require.NoError(t, err)

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -41,14 +42,24 @@ type Options struct {
 	Synchronous string
 }
 
+// Dialect is "sqlite", the Name of this store's Driver: store.Open gives these
+// options the DSNs of SQLite, a file path or a file: URL.
+func (Options) Dialect() string { return dialectName }
+
+// OpenDSN is Open with these options, as store.Open calls it.
+func (o Options) OpenDSN(ctx context.Context, dsn string) (refset.Database, error) {
+	return engine.Opened(Open(ctx, dsn, o))
+}
+
+var _ store.Opener = Options{}
+
 // DB is a SQLite database opened for refset. It implements refset.Database, so
 // several sets and the caller's own SQL can share one unit of work (refset.InTx).
+// Open, New and store.Open make one; its fields are unexported because a DB they did
+// not make has no pools: every call on one fails with refset.ErrInvalidConfig.
 type DB struct {
-	// Writer is the one connection that writes. Begin your own write transactions
-	// here (or through Begin) so they queue behind refset's.
-	Writer *sqlx.DB
-	// Readers is the pool of read-only connections.
-	Readers *sqlx.DB
+	writer  *sqlx.DB // the one connection that writes
+	readers *sqlx.DB // the read-only connections
 
 	*storeEngine                  // Begin, Close, Driver
 	stmts        *stmtcache.Cache // the engine's cache of Exec commands' statements
@@ -58,8 +69,15 @@ type DB struct {
 // field out of the DB's API.
 type storeEngine = engine.Engine
 
-// Open opens (creating if needed) the SQLite database file at path.
+// Open opens (creating if needed) the SQLite database file at path, a file path or
+// a file: URL naming one ("file:ledger.db", "file:///var/lib/app/ledger.db"). A URL
+// carries no parameters (refset.ErrInvalidConfig): Open sets the connections' own
+// (write-ahead logging, foreign keys, the busy timeout), and Options the rest.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
+	path, err := filePath(path)
+	if err != nil {
+		return nil, err
+	}
 	if path == "" || path == ":memory:" {
 		return nil, fmt.Errorf("refset/sqlite: open %q: %w: a database file is needed (write-ahead logging and the separate reader pool need one; use a temporary directory for throwaway databases)", path, refset.ErrInvalidConfig)
 	}
@@ -112,10 +130,41 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return newDB(writer, reader, true, opts), nil
 }
 
+// filePath is the file a path or a file: URL names (SQLite's URI filenames: an
+// empty or "localhost" authority, the path percent-encoded); a path is its own.
+func filePath(dsn string) (string, error) {
+	if !strings.HasPrefix(dsn, "file:") {
+		return dsn, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // not the URL again
+		}
+		return "", fmt.Errorf("refset/sqlite: open %q: %w: %w", dsn, refset.ErrInvalidConfig, err)
+	}
+	switch {
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return "", fmt.Errorf("refset/sqlite: open %q: %w: a file: URL here names the file alone; "+
+			"Open sets the connections' parameters itself (write-ahead logging, foreign keys, a busy timeout), "+
+			"and sqlite.Options the rest (BusyTimeout, Synchronous, Readers)", dsn, refset.ErrInvalidConfig)
+	case u.Host != "" && u.Host != "localhost":
+		return "", fmt.Errorf("refset/sqlite: open %q: %w: a file: URL names a local file (authority empty or localhost, not %q)", dsn, refset.ErrInvalidConfig, u.Host)
+	case u.Opaque != "": // file:ledger.db, relative
+		path, err := url.PathUnescape(u.Opaque)
+		if err != nil {
+			return "", fmt.Errorf("refset/sqlite: open %q: %w: %w", dsn, refset.ErrInvalidConfig, err)
+		}
+		return path, nil
+	}
+	return u.Path, nil
+}
+
 // newDB is a database on writer and readers, carrying its driver.
 func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	stmts := stmtcache.New(writer.DB, stmtcache.Size(opts.StatementCache), nil)
-	db := &DB{Writer: writer, Readers: readers, stmts: stmts}
+	db := &DB{writer: writer, readers: readers, stmts: stmts}
 	var release func() error // the caller's pools stay open
 	if ownsPools {
 		release = func() error { return errors.Join(readers.Close(), writer.Close()) }
@@ -260,5 +309,25 @@ func openError(err error) error {
 	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 }
 
-// Reader is the read-only pool.
-func (db *DB) Reader() refset.Querier { return db.Readers }
+// Writer is the one connection that writes. Begin your own write transactions here
+// (or through Begin) so they queue behind refset's. On a DB that was not opened, every
+// call on it fails with refset.ErrInvalidConfig.
+func (db *DB) Writer() *sqlx.DB {
+	if db.writer == nil {
+		return engine.Unopened("sqlite3")
+	}
+	return db.writer
+}
+
+// Readers is the pool of read-only connections (the writer, for New without
+// readers). On a DB that was not opened, every call on it fails with
+// refset.ErrInvalidConfig.
+func (db *DB) Readers() *sqlx.DB {
+	if db.readers == nil {
+		return engine.Unopened("sqlite3")
+	}
+	return db.readers
+}
+
+// Reader is the read-only pool, Readers (refset.Database).
+func (db *DB) Reader() refset.Querier { return db.Readers() }

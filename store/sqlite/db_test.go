@@ -24,15 +24,15 @@ func TestOpenSetsUpEveryConnection(t *testing.T) {
 		require.NoError(t, q.QueryRowContext(ctx, "PRAGMA "+name).Scan(&v))
 		return v
 	}
-	assert.Equal(t, "1", pragma(db.Writer, "foreign_keys"))
-	assert.Equal(t, "wal", pragma(db.Writer, "journal_mode"))
-	assert.Equal(t, "2", pragma(db.Writer, "synchronous"), "FULL by default")
-	assert.Equal(t, "0", pragma(db.Writer, "query_only"))
+	assert.Equal(t, "1", pragma(db.Writer(), "foreign_keys"))
+	assert.Equal(t, "wal", pragma(db.Writer(), "journal_mode"))
+	assert.Equal(t, "2", pragma(db.Writer(), "synchronous"), "FULL by default")
+	assert.Equal(t, "0", pragma(db.Writer(), "query_only"))
 
 	// Hold several reader connections at once, so each is a distinct one.
 	var conns []interface{ Close() error }
 	for range 4 {
-		c, err := db.Readers.Conn(ctx)
+		c, err := db.Readers().Conn(ctx)
 		require.NoError(t, err)
 		conns = append(conns, c)
 		assert.Equal(t, "1", pragma(c, "foreign_keys"))
@@ -71,12 +71,12 @@ func TestOpenOptions(t *testing.T) {
 			}
 			require.NoError(t, err)
 			defer db.Close()
-			_, err = db.Writer.ExecContext(ctx, `CREATE TABLE t (x INTEGER)`)
+			_, err = db.Writer().ExecContext(ctx, `CREATE TABLE t (x INTEGER)`)
 			require.NoError(t, err)
 			require.FileExists(t, path)
 			if tc.opts.Synchronous == "NORMAL" {
 				var v int
-				require.NoError(t, db.Writer.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&v))
+				require.NoError(t, db.Writer().QueryRowContext(ctx, "PRAGMA synchronous").Scan(&v))
 				assert.Equal(t, 1, v)
 			}
 		})
@@ -86,7 +86,7 @@ func TestOpenOptions(t *testing.T) {
 // A write through the reader pool is refused: writes go through the one writer.
 func TestReadersAreReadOnly(t *testing.T) {
 	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := db.Readers.ExecContext(context.Background(), `CREATE TABLE t (x INTEGER)`)
+	_, err := db.Readers().ExecContext(context.Background(), `CREATE TABLE t (x INTEGER)`)
 	require.Error(t, err)
 }
 

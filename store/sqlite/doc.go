@@ -7,7 +7,8 @@
 // connections. Concurrent writers therefore queue for the writer instead of failing
 // with "database is locked", and readers never wait for them. New takes pools the
 // caller opened instead, and checks each of these settings, refusing with
-// refset.ErrInvalidConfig that names the DSN parameter to add.
+// refset.ErrInvalidConfig that names the DSN parameter to add. store.Open opens a
+// path or file: URL here when given this package's Options.
 //
 // store.NewStore maps a struct to an existing table through its `db` tags, checks
 // both against the catalog, and creates the set's holds table beside it; it and

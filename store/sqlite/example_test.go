@@ -31,7 +31,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Writer.ExecContext(ctx, `CREATE TABLE batches (signature TEXT PRIMARY KEY, payload BLOB NOT NULL)`); err != nil {
+	if _, err := db.Writer().ExecContext(ctx, `CREATE TABLE batches (signature TEXT PRIMARY KEY, payload BLOB NOT NULL)`); err != nil {
 		log.Fatal(err)
 	}
 	setStore, err := store.NewStore[Batch, string](ctx, db, store.Config{Table: "batches"})
@@ -52,7 +52,7 @@ func Example() {
 	fmt.Printf("%s: %s\n", lease.Value().Signature, lease.Value().Payload)
 
 	var holder string
-	if err := db.Readers.GetContext(ctx, &holder, `SELECT holder FROM batches_holds WHERE object_id = 'b-1'`); err != nil {
+	if err := db.Readers().GetContext(ctx, &holder, `SELECT holder FROM batches_holds WHERE object_id = 'b-1'`); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("held by", holder)

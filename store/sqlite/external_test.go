@@ -29,12 +29,12 @@ func TestExternalMigrations(t *testing.T) {
 	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlite.Options{Options: store.Options{ExternalMigrations: true}})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE things (id TEXT PRIMARY KEY)`)
+	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE things (id TEXT PRIMARY KEY)`)
 	require.NoError(t, err)
 	tables := func() []string {
 		t.Helper()
 		var names []string
-		require.NoError(t, db.Writer.SelectContext(ctx, &names, `SELECT name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger') AND name NOT LIKE 'sqlite_%'`))
+		require.NoError(t, db.Writer().SelectContext(ctx, &names, `SELECT name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger') AND name NOT LIKE 'sqlite_%'`))
 		sort.Strings(names)
 		return names
 	}
@@ -51,7 +51,7 @@ func TestExternalMigrations(t *testing.T) {
 	script, err := schema.SQLText(sqlite.SchemaSQL(), set)
 	require.NoError(t, err)
 	assert.Equal(t, script, pe.Plan.SQL(), "the error carries the same script")
-	_, err = db.Writer.ExecContext(ctx, script) // the DBA's part
+	_, err = db.Writer().ExecContext(ctx, script) // the DBA's part
 	require.NoError(t, err)
 
 	setStore, err := store.NewStore[thing, string](ctx, db, store.Config{Table: "things"})

@@ -25,7 +25,7 @@ func TestInducedFailures(t *testing.T) {
 		db, err := Open(ctx, path, Options{BusyTimeout: 50 * time.Millisecond})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
+		_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
 		require.NoError(t, err)
 
 		// A second handle on the file, as another process would have, takes the
@@ -44,7 +44,7 @@ func TestInducedFailures(t *testing.T) {
 		require.ErrorIs(t, err, refset.ErrConflict, "retried, then reported as a conflict")
 		require.NoError(t, holder.Rollback())
 		var n int
-		require.NoError(t, db.Readers.QueryRowContext(ctx, `SELECT count(*) FROM items`).Scan(&n))
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM items`).Scan(&n))
 		assert.Zero(t, n, "nothing was written")
 	})
 

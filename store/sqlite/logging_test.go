@@ -52,7 +52,7 @@ func TestLogging(t *testing.T) {
 	assert.Contains(t, out.String(), `msg="refset: slow statement"`)
 	assert.Contains(t, out.String(), `statement="WITH RECURSIVE c(x)`)
 
-	_, err = db.Writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)

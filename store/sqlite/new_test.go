@@ -100,6 +100,6 @@ func (i item) ID() string { return i.Key }
 // The pools Open sets up pass New's checks: the checks ask for what Open does.
 func TestOpenPoolsPassNewChecks(t *testing.T) {
 	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := New(t.Context(), db.Writer.DB, db.Readers.DB, Options{})
+	_, err := New(t.Context(), db.Writer().DB, db.Readers().DB, Options{})
 	require.NoError(t, err)
 }

@@ -25,7 +25,7 @@ func handOvers(t *testing.T, opts Options, n int, release func(i int) refset.Com
 		`CREATE TABLE pending (k TEXT PRIMARY KEY REFERENCES items (id))`,
 		`CREATE TABLE heads (k TEXT PRIMARY KEY REFERENCES items (id))`,
 	} {
-		_, err := db.Writer.ExecContext(ctx, q)
+		_, err := db.Writer().ExecContext(ctx, q)
 		require.NoError(t, err, q)
 	}
 	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
@@ -44,7 +44,7 @@ func handOvers(t *testing.T, opts Options, n int, release func(i int) refset.Com
 		require.NoError(t, err)
 	}
 	var left, heads int
-	require.NoError(t, db.Writer.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM pending), (SELECT count(*) FROM heads)`).Scan(&left, &heads))
+	require.NoError(t, db.Writer().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM pending), (SELECT count(*) FROM heads)`).Scan(&left, &heads))
 	assert.Zero(t, left)
 	assert.Equal(t, n, heads)
 	return db

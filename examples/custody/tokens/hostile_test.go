@@ -37,7 +37,7 @@ var hostileBackends = []hostileBackend{
 		return openVault(t, db, Config{}), func() int {
 			t.Helper()
 			var n int
-			require.NoError(t, db.Pool.GetContext(t.Context(), &n, `SELECT count(*) FROM pg_stat_activity
+			require.NoError(t, db.Pool().GetContext(t.Context(), &n, `SELECT count(*) FROM pg_stat_activity
 				WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, app))
 			return n
 		}

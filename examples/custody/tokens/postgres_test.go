@@ -86,7 +86,7 @@ func TestPaymentsOnUnpreparedDatabase(t *testing.T) {
 		require.NoError(t, pay(ctx, v, "erin", "frank", 2))
 	}
 	var n int
-	require.NoError(t, db.Pool.GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
+	require.NoError(t, db.Pool().GetContext(ctx, &n, `SELECT count(*) FROM pg_prepared_statements`))
 	assert.Zero(t, n, "statements were prepared on the one connection")
 	a := audit(t, v)
 	assert.Equal(t, int64(10), a.Remaining)

@@ -7,12 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
 )
@@ -20,72 +22,85 @@ import (
 // DB is an example's database, on which it opens one connection pool or several (one
 // per replica).
 type DB struct {
-	path  string // the SQLite file; "" on PostgreSQL
-	dsn   string // the PostgreSQL DSN, its search_path the example's schema
-	pools []interface{ Close() error }
-	drop  func() // removes what New made
+	dsn      string // what store.Open takes: the SQLite file, or the PostgreSQL DSN with the example's schema as its search_path
+	postgres bool
+	pools    []refset.Database
+	drop     func() // removes what New made
 }
 
-// New makes the database of the example called name. With a PostgreSQL DSN it is a
-// new schema, refset_<name>_<time>; else the SQLite file path, which must not exist
-// yet, or a new file in a temporary directory when path is "".
-func New(ctx context.Context, name, path, pgDSN string) (*DB, error) {
-	if pgDSN == "" {
+// New makes the database of the example called name from dsn, in any form store.Open
+// takes: with a PostgreSQL DSN it is a new schema, refset_<name>_<time>, in that
+// database; with a SQLite path (or file: URL) that file, which must not exist yet;
+// with "" a new file in a temporary directory.
+func New(ctx context.Context, name, dsn string) (*DB, error) {
+	dialect := "sqlite"
+	if dsn != "" {
+		var err error
+		if dialect, err = store.DSNDialect(dsn); err != nil {
+			return nil, err
+		}
+	}
+	if dialect == (sqlite.Options{}).Dialect() {
 		drop := func() {}
-		if path == "" {
+		if dsn == "" {
 			dir, err := os.MkdirTemp("", "refset-"+name)
 			if err != nil {
 				return nil, err
 			}
-			path, drop = filepath.Join(dir, name+".db"), func() { os.RemoveAll(dir) }
-		} else if _, err := os.Stat(path); err == nil {
-			return nil, errors.New(path + " exists: the example wants a new database file")
+			dsn, drop = filepath.Join(dir, name+".db"), func() { os.RemoveAll(dir) }
+		} else if _, err := os.Stat(dsn); err == nil {
+			return nil, errors.New(dsn + " exists: the example wants a new database file")
 		}
-		return &DB{path: path, drop: drop}, nil
+		return &DB{dsn: dsn, drop: drop}, nil
 	}
-	admin, err := postgres.Open(ctx, pgDSN, postgres.Options{MaxConns: 1})
+	admin, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 1})
 	if err != nil {
 		return nil, err
 	}
 	schema := fmt.Sprintf("refset_%s_%d", name, time.Now().UnixNano())
-	if _, err := admin.Pool.ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
+	if _, err := admin.Pool().ExecContext(ctx, `CREATE SCHEMA `+schema); err != nil {
 		admin.Close()
 		return nil, err
 	}
-	return &DB{dsn: withSearchPath(pgDSN, schema), drop: func() {
-		admin.Pool.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+	withSchema, err := withSearchPath(dsn, schema)
+	if err != nil {
+		admin.Pool().Exec(`DROP SCHEMA ` + schema)
+		admin.Close()
+		return nil, err
+	}
+	return &DB{dsn: withSchema, postgres: true, drop: func() {
+		admin.Pool().Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
 		admin.Close()
 	}}, nil
 }
 
-// withSearchPath adds a search_path to a PostgreSQL DSN, URL or key=value pairs.
-func withSearchPath(dsn, schema string) string {
-	switch {
-	case !strings.Contains(dsn, "://"):
-		return dsn + " search_path=" + schema
-	case strings.Contains(dsn, "?"):
-		return dsn + "&search_path=" + schema
+// withSearchPath sets the search_path of a PostgreSQL DSN, a URL or key=value pairs,
+// to schema, replacing one it had.
+func withSearchPath(dsn, schema string) (string, error) {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " search_path=" + schema, nil // a later key wins
 	}
-	return dsn + "?search_path=" + schema
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", errors.New("the PostgreSQL DSN is not a valid URL") // not the URL: it may hold a password
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
-// Postgres reports whether the database is PostgreSQL: an example's own tables
-// spell their types for it.
-func (d *DB) Postgres() bool { return d.dsn != "" }
+// DSN is the example's database as store.Open takes it: the SQLite file, or the
+// PostgreSQL DSN whose search_path is the example's schema.
+func (d *DB) DSN() string { return d.dsn }
 
-// Open opens a connection pool on the database, of maxConns connections at most on
-// PostgreSQL (0: the store's default). Close closes it.
+// Postgres reports whether the database is PostgreSQL.
+func (d *DB) Postgres() bool { return d.postgres }
+
+// Open opens a connection pool on the database with store.Open, of maxConns
+// connections at most on PostgreSQL (0: the store's default). Close closes it.
 func (d *DB) Open(ctx context.Context, maxConns int) (refset.Database, error) {
-	var db interface {
-		refset.Database
-		Close() error
-	}
-	var err error
-	if d.Postgres() {
-		db, err = postgres.Open(ctx, d.dsn, postgres.Options{MaxConns: maxConns})
-	} else {
-		db, err = sqlite.Open(ctx, d.path, sqlite.Options{})
-	}
+	db, err := store.Open(ctx, d.dsn, sqlite.Options{}, postgres.Options{MaxConns: maxConns})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func TestNewOpenClose(t *testing.T) {
 				t.Skip(pgtest.EnvDSN + " is not set")
 			}
 			ctx := t.Context()
-			d, err := New(ctx, "test", "", pgDSN)
+			d, err := New(ctx, "test", pgDSN)
 			require.NoError(t, err)
 			require.Equal(t, pgDSN != "", d.Postgres())
 			var pools []refset.Database
@@ -38,7 +38,7 @@ func TestNewOpenClose(t *testing.T) {
 			require.NoError(t, pools[1].Reader().QueryRowContext(ctx, `SELECT COUNT(*) FROM items`).Scan(&n), "one database")
 			if !d.Postgres() {
 				d.Close()
-				require.NoDirExists(t, filepath.Dir(d.path), "the temporary directory is removed")
+				require.NoDirExists(t, filepath.Dir(d.dsn), "the temporary directory is removed")
 				return
 			}
 			var schema string
@@ -48,13 +48,13 @@ func TestNewOpenClose(t *testing.T) {
 			admin, err := postgres.Open(ctx, pgDSN, postgres.Options{MaxConns: 1})
 			require.NoError(t, err)
 			defer admin.Close()
-			require.NoError(t, admin.Pool.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = $1`, schema).Scan(&n))
+			require.NoError(t, admin.Pool().QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = $1`, schema).Scan(&n))
 			require.Zero(t, n, "the schema is dropped")
 		})
 	}
 
 	existing := filepath.Join(t.TempDir(), "mine.db")
 	require.NoError(t, os.WriteFile(existing, nil, 0o600))
-	_, err := New(t.Context(), "test", existing, "")
+	_, err := New(t.Context(), "test", existing)
 	require.ErrorContains(t, err, "exists", "an example never writes into a file it did not make")
 }
