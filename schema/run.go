@@ -294,8 +294,8 @@ func (m *Migrator) resolve(ctx context.Context, q refset.Querier, s setSpec) (re
 		return rs, fmt.Errorf("refset/schema: reading the columns of %s: %w", s.table, err)
 	}
 	if len(cols) == 0 {
-		return rs, fmt.Errorf("refset/schema: set %s: no table %s (create it first, in a Component before the sets): %w",
-			s.table, s.table, refset.ErrSchema)
+		return rs, fmt.Errorf("refset/schema: set %s: no table %s (a Component before the sets may create it, "+
+			"but a dry run cannot see what it would create: migrate that Component first): %w", s.table, s.table, refset.ErrSchema)
 	}
 	id, err := migration.IDColumn(s.table, rs.IDColumn, cols)
 	if err != nil {

@@ -148,32 +148,36 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	return v, nil
 }
 
-// migrate brings custody's tables up to date with refset's migrator, in one
-// transaction: the dialect's tables (the tokens table among them), then the tokens
-// set's (its holds table and review queue, which need the tokens table), then the
-// locks' migrations, written alike for every dialect, which read the set's holds
-// table. Each is recorded under a name of its own, so a later Open runs nothing.
+// migrate brings custody's tables up to date, in one transaction; a later Open finds
+// nothing to do.
 func (v *Vault) migrate(ctx context.Context) error {
+	m, err := v.migrator()
+	if err == nil {
+		_, err = m.Migrate(ctx, schema.DirectionUp, nil)
+	}
+	return err
+}
+
+// migrator is refset's migrator of custody's tables: the dialect's tables (the tokens
+// table among them), then the tokens set's (its holds table and review queue, which
+// reference the tokens table), then the locks' migrations, written alike for every
+// dialect, which read the set's holds table. Each is recorded under a name of its own.
+func (v *Vault) migrator() (*schema.Migrator, error) {
 	tables, err := fs.Sub(migrations, v.sqlDir()+"/tables")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	locks, err := fs.Sub(migrations, "sql/locks")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	m, err := schema.New(v.db, schema.Config{
+	return schema.New(v.db, schema.Config{
 		Components: []schema.Component{
 			{Name: "custody-tables", Migrations: tables},
 			{Name: "custody-locks", Migrations: locks, AfterSets: true},
 		},
 		Sets: []schema.Set{{Table: "tokens"}},
 	})
-	if err != nil {
-		return err
-	}
-	_, err = m.Migrate(ctx, schema.DirectionUp, nil)
-	return err
 }
 
 // sqlDir is the folder of the database's dialect in migrations.
