@@ -82,6 +82,21 @@ func (b backend) migrator(t *testing.T, cfg schema.Config) *schema.Migrator {
 	return m
 }
 
+// forEach runs run for each case on each backend, on a fresh database with the
+// migrator of full.
+func forEach[C any](t *testing.T, cases []C, name func(C) string, run func(t *testing.T, c C, b backend, m *schema.Migrator)) {
+	for _, be := range backends {
+		t.Run(be.Name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(name(c), func(t *testing.T) {
+					b := open(t, be)
+					run(t, c, b, b.migrator(t, full))
+				})
+			}
+		})
+	}
+}
+
 // sql is a migration's text, as a file of an fstest.MapFS.
 func sqlFile(text string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(text)} }
 
@@ -113,7 +128,7 @@ var (
 // and dry runs of both, which list the SQL and change nothing (the catalog says so).
 func TestMigrator(t *testing.T) {
 	up, down := schema.DirectionUp, schema.DirectionDown
-	cases := []struct {
+	type migratorCase struct {
 		name      string
 		before    bool // everything migrated up first
 		direction schema.Direction
@@ -123,7 +138,8 @@ func TestMigrator(t *testing.T) {
 		tables    []string // the catalog's afterwards
 		// registration is the result's last step's Registration
 		registration bool
-	}{
+	}
+	cases := []migratorCase{
 		{name: "up", direction: up, want: upToDate, tables: allFull, registration: false,
 			versions: []string{"0001_sets.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
 		{name: "up to a target", direction: up, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
@@ -152,55 +168,47 @@ func TestMigrator(t *testing.T) {
 		{name: "dry run down", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: -1, DryRun: true},
 			want: "things 2 -> 0", versions: []string{"0002_b.down.sql", "0001_a.down.sql"}, tables: allFull},
 	}
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					b := open(t, be)
-					ctx := t.Context()
-					m := b.migrator(t, full)
-					if c.before {
-						_, err := m.Migrate(ctx, up, nil)
-						require.NoError(t, err)
-					}
-					dry := c.opts != nil && c.opts.DryRun
+	forEach(t, cases, func(c migratorCase) string { return c.name }, func(t *testing.T, c migratorCase, b backend, m *schema.Migrator) {
+		ctx := t.Context()
+		if c.before {
+			_, err := m.Migrate(ctx, up, nil)
+			require.NoError(t, err)
+		}
+		dry := c.opts != nil && c.opts.DryRun
 
-					res, err := m.Migrate(ctx, c.direction, c.opts)
-					require.NoError(t, err)
-					assert.Equal(t, c.want, res.String())
-					assert.Equal(t, c.direction, res.Direction)
-					assert.Equal(t, dry, res.DryRun)
-					var versions []string
-					for _, s := range res.Steps {
-						for _, v := range s.Versions {
-							versions = append(versions, v.Name)
-							assert.NotEmpty(t, v.SQL, v.Name)
-							assert.Contains(t, res.SQL(), v.SQL, "the script has every migration")
-							if dry {
-								assert.Zero(t, v.Duration, "%s did not run", v.Name)
-							} else {
-								assert.Positive(t, v.Duration, "%s ran", v.Name)
-							}
-						}
-					}
-					assert.Equal(t, c.versions, versions)
-					if len(res.Steps) > 0 {
-						assert.Equal(t, c.registration, res.Steps[len(res.Steps)-1].Registration)
-					} else {
-						assert.Empty(t, res.SQL())
-					}
-					assert.Equal(t, c.tables, b.tables(t))
-					if !dry {
-						return
-					}
-					// What a dry run listed is what the migration runs.
-					ran, err := m.Migrate(ctx, c.direction, &schema.MigrateOpts{Component: c.opts.Component, TargetVersion: c.opts.TargetVersion})
-					require.NoError(t, err)
-					assert.Equal(t, res.String(), ran.String())
-				})
+		res, err := m.Migrate(ctx, c.direction, c.opts)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, res.String())
+		assert.Equal(t, c.direction, res.Direction)
+		assert.Equal(t, dry, res.DryRun)
+		var versions []string
+		for _, s := range res.Steps {
+			for _, v := range s.Versions {
+				versions = append(versions, v.Name)
+				assert.NotEmpty(t, v.SQL, v.Name)
+				assert.Contains(t, res.SQL(), v.SQL, "the script has every migration")
+				if dry {
+					assert.Zero(t, v.Duration, "%s did not run", v.Name)
+				} else {
+					assert.Positive(t, v.Duration, "%s ran", v.Name)
+				}
 			}
-		})
-	}
+		}
+		assert.Equal(t, c.versions, versions)
+		if len(res.Steps) > 0 {
+			assert.Equal(t, c.registration, res.Steps[len(res.Steps)-1].Registration)
+		} else {
+			assert.Empty(t, res.SQL())
+		}
+		assert.Equal(t, c.tables, b.tables(t))
+		if !dry {
+			return
+		}
+		// What a dry run listed is what the migration runs.
+		ran, err := m.Migrate(ctx, c.direction, &schema.MigrateOpts{Component: c.opts.Component, TargetVersion: c.opts.TargetVersion})
+		require.NoError(t, err)
+		assert.Equal(t, res.String(), ran.String())
+	})
 }
 
 // Mistakes are refused with the sentinel that names them, and change nothing, on a
@@ -293,18 +301,25 @@ func TestNewRefuses(t *testing.T) {
 			require.ErrorIs(t, err, c.want)
 		})
 	}
+	// A Migrator not made by New compiles, and says so instead of panicking.
+	_, err := (&schema.Migrator{}).Migrate(t.Context(), schema.DirectionUp, nil)
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	require.ErrorIs(t, (&schema.Migrator{}).Validate(t.Context()), refset.ErrInvalidConfig)
+	assert.Empty(t, (&schema.PendingError{}).Plan.SQL())
+	assert.Contains(t, (&schema.PendingError{}).Error(), "schema mismatch")
 }
 
 // Validate is nil on a database at the versions the code needs, and otherwise a
 // *PendingError (ErrSchema) whose plan says what is behind and carries the script,
 // changing nothing; the script, run by a DBA, brings the database up to date.
 func TestValidate(t *testing.T) {
-	cases := []struct {
+	type validateCase struct {
 		name   string
 		before *schema.MigrateOpts // migrated up first with these, if not nil
 		want   string              // the plan; "" for up to date
 		tables []string
-	}{
+	}
+	cases := []validateCase{
 		{name: "empty", want: upToDate, tables: only},
 		{name: "behind", before: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
 			want: "things 1 -> 2, set:items 0 -> 2, held 0 -> 1", tables: []string{"items", "refset_schema_version", "refset_sets", "things_a"}},
@@ -312,41 +327,33 @@ func TestValidate(t *testing.T) {
 			want: "set:items registration", tables: allFull},
 		{name: "up to date", before: &schema.MigrateOpts{}, tables: allFull},
 	}
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					b := open(t, be)
-					ctx := t.Context()
-					m := b.migrator(t, full)
-					if c.before != nil {
-						_, err := m.Migrate(ctx, schema.DirectionUp, c.before)
-						require.NoError(t, err)
-					}
-					if c.name == "a set unregistered" {
-						_, err := b.raw.ExecContext(ctx, `DELETE FROM refset_sets`)
-						require.NoError(t, err)
-					}
-					err := m.Validate(ctx)
-					assert.Equal(t, c.tables, b.tables(t), "Validate created nothing")
-					if c.want == "" {
-						require.NoError(t, err)
-						return
-					}
-					require.ErrorIs(t, err, refset.ErrSchema)
-					var pe *schema.PendingError
-					require.ErrorAs(t, err, &pe)
-					assert.Equal(t, c.want, pe.Plan.String())
-					assert.Contains(t, err.Error(), c.want)
-					assert.True(t, pe.Plan.DryRun)
+	forEach(t, cases, func(c validateCase) string { return c.name }, func(t *testing.T, c validateCase, b backend, m *schema.Migrator) {
+		ctx := t.Context()
+		if c.before != nil {
+			_, err := m.Migrate(ctx, schema.DirectionUp, c.before)
+			require.NoError(t, err)
+		}
+		if c.name == "a set unregistered" {
+			_, err := b.raw.ExecContext(ctx, `DELETE FROM refset_sets`)
+			require.NoError(t, err)
+		}
+		err := m.Validate(ctx)
+		assert.Equal(t, c.tables, b.tables(t), "Validate created nothing")
+		if c.want == "" {
+			require.NoError(t, err)
+			return
+		}
+		require.ErrorIs(t, err, refset.ErrSchema)
+		var pe *schema.PendingError
+		require.ErrorAs(t, err, &pe)
+		assert.Equal(t, c.want, pe.Plan.String())
+		assert.Contains(t, err.Error(), c.want)
+		assert.True(t, pe.Plan.DryRun)
 
-					runScript(t, b.raw, pe.Plan.SQL()) // the DBA's part
-					require.NoError(t, m.Validate(ctx))
-					assert.Equal(t, allFull, b.tables(t))
-				})
-			}
-		})
-	}
+		runScript(t, b.raw, pe.Plan.SQL()) // the DBA's part
+		require.NoError(t, m.Validate(ctx))
+		assert.Equal(t, allFull, b.tables(t))
+	})
 }
 
 // Migrate says which component went from which version to which, and nothing when all

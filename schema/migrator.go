@@ -72,16 +72,17 @@ type Component struct {
 // up to its latest version.
 type MigrateOpts struct {
 	// Component is the one component to migrate: "core", "set:<table>" or a
-	// Component's Name. An up migration of a component brings refset's core up to
-	// date first and leaves the other components alone. A down migration needs it.
+	// Component's Name. Up, refset's core is brought up to date first and the other
+	// components are left alone. A down migration needs it, and so do TargetVersion
+	// and MaxSteps, since each component has versions of its own.
 	Component string
-	// TargetVersion is the version to take Component to, which it needs. Up: 0 means
-	// its latest, and a target at or below its version does nothing. Down: -1 means
-	// 0, which removes the component's tables and, for a set, its registration; 0
-	// means MaxSteps below the version.
+	// TargetVersion is the version to take Component to. Up, 0 means its latest, and
+	// a target at or below its version does nothing. Down, -1 means 0, which removes
+	// the component's tables (for a set, its registration too).
 	TargetVersion int
-	// MaxSteps bounds how many of Component's versions run, which it needs. 0 means
-	// no bound up, and one step down (when there is no TargetVersion either).
+	// MaxSteps bounds how many of Component's versions run: 0 means no bound up, and
+	// one step down unless TargetVersion says where to stop (with both, it stops at
+	// whichever comes first).
 	MaxSteps int
 	// DryRun changes nothing: the result lists what would run, with its SQL, read
 	// without a lock. Its SQL() is the script a DBA runs where the application's role
@@ -90,7 +91,8 @@ type MigrateOpts struct {
 }
 
 // Migrator runs the migrations of refset's core, of the sets and of the components
-// of its Config on one database. Make one with New; it is safe for concurrent use,
+// of its Config on one database. Make one with New (a zero Migrator refuses to run,
+// with refset.ErrInvalidConfig); it is safe for concurrent use,
 // and so are several Migrators, in several processes, on one database: an advisory
 // lock on PostgreSQL and SQLite's single writer serialise them, and a version
 // recorded is never applied again.
@@ -220,6 +222,9 @@ func setComponent(table sqlident.Ident) string { return "set:" + table.String() 
 // recorded; refset.ErrNotFound for taking down a set that is not registered; and the
 // database's errors, as refset.InTx returns them.
 func (m *Migrator) Migrate(ctx context.Context, direction Direction, opts *MigrateOpts) (*MigrateResult, error) {
+	if m == nil || m.sql == nil {
+		return nil, fmt.Errorf("refset/schema: %w: a Migrator is made by schema.New", refset.ErrInvalidConfig)
+	}
 	var o MigrateOpts
 	if opts != nil {
 		o = *opts

@@ -50,6 +50,9 @@ type MigrateVersion struct {
 // String names each step, as "core 0 -> 1, set:items 0 -> 2" (or "set:items
 // registration" for a registration alone); "" when nothing ran.
 func (r *MigrateResult) String() string {
+	if r == nil {
+		return ""
+	}
 	var parts []string
 	for _, s := range r.Steps {
 		parts = append(parts, s.String())
@@ -73,7 +76,7 @@ func (s Step) String() string {
 // migrations' statements alone: refset's record is the migrator's to update, so take
 // components down with Migrate.
 func (r *MigrateResult) SQL() string {
-	if len(r.Steps) == 0 {
+	if r == nil || len(r.Steps) == 0 || r.sql == nil {
 		return ""
 	}
 	var b strings.Builder
