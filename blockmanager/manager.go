@@ -80,7 +80,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if drv.InProcess() {
 		m.pagePart = minPagePart
 	}
-	if err = m.migrate(ctx, drv.SchemaSQL()); err != nil {
+	if err = m.migrate(ctx); err != nil {
 		return nil, err
 	}
 	var blocks refset.SetStore[Block, string]
@@ -98,12 +98,16 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	return m, nil
 }
 
-func (m *Manager) migrate(ctx context.Context, refsetSQL schema.SQL) error {
+func (m *Manager) migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrations, "sql/"+m.drv.Name())
 	if err != nil {
 		return err
 	}
-	if _, err := schema.ApplyFS(ctx, m.db, refsetSQL, "blockmanager", sub); err != nil {
+	migrator, err := schema.New(m.db, schema.Config{Components: []schema.Component{{Name: "blockmanager", Migrations: sub}}})
+	if err == nil {
+		_, err = migrator.Migrate(ctx, schema.DirectionUp, nil)
+	}
+	if err != nil {
 		return fmt.Errorf("blockmanager: creating the tables: %w", err)
 	}
 	return nil

@@ -213,7 +213,10 @@ func migrateBeforeSegments(t *testing.T, db refset.Database) refsetdriver.Driver
 	require.NoError(t, err)
 	first, err := fs.ReadFile(dir, "0001_blocks.sql")
 	require.NoError(t, err)
-	_, err = schema.ApplyFS(t.Context(), db, drv.SchemaSQL(), "blockmanager", fstest.MapFS{"0001_blocks.sql": {Data: first}})
+	m, err := schema.New(db, schema.Config{Components: []schema.Component{
+		{Name: "blockmanager", Migrations: fstest.MapFS{"0001_blocks.sql": {Data: first}}}}})
+	require.NoError(t, err)
+	_, err = m.Migrate(t.Context(), schema.DirectionUp, nil)
 	require.NoError(t, err)
 	return drv
 }

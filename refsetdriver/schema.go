@@ -26,8 +26,8 @@ type SchemaSQL interface {
 	// unqualified name through search_path).
 	TableExists(ctx context.Context, q Querier, table sqlident.Ident) (bool, error)
 
-	// The record of versions: one version per component ("core", "set:<table>", or a
-	// component of schema.ApplyFS).
+	// The record of versions: one version per component ("core", "set:<table>", or
+	// the Name of a schema.Component).
 
 	// VersionTable is the statement that creates the record if it is missing. The
 	// runner runs it before anything else, and a script for a DBA starts with it.

@@ -34,16 +34,43 @@ const (
 	dropTimeout = 30 * time.Second
 )
 
-// Postgres creates a schema for tb alone on the server named by [EnvPostgres],
-// opens it with opts (through opts.Driver: lib/pq or pgx) and every connection's
-// search_path set to that schema, so unqualified tables the test creates, refset's
-// own included, land there. When tb ends the database is closed and the schema
-// dropped with everything in it.
+// Postgres creates a schema for tb alone on the server named by [EnvPostgres]
+// ([PostgresDSN]), opens it with opts (through opts.Driver: lib/pq or pgx) and every
+// connection's search_path set to that schema, so unqualified tables the test
+// creates, refset's own included, land there. When tb ends the database is closed and
+// the schema dropped with everything in it.
 //
 // Without the variable Postgres skips tb, or fails it when CI=true (see the package
 // documentation). With it, a server that cannot be reached or refuses to create the
 // schema fails tb.
 func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
+	tb.Helper()
+	dsn := PostgresDSN(tb)
+	ctx, cancel := context.WithTimeout(tb.Context(), connectTimeout)
+	defer cancel()
+	db, err := postgres.Open(ctx, dsn, opts)
+	if err != nil {
+		tb.Fatalf("refsettest: open the test's schema: %v", err)
+	}
+	// Registered after the drop, so it runs before it: cleanups run last first.
+	tb.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			tb.Errorf("refsettest: close the Postgres database: %v", err)
+		}
+	})
+	return db
+}
+
+// PostgresDSN creates a schema for tb alone on the server named by [EnvPostgres], as
+// [Postgres] does, and returns the DSN of that schema (the server's, with the
+// search_path set to it) instead of opening it, for a test that opens several pools
+// on one database, as several processes of a program would, or passes the DSN to a
+// process it starts. When tb ends the schema is dropped with everything in it:
+// close what the test opened on it first, with a cleanup registered after this call
+// (cleanups run last first), or the drop waits for it and fails tb.
+//
+// Without the variable PostgresDSN skips tb, or fails it when CI=true.
+func PostgresDSN(tb testing.TB) string {
 	tb.Helper()
 	base := serverDSN(tb)
 	schema := SchemaPrefix + randomHex(6)
@@ -56,9 +83,9 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 	ctx, cancel := context.WithTimeout(tb.Context(), connectTimeout)
 	defer cancel()
 
-	// One connection does the schema's creation and drop; the test's own pool is
-	// opened on the schema's DSN below.
-	admin, err := postgres.Open(ctx, base, postgres.Options{Driver: opts.Driver, MaxConns: 1})
+	// One connection does the schema's creation and drop; the test's own pools are
+	// opened on the schema's DSN.
+	admin, err := postgres.Open(ctx, base, postgres.Options{MaxConns: 1})
 	if err != nil {
 		tb.Fatalf("refsettest: cannot reach the server in %s: %v", EnvPostgres, err)
 	}
@@ -76,18 +103,7 @@ func Postgres(tb testing.TB, opts postgres.Options) *postgres.DB {
 			tb.Errorf("refsettest: drop schema %s (is a connection of the test still open?): %v", schema, err)
 		}
 	})
-
-	db, err := postgres.Open(ctx, dsn, opts)
-	if err != nil {
-		tb.Fatalf("refsettest: open schema %s: %v", schema, err)
-	}
-	// Registered after the drop, so it runs before it: cleanups run last first.
-	tb.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			tb.Errorf("refsettest: close the Postgres database: %v", err)
-		}
-	})
-	return db
+	return dsn
 }
 
 // serverDSN is the DSN in EnvPostgres; without one it skips tb, or fails it in CI.

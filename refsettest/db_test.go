@@ -102,3 +102,36 @@ func TestPostgresWithoutServer(t *testing.T) {
 		})
 	}
 }
+
+// TestPostgresDSN checks that the DSN names one schema of the test's own, which
+// several pools (lib/pq and pgx) share, as several processes of a program would, and
+// which is dropped when the test ends.
+func TestPostgresDSN(t *testing.T) {
+	var schema string
+	t.Run("inner", func(t *testing.T) {
+		dsn := refsettest.PostgresDSN(t)
+		var dbs []*postgres.DB
+		for _, driver := range []string{postgres.DriverLibPQ, postgres.DriverPgx} {
+			db, err := postgres.Open(t.Context(), dsn, postgres.Options{Driver: driver})
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() }) // before the drop
+			dbs = append(dbs, db)
+		}
+		require.NoError(t, dbs[0].Pool().GetContext(t.Context(), &schema, `SELECT current_schema()`))
+		require.True(t, strings.HasPrefix(schema, refsettest.SchemaPrefix), "schema %s", schema)
+		exec(t, dbs[0], `CREATE TABLE t (id TEXT PRIMARY KEY)`)
+		exec(t, dbs[0], `INSERT INTO t (id) VALUES ('one')`)
+		var rows []string
+		require.NoError(t, dbs[1].Pool().SelectContext(t.Context(), &rows, `SELECT id FROM t`))
+		require.Equal(t, []string{"one"}, rows, "the other pool sees the same schema")
+	})
+	if schema == "" {
+		return // skipped for want of a server outside CI, or failed
+	}
+	admin, err := sql.Open("postgres", os.Getenv(refsettest.EnvPostgres))
+	require.NoError(t, err)
+	defer admin.Close()
+	var left int
+	require.NoError(t, admin.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&left))
+	require.Zero(t, left, "schema dropped when the test ended")
+}

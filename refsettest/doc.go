@@ -11,7 +11,10 @@
 // opens the database with every connection's search_path set to that schema only,
 // and drops the schema (CASCADE) when the test ends. Tests can therefore run in
 // parallel on one server, create unqualified tables, and never see each other's
-// rows or what an earlier run left behind.
+// rows or what an earlier run left behind. [PostgresDSN] makes the same schema and
+// returns its DSN instead of opening it, for a test that opens several pools on one
+// database (as several replicas of a service would) or hands the DSN to a process it
+// starts.
 //
 // Without REFSET_TEST_POSTGRES, Postgres skips the test, so a plain go test keeps
 // working on a machine without PostgreSQL; when CI=true it fails the test instead,

@@ -47,8 +47,9 @@ type Options struct {
 	// tables and the set's are at the versions this code needs, and fails with
 	// refset.ErrSchema (a *schema.PendingError, whose Plan.SQL() is the script to run)
 	// when they are not, so the application's role needs no CREATE rights. A DBA
-	// applies the SQL of schema.Pending or schema.SQLText as part of the database's
-	// own migrations. Clean-up's Install still creates its triggers.
+	// applies the SQL of a dry run of package schema's migrator as part of the
+	// database's own migrations. Clean-up's Install still creates its triggers, and a
+	// schema.Migrator the program runs itself still migrates.
 	ExternalMigrations bool
 
 	// Logger receives what refset does that an operator wants to know: transactions

@@ -508,7 +508,7 @@ func TestMigrate(t *testing.T) {
 			// Mistakes change nothing.
 			_, stderr, code := runCLI(t, bin, append([]string{"migrate", "down", "--component", "set:blocks", "--target", "5"}, dbArgs...)...)
 			require.Equal(t, exitError, code)
-			require.Contains(t, stderr, "MigrateDown only goes down")
+			require.Contains(t, stderr, "a down migration only goes down")
 			_, stderr, code = runCLI(t, bin, append([]string{"migrate", "up", "--table", "nosuch"}, dbArgs...)...)
 			require.Equal(t, exitError, code)
 			require.Contains(t, stderr, "no table nosuch")

@@ -2,35 +2,33 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	files "github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/sqlident"
 )
 
-// migration is what the migrate commands work on: the dialect's migrations and the
-// sets they cover.
+// migration is what the migrate commands work on: refset's migrator on the sets
+// they cover.
 type migration struct {
-	db   refset.Database
-	d    refsetdriver.Driver
-	sql  refsetdriver.SchemaSQL
-	sets []schema.Set
+	db       refset.Database
+	sql      refsetdriver.SchemaSQL
+	sets     []string // the sets' object tables
+	migrator *schema.Migrator
 }
 
-// newMigration describes the sets named by tables, or, when none is named, every set
-// refset_sets records. A named set that no store registered yet is described as its
-// store would build it by default (holds table T_holds, queue T_review, the ID the
-// table's one-column primary key), so that migrate can create its tables before the
-// program first runs.
+// newMigration covers the sets named by tables, or, when none is named, every set
+// refset_sets records. The migrator describes each as its registration says, or, for
+// a set no store registered yet, as its store would build it by default (holds table
+// T_holds, queue T_review, the ID the table's one-column primary key), so that
+// migrate can create its tables before the program first runs.
 func newMigration(ctx context.Context, db refset.Database, tables []string) (migration, error) {
-	d := db.Driver()
-	m := migration{db: db, d: d, sql: d.SchemaSQL()}
+	m := migration{db: db, sql: db.Driver().SchemaSQL()}
 	q := db.Reader()
 	hasSets, err := m.sql.HasSetTable(ctx, q)
 	if err != nil {
@@ -41,77 +39,20 @@ func newMigration(ctx context.Context, db refset.Database, tables []string) (mig
 			return migration{}, db.TranslateError(err, "")
 		}
 	}
-	for _, name := range tables {
-		set, err := m.describe(ctx, name, hasSets)
-		if err != nil {
-			return migration{}, err
-		}
-		m.sets = append(m.sets, set)
+	var cfg schema.Config
+	for _, t := range tables {
+		cfg.Sets = append(cfg.Sets, schema.Set{Table: t})
 	}
+	if m.migrator, err = schema.New(db, cfg); err != nil {
+		return migration{}, err
+	}
+	m.sets = tables
 	return m, nil
 }
 
-// describe is the schema.Set of the set on table name: its registration if it has
-// one, the store's defaults if not, and its ID column's type from the catalog.
-func (m migration) describe(ctx context.Context, name string, hasSets bool) (schema.Set, error) {
-	table, err := sqlident.Parse(name, true)
-	if err != nil {
-		return schema.Set{}, err
-	}
-	cols, err := m.d.Columns(ctx, m.db.Reader(), table)
-	if err != nil {
-		return schema.Set{}, fmt.Errorf("reading the columns of %s: %w", table, m.db.TranslateError(err, ""))
-	}
-	if len(cols) == 0 {
-		return schema.Set{}, fmt.Errorf("%w: no table %s", refset.ErrNotFound, table)
-	}
-	set := schema.Set{Table: table}
-	reg, err := refsetdriver.Registered{}, refset.ErrNotFound
-	if hasSets {
-		reg, err = m.sql.Lookup(ctx, m.db.Reader(), table)
-	}
-	switch {
-	case err == nil:
-		set.IDColumn, set.Holds, set.Queue = reg.IDColumn, reg.Holds, reg.Queue
-	case errors.Is(err, refset.ErrNotFound):
-		var keys []string
-		for _, c := range cols {
-			if c.Primary {
-				keys = append(keys, c.Name)
-			}
-		}
-		if len(keys) != 1 {
-			return schema.Set{}, fmt.Errorf("%w: %s has no set registered and its primary key is %d columns, not one: build its store first",
-				refset.ErrInvalidConfig, table, len(keys))
-		}
-		set.IDColumn = keys[0]
-		if set.Holds, err = table.WithName(table.Name + "_holds"); err != nil {
-			return schema.Set{}, err
-		}
-		if set.Queue, err = table.WithName(table.Name + "_review"); err != nil {
-			return schema.Set{}, err
-		}
-	default:
-		return schema.Set{}, m.db.TranslateError(err, "")
-	}
-	for _, c := range cols {
-		if c.Name == set.IDColumn {
-			set.IDType = c.Type
-		}
-	}
-	if set.IDType == "" {
-		return schema.Set{}, fmt.Errorf("%w: %s has no column %s, which refset_sets names as its ID", refset.ErrSchema, table, set.IDColumn)
-	}
-	return set, nil
-}
-
-// pending is the plan of what the database lacks.
-func (m migration) pending(ctx context.Context) (schema.Plan, error) {
-	p, err := schema.Pending(ctx, m.db.Reader(), m.sql, m.sets...)
-	if err != nil && !refset.IsSentinel(err) {
-		err = m.db.TranslateError(err, "")
-	}
-	return p, err
+// pending is the plan of what the database lacks: a dry run.
+func (m migration) pending(ctx context.Context) (*schema.MigrateResult, error) {
+	return m.migrator.Migrate(ctx, schema.DirectionUp, &schema.MigrateOpts{DryRun: true})
 }
 
 // componentJSON is one line of migrate status.
@@ -126,7 +67,7 @@ type componentJSON struct {
 
 type migrateStatusJSON struct {
 	Components []componentJSON `json:"components"`
-	Pending    string          `json:"pending"` // the plan, as schema.Plan.String; "" when up to date
+	Pending    string          `json:"pending"` // the plan, as schema.MigrateResult.String; "" when up to date
 }
 
 // onSets is the setup of a migrate command on the sets its repeatable --table names.
@@ -162,8 +103,8 @@ func (m migration) status(ctx context.Context, c call) error {
 	}
 	doc := migrateStatusJSON{Components: []componentJSON{}, Pending: p.String()}
 	components := []string{"core"}
-	for _, s := range m.sets {
-		components = append(components, "set:"+s.Table.String())
+	for _, table := range m.sets {
+		components = append(components, "set:"+table)
 	}
 	hasVersions, err := m.sql.HasVersionTable(ctx, m.db.Reader())
 	if err != nil {
@@ -171,7 +112,7 @@ func (m migration) status(ctx context.Context, c call) error {
 	}
 	for _, name := range components {
 		kind, _, _ := strings.Cut(name, ":")
-		ms, err := schema.Migrations(m.sql, kind)
+		ms, err := files.Dialect(m.sql, kind, false)
 		if err != nil {
 			return err
 		}
@@ -181,9 +122,9 @@ func (m migration) status(ctx context.Context, c call) error {
 				return m.db.TranslateError(err, "")
 			}
 		}
-		for _, s := range p {
+		for _, s := range p.Steps {
 			if s.Component == name {
-				j.Pending, j.Register = true, s.Register
+				j.Pending, j.Register = true, s.Registration
 			}
 		}
 		doc.Components = append(doc.Components, j)
@@ -216,15 +157,15 @@ func (doc migrateStatusJSON) text(out io.Writer) error {
 
 // up applies what is pending and prints what it did.
 func (m migration) up(ctx context.Context, c call) error {
-	done, err := schema.Apply(ctx, c.db, m.sql, m.sets...)
+	done, err := m.migrator.Migrate(ctx, schema.DirectionUp, nil)
 	if err != nil {
 		return err
 	}
-	if len(done) == 0 {
+	if len(done.Steps) == 0 {
 		fmt.Fprintln(c.out, "nothing to do: every component is up to date")
 	}
-	for _, a := range done {
-		fmt.Fprintf(c.out, "applied %s\n", a)
+	for _, s := range done.Steps {
+		fmt.Fprintf(c.out, "applied %s\n", s)
 	}
 	return nil
 }
@@ -235,7 +176,7 @@ func (m migration) script(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	if len(p) == 0 {
+	if len(p.Steps) == 0 {
 		// A comment, so that the output is still a script a tool may run.
 		_, err = fmt.Fprintln(c.out, "-- refset schema: nothing pending.")
 		return err
@@ -251,15 +192,23 @@ func migrateDownCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		if *component == "" || *target < 0 {
 			return fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
 		}
-		a, err := schema.MigrateDown(ctx, c.db, c.db.Driver().SchemaSQL(), *component, *target)
+		m, err := newMigration(ctx, c.db, nil)
 		if err != nil {
 			return err
 		}
-		if a.From == a.To {
-			fmt.Fprintf(c.out, "nothing to do: %s is at version %d\n", a.Component, a.To)
+		opts := schema.MigrateOpts{Component: *component, TargetVersion: *target}
+		if *target == 0 {
+			opts.TargetVersion = -1 // the migrator's 0 is "one step"
+		}
+		done, err := m.migrator.Migrate(ctx, schema.DirectionDown, &opts)
+		if err != nil {
+			return err
+		}
+		if len(done.Steps) == 0 {
+			fmt.Fprintf(c.out, "nothing to do: %s is at version %d\n", *component, *target)
 			return nil
 		}
-		fmt.Fprintf(c.out, "applied %s\n", a)
+		fmt.Fprintf(c.out, "applied %s\n", done.Steps[0])
 		return nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -1042,13 +1043,14 @@ func testMigrate(t *testing.T, h harness) {
 		"0002_more.sql": {Data: []byte(`INSERT INTO migration_runs (version) VALUES (2)`)},
 	}
 	migrate := func(db refset.Database) error {
-		if _, err := schema.Apply(ctx, db, d); err != nil {
+		m, err := schema.New(db, schema.Config{Components: []schema.Component{{Name: "logged", Migrations: logged}}})
+		if err != nil {
 			return err
 		}
-		if _, err := schema.ApplyFS(ctx, db, d, "logged", logged); err != nil {
+		if _, err := m.Migrate(ctx, schema.DirectionUp, nil); err != nil {
 			return err
 		}
-		_, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
+		_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
 		return err
 	}
 	// Several handles on a database refset has not seen yet, as several processes would
@@ -1065,7 +1067,7 @@ func testMigrate(t *testing.T, h harness) {
 
 	versions := map[string]int{"logged": 2}
 	for component, kind := range map[string]string{"core": "core", "set:blocks": "set"} {
-		ms, err := schema.Migrations(d, kind)
+		ms, err := migration.Dialect(d, kind, false)
 		require.NoError(t, err)
 		versions[component] = ms[len(ms)-1].Version
 	}

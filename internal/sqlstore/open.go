@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/sqlident"
 )
 
 // Config names a set's table. The store packages document it to users.
@@ -18,9 +18,10 @@ type Config struct {
 }
 
 // Open checks cfg and the struct T against the catalog, creates the set's holds table
-// if needed (schema.Apply), and returns the store. With d.ExternalMigrations it
-// creates nothing and fails with refset.ErrSchema (a *schema.PendingError, which
-// carries the SQL to run) if the schema is not at the versions this code needs.
+// and review queue if needed (package schema's migrator, as a program would run it),
+// and returns the store. With d.ExternalMigrations it creates nothing and fails with
+// refset.ErrSchema (a *schema.PendingError, which carries the SQL to run) if the schema
+// is not at the versions this code needs.
 func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (*Store[T, ID], error) {
 	d, err := refsetdriver.Of(db)
 	if err != nil {
@@ -29,7 +30,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err := refsetdriver.RefuseUnit(ctx, db, "NewStore"); err != nil {
 		return nil, fmt.Errorf("refset: new store of %s: %w", cfg.Table, err)
 	}
-	table, holds, queue, err := cfg.tables()
+	table, holds, _, err := migration.SetTables(cfg.Table, cfg.HoldsTable)
 	if err != nil {
 		return nil, err
 	}
@@ -42,33 +43,18 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, err
 	}
 	t.Holds = holds
-	set := schema.Set{Table: table, IDColumn: t.IDColumn, IDType: t.IDType, Holds: holds, Queue: queue}
+	m, err := schema.New(db, schema.Config{Sets: []schema.Set{{Table: table.String(), IDColumn: t.IDColumn, HoldsTable: holds.Name}}})
+	if err != nil {
+		return nil, err
+	}
 	if d.ExternalMigrations() {
-		if err := schema.Check(ctx, db.Reader(), d.SchemaSQL(), set); err != nil {
+		if err := m.Validate(ctx); err != nil {
 			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, db.TranslateError(err, ""))
 		}
-	} else if _, err := schema.Apply(ctx, db, d.SchemaSQL(), set); err != nil {
+	} else if _, err := m.Migrate(ctx, schema.DirectionUp, nil); err != nil {
 		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
-}
-
-// tables are the set's object table, its holds table and its review queue.
-func (cfg Config) tables() (table, holds, queue sqlident.Ident, err error) {
-	if table, err = sqlident.Parse(cfg.Table, true); err != nil {
-		return
-	}
-	holdsName := cfg.HoldsTable
-	if holdsName == "" {
-		holdsName = table.Name + "_holds"
-	}
-	if holds, err = table.WithName(holdsName); err != nil {
-		return table, holds, queue, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
-	}
-	if queue, err = table.WithName(table.Name + "_review"); err != nil {
-		return table, holds, queue, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
-	}
-	return table, holds, queue, nil
 }
 
 // Translated reports whether err already carries a refset sentinel, so a store does

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
@@ -50,12 +51,8 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 		return Table{}, fmt.Errorf("refset: table %s does not exist: %w", table, refset.ErrSchema)
 	}
 	byName := map[string]refsetdriver.Column{}
-	var pk []refsetdriver.Column
 	for _, c := range cols {
 		byName[c.Name] = c
-		if c.Primary {
-			pk = append(pk, c)
-		}
 	}
 	for _, col := range m.Columns() {
 		if _, ok := byName[col]; !ok {
@@ -70,21 +67,11 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 				c.Name, table, m.typ, c.Name, refset.ErrSchema)
 		}
 	}
-	if idColumn == "" {
-		if len(pk) != 1 {
-			return Table{}, fmt.Errorf("refset: table %s needs a one-column primary key (has %d): %w",
-				table, len(pk), refset.ErrSchema)
-		}
-		idColumn = pk[0].Name
-	}
-	if _, err := sqlident.Parse(idColumn, false); err != nil {
+	idCol, err := migration.IDColumn(table, idColumn, cols)
+	if err != nil {
 		return Table{}, err
 	}
-	idCol, ok := byName[idColumn]
-	if !ok || !idCol.Primary || len(pk) != 1 {
-		return Table{}, fmt.Errorf("refset: column %q of %s is not the table's one-column primary key: %w",
-			idColumn, table, refset.ErrSchema)
-	}
+	idColumn = idCol.Name
 	ft, ok := m.Field(idColumn)
 	if !ok {
 		return Table{}, fmt.Errorf("refset: %v has no field tagged `db:%q` for the ID: %w", m.typ, idColumn, refset.ErrSchema)
@@ -92,9 +79,6 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 	if want := reflect.TypeFor[ID](); ft != want {
 		return Table{}, fmt.Errorf("refset: the ID field of %v has type %v, the set's ID type is %v: %w",
 			m.typ, ft, want, refset.ErrSchema)
-	}
-	if err := sqlident.CheckType(idCol.Type); err != nil {
-		return Table{}, err
 	}
 	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, Mapping: m}, nil
 }

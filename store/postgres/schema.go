@@ -8,7 +8,6 @@ import (
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
@@ -44,12 +43,9 @@ func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (b
 	return found, err
 }
 
-// SchemaSQL is this store's part of refset's schema: its migrations, for
-// schema.Pending, schema.SQLText and schema.MigrateDown, which a DBA's tool runs
-// where the application's role may not create tables (Options.ExternalMigrations).
-func SchemaSQL() schema.SQL { return theSchemaSQL }
-
-func (cleanupDialect) SchemaSQL() schema.SQL { return theSchemaSQL }
+// SchemaSQL is this store's part of refset's schema: its migrations, which package
+// schema's migrator finds through the database's Driver.
+func (cleanupDialect) SchemaSQL() refsetdriver.SchemaSQL { return theSchemaSQL }
 
 // Rebind writes the dialect's placeholders into a statement written with ?.
 func (cleanupDialect) Rebind(query string) string { return rebind(query) }

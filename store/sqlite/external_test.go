@@ -7,7 +7,6 @@ import (
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
-	"github.com/refsetdb/refset/sqlident"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 
@@ -46,10 +45,11 @@ func TestExternalMigrations(t *testing.T) {
 	assert.Contains(t, err.Error(), "core 0 -> 1, set:things 0 -> 2")
 	assert.Equal(t, []string{"things"}, tables(), "nothing created")
 
-	set := schema.Set{Table: sqlident.Ident{Name: "things"}, IDColumn: "id", IDType: "TEXT",
-		Holds: sqlident.Ident{Name: "things_holds"}, Queue: sqlident.Ident{Name: "things_review"}}
-	script, err := schema.SQLText(sqlite.SchemaSQL(), set)
+	m, err := schema.New(db, schema.Config{Sets: []schema.Set{{Table: "things"}}})
 	require.NoError(t, err)
+	plan, err := m.Migrate(ctx, schema.DirectionUp, &schema.MigrateOpts{DryRun: true})
+	require.NoError(t, err)
+	script := plan.SQL()
 	assert.Equal(t, script, pe.Plan.SQL(), "the error carries the same script")
 	_, err = db.Writer().ExecContext(ctx, script) // the DBA's part
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,15 +24,15 @@ var hostileBackends = []hostileBackend{
 	{"sqlite", func(t *testing.T) (*Vault, func() int) {
 		// An open write transaction holds SQLite's one writer connection: the vault's
 		// next write (the checks after the panic) waits for it until its context ends.
-		return openVaults(t, testdb.SQLite, 1, Config{})[0], func() int { return 0 }
+		return openVaults(t, sqliteDB, 1, Config{})[0], func() int { return 0 }
 	}},
 	{"postgres", func(t *testing.T) (*Vault, func() int) {
 		// The vault's connections carry an application name of their own, so its
 		// backends can be told from every other test's in pg_stat_activity.
 		app := "custody-" + NewID()[:12]
-		where := testdb.LibPQ.New(t)
-		where.At = withApplicationName(t, where.At, app)
-		db := where.Open(t, testdb.Options{MaxConns: 4}).(*postgres.DB)
+		where := libpqDB.new(t)
+		where.at = withApplicationName(t, where.at, app)
+		db := where.open(t, 4).(*postgres.DB)
 		return openVault(t, db, Config{}), func() int {
 			t.Helper()
 			var n int

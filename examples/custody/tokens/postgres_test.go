@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,7 +20,7 @@ import (
 // broken only after deadlock_timeout. The test plays the select by hand, step by step.
 func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	ctx := t.Context()
-	v := openVaults(t, testdb.LibPQ, 1, Config{})[0]
+	v := openVaults(t, libpqDB, 1, Config{})[0]
 	require.True(t, v.fast, "the fast paths run on Postgres")
 	issue(t, v, "alice", 10)
 	locked, err := v.Select(ctx, "A", "alice", 10, Filter{}, time.Minute)
@@ -76,7 +75,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 // payments take the same fast paths, unprepared, and prepare nothing.
 func TestPaymentsOnUnpreparedDatabase(t *testing.T) {
 	ctx := t.Context()
-	db, err := postgres.Open(ctx, pgtest.DSN(t), postgres.Options{MaxConns: 1, Unprepared: true})
+	db, err := postgres.Open(ctx, refsettest.PostgresDSN(t), postgres.Options{MaxConns: 1, Unprepared: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	v, err := Open(ctx, db, Config{})
@@ -97,7 +96,7 @@ func TestPaymentsOnUnpreparedDatabase(t *testing.T) {
 // must not change result type"); they are prepared again and payments go on.
 func TestPaymentsSurviveColumnTypeChange(t *testing.T) {
 	ctx := t.Context()
-	v := openVaults(t, testdb.LibPQ, 1, Config{})[0]
+	v := openVaults(t, libpqDB, 1, Config{})[0]
 	issue(t, v, "erin", 5, 5, 5, 5)
 	require.NoError(t, pay(ctx, v, "erin", "frank", 3))
 	_, err := v.stmts.pool.ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
@@ -117,7 +116,7 @@ func TestPaymentsSurviveColumnTypeChange(t *testing.T) {
 // sequential-scan counters where they were.
 func TestFastPathsReadByKey(t *testing.T) {
 	ctx := t.Context()
-	v := openVaults(t, testdb.LibPQ, 1, Config{})[0]
+	v := openVaults(t, libpqDB, 1, Config{})[0]
 	amounts := make([]int64, 400)
 	for i := range amounts {
 		amounts[i] = 1 + int64(i%5)

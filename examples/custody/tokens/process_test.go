@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -117,9 +116,9 @@ func TestTwoReplicaProcesses(t *testing.T) {
 	if testing.Short() {
 		duration = 3 * time.Second
 	}
-	where := testdb.LibPQ.New(t)
-	dsn := where.At
-	v := openVault(t, where.Open(t, testdb.Options{}), Config{})
+	where := libpqDB.new(t)
+	dsn := where.at
+	v := openVault(t, where.open(t, 0), Config{})
 	for _, o := range processOwners {
 		issue(t, v, o, repeat(200, 5)...)
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -17,7 +16,7 @@ import (
 // it takes the token.
 func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 	anything := Filter{Predicate: func(Token) bool { return true }}
-	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+	eachBackend(t, []backend{libpqDB, pgxDB}, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{MaxAttempts: 1})[0]
 		require.NotEmpty(t, v.lockRowsSQL, "the Postgres folder has the general path's row locks")
@@ -59,7 +58,7 @@ func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 func TestFastPathsSurviveResultTypeChange(t *testing.T) {
 	const args = `p_owner text, p_type text, p_identifier text, p_issuer text, p_notary text,
 		p_amount bigint, p_pivot text, p_holder text, p_ttl_ms bigint`
-	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) { // prepared
+	eachBackend(t, []backend{libpqDB, pgxDB}, func(t *testing.T, b backend) { // prepared
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{})[0]
 		require.True(t, v.fast, "the Postgres folder has the fast paths' statements")

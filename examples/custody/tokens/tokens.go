@@ -134,16 +134,13 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
 	v.readQueries()
-	if err = v.migrate(ctx, "tables"); err != nil {
-		return nil, err
+	if err = v.migrate(ctx); err != nil {
+		return nil, fmt.Errorf("tokens: open: %w", err)
 	}
 	var tokens refset.SetStore[Token, string]
 	if tokens, err = store.NewStore[Token, string](ctx, db, store.Config{Table: "tokens"}); err == nil {
 		v.set = refset.New(tokens)
 		v.collector, err = store.NewCollector(ctx, db, collect)
-	}
-	if err == nil {
-		err = v.migrate(ctx, "locks")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tokens: open: %w", err)
@@ -151,20 +148,36 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Vault, error) {
 	return v, nil
 }
 
-// migrate applies the migrations of part: the dialect's tables, or the locks, which
-// are written alike for every dialect.
-func (v *Vault) migrate(ctx context.Context, part string) error {
-	dir := "sql/" + part
-	if part == "tables" {
-		dir = v.sqlDir() + "/" + part
+// migrate brings custody's tables up to date, in one transaction; a later Open finds
+// nothing to do.
+func (v *Vault) migrate(ctx context.Context) error {
+	m, err := v.migrator()
+	if err == nil {
+		_, err = m.Migrate(ctx, schema.DirectionUp, nil)
 	}
-	sub, err := fs.Sub(migrations, dir)
-	if err != nil {
-		return err
-	}
-	// After refset's own migrations, the driver's, which custody's follow.
-	_, err = schema.ApplyFS(ctx, v.db, v.drv.SchemaSQL(), "custody-"+part, sub)
 	return err
+}
+
+// migrator is refset's migrator of custody's tables: the dialect's tables (the tokens
+// table among them), then the tokens set's (its holds table and review queue, which
+// reference the tokens table), then the locks' migrations, written alike for every
+// dialect, which read the set's holds table. Each is recorded under a name of its own.
+func (v *Vault) migrator() (*schema.Migrator, error) {
+	tables, err := fs.Sub(migrations, v.sqlDir()+"/tables")
+	if err != nil {
+		return nil, err
+	}
+	locks, err := fs.Sub(migrations, "sql/locks")
+	if err != nil {
+		return nil, err
+	}
+	return schema.New(v.db, schema.Config{
+		Components: []schema.Component{
+			{Name: "custody-tables", Migrations: tables},
+			{Name: "custody-locks", Migrations: locks, AfterSets: true},
+		},
+		Sets: []schema.Set{{Table: "tokens"}},
+	})
 }
 
 // sqlDir is the folder of the database's dialect in migrations.

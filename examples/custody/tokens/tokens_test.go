@@ -10,20 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // openVaults opens n vaults on one fresh database of b, each with its own
 // connection pool, as n replicas of a service would.
-func openVaults(tb testing.TB, b testdb.Backend, n int, cfg Config) []*Vault {
+func openVaults(tb testing.TB, b backend, n int, cfg Config) []*Vault {
 	tb.Helper()
-	where := b.New(tb)
+	where := b.new(tb)
 	vs := make([]*Vault, n)
 	for i := range vs {
-		vs[i] = openVault(tb, where.Open(tb, testdb.Options{MaxConns: 4}), cfg)
+		vs[i] = openVault(tb, where.open(tb, 4), cfg)
 	}
 	return vs
 }
@@ -40,7 +40,7 @@ func openVault(tb testing.TB, db refset.Database, cfg Config) *Vault {
 var waiting = Config{LockWait: time.Minute}
 
 func each(t *testing.T, replicas int, cfg Config, fn func(t *testing.T, vs []*Vault)) {
-	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+	eachBackend(t, allBackends(), func(t *testing.T, b backend) {
 		vs := openVaults(t, b, replicas, cfg)
 		fn(t, vs)
 		audit(t, vs[0])
@@ -312,7 +312,7 @@ func TestCleanupRemovesExpiredLocks(t *testing.T) {
 // restarted process would have.
 func reopen(t *testing.T, v *Vault) *Vault {
 	t.Helper()
-	return openVault(t, testdb.PlaceOf(t, v.db).Open(t, testdb.Options{MaxConns: 4}), Config{})
+	return openVault(t, placeOf(t, v.db).open(t, 4), Config{})
 }
 
 // Issuing more tokens than one statement can carry parameters for.
@@ -356,9 +356,9 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 			assert.EqualValues(t, 1, a.SpentButPresent)
 		}},
 	}
-	for _, b := range testdb.All() {
+	for _, b := range allBackends() {
 		for _, c := range cases {
-			t.Run(b.Name+"/"+c.name, func(t *testing.T) {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) {
 				t.Parallel()
 				ctx := t.Context()
 				v := openVaults(t, b, 1, Config{})[0]
@@ -396,7 +396,7 @@ func TestAuditCatchesBrokenBooks(t *testing.T) {
 // Books kept before history recorded issues: the migration that adds the column marks
 // the rows of transactions that created tokens but spent none, and the books balance.
 func TestIssuedBackfill(t *testing.T) {
-	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+	eachBackend(t, allBackends(), func(t *testing.T, b backend) {
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{})[0]
 		issue(t, v, "alice", 10, 20, 30)
@@ -404,7 +404,7 @@ func TestIssuedBackfill(t *testing.T) {
 		require.NoError(t, pay(ctx, v, "alice", "bob", 15))
 		require.NoError(t, pay(ctx, v, "bob", "carol", 7))
 
-		file := map[bool]string{false: "sql/sqlite/tables/0002_issued.sql", true: "sql/postgres/tables/0003_issued.sql"}[b.Postgres]
+		file := map[bool]string{false: "sql/sqlite/tables/0002_issued.sql", true: "sql/postgres/tables/0003_issued.sql"}[b.postgres]
 		text, err := migrations.ReadFile(file)
 		require.NoError(t, err)
 		_, alter, ok := strings.Cut(string(text), "ALTER TABLE")
@@ -428,7 +428,7 @@ func TestIssuedBackfill(t *testing.T) {
 // statement that creates them. The queue holds only what was issued (Issue adds the
 // tokens, then their holds), and Collect deletes none of it.
 func TestPaymentsLeaveNothingToReview(t *testing.T) {
-	vs := openVaults(t, testdb.LibPQ, 1, Config{Grace: time.Millisecond})
+	vs := openVaults(t, libpqDB, 1, Config{Grace: time.Millisecond})
 	v, ctx := vs[0], t.Context()
 	issue(t, v, "erin", 4, 6)
 	queued := func() (n int) {
@@ -455,7 +455,7 @@ func TestPaymentsLeaveNothingToReview(t *testing.T) {
 // it had holder tables of its own: on such a database the locks migration moves them,
 // so owners keep their tokens and a transaction its locks, which it can still spend.
 func TestUpgradeMovesHolds(t *testing.T) {
-	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+	eachBackend(t, allBackends(), func(t *testing.T, b backend) {
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{})[0]
 		issue(t, v, "olga", 1, 2, 3)
@@ -495,7 +495,7 @@ func TestUpgradeMovesHolds(t *testing.T) {
 // on no token, and a token that goes, here deleted behind custody's back, takes its
 // lock with it, so no lock ever names a token that is not there.
 func TestLocksBelongToTheirTokens(t *testing.T) {
-	testdb.Each(t, testdb.All(), func(t *testing.T, b testdb.Backend) {
+	eachBackend(t, allBackends(), func(t *testing.T, b backend) {
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{})[0]
 		issue(t, v, "alice", 10)
@@ -521,5 +521,27 @@ func TestLocksBelongToTheirTokens(t *testing.T) {
 		var locks int
 		require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT count(*) FROM token_locks`).Scan(&locks))
 		assert.Zero(t, locks, "the deleted token's lock is still there")
+	})
+}
+
+// Open migrates with refset's migrator, in the order custody's migrations need each
+// other: its tables, the tokens set's, its locks'. A database it opened is at the
+// versions that migrator needs (Validate), a second migration runs nothing, and the
+// record holds each component.
+func TestOpenMigrates(t *testing.T) {
+	eachBackend(t, allBackends(), func(t *testing.T, b backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		m, err := v.migrator()
+		require.NoError(t, err)
+		require.NoError(t, m.Validate(ctx))
+		res, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Empty(t, res.Steps, "a second migration ran %s", res)
+		for _, c := range []string{"core", "custody-tables", "set:tokens", "custody-locks"} {
+			version, err := v.drv.SchemaSQL().Version(ctx, v.db.Reader(), c)
+			require.NoError(t, err)
+			assert.Positive(t, version, "%s recorded", c)
+		}
 	})
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // A DBA's script carries the values in its statements: each in its own literal, also
-// when one holds a quote or a question mark (a component name of ApplyFS is the
+// when one holds a quote or a question mark (a schema.Component's name is the
 // caller's).
 func TestScripts(t *testing.T) {
 	for _, c := range []struct {

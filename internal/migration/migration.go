@@ -1,0 +1,134 @@
+// Package migration is what refset's packages share about migrations, below package
+// schema's migrator: reading NNNN_name.sql files, and naming and checking a set's
+// tables. The migrator runs the files; a store reads a set's names and ID column
+// here, as the migrator does, so that NewStore and a migration describe a set
+// alike; the operators' command lists the versions a build of refset has.
+package migration
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
+)
+
+// Migration is one SQL file.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// DownSuffix ends the name of a down migration, NNNN_name.down.sql, which undoes the
+// up migration NNNN of the same folder.
+const DownSuffix = ".down.sql"
+
+// Read reads the up migrations (down false), the files NNNN_name.sql at the root of
+// fsys, at least one, or the down ones beside them, NNNN_name.down.sql, in version
+// order. Any other file is an error: a misnamed migration would otherwise never run.
+func Read(fsys fs.FS, down bool) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	seen := map[int]string{}
+	for _, e := range entries {
+		name := e.Name()
+		num, _, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 || !strings.HasSuffix(name, ".sql") {
+			return nil, fmt.Errorf("bad migration file name %s (want NNNN_name.sql or NNNN_name%s, NNNN from 1)", name, DownSuffix)
+		}
+		if strings.HasSuffix(name, DownSuffix) != down {
+			continue
+		}
+		if other, dup := seen[v]; dup {
+			return nil, fmt.Errorf("two migrations of version %d: %s and %s", v, other, name)
+		}
+		seen[v] = name
+		body, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{Version: v, Name: name, SQL: string(body)})
+	}
+	if len(ms) == 0 && !down {
+		return nil, errors.New("no migrations")
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
+
+// Dialect reads a dialect's own migrations of one kind, "core" (refset's tables) or
+// "set" (the templates of each set's tables), up or down, in version order.
+func Dialect(s refsetdriver.SchemaSQL, kind string, down bool) ([]Migration, error) {
+	sub, err := fs.Sub(s.Migrations(), kind)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := Read(sub, down)
+	if err != nil {
+		if down {
+			kind += " down"
+		}
+		return nil, fmt.Errorf("refset/schema: %s migrations for dialect %q: %w", kind, s.Name(), err)
+	}
+	return ms, nil
+}
+
+// SetTables are a set's object table, named by table (optionally schema-qualified),
+// its holds table, holdsTable or table's name + "_holds" when it is "", and its review
+// queue, table's name + "_review", both in table's schema.
+func SetTables(table, holdsTable string) (t, holds, queue sqlident.Ident, err error) {
+	if t, err = sqlident.Parse(table, true); err != nil {
+		return
+	}
+	if holdsTable == "" {
+		holdsTable = t.Name + "_holds"
+	}
+	if holds, err = t.WithName(holdsTable); err != nil {
+		return t, holds, queue, fmt.Errorf("%w (name the holds table with HoldsTable)", err)
+	}
+	if queue, err = t.WithName(t.Name + "_review"); err != nil {
+		return t, holds, queue, fmt.Errorf("%w (the review queue is named after the table; use a shorter name)", err)
+	}
+	return t, holds, queue, nil
+}
+
+// IDColumn is the ID column of the set on table, whose columns the catalog lists as
+// cols: idColumn, or the table's primary key when idColumn is "". It must be the
+// table's one-column primary key (refset.ErrSchema otherwise), since the holds
+// table's foreign key references it, and its type one a migration can write.
+func IDColumn(table sqlident.Ident, idColumn string, cols []refsetdriver.Column) (refsetdriver.Column, error) {
+	var pk []refsetdriver.Column
+	for _, c := range cols {
+		if c.Primary {
+			pk = append(pk, c)
+		}
+	}
+	if idColumn == "" {
+		if len(pk) != 1 {
+			return refsetdriver.Column{}, fmt.Errorf("refset: table %s needs a one-column primary key (has %d): %w",
+				table, len(pk), sentinel.ErrSchema)
+		}
+		idColumn = pk[0].Name
+	}
+	if _, err := sqlident.Parse(idColumn, false); err != nil {
+		return refsetdriver.Column{}, err
+	}
+	if len(pk) != 1 || pk[0].Name != idColumn {
+		return refsetdriver.Column{}, fmt.Errorf("refset: column %q of %s is not the table's one-column primary key: %w",
+			idColumn, table, sentinel.ErrSchema)
+	}
+	if err := sqlident.CheckType(pk[0].Type); err != nil {
+		return refsetdriver.Column{}, err
+	}
+	return pk[0], nil
+}
