@@ -7,9 +7,12 @@ package ledger
 
 import (
 	"context"
+	"embed"
 	"fmt"
+	"io/fs"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store"
 )
 
@@ -22,13 +25,23 @@ type Note struct {
 // ID is the note's serial.
 func (n Note) ID() string { return n.Serial }
 
-// Schema is the ledger's own tables, in SQL both databases accept. Owners hold notes
-// with ON DELETE RESTRICT: a row there keeps its note alive, and the database refuses
-// to delete a held note.
-var Schema = []string{
-	`CREATE TABLE notes (serial TEXT PRIMARY KEY, amount BIGINT NOT NULL)`,
-	`CREATE TABLE owners (note_serial TEXT NOT NULL PRIMARY KEY REFERENCES notes (serial) ON DELETE RESTRICT, owner TEXT NOT NULL)`,
-	`CREATE INDEX owners_owner ON owners (owner)`,
+// migrations are the ledger's own tables, versioned, which Migrate applies with
+// refset's.
+//
+//go:embed migrations
+var migrations embed.FS
+
+// Migrator brings db's schema to what the ledger needs: its own tables (the
+// "ledger" component), then refset's tables for the notes set.
+func Migrator(db refset.Database) (*schema.Migrator, error) {
+	files, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return schema.New(db, schema.Config{
+		Components: []schema.Component{{Name: "ledger", Migrations: files}},
+		Sets:       []schema.Set{{Table: "notes"}},
+	})
 }
 
 // Ledger is the notes of one database.
@@ -37,7 +50,7 @@ type Ledger struct {
 	Notes *refset.RefSet[Note, string]
 }
 
-// Open builds the ledger on db, whose tables exist.
+// Open builds the ledger on db, migrated by Migrator.
 func Open(ctx context.Context, db refset.Database) (*Ledger, error) {
 	s, err := store.NewStore[Note, string](ctx, db, store.Config{Table: "notes"})
 	if err != nil {

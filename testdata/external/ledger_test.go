@@ -10,29 +10,51 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
+	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// newLedger creates the ledger's tables in db and opens the ledger and its
-// collector, with a grace period short enough for a test to see a note collected.
+// newLedger migrates db and opens the ledger and its collector, with a grace period
+// short enough for a test to see a note collected.
 func newLedger(t *testing.T, db refset.Database) (*Ledger, *cleanup.Collector) {
 	t.Helper()
 	ctx := t.Context()
-	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-		for _, stmt := range Schema {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	}))
+	m, err := Migrator(db)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx, schema.DirectionUp, nil)
+	require.NoError(t, err)
 	l, err := Open(ctx, db)
 	require.NoError(t, err)
 	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "notes", Grace: 10 * time.Millisecond})
 	require.NoError(t, err)
 	return l, c
+}
+
+// TestMigrate migrates a new database: a dry run says what would run and runs
+// nothing, the migration runs it, then nothing is pending.
+func TestMigrate(t *testing.T) {
+	dbs.Each(t, func(t *testing.T, db refset.Database) {
+		ctx := t.Context()
+		m, err := Migrator(db)
+		require.NoError(t, err)
+		plan, err := m.Migrate(ctx, schema.DirectionUp, &schema.MigrateOpts{Component: "ledger", DryRun: true})
+		require.NoError(t, err)
+		assert.Contains(t, plan.SQL(), "CREATE TABLE notes")
+		_, err = Open(ctx, db)
+		assert.ErrorIs(t, err, refset.ErrSchema, "a dry run creates nothing")
+
+		ran, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Contains(t, ran.String(), "ledger 0 -> 1")
+		require.NoError(t, m.Validate(ctx))
+		again, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Empty(t, again.Steps, "a second migration has nothing to do")
+		_, err = Open(ctx, db)
+		require.NoError(t, err)
+	})
 }
 
 // TestHandOver issues notes, pays one from owner to owner (a failed payment changes

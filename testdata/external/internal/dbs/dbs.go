@@ -1,34 +1,47 @@
-// Package dbs runs a test on each database refset supports, opened with refset's
-// exported test helpers: a SQLite file, and PostgreSQL through lib/pq and pgx (on
-// the server REFSET_TEST_POSTGRES names; without it the PostgreSQL subtests skip,
-// or fail under CI=true).
+// Package dbs runs a test on each database refset supports, all opened the one way a
+// program opens its database, store.Open with a DSN: a SQLite file, and PostgreSQL
+// through lib/pq and pgx, in a schema of the test's own on the server
+// REFSET_TEST_POSTGRES names (refsettest.PostgresDSN: without the variable the
+// PostgreSQL subtests skip, or fail under CI=true).
 package dbs
 
 import (
+	"path/filepath"
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
-	"github.com/refsetdb/refset/refsettest/sqlitetest"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/store/sqlite"
 )
 
-// Each runs fn as a parallel subtest on each database, fresh and empty.
+// Each runs fn as a parallel subtest on each database, fresh and empty, closed when
+// the subtest ends.
 func Each(t *testing.T, fn func(t *testing.T, db refset.Database)) {
 	t.Helper()
 	for _, c := range []struct {
-		name string
-		open func(testing.TB) refset.Database
+		name   string
+		dsn    func(testing.TB) string
+		driver string
 	}{
-		{"sqlite", func(tb testing.TB) refset.Database { return sqlitetest.Open(tb) }},
-		{"libpq", func(tb testing.TB) refset.Database { return refsettest.Postgres(tb, postgres.Options{}) }},
-		{"pgx", func(tb testing.TB) refset.Database {
-			return refsettest.Postgres(tb, postgres.Options{Driver: postgres.DriverPgx})
-		}},
+		{"sqlite", func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "ledger.db") }, ""},
+		{"libpq", refsettest.PostgresDSN, postgres.DriverLibPQ},
+		{"pgx", refsettest.PostgresDSN, postgres.DriverPgx},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			fn(t, c.open(t))
+			db, err := store.Open(t.Context(), c.dsn(t), sqlite.Options{}, postgres.Options{Driver: c.driver})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			// Registered after PostgresDSN's drop of the schema, so it runs first.
+			t.Cleanup(func() {
+				if err := db.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
+			})
+			fn(t, db)
 		})
 	}
 }
