@@ -64,7 +64,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 		return nil, err
 	}
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
-		return nil, fmt.Errorf("refset: add %v: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("add %v", id), err)
 	}
 	s.caps.obs.Added(ctx, 1)
 	return newToken[ID](id, s), nil
@@ -84,7 +84,7 @@ func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds [
 		if err := s.store.Persist(ctx, tx, obj); err != nil {
 			return err
 		}
-		return runAll(ctx, tx, id, cmds)
+		return s.runAll(ctx, tx, id, cmds)
 	})
 }
 
@@ -117,7 +117,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	}
 	err := s.within(ctx, tx, func(tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
 	if err != nil {
-		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
+		return nil, wrapOp(fmt.Sprintf("add %d objects", len(objs)), err)
 	}
 	s.caps.obs.Added(ctx, len(objs))
 	return toks, nil
@@ -148,7 +148,7 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 		}
 		if err != nil {
-			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset: upgrade %v: %w", id, err))
+			return nil, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("upgrade %v", id), err))
 		}
 		return newToken[ID](id, s), nil
 	}
@@ -170,13 +170,13 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 	err := s.within(ctx, tx, func(tx Tx) error {
 		ok, err := s.store.Has(ctx, tx, id)
 		if err != nil {
-			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
 		}
 		if !ok {
 			return opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 		}
-		if err := runAll(ctx, tx, id, cmds); err != nil {
-			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+		if err := s.runAll(ctx, tx, id, cmds); err != nil {
+			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
 		}
 		return nil
 	})
@@ -244,7 +244,7 @@ func (s *RefSet[T, ID]) lease(ctx context.Context, op string, id ID) (Lease[T], 
 		return refsetdriver.ReadReplicaFirst(ctx, s.db, "get", false, func(q Querier) (T, error) { return s.store.Get(ctx, q, id) })
 	})
 	if err != nil {
-		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: %s %v: %w", op, id, err))
+		return Lease[T]{}, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("%s %v", op, id), err))
 	}
 	return Lease[T]{b: b}, nil
 }
@@ -258,23 +258,13 @@ func (s *RefSet[T, ID]) Cached() int { return s.cache.len() }
 // with ErrInvalidCommand for an empty holder or a negative ttl, and with ErrNotFound
 // if the object does not exist.
 func (s *RefSet[T, ID]) Hold(holder string, ttl time.Duration) Command[ID] {
-	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		if holder == "" {
-			return opError("hold", ErrInvalidCommand, fmt.Errorf("empty holder"))
-		}
-		if ttl < 0 {
-			return opError("hold", ErrInvalidCommand, fmt.Errorf("negative ttl %v", ttl))
-		}
-		return s.store.Hold(ctx, tx, id, holder, ttl)
-	})
+	return &holdCommand[T, ID]{set: s, holder: holder, ttl: ttl}
 }
 
 // Unhold returns a command that removes holder's hold on the object. It fails with
 // ErrNotFound if holder has none, so a hand-over never releases what it did not hold.
 func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
-	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		return s.store.Unhold(ctx, tx, id, holder)
-	})
+	return &unholdCommand[T, ID]{set: s, holder: holder}
 }
 
 func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
@@ -287,7 +277,7 @@ func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Co
 	if ran, err := s.pipelined(ctx, tx, id, nil, cmds); ran {
 		return err
 	}
-	return s.within(ctx, tx, func(tx Tx) error { return runAll(ctx, tx, id, cmds) })
+	return s.within(ctx, tx, func(tx Tx) error { return s.runAll(ctx, tx, id, cmds) })
 }
 
 func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(tx Tx) error) error {
@@ -295,15 +285,6 @@ func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(tx Tx) error)
 		return InTx(ctx, s.db, fn)
 	}
 	return inSavepoint(ctx, s.db, tx, fn)
-}
-
-func runAll[ID comparable](ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
-	for _, c := range cmds {
-		if err := c.Execute(ctx, tx, id); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Lease gives read access to an object of a set. Value returns the set's one
