@@ -3,8 +3,15 @@ package refset
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"time"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/txview"
 )
 
@@ -49,6 +56,12 @@ func (f CommandFunc[ID]) Execute(ctx context.Context, tx Tx, id ID) error { retu
 // command fails with ErrNotFound: releasing a reference one never held is a bug that
 // should stop the hand-over, not pass silently. Pass -1 to accept any count.
 //
+// A command that fails says which it was, as every failed command of a call does:
+// its place in the call's list (a hand-over's release and acquire commands are one
+// list, releases first) and its statement, as in "refset: complete n1: acquire
+// command 2 of 3 (UPDATE owners SET block_id = ? WHERE owner = ?): affected 0 rows, want
+// 1".
+//
 // In a transaction refset began, the statement runs prepared once it has run twice:
 // each store keeps the statements of Exec commands prepared on its connections, a
 // bounded number of them, the least recently used closed first (the stores'
@@ -91,14 +104,139 @@ func (c *execCommand[ID]) Execute(ctx context.Context, tx Tx, id ID) error {
 	if err != nil {
 		return err
 	}
-	return c.checkRows(id, n)
+	return c.checkRows(n)
 }
 
 // checkRows is the error of a run that affected n rows, or nil if that is what the
 // command wants.
-func (c *execCommand[ID]) checkRows(id ID, n int64) error {
+func (c *execCommand[ID]) checkRows(n int64) error {
 	if c.wantRows >= 0 && n != c.wantRows {
-		return opError(fmt.Sprintf("command for %v affected %d rows, want %d", id, n, c.wantRows), ErrNotFound, nil)
+		return &rowsError{n: n, want: c.wantRows}
+	}
+	return nil
+}
+
+func (c *execCommand[ID]) describe() string { return brief(c.query) }
+
+// rowsError is the error of an Exec command whose statement affected another number
+// of rows than it wants: ErrNotFound, since the rows it meant were not there (a
+// reference it releases was never held). Its message says the counts; the command's
+// place and statement come before it (commandError).
+type rowsError struct{ n, want int64 }
+
+func (e *rowsError) Error() string {
+	return fmt.Sprintf("affected %d rows, want %d", e.n, e.want)
+}
+
+func (e *rowsError) Is(target error) bool { return target == ErrNotFound }
+
+// holdCommand is the Command of RefSet.Hold.
+type holdCommand[T Identifiable[ID], ID comparable] struct {
+	set    *RefSet[T, ID]
+	holder string
+	ttl    time.Duration
+}
+
+func (c *holdCommand[T, ID]) Execute(ctx context.Context, tx Tx, id ID) error {
+	if c.holder == "" {
+		return opError("hold", ErrInvalidCommand, errors.New("empty holder"))
+	}
+	if c.ttl < 0 {
+		return opError("hold", ErrInvalidCommand, fmt.Errorf("negative ttl %v", c.ttl))
+	}
+	return c.set.store.Hold(ctx, tx, id, c.holder, c.ttl)
+}
+
+func (c *holdCommand[T, ID]) describe() string { return fmt.Sprintf("hold by %q", c.holder) }
+
+// unholdCommand is the Command of RefSet.Unhold.
+type unholdCommand[T Identifiable[ID], ID comparable] struct {
+	set    *RefSet[T, ID]
+	holder string
+}
+
+func (c *unholdCommand[T, ID]) Execute(ctx context.Context, tx Tx, id ID) error {
+	return c.set.store.Unhold(ctx, tx, id, c.holder)
+}
+
+func (c *unholdCommand[T, ID]) describe() string { return fmt.Sprintf("unhold by %q", c.holder) }
+
+// sided is a command of a hand-over, recorded by Release or Acquire, which side says.
+type sided[ID comparable] struct {
+	Command[ID]
+	side string // "release" or "acquire"
+}
+
+// bare is c without the side a hand-over recorded it with.
+func bare[ID comparable](c Command[ID]) Command[ID] {
+	if s, ok := c.(sided[ID]); ok {
+		return s.Command
+	}
+	return c
+}
+
+// describer is a Command refset made, which says what it is.
+type describer interface{ describe() string }
+
+// commandError is err, the error of cmds[i], saying which command it was: its place
+// in the list, its side of a hand-over, and what it is (an Exec command's statement,
+// a hold, a func's name).
+func commandError[ID comparable](cmds []Command[ID], i int, err error) error {
+	c, side := cmds[i], ""
+	if s, ok := c.(sided[ID]); ok {
+		c, side = s.Command, s.side+" "
+	}
+	var what string
+	switch c := c.(type) {
+	case describer:
+		what = c.describe()
+	case CommandFunc[ID]:
+		what = "func " + funcName(c)
+	default:
+		what = fmt.Sprintf("%T", c)
+	}
+	return sentinel.Wrap("", fmt.Sprintf("%scommand %d of %d (%s)", side, i+1, len(cmds), what), err)
+}
+
+// funcName is the name of f's function as the runtime knows it, without its
+// package's path: "main.release", "main.main.func1" for a function literal.
+func funcName(f any) string {
+	fn := runtime.FuncForPC(reflect.ValueOf(f).Pointer())
+	if fn == nil {
+		return "?"
+	}
+	name := fn.Name()
+	return name[strings.LastIndexByte(name, '/')+1:]
+}
+
+// maxBrief is how much of a statement a command's error quotes.
+const maxBrief = 120
+
+// brief is query on one line, its spaces collapsed, and cut in the middle, between
+// words, when long: enough to find the command in one's code.
+func brief(query string) string {
+	q := strings.Join(strings.Fields(query), " ")
+	if len(q) <= maxBrief {
+		return q
+	}
+	head, tail := q[:maxBrief*2/3], q[len(q)-maxBrief/3:]
+	if i := strings.LastIndexByte(head, ' '); i > 0 {
+		head = head[:i]
+	}
+	if i := strings.IndexByte(tail, ' '); i >= 0 {
+		tail = tail[i+1:]
+	}
+	return head + " ... " + tail
+}
+
+// runAll runs cmds for id in tx, in order, and stops at the first that fails: its
+// error, translated if a driver's (a row's Scan in a CommandFunc) and saying whether
+// the context's deadline or a cancel cut it short, names the command.
+func (s *RefSet[T, ID]) runAll(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
+	for i, c := range cmds {
+		if err := c.Execute(ctx, tx, id); err != nil {
+			return commandError(cmds, i, ctxerr.Wrap(ctx, s.db.TranslateError(err, "")))
+		}
 	}
 	return nil
 }

@@ -177,4 +177,25 @@
 // ErrReferenced, ErrConstraint, ErrSchema, ErrStatement. What passes and may be
 // retried: ErrConflict (already retried by refset where it began the transaction),
 // ErrUnavailable, ErrTimeout. And ErrClosed.
+//
+// A mistake in one's SQL gets the same sentinel on every store and driver, wherever
+// refset runs the statement (an Exec command, pipelined or not, a Command's or an
+// InTx function's own statement, the store's own statement on a table that changed):
+// a table, column or function the database does not have is ErrSchema; a syntax
+// error, a wrong number of arguments or a value of the wrong type ErrStatement; NOT
+// NULL and CHECK ErrConstraint; a unique key ErrDuplicate; a reference to a missing
+// row ErrNotFound. Where a database cannot tell (SQLite stores text in an INTEGER
+// column of a table that is not STRICT, and reads a double-quoted name that names no
+// column as a string), the statement runs.
+//
+// A message says each thing once, from the outermost call in: the call and its
+// object, then, for a failed command, which it was (its place in the call's list of
+// commands, the side of a hand-over, its statement or what it is), then what failed,
+// as in "refset: complete n1: acquire command 2 of 3 (UPDATE owners SET block_id = ?
+// WHERE owner = ?): affected 0 rows, want 1". A driver's own words for its machinery (pgx's
+// "error preprocessing batch") are left out; its error stays reachable with errors.As.
+// A statement cut short by its context says whether the deadline ("statement
+// interrupted (context deadline exceeded)") or a cancel did it, and matches that
+// context error alone, whatever words the driver used (lib/pq reports both as the
+// server's "canceling statement due to user request").
 package refset

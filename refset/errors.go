@@ -2,7 +2,6 @@ package refset
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/refsetdb/refset/internal/sentinel"
 )
@@ -50,7 +49,8 @@ var (
 	ErrInvalidIdentifier = sentinel.ErrInvalidIdentifier
 
 	// ErrSchema: the Go type and the table do not match (a missing column, a missing
-	// primary key, an unsupported field type).
+	// primary key, an unsupported field type), or a statement names a table, column
+	// or function the database does not have.
 	ErrSchema = sentinel.ErrSchema
 
 	// ErrConflict: the database aborted the transaction to keep concurrent ones apart
@@ -89,8 +89,9 @@ var (
 	ErrInvalidConfig = sentinel.ErrInvalidConfig
 
 	// ErrStatement: the database refused a statement for a reason no other sentinel
-	// names: a syntax error, a value of the wrong type, an exception raised by a
-	// trigger. It is almost always a caller's own SQL; the driver's error says what.
+	// names: a syntax error, a wrong number of arguments, a value of the wrong type,
+	// an exception raised by a trigger. It is almost always a caller's own SQL; the
+	// driver's error says what.
 	ErrStatement = sentinel.ErrStatement
 
 	// ErrInUnitOfWork: a call made with the context of a unit of work (the ctx InTx
@@ -114,13 +115,11 @@ func IsSentinel(err error) bool {
 	return false
 }
 
-// opError wraps a sentinel and the underlying cause in one error that matches both.
-func opError(op string, sentinel, cause error) error {
-	if cause == nil {
-		return fmt.Errorf("refset: %s: %w", op, sentinel)
-	}
-	if errors.Is(cause, sentinel) {
-		return fmt.Errorf("refset: %s: %w", op, cause)
-	}
-	return fmt.Errorf("refset: %s: %w: %w", op, sentinel, cause)
-}
+// opError wraps a sentinel and the underlying cause in one error that matches both,
+// saying each once (see package sentinel): the sentinel's text is left out when the
+// cause matches it already, and the cause's own refset prefix is dropped.
+func opError(op string, s, cause error) error { return sentinel.New("refset", op, s, cause) }
+
+// wrapOp is err from inside op ("complete n1"), said once: "refset: complete n1: "
+// before err's message, without the refset prefix that message starts with.
+func wrapOp(op string, err error) error { return sentinel.Wrap("refset", op, err) }

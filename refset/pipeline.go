@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -35,7 +36,7 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 	execs := make([]*execCommand[ID], 0, len(cmds)+1)
 	stmts := make([]refsetdriver.Statement, 0, len(cmds)+1)
 	for _, c := range cmds {
-		e, isExec := c.(*execCommand[ID])
+		e, isExec := bare(c).(*execCommand[ID])
 		if !isExec {
 			return false, nil
 		}
@@ -46,7 +47,9 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 		execs = append(execs, e)
 		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0})
 	}
+	first := 0 // where the commands' statements start
 	if lead != nil {
+		first = 1
 		execs = append([]*execCommand[ID]{nil}, execs...)
 		stmts = append([]refsetdriver.Statement{lead()}, stmts...)
 	}
@@ -59,22 +62,37 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 		err := s.caps.pipe.RunPipeline(ctx, stmts, func(i int, rows int64, err error) error {
 			dblog.Slow(ctx, s.caps.log, s.caps.slow, stmts[i].Query, start)
 			if execs[i] == nil { // the store's own statement, an insert: as Persist
-				if err != nil {
-					return db.TranslateError(err, stmts[i].Query)
+				if err == nil {
+					return nil
 				}
-				return nil
+				err = ctxerr.Wrap(ctx, db.TranslateError(err, stmts[i].Query))
+				if IsSentinel(err) || isContextError(err) {
+					return err
+				}
+				// Written for the table as it was when the store was built.
+				return opError("", ErrSchema, err)
 			}
 			if err != nil {
-				return translateStatement(db, err, stmts[i].Query)
+				// The statement's context is known here: the error says whether its
+				// deadline or a cancel cut the statement short.
+				err = ctxerr.Wrap(ctx, translateStatement(db, err, stmts[i].Query))
+			} else {
+				err = execs[i].checkRows(rows)
 			}
-			return execs[i].checkRows(id, rows)
+			if err != nil {
+				return commandError(cmds, i-first, err)
+			}
+			return nil
 		})
 		var txErr *refsetdriver.PipelineError
 		if errors.As(err, &txErr) {
 			if txErr.Query == "COMMIT" {
 				return commitError(db, txErr.Err)
 			}
-			return db.TranslateError(txErr.Err, txErr.Query)
+			// BEGIN, or the batch that carries it: a driver that encodes every
+			// statement's arguments before it sends any (pgx's simple protocol) fails
+			// there for a value it cannot send, a statement's mistake.
+			return translateStatement(db, txErr.Err, txErr.Query)
 		}
 		return err
 	})

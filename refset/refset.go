@@ -68,7 +68,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 	}
 	tx = s.joined(ctx, tx)
 	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
-		return nil, fmt.Errorf("refset: add %v: %w", id, err)
+		return nil, wrapOp(fmt.Sprintf("add %v", id), err)
 	}
 	s.caps.obs.Added(ctx, 1)
 	return newToken[ID](id, s), nil
@@ -88,7 +88,7 @@ func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds [
 		if err := s.store.Persist(ctx, tx, obj); err != nil {
 			return err
 		}
-		return runAll(ctx, tx, id, cmds)
+		return s.runAll(ctx, tx, id, cmds)
 	})
 }
 
@@ -121,7 +121,7 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	}
 	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
 	if err != nil {
-		return nil, fmt.Errorf("refset: add %d objects: %w", len(objs), err)
+		return nil, wrapOp(fmt.Sprintf("add %d objects", len(objs)), err)
 	}
 	s.caps.obs.Added(ctx, len(objs))
 	return toks, nil
@@ -152,7 +152,7 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 		}
 		if err != nil {
-			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset: upgrade %v: %w", id, err))
+			return nil, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("upgrade %v", id), err))
 		}
 		return newToken[ID](id, s), nil
 	}
@@ -174,13 +174,13 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error {
 		ok, err := s.store.Has(ctx, tx, id)
 		if err != nil {
-			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
 		}
 		if !ok {
 			return opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
 		}
-		if err := runAll(ctx, tx, id, cmds); err != nil {
-			return fmt.Errorf("refset: upgrade %v: %w", id, err)
+		if err := s.runAll(ctx, tx, id, cmds); err != nil {
+			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
 		}
 		return nil
 	})
@@ -284,7 +284,7 @@ func (s *RefSet[T, ID]) lease(ctx context.Context, op string, id ID) (Lease[T], 
 		b, err = s.cache.get(ctx, id, read)
 	}
 	if err != nil {
-		return Lease[T]{}, ctxerr.Wrap(ctx, fmt.Errorf("refset: %s %v: %w", op, id, err))
+		return Lease[T]{}, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("%s %v", op, id), err))
 	}
 	return Lease[T]{b: b}, nil
 }
@@ -323,23 +323,13 @@ func (s *RefSet[T, ID]) Cached() int { return s.cache.len() }
 // with ErrInvalidCommand for an empty holder or a negative ttl, and with ErrNotFound
 // if the object does not exist.
 func (s *RefSet[T, ID]) Hold(holder string, ttl time.Duration) Command[ID] {
-	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		if holder == "" {
-			return opError("hold", ErrInvalidCommand, fmt.Errorf("empty holder"))
-		}
-		if ttl < 0 {
-			return opError("hold", ErrInvalidCommand, fmt.Errorf("negative ttl %v", ttl))
-		}
-		return s.store.Hold(ctx, tx, id, holder, ttl)
-	})
+	return &holdCommand[T, ID]{set: s, holder: holder, ttl: ttl}
 }
 
 // Unhold returns a command that removes holder's hold on the object. It fails with
 // ErrNotFound if holder has none, so a hand-over never releases what it did not hold.
 func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
-	return CommandFunc[ID](func(ctx context.Context, tx Tx, id ID) error {
-		return s.store.Unhold(ctx, tx, id, holder)
-	})
+	return &unholdCommand[T, ID]{set: s, holder: holder}
 }
 
 func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
@@ -353,7 +343,7 @@ func (s *RefSet[T, ID]) runCommands(ctx context.Context, tx Tx, id ID, cmds []Co
 	if ran, err := s.pipelined(ctx, tx, id, nil, cmds); ran {
 		return err
 	}
-	return s.within(ctx, tx, func(ctx context.Context, tx Tx) error { return runAll(ctx, tx, id, cmds) })
+	return s.within(ctx, tx, func(ctx context.Context, tx Tx) error { return s.runAll(ctx, tx, id, cmds) })
 }
 
 // joined is the transaction a call runs in: tx, the caller's, when it gave one;
@@ -373,15 +363,6 @@ func (s *RefSet[T, ID]) within(ctx context.Context, tx Tx, fn func(ctx context.C
 		return InTx(ctx, s.db, fn)
 	}
 	return inSavepoint(ctx, s.db, tx, fn)
-}
-
-func runAll[ID comparable](ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error {
-	for _, c := range cmds {
-		if err := c.Execute(ctx, tx, id); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Lease gives read access to an object of a set. Value returns the set's one

@@ -87,13 +87,17 @@ func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
 }
 
 // next takes the step and returns what the next one carries: the commands recorded
-// so far, then cmds.
+// so far, then cmds, each marked with op, the side of the hand-over it is on, for
+// its errors.
 func (h *hand[ID]) next(op string, from, to step, cmds []Command[ID]) (*hand[ID], error) {
 	if err := h.take(op, from, to, cmds); err != nil {
 		return nil, err
 	}
-	all := make([]Command[ID], 0, len(h.cmds)+len(cmds))
-	return &hand[ID]{ref[ID]{id: h.id, set: h.set, lin: h.lin, cmds: append(append(all, h.cmds...), cmds...)}}, nil
+	all := append(make([]Command[ID], 0, len(h.cmds)+len(cmds)), h.cmds...)
+	for _, c := range cmds {
+		all = append(all, sided[ID]{Command: c, side: op})
+	}
+	return &hand[ID]{ref[ID]{id: h.id, set: h.set, lin: h.lin, cmds: all}}, nil
 }
 
 // RefToken is a reference to an object known to be in a set when the token was made.
@@ -174,7 +178,7 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 	err := a.set.runCommands(ctx, tx, a.id, a.cmds)
 	a.set.observer().HandedOver(ctx, time.Since(start), err)
 	if err != nil {
-		return nil, fmt.Errorf("refset: complete %v: %w", a.id, err)
+		return nil, wrapOp(fmt.Sprintf("complete %v", a.id), err)
 	}
 	done = true
 	a.lin.advance(stepCompleting, stepDone)

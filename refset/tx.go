@@ -202,7 +202,7 @@ func translateStatement(db Database, err error, query string) error {
 	if IsSentinel(err) || isContextError(err) {
 		return err
 	}
-	return opError("statement", ErrStatement, err)
+	return opError("", ErrStatement, err)
 }
 
 // refusedOr is the error a unit of work ends with: the statement view refused, if

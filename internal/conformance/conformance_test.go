@@ -185,6 +185,9 @@ var suiteTests = []suiteTest{
 	{promisesSuite, "ContextErrors", testContextErrors},
 	{promisesSuite, "ErrorsMatchSentinels", testErrorsMatchSentinels},
 	{promisesSuite, "Placeholders", testPlaceholders},
+	{promisesSuite, "SameMistakeSameSentinel", testSameMistakeSameSentinel},
+	{promisesSuite, "FailedCommandSaysWhich", testFailedCommandSaysWhich},
+	{promisesSuite, "MessagesSayEachThingOnce", testMessagesSayEachThingOnce},
 }
 
 // runSuite runs the tests of suite s as parallel subtests of a parallel subtest per

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -406,19 +407,20 @@ func testContextErrors(t *testing.T, h harness) {
 		t.Run(c.name+"/cancelled before", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			require.ErrorIs(t, c.call(ctx), context.Canceled)
+			saysWhichEnded(t, c.call(ctx), context.Canceled)
 		})
 		t.Run(c.name+"/deadline during a statement", func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
-			err := c.call(ctx, slow)
-			require.ErrorIs(t, err, context.DeadlineExceeded, "the driver's report of a statement cut short by the deadline matches the context's error: %v", err)
+			// The driver's report of a statement cut short by the deadline (lib/pq's
+			// 57014 "canceling statement due to user request") says deadline, and
+			// matches the context's error and no other.
+			saysWhichEnded(t, c.call(ctx, slow), context.DeadlineExceeded)
 		})
 		t.Run(c.name+"/cancelled during a statement", func(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			time.AfterFunc(300*time.Millisecond, cancel)
-			err := c.call(ctx, slow)
-			require.ErrorIs(t, err, context.Canceled, "%v", err)
+			saysWhichEnded(t, c.call(ctx, slow), context.Canceled)
 		})
 	}
 	cancelled, cancel := context.WithCancel(t.Context())
@@ -428,6 +430,24 @@ func testContextErrors(t *testing.T, h harness) {
 	assert.Equal(t, 1, e.count(t, "blocks", ""), "nothing was added")
 	assert.Equal(t, 0, e.count(t, "heads", ""))
 	e.stillWritable(t, "a")
+}
+
+// saysWhichEnded checks err, the error of a call whose context ended with want
+// (context.Canceled or context.DeadlineExceeded): it matches want and not the other,
+// says which ("deadline", and no cancel then; "canceled"), and says it once.
+func saysWhichEnded(t *testing.T, err error, want error) {
+	t.Helper()
+	require.ErrorIs(t, err, want, "%v", err)
+	msg := err.Error()
+	if want == context.DeadlineExceeded {
+		assert.NotErrorIs(t, err, context.Canceled, "a deadline is no cancel: %v", err)
+		assert.Contains(t, msg, "deadline")
+		assert.NotContains(t, strings.ToLower(msg), "cancel", "a deadline is not called a cancel")
+	} else {
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "a cancel is no deadline: %v", err)
+		assert.Contains(t, msg, "canceled")
+	}
+	assertSaidOnce(t, err)
 }
 
 // testErrorsMatchSentinels induces the failures a caller meets without a broken

@@ -41,6 +41,9 @@ type Config struct {
 	Begin func(ctx context.Context) (*sqlx.Tx, error)
 	// Release closes the pools the database owns; nil: it owns none.
 	Release func() error
+	// CheckArgs, if not nil, refuses a statement of a transaction Begin began whose
+	// arguments the driver would not all bind (see sqlstore.Tx).
+	CheckArgs func(query string, args []any) error
 }
 
 // New returns the Engine of a store's database.
@@ -77,7 +80,7 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	if err != nil {
 		return nil, e.c.DB.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(tx, e.c.DB, e.c.Statements), nil
+	return sqlstore.NewTx(tx, e.c.DB, e.c.Statements, e.c.CheckArgs), nil
 }
 
 // Closed reports whether Close was called.

@@ -2,9 +2,11 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/refsetdb/refset/internal/migration"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
@@ -36,7 +38,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	}
 	cols, err := d.Columns(ctx, db.Reader(), table)
 	if err != nil {
-		return nil, fmt.Errorf("refset: reading the columns of %s: %w", table, db.TranslateError(err, ""))
+		return nil, sentinel.Wrap("refset", fmt.Sprintf("reading the columns of %s", table), db.TranslateError(err, ""))
 	}
 	t, err := Resolve[T, ID](table, cfg.IDColumn, cols)
 	if err != nil {
@@ -49,14 +51,17 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	}
 	if d.ExternalMigrations() {
 		if err := m.Validate(ctx); err != nil {
-			return nil, fmt.Errorf("refset: checking the schema of %s: %w", table, db.TranslateError(err, ""))
+			return nil, sentinel.Wrap("refset", fmt.Sprintf("checking the schema of %s", table), db.TranslateError(err, ""))
 		}
 	} else if _, err := m.Migrate(ctx, schema.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("refset: creating the holds table of %s: %w", table, err)
+		return nil, sentinel.Wrap("refset", fmt.Sprintf("creating the holds table of %s", table), err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
 }
 
-// Translated reports whether err already carries a refset sentinel, so a store does
-// not translate (and prefix) it twice.
-func Translated(err error) bool { return refset.IsSentinel(err) }
+// Translated reports whether err already carries a refset sentinel or the context's
+// error, so a store does not translate (and prefix) it twice: translating is then
+// the same whether it is done once or again by each layer an error passes.
+func Translated(err error) bool {
+	return refset.IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

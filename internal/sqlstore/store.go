@@ -10,6 +10,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/migration"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
@@ -120,7 +121,7 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 			for _, st := range writes {
 				st.Close()
 			}
-			return fmt.Errorf("refset: preparing the statements of %s: %w", s.table.Name, s.db.TranslateError(err, query))
+			return sentinel.Wrap("refset", fmt.Sprintf("preparing the statements of %s", s.table.Name), s.db.TranslateError(err, query))
 		}
 		writes[query] = st
 	}
@@ -213,7 +214,7 @@ func (s *Store[T, ID]) Table() Table { return s.table }
 // Persist inserts obj.
 func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) error {
 	if _, err := s.exec(ctx, q, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
-		return s.db.TranslateError(err, s.stmt.Insert)
+		return s.failed(err, s.stmt.Insert)
 	}
 	return nil
 }
@@ -243,7 +244,7 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 			args = append(args, s.table.Mapping.Values(reflect.ValueOf(o))...)
 		}
 		if _, err := s.exec(ctx, q, stmt, args...); err != nil {
-			return s.db.TranslateError(err, stmt)
+			return s.failed(err, stmt)
 		}
 	}
 	return nil
@@ -260,13 +261,13 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 	case errors.As(err, &failed):
 		if err = s.db.TranslateError(failed.err, s.stmt.Select); !refset.IsSentinel(err) {
 			// database/sql could not convert a stored value to the field's type.
-			err = fmt.Errorf("refset: reading %s %v: %w: %w", s.table.Name, id, refset.ErrSchema, err)
+			err = sentinel.New("refset", fmt.Sprintf("reading %s %v", s.table.Name, id), refset.ErrSchema, err)
 		}
 		return obj, err
 	case err != nil:
-		return obj, s.db.TranslateError(err, s.stmt.Select)
+		return obj, s.failed(err, s.stmt.Select)
 	case !found:
-		return obj, fmt.Errorf("refset: %s %v: %w", s.table.Name, id, refset.ErrNotFound)
+		return obj, sentinel.New("refset", fmt.Sprintf("%s %v", s.table.Name, id), refset.ErrNotFound, nil)
 	}
 	return obj, nil
 }
@@ -274,7 +275,21 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 // Has reports whether an object with that ID is stored.
 func (s *Store[T, ID]) Has(ctx context.Context, q refset.Querier, id ID) (bool, error) {
 	found, err := s.readRow(ctx, q, s.stmt.Exists, []any{refset.Arg(id)}, nil)
-	return found, s.db.TranslateError(err, s.stmt.Exists)
+	if err != nil {
+		return false, s.failed(err, s.stmt.Exists)
+	}
+	return found, nil
+}
+
+// failed is the error of the store's own statement query, which failed with err:
+// translated, and ErrSchema when no sentinel names it (a value the driver could not
+// encode for a column whose type changed since the store was built): the store's
+// statements were written for its table as it was.
+func (s *Store[T, ID]) failed(err error, query string) error {
+	if err = s.db.TranslateError(err, query); err == nil || Translated(err) {
+		return err
+	}
+	return sentinel.New("refset", "", refset.ErrSchema, err)
 }
 
 // scanError is a row that was found but could not be scanned.
@@ -328,7 +343,7 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 		ms = 1 // a positive ttl under a millisecond still expires
 	}
 	if _, err := s.exec(ctx, q, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
-		return fmt.Errorf("refset: hold %v for %q: %w", id, holder, s.db.TranslateError(err, s.stmt.Hold))
+		return sentinel.Wrap("refset", fmt.Sprintf("hold %v for %q", id, holder), s.failed(err, s.stmt.Hold))
 	}
 	return nil
 }
@@ -337,14 +352,14 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 func (s *Store[T, ID]) Unhold(ctx context.Context, q refset.Querier, id ID, holder string) error {
 	res, err := s.exec(ctx, q, s.stmt.Unhold, holder, refset.Arg(id))
 	if err != nil {
-		return s.db.TranslateError(err, s.stmt.Unhold)
+		return s.failed(err, s.stmt.Unhold)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return s.db.TranslateError(err, s.stmt.Unhold)
+		return s.failed(err, s.stmt.Unhold)
 	}
 	if n == 0 {
-		return fmt.Errorf("refset: unhold %v: %q holds no such object: %w", id, holder, refset.ErrNotFound)
+		return sentinel.New("refset", fmt.Sprintf("unhold %v", id), refset.ErrNotFound, fmt.Errorf("%q holds no such object", holder))
 	}
 	return nil
 }

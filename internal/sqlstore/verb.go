@@ -1,8 +1,7 @@
 package sqlstore
 
 import (
-	"fmt"
-
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 )
@@ -21,12 +20,13 @@ import (
 // referenced row, which SQLite does not tell apart; refset's objects are immutable, so
 // the write is taken to be the reference. Anything else (a COMMIT of a deferred
 // constraint, a statement sqltext.Verb cannot read) is a plain refset.ErrConstraint.
-func ForeignKeyError(err error, query string) error {
+// prefix starts the message ("refset/sqlite").
+func ForeignKeyError(prefix string, err error, query string) error {
 	switch sqltext.Verb(query) {
 	case "DELETE":
-		return fmt.Errorf("refset: %w: %w", refset.ErrReferenced, err)
+		return sentinel.New(prefix, "", refset.ErrReferenced, err)
 	case "INSERT", "REPLACE", "UPDATE":
-		return fmt.Errorf("refset: %w: %w", refset.ErrNotFound, err)
+		return sentinel.New(prefix, "", refset.ErrNotFound, err)
 	}
-	return fmt.Errorf("refset: %w: %w", refset.ErrConstraint, err)
+	return sentinel.New(prefix, "", refset.ErrConstraint, err)
 }

@@ -27,7 +27,7 @@ func TestForeignKeyErrorByVerb(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
-			err := ForeignKeyError(driverErr, tc.query)
+			err := ForeignKeyError("refset/sqlite", driverErr, tc.query)
 			assert.ErrorIs(t, err, tc.want)
 			assert.ErrorIs(t, err, driverErr, "the driver's error stays reachable")
 		})

@@ -116,3 +116,74 @@ func Dollar(query string) string {
 func isNumbered(tok token) bool {
 	return tok.kind == other && len(tok.text) > 1 && tok.text[0] == '$'
 }
+
+// SQLiteParams is how many arguments SQLite binds for query: for each statement in
+// it, SQLite's count of its parameters (the largest index: ? takes the next one,
+// ?NNN is NNN, and :name, @name and $name take the next one where the name first
+// appears), summed, since go-sqlite3 runs a query's statements in turn, each with the
+// arguments left after those of the statements before it. A ? in a literal, a quoted
+// name or a comment is none.
+func SQLiteParams(query string) int {
+	l := lexer{src: query}
+	total, largest, depth, words := 0, 0, 0, 0
+	names := map[string]int{}
+	for {
+		tok := l.next()
+		switch tok.kind {
+		case end:
+			return total + largest
+		case ';':
+			if depth == 0 {
+				total, largest, words = total+largest, 0, 0
+				clear(names)
+			}
+		case word:
+			words++
+			switch w := strings.ToUpper(tok.text); {
+			case (w == "BEGIN" && words > 1) || w == "CASE":
+				depth++
+			case w == "END":
+				depth = max(depth-1, 0)
+			}
+		case other:
+			switch name := l.paramName(tok); {
+			case tok.text == "?":
+				digits := l.run(isDigit)
+				if n, err := strconv.Atoi(digits); err == nil {
+					largest = max(largest, n)
+				} else {
+					largest++
+				}
+			case name == "":
+			case names[name] == 0:
+				largest++
+				names[name] = largest
+			}
+		}
+	}
+}
+
+// paramName is the name of the SQLite parameter tok starts (":a", "@a", "$a"), read
+// past, or "" if tok starts none.
+func (l *lexer) paramName(tok token) string {
+	switch {
+	case tok.text == ":" || tok.text == "@" || tok.text == "$":
+		if name := l.run(isParamPart); name != "" {
+			return tok.text + name
+		}
+	case isNumbered(tok): // $1 is a name to SQLite
+		return tok.text + l.run(isParamPart)
+	}
+	return ""
+}
+
+// run reads the bytes from l.pos for which ok holds and returns them.
+func (l *lexer) run(ok func(byte) bool) string {
+	start := l.pos
+	for l.pos < len(l.src) && ok(l.src[l.pos]) {
+		l.pos++
+	}
+	return l.src[start:l.pos]
+}
+
+func isParamPart(c byte) bool { return isWordStart(c) || isDigit(c) }

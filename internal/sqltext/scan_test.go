@@ -128,3 +128,13 @@ func FuzzDollar(f *testing.F) {
 		}
 	})
 }
+
+// TestSQLiteParams: the arguments SQLite binds for a query, as its own count of each
+// statement's parameters says (store/sqlite's TestArgumentCountChecked runs them).
+func TestSQLiteParams(t *testing.T) {
+	for _, tc := range SQLiteParamCases {
+		if got := SQLiteParams(tc.Query); got != tc.Want {
+			t.Errorf("SQLiteParams(%q) = %d, want %d", tc.Query, got, tc.Want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -154,7 +155,9 @@ func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sq
 }
 
 // run runs query through send unless it would end the transaction, logs it when
-// slow, and translates its error.
+// slow, and translates its error, which says whether the context's deadline or a
+// cancel cut the statement short, if one did: the statement's context is known here,
+// and not where its error is translated.
 func run[R any](ctx context.Context, v *View, query string, send func() (R, error)) (R, error) {
 	var none R
 	if err := v.check(query); err != nil {
@@ -164,7 +167,7 @@ func run[R any](ctx context.Context, v *View, query string, send func() (R, erro
 	res, err := send()
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	if err != nil {
-		return none, v.Translate(err, query)
+		return none, ctxerr.Wrap(ctx, v.Translate(err, query))
 	}
 	return res, nil
 }

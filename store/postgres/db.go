@@ -15,6 +15,7 @@ import (
 	"github.com/lib/pq" // registers the "postgres" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
@@ -258,10 +259,10 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	}
 	driverName, err := driverOf(pool)
 	if err != nil {
-		return nil, fmt.Errorf("refset/postgres: new: %w", err)
+		return nil, sentinel.Wrap(msgPrefix, "new", err)
 	}
 	if err := pool.PingContext(ctx); err != nil {
-		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
 	if opts.Unprepared {
 		if err := checkOneRoundTrip(ctx, pool, driverName); err != nil {
@@ -271,7 +272,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
 	if opts.Replica != nil {
 		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
-			return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open the replica: %w", err))
+			return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open the replica", err))
 		}
 	}
 	if driverName == DriverLibPQ && !opts.Unprepared {
@@ -317,7 +318,7 @@ func checkOneRoundTrip(ctx context.Context, pool *sql.DB, driverName string) err
 	}
 	fix, err := check(ctx, pool)
 	if err != nil {
-		return ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: open: %w", openError(err)))
+		return ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
 	if fix != "" {
 		return fmt.Errorf("refset/postgres: new: %w: Options.Unprepared needs every statement sent in one round trip "+
@@ -375,7 +376,7 @@ func openError(err error) error {
 	if err = translateError(err, ""); sqlstore.Translated(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
+	return sentinel.New("", "", refset.ErrInvalidConfig, err)
 }
 
 // Pool is the connection pool; use it for your own queries too. On a DB that was not

@@ -1,15 +1,17 @@
 package postgres
 
 import (
-	"context"
 	"errors"
-	"fmt"
+	"reflect"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 
+	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
@@ -25,15 +27,21 @@ func (db *DB) TranslateError(err error, query string) error {
 }
 
 func translateError(err error, query string) error {
+	if pgconn.Timeout(err) && driversOwn(err) {
+		// pgx's word for a statement its context cut short ("timeout: context
+		// deadline exceeded"): said as every driver's is.
+		return sentinel.Wrap(msgPrefix, "", ctxerr.Interrupted(err))
+	}
 	if err == nil || sqlstore.Translated(err) {
 		return err
 	}
+	err = batchError(err)
 	var se sqlStater
 	if !errors.As(err, &se) || len(se.SQLState()) != 5 {
-		return sqlstore.TranslateConnError(err, "refset/postgres")
+		return sqlstore.TranslateConnError(err, msgPrefix)
 	}
 	code := se.SQLState()
-	wrap := func(sentinel error) error { return fmt.Errorf("refset/postgres: %w: %w", sentinel, err) }
+	wrap := func(s error) error { return sentinel.New(msgPrefix, "", s, err) }
 	switch code {
 	case codeUniqueViolation:
 		return wrap(refset.ErrDuplicate)
@@ -48,20 +56,29 @@ func translateError(err error, query string) error {
 		case strings.Contains(detail, "is not present"):
 			return wrap(refset.ErrNotFound)
 		}
-		return sqlstore.ForeignKeyError(err, query)
+		return sqlstore.ForeignKeyError(msgPrefix, err, query)
 	case codeSerializationFailure, codeDeadlockDetected:
 		return wrap(refset.ErrConflict)
 	case codeLockNotAvailable, codeIdleInTransactionTimeout, codeIdleSessionTimeout:
 		return wrap(refset.ErrTimeout)
 	case codeQueryCanceled:
 		// By the server's statement_timeout, or on request: the driver's, when the
-		// statement's context ended (refset then adds the context's own error), or an
-		// operator's pg_cancel_backend.
+		// statement's context ended (refset then learns from the context whether its
+		// deadline or a cancel did it), or an operator's pg_cancel_backend.
 		if strings.Contains(err.Error(), "statement timeout") {
 			return wrap(refset.ErrTimeout)
 		}
-		return fmt.Errorf("refset/postgres: statement cancelled: %w: %w", context.Canceled, err)
+		return sentinel.Wrap(msgPrefix, "", ctxerr.Interrupted(err))
 	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow, codeDatabaseDropped:
+		return wrap(refset.ErrUnavailable)
+	case codeProtocolViolation:
+		// A statement given another number of arguments than it has parameters, as
+		// the server sees it when the driver sends them unprepared (lib/pq with
+		// binary_parameters): the statement's mistake, as when it is prepared. Any
+		// other violation (a pooler's refusal) is the connection's.
+		if strings.Contains(err.Error(), "bind message supplies") {
+			return wrap(refset.ErrStatement)
+		}
 		return wrap(refset.ErrUnavailable)
 	case codeInFailedSQLTransaction: // a statement failed earlier and the caller went on
 		return wrap(refset.ErrInvalidTx)
@@ -71,7 +88,7 @@ func translateError(err error, query string) error {
 		// "cached plan must not change result type": a statement prepared before a
 		// migration changed a column it returns. refset runs the unit of work once
 		// more, and the statement is prepared anew (see stmtcache.ErrStale).
-		return fmt.Errorf("refset/postgres: %w: %w", refset.ErrStatement, stmtcache.MarkStale(err))
+		return sentinel.New(msgPrefix, "", refset.ErrStatement, stmtcache.MarkStale(err))
 	}
 	switch code[:2] {
 	case classIntegrityConstraint: // not null, check, exclusion, ...
@@ -83,6 +100,41 @@ func translateError(err error, query string) error {
 	}
 	return wrap(refset.ErrStatement)
 }
+
+// msgPrefix starts the messages of this store's errors.
+const msgPrefix = "refset/postgres"
+
+// batchError is err, a statement's error, less the words of pgx's batch around it:
+// pgx reports a statement of a pipelined hand-over (see pgxPipeline) that could not be
+// prepared or whose arguments could not be encoded as "error preprocessing batch
+// (prepare): ..." around the statement's own error. The message is that error's, as
+// it would be had the statement run alone; pgx's error stays in the chain.
+func batchError(err error) error {
+	pe, ok := err.(pgx.ErrPreprocessingBatch)
+	if !ok || pe.Unwrap() == nil {
+		return err
+	}
+	return &quiet{msg: pe.Unwrap().Error(), err: err}
+}
+
+// driversOwn reports whether err is the driver's error itself, not one wrapped by
+// refset or a caller on its way here.
+func driversOwn(err error) bool {
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return strings.HasPrefix(t.PkgPath(), "github.com/jackc/pgx/")
+}
+
+// quiet is a driver's error that reads as the error it wraps.
+type quiet struct {
+	msg string
+	err error
+}
+
+func (q *quiet) Error() string { return q.msg }
+func (q *quiet) Unwrap() error { return q.err }
 
 // isStalePlan reports whether err is how Postgres refuses a prepared statement whose
 // result type changed since it was prepared: the statement cache then forgets it.

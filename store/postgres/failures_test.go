@@ -170,6 +170,8 @@ func TestTranslateSQLStates(t *testing.T) {
 		{"57P02", "terminating connection because of crash of another server process", refset.ErrUnavailable},
 		{"57P03", "the database system is starting up", refset.ErrUnavailable},
 		{"08006", "connection failure", refset.ErrUnavailable},
+		{"08P01", "server login has been failing", refset.ErrUnavailable},
+		{"08P01", `bind message supplies 1 parameters, but prepared statement "" requires 2`, refset.ErrStatement},
 		{"53300", "sorry, too many clients already", refset.ErrUnavailable},
 		{"53100", "could not extend file: No space left on device", refset.ErrUnavailable},
 		{"57014", "canceling statement due to statement timeout", refset.ErrTimeout},

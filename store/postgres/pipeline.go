@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 )
@@ -69,7 +71,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	return conn.Raw(func(dc any) error {
 		c, ok := dc.(*stdlib.Conn)
 		if !ok {
-			return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: the pool's connection is a %T, not pgx's", dc)}
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, fmt.Errorf("the pool's connection is a %T, not pgx's", dc))}
 		}
 		return p.runOn(ctx, c.Conn(), stmts, result)
 	})
@@ -119,6 +121,7 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 			// segment may have been cut short): the connection is done.
 			rollback(ctx, c)
 			_ = c.Close(context.WithoutCancel(ctx))
+			err = givenUp(ctx, err)
 		}
 		if err != nil {
 			return err
@@ -169,6 +172,25 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 		<-done
 		return true
 	}
+}
+
+// givenUp is err, the error of the segment that carries COMMIT, which ran on while
+// the call's context ended: where pgx reports the segment cut short by refset giving
+// up on it (watchCommit cancels the segment's own context), it is an interrupted
+// statement, which the call's context says the cause of, deadline or cancel, as for
+// any statement. The segment's own context.Canceled is left out of the chain: it is
+// refset's, and would say cancel for a deadline.
+func givenUp(ctx context.Context, err error) error {
+	cause := ctx.Err()
+	if err == nil || cause == nil || !errors.Is(err, context.Canceled) || errors.Is(err, cause) {
+		return err
+	}
+	detached := func(err error) error { return ctxerr.Interrupted(errors.New(err.Error())) }
+	var pe *refsetdriver.PipelineError
+	if errors.As(err, &pe) {
+		return &refsetdriver.PipelineError{Query: pe.Query, Err: detached(pe.Err)}
+	}
+	return detached(err)
 }
 
 // segmentEnd is where the segment that starts at start ends: after the first

@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -130,7 +131,7 @@ func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
 	}
 	var text string
 	if err := db.pool.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {
-		return false, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: reading the primary's WAL position: %w", db.TranslateError(err, "")))
+		return false, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "reading the primary's WAL position", db.TranslateError(err, "")))
 	}
 	target, err := parseLSN(text)
 	if err != nil {
@@ -142,7 +143,7 @@ func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
 	for {
 		var replayed sql.NullString // NULL once the standby was promoted
 		if err := db.replicaPool.QueryRowContext(ctx, `SELECT pg_last_wal_replay_lsn()::text`).Scan(&replayed); err != nil {
-			return false, ctxerr.Wrap(ctx, fmt.Errorf("refset/postgres: reading the replica's replay position: %w", db.TranslateError(err, "")))
+			return false, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "reading the replica's replay position", db.TranslateError(err, "")))
 		}
 		if !replayed.Valid {
 			return false, nil

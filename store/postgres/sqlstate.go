@@ -23,6 +23,7 @@ const (
 	codeInvalidSchemaName        = "3F000"
 	codeInsufficientPrivilege    = "42501"
 	codeFeatureNotSupported      = "0A000" // also a prepared statement whose result type a migration changed
+	codeProtocolViolation        = "08P01" // also a statement bound with another number of arguments than it has
 )
 
 // SQLSTATE classes: the first two characters of a code.

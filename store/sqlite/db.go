@@ -15,6 +15,7 @@ import (
 	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
@@ -103,7 +104,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
 	writer, err := sqlx.Open("sqlite3", file+"&_journal_mode=WAL&_synchronous="+sync+"&_txlock=immediate")
 	if err != nil {
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
+		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
 	writer.SetMaxOpenConns(1)
 	writer.SetMaxIdleConns(1)
@@ -112,20 +113,20 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	// The writer connects first: it is what switches the file to WAL.
 	if err := writer.PingContext(ctx); err != nil {
 		writer.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
+		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
 
 	reader, err := sqlx.Open("sqlite3", file+"&_query_only=true")
 	if err != nil {
 		writer.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
+		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
 	reader.SetMaxOpenConns(readers)
 	reader.SetMaxIdleConns(readers)
 	if err := reader.PingContext(ctx); err != nil {
 		writer.Close()
 		reader.Close()
-		return nil, fmt.Errorf("refset/sqlite: open %s: %w", path, openError(err))
+		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
 	return newDB(writer, reader, true, opts), nil
 }
@@ -176,8 +177,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.
-		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
-		Release: release,
+		Begin:     func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
+		Release:   release,
+		CheckArgs: checkArgs,
 	})
 	return db
 }
@@ -210,7 +212,7 @@ func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error
 		}
 	}
 	if err := checkPools(ctx, writer, readers); err != nil {
-		return nil, ctxerr.Wrap(ctx, fmt.Errorf("refset/sqlite: new: %w", err))
+		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "new", err))
 	}
 	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false, opts), nil
 }
@@ -306,7 +308,7 @@ func openError(err error) error {
 	if err = translateError(err, ""); sqlstore.Translated(err) && !errors.Is(err, refset.ErrStatement) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
+	return sentinel.New("", "", refset.ErrInvalidConfig, err)
 }
 
 // Writer is the one connection that writes. Begin your own write transactions here

@@ -15,4 +15,10 @@
 // store.NewCollector take a *DB as they take any store's database. Options embeds
 // store.Options, the options every store takes (logging, metrics, the statement
 // cache, external migrations), beside SQLite's own.
+//
+// A statement a Command or an InTx function runs in a transaction refset began, given
+// another number of arguments than its parameters, is refused with
+// refset.ErrStatement, as PostgreSQL refuses it: go-sqlite3 alone would run it with
+// too many and drop the rest. (A QueryRowContext row, which cannot hold such an error,
+// is not checked; named arguments are left to the driver.)
 package sqlite

@@ -92,6 +92,7 @@ func TestTranslateCodes(t *testing.T) {
 		{sqlite3.ErrInterrupt, 0, context.Canceled},
 		{sqlite3.ErrConstraint, sqlite3.ErrConstraintUnique, refset.ErrDuplicate},
 		{sqlite3.ErrConstraint, sqlite3.ErrConstraintNotNull, refset.ErrConstraint},
+		{sqlite3.ErrConstraint, errConstraintDataType, refset.ErrStatement}, // a STRICT table's type, as Postgres's 22P02
 		{sqlite3.ErrMismatch, 0, refset.ErrStatement},
 		{sqlite3.ErrError, 0, refset.ErrStatement},
 	}

@@ -19,11 +19,16 @@ import (
 )
 
 // Statements are the statements of the set on t (see refsetdriver.Statements), with
-// the dialect's placeholders: param(n) is the n-th (from 1) argument's. hold is the
-// dialect's Hold statement, whose expiry follows its clock.
-func Statements(t refsetdriver.SetTable, param func(n int) string, hold string) refsetdriver.Statements {
-	table, id := t.Name.Quoted(), `"`+t.IDColumn+`"`
-	cols := `"` + strings.Join(t.Columns, `", "`) + `"`
+// the dialect's placeholders, param(n) the n-th (from 1) argument's, and its quoted
+// column names, quote(name). hold is the dialect's Hold statement, whose expiry
+// follows its clock.
+func Statements(t refsetdriver.SetTable, param func(n int) string, quote func(name string) string, hold string) refsetdriver.Statements {
+	table, id := t.Name.Quoted(), quote(t.IDColumn)
+	quoted := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		quoted[i] = quote(c)
+	}
+	cols := strings.Join(quoted, ", ")
 	insert := fmt.Sprintf(`INSERT INTO %s (%s) VALUES `, table, cols)
 	rows := func(n int) string {
 		var b strings.Builder

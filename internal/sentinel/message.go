@@ -1,0 +1,89 @@
+package sentinel
+
+import (
+	"errors"
+	"strings"
+)
+
+// Every error refset makes starts with the package that made it ("refset: ",
+// "refset/postgres: "), once: a layer that wraps another's error says what it was
+// doing and drops the prefix the inner message starts with, since its own names the
+// library already. A message then reads as one sentence from the outermost call in,
+// "refset: add n1: duplicate id: pq: duplicate key value ...", not as a stack of
+// prefixes ("refset: add n1: refset/postgres: ..."), and the inner errors all stay in
+// the chain for errors.Is and errors.As.
+
+// Wrap returns err with prefix and op before its message (op may be empty), and
+// without the refset prefix err's message starts with.
+func Wrap(prefix, op string, err error) error {
+	return &wrapped{prefix: prefix, op: op, cause: err}
+}
+
+// New returns an error that matches sentinel and cause (either may be nil), reading
+// prefix, op (if any), the sentinel's text unless cause matches the sentinel already
+// (cause's message then says it), and cause's message without its refset prefix.
+func New(prefix, op string, sentinel, cause error) error {
+	if cause != nil && sentinel != nil && errors.Is(cause, sentinel) {
+		sentinel = nil
+	}
+	return &wrapped{prefix: prefix, op: op, sentinel: sentinel, cause: cause}
+}
+
+// Trim is msg without the refset prefix it starts with: "refset: " or
+// "refset/<package>: ".
+func Trim(msg string) string {
+	rest, ok := strings.CutPrefix(msg, "refset")
+	if !ok {
+		return msg
+	}
+	if pkg, ok := strings.CutPrefix(rest, "/"); ok {
+		i := strings.IndexByte(pkg, ':')
+		if i <= 0 || strings.ContainsAny(pkg[:i], " \t\n") {
+			return msg
+		}
+		rest = pkg[i:]
+	}
+	if after, ok := strings.CutPrefix(rest, ": "); ok {
+		return after
+	}
+	return msg
+}
+
+// wrapped is the error of Wrap and New. Its message is made when asked for, from
+// its parts, so that it reads what its cause reads then.
+type wrapped struct {
+	prefix, op      string
+	sentinel, cause error
+}
+
+func (w *wrapped) Error() string {
+	var b strings.Builder
+	b.WriteString(w.prefix)
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		if b.Len() > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(s)
+	}
+	add(w.op)
+	if w.sentinel != nil {
+		add(w.sentinel.Error())
+	}
+	if w.cause != nil {
+		add(Trim(w.cause.Error()))
+	}
+	return b.String()
+}
+
+func (w *wrapped) Unwrap() []error {
+	switch {
+	case w.sentinel == nil:
+		return []error{w.cause}
+	case w.cause == nil:
+		return []error{w.sentinel}
+	}
+	return []error{w.sentinel, w.cause}
+}
