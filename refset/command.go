@@ -144,6 +144,9 @@ func (c *holdCommand[T, ID]) Execute(ctx context.Context, tx Tx, id ID) error {
 	if c.ttl < 0 {
 		return opError("hold", ErrInvalidCommand, fmt.Errorf("negative ttl %v", c.ttl))
 	}
+	if err := c.set.made("hold"); err != nil {
+		return err
+	}
 	return c.set.store.Hold(ctx, tx, id, c.holder, c.ttl)
 }
 
@@ -156,6 +159,9 @@ type unholdCommand[T Identifiable[ID], ID comparable] struct {
 }
 
 func (c *unholdCommand[T, ID]) Execute(ctx context.Context, tx Tx, id ID) error {
+	if err := c.set.made("unhold"); err != nil {
+		return err
+	}
 	return c.set.store.Unhold(ctx, tx, id, c.holder)
 }
 

@@ -1,6 +1,7 @@
 package refset
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,14 +28,32 @@ type RefSet[T Identifiable[ID], ID comparable] struct {
 	cache *cache[T, ID]
 }
 
-// New returns a RefSet kept in store.
+// New returns a RefSet kept in store (store.NewStore makes one). A RefSet of a nil
+// store, and the zero RefSet, which compiles, fail every call with ErrInvalidConfig.
 func New[T Identifiable[ID], ID comparable](store SetStore[T, ID]) *RefSet[T, ID] {
+	if store == nil {
+		return &RefSet[T, ID]{}
+	}
 	db := store.Database()
 	return &RefSet[T, ID]{store: store, db: db, caps: capabilitiesOf(db), cache: newCache[T, ID]()}
 }
 
-// Database is the database the set lives in, for units of work (InTx) that span it.
-func (s *RefSet[T, ID]) Database() Database { return s.db }
+// made refuses a RefSet New did not make of a store, before call op touches it.
+func (s *RefSet[T, ID]) made(op string) error {
+	if s == nil || s.store == nil || s.db == nil || s.cache == nil {
+		return opError(op, ErrInvalidConfig, errors.New("the RefSet was not made by refset.New of a store (store.NewStore)"))
+	}
+	return nil
+}
+
+// Database is the database the set lives in, for units of work (InTx) that span it;
+// nil for a RefSet New did not make.
+func (s *RefSet[T, ID]) Database() Database {
+	if s == nil {
+		return nil
+	}
+	return s.db
+}
 
 // Add stores obj and returns a token for it. The commands run in the same transaction
 // as the insert: give an object its first reference (a Hold, the caller's own row)
@@ -62,6 +81,9 @@ func (s *RefSet[T, ID]) AddTx(ctx context.Context, tx Tx, obj T, cmds ...Command
 
 // add is Add in a new transaction, or AddTx in tx when inTx.
 func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds []Command[ID]) (*RefToken[ID], error) {
+	if err := s.made("add"); err != nil {
+		return nil, err
+	}
 	id := obj.ID()
 	if err := checkCall("add", inTx, tx, id, cmds); err != nil {
 		return nil, err
@@ -109,6 +131,9 @@ func (s *RefSet[T, ID]) AddAllTx(ctx context.Context, tx Tx, objs []T) ([]*RefTo
 }
 
 func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToken[ID], error) {
+	if err := s.made("add"); err != nil {
+		return nil, err
+	}
 	toks := make([]*RefToken[ID], len(objs))
 	for i, o := range objs {
 		if err := checkID("add", o.ID()); err != nil {
@@ -136,6 +161,9 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 //
 // Errors: ErrNotFound, and those of Add but ErrDuplicate.
 func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID]) (*RefToken[ID], error) {
+	if err := s.made("upgrade"); err != nil {
+		return nil, err
+	}
 	if len(cmds) == 0 {
 		if err := checkID("upgrade", id); err != nil {
 			return nil, err
@@ -168,6 +196,9 @@ func (s *RefSet[T, ID]) UpgradeTx(ctx context.Context, tx Tx, id ID, cmds ...Com
 // upgradeIn is Upgrade with commands, in a new transaction, or UpgradeTx in tx when
 // inTx.
 func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, cmds []Command[ID]) (*RefToken[ID], error) {
+	if err := s.made("upgrade"); err != nil {
+		return nil, err
+	}
 	if err := checkCall("upgrade", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
@@ -206,6 +237,9 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 // ErrTokenConsumed (a token already released), ErrSchema (a stored row the type
 // cannot hold), ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], error) {
+	if err := s.made("get"); err != nil {
+		return Lease[T]{}, err
+	}
 	if tok == nil || tok.lin == nil || tok.set != completer[ID](s) {
 		return Lease[T]{}, opError("get", ErrInvalidToken, nil)
 	}
@@ -223,7 +257,7 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 // shares an instance that tx may roll back. Errors: those of Get, and ErrInvalidTx
 // when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) GetTx(ctx context.Context, tx Tx, tok *RefToken[ID]) (Lease[T], error) {
-	if err := checkTx(tx); err != nil {
+	if err := cmp.Or(s.made("get"), checkTx(tx)); err != nil {
 		return Lease[T]{}, err
 	}
 	ctx, end := refsetdriver.WithUnit(ctx, s.db, tx)
@@ -234,7 +268,7 @@ func (s *RefSet[T, ID]) GetTx(ctx context.Context, tx Tx, tok *RefToken[ID]) (Le
 // LoadTx is Load reading in the caller's transaction tx, as GetTx. Errors: those of
 // Load, and ErrInvalidTx when tx is nil or a connection pool.
 func (s *RefSet[T, ID]) LoadTx(ctx context.Context, tx Tx, id ID) (Lease[T], error) {
-	if err := checkTx(tx); err != nil {
+	if err := cmp.Or(s.made("load"), checkTx(tx)); err != nil {
 		return Lease[T]{}, err
 	}
 	ctx, end := refsetdriver.WithUnit(ctx, s.db, tx)
@@ -262,7 +296,7 @@ func (s *RefSet[T, ID]) LoadTx(ctx context.Context, tx Tx, id ID) (Lease[T], err
 // Errors: ErrNotFound, ErrInvalidID (the zero ID), ErrSchema (a stored row the type
 // cannot hold), ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
 func (s *RefSet[T, ID]) Load(ctx context.Context, id ID) (Lease[T], error) {
-	if err := checkID("load", id); err != nil {
+	if err := cmp.Or(s.made("load"), checkID("load", id)); err != nil {
 		return Lease[T]{}, err
 	}
 	return s.lease(ctx, "load", id)
@@ -315,7 +349,12 @@ func (s *RefSet[T, ID]) leaseInUnit(ctx context.Context, id ID, read func(contex
 }
 
 // Cached is the number of objects that have a live in-memory instance.
-func (s *RefSet[T, ID]) Cached() int { return s.cache.len() }
+func (s *RefSet[T, ID]) Cached() int {
+	if s == nil || s.cache == nil {
+		return 0
+	}
+	return s.cache.len()
+}
 
 // Hold returns a command that records holder's hold on the object in the set's holds
 // table, expiring ttl from now by the database's clock (never when ttl is 0). Use it

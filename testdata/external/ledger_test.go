@@ -130,5 +130,8 @@ func TestCollect(t *testing.T) {
 		report, err := inspected.Check(ctx)
 		require.NoError(t, err)
 		assert.True(t, report.OK(), "%+v", report)
+		status, err := cleanup.Status(ctx, db)
+		require.NoError(t, err)
+		assert.NotEmpty(t, status.Sets, "the status of the database lists the notes set")
 	})
 }
