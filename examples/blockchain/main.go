@@ -34,7 +34,7 @@ import (
 )
 
 type options struct {
-	dbPath, pgDSN string
+	db            string
 	peers, blocks int
 	receivers     int
 	seed          uint64
@@ -44,8 +44,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.dbPath, "db", "", "SQLite database file (default: a new file in a temporary directory)")
-	flag.StringVar(&o.pgDSN, "postgres", "", "PostgreSQL DSN; the node's tables go in a new schema, dropped at the end")
+	flag.StringVar(&o.db, "db", "", "the database: a SQLite file (default: a new file in a temporary directory), or a PostgreSQL URL or key=value DSN, whose node's tables go in a new schema, dropped at the end")
 	flag.IntVar(&o.peers, "peers", 4, "simulated peers, each sending every block in its own order")
 	flag.IntVar(&o.blocks, "blocks", 3000, "blocks to send, forks included")
 	flag.IntVar(&o.receivers, "receivers", 0, "goroutines receiving blocks (default 1 on SQLite, 4 on Postgres)")
@@ -129,7 +128,7 @@ func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
 
 func run(ctx context.Context, o options) (bool, error) {
 	start := time.Now()
-	demo, err := exampledb.New(ctx, "blockchain", cmp.Or(o.pgDSN, o.dbPath))
+	demo, err := exampledb.New(ctx, "blockchain", o.db)
 	if err != nil {
 		return false, err
 	}
