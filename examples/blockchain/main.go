@@ -11,7 +11,7 @@
 //
 //	go run ./examples/blockchain                       # a SQLite file in a temporary directory
 //	go run ./examples/blockchain -db node.db           # a SQLite file of your choice
-//	go run ./examples/blockchain -postgres "postgres://user@localhost/db?sslmode=disable"
+//	go run ./examples/blockchain -db "postgres://user@localhost/db?sslmode=disable"
 package main
 
 import (
