@@ -40,7 +40,7 @@ const maxAttempts = 6
 // Sweep, store.NewStore), fails at once with ErrInUnitOfWork. So use fn's ctx, not the
 // one InTx was given: a call with that one is not part of the unit, and on SQLite, whose
 // one writer connection the unit holds, a write with it waits for the unit until the
-// context ends. The unit is fn's goroutine's: do not share fn's ctx or tx with
+// context ends (logging a warning once the wait passes the database's SlowStatement). The unit is fn's goroutine's: do not share fn's ctx or tx with
 // goroutines that run on after fn returns, or run calls of one unit side by side. Once
 // InTx returns, its context carries the unit no more.
 //

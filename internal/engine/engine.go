@@ -12,10 +12,13 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
@@ -72,15 +75,38 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 		// wait for the connection the unit holds, or commit outside it.
 		return nil, fmt.Errorf("%s: begin: %w: a transaction of its own would wait for the unit's connection or commit outside the unit; use the call's *Tx form with the unit's tx, or call it outside InTx", e.c.Name, sentinel.ErrInUnitOfWork)
 	}
+	stopWatch := e.watchWait(ctx)
 	// Exec commands' statements that ran unprepared are prepared now, while this
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).
 	e.c.Statements.Prepare(ctx)
 	tx, err := e.c.Begin(ctx)
+	stopWatch()
 	if err != nil {
 		return nil, e.c.DB.TranslateError(err, "BEGIN")
 	}
 	return sqlstore.NewTx(tx, e.c.DB, e.c.Statements, e.c.CheckArgs), nil
+}
+
+// watchWait logs a warning if Begin still waits for a connection once the
+// slow-statement threshold has passed (none when it is off), and returns the function
+// that stops the watch. A wait is for a full pool, or SQLite's one writer, which
+// another transaction holds; one that never ends is most often a call made inside a
+// unit of work with a context that does not carry the unit, waiting for the unit's own
+// connection: the warning says so, where the call would otherwise wait in silence
+// until its context ends (for ever with context.Background()).
+func (e *Engine) watchWait(ctx context.Context) (stop func()) {
+	threshold := e.c.Driver.SlowStatement()
+	if threshold <= 0 {
+		return func() {}
+	}
+	start := time.Now()
+	timer := time.AfterFunc(threshold, func() {
+		dblog.Or(e.c.Driver.Logger()).LogAttrs(ctx, slog.LevelWarn, e.c.Name+": waiting for a connection to begin a transaction",
+			slog.Duration("waited", time.Since(start).Round(time.Millisecond)),
+			slog.String("hint", "every connection is in use (on SQLite, its one writer). A call made inside refset.InTx must use the context InTx gave its function, which joins the unit; with another it waits for the unit's own connection"))
+	})
+	return func() { timer.Stop() }
 }
 
 // Closed reports whether Close was called.

@@ -71,3 +71,32 @@ func TestLogging(t *testing.T) {
 	}
 	assert.Contains(t, collected, "table=items", "the pass is logged with its table and counts")
 }
+
+// TestWaitOnOwnUnitIsLogged: a call made inside a unit of work with a context that
+// does not carry the unit (InTx's own, not the one it gave its function) waits for
+// the writer the unit holds. It cannot be told from a wait for another goroutine's
+// transaction, so it is not refused, but it is no longer silent: once the wait passes
+// the slow-statement threshold a warning says what is waited for and why.
+func TestWaitOnOwnUnitIsLogged(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	ctx := t.Context()
+	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Options: store.Options{Logger: log, SlowStatement: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
+	require.NoError(t, err)
+	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
+	require.NoError(t, err)
+	set := refset.New(setStore)
+
+	outer, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	err = refset.InTx(ctx, db, func(context.Context, refset.Tx) error {
+		_, err := set.Add(outer, item{Key: "a", N: 1}) // the wrong context: not the unit's
+		return err
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, out.String(), `msg="refset/sqlite: waiting for a connection to begin a transaction"`)
+	assert.Contains(t, out.String(), "must use the context InTx gave its function")
+}
