@@ -229,6 +229,14 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Co
 	if err := checkTx(tx); err != nil {
 		return err
 	}
+	// A savepoint of the unit of work ctx carries, if any: one call at a time. What
+	// fn's calls leave for after the commit (AfterCommit) waits for that unit's
+	// commit; refset sees no commit of a caller's own transaction.
+	leave, joined, err := refsetdriver.EnterUnit(ctx, db, "savepoint")
+	if err != nil {
+		return err
+	}
+	defer leave()
 	// refset's own statements go to the transaction itself, not through a view.
 	raw := txview.Raw(tx)
 	if _, err := raw.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
@@ -250,10 +258,6 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Co
 			_ = undo()
 		}
 	}()
-	// What fn's calls leave for after the commit (AfterCommit) waits for the
-	// enclosing unit's, if this is a savepoint of one; refset sees no commit of a
-	// caller's own transaction.
-	_, joined := refsetdriver.UnitTx(ctx, db)
 	view := newView(tx, db)
 	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
 	kept := false

@@ -116,6 +116,12 @@ func ReplicaOf(d Driver) Querier {
 // unit's transaction.
 func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caughtUp bool, read func(q Querier) (T, error)) (T, error) {
 	if tx, ok := UnitTx(ctx, db); ok {
+		leave, _, err := EnterUnit(ctx, db, name)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		defer leave()
 		return read(tx)
 	}
 	drv := db.Driver()

@@ -29,6 +29,7 @@ type unit struct {
 	tx       Tx
 	outer    *unit
 	ended    atomic.Bool
+	busy     atomic.Bool // a call runs in the unit (EnterUnit)
 	mu       sync.Mutex
 	onCommit []func()
 	locals   map[any]any // UnitLocal's values
@@ -89,6 +90,23 @@ func UnitTx(ctx context.Context, db Database) (Tx, bool) {
 		return nil, false
 	}
 	return u.tx, true
+}
+
+// EnterUnit marks the unit of work on db that ctx carries as running a call, until
+// leave is called; ok is false when ctx carries none. A unit is one goroutine's: its
+// transaction is one connection, which runs one statement at a time, and savepoints of
+// two calls at once would undo each other's work. A call while another runs in the
+// same unit fails, changing nothing, with ErrInvalidTx (refset's). The calls a running
+// call makes itself (its Commands') run in a savepoint of its own, a unit of its own.
+func EnterUnit(ctx context.Context, db Database, op string) (leave func(), ok bool, err error) {
+	u, _ := ctx.Value(unitKey{}).(*unit)
+	if u = u.find(db); u == nil {
+		return func() {}, false, nil
+	}
+	if !u.busy.CompareAndSwap(false, true) {
+		return nil, true, fmt.Errorf("%w: %s: another call runs in this unit of work; a unit is one goroutine's (run its calls one after another, or give each goroutine a unit of its own)", sentinel.ErrInvalidTx, op)
+	}
+	return func() { u.busy.Store(false) }, true, nil
 }
 
 // AfterCommit runs fn once the unit of work on db that ctx carries commits (never,

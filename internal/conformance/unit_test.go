@@ -126,6 +126,20 @@ func testPlainCallsJoinTheUnit(t *testing.T, h harness) {
 						return inner
 					})
 					require.ErrorIs(t, err, inner)
+					// A unit is one goroutine's: a call made with its context while another
+					// runs in it fails at once, changing nothing.
+					var second error
+					_, err = blocks.Add(ctx, mkBlock("d", "a", 2), refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+						done := make(chan error)
+						go func() {
+							_, err := blocks.Add(ctx, mkBlock("e", "a", 2))
+							done <- err
+						}()
+						second = <-done
+						return nil
+					}))
+					require.NoError(t, err, "the first call")
+					assert.ErrorIs(t, second, refset.ErrInvalidTx, "a second call at once in one unit")
 					var n int
 					require.NoError(t, refset.Reader(ctx, e.db).QueryRowContext(ctx,
 						`SELECT COUNT(*) FROM blocks WHERE id IN (?, ?, ?)`, "a", "b", "c").Scan(&n))
@@ -162,7 +176,7 @@ func testPlainCallsJoinTheUnit(t *testing.T, h harness) {
 
 			require.NoError(t, unit(true))
 			assert.Equal(t, 1, e.count(t, "blocks", "id IN (?, ?)", "a", "b")/2, "a and b committed")
-			assert.Equal(t, 0, e.count(t, "blocks", "id = ?", "c"))
+			assert.Equal(t, 0, e.count(t, "blocks", "id IN (?, ?)", "c", "e"))
 			assert.Equal(t, before["batches"]+2, e.count(t, "batches", ""))
 			assert.Equal(t, 1, e.count(t, "heads", "block_id = ?", "a"))
 			assert.Equal(t, 0, e.count(t, "blocks_holds", "holder = ?", "node"))
