@@ -40,9 +40,11 @@ const maxAttempts = 6
 // Sweep, store.NewStore), fails at once with ErrInUnitOfWork. So use fn's ctx, not the
 // one InTx was given: a call with that one is not part of the unit, and on SQLite, whose
 // one writer connection the unit holds, a write with it waits for the unit until the
-// context ends (logging a warning once the wait passes the database's SlowStatement). The unit is fn's goroutine's: do not share fn's ctx or tx with
-// goroutines that run on after fn returns, or run calls of one unit side by side. Once
-// InTx returns, its context carries the unit no more.
+// context ends (logging a warning once the wait passes the database's
+// SlowStatement). The unit is fn's goroutine's: its transaction is one connection, so
+// a call made with fn's ctx while another runs in the unit fails at once with
+// ErrInvalidTx. Once InTx returns, its context carries the unit no more: a goroutine
+// that outlives fn and calls with it runs on its own.
 //
 // The Tx cannot end the transaction: a statement such as COMMIT or ROLLBACK fails with
 // ErrInvalidCommand, and InTx then rolls back and returns that error whatever fn
