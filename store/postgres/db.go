@@ -30,7 +30,10 @@ type Options struct {
 	store.Options
 
 	// MaxConns bounds the connection pool Open makes. Zero means 20. New leaves the
-	// caller's pool as it is.
+	// caller's pool as it is. Every call of refset takes one connection at a time, and
+	// a unit of work one for as long as it runs, which the calls made with its context
+	// share (see "Sizing a connection pool" in package refset): size the pool for the
+	// calls and units that run at once. One connection works, one call at a time.
 	MaxConns int
 
 	// Driver is the database/sql driver Open dials with: "postgres" (lib/pq, the
