@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 )
 
 // The Postgres fast paths: a select is one statement and a spend is one statement,
@@ -33,6 +34,7 @@ import (
 // postgres.Options.Unprepared (a pooler that keeps no prepared statements) they run
 // unprepared instead, planned on every call.
 type statements struct {
+	db                  refset.Database // for the unit of work a call's context carries
 	pool                *sql.DB
 	unprepared          bool
 	selects, pay, spend statement
@@ -48,8 +50,15 @@ type statement struct {
 // prepared statement after a migration changed the type of a column it returns
 // ("cached plan must not change result type", 0A000), on every connection it was
 // prepared on; refused, it did nothing and returned no row, so it is prepared again
-// and run once more.
+// and run once more. Inside a unit of work (ctx is the one refset.InTx gave its
+// function) st runs, unprepared, in the unit's transaction, to commit or roll back
+// with it: on the pool it would commit on its own, on another connection, which a
+// pool of one does not have.
 func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Rows) error, args ...any) error {
+	if tx, inUnit := refsetdriver.UnitTx(ctx, s.db); inUnit {
+		rows, err := tx.QueryContext(ctx, st.query, args...)
+		return eachRow(rows, err, row)
+	}
 	for attempt := 0; ; attempt++ {
 		prepared, err := s.prepared(ctx, st)
 		if err != nil {

@@ -192,7 +192,7 @@ func (v *Vault) readQueries() {
 		return strings.TrimSpace(sqlComment.ReplaceAllString(string(text), ""))
 	}
 	v.lockRowsSQL = query("lock_rows")
-	v.stmts.pool, v.stmts.unprepared = v.drv.Pool(), v.drv.Unprepared()
+	v.stmts.db, v.stmts.pool, v.stmts.unprepared = v.db, v.drv.Pool(), v.drv.Unprepared()
 	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = query("select"), query("pay"), query("spend")
 	v.fast = v.stmts.selects.query != ""
 }
