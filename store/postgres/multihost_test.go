@@ -17,7 +17,8 @@ import (
 // high-availability cluster's clients use it, in both forms and on both drivers,
 // and with target_session_attrs=read-write reaches the one that takes writes,
 // whichever place it has in the list: here after a port nothing listens on and the
-// standby of the test server.
+// standby of the test server. Without a primary in the list it fails with
+// ErrUnavailable, as every call does during a failover until one is promoted.
 func TestMultiHostDSN(t *testing.T) {
 	primaryDSN, standbyDSN, _ := pgtest.NewWithStandby(t)
 	primary, _ := pgtest.Forms(t, primaryDSN)
@@ -56,7 +57,21 @@ func TestMultiHostDSN(t *testing.T) {
 		keyValue += fmt.Sprintf(" %s='%s'", k, strings.ReplaceAll(vs[0], `'`, `\'`))
 	}
 
+	// The DSN without the primary: no server takes writes, as during a failover
+	// before a standby is promoted. Open fails with ErrUnavailable: it may pass.
+	noPrimary := asURL
+	noPrimary.Host = strings.Join(hosts[:2], ",")
+	standbyOnly := asURL
+	standbyOnly.Host = su.Host
+
 	forEachDriver(t, func(t *testing.T, driver string) {
+		for _, dsn := range []string{noPrimary.String(), standbyOnly.String()} {
+			db, err := Open(t.Context(), dsn, Options{Driver: driver})
+			if err == nil {
+				db.Close()
+			}
+			require.ErrorIs(t, err, refset.ErrUnavailable, "no primary")
+		}
 		for form, dsn := range map[string]string{"url": asURL.String(), "key=value": keyValue} {
 			t.Run(form, func(t *testing.T) {
 				db := openWith(t, dsn, Options{Driver: driver})
