@@ -151,7 +151,9 @@ func (w *workload) close() {
 	}
 }
 
-func (w *workload) collectorStats() [2]int64 { return [2]int64{w.passes.ok.Load(), w.passes.failed.Load()} }
+func (w *workload) collectorStats() [2]int64 {
+	return [2]int64{w.passes.ok.Load(), w.passes.failed.Load()}
+}
 
 // run runs the clients, and both sets' collectors beside them (clean-up must carry
 // on through a failover too), until the soak is over, and returns every operation.
