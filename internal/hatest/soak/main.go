@@ -52,6 +52,7 @@ import (
 // config is what the flags set.
 type config struct {
 	dsn         string
+	schema      string // an existing schema to work in, whose search_path dsn sets; "": a new one
 	driver      string
 	clients     int
 	duration    time.Duration

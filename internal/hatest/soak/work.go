@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,7 +90,7 @@ type workload struct {
 // setUp makes a schema of the soak's own (so runs on one cluster never mix), the
 // components' tables in it, the genesis block and the owners' tokens.
 func setUp(ctx context.Context, cfg config, logger *slog.Logger) (*workload, error) {
-	w := &workload{logger: logger, schema: fmt.Sprintf("soak_%s_%d", cfg.driver, time.Now().Unix())}
+	w := &workload{logger: logger, schema: cfg.schema, dsn: cfg.dsn}
 	admin, err := postgres.Open(ctx, cfg.dsn, postgres.Options{Driver: cfg.driver, MaxConns: 1})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", cfg.driver, err)
@@ -103,10 +105,15 @@ func setUp(ctx context.Context, cfg config, logger *slog.Logger) (*workload, err
 	if names != "" && commit != "off" && commit != "local" {
 		w.replication = "sync"
 	}
-	if _, err := admin.Pool().ExecContext(ctx, `CREATE SCHEMA `+w.schema); err != nil {
-		return nil, err
+	if w.schema == "" {
+		w.schema = fmt.Sprintf("soak_%s_%d", cfg.driver, time.Now().Unix())
+		if _, err := admin.Pool().ExecContext(ctx, `CREATE SCHEMA `+w.schema); err != nil {
+			return nil, err
+		}
+		if w.dsn, err = withSearchPath(cfg.dsn, w.schema); err != nil {
+			return nil, err
+		}
 	}
-	w.dsn = cfg.dsn + " search_path=" + w.schema // a later key wins
 	if w.db, err = w.open(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -135,6 +142,23 @@ func setUp(ctx context.Context, cfg config, logger *slog.Logger) (*workload, err
 		}
 	}
 	return w, nil
+}
+
+// withSearchPath is dsn, a URL or key=value pairs, whose connections use schema:
+// both drivers send a DSN key they do not know to the server as a run-time
+// parameter.
+func withSearchPath(dsn, schema string) (string, error) {
+	if !strings.Contains(dsn, "://") {
+		return dsn + " search_path=" + schema, nil // a later key wins
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", errors.New("the DSN is neither key=value pairs nor a URL") // not quoted: it may hold a password
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // open opens a pool on the soak's schema: two connections per client, for a
