@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -211,6 +212,21 @@ func (r *result) print(out io.Writer, start time.Time) {
 	for _, k := range kinds {
 		c := counts[k]
 		fmt.Fprintf(out, "  %-8s %7d / %5d, %5d / %d\n", k, c.acked, c.failed, c.unavailable, c.unknown)
+	}
+	// Failures other than the server going away say most about a failover (a
+	// demoted server's 25006, a timeout): a few of each kind of message.
+	others := map[string]int{}
+	for _, o := range r.ops {
+		if o.Outcome == failed && !o.Unavailable {
+			others[o.Kind+": "+o.Err]++
+		}
+	}
+	msgs := slices.Sorted(maps.Keys(others))
+	for _, msg := range msgs[:min(len(msgs), 10)] {
+		fmt.Fprintf(out, "  %dx %s\n", others[msg], msg)
+	}
+	if len(msgs) > 10 {
+		fmt.Fprintf(out, "  and %d other messages\n", len(msgs)-10)
 	}
 	fmt.Fprintf(out, "clean-up passes during the soak: %d, %d failed\n", r.collector[0], r.collector[1])
 	var outages []float64
