@@ -1,22 +1,35 @@
 #!/usr/bin/env bash
-# The throwaway HA PostgreSQL cluster (scripts/lib/hacluster.sh) as one
-# command, for trying failovers by hand and for the failover tests:
+# The throwaway HA PostgreSQL cluster (scripts/lib/hacluster.sh: a
+# pg_auto_failover monitor and three data nodes on 127.0.0.1, a primary and
+# two standbys) as one command, for trying failovers by hand and for the
+# failover tests:
 #
-#   scripts/hacluster.sh start          start it; prints the export line of
-#                                       REFSET_TEST_HA_DSN on stdout
+#   scripts/hacluster.sh start          start it (about 10s); prints the export
+#                                       line of REFSET_TEST_HA_DSN on stdout
 #   scripts/hacluster.sh dsn            print the multi-host DSN
-#   scripts/hacluster.sh status         the monitor's view of the nodes
-#   scripts/hacluster.sh switchover     planned failover; waits for writes
-#   scripts/hacluster.sh kill-primary   kill -9 of the primary node; waits
-#                                       for writes on the new primary
-#   scripts/hacluster.sh restart-killed bring the killed node back as standby
-#   scripts/hacluster.sh stop           stop it and remove its files
+#   scripts/hacluster.sh status         the nodes' states and the replication
+#   scripts/hacluster.sh switchover     planned failover; waits until writes
+#                                       commit on the new primary, then until
+#                                       the nodes have settled
+#   scripts/hacluster.sh kill-primary   kill -9 of the primary's pg_autoctl and
+#                                       postmaster; waits the same way
+#   scripts/hacluster.sh restart-killed bring the killed nodes back as standbys
+#   scripts/hacluster.sh stop           stop every process of it, say which,
+#                                       and remove its files
 #   scripts/hacluster.sh run CMD...     start, run CMD with REFSET_TEST_HA_DSN
 #                                       set, stop (also when CMD fails)
 #
-# start leaves the cluster running after the command returns, so its state
-# lives in a file ($REFSET_HA_STATE, default /tmp/refset-ha.state) that the
-# other commands read; one cluster per state file.
+# Environment:
+#   REFSET_HA_STATE        the state file (default /tmp/refset-ha.state):
+#                          start leaves the cluster running after it returns,
+#                          and the other commands find it there; one cluster
+#                          per state file.
+#   REFSET_HA_REPLICATION  at start: sync (the default; every commit waits
+#                          for one of the two standbys, also while one node is
+#                          down) or async (commits wait for none).
+#
+# Each failover command prints the seconds until a write through the DSN
+# committed on another node, and until the nodes settled.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -29,10 +42,16 @@ shift || true
 case $cmd in
 start)
 	if [[ -f $ha_state_file ]]; then
-		die "a cluster may already run ($ha_state_file exists): scripts/hacluster.sh stop first"
+		# A state file whose cluster has gone (a machine restarted, a
+		# directory removed by hand) is swept; a running cluster is not.
+		if ha_load_state 2>/dev/null && [[ -n $(ha_pids) ]]; then
+			die "a cluster runs ($ha_state_file): scripts/hacluster.sh stop first"
+		fi
+		ha_stop >&2 || die "could not clear the cluster of $ha_state_file"
+		rm -f "$ha_state_file"
 	fi
 	# Stop what was started if starting fails half-way; not on success.
-	trap 'rc=$?; if ((rc != 0)); then set +e; ha_stop; fi; exit $rc' EXIT
+	trap 'rc=$?; if ((rc != 0)); then set +e; ha_stop >&2; fi; exit $rc' EXIT
 	ha_start >&2
 	printf 'export REFSET_TEST_HA_DSN=%q\n' "$REFSET_TEST_HA_DSN"
 	;;
@@ -51,19 +70,20 @@ switchover)
 kill-primary)
 	ha_load_state
 	ha_kill_primary
-	echo "$ha_killed_node" >"$ha_dir/killed"
 	;;
 restart-killed)
 	ha_load_state
-	[[ -f $ha_dir/killed ]] || die "no node was killed"
-	ha_restart_node "$(cat "$ha_dir/killed")"
-	rm -f "$ha_dir/killed"
+	ha_restart_killed
 	;;
 stop)
-	if [[ -f $ha_state_file ]]; then
-		ha_load_state
-		ha_stop
+	if [[ ! -f $ha_state_file ]]; then
+		log "no HA cluster to stop ($ha_state_file not found)"
+		exit 0
 	fi
+	# Even when its directory is gone: ha_stop finds the processes anyway.
+	ha_load_state || true
+	ha_stop
+	rm -f "$ha_state_file"
 	;;
 run)
 	(($# > 0)) || die "run: no command given"

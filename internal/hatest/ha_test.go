@@ -1,7 +1,10 @@
 // Package hatest holds the tests that need the throwaway high-availability
-// cluster of scripts/hacluster.sh (issue 24). They run only when
-// REFSET_TEST_HA_DSN is set, and skip otherwise, even under CI: the cluster is
-// not part of the CI run yet.
+// cluster of scripts/hacluster.sh (issue 24): a pg_auto_failover monitor and three
+// PostgreSQL nodes, a primary and two synchronous standbys. scripts/test.sh starts
+// it when its run includes this package and sets REFSET_TEST_HA_DSN (its multi-host
+// DSN) and REFSET_HA_STATE (its state file, through which TestFailover switches it
+// over and kills its primary). Without the DSN the tests skip, or fail under CI.
+// By hand:
 //
 //	eval "$(scripts/hacluster.sh start)"
 //	go test ./internal/hatest -v
@@ -22,20 +25,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 )
 
 var drivers = []string{postgres.DriverLibPQ, postgres.DriverPgx}
-
-func haDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("REFSET_TEST_HA_DSN")
-	if dsn == "" {
-		t.Skip("REFSET_TEST_HA_DSN is not set: start the HA cluster with scripts/hacluster.sh start")
-	}
-	return dsn
-}
 
 // write commits one row through db and returns the port of the server that
 // took it, which must not be in recovery (a standby).
@@ -75,7 +70,7 @@ func open(t *testing.T, ctx context.Context, dsn, driver string) *postgres.DB {
 // TestHADSN proves that both drivers take the multi-host DSN and reach the
 // primary with it.
 func TestHADSN(t *testing.T) {
-	dsn := haDSN(t)
+	dsn := pgtest.HADSN(t)
 	for _, driver := range drivers {
 		t.Run(driver, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -94,7 +89,7 @@ func TestHADSN(t *testing.T) {
 // REFSET_TEST_HA_LOOP, logging each outage; it fails if writes have not
 // resumed by the end.
 func TestHAWriteLoop(t *testing.T) {
-	dsn := haDSN(t)
+	dsn := pgtest.HADSN(t)
 	d, err := time.ParseDuration(os.Getenv("REFSET_TEST_HA_LOOP"))
 	if err != nil || d <= 0 {
 		t.Skip("REFSET_TEST_HA_LOOP is not set to a duration")
