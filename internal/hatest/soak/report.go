@@ -218,7 +218,7 @@ func (r *result) print(out io.Writer, start time.Time) {
 	others := map[string]int{}
 	for _, o := range r.ops {
 		if o.Outcome == failed && !o.Unavailable {
-			others[o.Kind+": "+o.Err]++
+			others[o.Kind+": "+strings.ReplaceAll(o.Err, "\n", " | ")]++
 		}
 	}
 	msgs := slices.Sorted(maps.Keys(others))
