@@ -62,10 +62,13 @@ func readEvents(path string) (events []event, done bool, err error) {
 type recovery struct {
 	event
 	// outage is the longest time without a successful write from the event's start
-	// until the next event (or the soak's end), counted from the last write that
-	// succeeded before it.
-	outage    time.Duration
-	recovered bool // a write succeeded after the script saw the event through
+	// until the next event's (or the soak's end); when the last write of that
+	// window came before the script saw the event through, the wait for the next
+	// write counts too, wherever it falls: a kill's outage may outlast the script's
+	// wait for the cluster to settle, and so run into the restart that follows.
+	outage time.Duration
+	// recovered: a write succeeded after the outage, before the soak ended.
+	recovered bool
 	// Operations that ended in that window with an unknown commit, and failed.
 	unknown, failed int
 }
@@ -87,24 +90,25 @@ func recoveries(events []event, ops []op, start, end time.Time) []recovery {
 		if i+1 < len(events) {
 			until = events[i+1].start
 		}
-		r := recovery{event: e}
-		prev := start
+		r := recovery{event: e, recovered: true}
+		prev := e.start
 		for _, a := range acks {
 			if a.After(until) {
 				break
 			}
-			if !a.After(e.start) {
+			if a.After(e.start) {
+				r.outage = max(r.outage, a.Sub(prev))
 				prev = a
-				continue
-			}
-			r.outage = max(r.outage, a.Sub(prev))
-			prev = a
-			if a.After(e.end) {
-				r.recovered = true
 			}
 		}
-		if !r.recovered {
-			r.outage = max(r.outage, until.Sub(prev))
+		if prev.Before(e.end) {
+			next := slices.IndexFunc(acks, prev.Before)
+			if next < 0 {
+				// No write after the last one: down until the soak's end.
+				r.outage, r.recovered = max(r.outage, end.Sub(prev)), false
+			} else {
+				r.outage = max(r.outage, acks[next].Sub(prev))
+			}
 		}
 		for _, o := range ops {
 			if o.End.After(e.start) && !o.End.After(until) {

@@ -54,8 +54,9 @@ func TestReadEvents(t *testing.T) {
 }
 
 // TestRecoveries: an event's outage is the longest time without a successful write
-// from the last one before it to the next event; its unknown and failed operations
-// are those that ended in that window.
+// from its start to the next event's, or on to the next write when the clients had
+// not recovered when the script saw the event through; its unknown and failed
+// operations are those that ended in that window.
 func TestRecoveries(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -77,20 +78,25 @@ func TestRecoveries(t *testing.T) {
 		{name: "writes stop at the kill and resume after the script returns",
 			ops:     append(ops(1, 2, 9.5, 10), op{Outcome: unknown, End: at(3)}, op{Outcome: failed, End: at(4)}),
 			events:  []event{{kind: "kill", start: at(2.5), end: at(9), ok: true}},
-			outages: []float64{7.5}, recovered: []bool{true}, unknown: []int{1}},
-		{name: "the gap counts from the last write before the event",
+			outages: []float64{7}, recovered: []bool{true}, unknown: []int{1}},
+		{name: "counted from the event's start, when writes had stopped before it",
 			ops:     ops(1, 5, 6),
 			events:  []event{{kind: "switchover", start: at(3), end: at(4), ok: true}},
-			outages: []float64{4}, recovered: []bool{true}, unknown: []int{0}},
+			outages: []float64{2}, recovered: []bool{true}, unknown: []int{0}},
 		{name: "each event's window ends where the next begins",
 			ops: ops(1, 4, 5, 12, 13),
 			events: []event{{kind: "kill", start: at(2), end: at(3.5), ok: true},
 				{kind: "restart", start: at(6), end: at(11), ok: true}},
-			outages: []float64{3, 7}, recovered: []bool{true, true}, unknown: []int{0, 0}},
+			outages: []float64{2, 6}, recovered: []bool{true, true}, unknown: []int{0, 0}},
+		{name: "writes back only after the next event began: the kill's outage runs on",
+			ops: ops(1, 2, 16, 17),
+			events: []event{{kind: "kill", start: at(3), end: at(10), ok: true},
+				{kind: "restart", start: at(10), end: at(12), ok: true}},
+			outages: []float64{13, 6}, recovered: []bool{true, true}, unknown: []int{0, 0}},
 		{name: "no write after the event: down until the soak's end",
 			ops:     ops(1, 2),
 			events:  []event{{kind: "kill", start: at(3), end: at(5), ok: true}},
-			outages: []float64{18}, recovered: []bool{false}, unknown: []int{0}},
+			outages: []float64{17}, recovered: []bool{false}, unknown: []int{0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := recoveries(tc.events, tc.ops, t0, at(20))
