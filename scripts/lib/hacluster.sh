@@ -9,6 +9,7 @@
 #   ha_trap_exit                      # stop everything however the script ends
 #   ha_start                          # exports REFSET_TEST_HA_DSN
 #   ha_switchover                     # or ha_kill_primary; both wait for writes
+#   ha_restart_killed                 # the killed node rejoins as a standby
 #
 # pg_auto_failover rather than Patroni: it needs no consensus store (etcd) and
 # no Python stack, and its monitor is one more PostgreSQL server started the
