@@ -9,6 +9,7 @@
 #   ha_trap_exit                      # stop everything however the script ends
 #   ha_start                          # exports REFSET_TEST_HA_DSN
 #   ha_switchover                     # or ha_kill_primary; both wait for writes
+#   ha_restart_killed                 # the killed node rejoins as a standby
 #
 # pg_auto_failover rather than Patroni: it needs no consensus store (etcd) and
 # no Python stack, and its monitor is one more PostgreSQL server started the
@@ -74,19 +75,23 @@ as_ha() {
 
 ha_monitor_uri() { echo "postgres://autoctl_node@127.0.0.1:$ha_monitor_port/pg_auto_failover?sslmode=disable"; }
 
-# ha_monitor_sql PSQL_ARGS... runs psql on the monitor's database.
-# As the superuser postgres: autoctl_node may not ALTER SYSTEM.
-ha_monitor_sql() {
+# ha_sql PORT DATABASE PSQL_ARGS... runs psql as postgres on a server of the
+# cluster, stopping at the first error. The superuser postgres, also on the
+# monitor: its autoctl_node may not ALTER SYSTEM.
+ha_sql() {
+	local port=$1 db=$2
+	shift 2
 	"$cluster_bindir/psql" -X -q -v ON_ERROR_STOP=1 \
-		"host=127.0.0.1 port=$ha_monitor_port user=postgres dbname=pg_auto_failover sslmode=disable connect_timeout=2" "$@"
+		"host=127.0.0.1 port=$port user=postgres dbname=$db sslmode=disable connect_timeout=2" "$@"
 }
 
-# ha_node_sql PORT PSQL_ARGS... runs psql as postgres on a data node.
+ha_monitor_sql() { ha_sql "$ha_monitor_port" pg_auto_failover "$@"; }
+
+# ha_node_sql PORT PSQL_ARGS... runs psql on a data node's database.
 ha_node_sql() {
 	local port=$1
 	shift
-	"$cluster_bindir/psql" -X -q -v ON_ERROR_STOP=1 \
-		"host=127.0.0.1 port=$port user=postgres dbname=refset_test sslmode=disable connect_timeout=2" "$@"
+	ha_sql "$port" refset_test "$@"
 }
 
 # ha_dsn prints the key=value DSN of database refset_test on every node.
