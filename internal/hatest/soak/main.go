@@ -62,6 +62,8 @@ type config struct {
 	opTimeout   time.Duration
 	replication string
 	opsLog      string
+	retry       time.Duration // store.Options.RetryUnavailable
+	resolveWait time.Duration // postgres.Options.ResolveCommitWait
 	verbose     bool
 }
 
@@ -77,6 +79,8 @@ func main() {
 	flag.DurationVar(&cfg.opTimeout, "op-timeout", 2*time.Minute, "deadline of one operation, against a hang; an operation that meets it counts as failed, as refset reports it")
 	flag.StringVar(&cfg.replication, "replication", "", "sync or async: fail unless the primary's replication is that (default: take what it is)")
 	flag.StringVar(&cfg.opsLog, "ops", "", "write every operation and its outcome to this file, one JSON object a line")
+	flag.DurationVar(&cfg.retry, "retry", 0, "store.Options.RetryUnavailable: how long a unit of work that failed with ErrUnavailable, certainly uncommitted, runs again (0: never)")
+	flag.DurationVar(&cfg.resolveWait, "resolve-wait", 0, "postgres.Options.ResolveCommitWait: how long a lost COMMIT may wait to learn its outcome (0: the store's default)")
 	flag.BoolVar(&cfg.verbose, "v", false, "log refset's warnings and each client's errors to stderr")
 	flag.Parse()
 	if cfg.dsn == "" || flag.NArg() > 0 || cfg.clients < 1 {
@@ -110,7 +114,8 @@ func soak(ctx context.Context, cfg config, out io.Writer) (*result, error) {
 		return nil, err
 	}
 	defer w.close()
-	fmt.Fprintf(out, "soak: %s, %s replication, schema %s, %d clients\n", cfg.driver, w.replication, w.schema, cfg.clients)
+	fmt.Fprintf(out, "soak: %s, %s replication, schema %s, %d clients, RetryUnavailable %v\n",
+		cfg.driver, w.replication, w.schema, cfg.clients, cfg.retry)
 	if cfg.replication != "" && cfg.replication != w.replication {
 		return nil, fmt.Errorf("the primary runs %s replication, not %s", w.replication, cfg.replication)
 	}

@@ -164,8 +164,8 @@ func withSearchPath(dsn, schema string) (string, error) {
 // open opens a pool on the soak's schema: two connections per client, for a
 // client's unit and the collectors beside it.
 func (w *workload) open(ctx context.Context, cfg config) (*postgres.DB, error) {
-	opts := postgres.Options{Driver: cfg.driver, MaxConns: 2*cfg.clients + 2}
-	opts.Logger = w.logger
+	opts := postgres.Options{Driver: cfg.driver, MaxConns: 2*cfg.clients + 2, ResolveCommitWait: cfg.resolveWait}
+	opts.Logger, opts.RetryUnavailable = w.logger, cfg.retry
 	return postgres.Open(ctx, w.dsn, opts)
 }
 
