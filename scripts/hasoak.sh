@@ -17,7 +17,8 @@
 #   --kills        kill -9 of the primary (default 3), each followed half an
 #                  interval later by the restart of the killed node as standby
 #   --switchovers  planned switchovers (default 3), alternating with the kills
-#   -- FLAGS       passed on to the soak program (go run ./internal/hatest/soak -h)
+#   -- FLAGS       passed on to the soak program (go run ./internal/hatest/soak -h),
+#                  e.g. -- -retry 30s for store.Options.RetryUnavailable
 #
 # The soak prints, per failover, the seconds without a successful write and the
 # unknown commits it left, then the row of the soak's table (SCALING.md,
