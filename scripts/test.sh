@@ -22,6 +22,13 @@
 #                          PgBouncer started for it, whenever the throwaway
 #                          cluster is; an outside server brings its own or
 #                          the pooled tests skip (fail under CI=true).
+#   REFSET_TEST_HA_DSN     multi-host DSN of the high-availability cluster the
+#                          failover tests (internal/hatest) switch over and
+#                          kill. When the run includes that package and this
+#                          is unset, scripts/hacluster.sh starts one (a
+#                          pg_auto_failover monitor and three nodes, about
+#                          10s) and stops it on exit; its state file, which
+#                          the tests hand to the script, is REFSET_HA_STATE.
 #
 # As root (CI) the server runs as the `postgres` OS user, because initdb and
 # postgres refuse to run as root; missing PostgreSQL or C compiler packages
@@ -140,6 +147,35 @@ if [[ -n $cluster_data ]]; then
 	cluster_start_standby
 elif [[ -n ${REFSET_TEST_POSTGRES_STANDBY:-} ]]; then
 	step "PostgreSQL: using REFSET_TEST_POSTGRES_STANDBY from the environment"
+fi
+
+# --------------------------------------------------------------- HA cluster
+# internal/hatest's failover tests need the throwaway HA cluster of
+# scripts/hacluster.sh; it is started only when the run includes that package
+# (a full run does), with a state file of its own, and stopped at exit with
+# the cluster above, however the script ends.
+ha_state=
+# shellcheck disable=SC2317 # called by cluster_on_exit
+stop_ha_cluster() {
+	[[ -n $ha_state ]] || return 0
+	REFSET_HA_STATE=$ha_state bash scripts/hacluster.sh stop
+	ha_state=
+}
+if [[ -n ${REFSET_TEST_HA_DSN:-} ]]; then
+	step "HA cluster: using REFSET_TEST_HA_DSN (and REFSET_HA_STATE) from the environment"
+elif grep -qx 'github.com/refsetdb/refset/internal/hatest' <<<"$(go list "${packages[@]}" 2>/dev/null || true)"; then
+	step "HA cluster: starting scripts/hacluster.sh for internal/hatest"
+	if ! command -v pg_autoctl >/dev/null 2>&1 && ! { is_root && command -v apt-get >/dev/null 2>&1; } && ! is_ci; then
+		# As cluster_start_pgbouncer: outside CI a missing package is a skip.
+		log "pg_auto_failover (pg_autoctl) is not installed: internal/hatest skips" \
+			"(install postgresql-15-auto-failover to run it)"
+	else
+		ha_state=$(mktemp -u /tmp/refset-ha-state.XXXXXX)
+		export REFSET_HA_STATE=$ha_state
+		cluster_at_exit stop_ha_cluster
+		ha_exports=$(bash scripts/hacluster.sh start) || die "the HA cluster failed to start (its output above)"
+		eval "$ha_exports"
+	fi
 fi
 
 # ----------------------------------------------------------------- go test

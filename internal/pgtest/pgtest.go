@@ -93,12 +93,19 @@ func envDSN(tb testing.TB, env, hint string) string {
 	if dsn := os.Getenv(env); dsn != "" {
 		return dsn
 	}
-	msg := "pgtest: " + env + " is not set; " + hint
+	GiveUp(tb, "pgtest: "+env+" is not set; "+hint)
+	return ""
+}
+
+// GiveUp ends tb for want of a server or cluster it needs, saying msg: it skips
+// tb, or fails it under CI (CI=true), where a skipped suite would pass while
+// testing nothing.
+func GiveUp(tb testing.TB, msg string) {
+	tb.Helper()
 	if isCI() {
 		tb.Fatal(msg)
 	}
 	tb.Skip(msg)
-	return ""
 }
 
 // isCI reports whether we run under CI, which sets CI=true.
