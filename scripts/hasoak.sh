@@ -22,7 +22,7 @@
 #
 # The soak prints, per failover, the seconds without a successful write and the
 # unknown commits it left, then the row of the soak's table (SCALING.md,
-# "Failover soak"). The exit status is non-zero when the cluster could not do
+# "The failover soak"). The exit status is non-zero when the cluster could not do
 # what was asked or an invariant broke: an acknowledged operation lost (under
 # synchronous replication), an operation reported failed yet there, books that
 # do not balance, a token spent or locked twice, a chain not whole, clean-up
