@@ -102,12 +102,6 @@ type guardedConn struct {
 
 var _ libpqConn = (*guardedConn)(nil)
 
-// run runs a statement's call on the connection and returns its error, noted.
-func (c *guardedConn) run(call func() error) error {
-	sound := c.conn.IsValid()
-	return c.seen(sound, call())
-}
-
 // seen notes err, the error of a statement that began on a connection that was
 // sound or not, and returns it: as lostDuring if a sound connection was lost.
 func (c *guardedConn) seen(sound bool, err error) error {
@@ -135,14 +129,19 @@ func (c *guardedConn) ResetSession(ctx context.Context) error {
 	return c.conn.ResetSession(ctx)
 }
 
-func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (r driver.Result, err error) {
-	err = c.run(func() error { r, err = c.conn.ExecContext(ctx, query, args); return err })
-	return r, err
+// The statements' calls note whether the connection was sound before them (see
+// seen). No closure: these run on every statement.
+
+func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	sound := c.conn.IsValid()
+	r, err := c.conn.ExecContext(ctx, query, args)
+	return r, c.seen(sound, err)
 }
 
-func (c *guardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (r driver.Rows, err error) {
-	err = c.run(func() error { r, err = c.conn.QueryContext(ctx, query, args); return err })
-	return r, err
+func (c *guardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	sound := c.conn.IsValid()
+	r, err := c.conn.QueryContext(ctx, query, args)
+	return r, c.seen(sound, err)
 }
 
 // PrepareContext prepares query; preparing runs nothing, so a connection lost
@@ -189,27 +188,23 @@ type guardedStmt struct {
 }
 
 func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {
-	err = s.conn.run(func() error {
-		if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
-			r, err = ec.ExecContext(ctx, args)
-		} else {
-			r, err = s.Stmt.Exec(values(args)) //nolint:staticcheck // a statement without the context form (lib/pq's COPY)
-		}
-		return err
-	})
-	return r, err
+	sound := s.conn.conn.IsValid()
+	if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
+		r, err = ec.ExecContext(ctx, args)
+	} else {
+		r, err = s.Stmt.Exec(values(args)) //nolint:staticcheck // a statement without the context form (lib/pq's COPY)
+	}
+	return r, s.conn.seen(sound, err)
 }
 
 func (s *guardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (r driver.Rows, err error) {
-	err = s.conn.run(func() error {
-		if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
-			r, err = qc.QueryContext(ctx, args)
-		} else {
-			r, err = s.Stmt.Query(values(args)) //nolint:staticcheck // as ExecContext
-		}
-		return err
-	})
-	return r, err
+	sound := s.conn.conn.IsValid()
+	if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
+		r, err = qc.QueryContext(ctx, args)
+	} else {
+		r, err = s.Stmt.Query(values(args)) //nolint:staticcheck // as ExecContext
+	}
+	return r, s.conn.seen(sound, err)
 }
 
 // values are args' values, for a statement that takes them without names.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -49,12 +50,21 @@ import (
 // two failovers came so fast that the server asked had been rewound past the
 // transaction and promoted again before the question reached it.
 
-// commitTicket is what a write transaction learns of itself just before COMMIT.
+// commitTicket is what a write transaction learns of itself just before COMMIT: raw
+// is ticketSQL's value, taken apart only when a COMMIT is lost.
 type commitTicket struct {
-	read   bool   // the ticket was read: the fields below are the server's
-	xid    string // the transaction's id, or "" when it has none (it wrote nothing)
-	lsn    string // the server's WAL insert position after what the transaction wrote
-	server string // the server: address, port and start time
+	read bool   // the ticket was read before the connection was lost
+	raw  string // "" when the transaction has no id (it wrote nothing)
+}
+
+// fields are the ticket's parts: the transaction's id, the server's WAL insert
+// position after what it wrote, and the server (address, port and start time).
+func (t commitTicket) fields() (xid, lsn, server string, err error) {
+	parts := strings.SplitN(t.raw, "|", 3)
+	if len(parts) != 3 {
+		return "", "", "", fmt.Errorf("a commit ticket of another form: %q", t.raw)
+	}
+	return parts[0], parts[1], parts[2], nil
 }
 
 // outcome is what a server says became of a transaction.
@@ -117,7 +127,7 @@ func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
 // readTicket scans a ticket from the row of ticketSQL.
 func readTicket(row interface{ Scan(...any) error }) (commitTicket, error) {
 	t := commitTicket{read: true}
-	err := row.Scan(&t.xid, &t.lsn, &t.server)
+	err := row.Scan(&t.raw)
 	return t, err
 }
 
@@ -138,12 +148,16 @@ func (db *DB) resolveCommit(ctx context.Context, t commitTicket, lost error) err
 	if !t.read {
 		return commitUnknown(cause, "the transaction's id was not read before the connection was lost")
 	}
-	if t.xid == "" {
+	if t.raw == "" {
 		return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
 			fmt.Errorf("the connection was lost while committing a transaction that wrote nothing, so nothing changed: %w", cause)))
 	}
 	if db.resolveWait <= 0 {
 		return commitUnknown(cause, "Options.ResolveCommitWait is negative: the outcome was not asked")
+	}
+	xid, lsn, server, err := t.fields()
+	if err != nil {
+		return commitUnknown(cause, err.Error())
 	}
 	log := db.Driver().Logger()
 	askCtx, stop := resolveContext(ctx, db.resolveWait)
@@ -151,7 +165,7 @@ func (db *DB) resolveCommit(ctx context.Context, t commitTicket, lost error) err
 	start := time.Now()
 	last := "no server answered"
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		o, reason, err := db.askOutcome(askCtx, t)
+		o, reason, err := db.askOutcome(askCtx, xid, lsn, server)
 		if err != nil {
 			last = fmt.Sprintf("no primary answered (last: %v)", err)
 		} else {
@@ -161,11 +175,11 @@ func (db *DB) resolveCommit(ctx context.Context, t commitTicket, lost error) err
 		case err != nil || o == outcomeCommitting:
 		case o == outcomeCommitted:
 			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction committed",
-				slog.String("xid", t.xid), slog.Duration("asked_for", time.Since(start).Round(time.Millisecond)), slog.Any("cause", cause))
+				slog.String("xid", xid), slog.Duration("asked_for", time.Since(start).Round(time.Millisecond)), slog.Any("cause", cause))
 			return nil
 		case o == outcomeNotCommitted:
 			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction did not commit",
-				slog.String("xid", t.xid), slog.String("reason", reason), slog.Any("cause", cause))
+				slog.String("xid", xid), slog.String("reason", reason), slog.Any("cause", cause))
 			return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
 				fmt.Errorf("the connection was lost while committing, and %s: nothing changed: %w", reason, cause)))
 		default: // forgotten
@@ -182,11 +196,12 @@ func commitUnknown(cause error, why string) error {
 	return sentinel.New(msgPrefix, "commit", refset.ErrCommitUnknown, fmt.Errorf("the connection was lost while committing, and whether the transaction committed is unknown (%s): %w", why, cause))
 }
 
-// askOutcome asks the primary the pool leads to about t's transaction. The question
+// askOutcome asks the primary the pool leads to about the transaction of a ticket's
+// fields. The question
 // runs in a transaction with an id of its own: a standby refuses it, and its COMMIT
 // waits for the synchronous standbys to have the asked-about commit too. err is the
 // server's refusal or a lost connection: ask again.
-func (db *DB) askOutcome(ctx context.Context, t commitTicket) (o outcome, reason string, err error) {
+func (db *DB) askOutcome(ctx context.Context, xid, lsn, server string) (o outcome, reason string, err error) {
 	tx, err := db.pool.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, "", err
@@ -194,7 +209,7 @@ func (db *DB) askOutcome(ctx context.Context, t commitTicket) (o outcome, reason
 	defer tx.Rollback()
 	var status string
 	var sameServer, replayedPast bool
-	if err := tx.QueryRowContext(ctx, outcomeSQL, t.xid, t.lsn, t.server).Scan(&status, &sameServer, &replayedPast); err != nil {
+	if err := tx.QueryRowContext(ctx, outcomeSQL, xid, lsn, server).Scan(&status, &sameServer, &replayedPast); err != nil {
 		return 0, "", err
 	}
 	if err := tx.Commit(); err != nil {

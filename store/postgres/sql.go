@@ -23,14 +23,18 @@ const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 
 // ticketSQL is what a write transaction reads of itself just before COMMIT (see
 // resolve.go): its id, where the server's WAL insert position stands after what it
-// wrote, and which server it runs on. A transaction that wrote nothing has no id,
+// wrote, and which server it runs on, in one string (one value to scan on every
+// commit; it is taken apart only when a COMMIT is lost). A transaction that wrote nothing has no id,
 // and is given none: an id would make its COMMIT write (and flush) a commit record.
 // The WAL position is read only with an id, so a read-only unit of work on a hot
 // standby runs as before.
 const ticketSQL = `
-SELECT COALESCE(pg_current_xact_id_if_assigned()::text, ''),
-       CASE WHEN pg_current_xact_id_if_assigned() IS NOT NULL THEN pg_current_wal_insert_lsn()::text ELSE '' END,
-       concat_ws(' ', inet_server_addr(), inet_server_port(), pg_postmaster_start_time())`
+SELECT CASE WHEN pg_current_xact_id_if_assigned() IS NULL THEN ''
+            ELSE concat_ws('|', pg_current_xact_id_if_assigned(), pg_current_wal_insert_lsn(), ` + serverSQL + `) END`
+
+// serverSQL names the server a session runs on: its address (empty over a Unix
+// socket), port and start time, which a restart changes.
+const serverSQL = `concat_ws('|', COALESCE(host(inet_server_addr()), ''), inet_server_port(), pg_postmaster_start_time())`
 
 // outcomeSQL asks a server about the transaction of a ticket ($1 its id, $2 its WAL
 // position, $3 its server): the transaction's status ("unassigned" for an id not
@@ -45,7 +49,7 @@ SELECT COALESCE(pg_current_xact_id_if_assigned()::text, ''),
 const outcomeSQL = `
 SELECT COALESCE(CASE WHEN $1::xid8 < pg_current_xact_id()
                      THEN pg_xact_status($1::xid8) ELSE 'unassigned' END, 'forgotten'),
-       concat_ws(' ', inet_server_addr(), inet_server_port(), pg_postmaster_start_time()) = $3,
+       ` + serverSQL + ` = $3,
        COALESCE(pg_last_wal_replay_lsn() > $2::pg_lsn, true)`
 
 // serverVersionSQL is the server's version as a number (150004 for 15.4).
