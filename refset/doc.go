@@ -169,7 +169,8 @@
 // the error the caller's own Command or function returned. Where a database refused
 // something the driver's error is wrapped too. A call that fails changed nothing, with
 // one exception the errors say: ErrCommitUnknown, a connection lost while committing,
-// after which the transaction may or may not have committed.
+// after which the transaction may or may not have committed (on PostgreSQL, only when
+// no server could tell: see ErrUnavailable).
 //
 // The sentinels group as follows. The caller's mistakes: ErrInvalidID,
 // ErrInvalidToken, ErrInvalidCommand, ErrInvalidTx, ErrInvalidIdentifier,

@@ -17,6 +17,9 @@ type capabilities struct {
 	obs    Observer
 	rebind func(query string) string
 	pipe   refsetdriver.Pipeliner // nil: none
+	// retryUnavailable is how long a unit of work that certainly did not commit is
+	// run again after ErrUnavailable; 0: never.
+	retryUnavailable time.Duration
 }
 
 func capabilitiesOf(db Database) capabilities {
@@ -25,5 +28,6 @@ func capabilitiesOf(db Database) capabilities {
 		return capabilities{log: dblog.Or(nil), obs: NoObserver{}, rebind: func(q string) string { return q }}
 	}
 	pipe, _ := drv.(refsetdriver.Pipeliner)
-	return capabilities{log: drv.Logger(), slow: drv.SlowStatement(), obs: drv.Observer(), rebind: drv.Rebind, pipe: pipe}
+	return capabilities{log: drv.Logger(), slow: drv.SlowStatement(), obs: drv.Observer(), rebind: drv.Rebind, pipe: pipe,
+		retryUnavailable: drv.RetryUnavailable()}
 }

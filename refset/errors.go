@@ -66,15 +66,22 @@ var (
 	ErrClosed = sentinel.ErrClosed
 
 	// ErrUnavailable: the database could not be reached, or the connection was lost
-	// during the call (a server restart or shutdown, a network failure, a terminated
-	// backend, too many connections, a SQLite file that cannot be opened or read).
-	// Nothing the call did was committed, unless the error also matches
-	// ErrCommitUnknown. It may pass: retry later.
+	// during the call (a server restart or shutdown, a failover, a network failure, a
+	// terminated backend, too many connections, a server that takes no writes, a
+	// SQLite file that cannot be opened or read). Nothing the call did was committed,
+	// unless the error also matches ErrCommitUnknown: on PostgreSQL, a COMMIT that lost
+	// its connection is asked about on a new one, and is ErrUnavailable alone only
+	// when the server said it did not commit (a call whose commit the server said went
+	// through returns nil). It may pass: retry later, or let refset do it
+	// (store.Options.RetryUnavailable).
 	ErrUnavailable = sentinel.ErrUnavailable
 
-	// ErrCommitUnknown: the connection was lost while a transaction was committing, so
-	// it may or may not have committed. It comes with ErrUnavailable. Check what is
-	// stored before doing again work that must not happen twice.
+	// ErrCommitUnknown: the connection was lost while a transaction was committing,
+	// and no server could tell whether it committed (SQLite never loses one; on
+	// PostgreSQL, no primary answered within postgres.Options.ResolveCommitWait, or
+	// the server no longer knew the transaction; the message says which). It comes
+	// with ErrUnavailable. Check what is stored before doing again work that must not
+	// happen twice: refset never runs such a unit of work again by itself.
 	ErrCommitUnknown = sentinel.ErrCommitUnknown
 
 	// ErrTimeout: the database gave up on a statement at a limit of its own

@@ -144,8 +144,9 @@ type Acquired[ID comparable] struct{ ref[ID] }
 // end the transaction), ErrNotFound (a reference to a missing object, or an Exec
 // command that affected fewer rows than it wants), ErrReferenced, ErrDuplicate,
 // ErrConstraint, ErrStatement, ErrConflict (after retries), ErrUnavailable (with
-// ErrCommitUnknown if the connection was lost while committing: the hand-over may
-// then have committed, though the Acquired is usable again), ErrTimeout, ErrClosed,
+// ErrCommitUnknown if the connection was lost while committing and no server could
+// tell the outcome: the hand-over may then have committed, though the Acquired is
+// usable again), ErrTimeout, ErrClosed,
 // the context's error, and whatever a command returned.
 func (a *Acquired[ID]) Complete(ctx context.Context) (*RefToken[ID], error) {
 	return a.complete(ctx, nil)

@@ -85,20 +85,60 @@ func Reader(ctx context.Context, db Database) Querier {
 // match the context's when ctx ended.
 func runUnit(ctx context.Context, caps capabilities, once func() error) error {
 	log := caps.log
-	err := retryConflicts(ctx, caps, func() error {
-		err := once()
-		if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
-			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
-				slog.Any("cause", err))
-			err = once()
-		}
-		return err
-	})
+	attempt := func() error {
+		return retryConflicts(ctx, caps, func() error {
+			err := once()
+			if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
+				log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
+					slog.Any("cause", err))
+				err = once()
+			}
+			return err
+		})
+	}
+	err := rideThrough(ctx, caps, attempt)
 	if errors.Is(err, ErrCommitUnknown) {
 		log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
 			slog.Any("error", err))
 	}
 	return ctxerr.Wrap(ctx, err)
+}
+
+// rideThrough runs attempt, a unit of work, and runs it again while it fails with
+// ErrUnavailable and certainly did not commit, for up to the database's
+// RetryUnavailable from the first failure (store.Options.RetryUnavailable), waiting
+// 50 ms before the first retry and twice as long before each next one, up to a
+// second. A failover's new primary takes seconds to take writes; the waits keep a
+// program's units from hammering the servers that are left meanwhile.
+func rideThrough(ctx context.Context, caps capabilities, attempt func() error) error {
+	err := attempt()
+	if caps.retryUnavailable <= 0 || !mayRunAgain(err) {
+		return err
+	}
+	deadline := time.Now().Add(caps.retryUnavailable)
+	for wait, n := 50*time.Millisecond, 1; mayRunAgain(err); wait, n = min(2*wait, time.Second), n+1 {
+		if time.Now().Add(wait).After(deadline) {
+			caps.log.LogAttrs(ctx, slog.LevelWarn, "refset: database still unavailable; giving up on the unit of work",
+				slog.Int("attempts", n), slog.Duration("retried_for", caps.retryUnavailable), slog.Any("error", err))
+			return err
+		}
+		caps.log.LogAttrs(ctx, slog.LevelInfo, "refset: database unavailable and the unit of work did not commit; running it again",
+			slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("cause", err))
+		if werr := ctxerr.Sleep(ctx, wait); werr != nil {
+			return errors.Join(err, werr)
+		}
+		caps.obs.Retried(ctx, err)
+		err = attempt()
+	}
+	return err
+}
+
+// mayRunAgain reports whether a unit of work that failed with err may run again
+// once the database is back: it lost the database (ErrUnavailable), and nothing of
+// it committed. A commit whose outcome is unknown may have, and a closed database
+// will not come back.
+func mayRunAgain(err error) bool {
+	return errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCommitUnknown) && !errors.Is(err, ErrClosed)
 }
 
 // RetryConflicts runs fn, and runs it again while it fails with ErrConflict, as InTx
@@ -172,10 +212,12 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 }
 
 // commitError is the error of a COMMIT that failed with err: translated, and, when
-// the connection was lost, one whose outcome is unknown.
+// the connection was lost, one whose outcome is unknown, unless the database learned
+// from a server that it did not commit (refsetdriver.NotCommitted) or said unknown
+// itself, with its reason.
 func commitError(db Database, err error) error {
 	err = db.TranslateError(err, "COMMIT")
-	if errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrCommitUnknown) && !refsetdriver.DidNotCommit(err) {
 		err = opError("commit", ErrCommitUnknown, err)
 	}
 	return err
@@ -292,13 +334,5 @@ func checkTx(tx Tx) error {
 
 func backoff(ctx context.Context, attempt int) error {
 	base := time.Millisecond << min(attempt, 7) // 2 ms .. 128 ms
-	wait := base/2 + rand.N(base)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return ctxerr.Sleep(ctx, base/2+rand.N(base))
 }

@@ -27,7 +27,8 @@ type Tx interface {
 }
 
 // DatabaseTx is a write transaction a Database began. refset commits it or rolls it
-// back; the code it runs inside the transaction sees only a Tx.
+// back; the code it runs inside the transaction sees only a Tx. A Commit that lost
+// its connection may learn the outcome from a server (see NotCommitted).
 type DatabaseTx interface {
 	Querier
 	Commit() error
@@ -96,6 +97,11 @@ type Driver interface {
 
 	// Observer is told what refset does in the database, for metrics; never nil.
 	Observer() Observer
+
+	// RetryUnavailable is how long a unit of work that failed with ErrUnavailable,
+	// and certainly did not commit, is run again (store.Options.RetryUnavailable);
+	// 0: never.
+	RetryUnavailable() time.Duration
 
 	// Columns reads a table's columns from the catalog; none if it does not exist.
 	Columns(ctx context.Context, q Querier, table sqlident.Ident) ([]Column, error)
@@ -191,7 +197,9 @@ type Observer interface {
 	// consumed or invalid token) is not a hand-over and is not told.
 	HandedOver(ctx context.Context, took time.Duration, err error)
 	// Retried is each run of a unit of work that InTx (or RetryConflicts) runs
-	// again because the database aborted it; cause matches ErrConflict.
+	// again: because the database aborted it (cause matches ErrConflict), or, with
+	// store.Options.RetryUnavailable, because the database went away before it
+	// committed (cause matches ErrUnavailable).
 	Retried(ctx context.Context, cause error)
 	// Conflicted is a conflict that outlasted the retries: the caller gets err.
 	Conflicted(ctx context.Context, err error)
@@ -232,6 +240,7 @@ type Settings struct {
 	Logger                         *slog.Logger // nil: none
 	SlowStatement                  time.Duration
 	Observer                       Observer // nil: none
+	RetryUnavailable               time.Duration
 }
 
 // Bind returns the Binding of a database whose write transactions and prepared
@@ -250,3 +259,6 @@ func (b Binding) ExternalMigrations() bool     { return b.settings.ExternalMigra
 func (b Binding) Logger() *slog.Logger         { return b.settings.Logger }
 func (b Binding) SlowStatement() time.Duration { return b.settings.SlowStatement }
 func (b Binding) Observer() Observer           { return b.settings.Observer }
+func (b Binding) RetryUnavailable() time.Duration {
+	return max(b.settings.RetryUnavailable, 0)
+}

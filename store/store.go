@@ -77,6 +77,21 @@ type Options struct {
 	// a replica could not answer. Package otelrefset makes one that feeds
 	// OpenTelemetry. Nil: nothing is told.
 	Observer refset.Observer
+
+	// RetryUnavailable is how long a unit of work is run again after it failed with
+	// refset.ErrUnavailable (the server went away: a restart, a failover) and certainly
+	// did not commit: InTx, and the Add, AddAll, Upgrade and Complete that run one. It
+	// rides through a failover, which on PostgreSQL with a multi-host DSN takes a few
+	// seconds to a new primary (see "Running on a high-availability cluster" in
+	// SCALING.md): the next attempts wait 50 ms, then twice as long each time up to
+	// one second, until the unit commits, fails otherwise, the context ends, or the
+	// next attempt would start past RetryUnavailable after the first failure. A unit
+	// whose COMMIT lost its connection runs again only when the server said it did not
+	// commit, never after refset.ErrCommitUnknown. Each attempt is logged (info) and
+	// told to the Observer (Retried). Zero, the default: never, the call fails at
+	// once. As with conflicts, the unit's function must have no effects outside its
+	// transaction, since it may run more than once.
+	RetryUnavailable time.Duration
 }
 
 // Settings are the options as a store's driver takes them.
@@ -86,6 +101,7 @@ func (o Options) Settings() refsetdriver.Settings {
 		Logger:             o.Logger,
 		SlowStatement:      dblog.Threshold(o.SlowStatement),
 		Observer:           o.Observer,
+		RetryUnavailable:   o.RetryUnavailable,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // Wrap returns err, made to match ctx.Err() too when ctx has ended and err does not
@@ -98,4 +99,17 @@ func (e *interrupted) Is(target error) bool {
 		}
 	}
 	return target == context.Canceled
+}
+
+// Sleep waits d, or until ctx ends, when it returns ctx's error: the wait between
+// the attempts of work that runs again, which a caller's context stops.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

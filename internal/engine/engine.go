@@ -44,9 +44,9 @@ type Config struct {
 	Begin func(ctx context.Context) (*sqlx.Tx, error)
 	// Release closes the pools the database owns; nil: it owns none.
 	Release func() error
-	// CheckArgs, if not nil, refuses a statement of a transaction Begin began whose
-	// arguments the driver would not all bind (see sqlstore.Tx).
-	CheckArgs func(query string, args []any) error
+	// Tx is what the store adds to the transactions Begin begins: a check of each
+	// statement's arguments, its own commit (see sqlstore.TxOptions).
+	Tx sqlstore.TxOptions
 }
 
 // New returns the Engine of a store's database.
@@ -85,7 +85,7 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	if err != nil {
 		return nil, e.c.DB.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(tx, e.c.DB, e.c.Statements, e.c.CheckArgs), nil
+	return sqlstore.NewTx(ctx, tx, e.c.DB, e.c.Statements, e.c.Tx), nil
 }
 
 // watchWait logs a warning if Begin still waits for a connection once the

@@ -16,17 +16,36 @@ type Tx struct {
 	*sqlx.Tx
 	db    refset.Database
 	stmts *stmtcache.Cache
-	check func(query string, args []any) error
+	o     TxOptions
+	ctx   context.Context // the one the transaction began with
 }
 
-// NewTx marks tx as begun by db, whose cache of the statements of Exec commands
-// (nil: none) is stmts. check, if not nil, refuses a statement whose arguments the
-// driver would not all bind: go-sqlite3 runs a statement given more arguments than
-// it has parameters, and drops the rest (it binds them to the next statement of a
-// query that has one), where PostgreSQL refuses it. A row of QueryRowContext, which
-// can hold no error of refset's, is not checked.
-func NewTx(tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, check func(query string, args []any) error) *Tx {
-	return &Tx{Tx: tx, db: db, stmts: stmts, check: check}
+// TxOptions are what a store adds to the transactions its database begins.
+type TxOptions struct {
+	// Check, if not nil, refuses a statement whose arguments the driver would not
+	// all bind: go-sqlite3 runs a statement given more arguments than it has
+	// parameters, and drops the rest (it binds them to the next statement of a query
+	// that has one), where PostgreSQL refuses it. A row of QueryRowContext, which can
+	// hold no error of refset's, is not checked.
+	Check func(query string, args []any) error
+	// Commit, if not nil, commits tx, in place of tx.Commit: PostgreSQL's asks a
+	// server what became of a COMMIT whose connection was lost (see
+	// refsetdriver.NotCommitted). ctx is the one the transaction began with.
+	Commit func(ctx context.Context, tx *sql.Tx) error
+}
+
+// NewTx marks tx, begun with ctx, as begun by db, whose cache of the statements of
+// Exec commands (nil: none) is stmts.
+func NewTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions) *Tx {
+	return &Tx{Tx: tx, db: db, stmts: stmts, o: o, ctx: ctx}
+}
+
+// Commit commits the transaction, the store's way if it has one.
+func (tx *Tx) Commit() error {
+	if tx.o.Commit == nil {
+		return tx.Tx.Commit()
+	}
+	return tx.o.Commit(tx.ctx, tx.Tx.Tx)
 }
 
 // ExecCommand runs the statement of a refset.Exec command, through the database's
@@ -55,8 +74,8 @@ func (tx *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql
 }
 
 func (tx *Tx) checkArgs(query string, args []any) error {
-	if tx.check == nil {
+	if tx.o.Check == nil {
 		return nil
 	}
-	return tx.check(query, args)
+	return tx.o.Check(query, args)
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -77,6 +78,21 @@ type Options struct {
 	// before it goes to the primary. New ignores it.
 	ReplicaDSN string
 
+	// ResolveCommitWait is how long a unit of work whose COMMIT lost its connection
+	// (the server crashed, or failed over) may wait to learn from a primary whether it
+	// committed: it returns nil if it did, refset.ErrUnavailable if it did not (nothing
+	// changed; with store.Options.RetryUnavailable it runs again), and
+	// refset.ErrCommitUnknown with ErrUnavailable only when no primary could tell in
+	// time. It asks on a new connection of the pool, so with a multi-host DSN it asks
+	// the new primary (see "Running on a high-availability cluster" in SCALING.md).
+	// The wait goes on past the call's context's end by five seconds at most. To know,
+	// each write transaction reads its id before COMMIT: one more statement in its
+	// round trip before COMMIT (a pipelined hand-over on pgx sends it with COMMIT).
+	// Zero means 30 seconds; a negative value turns all of this off (ErrCommitUnknown
+	// for every lost COMMIT, and no id read). Servers before PostgreSQL 13, which lack
+	// pg_xact_status, have it off.
+	ResolveCommitWait time.Duration
+
 	// ReplicaWait is how long a report (cleanup's Check, Why, WhyAll, Status) waits
 	// for the replica to replay what the primary had committed when the report began,
 	// before it reads the primary instead. Zero means one second; a negative value
@@ -110,6 +126,9 @@ type DB struct {
 	ownsPool  bool // Open made the pool, so Close closes it
 	replica   replicaState
 	stmts     *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
+	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
+	// 0: it is not, and no ticket is read.
+	resolveWait time.Duration
 }
 
 // storeEngine is the engine every store's DB embeds, under a name that keeps the
@@ -184,31 +203,32 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 // in the next) runs the statement that another client last parsed on whichever server
 // connection it gets next, and pgx's statement cache finds its prepared statements
 // missing from it.
+//
+// Either way the pool drops a connection to a server that no longer takes writes,
+// and, on lib/pq, never runs a statement again after its connection was lost while
+// it ran (conns.go).
 func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
-	if !unprepared {
-		return sql.Open(driver, dsn)
-	}
 	switch driver {
 	case DriverLibPQ:
 		cfg, err := pq.NewConfig(dsn)
 		if err != nil {
 			return nil, err
 		}
-		cfg.BinaryParameters = true
+		cfg.BinaryParameters = cfg.BinaryParameters || unprepared
 		connector, err := pq.NewConnectorConfig(cfg)
 		if err != nil {
 			return nil, err
 		}
-		return sql.OpenDB(connector), nil
+		return sql.OpenDB(guardedConnector{connector}), nil
 	default: // DriverPgx
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			return nil, err
 		}
-		if cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+		if unprepared && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
 			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 		}
-		return stdlib.OpenDB(*cfg), nil
+		return stdlib.OpenDB(*cfg, pgxOptions...), nil
 	}
 }
 
@@ -273,6 +293,9 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		}
 	}
 	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
+	if db.resolveWait, err = resolveWait(ctx, pool, opts.ResolveCommitWait); err != nil {
+		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
+	}
 	if opts.Replica != nil {
 		if err := db.useReplica(ctx, opts.Replica, opts.ReplicaWait); err != nil {
 			return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open the replica", err))
@@ -285,7 +308,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	settings := opts.Settings()
 	settings.Unprepared = opts.Unprepared
 	drv := newDriver(db, driverName, refsetdriver.Bind(pool, settings))
-	db.storeEngine = engine.New(engine.Config{
+	cfg := engine.Config{
 		Name:       "refset/postgres",
 		DB:         db,
 		Driver:     drv,
@@ -294,8 +317,29 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 			return db.pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
 		},
 		Release: db.release,
-	})
+	}
+	if db.resolveWait > 0 {
+		cfg.Tx.Commit = db.commit
+	}
+	db.storeEngine = engine.New(cfg)
 	return db, nil
+}
+
+// resolveWait is how long the outcome of a lost COMMIT is asked on pool's server:
+// opt, the option (zero: 30 s; negative: not at all), or 0 when the server is older
+// than PostgreSQL 13, which has no pg_xact_status.
+func resolveWait(ctx context.Context, pool *sql.DB, opt time.Duration) (time.Duration, error) {
+	if opt < 0 {
+		return 0, nil
+	}
+	var version int
+	if err := pool.QueryRowContext(ctx, serverVersionSQL).Scan(&version); err != nil {
+		return 0, err
+	}
+	if version < 130000 {
+		return 0, nil
+	}
+	return cmp.Or(opt, 30*time.Second), nil
 }
 
 // driverOf names the driver of pool: lib/pq or pgx's stdlib, and no other.

@@ -73,6 +73,26 @@
 // and walks still read it: after a failover, open the database again with the new
 // topology.
 //
+// # Failover
+//
+// On a high-availability cluster (Patroni, pg_auto_failover: a primary and standbys
+// that take over), give Open a multi-host DSN that only a primary accepts, which
+// lib/pq and pgx both read:
+//
+//	host=db1,db2,db3 port=5432,5432,5432 dbname=app target_session_attrs=read-write connect_timeout=2
+//
+// After a failover the first calls fail with refset.ErrUnavailable, having changed
+// nothing, and the next find the new primary. The pools Open makes drop a connection
+// to a server that no longer takes writes (SQLSTATE 25006, a standby refusing BEGIN
+// READ WRITE, or on pgx a server that reports itself read-only). A COMMIT whose
+// connection was lost is not left unknown: refset asks a primary on a new connection
+// whether the transaction committed (Options.ResolveCommitWait), returns nil if it did
+// and ErrUnavailable if it did not, and refset.ErrCommitUnknown only when no server
+// could tell. store.Options.RetryUnavailable runs a unit of work that certainly did
+// not commit again, riding through the failover. Nothing acknowledged survives a
+// failover unless replication is synchronous: see "Running on a high-availability
+// cluster" in SCALING.md for the settings and the figures of the failover soak.
+//
 // # Behind PgBouncer in transaction mode
 //
 // A pooler in transaction mode (PgBouncer's pool_mode = transaction) lends a server

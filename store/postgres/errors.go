@@ -36,6 +36,10 @@ func translateError(err error, query string) error {
 		return err
 	}
 	err = batchError(err)
+	if errors.Is(err, pgconn.ErrConnClosed) {
+		// pgx's word for a connection it had closed, after losing it.
+		return sentinel.New(msgPrefix, "", refset.ErrUnavailable, err)
+	}
 	var se sqlStater
 	if !errors.As(err, &se) || len(se.SQLState()) != 5 {
 		return sqlstore.TranslateConnError(err, msgPrefix)
@@ -80,11 +84,20 @@ func translateError(err error, query string) error {
 			return wrap(refset.ErrStatement)
 		}
 		return wrap(refset.ErrUnavailable)
+	case codeReadOnlySQLTransaction:
+		// The server takes no writes (a standby, or a primary fenced off after a
+		// failover): the primary is elsewhere, and the unit of work did not commit.
+		return wrap(refset.ErrUnavailable)
 	case codeInFailedSQLTransaction: // a statement failed earlier and the caller went on
 		return wrap(refset.ErrInvalidTx)
 	case codeUndefinedTable, codeUndefinedColumn, codeUndefinedObject, codeUndefinedFunction, codeInvalidSchemaName:
 		return wrap(refset.ErrSchema)
 	case codeFeatureNotSupported:
+		if query == "BEGIN" {
+			// "cannot set transaction read-write mode during recovery": lib/pq
+			// begins READ WRITE, and the server is a standby.
+			return wrap(refset.ErrUnavailable)
+		}
 		// "cached plan must not change result type": a statement prepared before a
 		// migration changed a column it returns. refset runs the unit of work once
 		// more, and the statement is prepared anew (see stmtcache.ErrStale).

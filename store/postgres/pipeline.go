@@ -34,6 +34,9 @@ type pgxPipeline struct {
 	// (Options.Unprepared): a pooler may mishandle cancel requests (PgBouncer before
 	// 1.19.1 crashes on them), so the segment is waited for instead.
 	cancels bool
+	// ticket, if not nil, is where the commit's ticket is read (see resolve.go):
+	// a pipeline that resolves lost commits is made anew for each run.
+	ticket *commitTicket
 }
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
@@ -60,6 +63,9 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipelin
 
 // run is refsetdriver.Pipeliner.RunPipeline.
 func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	if p.db.resolveWait > 0 {
+		p.ticket = new(commitTicket)
+	}
 	if p.db.Closed() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
@@ -81,6 +87,20 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 // a panic too; a connection that cannot roll back is closed by pgx, and database/sql
 // drops it.
 func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	err := p.segments(ctx, c, stmts, result)
+	var pe *refsetdriver.PipelineError
+	if p.ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
+		if err := p.db.resolveCommit(ctx, *p.ticket, pe.Err); err != nil {
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+		}
+		return nil
+	}
+	return err
+}
+
+// segments runs stmts on c, segment by segment, reading the commit's ticket (see
+// resolve.go) into p.ticket with the last unless p.ticket is nil.
+func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -101,6 +121,9 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 			b.Queue(s.Query, s.Args...)
 		}
 		if last {
+			if p.ticket != nil {
+				b.Queue(ticketSQL)
+			}
 			b.Queue("commit")
 		}
 		segCtx, endSegment := ctx, func() bool { return false }
@@ -108,7 +131,7 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
-		err := readSegment(br, start == 0, stmts, start, end, last, result)
+		err := readSegment(br, start == 0, stmts, start, end, last, p.ticket, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
@@ -207,7 +230,7 @@ func segmentEnd(stmts []refsetdriver.Statement, start int) int {
 // readSegment reads the results of one segment in order: BEGIN's if it began the
 // transaction, those of stmts[start:end], and COMMIT's if it is the last. After a
 // statement the server refused it skipped the rest of the segment, COMMIT included.
-func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, start, end int, last bool, result refsetdriver.ResultFunc) error {
+func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
 	if begins {
 		if _, err := br.Exec(); err != nil {
 			// A statement that does not prepare fails the whole batch before
@@ -236,6 +259,15 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statemen
 		}
 	}
 	if last {
+		if ticket != nil {
+			t, err := readTicket(br.QueryRow())
+			if err != nil {
+				// Refused, the transaction is aborted and COMMIT rolls it back; lost,
+				// COMMIT was sent and the outcome is unknown.
+				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+			}
+			*ticket = t
+		}
 		if _, err := br.Exec(); err != nil {
 			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 		}

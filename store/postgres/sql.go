@@ -21,6 +21,36 @@ import (
 // asks the server for the parameter's type and escapes the string as bytea: four.
 const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 
+// ticketSQL is what a write transaction reads of itself just before COMMIT (see
+// resolve.go): its id, where the server's WAL insert position stands after what it
+// wrote, and which server it runs on. A transaction that wrote nothing has no id,
+// and is given none: an id would make its COMMIT write (and flush) a commit record.
+// The WAL position is read only with an id, so a read-only unit of work on a hot
+// standby runs as before.
+const ticketSQL = `
+SELECT COALESCE(pg_current_xact_id_if_assigned()::text, ''),
+       CASE WHEN pg_current_xact_id_if_assigned() IS NOT NULL THEN pg_current_wal_insert_lsn()::text ELSE '' END,
+       concat_ws(' ', inet_server_addr(), inet_server_port(), pg_postmaster_start_time())`
+
+// outcomeSQL asks a server about the transaction of a ticket ($1 its id, $2 its WAL
+// position, $3 its server): the transaction's status ("unassigned" for an id not
+// given out yet, which pg_xact_status would refuse; "forgotten" when its status is
+// no longer kept), whether this is the server that ran it, still running, and
+// whether this server replayed WAL past the ticket's position (or started without
+// any recovery). The id it takes of its own (pg_current_xact_id, the server's next
+// one: every id below it was given out) makes a standby refuse the question and
+// makes the COMMIT that follows wait for the synchronous standbys. (A snapshot's
+// xmax would not do: it is one past the last transaction that ended, and the one
+// asked about may still be running.)
+const outcomeSQL = `
+SELECT COALESCE(CASE WHEN $1::xid8 < pg_current_xact_id()
+                     THEN pg_xact_status($1::xid8) ELSE 'unassigned' END, 'forgotten'),
+       concat_ws(' ', inet_server_addr(), inet_server_port(), pg_postmaster_start_time()) = $3,
+       COALESCE(pg_last_wal_replay_lsn() > $2::pg_lsn, true)`
+
+// serverVersionSQL is the server's version as a number (150004 for 15.4).
+const serverVersionSQL = `SELECT current_setting('server_version_num')::int`
+
 type dialect struct{}
 
 // columnsSQL reads a table's columns; to_regclass resolves an unqualified name through

@@ -16,6 +16,7 @@ const (
 	codeCannotConnectNow         = "57P03" // starting up, shutting down
 	codeDatabaseDropped          = "57P04"
 	codeInFailedSQLTransaction   = "25P02"
+	codeReadOnlySQLTransaction   = "25006" // a write on a standby, or a fenced (read-only) primary
 	codeUndefinedTable           = "42P01"
 	codeUndefinedColumn          = "42703"
 	codeUndefinedObject          = "42704"

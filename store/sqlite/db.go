@@ -177,9 +177,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.
-		Begin:     func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
-		Release:   release,
-		CheckArgs: checkArgs,
+		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
+		Release: release,
+		Tx:      sqlstore.TxOptions{Check: checkArgs},
 	})
 	return db
 }

@@ -32,8 +32,11 @@ import (
 // the latter.
 //
 // If the context ends, or the connection fails, while the statement runs, the payment
-// may or may not have been made: the books balance either way, and the history
-// records txID as the creator of its outputs if it was.
+// may or may not have been made (on PostgreSQL's fast path, which commits the
+// statement on its own, the error then matches refset.ErrCommitUnknown, beside
+// refset.ErrUnavailable; the context's error when the context ended): the books
+// balance either way, and the history records txID as the creator of its outputs if
+// it was.
 func (v *Vault) Pay(ctx context.Context, txID, from string, outputs ...Token) (spent, created []Token, err error) {
 	amount, err := checkPayment(txID, from, outputs)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -72,7 +73,7 @@ func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Row
 		}
 		err = eachRow(rows, err, row)
 		if code, _ := serverError(err); attempt > 0 || prepared == nil || code != "0A000" {
-			return err
+			return s.ownCommitError(err)
 		}
 		// Closed before it is prepared again: pgx prepares a text once per connection,
 		// until the last statement of that text on the connection is closed.
@@ -80,6 +81,31 @@ func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Row
 			_ = prepared.Close()
 		}
 	}
+}
+
+// ownCommitError is err, the error of a fast path's statement that ran in a
+// transaction of its own (outside any unit of work): when the connection was lost
+// after the statement was sent, the statement may have committed, which
+// refset.ErrCommitUnknown says (as refset.InTx says it of a COMMIT no server could
+// tell the outcome of), beside refset.ErrUnavailable. Its effects show in the books:
+// a payment's outputs carry its transaction ID (History). A connection that failed
+// before anything was sent (pgx says so; a refused dial) ran nothing.
+func (s *statements) ownCommitError(err error) error {
+	if err == nil {
+		return nil
+	}
+	translated := s.db.TranslateError(err, "")
+	if !errors.Is(translated, refset.ErrUnavailable) || errors.Is(translated, refset.ErrCommitUnknown) || nothingSent(err) {
+		return err
+	}
+	return fmt.Errorf("custody: %w: the connection was lost after a statement that commits on its own was sent: %w", refset.ErrCommitUnknown, translated)
+}
+
+// nothingSent reports whether err, a lost connection's, came before the statement
+// was sent.
+func nothingSent(err error) bool {
+	var op *net.OpError
+	return pgconn.SafeToRetry(err) || errors.As(err, &op) && op.Op == "dial"
 }
 
 // prepared is st prepared on the pool, or nil when the database runs statements

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -169,4 +170,38 @@ func TestFastPathsReadByKey(t *testing.T) {
 	}
 	after := settled(before.historyRows + created)
 	assert.Equal(t, before.seqScans, after.seqScans, "the fast paths read tokens, holds or history whole")
+}
+
+// A fast path's statement commits on its own: when the connection is lost after it
+// was sent, it may have committed, and Pay says so (refset.ErrCommitUnknown, beside
+// refset.ErrUnavailable) rather than a bare ErrUnavailable, which promises that
+// nothing changed. Here the server runs the payment with no client left to tell, and
+// it commits: the books show it, and balance.
+func TestLostPaymentIsUnknown(t *testing.T) {
+	for _, driver := range []string{postgres.DriverLibPQ, postgres.DriverPgx} {
+		t.Run(driver, func(t *testing.T) {
+			ctx := t.Context()
+			proxy, dsn := refsettest.PostgresProxy(t, refsettest.PostgresDSN(t))
+			db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver})
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			v, err := Open(ctx, db, Config{})
+			require.NoError(t, err)
+			require.True(t, v.fast, "the fast paths run on Postgres")
+			issue(t, v, "alice", 10)
+
+			proxy.DropCancels() // pgx's cancel after the loss would stop the statement
+			proxy.CutAfterSent("tx-lost-payment")
+			_, _, err = v.Pay(ctx, "tx-lost-payment", "alice", gbp("bob", 4))
+			require.ErrorIs(t, err, refset.ErrUnavailable)
+			require.ErrorIs(t, err, refset.ErrCommitUnknown)
+
+			require.Eventually(t, func() bool {
+				total, _, err := v.Balance(ctx, "bob", "GBP")
+				return err == nil && total == 4
+			}, 10*time.Second, 20*time.Millisecond, "the payment committed on the server")
+			a := audit(t, v)
+			assert.EqualValues(t, 10, a.Remaining, "value is conserved")
+		})
+	}
 }

@@ -1,0 +1,222 @@
+package postgres
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// After a failover, the old primary may still answer on connections a pool keeps:
+// fenced (default_transaction_read_only) or, through a proxy or a virtual address,
+// restarted as a standby. Every write there fails with SQLSTATE 25006
+// (read_only_sql_transaction), which refset reports as ErrUnavailable; the pools
+// that Open makes also drop such a connection, so that the next unit of work dials
+// again, and a multi-host DSN with target_session_attrs=read-write leads it to the
+// new primary. (A demotion proper restarts the server, which ends its connections
+// anyway.)
+//
+//   - pgx: before a connection is reused, the server's last word on it (the
+//     in_hot_standby and default_transaction_read_only parameters, which servers
+//     from PostgreSQL 14 report as they change) says whether it still takes writes.
+//   - lib/pq keeps those parameters to itself, so each connection is wrapped
+//     (guardedConn), and one whose statement the server refused with 25006, or
+//     whose BEGIN READ WRITE a standby refused, is reported invalid to
+//     database/sql, which then closes it. (A fence of default_transaction_read_only
+//     does not stop lib/pq's writes: it begins every transaction READ WRITE.)
+//
+// A pool given to New is the caller's, opened as the caller likes; refset does not
+// change how it keeps connections (set its ConnMaxLifetime to bound how long one to
+// a fenced server can last).
+
+// takesWrites is pgx's check, before a connection of a pool that Open made is
+// reused: a connection whose server says it is a standby, or read-only, is dropped.
+func takesWrites(_ context.Context, c *pgx.Conn) error {
+	pc := c.PgConn()
+	if pc.ParameterStatus("in_hot_standby") == "on" || pc.ParameterStatus("default_transaction_read_only") == "on" {
+		return driver.ErrBadConn
+	}
+	return nil
+}
+
+// pgxOptions are the options of the pgx pools Open makes.
+var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
+
+// A statement sent on a connection that is then lost may have run, and, outside a
+// transaction, committed. lib/pq reports such a loss (the server's end of file, a
+// FATAL error) as driver.ErrBadConn, which tells database/sql that nothing was sent:
+// database/sql then runs the statement again on another connection, a second time.
+// So the lib/pq connections of the pools Open makes (guardedConn) report the loss
+// of a connection that was sound when the statement began as the loss it is
+// (lostDuring), which database/sql does not run again, and refset reports as
+// ErrUnavailable. A connection already known bad before the statement sent nothing,
+// and keeps database/sql's retry on another.
+
+// guardedConnector makes the lib/pq connections of a pool that Open made
+// guardedConns.
+type guardedConnector struct{ driver.Connector }
+
+func (c guardedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &guardedConn{conn: conn.(libpqConn)}, nil
+}
+
+// lostDuring is the error of a statement whose connection was lost while it ran.
+type lostDuring struct{ err error }
+
+func (e *lostDuring) Error() string {
+	return "the connection was lost while the statement ran (" + e.err.Error() + ")"
+}
+
+// Unwrap makes it a lost connection to refset (io.ErrUnexpectedEOF), not lib/pq's
+// ErrBadConn, which database/sql takes as nothing sent.
+func (e *lostDuring) Unwrap() error { return io.ErrUnexpectedEOF }
+
+// libpqConn is what lib/pq's connections implement, and database/sql uses.
+type libpqConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+	driver.NamedValueChecker
+}
+
+// guardedConn is a lib/pq connection that reports a connection lost during a
+// statement as lostDuring, and turns invalid, so that database/sql closes it, once
+// the server refused one of its statements as read-only.
+type guardedConn struct {
+	conn     libpqConn
+	readOnly atomic.Bool
+}
+
+var _ libpqConn = (*guardedConn)(nil)
+
+// run runs a statement's call on the connection and returns its error, noted.
+func (c *guardedConn) run(call func() error) error {
+	sound := c.conn.IsValid()
+	return c.seen(sound, call())
+}
+
+// seen notes err, the error of a statement that began on a connection that was
+// sound or not, and returns it: as lostDuring if a sound connection was lost.
+func (c *guardedConn) seen(sound bool, err error) error {
+	if refusesWrites(err, codeReadOnlySQLTransaction) {
+		c.readOnly.Store(true)
+	}
+	if sound && errors.Is(err, driver.ErrBadConn) {
+		return &lostDuring{err: err}
+	}
+	return err
+}
+
+// refusesWrites reports whether err is the server's refusal with code.
+func refusesWrites(err error, code string) bool {
+	var se sqlStater
+	return err != nil && errors.As(err, &se) && se.SQLState() == code
+}
+
+func (c *guardedConn) IsValid() bool { return !c.readOnly.Load() && c.conn.IsValid() }
+
+func (c *guardedConn) ResetSession(ctx context.Context) error {
+	if c.readOnly.Load() {
+		return driver.ErrBadConn
+	}
+	return c.conn.ResetSession(ctx)
+}
+
+func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (r driver.Result, err error) {
+	err = c.run(func() error { r, err = c.conn.ExecContext(ctx, query, args); return err })
+	return r, err
+}
+
+func (c *guardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (r driver.Rows, err error) {
+	err = c.run(func() error { r, err = c.conn.QueryContext(ctx, query, args); return err })
+	return r, err
+}
+
+// PrepareContext prepares query; preparing runs nothing, so a connection lost
+// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry.
+func (c *guardedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	s, err := c.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, c.seen(false, err)
+	}
+	return &guardedStmt{Stmt: s, conn: c}, nil
+}
+
+func (c *guardedConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+// BeginTx begins a transaction; BEGIN changes nothing, so a connection lost
+// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry.
+func (c *guardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.conn.BeginTx(ctx, opts)
+	if refusesWrites(err, codeFeatureNotSupported) {
+		// lib/pq begins READ WRITE, which a standby refuses: "cannot set
+		// transaction read-write mode during recovery".
+		c.readOnly.Store(true)
+	}
+	return tx, c.seen(false, err)
+}
+
+// Begin is driver.Conn's; database/sql calls BeginTx.
+func (c *guardedConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *guardedConn) Close() error                   { return c.conn.Close() }
+func (c *guardedConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
+func (c *guardedConn) CheckNamedValue(nv *driver.NamedValue) error {
+	return c.conn.CheckNamedValue(nv)
+}
+
+// guardedStmt is a statement prepared on a guardedConn, whose errors it notes.
+type guardedStmt struct {
+	driver.Stmt
+	conn *guardedConn
+}
+
+func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {
+	err = s.conn.run(func() error {
+		if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
+			r, err = ec.ExecContext(ctx, args)
+		} else {
+			r, err = s.Stmt.Exec(values(args)) //nolint:staticcheck // a statement without the context form (lib/pq's COPY)
+		}
+		return err
+	})
+	return r, err
+}
+
+func (s *guardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (r driver.Rows, err error) {
+	err = s.conn.run(func() error {
+		if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
+			r, err = qc.QueryContext(ctx, args)
+		} else {
+			r, err = s.Stmt.Query(values(args)) //nolint:staticcheck // as ExecContext
+		}
+		return err
+	})
+	return r, err
+}
+
+// values are args' values, for a statement that takes them without names.
+func values(args []driver.NamedValue) []driver.Value {
+	v := make([]driver.Value, len(args))
+	for i, a := range args {
+		v[i] = a.Value
+	}
+	return v
+}

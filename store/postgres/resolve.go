@@ -1,0 +1,230 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// A COMMIT whose connection is lost (the server crashed, was killed, failed over)
+// may or may not have run. Rather than leave the caller to guess (ErrCommitUnknown),
+// refset asks: just before COMMIT, the transaction reads its own id and where the
+// server's WAL stood (a commitTicket, in the same round trip as nothing else: one
+// more statement); after a lost COMMIT, a new connection from the pool, which a
+// multi-host DSN with target_session_attrs=read-write leads to whichever server is
+// primary now, asks pg_xact_status about that id.
+//
+// An id is only a number, and a new primary may give it to another transaction: one
+// whose WAL never reached the standby it promoted, it does not know, and hands out
+// again. So the answer is taken as the transaction's own only from a server that
+// cannot have done that:
+//
+//   - the server that ran the transaction, still running (same address, port and
+//     start time): it gave the id out and never gives it again;
+//   - another server, or the same one restarted, that replayed WAL past the ticket's
+//     position: it replayed what the transaction wrote before COMMIT, each record
+//     carrying the id, so its next id is past it. (One that started without recovery
+//     at all, after a clean shutdown, saved its next id at shutdown.)
+//
+// Any other server that says "committed" speaks of another transaction: this one's
+// WAL did not reach it, so it did not commit there. A transaction that wrote nothing
+// has no id and nothing to lose.
+//
+// "Committed" on a server is not yet durable on its synchronous standbys: the server
+// marks the transaction committed before it waits for them. So the question is asked
+// in a transaction that takes an id of its own (which a standby refuses: only a
+// primary answers) and commits, which waits, with synchronous replication, until the
+// standbys have everything up to its own commit, the asked-about one's included.
+//
+// What remains unknown (ErrCommitUnknown): no primary answered within
+// Options.ResolveCommitWait, the server no longer keeps the transaction's status, or
+// two failovers came so fast that the server asked had been rewound past the
+// transaction and promoted again before the question reached it.
+
+// commitTicket is what a write transaction learns of itself just before COMMIT.
+type commitTicket struct {
+	read   bool   // the ticket was read: the fields below are the server's
+	xid    string // the transaction's id, or "" when it has none (it wrote nothing)
+	lsn    string // the server's WAL insert position after what the transaction wrote
+	server string // the server: address, port and start time
+}
+
+// outcome is what a server says became of a transaction.
+type outcome int
+
+const (
+	outcomeCommitted outcome = iota
+	outcomeNotCommitted
+	outcomeCommitting // still running, on the server that ran it: ask again
+	outcomeForgotten  // too old: the server no longer keeps its status
+)
+
+// decideOutcome reads a server's answer about a transaction: status is
+// pg_xact_status's ("committed", "aborted", "in progress"), or "unassigned" for an id
+// the server has not given out yet, or "forgotten"; sameServer is whether the server
+// is the one that ran the transaction, still running; replayedPast is whether it
+// replayed WAL past the transaction's ticket (or started without recovery). reason
+// says why, for the error or the log.
+func decideOutcome(status string, sameServer, replayedPast bool) (o outcome, reason string) {
+	switch status {
+	case "committed":
+		if sameServer || replayedPast {
+			return outcomeCommitted, "the server says it committed"
+		}
+		return outcomeNotCommitted, "the primary never received its writes (the id it knows is another transaction's)"
+	case "aborted":
+		return outcomeNotCommitted, "the server says it did not commit"
+	case "unassigned":
+		return outcomeNotCommitted, "the primary never received its writes"
+	case "in progress":
+		if sameServer {
+			return outcomeCommitting, "still committing on the server"
+		}
+		return outcomeNotCommitted, "the primary never received its commit"
+	}
+	return outcomeForgotten, "the server no longer keeps the status of its id"
+}
+
+// commit commits tx, which began with ctx: it reads a commitTicket first and, when
+// COMMIT loses its connection, asks what became of it (resolveCommit).
+func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
+	t, err := readTicket(tx.QueryRowContext(ctx, ticketSQL))
+	if err != nil {
+		if lostConnection(err) {
+			// COMMIT was never sent: the server rolls back a transaction whose
+			// connection ends.
+			return refsetdriver.NotCommitted(err)
+		}
+		// The ticket's failure leaves the transaction aborted (or the context
+		// ended): COMMIT then says so as it always did.
+		return tx.Commit()
+	}
+	err = tx.Commit()
+	if err == nil || !lostConnection(err) {
+		return err
+	}
+	return db.resolveCommit(ctx, t, err)
+}
+
+// readTicket scans a ticket from the row of ticketSQL.
+func readTicket(row interface{ Scan(...any) error }) (commitTicket, error) {
+	t := commitTicket{read: true}
+	err := row.Scan(&t.xid, &t.lsn, &t.server)
+	return t, err
+}
+
+// lostConnection reports whether err, a driver's error, is the loss of the
+// connection or the server (ErrUnavailable) rather than the server's answer.
+func lostConnection(err error) bool {
+	return errors.Is(translateError(err, "COMMIT"), refset.ErrUnavailable)
+}
+
+// resolveCommit is the outcome of the transaction of t, whose COMMIT failed with
+// lost: nil when it committed, an error marked refsetdriver.NotCommitted (with
+// ErrUnavailable) when it did not, or ErrCommitUnknown (with ErrUnavailable) when no
+// server could tell within Options.ResolveCommitWait. It asks again, with back-off,
+// while no primary answers and while the server that ran the transaction is still
+// committing it.
+func (db *DB) resolveCommit(ctx context.Context, t commitTicket, lost error) error {
+	cause := translateError(lost, "COMMIT")
+	if !t.read {
+		return commitUnknown(cause, "the transaction's id was not read before the connection was lost")
+	}
+	if t.xid == "" {
+		return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
+			fmt.Errorf("the connection was lost while committing a transaction that wrote nothing, so nothing changed: %w", cause)))
+	}
+	if db.resolveWait <= 0 {
+		return commitUnknown(cause, "Options.ResolveCommitWait is negative: the outcome was not asked")
+	}
+	log := db.Driver().Logger()
+	askCtx, stop := resolveContext(ctx, db.resolveWait)
+	defer stop()
+	start := time.Now()
+	last := "no server answered"
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		o, reason, err := db.askOutcome(askCtx, t)
+		if err != nil {
+			last = fmt.Sprintf("no primary answered (last: %v)", err)
+		} else {
+			last = reason
+		}
+		switch {
+		case err != nil || o == outcomeCommitting:
+		case o == outcomeCommitted:
+			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction committed",
+				slog.String("xid", t.xid), slog.Duration("asked_for", time.Since(start).Round(time.Millisecond)), slog.Any("cause", cause))
+			return nil
+		case o == outcomeNotCommitted:
+			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction did not commit",
+				slog.String("xid", t.xid), slog.String("reason", reason), slog.Any("cause", cause))
+			return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
+				fmt.Errorf("the connection was lost while committing, and %s: nothing changed: %w", reason, cause)))
+		default: // forgotten
+			return commitUnknown(cause, reason)
+		}
+		if ctxerr.Sleep(askCtx, wait) != nil {
+			return commitUnknown(cause, fmt.Sprintf("asked for %s: %s", time.Since(start).Round(time.Millisecond), last))
+		}
+	}
+}
+
+// commitUnknown is the error of a lost COMMIT whose outcome no server told.
+func commitUnknown(cause error, why string) error {
+	return sentinel.New(msgPrefix, "commit", refset.ErrCommitUnknown, fmt.Errorf("the connection was lost while committing, and whether the transaction committed is unknown (%s): %w", why, cause))
+}
+
+// askOutcome asks the primary the pool leads to about t's transaction. The question
+// runs in a transaction with an id of its own: a standby refuses it, and its COMMIT
+// waits for the synchronous standbys to have the asked-about commit too. err is the
+// server's refusal or a lost connection: ask again.
+func (db *DB) askOutcome(ctx context.Context, t commitTicket) (o outcome, reason string, err error) {
+	tx, err := db.pool.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	defer tx.Rollback()
+	var status string
+	var sameServer, replayedPast bool
+	if err := tx.QueryRowContext(ctx, outcomeSQL, t.xid, t.lsn, t.server).Scan(&status, &sameServer, &replayedPast); err != nil {
+		return 0, "", err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, "", err
+	}
+	o, reason = decideOutcome(status, sameServer, replayedPast)
+	return o, reason, nil
+}
+
+// resolveContext is the context the outcome of a lost COMMIT is asked in: up to
+// wait, even past ctx's end (the connection is often lost because ctx ended, and
+// the caller is better served by an answer than by ErrCommitUnknown), but no more
+// than resolveGrace once ctx has ended.
+func resolveContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	askCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(resolveGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-askCtx.Done():
+		}
+	})
+	return askCtx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// resolveGrace is how long the outcome of a lost COMMIT is still asked once the
+// call's context has ended.
+const resolveGrace = 5 * time.Second

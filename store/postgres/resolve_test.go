@@ -1,0 +1,262 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// resolveEnv is a database reached through a proxy that loses connections around
+// COMMIT, with tables whose rows commit plainly (items), end the committing backend
+// at COMMIT when flagged doom (doomed), or take a second to commit (slow).
+type resolveEnv struct {
+	db    *DB
+	proxy *pgtest.Proxy
+	logs  *logRecorder
+}
+
+func newResolveEnv(t *testing.T, hand func(o *Options)) *resolveEnv {
+	t.Helper()
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	logs := newLogRecorder()
+	opts := Options{Options: store.Options{Logger: logs.logger()}}
+	hand(&opts)
+	db := openWith(t, dsn, opts)
+	for _, q := range []string{
+		`CREATE TABLE items (id text PRIMARY KEY)`,
+		// A row flagged doom ends the backend that commits it, at COMMIT, before
+		// the commit: the client loses its connection, and nothing committed.
+		`CREATE TABLE doomed (id text PRIMARY KEY, doom boolean NOT NULL)`,
+		`CREATE FUNCTION end_backend() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN IF NEW.doom THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER end_backend AFTER INSERT ON doomed
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_backend()`,
+		// A row of slow takes a second to commit: the backend commits it after its
+		// client is gone.
+		`CREATE TABLE slow (id text PRIMARY KEY)`,
+		`CREATE FUNCTION sleep_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+		 BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$`,
+		`CREATE CONSTRAINT TRIGGER sleep_at_commit AFTER INSERT ON slow
+		 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sleep_at_commit()`,
+	} {
+		_, err := db.Pool().ExecContext(t.Context(), q)
+		require.NoError(t, err, q)
+	}
+	return &resolveEnv{db: db, proxy: proxy, logs: logs}
+}
+
+// unknownLogged is what refset logs, as an error, of a commit whose outcome it
+// could not learn.
+const unknownLogged = "refset: connection lost while committing; the transaction may or may not have committed"
+
+// TestLostCommitIsResolved: a COMMIT whose connection is lost is resolved by asking
+// the server on a new connection: the unit of work returns nil when it committed,
+// ErrUnavailable without ErrCommitUnknown when it did not, and ErrCommitUnknown only
+// when no server answers. Each case checks what the table holds afterwards.
+func TestLostCommitIsResolved(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		cases := []struct {
+			name    string
+			opts    func(o *Options)
+			arm     func(p *pgtest.Proxy)
+			table   string // written by the unit of work
+			doom    bool
+			want    []error // nil: the unit committed
+			present bool    // the unit's row is there afterwards
+			logged  string
+		}{
+			{name: "committed, reply lost", arm: (*pgtest.Proxy).CutCommitReply, table: "items",
+				present: true, logged: "refset/postgres: connection lost while committing; the transaction committed"},
+			{name: "still committing when the connection ended", arm: func(p *pgtest.Proxy) { p.CutAfterCommitSent(); p.DropCancels() }, table: "slow",
+				present: true, logged: "refset/postgres: connection lost while committing; the transaction committed"},
+			{name: "did not commit", table: "doomed", doom: true, want: []error{refset.ErrUnavailable},
+				logged: "refset/postgres: connection lost while committing; the transaction did not commit"},
+			{name: "no server answers", opts: func(o *Options) { o.ResolveCommitWait = 500 * time.Millisecond },
+				arm: func(p *pgtest.Proxy) { p.CutCommitReply(); p.Refuse(true) }, table: "items", present: true,
+				want: []error{refset.ErrUnavailable, refset.ErrCommitUnknown}, logged: unknownLogged},
+			{name: "resolution off", opts: func(o *Options) { o.ResolveCommitWait = -1 },
+				table: "doomed", doom: true, want: []error{refset.ErrUnavailable, refset.ErrCommitUnknown}, logged: unknownLogged},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newResolveEnv(t, func(o *Options) {
+					o.Driver = driver
+					if tc.opts != nil {
+						tc.opts(o)
+					}
+				})
+				ctx := t.Context()
+				if tc.arm != nil {
+					tc.arm(e.proxy)
+				}
+				err := refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+					q := fmt.Sprintf(`INSERT INTO %s (id) VALUES ('x')`, tc.table)
+					if tc.table == "doomed" {
+						q = `INSERT INTO doomed (id, doom) VALUES ('x', true)`
+					}
+					_, err := tx.ExecContext(ctx, q)
+					return err
+				})
+				e.proxy.Refuse(false)
+				if tc.want == nil {
+					require.NoError(t, err)
+				} else {
+					for _, w := range tc.want {
+						require.ErrorIs(t, err, w)
+					}
+					if !errors.Is(tc.want[len(tc.want)-1], refset.ErrCommitUnknown) {
+						require.NotErrorIs(t, err, refset.ErrCommitUnknown, "the server told")
+					}
+				}
+				want := 0
+				if tc.present {
+					want = 1
+				}
+				assert.Equal(t, want, count(t, e.db, `SELECT count(*) FROM `+tc.table), "what the table holds")
+				if tc.logged != "" {
+					logged := e.logs.find(tc.logged)
+					require.Len(t, logged, 1, "the outcome is logged")
+					if tc.logged == unknownLogged {
+						assert.Equal(t, "ERROR", logged[0]["level"])
+					}
+				}
+				t.Logf("%v", err)
+			})
+		}
+	})
+}
+
+// TestLostCommitOfAHandOverIsResolved: the same for a hand-over, which pgx sends
+// pipelined (its ticket read in the batch that carries COMMIT) and lib/pq through a
+// transaction: the reply to its COMMIT is lost, and Complete returns the head
+// acquired, as if nothing happened.
+func TestLostCommitOfAHandOverIsResolved(t *testing.T) {
+	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+		proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+		e := newHandOverEnv(t, openWith(t, dsn, opts))
+		acq := e.acquired(t, "b", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
+		proxy.CutCommitReply()
+		tok, err := acq.Complete(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, "b", tok.ID())
+		pending, head := e.state(t, "b")
+		assert.False(t, pending, "released")
+		assert.True(t, head, "acquired")
+	})
+}
+
+// TestRetryUnavailable: with Options.RetryUnavailable, a unit of work that lost its
+// connection and did not commit runs again and commits once; one whose commit's
+// outcome is unknown never runs again; without the option none does.
+func TestRetryUnavailable(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		cases := []struct {
+			name     string
+			retry    time.Duration
+			resolve  time.Duration
+			runs     int64
+			want     []error
+			inserted int
+		}{
+			{name: "runs again", retry: 5 * time.Second, runs: 2, inserted: 1},
+			{name: "not after an unknown commit", retry: 5 * time.Second, resolve: -1, runs: 1,
+				want: []error{refset.ErrUnavailable, refset.ErrCommitUnknown}},
+			{name: "off", runs: 1, want: []error{refset.ErrUnavailable}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newResolveEnv(t, func(o *Options) {
+					o.Driver, o.RetryUnavailable, o.ResolveCommitWait = driver, tc.retry, tc.resolve
+				})
+				ctx := t.Context()
+				var runs atomic.Int64
+				err := refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+					// The first run's row ends its backend at COMMIT.
+					doom := runs.Add(1) == 1
+					if _, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES ('x')`); err != nil {
+						return err
+					}
+					_, err := tx.ExecContext(ctx, `INSERT INTO doomed (id, doom) VALUES (?, ?)`, fmt.Sprint("run", runs.Load()), doom)
+					return err
+				})
+				for _, w := range tc.want {
+					require.ErrorIs(t, err, w)
+				}
+				if tc.want == nil {
+					require.NoError(t, err)
+				}
+				assert.Equal(t, tc.runs, runs.Load(), "runs of the unit of work")
+				assert.Equal(t, tc.inserted, count(t, e.db, `SELECT count(*) FROM items`), "committed once at most")
+				if tc.runs > 1 {
+					assert.NotEmpty(t, e.logs.find("refset: database unavailable and the unit of work did not commit; running it again"))
+				}
+			})
+		}
+	})
+}
+
+// TestRetryUnavailableGivesUp: a database that stays away past RetryUnavailable
+// fails the unit of work with ErrUnavailable once the budget is spent, and a
+// context that ends meanwhile stops the waits at once.
+func TestRetryUnavailableGivesUp(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	db := openWith(t, dsn, Options{Options: store.Options{RetryUnavailable: 600 * time.Millisecond}})
+	_, err := db.Pool().ExecContext(t.Context(), `CREATE TABLE items (id text PRIMARY KEY)`)
+	require.NoError(t, err)
+	var runs atomic.Int64
+	unit := func(ctx context.Context, tx refset.Tx) error {
+		runs.Add(1)
+		_, err := tx.ExecContext(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
+		return err
+	}
+	start := time.Now()
+	err = refset.InTx(t.Context(), db, unit)
+	took := time.Since(start)
+	require.ErrorIs(t, err, refset.ErrUnavailable)
+	assert.Greater(t, runs.Load(), int64(2), "ran again while the budget lasted")
+	assert.Less(t, took, 5*time.Second, "gave up once the budget was spent")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	db2 := openWith(t, dsn, Options{Options: store.Options{RetryUnavailable: time.Hour}})
+	runs.Store(0)
+	err = refset.InTx(ctx, db2, unit)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the context's end stops the waits")
+	require.ErrorIs(t, err, refset.ErrUnavailable)
+}
+
+// TestDecideOutcome: what a server's answer about a transaction means, by who gives
+// it. "committed" is the transaction's own only from the server that ran it, still
+// running, or one that replayed its WAL; from any other it is another transaction's
+// that took the same id on a new primary, and this one did not commit there.
+func TestDecideOutcome(t *testing.T) {
+	cases := []struct {
+		status                   string
+		sameServer, replayedPast bool
+		want                     outcome
+	}{
+		{"committed", true, false, outcomeCommitted},
+		{"committed", false, true, outcomeCommitted},
+		{"committed", false, false, outcomeNotCommitted}, // the id was given again
+		{"aborted", true, true, outcomeNotCommitted},
+		{"aborted", false, false, outcomeNotCommitted},
+		{"unassigned", false, false, outcomeNotCommitted},
+		{"in progress", true, true, outcomeCommitting}, // its backend still commits: ask again
+		{"in progress", false, true, outcomeNotCommitted},
+		{"forgotten", true, true, outcomeForgotten},
+	}
+	for _, tc := range cases {
+		got, reason := decideOutcome(tc.status, tc.sameServer, tc.replayedPast)
+		assert.Equal(t, tc.want, got, "%+v", tc)
+		assert.NotEmpty(t, reason)
+	}
+}
