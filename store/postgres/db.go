@@ -6,7 +6,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,7 +144,8 @@ const (
 )
 
 // Open connects to the database named by dsn (a connection string or URL that both
-// lib/pq and pgx understand) through opts.Driver. Errors: refset.ErrUnavailable (the
+// lib/pq and pgx understand; it may name several hosts, in either form, for a
+// high-availability cluster: see "Failover" in the package doc) through opts.Driver. Errors: refset.ErrUnavailable (the
 // server cannot be reached), refset.ErrInvalidConfig (a malformed DSN, an unknown
 // driver, a role, password or database the server refuses), the context's error.
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
@@ -210,7 +213,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	switch driver {
 	case DriverLibPQ:
-		cfg, err := pq.NewConfig(dsn)
+		cfg, err := libpqConfig(dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -230,6 +233,54 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 		}
 		return stdlib.OpenDB(*cfg, pgxOptions...), nil
 	}
+}
+
+// libpqConfig is lib/pq's Config of dsn. lib/pq reads several hosts from a key=value
+// DSN (host=a,b port=5432,5433), but from a URL (postgres://a:5432,b:5433/db, which
+// libpq and pgx read as a list) takes the list for one host's name: here the URL's
+// first host goes to lib/pq, and the others to its Config.Multi.
+func libpqConfig(dsn string) (pq.Config, error) {
+	first, others, ok := urlHosts(dsn)
+	if !ok {
+		return pq.NewConfig(dsn)
+	}
+	cfg, err := pq.NewConfig(first)
+	if err != nil {
+		return cfg, err
+	}
+	for _, h := range others {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil { // no port: the first host's, or the default
+			host, port = strings.Trim(h, "[]"), strconv.Itoa(int(cfg.Port))
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil || host == "" {
+			return cfg, fmt.Errorf("the DSN's host %q is not a host and a port", h)
+		}
+		cfg.Multi = append(cfg.Multi, pq.ConfigMultihost{Host: host, Port: uint16(n)})
+	}
+	return cfg, nil
+}
+
+// urlHosts splits dsn, a postgres:// URL naming several hosts, into the URL with its
+// first host alone and the other hosts (host:port each); ok is false for any other
+// DSN.
+func urlHosts(dsn string) (first string, others []string, ok bool) {
+	scheme, rest, found := strings.Cut(dsn, "://")
+	if !found || (scheme != "postgres" && scheme != "postgresql") {
+		return "", nil, false
+	}
+	end := strings.IndexAny(rest, "/?")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	at := strings.LastIndex(authority, "@") + 1 // 0 without user info
+	hosts := strings.Split(authority[at:], ",")
+	if len(hosts) < 2 {
+		return "", nil, false
+	}
+	return scheme + "://" + authority[:at] + hosts[0] + rest[end:], hosts[1:], true
 }
 
 // redactPassword hides dsn's password in err's message: drivers quote a DSN they

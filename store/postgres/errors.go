@@ -42,6 +42,9 @@ func translateError(err error, query string) error {
 	}
 	var se sqlStater
 	if !errors.As(err, &se) || len(se.SQLState()) != 5 {
+		if noPrimary(err) {
+			return sentinel.New(msgPrefix, "", refset.ErrUnavailable, err)
+		}
 		return sqlstore.TranslateConnError(err, msgPrefix)
 	}
 	code := se.SQLState()
@@ -167,4 +170,16 @@ func errorDetail(err error) string {
 		return pgxe.Detail
 	}
 	return err.Error()
+}
+
+// noPrimary reports whether err is a driver's refusal of every server a DSN names
+// because none takes writes (target_session_attrs=read-write): during a failover,
+// before a standby is promoted. pgx says it with an error value; lib/pq only in
+// words (with one host, without its "pq: ").
+func noPrimary(err error) bool {
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "server is in hot standby mode") || strings.Contains(msg, "session is read-only")
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
@@ -189,6 +190,16 @@ func TestTranslateSQLStates(t *testing.T) {
 		{"22P02", "invalid input syntax for type integer", refset.ErrStatement},
 		{"P0001", "raised by a trigger", refset.ErrStatement},
 		{"XX000", "internal error", refset.ErrStatement},
+	}
+	// No server of a multi-host DSN takes writes (a failover before the promotion):
+	// each driver's refusal to connect.
+	for _, err := range []error{
+		fmt.Errorf("pq: could not connect to any of the hosts:\n%w", errors.Join(
+			fmt.Errorf("connecting to 127.0.0.1:5432: %w", errors.New("server is in hot standby mode")),
+			fmt.Errorf("connecting to 127.0.0.1:5433: %w", errors.New("session is read-only")))),
+		fmt.Errorf("failed to connect: ValidateConnect failed: %w", pgconn.ErrReadOnlyConnection),
+	} {
+		require.ErrorIs(t, translateError(err, ""), refset.ErrUnavailable, err.Error())
 	}
 	// A standby refuses lib/pq's BEGIN READ WRITE as a feature it lacks: the primary
 	// is elsewhere.

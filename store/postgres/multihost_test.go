@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/refset"
+	"github.com/stretchr/testify/require"
+)
+
+// TestMultiHostDSN: Open takes a DSN that names several servers, as a
+// high-availability cluster's clients use it, in both forms and on both drivers,
+// and with target_session_attrs=read-write reaches the one that takes writes,
+// whichever place it has in the list: here after a port nothing listens on and the
+// standby of the test server. Without a primary in the list it fails with
+// ErrUnavailable, as every call does during a failover until one is promoted.
+func TestMultiHostDSN(t *testing.T) {
+	primaryDSN, standbyDSN, _ := pgtest.NewWithStandby(t)
+	primary, _ := pgtest.Forms(t, primaryDSN)
+	standby, _ := pgtest.Forms(t, standbyDSN)
+	pu, err := url.Parse(primary)
+	require.NoError(t, err)
+	su, err := url.Parse(standby)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	hosts := []string{closed, su.Host, pu.Host}
+	q := pu.Query()
+	q.Set("target_session_attrs", "read-write")
+	q.Set("connect_timeout", "2")
+	asURL := *pu
+	asURL.Host = strings.Join(hosts, ",")
+	asURL.RawQuery = q.Encode()
+	var hs, ps []string
+	for _, h := range hosts {
+		host, port, err := net.SplitHostPort(h)
+		require.NoError(t, err)
+		hs, ps = append(hs, host), append(ps, port)
+	}
+	keyValue := fmt.Sprintf("host=%s port=%s", strings.Join(hs, ","), strings.Join(ps, ","))
+	if pu.User != nil {
+		keyValue += " user=" + pu.User.Username()
+		if pw, ok := pu.User.Password(); ok {
+			keyValue += " password='" + pw + "'"
+		}
+	}
+	keyValue += " dbname=" + strings.TrimPrefix(pu.Path, "/")
+	for k, vs := range q {
+		keyValue += fmt.Sprintf(" %s='%s'", k, strings.ReplaceAll(vs[0], `'`, `\'`))
+	}
+
+	// The DSN without the primary: no server takes writes, as during a failover
+	// before a standby is promoted. Open fails with ErrUnavailable: it may pass.
+	noPrimary := asURL
+	noPrimary.Host = strings.Join(hosts[:2], ",")
+	standbyOnly := asURL
+	standbyOnly.Host = su.Host
+
+	forEachDriver(t, func(t *testing.T, driver string) {
+		for _, dsn := range []string{noPrimary.String(), standbyOnly.String()} {
+			db, err := Open(t.Context(), dsn, Options{Driver: driver})
+			if err == nil {
+				db.Close()
+			}
+			require.ErrorIs(t, err, refset.ErrUnavailable, "no primary")
+		}
+		for form, dsn := range map[string]string{"url": asURL.String(), "key=value": keyValue} {
+			t.Run(form, func(t *testing.T) {
+				db := openWith(t, dsn, Options{Driver: driver})
+				var recovering bool
+				err := refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+					if err := tx.QueryRowContext(ctx, `SELECT pg_is_in_recovery()`).Scan(&recovering); err != nil {
+						return err
+					}
+					_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS multihost (id int)`)
+					return err
+				})
+				require.NoError(t, err)
+				require.False(t, recovering, "on the primary")
+			})
+		}
+	})
+}
