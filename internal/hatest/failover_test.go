@@ -19,8 +19,8 @@ import (
 const (
 	// writersPerPool is how many goroutines commit through each pool at once:
 	// enough that a failover catches some in COMMIT, few enough for CI's two
-	// cores.
-	writersPerPool = 3
+	// cores (four pools: eight writers in all).
+	writersPerPool = 2
 	// writePause is each writer's pause between units of work; a failover's
 	// outage is measured to about this.
 	writePause = 20 * time.Millisecond
@@ -30,6 +30,9 @@ const (
 	// resumeWithin is how long after a failover command returned (it returns once
 	// a write commits on the new primary) every pool must have committed again.
 	resumeWithin = 30 * time.Second
+	// retryBudget is the retrying pools' store.Options.RetryUnavailable: longer
+	// than a kill's outage (10-15s here), so that no unit of work runs out of it.
+	retryBudget = 60 * time.Second
 )
 
 // errStandby is what a unit of work returns when its connection leads to a server
@@ -41,8 +44,9 @@ type key struct{ writer, seq int }
 
 // pool is one refset database of the test, on one driver, and what its writers saw.
 type pool struct {
-	name string // the driver: the subtest's name, and the rows' driver column
-	db   *postgres.DB
+	name  string // driver[/retry]: the subtest's name, and the rows' driver column
+	db    *postgres.DB
+	retry bool // the pool rides through failovers: RetryUnavailable is set
 
 	mu        sync.Mutex
 	acked     map[key]int   // writes InTx returned nil for, and the port they committed on
@@ -107,12 +111,15 @@ func failoverWrite(ctx context.Context, p *pool, run string, k key) (port int, e
 	return port, err
 }
 
-// TestFailover writes through refset on both drivers while the cluster is
-// switched over once and its primary killed with SIGKILL once (then brought back
-// as a standby), and checks what refset promised: writes resume after each
-// failover; every write refset acknowledged is on the final primary; none ran on
-// a standby; every failed write failed with ErrUnavailable (ErrCommitUnknown
-// included, which comes with it), the error that says to try again.
+// TestFailover writes through refset on both drivers, each with a pool that fails
+// fast and one that rides through (store.Options.RetryUnavailable), while the
+// cluster is switched over once and its primary killed with SIGKILL once (then
+// brought back as a standby), and checks what refset promises: writes resume
+// after each failover; every write refset acknowledged is on the final primary;
+// none ran on a standby; every failed write failed with ErrUnavailable, and those
+// that failed without ErrCommitUnknown (nothing changed) are not there; the pools
+// that retry lose no unit of work to ErrUnavailable alone. It logs each
+// failover's seconds without an acknowledged write, per pool.
 func TestFailover(t *testing.T) {
 	dsn := pgtest.HADSN(t)
 	c := haCluster(t)
@@ -121,13 +128,21 @@ func TestFailover(t *testing.T) {
 
 	var pools []*pool
 	for _, driver := range drivers {
-		db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver})
-		if err != nil {
-			t.Fatalf("%s: Open with the multi-host DSN: %v", driver, err)
+		for _, retry := range []bool{false, true} {
+			opts := postgres.Options{Driver: driver}
+			name := driver
+			if retry {
+				opts.RetryUnavailable = retryBudget
+				name += "/retry"
+			}
+			db, err := postgres.Open(ctx, dsn, opts)
+			if err != nil {
+				t.Fatalf("%s: Open with the multi-host DSN: %v", name, err)
+			}
+			t.Cleanup(func() { db.Close() })
+			pools = append(pools, &pool{name: name, db: db, retry: retry,
+				acked: map[key]int{}, failed: map[key]error{}})
 		}
-		t.Cleanup(func() { db.Close() })
-		pools = append(pools, &pool{name: driver, db: db,
-			acked: map[key]int{}, failed: map[key]error{}})
 	}
 	err := refset.InTx(ctx, pools[0].db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS hatest_failover (
@@ -219,7 +234,7 @@ func TestFailover(t *testing.T) {
 // checkOutcomes checks a pool's writes against the final primary.
 func checkOutcomes(t *testing.T, p *pool, run string) {
 	t.Helper()
-	unknown, other, onStandby := 0, []error{}, []error{}
+	unknown, plain, other, onStandby := 0, []error{}, []error{}, []error{}
 	for _, err := range p.failed {
 		switch {
 		case errors.Is(err, errStandby):
@@ -227,6 +242,7 @@ func checkOutcomes(t *testing.T, p *pool, run string) {
 		case errors.Is(err, refset.ErrCommitUnknown) && errors.Is(err, refset.ErrUnavailable):
 			unknown++
 		case errors.Is(err, refset.ErrUnavailable):
+			plain = append(plain, err)
 		default:
 			other = append(other, err)
 		}
@@ -234,6 +250,12 @@ func checkOutcomes(t *testing.T, p *pool, run string) {
 	t.Logf("%d writes acknowledged, %d failed (%d with ErrCommitUnknown)", len(p.acked), len(p.failed), unknown)
 	someErrors(t, "a write reached a standby", onStandby)
 	someErrors(t, "a failed write's error is not ErrUnavailable", other)
+	if p.retry {
+		// ErrUnavailable alone says the unit did not commit, which RetryUnavailable
+		// runs again until the new primary takes it: a failover shorter than the
+		// budget must leave none.
+		someErrors(t, "a unit of work failed with ErrUnavailable alone despite RetryUnavailable", plain)
+	}
 
 	// The final primary's rows of this pool, on a connection of its own pool.
 	present := map[key]bool{}
@@ -273,13 +295,24 @@ func checkOutcomes(t *testing.T, p *pool, run string) {
 	if len(lost) > 0 {
 		t.Errorf("%d acknowledged writes are not on the final primary, among them %v", len(lost), lost[:min(len(lost), 5)])
 	}
-	landed := 0
+	// A failure without ErrCommitUnknown says nothing changed; one with it may
+	// have committed, and is counted.
+	var landed []key
+	unknownPresent := 0
 	for k, err := range p.failed {
-		if present[k] && !errors.Is(err, refset.ErrCommitUnknown) {
-			landed++
+		switch {
+		case !present[k]:
+		case errors.Is(err, refset.ErrCommitUnknown):
+			unknownPresent++
+		default:
+			landed = append(landed, k)
 		}
 	}
-	t.Logf("%d writes reported failed without ErrCommitUnknown are on the final primary", landed)
+	t.Logf("%d of the %d writes failed with ErrCommitUnknown are on the final primary", unknownPresent, unknown)
+	if len(landed) > 0 {
+		t.Errorf("%d writes refset reported failed (without ErrCommitUnknown) are on the final primary, among them %v",
+			len(landed), landed[:min(len(landed), 5)])
+	}
 }
 
 // someErrors reports the first five of errs, and how many more there are.
