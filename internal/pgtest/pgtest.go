@@ -67,7 +67,18 @@ func New(tb testing.TB) (dsn, schema string) {
 		// Not tb.Context(): it is already canceled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+pq.QuoteIdentifier(schema)+" CASCADE"); err != nil {
+		drop := "DROP SCHEMA IF EXISTS " + pq.QuoteIdentifier(schema) + " CASCADE"
+		_, err := db.ExecContext(ctx, drop)
+		for attempt := 1; attempt < 3 && isDeadlock(err); attempt++ {
+			// The drop locks every object of the schema, in its own order, and a
+			// backend of the test still ending (a statement a closed pgx
+			// connection left running until its cancel arrives) may lock two of
+			// them in the other: the server breaks the deadlock, and a drop once
+			// that backend is gone goes through.
+			time.Sleep(100 * time.Millisecond)
+			_, err = db.ExecContext(ctx, drop)
+		}
+		if err != nil {
 			tb.Errorf("pgtest: drop schema %s (are connections still open?): %v", schema, err)
 		}
 	})
@@ -188,4 +199,10 @@ func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
 		tb.Fatalf("pgtest: cannot reach the server in %s: %v", env, err)
 	}
 	return db
+}
+
+// isDeadlock reports whether err is the server's deadlock_detected (40P01).
+func isDeadlock(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == "40P01"
 }
