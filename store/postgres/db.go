@@ -131,6 +131,10 @@ type DB struct {
 	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
 	// 0: it is not, and no ticket is read.
 	resolveWait time.Duration
+	// ticket is ticketSQL prepared, where statements are (lib/pq, not Unprepared):
+	// read before every COMMIT, it is one Bind and Execute rather than a query the
+	// server parses and plans each time. nil: it runs unprepared.
+	ticket *sql.Stmt
 }
 
 // storeEngine is the engine every store's DB embeds, under a name that keeps the
@@ -371,6 +375,13 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	}
 	if db.resolveWait > 0 {
 		cfg.Tx.Commit = db.commit
+		if db.stmts != nil {
+			// Prepared now, on the pool: inside a transaction, preparing on the pool
+			// would wait for a second connection, which a pool of one never has.
+			if db.ticket, err = pool.PrepareContext(ctx, ticketSQL); err != nil {
+				return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
+			}
+		}
 	}
 	db.storeEngine = engine.New(cfg)
 	return db, nil
@@ -497,8 +508,12 @@ func (db *DB) Reader() refset.Querier { return db.Pool() }
 // or in Options.Replica stays open: it is the caller's), when the database is closed.
 func (db *DB) release() error {
 	var err error
+	if db.ticket != nil {
+		// On a caller's pool, the connections live on: free the statement on them.
+		err = db.ticket.Close()
+	}
 	if db.replica.owned {
-		err = db.replicaPool.Close()
+		err = errors.Join(err, db.replicaPool.Close())
 	}
 	if db.ownsPool {
 		err = errors.Join(db.pool.Close(), err)

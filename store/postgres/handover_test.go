@@ -476,7 +476,8 @@ func TestHandOverIsolationAndSlowLog(t *testing.T) {
 }
 
 // Close of a database on the caller's pool, which stays open, closes the statements
-// refset prepared on it.
+// refset prepared on it: Exec commands' and the commit ticket's (prepared, so that
+// the server does not parse and plan it before every COMMIT).
 func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	ctx := t.Context()
 	pool, err := sql.Open(DriverLibPQ, pgtest.DSN(t))
@@ -491,9 +492,10 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, 1, preparedLike(t, db, `DELETE FROM pending%`))
+	assert.Equal(t, 1, preparedLike(t, db, `%pg_current_xact_id_if_assigned%`), "the commit ticket is prepared")
 	require.NoError(t, db.Close())
 	var n int
-	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %'`).Scan(&n))
+	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %' OR statement LIKE '%pg_current_xact_id_if_assigned%'`).Scan(&n))
 	assert.Zero(t, n)
 }
 

@@ -106,7 +106,7 @@ func decideOutcome(status string, sameServer, replayedPast bool) (o outcome, rea
 // commit commits tx, which began with ctx: it reads a commitTicket first and, when
 // COMMIT loses its connection, asks what became of it (resolveCommit).
 func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
-	t, err := readTicket(tx.QueryRowContext(ctx, ticketSQL))
+	t, err := readTicket(db.ticketRow(ctx, tx))
 	if err != nil {
 		if lostConnection(err) {
 			// COMMIT was never sent: the server rolls back a transaction whose
@@ -122,6 +122,14 @@ func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
 		return err
 	}
 	return db.resolveCommit(ctx, t, err)
+}
+
+// ticketRow reads ticketSQL in tx: prepared if it is (db.ticket).
+func (db *DB) ticketRow(ctx context.Context, tx *sql.Tx) *sql.Row {
+	if db.ticket == nil {
+		return tx.QueryRowContext(ctx, ticketSQL)
+	}
+	return tx.StmtContext(ctx, db.ticket).QueryRowContext(ctx)
 }
 
 // readTicket scans a ticket from the row of ticketSQL.
