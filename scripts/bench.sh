@@ -7,6 +7,16 @@
 #   scripts/bench.sh --full     full mode: BENCH_COUNT runs (default 2) of everything,
 #                               and BENCHMARKS.md regenerated from the output
 #   scripts/bench.sh --update   (either mode) regenerate BENCHMARKS.md from this run
+#   scripts/bench.sh --durable  (with any of the above) durable settings: PostgreSQL
+#                               with fsync, synchronous_commit and full_page_writes
+#                               on, its data directory on disk (BENCH_DATA_DIR);
+#                               SQLite as always (WAL, synchronous=FULL). BENCHMARKS.md
+#                               keeps one table per setting: --full --durable
+#                               regenerates the durable one, --full the other.
+#
+# Every benchmark runs on analyzed tables (ANALYZE once its setup rows are in); the
+# core paths (Add, Get miss, Complete) run once more on tables grown 100,000 blocks
+# past their statistics. The server keeps its default JIT and planner settings.
 #
 # What runs (each benchmark beside the same work hand-written with sqlx, in the same
 # run; see internal/bench/doc.go): the core (Add, Get miss, Complete), the block
@@ -24,6 +34,8 @@
 #                          no server can be had is SQLite measured alone.
 #   BENCH_COUNT            runs of everything in full mode (default 2).
 #   BENCH_OUT              where the raw go test output goes (default bench.out).
+#   BENCH_DATA_DIR         --durable: where the throwaway cluster's data directory
+#                          goes (default /var/tmp); it must not be tmpfs.
 #   BENCH_ONLY             a go test -bench pattern: run only the benchmarks it
 #                          matches (none of pgbench), each for BENCH_TIME (default
 #                          1x), e.g. BENCH_ONLY='^BenchmarkAdd$/sqlite/paired$'. The
@@ -42,9 +54,11 @@ source scripts/lib/cluster.sh
 
 mode=quick
 update=
+durable=
 for arg in "$@"; do
 	case $arg in
 	--full) mode=full ;;
+	--durable) durable=1 ;;
 	--quick) mode=quick ;;
 	--update) update=1 ;;
 	-h | --help)
@@ -81,8 +95,23 @@ if [[ -z ${REFSET_TEST_POSTGRES:-} ]] && ! cluster_can_start; then
 	log "of version 13 or later where you may create schemas)"
 	dbs='sqlite'
 else
-	# shellcheck disable=SC2119 # no settings beyond the cluster's defaults
-	cluster_for_bench
+	if [[ -n $durable ]]; then
+		if [[ -n ${REFSET_TEST_POSTGRES:-} ]]; then
+			log "--durable: measuring the server of REFSET_TEST_POSTGRES with its own settings"
+		else
+			# The throwaway cluster's files go to a disk: tmpfs would make every
+			# fsync free, which is what this mode is not.
+			export CLUSTER_PARENT=${BENCH_DATA_DIR:-/var/tmp}
+			[[ -d $CLUSTER_PARENT ]] || die "BENCH_DATA_DIR $CLUSTER_PARENT is not a directory"
+			fstype=$(stat -f -c %T "$CLUSTER_PARENT")
+			[[ $fstype != tmpfs && $fstype != ramfs ]] ||
+				die "$CLUSTER_PARENT is $fstype, not a disk: set BENCH_DATA_DIR to a directory on disk"
+		fi
+		cluster_for_bench fsync=on synchronous_commit=on full_page_writes=on
+	else
+		# shellcheck disable=SC2119 # no settings beyond the cluster's defaults
+		cluster_for_bench
+	fi
 	if [[ -z ${BENCH_ONLY:-} ]]; then
 		pgbench=$(cluster_pgbench) || die "pgbench not found (Debian: apt-get install postgresql-contrib)"
 	fi
@@ -120,6 +149,7 @@ for ((run = 1; run <= count; run++)); do
 		continue
 	fi
 	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/paired\$" "$core_time"
+	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/grown/paired\$" "$core_time"
 	bench "^BenchmarkPutPaired\$/$dbs\$" 1x
 	bench "^BenchmarkBranch(Diff)?\$/$dbs/" "$branch_time"
 	bench "^Benchmark(CollectGarbage|Collect100kOf1M|CollectChain)\$/$dbs" "$collect_time"
@@ -137,7 +167,22 @@ if [[ -n $pgbench ]]; then
 	psql=$(dirname "$pgbench")/psql
 	machine+=", PostgreSQL $("$psql" -XAtc 'SHOW server_version' "$REFSET_TEST_POSTGRES" 2>/dev/null || echo '?')"
 fi
-args=(-in "$out" -date "$started" -machine "$machine" -command "scripts/bench.sh $*")
+# What the run measured, read from the server rather than assumed, for the table's
+# label.
+measured='SQLite WAL, synchronous=FULL'
+if [[ $dbs != sqlite ]]; then
+	psql=${cluster_psql:-psql}
+	pg=$("$psql" -XAt -F ' ' "$REFSET_TEST_POSTGRES" -c "SELECT string_agg(name || '=' || current_setting(name), ', ' ORDER BY name)
+		FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit', 'full_page_writes', 'jit', 'shared_buffers')" 2>/dev/null) || pg='?'
+	where=
+	[[ -n $cluster_data ]] && where=" (data directory on $(stat -f -c %T "$cluster_data" 2>/dev/null || echo '?'))"
+	measured="PostgreSQL $pg$where; $measured"
+fi
+log "measured ($([[ -n $durable ]] && echo durable || echo default) mode): $measured"
+table_mode=default
+[[ -n $durable ]] && table_mode=durable
+args=(-in "$out" -date "$started" -machine "$machine" -command "scripts/bench.sh $*"
+	-mode "$table_mode" -settings "$measured")
 [[ -n $update ]] && args+=(-update BENCHMARKS.md)
 echo
 go run ./internal/bench/table "${args[@]}"

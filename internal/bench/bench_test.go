@@ -99,6 +99,61 @@ type env struct {
 	store  refset.SetStore[block, string]
 
 	height int64 // height of the newest block; IDs are made from it
+
+	// grown: the tables were analyzed when the env opened and have grown past those
+	// statistics since (autovacuum off on them, so they stay stale); otherwise they
+	// are analyzed once each side's setup rows are in, just before it is timed.
+	grown bool
+}
+
+// grownBy is how many blocks a grown env stores after its statistics were taken: far
+// more than the genesis block they were taken on.
+const grownBy = 100_000
+
+// settle gives the tables the statistics of the env's kind, once the rows of a
+// measurement's setup are in: fresh ones, as autovacuum gives a table in service
+// (ANALYZE), unless the env is grown, whose statistics stay those of the empty tables.
+func (e *env) settle(tb testing.TB) {
+	tb.Helper()
+	if !e.grown {
+		analyzeTables(tb, e.writer, e.d.dollar)
+	}
+}
+
+// grow makes e a grown env: its tables analyzed while they hold the genesis block
+// only, autovacuum kept off them (Postgres), then grownBy blocks stored.
+func (e *env) grow(tb testing.TB) {
+	tb.Helper()
+	e.grown = true
+	if e.d.dollar {
+		for _, table := range []string{"blocks", "pending", "heads"} {
+			_, err := e.writer.ExecContext(context.Background(), `ALTER TABLE `+table+` SET (autovacuum_enabled = off)`)
+			must(tb, err)
+		}
+	}
+	analyzeTables(tb, e.writer, e.d.dollar)
+	e.insert(tb, e.newBlocks(grownBy), false)
+}
+
+// analyzeTables updates the planner's statistics of every table in the connection's
+// current schema (Postgres, pg set) or database (SQLite, sqlite_stat1): on Postgres a
+// bare ANALYZE would go through every table of the shared server, other schemas'
+// and pgbench's too.
+func analyzeTables(tb testing.TB, db refset.Querier, pg bool) {
+	tb.Helper()
+	ctx := context.Background()
+	stmt := `ANALYZE`
+	if pg {
+		var tables string
+		must(tb, db.QueryRowContext(ctx, `SELECT COALESCE(string_agg(quote_ident(tablename), ', '), '')
+			FROM pg_tables WHERE schemaname = current_schema()`).Scan(&tables))
+		if tables == "" {
+			return
+		}
+		stmt += " " + tables
+	}
+	_, err := db.ExecContext(ctx, stmt)
+	must(tb, err)
 }
 
 func openSQLite(tb testing.TB, d dialect) *env {
@@ -235,10 +290,20 @@ func upgrade(tb testing.TB, set *refset.RefSet[block, string], blocks []block) [
 }
 
 // forEachDB runs bench under a sub-benchmark per database, each with a fresh
-// database of its own that bench's refset and sqlx sub-benchmarks share.
+// database of its own that bench's refset and sqlx sub-benchmarks share, analyzed
+// once their setup rows are in (env.settle); and again under grown
+// (BenchmarkAdd/sqlite/grown/paired) on a database whose statistics were taken before
+// it grew by grownBy blocks, as a table's are between two autovacuum runs.
 func forEachDB(b *testing.B, bench func(b *testing.B, e *env)) {
 	for _, d := range dialects {
-		b.Run(d.name, func(b *testing.B) { bench(b, d.open(b, d)) })
+		b.Run(d.name, func(b *testing.B) {
+			bench(b, d.open(b, d))
+			b.Run("grown", func(b *testing.B) {
+				e := d.open(b, d)
+				e.grow(b)
+				bench(b, e)
+			})
+		})
 	}
 }
 
@@ -263,11 +328,19 @@ type prepareFunc func(b *testing.B, s side, n int) (op func(i int) error)
 //     refset time). Both sides then see the same machine at the same moment, which
 //     keeps drift (other load, the disk's mood) out of the ratio; the garbage
 //     collector's work, though, is charged to whichever side it interrupts.
-func compare(b *testing.B, prepare prepareFunc) {
-	b.Run("refset", func(b *testing.B) { measure(b, prepare(b, refsetSide, b.N)) })
-	b.Run("sqlx", func(b *testing.B) { measure(b, prepare(b, sqlxSide, b.N)) })
+//
+// Each side's setup rows are in before e's tables get their statistics (env.settle).
+func compare(b *testing.B, e *env, prepare prepareFunc) {
+	prepared := func(b *testing.B, s side) func(int) error {
+		op := prepare(b, s, b.N)
+		e.settle(b)
+		return op
+	}
+	b.Run("refset", func(b *testing.B) { measure(b, prepared(b, refsetSide)) })
+	b.Run("sqlx", func(b *testing.B) { measure(b, prepared(b, sqlxSide)) })
 	b.Run("paired", func(b *testing.B) {
 		refsetOp, sqlxOp := prepare(b, refsetSide, b.N), prepare(b, sqlxSide, b.N)
+		e.settle(b)
 		b.ReportAllocs()
 		b.ResetTimer()
 		pairedOps(b, refsetOp, sqlxOp)
@@ -324,7 +397,7 @@ func BenchmarkAdd(b *testing.B) {
 		ctx := context.Background()
 		set := refset.New[block, string](e.store)
 		insert := e.q(insertSQL)
-		compare(b, func(b *testing.B, s side, n int) func(int) error {
+		compare(b, e, func(b *testing.B, s side, n int) func(int) error {
 			blocks := e.newBlocks(n)
 			if s == refsetSide {
 				return func(i int) error {
@@ -388,7 +461,7 @@ func BenchmarkGetMiss(b *testing.B) {
 
 		read := 0 // pool[:read] have been read through set
 		next := 0 // where the sqlx side reads on, walking the same rows in the same order
-		compare(b, func(b *testing.B, s side, n int) func(int) error {
+		compare(b, e, func(b *testing.B, s side, n int) func(int) error {
 			if s == refsetSide {
 				if more := read + n - len(pool); more > 0 {
 					blocks := e.newBlocks(more)
@@ -428,7 +501,7 @@ func BenchmarkComplete(b *testing.B) {
 		release := refset.Exec[string](e.q(releaseSQL), 1)
 		acquire := refset.Exec[string](e.q(acquireSQL), -1)
 		del, ins := e.q(releaseSQL), e.q(acquireSQL)
-		compare(b, func(b *testing.B, s side, n int) func(int) error {
+		compare(b, e, func(b *testing.B, s side, n int) func(int) error {
 			blocks := e.newBlocks(n)
 			e.insert(b, blocks, true)
 			if s == refsetSide {

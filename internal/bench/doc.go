@@ -40,6 +40,13 @@
 //     Acquire(INSERT INTO heads ...) then Complete, against BEGIN, the same DELETE
 //     (checking one row), the same INSERT, COMMIT.
 //
+// Every benchmark measures analyzed tables, as a service's are once autovacuum has
+// run: the core's once each side's setup rows are in (env.settle), the others once
+// their data is loaded. Add, GetMiss and Complete also run under grown
+// (BenchmarkAdd/sqlite/grown/paired): statistics taken with the genesis block alone,
+// then 100,000 blocks stored, autovacuum off on those tables so they stay stale. Put
+// starts from analyzed empty tables and grows them itself.
+//
 // The other files measure what is built on the core, each beside hand-written SQL
 // doing the same work: blockmanager_test.go (Put against a raw bulk insert, branch
 // walks), cleanup_test.go (collecting garbage, expiring holds) and custody_test.go

@@ -206,7 +206,9 @@ start_on_free_port() {
 
 # cluster_start [NAME=VALUE...] starts the primary, with the server settings
 # given (they win over the defaults below; no spaces or quotes in them), creates
-# the database refset_test and exports REFSET_TEST_POSTGRES.
+# the database refset_test and exports REFSET_TEST_POSTGRES. Its files go to a new
+# directory under CLUSTER_PARENT when that is set (bench.sh --durable: a disk, not
+# tmpfs), else under /tmp (root) or TMPDIR.
 cluster_start() {
 	cluster_install_server
 	if is_root; then
@@ -215,10 +217,10 @@ cluster_start() {
 		command -v runuser >/dev/null 2>&1 || die "running as root but runuser (util-linux) is missing"
 		# Under /tmp, not $TMPDIR: postgres must be able to reach the
 		# directory, and root's TMPDIR may be private.
-		cluster_dir=$(mktemp -d /tmp/refset-pg.XXXXXX)
+		cluster_dir=$(mktemp -d "${CLUSTER_PARENT:-/tmp}/refset-pg.XXXXXX")
 		chown postgres "$cluster_dir"
 	else
-		cluster_dir=$(mktemp -d "${TMPDIR:-/tmp}/refset-pg.XXXXXX")
+		cluster_dir=$(mktemp -d "${CLUSTER_PARENT:-${TMPDIR:-/tmp}}/refset-pg.XXXXXX")
 	fi
 	cluster_data=$cluster_dir/data
 	as_pg mkdir "$cluster_dir/sock"

@@ -293,8 +293,13 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		// every statement once it holds millions of rows. With sequential scans off, the
 		// plans look objects and references up through their indexes (Install refuses
 		// a reference without one), at a cost that follows the rows changed.
+		//
+		// JIT is off for the same reason: a plan made for a bulk statement (100,000
+		// rows in its transition table) costs more than jit_above_cost, and the
+		// session's every later one-row statement would then JIT-compile it again,
+		// milliseconds per call for a few index probes (TestHotPathPlansOnLargeData).
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
-SET enable_seqscan = off AS $refset$
+SET enable_seqscan = off SET jit = off AS $refset$
 BEGIN
 	%s;
 	RETURN NULL;
@@ -331,9 +336,14 @@ func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, na
 	return id, true, nil
 }
 
+// ExpireHolds deletes up to limit expired holds, the longest expired first. The
+// order is what keeps it on the expiry index: without statistics (or with stale
+// ones) the planner guesses a third of the holds expired and reads the table from
+// the start for the first limit of them, a cost that grows with the holds that never
+// expire (TestHotPathPlansOnLargeData); in expiry order the index gives them first.
 func (cleanupDialect) ExpireHolds(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (int64, error) {
 	return cleanupsql.Exec(ctx, tx, fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY (
-		SELECT ctid FROM %[1]s WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
+		SELECT ctid FROM %[1]s WHERE expires_at <= now() ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED))`, p.Holds.Quoted()), limit)
 }
 
 // unprobed is the condition that no reference row points at o, checked by an index

@@ -12,7 +12,10 @@
 //	<!-- bench.sh: begin -->
 //	<!-- bench.sh: end -->
 //
-// as the newest of the runs kept there (the older ones stay below it, up to -keep).
+// as the newest of the runs of its -mode kept there (the older ones stay below it, up
+// to -keep per mode); the runs of other modes stay as they are. Each mode's runs are
+// kept together, the modes in the order of modeOrder, then any other by name, and each
+// run is labelled with its -settings.
 package main
 
 import (
@@ -36,10 +39,17 @@ func main() {
 	command := flag.String("command", "scripts/bench.sh", "the command that made the input, for -update")
 	machine := flag.String("machine", "", "the machine it ran on, for -update")
 	date := flag.String("date", "", "when it ran, for -update")
-	keep := flag.Int("keep", 4, "how many runs' tables -update keeps")
+	keep := flag.Int("keep", 4, "how many runs' tables of each mode -update keeps")
+	mode := flag.String("mode", "default", "the run's mode (one word: default, durable), for -update")
+	settings := flag.String("settings", "", "the databases' settings the run measured, for -update")
 	flag.Parse()
 
-	if err := run(*in, *update, section{command: *command, machine: *machine, date: *date}, *keep); err != nil {
+	if strings.ContainsAny(*mode, " \t\n-") || *mode == "" {
+		fmt.Fprintln(os.Stderr, "table: -mode must be one word")
+		os.Exit(2)
+	}
+	s := section{command: *command, machine: *machine, date: *date, mode: *mode, settings: *settings}
+	if err := run(*in, *update, s, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "table:", err)
 		os.Exit(1)
 	}
@@ -59,6 +69,7 @@ func run(in, update string, s section, keep int) error {
 	if err != nil {
 		return err
 	}
+	dbs = databasesIn(samples)
 	table, missed := render(targets(), samples)
 	fmt.Print(table)
 	fmt.Printf("\n%d of the targets that were measured are missed.\n", missed)
@@ -284,16 +295,30 @@ func number(v float64) string {
 // section is one run's entry in the generated part of a Markdown file.
 type section struct {
 	command, machine, date, table string
+	mode, settings                string
 }
 
 const (
 	beginMarker = "<!-- bench.sh: begin -->"
 	endMarker   = "<!-- bench.sh: end -->"
-	runMarker   = "<!-- bench.sh: run -->"
 )
 
-// writeInto puts the section first between the file's markers, keeping up to keep
-// runs in all.
+// runMarker starts a run's entry: <!-- bench.sh: run mode=durable -->, or without
+// mode= for a run of the default mode (as runs were marked before modes existed).
+var runMarker = regexp.MustCompile(`<!-- bench\.sh: run(?: mode=(\S+))? -->`)
+
+// modeOrder is the order the known modes' runs are shown in.
+var modeOrder = []string{"default", "durable"}
+
+func marker(mode string) string {
+	if mode == "default" {
+		return "<!-- bench.sh: run -->"
+	}
+	return "<!-- bench.sh: run mode=" + mode + " -->"
+}
+
+// writeInto puts the section first among its mode's runs between the file's markers,
+// keeping up to keep runs of each mode.
 func (s section) writeInto(path string, keep int) error {
 	text, err := os.ReadFile(path)
 	if err != nil {
@@ -303,21 +328,51 @@ func (s section) writeInto(path string, keep int) error {
 	if begin < 0 || end < begin {
 		return errors.New(path + " has no " + beginMarker + " ... " + endMarker + " section")
 	}
+	if s.mode == "" {
+		s.mode = "default"
+	}
 	inside := string(text[begin+len(beginMarker) : end])
-	var runs []string
-	for _, part := range strings.Split(inside, runMarker) {
-		if strings.TrimSpace(part) != "" {
-			runs = append(runs, strings.TrimSpace(part))
+	runs := map[string][]string{s.mode: {s.markdown()}}
+	var modes []string
+	for _, m := range runMarker.FindAllStringSubmatchIndex(inside, -1) {
+		mode := "default"
+		if m[2] >= 0 {
+			mode = inside[m[2]:m[3]]
+		}
+		body := inside[m[1]:]
+		if next := runMarker.FindStringIndex(body); next != nil {
+			body = body[:next[0]]
+		}
+		if body = strings.TrimSpace(body); body != "" {
+			runs[mode] = append(runs[mode], body)
 		}
 	}
-	runs = append([]string{s.markdown()}, runs...)
-	if len(runs) > keep {
-		runs = runs[:keep]
+	for mode := range runs {
+		modes = append(modes, mode)
 	}
+	slices.SortFunc(modes, func(a, b string) int {
+		ia, ib := slices.Index(modeOrder, a), slices.Index(modeOrder, b)
+		if ia < 0 {
+			ia = len(modeOrder)
+		}
+		if ib < 0 {
+			ib = len(modeOrder)
+		}
+		if ia != ib {
+			return ia - ib
+		}
+		return strings.Compare(a, b)
+	})
 	var b bytes.Buffer
 	b.Write(text[:begin+len(beginMarker)])
-	for _, r := range runs {
-		b.WriteString("\n" + runMarker + "\n\n" + r + "\n")
+	for _, mode := range modes {
+		kept := runs[mode]
+		if len(kept) > keep {
+			kept = kept[:keep]
+		}
+		for _, r := range kept {
+			b.WriteString("\n" + marker(mode) + "\n\n" + r + "\n")
+		}
 	}
 	b.WriteString("\n")
 	b.Write(text[end:])
@@ -326,8 +381,11 @@ func (s section) writeInto(path string, keep int) error {
 
 func (s section) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#### Run of %s\n\n", s.date)
+	fmt.Fprintf(&b, "#### Run of %s (%s mode)\n\n", s.date, s.mode)
 	fmt.Fprintf(&b, "`%s` on %s.\n\n", s.command, s.machine)
+	if s.settings != "" {
+		fmt.Fprintf(&b, "Settings: %s.\n\n", s.settings)
+	}
 	b.WriteString(s.table)
 	return b.String()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,62 @@ func TestUpdateKeepsEarlierRuns(t *testing.T) {
 	}
 	if !strings.HasPrefix(got, "# Benchmarks\n\nintro\n\n"+beginMarker) || !strings.HasSuffix(got, endMarker+"\n\n## Earlier\n") {
 		t.Errorf("text outside the markers changed:\n%s", got)
+	}
+}
+
+// Runs of each mode are kept apart: a durable run leaves the default mode's runs in
+// place (and the other way round), each mode keeps its own newest runs, default's
+// first, and each run says its mode and settings.
+func TestUpdateKeepsEachModesRuns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	// An entry written before modes existed counts as the default mode's.
+	const before = "# B\n\n" + beginMarker + "\n<!-- bench.sh: run -->\n\n#### Run of old\n\n| t |\n\n" + endMarker + "\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct{ date, mode string }{
+		{"d1", "durable"}, {"f1", "default"}, {"d2", "durable"}, {"d3", "durable"},
+	} {
+		s := section{command: "scripts/bench.sh", machine: "m", date: r.date, mode: r.mode, settings: "fsync=" + r.mode, table: "| t |\n"}
+		if err := s.writeInto(path, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	var at []int
+	for _, want := range []string{"Run of f1 (default mode)", "Run of old", "Run of d3 (durable mode)", "Run of d2 (durable mode)"} {
+		i := strings.Index(got, want)
+		if i < 0 {
+			t.Fatalf("no %q in\n%s", want, got)
+		}
+		at = append(at, i)
+	}
+	if !slices.IsSorted(at) || strings.Contains(got, "Run of d1") {
+		t.Errorf("want default's two runs, then durable's two newest, newest first; got\n%s", got)
+	}
+	if !strings.Contains(got, "Settings: fsync=durable.") || strings.Count(got, "<!-- bench.sh: run mode=durable -->") != 2 {
+		t.Errorf("durable runs are not marked and labelled:\n%s", got)
+	}
+}
+
+// A database the table does not know (a new driver's sub-benchmark name) gets the
+// rows of every database, after the known ones.
+func TestNewDatabaseGetsRows(t *testing.T) {
+	s, err := parse(strings.NewReader(output + "BenchmarkAdd/sqlite-purego/paired-2  100  5 ns/op  200000 refset-ns/op  210000 sqlx-ns/op  1.05 throughput-ratio\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(saved []string) { dbs = saved }(dbs)
+	dbs = databasesIn(s)
+	if want := []string{"sqlite", "postgres", "pgx", "sqlite-purego"}; !slices.Equal(dbs, want) {
+		t.Fatalf("databases = %v, want %v", dbs, want)
+	}
+	table, _ := render(targets(), s)
+	if got := line(t, table, "Add, one object in its own transaction", "sqlite-purego"); !strings.HasSuffix(got, "| 1.05 | ≥ 1 | yes |") {
+		t.Errorf("row of the new database: %s", got)
 	}
 }
