@@ -42,8 +42,8 @@ var (
 	// SQLitePureGo is SQLite through modernc.org/sqlite, the driver that needs no
 	// C compiler.
 	SQLitePureGo = Backend{Name: "sqlite-purego", Driver: sqlite.DriverModernc}
-	LibPQ  = Backend{Name: "postgres", Postgres: true, Driver: postgres.DriverLibPQ}
-	Pgx    = Backend{Name: "pgx", Postgres: true, Driver: postgres.DriverPgx}
+	LibPQ        = Backend{Name: "postgres", Postgres: true, Driver: postgres.DriverLibPQ}
+	Pgx          = Backend{Name: "pgx", Postgres: true, Driver: postgres.DriverPgx}
 	// PgBouncer is pgx, not lib/pq: lib/pq's cancel requests may crash the
 	// harness's PgBouncer 1.18 (pgbouncer#801, fixed in 1.19.1).
 	PgBouncer = Backend{Name: "pgbouncer", Postgres: true, Driver: postgres.DriverPgx, Unprepared: true, Pooled: true}
