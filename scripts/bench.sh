@@ -86,14 +86,16 @@ else
 	core_time=3000x branch_time=5x collect_time=1x custody_time=3000x
 fi
 
-dbs='(sqlite|postgres|pgx)'
+# The databases: SQLite through go-sqlite3 ("sqlite") and modernc.org/sqlite
+# ("sqlite-purego"), PostgreSQL through lib/pq ("postgres") and pgx.
+dbs='(sqlite|sqlite-purego|postgres|pgx)'
 pgbench=
 cluster_trap_exit
 if [[ -z ${REFSET_TEST_POSTGRES:-} ]] && ! cluster_can_start; then
 	log "REFSET_TEST_POSTGRES is not set and no PostgreSQL server binaries are installed:"
 	log "measuring SQLite only (install PostgreSQL, or set REFSET_TEST_POSTGRES to a server"
 	log "of version 13 or later where you may create schemas)"
-	dbs='sqlite'
+	dbs='(sqlite|sqlite-purego)'
 else
 	if [[ -n $durable ]]; then
 		if [[ -n ${REFSET_TEST_POSTGRES:-} ]]; then

@@ -3,9 +3,11 @@
 #
 #   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run Foo -v
 #
-# Steps: gofmt check, go vet, a build of the Postgres path without cgo, go test
-# -race against PostgreSQL (lib/pq and pgx), then the same for the user's program
-# in testdata/external, a module of its own.
+# Steps: gofmt check, go vet, a build of the whole module without cgo (and a check
+# that the Postgres path links no SQLite driver), go test -race against PostgreSQL
+# (lib/pq and pgx) and SQLite (go-sqlite3 and modernc.org/sqlite), the SQLite
+# store's tests once more without cgo (on modernc.org/sqlite, its default there),
+# then the same for the user's program in testdata/external, a module of its own.
 #
 # Environment:
 #   REFSET_TEST_POSTGRES   lib/pq DSN of a server to test against. When unset,
@@ -106,13 +108,20 @@ echo "ok (${#files[@]} files)"
 step "go vet"
 go vet "${packages[@]}"
 
-# A Postgres-only program must build without a C compiler: nothing on the Postgres
-# path may import store/sqlite (go-sqlite3 needs cgo). Only the full run checks it.
-# refsettest is the Postgres path of the users' test helpers; its SQLite opener,
-# refsettest/sqlitetest, is the one helper package that needs cgo.
+# Every package builds without a C compiler: store/sqlite then runs on
+# modernc.org/sqlite (go-sqlite3 needs cgo). A Postgres-only program links no SQLite
+# driver at all (neither go-sqlite3's C nor modernc's translated C, some 7 MB of
+# binary): nothing on the Postgres path may import store/sqlite. refsettest is the
+# Postgres path of the users' test helpers; its SQLite opener, refsettest/sqlitetest,
+# is a package of its own. Only the full run checks it.
+postgres_path=(./refset ./store/postgres ./cleanup ./otelrefset ./schema ./blockmanager ./examples/custody/tokens ./refsettest)
 if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
-	step "CGO_ENABLED=0 build of the Postgres path"
-	CGO_ENABLED=0 go build ./refset ./store/postgres ./cleanup ./otelrefset ./schema ./blockmanager ./examples/custody/tokens ./refsettest
+	step "CGO_ENABLED=0 build of the whole module"
+	CGO_ENABLED=0 go build ./...
+	deps=$(go list -deps "${postgres_path[@]}")
+	if sqlite_deps=$(grep -E '^(github\.com/mattn/go-sqlite3|modernc\.org/sqlite)$' <<<"$deps"); then
+		die "the Postgres path links a SQLite driver: $sqlite_deps"
+	fi
 	echo ok
 fi
 
@@ -191,6 +200,10 @@ go test -race -count=1 -timeout 30m "$@" "${packages[@]}" 2>&1 | tee "$out" || s
 # tests run on SQLite, lib/pq and pgx. Only the full run takes it.
 if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
 	(cd testdata/external && go vet ./... && go test -race -count=1 -timeout 10m ./...) 2>&1 | tee -a "$out" || status=$?
+	# A program built without cgo runs on SQLite: the SQLite store's own tests and
+	# the users' SQLite helper, on modernc.org/sqlite, the default there (no -race:
+	# the race detector needs cgo). The suites above ran on both drivers already.
+	CGO_ENABLED=0 go test -count=1 -timeout 10m ./store/sqlite/... ./refsettest/sqlitetest/ 2>&1 | tee -a "$out" || status=$?
 fi
 passed=$(grep -cE '^ok[[:space:]]' "$out" || true)
 failed=$(grep -cE '^FAIL[[:space:]]+[^[:space:]]' "$out" || true)

@@ -70,22 +70,28 @@ type dialect struct {
 	open               func(tb testing.TB, d dialect) *env
 }
 
-// The databases every benchmark runs on, by sub-benchmark name. PostgreSQL runs once
-// per driver refset supports; lib/pq's runs keep the name "postgres" they had before
-// pgx was measured, so that earlier figures stay comparable.
+// The databases every benchmark runs on, by sub-benchmark name. SQLite and
+// PostgreSQL run once per driver refset supports; go-sqlite3's and lib/pq's runs keep
+// the names "sqlite" and "postgres" they had before the other drivers were measured,
+// so that earlier figures stay comparable.
 const (
-	onSQLite = "sqlite"
-	onLibPQ  = "postgres"
-	onPgx    = "pgx"
+	onSQLite       = "sqlite"
+	onSQLitePureGo = "sqlite-purego" // modernc.org/sqlite
+	onLibPQ        = "postgres"
+	onPgx          = "pgx"
 )
 
-var databases = []string{onSQLite, onLibPQ, onPgx}
+var databases = []string{onSQLite, onSQLitePureGo, onLibPQ, onPgx}
+
+// sqliteBackends are the SQLite databases in databases, by name.
+var sqliteBackends = map[string]testdb.Backend{onSQLite: testdb.SQLite, onSQLitePureGo: testdb.SQLitePureGo}
 
 // pgDrivers is the database/sql driver of each PostgreSQL database in databases.
 var pgDrivers = map[string]string{onLibPQ: postgres.DriverLibPQ, onPgx: postgres.DriverPgx}
 
 var dialects = []dialect{
 	{name: onSQLite, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
+	{name: onSQLitePureGo, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
 	{name: onLibPQ, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
 	{name: onPgx, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
 }
@@ -159,7 +165,7 @@ func analyzeTables(tb testing.TB, db refset.Querier, pg bool) {
 func openSQLite(tb testing.TB, d dialect) *env {
 	tb.Helper()
 	ctx := context.Background()
-	db := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
+	db := sqliteBackends[d.name].Open(tb, testdb.Options{}).(*sqlite.DB)
 	e := &env{close: db.Close, writer: db.Writer(), reader: db.Readers()}
 	e.setUp(tb, d, func() (refset.SetStore[block, string], error) {
 		return store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})

@@ -49,11 +49,11 @@ func bmOpenRaw(tb testing.TB, dialect string) (*blockmanager.Manager, refset.Dat
 	var db refset.Database
 	var reader *sqlx.DB
 	d := rawSQLite
-	if dialect != onSQLite {
+	if backend, ok := sqliteBackends[dialect]; !ok {
 		db, reader = openPool(tb, dialect)
 		d = rawPostgres
 	} else {
-		s := testdb.SQLite.Open(tb, testdb.Options{}).(*sqlite.DB)
+		s := backend.Open(tb, testdb.Options{}).(*sqlite.DB)
 		db, reader = s, s.Readers()
 	}
 	m, err := blockmanager.Open(ctx, db, blockmanager.Config{})

@@ -55,8 +55,8 @@ func gcOpen(b *testing.B, dialect string) *gcEnv {
 	b.Helper()
 	ctx := context.Background()
 	switch dialect {
-	case onSQLite:
-		db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gc.db"), sqlite.Options{Synchronous: "NORMAL"})
+	case onSQLite, onSQLitePureGo:
+		db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "gc.db"), sqlite.Options{Synchronous: "NORMAL", Driver: sqliteBackends[dialect].Driver})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -41,14 +41,16 @@ var (
 	postgresTypes = Types{Text: "text", Int: "bigint", Bytes: "bytea", Time: "timestamptz", Bool: "boolean", Float: "double precision"}
 )
 
-// harnesses are the databases the suites run on: a SQLite file, and Postgres in
-// each way a store reaches it: through lib/pq with its statements prepared (the
-// default) and unprepared (for connection poolers that lose prepared statements),
-// through pgx's stdlib driver, with a hot standby for the reads that may lag, and
-// through PgBouncer in transaction mode with each driver, unprepared as a pooler
-// needs. The suites run on each, since each takes paths the others never do.
+// harnesses are the databases the suites run on: a SQLite file through each driver
+// (go-sqlite3, modernc.org/sqlite), and Postgres in each way a store reaches it:
+// through lib/pq with its statements prepared (the default) and unprepared (for
+// connection poolers that lose prepared statements), through pgx's stdlib driver,
+// with a hot standby for the reads that may lag, and through PgBouncer in
+// transaction mode with each driver, unprepared as a pooler needs. The suites run on
+// each, since each takes paths the others never do.
 var harnesses = []harness{
 	onBackend(testdb.SQLite, false),
+	onBackend(testdb.SQLitePureGo, false),
 	onBackend(named("prepared", testdb.LibPQ), false),
 	onBackend(testdb.Backend{Name: "unprepared", Postgres: true, Driver: postgres.DriverLibPQ, Unprepared: true}, false),
 	onBackend(testdb.Pgx, false),

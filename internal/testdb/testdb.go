@@ -23,8 +23,9 @@ type Backend struct {
 	Name string
 	// Postgres is false for SQLite.
 	Postgres bool
-	// Driver is the Postgres database/sql driver: postgres.DriverLibPQ or
-	// postgres.DriverPgx.
+	// Driver is the database/sql driver: postgres.DriverLibPQ or
+	// postgres.DriverPgx; on SQLite, sqlite.DriverModernc or "" (the store's
+	// default, go-sqlite3 where cgo built it).
 	Driver string
 	// Unprepared opens the database with postgres.Options.Unprepared, as a
 	// connection pooler in transaction mode needs.
@@ -38,8 +39,11 @@ type Backend struct {
 // The backends refset's suites run on.
 var (
 	SQLite = Backend{Name: "sqlite"}
-	LibPQ  = Backend{Name: "postgres", Postgres: true, Driver: postgres.DriverLibPQ}
-	Pgx    = Backend{Name: "pgx", Postgres: true, Driver: postgres.DriverPgx}
+	// SQLitePureGo is SQLite through modernc.org/sqlite, the driver that needs no
+	// C compiler.
+	SQLitePureGo = Backend{Name: "sqlite-purego", Driver: sqlite.DriverModernc}
+	LibPQ        = Backend{Name: "postgres", Postgres: true, Driver: postgres.DriverLibPQ}
+	Pgx          = Backend{Name: "pgx", Postgres: true, Driver: postgres.DriverPgx}
 	// PgBouncer is pgx, not lib/pq: lib/pq's cancel requests may crash the
 	// harness's PgBouncer 1.18 (pgbouncer#801, fixed in 1.19.1).
 	PgBouncer = Backend{Name: "pgbouncer", Postgres: true, Driver: postgres.DriverPgx, Unprepared: true, Pooled: true}
@@ -144,13 +148,17 @@ func (p Place) Dial(ctx context.Context, opts Options) (refset.Database, error) 
 	if p.Backend.Postgres {
 		return postgres.Open(ctx, p.At, p.PostgresOptions(opts))
 	}
-	return sqlite.Open(ctx, p.At, sqlite.Options{Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
+	return sqlite.Open(ctx, p.At, sqlite.Options{Driver: p.Backend.Driver, Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
 }
 
 // sqlitePoolOfOne opens the SQLite place on a caller's pool of one connection, the
 // writer and the reader, which tb closes.
 func (p Place) sqlitePoolOfOne(tb testing.TB) (refset.Database, error) {
-	pool, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: p.At}).EscapedPath()+
+	driverName := p.Backend.Driver
+	if driverName == "" {
+		driverName = sqlite.DriverMattn
+	}
+	pool, err := sql.Open(driverName, "file:"+(&url.URL{Path: p.At}).EscapedPath()+
 		"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")
 	if err != nil {
 		return nil, err
@@ -160,9 +168,9 @@ func (p Place) sqlitePoolOfOne(tb testing.TB) (refset.Database, error) {
 	return sqlite.New(context.Background(), pool, nil, sqlite.Options{})
 }
 
-// Named returns the backend of [All] or [Standby] called name.
+// Named returns the backend of [All], [Standby] or [SQLitePureGo] called name.
 func Named(name string) (Backend, bool) {
-	for _, b := range append(All(), Standby) {
+	for _, b := range append(All(), Standby, SQLitePureGo) {
 		if b.Name == name {
 			return b, true
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/mattn/go-sqlite3" // registers the "sqlite3" driver
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sentinel"
@@ -41,6 +40,12 @@ type Options struct {
 	// transaction survives a power loss) or "NORMAL" (faster; in WAL mode a power loss
 	// may drop the last transactions, an application crash cannot).
 	Synchronous string
+
+	// Driver is the database/sql driver Open dials with: DriverMattn
+	// (github.com/mattn/go-sqlite3, cgo) or DriverModernc (modernc.org/sqlite, pure
+	// Go). Both are linked in; empty means go-sqlite3, or modernc.org/sqlite in a
+	// program built with CGO_ENABLED=0, where go-sqlite3 cannot run.
+	Driver string
 }
 
 // Dialect is "sqlite", the Name of this store's Driver: store.Open gives these
@@ -94,15 +99,20 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("refset/sqlite: Synchronous %q: %w: want FULL or NORMAL", sync, refset.ErrInvalidConfig)
 	}
+	driverName, err := chooseDriver(opts.Driver)
+	if err != nil {
+		return nil, err
+	}
 	readers := opts.Readers
 	if readers <= 0 {
 		readers = max(4, runtime.GOMAXPROCS(0))
 	}
 
 	// Every connection enforces foreign keys and waits for locks; the writer also
-	// switches the file to WAL and begins its transactions IMMEDIATE.
+	// switches the file to WAL and begins its transactions IMMEDIATE. Both drivers
+	// read these parameters alike.
 	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
-	writer, err := sqlx.Open("sqlite3", file+"&_journal_mode=WAL&_synchronous="+sync+"&_txlock=immediate")
+	writer, err := sqlx.Open(driverName, file+"&_journal_mode=WAL&_synchronous="+sync+"&_txlock=immediate")
 	if err != nil {
 		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
@@ -116,7 +126,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
 
-	reader, err := sqlx.Open("sqlite3", file+"&_query_only=true")
+	reader, err := sqlx.Open(driverName, file+"&_query_only=true")
 	if err != nil {
 		writer.Close()
 		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
@@ -184,8 +194,8 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	return db
 }
 
-// New uses pools the caller opened with github.com/mattn/go-sqlite3 on one database
-// file: writer for every write, readers (nil: the writer too) for reads outside a
+// New uses pools the caller opened with github.com/mattn/go-sqlite3 or
+// modernc.org/sqlite (both with the same parameters) on one database file: writer for every write, readers (nil: the writer too) for reads outside a
 // transaction. refset needs of them what Open sets up, and checks it, refusing with
 // refset.ErrInvalidConfig that names what is missing:
 //
@@ -206,19 +216,22 @@ func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error
 	if readers == nil {
 		readers = writer
 	}
-	for _, p := range []*sql.DB{writer, readers} {
-		if _, ok := p.Driver().(*sqlite3.SQLiteDriver); !ok {
-			return nil, fmt.Errorf("refset/sqlite: new: %w: the pool's driver is %T; want github.com/mattn/go-sqlite3", refset.ErrInvalidConfig, p.Driver())
-		}
+	driverName, err := driverOf(writer.Driver())
+	if err != nil {
+		return nil, fmt.Errorf("refset/sqlite: new: %w", err)
 	}
-	if err := checkPools(ctx, writer, readers); err != nil {
+	if _, err := driverOf(readers.Driver()); err != nil {
+		return nil, fmt.Errorf("refset/sqlite: new: %w", err)
+	}
+	if err := checkPools(ctx, driverName, writer, readers); err != nil {
 		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "new", err))
 	}
-	return newDB(sqlx.NewDb(writer, "sqlite3"), sqlx.NewDb(readers, "sqlite3"), false, opts), nil
+	return newDB(sqlx.NewDb(writer, driverName), sqlx.NewDb(readers, driverName), false, opts), nil
 }
 
 // checkPools checks that writer and readers are set up as refset needs (see New).
-func checkPools(ctx context.Context, writer, readers *sql.DB) error {
+// driverName is the writer's driver, which also probes the file.
+func checkPools(ctx context.Context, driverName string, writer, readers *sql.DB) error {
 	if n := writer.Stats().MaxOpenConnections; n != 1 {
 		return fmt.Errorf("%w: the writer pool may open %d connections; call SetMaxOpenConns(1) so writers queue on one connection", refset.ErrInvalidConfig, n)
 	}
@@ -268,19 +281,19 @@ func checkPools(ctx context.Context, writer, readers *sql.DB) error {
 	if busy == "0" {
 		return fmt.Errorf("%w: the writer does not wait for locks; add _busy_timeout=5000 to the DSN", refset.ErrInvalidConfig)
 	}
-	return checkImmediate(ctx, writer, writerFile)
+	return checkImmediate(ctx, driverName, writer, writerFile)
 }
 
 // checkImmediate checks that writer begins its transactions IMMEDIATE, which no
 // pragma tells: while a transaction of the writer is open, but before it writes, a
 // second connection to the file must find the database locked for writing.
-func checkImmediate(ctx context.Context, writer *sql.DB, file string) error {
+func checkImmediate(ctx context.Context, driverName string, writer *sql.DB, file string) error {
 	tx, err := writer.BeginTx(ctx, nil)
 	if err != nil {
 		return openError(err)
 	}
 	defer tx.Rollback()
-	probe, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: file}).EscapedPath()+"?_busy_timeout=0")
+	probe, err := sql.Open(driverName, "file:"+(&url.URL{Path: file}).EscapedPath()+"?_busy_timeout=0")
 	if err != nil {
 		return openError(err)
 	}
@@ -295,8 +308,7 @@ func checkImmediate(ctx context.Context, writer *sql.DB, file string) error {
 		_, _ = conn.ExecContext(ctx, "ROLLBACK")
 		return fmt.Errorf("%w: the writer begins its transactions DEFERRED; add _txlock=immediate to the DSN, or a transaction that reads and then writes fails at once with \"database is locked\"", refset.ErrInvalidConfig)
 	}
-	var se sqlite3.Error
-	if errors.As(err, &se) && se.Code == sqlite3.ErrBusy {
+	if code, _, ok := resultCode(err); ok && code&0xff == codeBusy {
 		return nil
 	}
 	return openError(err)

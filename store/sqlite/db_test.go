@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -13,9 +14,13 @@ import (
 
 // Every connection, writer and readers alike, must enforce foreign keys: SQLite
 // turns them on per connection, so one pooled connection without them would let a
-// referenced object be deleted.
+// referenced object be deleted. Both drivers read Open's parameters alike.
 func TestOpenSetsUpEveryConnection(t *testing.T) {
-	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
+	eachDriver(t, testOpenSetsUpEveryConnection)
+}
+
+func testOpenSetsUpEveryConnection(t *testing.T, driverName string) {
+	db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, BusyTimeout: 1234 * time.Millisecond})
 	ctx := t.Context()
 
 	pragma := func(q refset.Querier, name string) string {
@@ -28,6 +33,7 @@ func TestOpenSetsUpEveryConnection(t *testing.T) {
 	assert.Equal(t, "wal", pragma(db.Writer(), "journal_mode"))
 	assert.Equal(t, "2", pragma(db.Writer(), "synchronous"), "FULL by default")
 	assert.Equal(t, "0", pragma(db.Writer(), "query_only"))
+	assert.Equal(t, "1234", pragma(db.Writer(), "busy_timeout"))
 
 	// Hold several reader connections at once, so each is a distinct one.
 	var conns []interface{ Close() error }
@@ -37,13 +43,16 @@ func TestOpenSetsUpEveryConnection(t *testing.T) {
 		conns = append(conns, c)
 		assert.Equal(t, "1", pragma(c, "foreign_keys"))
 		assert.Equal(t, "1", pragma(c, "query_only"))
+		assert.Equal(t, "1234", pragma(c, "busy_timeout"))
 	}
 	for _, c := range conns {
 		require.NoError(t, c.Close())
 	}
 }
 
-func TestOpenOptions(t *testing.T) {
+func TestOpenOptions(t *testing.T) { eachDriver(t, testOpenOptions) }
+
+func testOpenOptions(t *testing.T, driverName string) {
 	ctx := t.Context()
 	tests := []struct {
 		name    string
@@ -64,6 +73,7 @@ func TestOpenOptions(t *testing.T) {
 				path = filepath.Join(t.TempDir(), path)
 				require.NoError(t, mkdirFor(path))
 			}
+			tc.opts.Driver = driverName
 			db, err := Open(ctx, path, tc.opts)
 			if tc.wantErr {
 				require.Error(t, err)
@@ -85,9 +95,11 @@ func TestOpenOptions(t *testing.T) {
 
 // A write through the reader pool is refused: writes go through the one writer.
 func TestReadersAreReadOnly(t *testing.T) {
-	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := db.Readers().ExecContext(context.Background(), `CREATE TABLE t (x INTEGER)`)
-	require.Error(t, err)
+	eachDriver(t, func(t *testing.T, driverName string) {
+		db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		_, err := db.Readers().ExecContext(context.Background(), `CREATE TABLE t (x INTEGER)`)
+		require.Error(t, err)
+	})
 }
 
 func mkdirFor(path string) error {

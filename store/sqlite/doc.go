@@ -16,9 +16,31 @@
 // store.Options, the options every store takes (logging, metrics, the statement
 // cache, external migrations), beside SQLite's own.
 //
+// # Drivers
+//
+// Options.Driver chooses the database/sql driver, as postgres.Options.Driver chooses
+// lib/pq or pgx; both are linked in:
+//
+//   - DriverMattn, github.com/mattn/go-sqlite3 (the default): SQLite's C code built
+//     with cgo. It needs a C compiler, and its first build compiles SQLite (a minute or
+//     two); it is the faster at run time.
+//   - DriverModernc, modernc.org/sqlite: SQLite's C code translated to Go. It builds
+//     with CGO_ENABLED=0 and cross-compiles; its first build takes as long (the
+//     translation is large), and its statements cost more CPU (BENCHMARKS.md).
+//
+// Left empty, Driver is go-sqlite3 where cgo built it and modernc.org/sqlite in a
+// program built with CGO_ENABLED=0, where go-sqlite3 is a stub that fails on first
+// use: such a program works as it is. Asking for go-sqlite3 there is refused with
+// refset.ErrInvalidConfig. Both drivers open the same files with the same settings,
+// and their errors carry SQLite's own result codes, which TranslateError maps to the
+// same sentinels; refset's suites run on each. What differs is the caller's own SQL:
+// modernc.org/sqlite binds a named parameter (:name, @name, $name) only from
+// sql.Named, where go-sqlite3 also takes a positional argument for it.
+//
 // A statement a Command or an InTx function runs in a transaction refset began, given
 // another number of arguments than its parameters, is refused with
 // refset.ErrStatement, as PostgreSQL refuses it: go-sqlite3 alone would run it with
-// too many and drop the rest. (A QueryRowContext row, which cannot hold such an error,
-// is not checked; named arguments are left to the driver.)
+// too many and drop the rest, and modernc.org/sqlite a query of several statements
+// with too few. (A QueryRowContext row, which cannot hold such an error, is not
+// checked; named arguments are left to the driver.)
 package sqlite

@@ -2,11 +2,9 @@ package sqlite
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sentinel"
@@ -15,11 +13,12 @@ import (
 	"github.com/refsetdb/refset/refset"
 )
 
-// TranslateError maps a go-sqlite3 error to the refset sentinels, wrapping both; it
-// is the one place this store reads driver codes. go-sqlite3's errors do not match
-// errors.Is by code, so the extended code is compared. query is the statement that
-// failed ("" when unknown): SQLite reports one code for every foreign key failure, and
-// only the statement says whether a parent was missing or a child still refers to it.
+// TranslateError maps an error of either driver (go-sqlite3, modernc.org/sqlite) to
+// the refset sentinels, wrapping both; it is the one place this store reads driver
+// codes. Both drivers report SQLite's own result codes, so one switch on them maps
+// both alike. query is the statement that failed ("" when unknown): SQLite reports one
+// code for every foreign key failure, and only the statement says whether a parent was
+// missing or a child still refers to it.
 func (db *DB) TranslateError(err error, query string) error {
 	return engine.TranslateError(db.storeEngine, err, query, translateError)
 }
@@ -28,51 +27,81 @@ func translateError(err error, query string) error {
 	if err == nil || sqlstore.Translated(err) {
 		return err
 	}
-	var se sqlite3.Error
-	if !errors.As(err, &se) {
+	code, msg, ok := resultCode(err)
+	if !ok {
 		return sqlstore.TranslateConnError(err, msgPrefix)
 	}
+	return translateCode(err, code, msg, query)
+}
+
+// translateCode is translateError of a driver's error err that carries SQLite's
+// result code and message.
+func translateCode(err error, code int, msg, query string) error {
 	wrap := func(s error) error { return sentinel.New(msgPrefix, "", s, err) }
-	switch se.ExtendedCode {
-	case sqlite3.ErrConstraintPrimaryKey, sqlite3.ErrConstraintUnique:
+	switch code {
+	case codeConstraintPrimaryKey, codeConstraintUnique:
 		return wrap(refset.ErrDuplicate)
-	case sqlite3.ErrConstraintForeignKey:
+	case codeConstraintForeignKey:
 		return sqlstore.ForeignKeyError(msgPrefix, err, query)
-	case errConstraintDataType:
+	case codeConstraintDataType:
 		// A STRICT table refusing a value of the wrong type: Postgres refuses it as a
 		// statement (invalid input, SQLSTATE 22P02), not as a constraint.
 		return wrap(refset.ErrStatement)
-	case sqlite3.ErrConstraintTrigger:
+	case codeConstraintTrigger:
 		// An ON DELETE/UPDATE RESTRICT action refusing to remove a referenced parent
 		// fails as a trigger (1811), not as a foreign key (787). RESTRICT only ever
 		// guards the parent, so the direction is certain.
-		if strings.Contains(se.Error(), "FOREIGN KEY") {
+		if strings.Contains(msg, "FOREIGN KEY") {
 			return wrap(refset.ErrReferenced)
 		}
 	}
-	switch se.Code {
-	case sqlite3.ErrBusy, sqlite3.ErrLocked:
+	switch code & 0xff { // the primary code
+	case codeBusy, codeLocked:
 		return wrap(refset.ErrConflict)
-	case sqlite3.ErrConstraint:
+	case codeConstraint:
 		return wrap(refset.ErrConstraint)
-	case sqlite3.ErrInterrupt:
-		// go-sqlite3 interrupts a statement whose context ended; refset learns from
+	case codeInterrupt:
+		// A driver interrupts a statement whose context ended; refset learns from
 		// the context whether its deadline or a cancel did it.
 		return sentinel.Wrap(msgPrefix, "", ctxerr.Interrupted(err))
-	case sqlite3.ErrCantOpen, sqlite3.ErrIoErr, sqlite3.ErrFull, sqlite3.ErrNomem,
-		sqlite3.ErrNotADB, sqlite3.ErrCorrupt, sqlite3.ErrProtocol:
+	case codeCantOpen, codeIOErr, codeFull, codeNoMem, codeNotADB, codeCorrupt, codeProtocol:
 		// The file cannot be opened, read or written as a database.
 		return wrap(refset.ErrUnavailable)
-	case sqlite3.ErrError:
+	case codeError:
 		// SQLite's generic code; its messages for a name the schema lacks are
 		// stable, so those are told apart as the Postgres codes are (undefined table,
 		// column, function, object).
-		if undefined(se.Error()) {
+		if undefined(msg) {
 			return wrap(refset.ErrSchema)
 		}
 	}
 	return wrap(refset.ErrStatement)
 }
+
+// SQLite's result codes (sqlite3.h), primary and extended (primary | n<<8), which
+// neither driver names all of and both report.
+const (
+	codeError      = 1
+	codeBusy       = 5
+	codeLocked     = 6
+	codeNoMem      = 7
+	codeInterrupt  = 9
+	codeIOErr      = 10
+	codeCorrupt    = 11
+	codeFull       = 13
+	codeCantOpen   = 14
+	codeProtocol   = 15
+	codeConstraint = 19
+	codeMismatch   = 20
+	codeNotADB     = 26
+
+	codeConstraintNotNull    = codeConstraint | 5<<8
+	codeConstraintForeignKey = codeConstraint | 3<<8
+	codeConstraintPrimaryKey = codeConstraint | 6<<8
+	codeConstraintTrigger    = codeConstraint | 7<<8
+	codeConstraintUnique     = codeConstraint | 8<<8
+	codeConstraintDataType   = codeConstraint | 12<<8
+)
 
 // checkArgs refuses a statement given another number of arguments than SQLite binds
 // for it: go-sqlite3 refuses too few, but runs a statement given too many and drops
@@ -90,9 +119,6 @@ func checkArgs(query string, args []any) error {
 	}
 	return nil
 }
-
-// errConstraintDataType is SQLITE_CONSTRAINT_DATATYPE, which go-sqlite3 does not name.
-var errConstraintDataType = sqlite3.ErrConstraint.Extend(12)
 
 // msgPrefix starts the messages of this store's errors.
 const msgPrefix = "refset/sqlite"

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mattn/go-sqlite3"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -17,12 +16,14 @@ import (
 // TestInducedFailures: the failures a SQLite file meets (another process holding the
 // write lock past the busy timeout, a file that is not a database, a directory that
 // is gone) are the sentinels the docs promise, and a failed call changed nothing.
-func TestInducedFailures(t *testing.T) {
+func TestInducedFailures(t *testing.T) { eachDriver(t, testInducedFailures) }
+
+func testInducedFailures(t *testing.T, driverName string) {
 	ctx := t.Context()
 
 	t.Run("another process holds the write lock", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "busy.db")
-		db, err := Open(ctx, path, Options{BusyTimeout: 50 * time.Millisecond})
+		db, err := Open(ctx, path, Options{BusyTimeout: 50 * time.Millisecond, Driver: driverName})
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
 		_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
@@ -30,7 +31,7 @@ func TestInducedFailures(t *testing.T) {
 
 		// A second handle on the file, as another process would have, takes the
 		// write lock and keeps it.
-		other := openFile(t, path)
+		other := openDriver(t, path, Options{Driver: driverName})
 		holder, err := other.Begin(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { holder.Rollback() })
@@ -51,12 +52,12 @@ func TestInducedFailures(t *testing.T) {
 	t.Run("a file that is not a database", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "not.db")
 		require.NoError(t, os.WriteFile(path, []byte("this is not a SQLite database, and it is long enough to have a header of its own....."), 0o600))
-		_, err := Open(ctx, path, Options{})
+		_, err := Open(ctx, path, Options{Driver: driverName})
 		require.ErrorIs(t, err, refset.ErrUnavailable)
 	})
 
 	t.Run("a directory that does not exist", func(t *testing.T) {
-		_, err := Open(ctx, filepath.Join(t.TempDir(), "gone", "x.db"), Options{})
+		_, err := Open(ctx, filepath.Join(t.TempDir(), "gone", "x.db"), Options{Driver: driverName})
 		require.ErrorIs(t, err, refset.ErrUnavailable)
 	})
 
@@ -70,40 +71,46 @@ func TestInducedFailures(t *testing.T) {
 	t.Run("cancelled context", func(t *testing.T) {
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err := Open(cancelled, filepath.Join(t.TempDir(), "x.db"), Options{})
+		_, err := Open(cancelled, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
 		require.ErrorIs(t, err, context.Canceled)
 	})
 }
 
-// TestTranslateCodes: every go-sqlite3 error maps to a sentinel by its code, for the
-// codes no test here can stage (a full disk, an I/O error).
+// TestTranslateCodes: every SQLite result code maps to a sentinel, for the codes no
+// test can stage on a real file (an I/O error, memory running out); both drivers'
+// errors reach this one switch with SQLite's own codes (TestErrorsMapAlikeOnBothDrivers).
 func TestTranslateCodes(t *testing.T) {
 	cases := []struct {
-		code sqlite3.ErrNo
-		ext  sqlite3.ErrNoExtended
+		name string
+		code int
 		want error
 	}{
-		{sqlite3.ErrBusy, 0, refset.ErrConflict},
-		{sqlite3.ErrLocked, 0, refset.ErrConflict},
-		{sqlite3.ErrIoErr, 0, refset.ErrUnavailable},
-		{sqlite3.ErrFull, 0, refset.ErrUnavailable},
-		{sqlite3.ErrCantOpen, 0, refset.ErrUnavailable},
-		{sqlite3.ErrCorrupt, 0, refset.ErrUnavailable},
-		{sqlite3.ErrInterrupt, 0, context.Canceled},
-		{sqlite3.ErrConstraint, sqlite3.ErrConstraintUnique, refset.ErrDuplicate},
-		{sqlite3.ErrConstraint, sqlite3.ErrConstraintNotNull, refset.ErrConstraint},
-		{sqlite3.ErrConstraint, errConstraintDataType, refset.ErrStatement}, // a STRICT table's type, as Postgres's 22P02
-		{sqlite3.ErrMismatch, 0, refset.ErrStatement},
-		{sqlite3.ErrError, 0, refset.ErrStatement},
+		{"busy", codeBusy, refset.ErrConflict},
+		{"locked", codeLocked, refset.ErrConflict},
+		{"busy snapshot", codeBusy | 2<<8, refset.ErrConflict},
+		{"I/O error", codeIOErr, refset.ErrUnavailable},
+		{"I/O error writing", codeIOErr | 3<<8, refset.ErrUnavailable},
+		{"full", codeFull, refset.ErrUnavailable},
+		{"cannot open", codeCantOpen, refset.ErrUnavailable},
+		{"corrupt", codeCorrupt, refset.ErrUnavailable},
+		{"no memory", codeNoMem, refset.ErrUnavailable},
+		{"protocol", codeProtocol, refset.ErrUnavailable},
+		{"not a database", codeNotADB, refset.ErrUnavailable},
+		{"interrupt", codeInterrupt, context.Canceled},
+		{"unique", codeConstraintUnique, refset.ErrDuplicate},
+		{"primary key", codeConstraintPrimaryKey, refset.ErrDuplicate},
+		{"not null", codeConstraintNotNull, refset.ErrConstraint},
+		{"constraint", codeConstraint, refset.ErrConstraint},
+		{"datatype", codeConstraintDataType, refset.ErrStatement}, // a STRICT table's type, as Postgres's 22P02
+		{"mismatch", codeMismatch, refset.ErrStatement},
+		{"error", codeError, refset.ErrStatement},
 	}
-	db := &DB{}
 	for _, tc := range cases {
-		t.Run(tc.code.Error(), func(t *testing.T) {
-			driverErr := sqlite3.Error{Code: tc.code, ExtendedCode: tc.ext}
-			err := db.TranslateError(driverErr, "")
+		t.Run(tc.name, func(t *testing.T) {
+			driverErr := errors.New("a driver's error")
+			err := translateCode(driverErr, tc.code, driverErr.Error(), "")
 			require.ErrorIs(t, err, tc.want)
-			var se sqlite3.Error
-			require.True(t, errors.As(err, &se), "the driver's error stays reachable")
+			require.ErrorIs(t, err, driverErr, "the driver's error stays reachable")
 		})
 	}
 }

@@ -16,11 +16,13 @@ const goodWriter = "?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlo
 // TestNewFromCallersPools: pools the caller opened serve a set when they are set up
 // as refset needs, stay open on Close, and are refused, saying what to change, when
 // they are not.
-func TestNewFromCallersPools(t *testing.T) {
+func TestNewFromCallersPools(t *testing.T) { eachDriver(t, testNewFromCallersPools) }
+
+func testNewFromCallersPools(t *testing.T, driverName string) {
 	ctx := t.Context()
 	open := func(t *testing.T, dsn string, conns int) *sql.DB {
 		t.Helper()
-		p, err := sql.Open("sqlite3", dsn)
+		p, err := sql.Open(driverName, dsn)
 		require.NoError(t, err)
 		p.SetMaxOpenConns(conns)
 		t.Cleanup(func() { p.Close() })
@@ -99,7 +101,9 @@ func (i item) ID() string { return i.Key }
 
 // The pools Open sets up pass New's checks: the checks ask for what Open does.
 func TestOpenPoolsPassNewChecks(t *testing.T) {
-	db := openFile(t, filepath.Join(t.TempDir(), "x.db"))
-	_, err := New(t.Context(), db.Writer().DB, db.Readers().DB, Options{})
-	require.NoError(t, err)
+	eachDriver(t, func(t *testing.T, driverName string) {
+		db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		_, err := New(t.Context(), db.Writer().DB, db.Readers().DB, Options{})
+		require.NoError(t, err)
+	})
 }

@@ -125,17 +125,17 @@ func TestUpdateKeepsEachModesRuns(t *testing.T) {
 // A database the table does not know (a new driver's sub-benchmark name) gets the
 // rows of every database, after the known ones.
 func TestNewDatabaseGetsRows(t *testing.T) {
-	s, err := parse(strings.NewReader(output + "BenchmarkAdd/sqlite-purego/paired-2  100  5 ns/op  200000 refset-ns/op  210000 sqlx-ns/op  1.05 throughput-ratio\n"))
+	s, err := parse(strings.NewReader(output + "BenchmarkAdd/sqlite-wasm/paired-2  100  5 ns/op  200000 refset-ns/op  210000 sqlx-ns/op  1.05 throughput-ratio\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func(saved []string) { dbs = saved }(dbs)
 	dbs = databasesIn(s)
-	if want := []string{"sqlite", "postgres", "pgx", "sqlite-purego"}; !slices.Equal(dbs, want) {
+	if want := []string{"sqlite", "sqlite-purego", "postgres", "pgx", "sqlite-wasm"}; !slices.Equal(dbs, want) {
 		t.Fatalf("databases = %v, want %v", dbs, want)
 	}
 	table, _ := render(targets(), s)
-	if got := line(t, table, "Add, one object in its own transaction", "sqlite-purego"); !strings.HasSuffix(got, "| 1.05 | ≥ 1 | yes |") {
+	if got := line(t, table, "Add, one object in its own transaction", "sqlite-wasm"); !strings.HasSuffix(got, "| 1.05 | ≥ 1 | yes |") {
 		t.Errorf("row of the new database: %s", got)
 	}
 }
