@@ -30,6 +30,7 @@ import (
 type Engine struct {
 	c      Config
 	closed atomic.Bool
+	group  *grouper // nil: each unit of work has a transaction of its own
 }
 
 // Config is what a store gives its Engine.
@@ -47,10 +48,19 @@ type Config struct {
 	// Tx is what the store adds to the transactions Begin begins: a check of each
 	// statement's arguments, its own commit (see sqlstore.TxOptions).
 	Tx sqlstore.TxOptions
+	// Group, if not nil, makes units of work share transactions begun with Begin
+	// (group commit, see the package doc); nil: each has one of its own.
+	Group *Group
 }
 
 // New returns the Engine of a store's database.
-func New(c Config) *Engine { return &Engine{c: c} }
+func New(c Config) *Engine {
+	e := &Engine{c: c}
+	if c.Group != nil {
+		e.group = newGrouper(e, *c.Group)
+	}
+	return e
+}
 
 // Driver is the database's driver; nil for a database that was not opened (the zero
 // value of a store's DB).
@@ -80,6 +90,14 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).
 	e.c.Statements.Prepare(ctx)
+	if e.group != nil {
+		tx, err := e.group.begin(ctx)
+		stopWatch()
+		if err != nil {
+			return nil, e.c.DB.TranslateError(err, "BEGIN")
+		}
+		return tx, nil
+	}
 	tx, err := e.c.Begin(ctx)
 	stopWatch()
 	if err != nil {

@@ -41,6 +41,10 @@ type Options struct {
 	// transaction survives a power loss) or "NORMAL" (faster; in WAL mode a power loss
 	// may drop the last transactions, an application crash cannot).
 	Synchronous string
+
+	// NoGroupCommit gives each unit of work a transaction and a commit (an fsync) of
+	// its own, as before group commit: see "Group commit" in the package doc.
+	NoGroupCommit bool
 }
 
 // Dialect is "sqlite", the Name of this store's Driver: store.Open gives these
@@ -180,6 +184,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
+		Group:   groupCommit(opts),
 	})
 	return db
 }
