@@ -53,6 +53,24 @@ type grouper struct {
 	mu      sync.Mutex
 	held    bool      // a unit holds the turn, or commits a group
 	waiters []*waiter // in the order they came
+	commits int64     // groups committed
+	units   int64     // units they committed
+}
+
+// GroupStats is what a database's group commit did so far: the groups it committed
+// and the units of work in them, and the units now waiting for the writer. All are
+// zero without group commit.
+type GroupStats struct{ Commits, Units, Waiting int64 }
+
+// Stats is e's GroupStats.
+func Stats(e *Engine) GroupStats {
+	if e == nil || e.group == nil {
+		return GroupStats{}
+	}
+	g := e.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GroupStats{Commits: g.commits, Units: g.units, Waiting: int64(len(g.waiters))}
 }
 
 // waiter is a unit waiting for the turn: it is sent the group to join, or nil to
@@ -188,7 +206,12 @@ func (g *grouper) end(b *batch) {
 	default:
 		if err := b.tx.Commit(); err != nil {
 			b.err = fmt.Errorf("%s: group commit of %d units: %w", g.e.c.Name, b.kept, err)
+			break
 		}
+		g.mu.Lock()
+		g.commits++
+		g.units += int64(b.kept)
+		g.mu.Unlock()
 	}
 	close(b.done)
 }
