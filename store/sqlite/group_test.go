@@ -384,7 +384,13 @@ func runCrashChild(t *testing.T, path string) {
 		wg.Go(func() {
 			for i := 0; ; i++ {
 				id := fmt.Sprintf("g%d-%d", g, i)
-				if _, err := set.Add(t.Context(), item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1)); err != nil {
+				// Each unit takes a while, so a group is open for a while: a unit told
+				// before its group commits would be told well before.
+				slow := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+					time.Sleep(time.Millisecond)
+					return nil
+				})
+				if _, err := set.Add(t.Context(), item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1), slow); err != nil {
 					t.Error(err)
 					return
 				}
