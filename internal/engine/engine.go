@@ -35,10 +35,10 @@
 //   - The handle a unit gets cannot end the group: COMMIT, ROLLBACK, BEGIN and any
 //     statement naming the group's savepoint fail with ErrInvalidCommand, unsent; it
 //     ends once, and its statements fail after that.
-//   - A unit that joined a group holding others' work and keeps the writer longer than
+//   - A unit that joined a group holding others' work and sends no statement for
 //     Group.Evict (it blocks, perhaps on the return of a unit before it, which waits
 //     for the group) is rolled back with ErrConflict, which InTx runs again, and the
-//     group commits without it.
+//     group commits without it. A unit busy with statements is never evicted.
 //   - Group.InterruptRollsBack: a statement cut short by its context rolls back the
 //     whole transaction on SQLite, so a unit's statements run to their end once
 //     others' work is in the transaction, and its context ends it between statements.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -24,9 +25,11 @@ type Group struct {
 	// MaxAge: a group takes no more units once it has been open this long. Zero:
 	// 10 ms.
 	MaxAge time.Duration
-	// Evict: a unit that joined a group holding other units' work, and still holds
-	// the writer this long after it was given it, is rolled back (ErrConflict, which
-	// refset.InTx runs again), so the units before it commit without it. Zero: 250 ms.
+	// Evict: a unit that joined a group holding other units' work, and has sent no
+	// statement for this long (it blocks, perhaps on the return of a unit before it,
+	// which waits for the group's commit), is rolled back (ErrConflict, which
+	// refset.InTx runs again), so the units before it commit without it. A unit busy
+	// with statements is never evicted, however long it takes. Zero: 250 ms.
 	Evict time.Duration
 	// InterruptRollsBack says the database rolls the whole transaction back when a
 	// statement is cut short by its context (SQLite's sqlite3_interrupt does, for a
@@ -127,14 +130,12 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 		g.finish(b)
 		return nil, err
 	}
-	u := &unit{g: g, b: b, ctx: ctx, shared: b.kept > 0}
+	u := &unit{g: g, b: b, ctx: ctx, shared: b.kept > 0, before: b.kept}
 	u.mu.Lock() // what ends the unit later waits until it is set up
 	u.stopCtx = context.AfterFunc(ctx, func() { u.abandon(ctx.Err()) })
 	if u.shared {
-		kept := b.kept
-		u.evict = time.AfterFunc(g.cfg.Evict, func() {
-			u.abandon(fmt.Errorf("%s: group commit: %w: the unit held the writer for more than %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, g.cfg.Evict, kept))
-		})
+		u.touch()
+		u.evict = time.AfterFunc(g.cfg.Evict, u.watch)
 	}
 	u.mu.Unlock()
 	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
@@ -243,6 +244,7 @@ type unit struct {
 	b      *batch
 	ctx    context.Context
 	shared bool // other units' work was in the transaction when it began
+	before int  // how many units' work
 
 	// mu is held for reading while a statement of the unit runs, and for writing
 	// while the unit ends, which waits for the statement.
@@ -250,7 +252,29 @@ type unit struct {
 	ended   bool
 	why     error // what statements fail with once the unit ended
 	stopCtx func() bool
-	evict   *time.Timer
+	evict   *time.Timer // a shared unit's watch for idleness
+
+	active   atomic.Int64 // when a statement of the unit last began or ended (UnixNano)
+	inFlight atomic.Int32 // statements of the unit running
+}
+
+// touch notes that the unit is active now.
+func (u *unit) touch() { u.active.Store(time.Now().UnixNano()) }
+
+// watch evicts the unit if it has been idle for Group.Evict, and looks again later
+// otherwise.
+func (u *unit) watch() {
+	evict := u.g.cfg.Evict
+	idle := time.Since(time.Unix(0, u.active.Load()))
+	if u.inFlight.Load() > 0 || idle < evict {
+		u.mu.RLock()
+		if !u.ended {
+			u.evict.Reset(evict - min(idle, evict/2))
+		}
+		u.mu.RUnlock()
+		return
+	}
+	u.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, evict, u.before))
 }
 
 var _ sqlstore.Unit = (*unit)(nil)
@@ -267,11 +291,20 @@ func (u *unit) Enter(ctx context.Context, query string) (context.Context, func()
 	case sqltext.EndingStatement(query) != "" || mentions(query, groupSavepoint):
 		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", u.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
 	default:
-		if u.shared && u.g.cfg.InterruptRollsBack {
+		if !u.shared {
+			return ctx, u.mu.RUnlock, nil
+		}
+		if u.g.cfg.InterruptRollsBack {
 			// Cut short, the statement would take the other units' work with it.
 			ctx = context.WithoutCancel(ctx)
 		}
-		return ctx, u.mu.RUnlock, nil
+		u.inFlight.Add(1)
+		u.touch()
+		return ctx, func() {
+			u.touch()
+			u.inFlight.Add(-1)
+			u.mu.RUnlock()
+		}, nil
 	}
 	u.mu.RUnlock()
 	return nil, nil, err

@@ -39,8 +39,9 @@
 //   - Once other units' work is in the transaction, a unit's statement runs to its
 //     end whatever its context (SQLite's interrupt would roll back the whole
 //     transaction); the context ends the unit between statements.
-//   - A unit that holds the writer for more than 250 ms while units before it wait
-//     for their commit is rolled back with refset.ErrConflict, and InTx runs it again.
+//   - A unit that sends no statement for 250 ms while units before it in its group
+//     wait for their commit is rolled back with refset.ErrConflict, and InTx runs it
+//     again; one busy with statements is never evicted.
 //   - Deferred foreign keys (DEFERRABLE INITIALLY DEFERRED, PRAGMA defer_foreign_keys)
 //     are checked at the shared COMMIT: a violation there fails every unit of the
 //     group. refset's own tables have none; immediate foreign keys fail their unit
