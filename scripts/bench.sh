@@ -152,6 +152,8 @@ for ((run = 1; run <= count; run++)); do
 	fi
 	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/paired\$" "$core_time"
 	bench "^Benchmark(Add|GetMiss|Complete)\$/$dbs/grown/paired\$" "$core_time"
+	# Eight goroutines writing at once (SQLite's group commit).
+	bench "^Benchmark(Add|Complete)Concurrent\$/$dbs/paired\$" "$core_time"
 	bench "^BenchmarkPutPaired\$/$dbs\$" 1x
 	bench "^BenchmarkBranch(Diff)?\$/$dbs/" "$branch_time"
 	bench "^Benchmark(CollectGarbage|Collect100kOf1M|CollectChain)\$/$dbs" "$collect_time"

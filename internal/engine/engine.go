@@ -4,6 +4,47 @@
 // ErrClosed), closing what the database owns, and carrying its Driver. store/sqlite and store/postgres embed an Engine in their DB
 // and give it what differs: how to begin a transaction on their pools, and what
 // closing means.
+//
+// # Group commit
+//
+// A store whose writes all go through one connection (SQLite) may ask for group
+// commit (Config.Group): units of work waiting for the writer share one transaction
+// and one COMMIT, so one fsync, instead of one each. The writer is handed from unit
+// to unit (group.go): each runs on its own goroutine, as before, in a SAVEPOINT of
+// its own inside the shared transaction. A unit that ends passes the writer on: to
+// the first unit already waiting, in the same transaction, while the group has taken
+// fewer than Group.MaxUnits and is younger than Group.MaxAge; otherwise it commits
+// the group itself and the next waiter begins a new one. A group is thus made only
+// of units that were waiting when the one before finished: one goroutine alone pays
+// a SAVEPOINT and a RELEASE more, no wait.
+//
+//   - A unit that fails (its function's error, a Command's refusal, a panic, its
+//     context ending, Rollback) rolls back to its savepoint alone; the group goes on.
+//     A unit left open is rolled back when its context ends, as database/sql does.
+//   - A unit's Commit releases its savepoint and returns once the group's COMMIT did:
+//     nil only then. refset runs what waits for a commit (AfterCommit: leases
+//     published to the cache, ...) only after Commit returned nil.
+//   - If the shared COMMIT fails, every unit of the group gets its error, translated
+//     as any COMMIT's: on SQLite a disk error (ErrUnavailable) becomes
+//     ErrCommitUnknown in refset (the log may hold the commit); anything else (a
+//     busy database, ErrConflict; a deferred constraint) committed nothing.
+//   - If the shared transaction is lost before its COMMIT (a savepoint statement
+//     fails: SQLite rolled the whole transaction back on an I/O error or an
+//     interrupt), every unit whose work was in it gets ErrConflict, which refset.InTx
+//     runs again: nothing of it committed.
+//   - The handle a unit gets cannot end the group: COMMIT, ROLLBACK, BEGIN and any
+//     statement naming the group's savepoint fail with ErrInvalidCommand, unsent; it
+//     ends once, and its statements fail after that.
+//   - A unit that joined a group holding others' work and sends no statement for
+//     Group.Evict (it blocks, perhaps on the return of a unit before it, which waits
+//     for the group) is rolled back with ErrConflict, which InTx runs again, and the
+//     group commits without it. A unit busy with statements is never evicted.
+//   - Group.InterruptRollsBack: a statement cut short by its context rolls back the
+//     whole transaction on SQLite, so a unit's statements run to their end once
+//     others' work is in the transaction, and its context ends it between statements.
+//
+// Units of work already inside one (refset.InTx's context) never reach Begin: they
+// join their unit under a savepoint, as without group commit.
 package engine
 
 import (
@@ -30,6 +71,7 @@ import (
 type Engine struct {
 	c      Config
 	closed atomic.Bool
+	group  *grouper // nil: each unit of work has a transaction of its own
 }
 
 // Config is what a store gives its Engine.
@@ -47,10 +89,19 @@ type Config struct {
 	// Tx is what the store adds to the transactions Begin begins: a check of each
 	// statement's arguments, its own commit (see sqlstore.TxOptions).
 	Tx sqlstore.TxOptions
+	// Group, if not nil, makes units of work share transactions begun with Begin
+	// (group commit, see the package doc); nil: each has one of its own.
+	Group *Group
 }
 
 // New returns the Engine of a store's database.
-func New(c Config) *Engine { return &Engine{c: c} }
+func New(c Config) *Engine {
+	e := &Engine{c: c}
+	if c.Group != nil {
+		e.group = newGrouper(e, *c.Group)
+	}
+	return e
+}
 
 // Driver is the database's driver; nil for a database that was not opened (the zero
 // value of a store's DB).
@@ -80,6 +131,14 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).
 	e.c.Statements.Prepare(ctx)
+	if e.group != nil {
+		tx, err := e.group.begin(ctx)
+		stopWatch()
+		if err != nil {
+			return nil, e.c.DB.TranslateError(err, "BEGIN")
+		}
+		return tx, nil
+	}
 	tx, err := e.c.Begin(ctx)
 	stopWatch()
 	if err != nil {

@@ -136,7 +136,7 @@ func (s *Store[T, ID]) exec(ctx context.Context, q refset.Querier, query string,
 	defer s.slow(ctx, query, time.Now())
 	if tx := begun(q); tx != nil && tx.db == s.db {
 		if st := s.writes[query]; st != nil {
-			return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+			return tx.execStmt(ctx, st, query, args...)
 		}
 	}
 	return q.ExecContext(ctx, query, args...)

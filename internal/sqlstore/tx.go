@@ -18,6 +18,20 @@ type Tx struct {
 	stmts *stmtcache.Cache
 	o     TxOptions
 	ctx   context.Context // the one the transaction began with
+	unit  Unit            // nil: the transaction is one unit's own
+}
+
+// Unit is one unit of work in a transaction it shares with others (a group commit,
+// internal/engine): it says whether and how each of the unit's statements may run on
+// the shared transaction, and ends the unit its own way, never the transaction.
+type Unit interface {
+	// Enter is called before each statement of the unit: it returns the context to
+	// run the statement with and leave, to call once the call returned; or the error
+	// the statement fails with, unsent (the unit has ended, or the statement would
+	// end the shared transaction or undo another unit's work).
+	Enter(ctx context.Context, query string) (stmtCtx context.Context, leave func(), err error)
+	Commit() error
+	Rollback() error
 }
 
 // TxOptions are what a store adds to the transactions its database begins.
@@ -40,37 +54,104 @@ func NewTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcach
 	return &Tx{Tx: tx, db: db, stmts: stmts, o: o, ctx: ctx}
 }
 
-// Commit commits the transaction, the store's way if it has one.
+// NewUnitTx is a unit of work u in tx, a transaction db began with ctx that u shares
+// with other units: the unit's statements run in tx as u allows, and its Commit and
+// Rollback are u's.
+func NewUnitTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions, u Unit) *Tx {
+	return &Tx{Tx: tx, db: db, stmts: stmts, o: o, ctx: ctx, unit: u}
+}
+
+// Commit commits the transaction, the store's way if it has one; a unit's, as the
+// unit does.
 func (tx *Tx) Commit() error {
+	if tx.unit != nil {
+		return tx.unit.Commit()
+	}
 	if tx.o.Commit == nil {
 		return tx.Tx.Commit()
 	}
 	return tx.o.Commit(tx.ctx, tx.Tx.Tx)
 }
 
+// Rollback rolls the transaction back; a unit's, as the unit does.
+func (tx *Tx) Rollback() error {
+	if tx.unit != nil {
+		return tx.unit.Rollback()
+	}
+	return tx.Tx.Rollback()
+}
+
 // ExecCommand runs the statement of a refset.Exec command, through the database's
 // statement cache: prepared once it has run twice.
 func (tx *Tx) ExecCommand(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := tx.checkArgs(query, args); err != nil {
+	ctx, leave, err := tx.enter(ctx, query, true, args)
+	if err != nil {
 		return nil, err
 	}
+	defer leave()
 	return tx.stmts.Exec(ctx, tx.Tx.Tx, query, args...)
 }
 
 // ExecContext runs query in the transaction, once its arguments are checked.
 func (tx *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if err := tx.checkArgs(query, args); err != nil {
+	ctx, leave, err := tx.enter(ctx, query, true, args)
+	if err != nil {
 		return nil, err
 	}
+	defer leave()
 	return tx.Tx.ExecContext(ctx, query, args...)
 }
 
 // QueryContext runs query in the transaction, once its arguments are checked.
 func (tx *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if err := tx.checkArgs(query, args); err != nil {
+	ctx, leave, err := tx.enter(ctx, query, true, args)
+	if err != nil {
 		return nil, err
 	}
+	defer leave()
 	return tx.Tx.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs query in the transaction. A unit's statement that may not run
+// is not sent: its row's Scan fails with context.Canceled, the one error database/sql
+// lets a caller put in a Row.
+func (tx *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if tx.unit == nil {
+		return tx.Tx.QueryRowContext(ctx, query, args...)
+	}
+	stmtCtx, leave, err := tx.unit.Enter(ctx, query)
+	if err != nil {
+		dead, cancel := context.WithCancel(ctx)
+		cancel()
+		return tx.Tx.QueryRowContext(dead, query, args...)
+	}
+	defer leave()
+	return tx.Tx.QueryRowContext(stmtCtx, query, args...)
+}
+
+// execStmt runs st, a statement prepared on the database's pool, in the transaction,
+// as ExecContext runs its query.
+func (tx *Tx) execStmt(ctx context.Context, st *sql.Stmt, query string, args ...any) (sql.Result, error) {
+	ctx, leave, err := tx.enter(ctx, query, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+}
+
+// enter checks a statement's arguments (when check) and, in a unit, enters it
+// (Unit.Enter).
+func (tx *Tx) enter(ctx context.Context, query string, check bool, args []any) (context.Context, func(), error) {
+	if check {
+		if err := tx.checkArgs(query, args); err != nil {
+			return nil, nil, err
+		}
+	}
+	if tx.unit == nil {
+		return ctx, func() {}, nil
+	}
+	return tx.unit.Enter(ctx, query)
 }
 
 func (tx *Tx) checkArgs(query string, args []any) error {

@@ -46,6 +46,10 @@ type Options struct {
 	// Go). Both are linked in; empty means go-sqlite3, or modernc.org/sqlite in a
 	// program built with CGO_ENABLED=0, where go-sqlite3 cannot run.
 	Driver string
+
+	// NoGroupCommit gives each unit of work a transaction and a commit (an fsync) of
+	// its own, as before group commit: see "Group commit" in the package doc.
+	NoGroupCommit bool
 }
 
 // Dialect is "sqlite", the Name of this store's Driver: store.Open gives these
@@ -190,6 +194,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
+		Group:   groupCommit(opts),
 	})
 	return db
 }

@@ -43,4 +43,32 @@
 // too many and drop the rest, and modernc.org/sqlite a query of several statements
 // with too few. (A QueryRowContext row, which cannot hold such an error, is not
 // checked; named arguments are left to the driver.)
+//
+// # Group commit
+//
+// Units of work that wait for the writer together (Add, Upgrade with commands,
+// Complete, InTx, blockmanager's Put, ... from several goroutines) share one
+// transaction and one commit, so one fsync: each runs in a savepoint of its own, a
+// failing unit (an error, a Command's refusal, a panic, its context ending) is rolled
+// back alone, and none is told it committed before the shared COMMIT returned. A unit
+// alone is not delayed. It is on by default; Options.NoGroupCommit gives each unit a
+// transaction and an fsync of its own. How it works, and what each failure returns:
+// internal/engine's package doc. What SQLite adds:
+//
+//   - A unit's own SQL must not end the transaction nor touch the savepoint named
+//     refset_group_unit: such statements fail with refset.ErrInvalidCommand, unsent
+//     (SAVEPOINT, RELEASE and ROLLBACK TO of names of its own are fine).
+//   - Once other units' work is in the transaction, a unit's statement runs to its
+//     end whatever its context (SQLite's interrupt would roll back the whole
+//     transaction); the context ends the unit between statements.
+//   - A unit that sends no statement for 250 ms while units before it in its group
+//     wait for their commit is rolled back with refset.ErrConflict, and InTx runs it
+//     again; one busy with statements is never evicted.
+//   - Deferred foreign keys (DEFERRABLE INITIALLY DEFERRED, PRAGMA defer_foreign_keys)
+//     are checked at the shared COMMIT: a violation there fails every unit of the
+//     group. refset's own tables have none; immediate foreign keys fail their unit
+//     alone.
+//   - PRAGMAs that change the connection (defer_foreign_keys, foreign_keys, ...) and
+//     DDL in a unit affect the units after it in the group; keep them out of units of
+//     work.
 package sqlite

@@ -70,6 +70,18 @@ func targets() []row {
 				p.bench+"/"+db+"/grown/paired", "refset-ns/op", "sqlx-ns/op", "µs", 1e-3, atLeast(p.want)))
 		}
 	}
+	for _, c := range []struct{ path, bench string }{
+		{"Add from 8 goroutines", "BenchmarkAddConcurrent"},
+		{"Complete from 8 goroutines", "BenchmarkCompleteConcurrent"},
+	} {
+		for _, db := range dbs {
+			var t *target // PostgreSQL groups its WAL flushes itself: measured, no target
+			if !slices.Contains(pgDBs, db) {
+				t = atLeast(3) // group commit: one fsync for the units waiting together
+			}
+			rows = append(rows, paired(c.path, db, c.bench+"/"+db+"/paired", "refset-ns/op", "sqlx-ns/op", "µs", 1e-3, t))
+		}
+	}
 	for _, db := range dbs {
 		rows = append(rows, paired("Put of 100k blocks in branches of 1,000", db,
 			"BenchmarkPutPaired/"+db, "refset-ns/block", "raw-ns/block", "µs/block", 1e-3, atLeast(0.95)))

@@ -1,0 +1,383 @@
+package engine
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/internal/sqlstore"
+	"github.com/refsetdb/refset/internal/sqltext"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// Group makes a store's units of work share write transactions (group commit, see
+// the package doc). The zero value takes the defaults.
+type Group struct {
+	// MaxUnits: a group takes no more units once this many ran in it. Zero: 64.
+	MaxUnits int
+	// MaxAge: a group takes no more units once it has been open this long. Zero:
+	// 10 ms.
+	MaxAge time.Duration
+	// Evict: a unit that joined a group holding other units' work, and has sent no
+	// statement for this long (it blocks, perhaps on the return of a unit before it,
+	// which waits for the group's commit), is rolled back (ErrConflict, which
+	// refset.InTx runs again), so the units before it commit without it. A unit busy
+	// with statements is never evicted, however long it takes. Zero: 250 ms.
+	Evict time.Duration
+	// InterruptRollsBack says the database rolls the whole transaction back when a
+	// statement is cut short by its context (SQLite's sqlite3_interrupt does, for a
+	// write in an explicit transaction). A unit's statements then run whatever its
+	// context while the transaction holds other units' work; its context ends it
+	// between statements instead.
+	InterruptRollsBack bool
+}
+
+// groupSavepoint names the savepoint each unit of a group runs in. A unit's own
+// statements may not name it (Enter refuses them): releasing it early, or rolling back
+// to it twice, would leave the unit's failure nothing to undo but the whole group.
+const groupSavepoint = "refset_group_unit"
+
+// grouper hands the writer to one unit at a time and commits their work in groups.
+// The unit that has the writer holds the turn; every other waits in line. A unit that
+// ends passes the turn on: to the first in line, inside the same transaction, while
+// the group may grow; otherwise it commits the group itself and gives the next in
+// line a new transaction.
+type grouper struct {
+	e   *Engine
+	cfg Group
+
+	mu      sync.Mutex
+	held    bool      // a unit holds the turn, or commits a group
+	waiters []*waiter // in the order they came
+	commits int64     // groups committed
+	units   int64     // units they committed
+}
+
+// GroupStats is what a database's group commit did so far: the groups it committed
+// and the units of work in them, and the units now waiting for the writer. All are
+// zero without group commit.
+type GroupStats struct{ Commits, Units, Waiting int64 }
+
+// Stats is e's GroupStats.
+func Stats(e *Engine) GroupStats {
+	if e == nil || e.group == nil {
+		return GroupStats{}
+	}
+	g := e.group
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GroupStats{Commits: g.commits, Units: g.units, Waiting: int64(len(g.waiters))}
+}
+
+// waiter is a unit waiting for the turn: it is sent the group to join, or nil to
+// begin a new one.
+type waiter struct{ grant chan *batch }
+
+// batch is one group: its transaction and what its units learn of its end. Only the
+// turn's holder touches it, until done is closed; err is set before.
+type batch struct {
+	tx      *sqlx.Tx
+	started time.Time
+	units   int   // units that ran in it
+	kept    int   // units whose work stands in it, waiting for its commit
+	lost    error // why the transaction is lost, if it is
+	done    chan struct{}
+	err     error // the group's outcome, for its kept units
+}
+
+func newGrouper(e *Engine, cfg Group) *grouper {
+	if cfg.MaxUnits <= 0 {
+		cfg.MaxUnits = 64
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = 10 * time.Millisecond
+	}
+	if cfg.Evict <= 0 {
+		cfg.Evict = 250 * time.Millisecond
+	}
+	return &grouper{e: e, cfg: cfg}
+}
+
+// begin waits for the turn and gives the unit its savepoint in the group's
+// transaction, beginning that transaction when the unit is a group's first.
+func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
+	b, err := g.turn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The shared transaction and the unit's own bookkeeping outlive the unit's
+	// context: database/sql would roll back a transaction whose context ended, with
+	// every other unit's work in it.
+	bg := context.WithoutCancel(ctx)
+	if b == nil {
+		tx, err := g.e.c.Begin(bg)
+		if err != nil {
+			g.next()
+			return nil, err
+		}
+		b = &batch{tx: tx, started: time.Now(), done: make(chan struct{})}
+	}
+	b.units++
+	if _, err := b.tx.ExecContext(bg, "SAVEPOINT "+groupSavepoint); err != nil {
+		b.lose(err)
+		g.finish(b)
+		return nil, err
+	}
+	u := &unit{g: g, b: b, ctx: ctx, shared: b.kept > 0, before: b.kept}
+	u.mu.Lock() // what ends the unit later waits until it is set up
+	u.stopCtx = context.AfterFunc(ctx, func() { u.abandon(ctx.Err()) })
+	if u.shared {
+		u.touch()
+		u.evict = time.AfterFunc(g.cfg.Evict, u.watch)
+	}
+	u.mu.Unlock()
+	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
+}
+
+// turn waits for the turn: the group to join, or nil to begin one.
+func (g *grouper) turn(ctx context.Context) (*batch, error) {
+	g.mu.Lock()
+	if !g.held {
+		g.held = true
+		g.mu.Unlock()
+		return nil, nil
+	}
+	w := &waiter{grant: make(chan *batch, 1)}
+	g.waiters = append(g.waiters, w)
+	g.mu.Unlock()
+	select {
+	case b := <-w.grant:
+		return b, nil
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	if i := slices.Index(g.waiters, w); i >= 0 {
+		g.waiters = slices.Delete(g.waiters, i, i+1)
+		g.mu.Unlock()
+		return nil, ctx.Err()
+	}
+	g.mu.Unlock()
+	// The turn came as ctx ended: pass it on unused.
+	if b := <-w.grant; b != nil {
+		g.finish(b)
+	} else {
+		g.next()
+	}
+	return nil, ctx.Err()
+}
+
+// pop is the first waiter in line; g.mu is held and the line not empty.
+func (g *grouper) pop() *waiter {
+	w := g.waiters[0]
+	g.waiters = slices.Delete(g.waiters, 0, 1)
+	return w
+}
+
+// finish passes the turn on once a unit of b ended: to the next in line, in b,
+// while b may grow; otherwise it ends b and gives the turn to the next in line.
+func (g *grouper) finish(b *batch) {
+	g.mu.Lock()
+	if b.lost == nil && len(g.waiters) > 0 && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
+		w := g.pop()
+		g.mu.Unlock()
+		w.grant <- b
+		return
+	}
+	g.mu.Unlock()
+	g.end(b)
+	g.next()
+}
+
+// end commits b's transaction, or rolls it back when no unit's work stands in it or
+// it is lost, and tells its units.
+func (g *grouper) end(b *batch) {
+	switch {
+	case b.lost != nil:
+		_ = b.tx.Rollback()
+		b.err = fmt.Errorf("%s: group commit: %w: the transaction this unit shared with others was rolled back (%w); nothing of the unit committed, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, b.lost)
+	case b.kept == 0:
+		_ = b.tx.Rollback()
+	default:
+		if err := b.tx.Commit(); err != nil {
+			b.err = fmt.Errorf("%s: group commit of %d units: %w", g.e.c.Name, b.kept, err)
+			break
+		}
+		g.mu.Lock()
+		g.commits++
+		g.units += int64(b.kept)
+		g.mu.Unlock()
+	}
+	close(b.done)
+}
+
+// next gives the turn to the first in line, to begin a new group, or leaves it free.
+func (g *grouper) next() {
+	g.mu.Lock()
+	if len(g.waiters) == 0 {
+		g.held = false
+		g.mu.Unlock()
+		return
+	}
+	w := g.pop()
+	g.mu.Unlock()
+	w.grant <- nil
+}
+
+// lose marks b's transaction as lost: a statement that was to keep a unit's work
+// apart failed, which on SQLite means the database rolled the whole transaction back.
+func (b *batch) lose(err error) {
+	if b.lost == nil {
+		b.lost = err
+	}
+}
+
+// unit is one unit of work in a group: sqlstore.Tx runs its statements through it.
+type unit struct {
+	g      *grouper
+	b      *batch
+	ctx    context.Context
+	shared bool // other units' work was in the transaction when it began
+	before int  // how many units' work
+
+	// mu is held for reading while a statement of the unit runs, and for writing
+	// while the unit ends, which waits for the statement.
+	mu      sync.RWMutex
+	ended   bool
+	why     error // what statements fail with once the unit ended
+	stopCtx func() bool
+	evict   *time.Timer // a shared unit's watch for idleness
+
+	active   atomic.Int64 // when a statement of the unit last began or ended (UnixNano)
+	inFlight atomic.Int32 // statements of the unit running
+}
+
+// touch notes that the unit is active now.
+func (u *unit) touch() { u.active.Store(time.Now().UnixNano()) }
+
+// watch evicts the unit if it has been idle for Group.Evict, and looks again later
+// otherwise.
+func (u *unit) watch() {
+	evict := u.g.cfg.Evict
+	idle := time.Since(time.Unix(0, u.active.Load()))
+	if u.inFlight.Load() > 0 || idle < evict {
+		u.mu.RLock()
+		if !u.ended {
+			u.evict.Reset(evict - min(idle, evict/2))
+		}
+		u.mu.RUnlock()
+		return
+	}
+	u.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, evict, u.before))
+}
+
+var _ sqlstore.Unit = (*unit)(nil)
+
+// Enter lets a statement of the unit run: not once it ended, nor when its context
+// has, nor one that would end the shared transaction or touch the unit's savepoint.
+func (u *unit) Enter(ctx context.Context, query string) (context.Context, func(), error) {
+	u.mu.RLock()
+	err := u.why
+	switch {
+	case u.ended:
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case sqltext.EndingStatement(query) != "" || mentions(query, groupSavepoint):
+		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", u.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
+	default:
+		if !u.shared {
+			return ctx, u.mu.RUnlock, nil
+		}
+		if u.g.cfg.InterruptRollsBack {
+			// Cut short, the statement would take the other units' work with it.
+			ctx = context.WithoutCancel(ctx)
+		}
+		u.inFlight.Add(1)
+		u.touch()
+		return ctx, func() {
+			u.touch()
+			u.inFlight.Add(-1)
+			u.mu.RUnlock()
+		}, nil
+	}
+	u.mu.RUnlock()
+	return nil, nil, err
+}
+
+// Commit keeps the unit's work in the group and returns once the group's commit
+// did: nil only when it committed.
+func (u *unit) Commit() error {
+	u.mu.Lock()
+	if u.ended {
+		defer u.mu.Unlock()
+		return u.why
+	}
+	u.end(sql.ErrTxDone)
+	b := u.b
+	if _, err := b.tx.ExecContext(context.WithoutCancel(u.ctx), "RELEASE "+groupSavepoint); err != nil {
+		b.lose(err)
+	} else {
+		b.kept++
+	}
+	u.mu.Unlock()
+	u.g.finish(b)
+	<-b.done
+	if b.err != nil {
+		return b.err
+	}
+	return nil
+}
+
+// Rollback undoes the unit's work alone; the group goes on without it.
+func (u *unit) Rollback() error {
+	if !u.abandon(sql.ErrTxDone) {
+		return sql.ErrTxDone
+	}
+	return nil
+}
+
+// abandon rolls the unit back to its savepoint unless it ended; why is what its
+// statements fail with from then on. It reports whether it rolled back.
+func (u *unit) abandon(why error) bool {
+	u.mu.Lock()
+	if u.ended {
+		u.mu.Unlock()
+		return false
+	}
+	u.end(why)
+	b := u.b
+	undo := context.WithoutCancel(u.ctx)
+	if _, err := b.tx.ExecContext(undo, "ROLLBACK TO "+groupSavepoint); err != nil {
+		b.lose(err)
+	} else if _, err := b.tx.ExecContext(undo, "RELEASE "+groupSavepoint); err != nil {
+		b.lose(err)
+	}
+	u.mu.Unlock()
+	u.g.finish(b)
+	return true
+}
+
+// end marks the unit ended and stops what would end it later; u.mu is held.
+func (u *unit) end(why error) {
+	u.ended, u.why = true, why
+	u.stopCtx()
+	if u.evict != nil {
+		u.evict.Stop()
+	}
+}
+
+// mentions reports whether s holds name, in any case (SQLite's names ignore case).
+func mentions(s, name string) bool {
+	for i := 0; i+len(name) <= len(s); i++ {
+		if s[i]|0x20 == name[0] && strings.EqualFold(s[i:i+len(name)], name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,404 @@
+package sqlite
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// groupDB opens a database file with a set of items, notes that refer to items, and
+// a log of the units of work that ran, closed when tb ends.
+func groupDB(tb testing.TB, path string, opts Options) (*DB, *refset.RefSet[item, string]) {
+	tb.Helper()
+	ctx := tb.Context()
+	db, err := Open(ctx, path, opts)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { db.Close() })
+	for _, q := range []string{
+		`CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0)`,
+		`CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, item TEXT NOT NULL REFERENCES items (id))`,
+		`CREATE TABLE IF NOT EXISTS units (id TEXT PRIMARY KEY)`,
+	} {
+		_, err := db.Writer().ExecContext(ctx, q)
+		require.NoError(tb, err, q)
+	}
+	st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
+	require.NoError(tb, err)
+	return db, refset.New(st)
+}
+
+// unitKinds are the units of work TestGroupCommitInvariants races: one that
+// commits, and every way a unit can fail, each of which must undo that unit alone.
+var unitKinds = []struct {
+	name   string
+	commit bool // the unit means to commit
+	run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
+}{
+	{"commits", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, ?)`, id, id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
+			return err
+		})
+	}},
+	{"adds with a command", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		_, err := set.Add(ctx, item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1))
+		return err
+	}},
+	{"returns an error after reading what it wrote", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			if _, err := set.Load(ctx, id); err != nil { // a lease published only on commit
+				return err
+			}
+			return errors.New("the unit's own error")
+		})
+	}},
+	{"panics", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) (err error) {
+		defer func() {
+			if recover() != nil {
+				err = errors.New("panicked")
+			}
+		}()
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			panic("a unit of work panics")
+		})
+	}},
+	{"a command refuses", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		_, err := set.Add(ctx, item{Key: id},
+			refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1),
+			refset.Exec[string](`DELETE FROM notes WHERE id = ?`, 1)) // no such note: refused
+		return err
+	}},
+	{"violates a foreign key", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, 'no such item')`, id)
+			return err
+		})
+	}},
+	{"its context ends", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			cancel()
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
+			return err
+		})
+	}},
+	{"tries to end the shared transaction", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			_, _ = tx.ExecContext(ctx, `RELEASE refset_group_unit`)
+			_, _ = tx.ExecContext(ctx, `COMMIT`)
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
+			return err
+		})
+	}},
+}
+
+// Units of work of every kind race on one file: every unit told it committed is in
+// the database whole, every other left nothing, no reference dangles, and units did
+// share commits.
+func TestGroupCommitInvariants(t *testing.T) {
+	ctx := t.Context()
+	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	const goroutines, perGoroutine = 8, 40
+	var committed sync.Map // id -> kind
+	var failed sync.Map
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perGoroutine {
+				k := unitKinds[(g+i)%len(unitKinds)]
+				id := fmt.Sprintf("g%d-%d", g, i)
+				if err := k.run(ctx, set, id); err == nil {
+					committed.Store(id, k.name)
+				} else {
+					failed.Store(id, k.name)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	exists := func(table, id string) bool {
+		var n int
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE id = ?`, id).Scan(&n))
+		return n == 1
+	}
+	var nCommitted, nFailed int
+	committed.Range(func(id, kind any) bool {
+		nCommitted++
+		for _, k := range unitKinds {
+			if k.name == kind {
+				assert.True(t, k.commit, "%s (%s) was told it committed", id, kind)
+			}
+		}
+		assert.True(t, exists("items", id.(string)), "%s (%s): its item", id, kind)
+		assert.True(t, exists("units", id.(string)), "%s (%s): its row", id, kind)
+		return true
+	})
+	failed.Range(func(id, kind any) bool {
+		nFailed++
+		assert.False(t, exists("items", id.(string)), "%s (%s) failed and left its item", id, kind)
+		assert.False(t, exists("units", id.(string)), "%s (%s) failed and left its row", id, kind)
+		assert.False(t, exists("notes", id.(string)), "%s (%s) failed and left its note", id, kind)
+		_, err := set.Load(ctx, id.(string))
+		assert.ErrorIs(t, err, refset.ErrNotFound, "%s (%s): no lease of what rolled back", id, kind)
+		return true
+	})
+	assert.Equal(t, goroutines*perGoroutine*2/len(unitKinds), nCommitted, "the units meant to commit did")
+	assert.Equal(t, goroutines*perGoroutine, nCommitted+nFailed)
+	rows, err := db.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
+	require.NoError(t, err)
+	assert.False(t, rows.Next(), "a reference dangles")
+	require.NoError(t, rows.Close())
+	stats := engine.Stats(db.storeEngine)
+	t.Logf("%d units committed in %d groups", stats.Units, stats.Commits)
+	assert.Less(t, stats.Commits, stats.Units, "units shared commits")
+}
+
+// A unit that joined a group and then waits for the return of a unit before it in
+// the group (which waits for the group's commit) would wait for ever; it is rolled
+// back instead, the unit before it commits, and InTx runs it again.
+func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	aIn, aDone := make(chan struct{}), make(chan struct{})
+	var aErr, bErr error
+	var bRuns atomic.Int32
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(aDone)
+		_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+			close(aIn)
+			waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 }) // b joins a's group
+			return nil
+		}))
+	})
+	wg.Go(func() {
+		<-aIn
+		bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			if bRuns.Add(1) == 1 {
+				<-aDone // a's Add returns only once its group commits
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+			return err
+		})
+	})
+	wg.Wait()
+	require.NoError(t, aErr)
+	require.NoError(t, bErr)
+	assert.EqualValues(t, 2, bRuns.Load(), "b was rolled back once, and ran again")
+	var n int
+	require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items WHERE id = 'a') + (SELECT count(*) FROM units WHERE id = 'b')`).Scan(&n))
+	assert.Equal(t, 2, n)
+}
+
+// waitFor polls cond until it holds, failing tb if ctx ends first.
+func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
+	tb.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			tb.Error("gave up waiting")
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// A unit in a group whose statement is cut short by its context takes only itself
+// back: SQLite would roll back the whole shared transaction on the interrupt, so the
+// statement runs to its end and the unit rolls back after it. The unit before it in
+// the group commits on its first run.
+func TestGroupCommitCancelInsideStatement(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	aIn := make(chan struct{})
+	var aRuns atomic.Int32
+	var aErr, bErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+			if aRuns.Add(1) == 1 {
+				close(aIn)
+				waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
+			}
+			return nil
+		}))
+	})
+	wg.Go(func() {
+		<-aIn
+		bCtx, bCancel := context.WithCancel(ctx)
+		defer bCancel()
+		bErr = refset.InTx(bCtx, db, func(ctx context.Context, tx refset.Tx) error {
+			time.AfterFunc(20*time.Millisecond, bCancel)
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 300000) SELECT 'b' || i FROM r`)
+			return err
+		})
+	})
+	wg.Wait()
+	require.NoError(t, aErr)
+	require.ErrorIs(t, bErr, context.Canceled)
+	assert.EqualValues(t, 1, aRuns.Load(), "a committed on its first run: b's cancel did not roll it back")
+	var items, units int
+	require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items), (SELECT count(*) FROM units)`).Scan(&items, &units))
+	assert.Equal(t, 1, items)
+	assert.Zero(t, units, "b left nothing")
+}
+
+// What Begin hands out is one unit of a group: it cannot end the shared transaction
+// or touch its savepoint, ends once (later calls and statements fail, changing
+// nothing), and a unit left open rolls back when its context ends, letting the others
+// on.
+func TestGroupCommitHostileUnit(t *testing.T) {
+	ctx := t.Context()
+	db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	count := func() int {
+		var n int
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM units`).Scan(&n))
+		return n
+	}
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('x')`)
+	require.NoError(t, err)
+	for _, q := range []string{`COMMIT`, `ROLLBACK`, `RELEASE refset_group_unit`, `ROLLBACK TO Refset_Group_Unit`, `BEGIN`} {
+		_, err = tx.ExecContext(ctx, q)
+		require.ErrorIs(t, err, refset.ErrInvalidCommand, q)
+	}
+	var n int
+	require.Error(t, tx.QueryRowContext(ctx, `SELECT 1; COMMIT`).Scan(&n))
+	assert.Zero(t, count(), "nothing committed early")
+	require.NoError(t, tx.Rollback())
+	require.Error(t, tx.Commit(), "ended once")
+	_, err = tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('y')`)
+	require.Error(t, err, "no statement after the end")
+	assert.Zero(t, count())
+
+	// Left open with a context that ends: rolled back then, and the next unit runs.
+	left, stop := context.WithCancel(ctx)
+	tx, err = db.Begin(left)
+	require.NoError(t, err)
+	_, err = tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('left')`)
+	require.NoError(t, err)
+	time.AfterFunc(20*time.Millisecond, stop)
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('next')`)
+		return err
+	}))
+	assert.Equal(t, 1, count(), "the next unit alone")
+	require.ErrorIs(t, tx.Commit(), context.Canceled)
+	assert.Equal(t, 1, count())
+}
+
+// crashChild names the database file the child process of
+// TestGroupCommitSurvivesKill writes to.
+const crashChild = "REFSET_TEST_GROUP_COMMIT_CHILD"
+
+// A process killed while its units of work run in groups: every unit it was told had
+// committed is in the file when it is opened again. (A kill, not a power loss: it
+// proves that no unit is told before its group's COMMIT returned.)
+func TestGroupCommitSurvivesKill(t *testing.T) {
+	if path := os.Getenv(crashChild); path != "" {
+		runCrashChild(t, path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "x.db")
+	first, _ := groupDB(t, path, Options{}) // the tables, before the child writes
+	require.NoError(t, first.Close())
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestGroupCommitSurvivesKill$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashChild+"="+path)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var told []string
+	lines := bufio.NewScanner(out)
+	for len(told) < 300 && lines.Scan() {
+		if id, ok := strings.CutPrefix(lines.Text(), "committed "); ok {
+			told = append(told, id)
+		}
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	require.Len(t, told, 300, "the child reported its commits")
+
+	db, _ := groupDB(t, path, Options{})
+	var n int
+	require.NoError(t, db.Readers().QueryRowContext(t.Context(), `SELECT count(*) FROM items`).Scan(&n))
+	t.Logf("told %d, found %d", len(told), n)
+	for _, id := range told {
+		var got int
+		require.NoError(t, db.Readers().QueryRowContext(t.Context(), `SELECT count(*) FROM items JOIN units USING (id) WHERE id = ?`, id).Scan(&got))
+		assert.Equal(t, 1, got, "%s was told committed", id)
+	}
+}
+
+// runCrashChild adds items from eight goroutines until it is killed, printing each
+// one whose Add returned.
+func runCrashChild(t *testing.T, path string) {
+	_, set := groupDB(t, path, Options{})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				id := fmt.Sprintf("g%d-%d", g, i)
+				// Each unit takes a while, so a group is open for a while: a unit told
+				// before its group commits would be told well before.
+				slow := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+					time.Sleep(time.Millisecond)
+					return nil
+				})
+				if _, err := set.Add(t.Context(), item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1), slow); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				fmt.Fprintf(os.Stdout, "committed %s\n", id)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
