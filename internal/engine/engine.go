@@ -11,15 +11,19 @@
 // commit (Config.Group): units of work waiting for the writer share one transaction
 // and one COMMIT, so one fsync, instead of one each. The writer is handed from unit
 // to unit (group.go): each runs on its own goroutine, as before, in a SAVEPOINT of
-// its own inside the shared transaction. A unit that ends passes the writer on: to
+// its own inside the shared transaction (but for a unit that finds no other unit's
+// work in it, which needs none: if it fails, the transaction goes, losing nothing
+// else). A unit that ends passes the writer on: to
 // the first unit already waiting, in the same transaction, while the group has taken
 // fewer than Group.MaxUnits and is younger than Group.MaxAge; otherwise it commits
 // the group itself and the next waiter begins a new one. A group is thus made only
-// of units that were waiting when the one before finished: one goroutine alone pays
-// a SAVEPOINT and a RELEASE more, no wait.
+// of units that were waiting when the one before finished: one goroutine alone
+// neither waits nor pays a savepoint.
 //
 //   - A unit that fails (its function's error, a Command's refusal, a panic, its
 //     context ending, Rollback) rolls back to its savepoint alone; the group goes on.
+//     (A group's first unit, or one after units that all failed, has no savepoint:
+//     its failure rolls back the transaction, and the next unit begins another.)
 //     A unit left open is rolled back when its context ends, as database/sql does.
 //   - A unit's Commit releases its savepoint and returns once the group's COMMIT did:
 //     nil only then. refset runs what waits for a commit (AfterCommit: leases

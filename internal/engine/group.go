@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -125,12 +126,19 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 		b = &batch{tx: tx, started: time.Now(), done: make(chan struct{})}
 	}
 	b.units++
-	if _, err := b.tx.ExecContext(bg, "SAVEPOINT "+groupSavepoint); err != nil {
-		b.lose(err)
-		g.finish(b)
-		return nil, err
+	shared := b.kept > 0
+	// A unit that finds no other unit's work in the transaction runs without a
+	// savepoint: if it fails, the whole transaction is rolled back (abandon), which
+	// loses nothing else. A unit alone, the common case without contention, so pays
+	// nothing for group commit but the turn.
+	if shared {
+		if _, err := b.tx.ExecContext(bg, "SAVEPOINT "+groupSavepoint); err != nil {
+			b.lose(err)
+			g.finish(b)
+			return nil, err
+		}
 	}
-	u := &unit{g: g, b: b, ctx: ctx, shared: b.kept > 0, before: b.kept}
+	u := &unit{g: g, b: b, ctx: ctx, shared: shared, before: b.kept}
 	u.mu.Lock() // what ends the unit later waits until it is set up
 	u.stopCtx = context.AfterFunc(ctx, func() { u.abandon(ctx.Err()) })
 	if u.shared {
@@ -230,6 +238,10 @@ func (g *grouper) next() {
 	w.grant <- nil
 }
 
+// errUnitRolledBack is why a group's transaction ends when its only unit so far,
+// which runs without a savepoint, is rolled back: no kept unit ever sees it.
+var errUnitRolledBack = errors.New("its only unit was rolled back")
+
 // lose marks b's transaction as lost: a statement that was to keep a unit's work
 // apart failed, which on SQLite means the database rolled the whole transaction back.
 func (b *batch) lose(err error) {
@@ -320,7 +332,9 @@ func (u *unit) Commit() error {
 	}
 	u.end(sql.ErrTxDone)
 	b := u.b
-	if _, err := b.tx.ExecContext(context.WithoutCancel(u.ctx), "RELEASE "+groupSavepoint); err != nil {
+	if !u.shared {
+		b.kept++
+	} else if _, err := b.tx.ExecContext(context.WithoutCancel(u.ctx), "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
 	} else {
 		b.kept++
@@ -353,7 +367,11 @@ func (u *unit) abandon(why error) bool {
 	u.end(why)
 	b := u.b
 	undo := context.WithoutCancel(u.ctx)
-	if _, err := b.tx.ExecContext(undo, "ROLLBACK TO "+groupSavepoint); err != nil {
+	if !u.shared {
+		// No savepoint, and no other unit's work: the transaction goes, and the next
+		// unit begins a new one.
+		b.lose(errUnitRolledBack)
+	} else if _, err := b.tx.ExecContext(undo, "ROLLBACK TO "+groupSavepoint); err != nil {
 		b.lose(err)
 	} else if _, err := b.tx.ExecContext(undo, "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
