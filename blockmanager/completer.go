@@ -281,6 +281,14 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 	return nil
 }
 
+// missingSQL reads the predecessors pending blocks wait for that are not stored. The
+// test is a lookup by key per pending block, a scalar subquery, not NOT EXISTS:
+// Postgres turns NOT EXISTS into an anti-join, which it planned as a hash of the
+// whole blocks table while pending_blocks had no statistics (TestPlansOnLargeData).
+const missingSQL = `SELECT DISTINCT p.pending_previous_block_id FROM pending_blocks p
+	WHERE (SELECT 1 FROM blocks b WHERE b.header_signature = p.pending_previous_block_id) IS NULL
+	ORDER BY 1`
+
 // Pending returns how many blocks wait for a predecessor, and the predecessors they
 // wait for that are not stored (the ones to request from peers). Errors: those of
 // Manager.Get.
@@ -293,9 +301,7 @@ func (c *Completer) Pending(ctx context.Context) (waiting int, missing []string,
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM pending_blocks`).Scan(&waiting); err != nil {
 		return 0, nil, err
 	}
-	if missing, err = queryStrings(ctx, q, `SELECT DISTINCT p.pending_previous_block_id FROM pending_blocks p
-		WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.header_signature = p.pending_previous_block_id)
-		ORDER BY 1`); err != nil {
+	if missing, err = queryStrings(ctx, q, missingSQL); err != nil {
 		return 0, nil, err
 	}
 	return waiting, missing, nil

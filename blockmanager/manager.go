@@ -450,6 +450,32 @@ func queryStrings(ctx context.Context, q refset.Querier, query string, args ...a
 	return out, rows.Err()
 }
 
+// holders returns the blocks that hold any of ids in an index table (block_batches
+// or block_transactions, with its ID column), and the lowest of their heights. Each
+// height is a subquery, one lookup by key, not a join: Postgres planned the join,
+// before the tables' first ANALYZE, as a hash of the whole blocks table.
+func (m *Manager) holders(ctx context.Context, q refset.Querier, table, column string, ids []string) (blocks []string, oldest int64, err error) {
+	rows, err := q.QueryContext(ctx, m.sql(fmt.Sprintf(`SELECT x.block_id,
+		(SELECT b.block_num FROM blocks b WHERE b.header_signature = x.block_id) FROM %s x WHERE %s`,
+		table, m.drv.ColumnIn("x."+column))), m.stmt.list(ids))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var num int64
+		if err := rows.Scan(&id, &num); err != nil {
+			return nil, 0, err
+		}
+		if len(blocks) == 0 || num < oldest {
+			oldest = num
+		}
+		blocks = append(blocks, id)
+	}
+	return blocks, oldest, rows.Err()
+}
+
 // Get returns the stored blocks with those IDs, in order, nil for each one that is
 // not stored. The blocks are the set's shared instances: read them, never modify
 // them. Errors: refset.ErrUnavailable, ErrTimeout, ErrClosed, the context's error.
@@ -525,19 +551,19 @@ func (m *Manager) containsAny(ctx context.Context, tip, table, column string, id
 	if len(ids) == 0 {
 		return false, nil
 	}
-	// The list is one argument (ColumnIn), so the statements' text is the same
+	// The blocks holding any of them, and the oldest one's height, which bounds the
+	// walk. The list is one argument (ColumnIn), so the statements' text is the same
 	// whatever the number of IDs.
-	in, list := m.drv.ColumnIn("x."+column), m.stmt.list(ids)
-	// The oldest block holding any of them bounds the walk.
-	var oldest *int64
-	err = q.QueryRowContext(ctx, m.sql(fmt.Sprintf(`SELECT MIN(b.block_num) FROM %s x
-		JOIN blocks b ON b.header_signature = x.block_id WHERE %s`, table, in)), list).Scan(&oldest)
-	if err != nil || oldest == nil {
+	holders, oldest, err := m.holders(ctx, q, table, column, ids)
+	if err != nil || len(holders) == 0 {
 		return false, err
 	}
+	// The walk looks for those blocks, not for the IDs: a join of the walk with the
+	// index table was planned, before its first ANALYZE, as a scan of all of it
+	// (TestPlansOnLargeData).
 	var found bool
-	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+fmt.Sprintf(`
-		SELECT EXISTS (SELECT 1 FROM walk JOIN %s x ON x.block_id = walk.id WHERE %s)`, table, in)),
-		tip, *oldest, list).Scan(&found)
+	err = q.QueryRowContext(ctx, m.sql(ancestorsSQL+`
+		SELECT EXISTS (SELECT 1 FROM walk WHERE `+m.drv.ColumnIn("walk.id")+`)`),
+		tip, oldest, m.stmt.list(holders)).Scan(&found)
 	return found, err
 }

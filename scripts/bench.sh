@@ -16,7 +16,11 @@
 #
 # Every benchmark runs on analyzed tables (ANALYZE once its setup rows are in); the
 # core paths (Add, Get miss, Complete) run once more on tables grown 100,000 blocks
-# past their statistics. The server keeps its default JIT and planner settings.
+# past their statistics, and the walks (Branch, BranchDiff) on tables analyzed when
+# they held 1,000 blocks (their grown sub-benchmarks, which the walks' pattern
+# below takes with the rest). Put and clean-up grow their tables past the
+# statistics themselves (BENCHMARKS.md says how). The server keeps its default JIT
+# and planner settings.
 #
 # What runs (each benchmark beside the same work hand-written with sqlx, in the same
 # run; see internal/bench/doc.go): the core (Add, Get miss, Complete), the block

@@ -285,52 +285,92 @@ func (o outliving) TempDir() string  { return o.owner.TempDir() }
 
 // runWalks runs walk's sub-benchmarks on every database: load stores the walked
 // blocks and returns what the walk needs, filler adds the other blocks, and each
-// iteration runs refset's walk and the raw one, timed apart.
+// iteration runs refset's walk and the raw one, timed apart. The tables are
+// analyzed once everything is stored; under grown (BenchmarkBranch/sqlite/grown/
+// stored=1M) they were analyzed before, when they held a seed chain of seedBlocks
+// blocks and nothing else, and autovacuum is kept off them on Postgres, so the
+// walks read a branch, segments and heights the statistics never saw, as a node's
+// newest blocks always are between two autovacuum runs.
 func runWalks[S any](b *testing.B, unit string, load func(testing.TB, *walkBench) S,
 	fill func(testing.TB, *walkBench, int), refsetWalk, rawWalk func(*walkBench, S) error) {
 	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			owner := b
-			for _, size := range walkSizes {
-				var w *walkBench
-				var state S
-				b.Run(size.name, func(b *testing.B) {
-					if w == nil {
-						tb := outliving{TB: b, owner: owner}
-						m, db, d, reader := bmOpenRaw(tb, dialect)
-						w = &walkBench{m: m, db: db, d: d, reader: reader}
-						state = load(tb, w)
-						if size.filler > 0 {
-							fill(tb, w, size.filler)
-						}
-						w.analyze(tb)
-					}
-					sides := []func(*walkBench, S) error{refsetWalk, rawWalk}
-					var spent [2]time.Duration
-					for i, walk := range sides { // warm up
-						if err := walk(w, state); err != nil {
-							b.Fatalf("side %d: %v", i, err)
-						}
-					}
-					b.ResetTimer()
-					for iter := range b.N {
-						for k := range sides {
-							i := (iter + k) % len(sides) // take turns at going first
-							t0 := time.Now()
-							if err := sides[i](w, state); err != nil {
-								b.Fatal(err)
+			sizes := func(b *testing.B, grown bool) {
+				for _, size := range walkSizes {
+					var w *walkBench
+					var state S
+					b.Run(size.name, func(b *testing.B) {
+						if w == nil {
+							tb := outliving{TB: b, owner: owner}
+							m, db, d, reader := bmOpenRaw(tb, dialect)
+							w = &walkBench{m: m, db: db, d: d, reader: reader}
+							if grown {
+								w.seed(tb)
 							}
-							spent[i] += time.Since(t0)
+							state = load(tb, w)
+							if size.filler > 0 {
+								fill(tb, w, size.filler)
+							}
+							if !grown {
+								w.analyze(tb)
+							}
 						}
-					}
-					n := float64(b.N)
-					b.ReportMetric(float64(spent[0].Microseconds())/1000/n, "refset-ms/"+unit)
-					b.ReportMetric(float64(spent[1].Microseconds())/1000/n, "raw-ms/"+unit)
-					b.ReportMetric(float64(spent[1])/float64(spent[0]), "throughput-ratio")
-				})
+						timeWalks(b, w, state, unit, refsetWalk, rawWalk)
+					})
+				}
 			}
+			sizes(b, false)
+			b.Run("grown", func(b *testing.B) { sizes(b, true) })
 		})
 	}
+}
+
+// seedBlocks is how many blocks a grown walk benchmark's tables hold when they are
+// analyzed.
+const seedBlocks = 1000
+
+// seed stores a chain of seedBlocks blocks apart from the walked ones, analyzes the
+// tables, and keeps autovacuum off them (Postgres), so their statistics stay those
+// of the seed whatever is stored after.
+func (w *walkBench) seed(tb testing.TB) {
+	tb.Helper()
+	putChain(tb, w.m, "s", blockmanager.NullBlockID, 0, seedBlocks)
+	if w.d == rawPostgres {
+		for _, table := range []string{"blocks", "block_batches", "block_transactions", "blocks_holds", "blocks_review"} {
+			if _, err := w.reader.Exec(`ALTER TABLE ` + table + ` SET (autovacuum_enabled = off)`); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	w.analyze(tb)
+}
+
+// timeWalks runs b.N iterations of refset's walk and the raw one, taking turns at
+// going first, after one of each that is not timed, and reports the time of each.
+func timeWalks[S any](b *testing.B, w *walkBench, state S, unit string, refsetWalk, rawWalk func(*walkBench, S) error) {
+	sides := []func(*walkBench, S) error{refsetWalk, rawWalk}
+	var spent [2]time.Duration
+	for i, walk := range sides { // warm up
+		if err := walk(w, state); err != nil {
+			b.Fatalf("side %d: %v", i, err)
+		}
+	}
+	b.ResetTimer()
+	for iter := range b.N {
+		for k := range sides {
+			i := (iter + k) % len(sides) // take turns at going first
+			t0 := time.Now()
+			if err := sides[i](w, state); err != nil {
+				b.Fatal(err)
+			}
+			spent[i] += time.Since(t0)
+		}
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(spent[0].Microseconds())/1000/n, "refset-ms/"+unit)
+	b.ReportMetric(float64(spent[1].Microseconds())/1000/n, "raw-ms/"+unit)
+	b.ReportMetric(float64(spent[1])/float64(spent[0]), "throughput-ratio")
 }
 
 // putChain stores branch blocks named prefix+number from number from, following prev,

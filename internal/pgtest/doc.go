@@ -35,4 +35,10 @@
 // front of its throwaway cluster): the tests that must survive transaction
 // pooling log in as a role of their own, whose search_path is the schema,
 // since no DSN parameter or SET can carry it through such a pooler.
+//
+// The plan guards (store/postgres's TestHotPathPlansOnLargeData, blockmanager's
+// TestPlansOnLargeData) run a path on an [ExplainedPool], whose sessions log every
+// statement's plan, nested ones included, through auto_explain, and check them with
+// [PlanFaults]: no JIT, no sequential scan of a big table, no scan that reads and
+// discards thousands of its rows.
 package pgtest

@@ -1,135 +1,16 @@
 package postgres
 
 import (
-	"context"
-	"database/sql"
-	"encoding/json"
 	"fmt"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/require"
 )
-
-// plan is one plan auto_explain logged: the statement, its plan tree and, when the
-// executor JIT-compiled it, the JIT section.
-type plan struct {
-	Query string          `json:"Query Text"`
-	Plan  json.RawMessage `json:"Plan"`
-	JIT   json.RawMessage `json:"JIT"`
-}
-
-// planLog collects the plans auto_explain sends a session's client as LOG messages.
-type planLog struct {
-	mu    sync.Mutex
-	plans []plan
-	bad   []string // messages that looked like plans but did not parse
-}
-
-func (l *planLog) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
-	_, text, ok := strings.Cut(n.Message, "plan:\n")
-	if n.Severity != "LOG" || !ok {
-		return
-	}
-	var p plan
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := json.Unmarshal([]byte(text), &p); err != nil {
-		l.bad = append(l.bad, n.Message)
-		return
-	}
-	l.plans = append(l.plans, p)
-}
-
-// take returns the plans logged since the last take.
-func (l *planLog) take() []plan {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.plans
-	l.plans = nil
-	return out
-}
-
-// explainedPool is a pgx pool on dsn whose every statement, nested ones (a trigger
-// function's, a foreign key's check) included, is explained by auto_explain and its
-// plan handed to log: what the server really planned and executed, with the JIT
-// section when it compiled the statement. auto_explain is loaded per session, which
-// needs a superuser, as the test cluster's is.
-func explainedPool(tb testing.TB, dsn string, log *planLog, conns int) *sql.DB {
-	tb.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
-	require.NoError(tb, err)
-	cfg.OnNotice = log.notice
-	pool := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
-		_, err := c.Exec(ctx, `LOAD 'auto_explain';
-			SET auto_explain.log_min_duration = 0;
-			SET auto_explain.log_nested_statements = on;
-			SET auto_explain.log_format = json;
-			SET client_min_messages = log`)
-		return err
-	}))
-	pool.SetMaxOpenConns(conns)
-	pool.SetMaxIdleConns(conns)
-	tb.Cleanup(func() { _ = pool.Close() })
-	return pool
-}
-
-// nodes calls fn for every node of a plan tree.
-func nodes(raw json.RawMessage, fn func(node map[string]any)) {
-	var root map[string]any
-	if json.Unmarshal(raw, &root) != nil {
-		return
-	}
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		fn(n)
-		kids, _ := n["Plans"].([]any)
-		for _, k := range kids {
-			if m, ok := k.(map[string]any); ok {
-				walk(m)
-			}
-		}
-	}
-	walk(root)
-}
-
-// planFaults lists what is wrong with plans for a hot path: a statement the executor
-// JIT-compiled (each call pays the compilation again, milliseconds), and a sequential
-// scan of one of the big tables (its cost grows with the table, not the work).
-func planFaults(plans []plan, big map[string]bool) []string {
-	var faults []string
-	seen := map[string]bool{}
-	add := func(f string) {
-		if !seen[f] {
-			seen[f] = true
-			faults = append(faults, f)
-		}
-	}
-	for _, p := range plans {
-		q := strings.Join(strings.Fields(p.Query), " ")
-		if len(q) > 160 {
-			q = q[:160] + "..."
-		}
-		if len(p.JIT) > 0 {
-			add(fmt.Sprintf("JIT-compiled: %s (JIT %s)", q, p.JIT))
-		}
-		nodes(p.Plan, func(n map[string]any) {
-			if n["Node Type"] == "Seq Scan" && big[fmt.Sprint(n["Relation Name"])] {
-				add(fmt.Sprintf("sequential scan of %v: %s", n["Relation Name"], q))
-			}
-		})
-	}
-	return faults
-}
 
 // planObj is an object of the set the plan guards load: a chain (prev is an edge, as
 // in a block manager) with a payload.
@@ -156,8 +37,8 @@ func TestHotPathPlansOnLargeData(t *testing.T) {
 	}
 	ctx := t.Context()
 	dsn := pgtest.DSN(t)
-	log := &planLog{}
-	pool := explainedPool(t, dsn, log, 1)
+	log := &pgtest.PlanLog{}
+	pool := pgtest.ExplainedPool(t, dsn, log, 1)
 	db, err := New(ctx, pool, Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
@@ -249,11 +130,11 @@ func TestHotPathPlansOnLargeData(t *testing.T) {
 
 	check := func(phase string) {
 		t.Helper()
-		log.take()
+		log.Take()
 		workload()
-		plans := log.take()
+		plans := log.Take()
 		require.NotEmpty(t, plans, "auto_explain logged no plan")
-		for _, f := range planFaults(plans, big) {
+		for _, f := range pgtest.PlanFaults(plans, big) {
 			t.Errorf("%s: %s", phase, f)
 		}
 	}
@@ -267,5 +148,5 @@ func TestHotPathPlansOnLargeData(t *testing.T) {
 	check("after ANALYZE")
 	load(120_001, 480_000)
 	check("grown fivefold past the statistics")
-	require.Empty(t, log.bad, "auto_explain messages that did not parse")
+	require.Empty(t, log.Unparsed(), "auto_explain messages that did not parse")
 }

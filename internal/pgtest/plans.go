@@ -1,0 +1,162 @@
+package pgtest
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// Plan is one plan auto_explain logged: the statement, its plan tree and, when the
+// executor JIT-compiled it, the JIT section.
+type Plan struct {
+	Query string          `json:"Query Text"`
+	Tree  json.RawMessage `json:"Plan"`
+	JIT   json.RawMessage `json:"JIT"`
+}
+
+// PlanLog collects the plans auto_explain sends a session's client as LOG
+// messages (see ExplainedPool).
+type PlanLog struct {
+	mu    sync.Mutex
+	plans []Plan
+	bad   []string // messages that looked like plans but did not parse
+}
+
+func (l *PlanLog) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	_, text, ok := strings.Cut(n.Message, "plan:\n")
+	if n.Severity != "LOG" || !ok {
+		return
+	}
+	var p Plan
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := json.Unmarshal([]byte(text), &p); err != nil {
+		l.bad = append(l.bad, n.Message)
+		return
+	}
+	l.plans = append(l.plans, p)
+}
+
+// Take returns the plans logged since the last Take.
+func (l *PlanLog) Take() []Plan {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.plans
+	l.plans = nil
+	return out
+}
+
+// Unparsed returns the messages that looked like plans but did not parse: a test
+// that finds none wrong in what did parse must also see this empty, or it checked
+// less than it thinks.
+func (l *PlanLog) Unparsed() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.bad...)
+}
+
+// ExplainedPool is a pgx pool on dsn whose every statement, nested ones (a trigger
+// function's, a foreign key's check) included, is explained by auto_explain and its
+// plan handed to log: what the server really planned and executed, with the JIT
+// section when it compiled the statement, and the rows each node read (ANALYZE,
+// without timing, which would cost more than the statements). auto_explain is loaded per session, which
+// needs a superuser, as the test cluster's is. A session stops explaining with
+// `SET auto_explain.log_min_duration = -1` (a bulk load's plans would be noise).
+func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
+	tb.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: read the DSN: %v", redact(err))
+	}
+	cfg.OnNotice = log.notice
+	pool := stdlib.OpenDB(*cfg, stdlib.OptionAfterConnect(func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, `LOAD 'auto_explain';
+			SET auto_explain.log_min_duration = 0;
+			SET auto_explain.log_nested_statements = on;
+			SET auto_explain.log_analyze = on;
+			SET auto_explain.log_timing = off;
+			SET auto_explain.log_format = json;
+			SET client_min_messages = log`)
+		return err
+	}))
+	pool.SetMaxOpenConns(conns)
+	pool.SetMaxIdleConns(conns)
+	tb.Cleanup(func() { _ = pool.Close() })
+	return pool
+}
+
+// nodes calls fn for every node of a plan tree.
+func nodes(raw json.RawMessage, fn func(node map[string]any)) {
+	var root map[string]any
+	if json.Unmarshal(raw, &root) != nil {
+		return
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		fn(n)
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			if m, ok := k.(map[string]any); ok {
+				walk(m)
+			}
+		}
+	}
+	walk(root)
+}
+
+// maxDiscarded is how many rows of a big table a hot path's plan may read and
+// discard: far fewer than the test tables hold, far more than any path needs.
+const maxDiscarded = 10_000
+
+// PlanFaults lists what is wrong with plans for a hot path: a statement the
+// executor JIT-compiled (each call pays the compilation again, milliseconds), a
+// sequential scan of one of the big tables, and a scan of one that read more than
+// maxDiscarded rows it then discarded (an index read whole for a few rows, a join
+// probing a big table once per row of another): the cost of either grows with the
+// table, not the work. Each fault is listed once, with the statement (shortened)
+// that has it.
+func PlanFaults(plans []Plan, big map[string]bool) []string {
+	var faults []string
+	seen := map[string]bool{}
+	add := func(f string) {
+		if !seen[f] {
+			seen[f] = true
+			faults = append(faults, f)
+		}
+	}
+	for _, p := range plans {
+		q := strings.Join(strings.Fields(p.Query), " ")
+		if len(q) > 160 {
+			q = q[:160] + "..."
+		}
+		if len(p.JIT) > 0 {
+			add(fmt.Sprintf("JIT-compiled: %s (JIT %s)", q, p.JIT))
+		}
+		nodes(p.Tree, func(n map[string]any) {
+			table := fmt.Sprint(n["Relation Name"])
+			if !big[table] {
+				return
+			}
+			if n["Node Type"] == "Seq Scan" {
+				add(fmt.Sprintf("sequential scan of %v: %s", table, q))
+				return
+			}
+			// EXPLAIN ANALYZE gives the rows a node discarded per loop.
+			loops, _ := n["Actual Loops"].(float64)
+			for _, key := range []string{"Rows Removed by Filter", "Rows Removed by Index Recheck"} {
+				if per, _ := n[key].(float64); per*loops > maxDiscarded {
+					add(fmt.Sprintf("%v of %v read %.0f rows it discarded (%s): %s", n["Node Type"], table, per*loops, key, q))
+				}
+			}
+		})
+	}
+	return faults
+}
