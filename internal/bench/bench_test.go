@@ -411,20 +411,23 @@ func BenchmarkAdd(b *testing.B) {
 					return err
 				}
 			}
-			return func(i int) error {
-				blk := &blocks[i]
-				tx, err := e.writer.BeginTxx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, insert, blk.Hash, blk.Prev, blk.Height, blk.Payload); err != nil {
-					_ = tx.Rollback()
-					return err
-				}
-				return tx.Commit()
-			}
+			return func(i int) error { return rawAdd(ctx, e, insert, &blocks[i]) }
 		})
 	})
+}
+
+// rawAdd is an Add written by hand: blk inserted with insert (e.q(insertSQL)) in a
+// transaction of its own.
+func rawAdd(ctx context.Context, e *env, insert string, blk *block) error {
+	tx, err := e.writer.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, insert, blk.Hash, blk.Prev, blk.Height, blk.Payload); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // BenchmarkGetHit: Get while a lease on the object is alive. The database is closed

@@ -33,18 +33,7 @@ func BenchmarkAddConcurrent(b *testing.B) {
 				_, err := set.Add(ctx, mine[i])
 				return err
 			}
-			sqlxOp = func(i int) error {
-				blk := &theirs[i]
-				tx, err := e.writer.BeginTxx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, insert, blk.Hash, blk.Prev, blk.Height, blk.Payload); err != nil {
-					_ = tx.Rollback()
-					return err
-				}
-				return tx.Commit()
-			}
+			sqlxOp = func(i int) error { return rawAdd(ctx, e, insert, &theirs[i]) }
 			return refsetOp, sqlxOp
 		}
 		b.Run("paired", func(b *testing.B) { concurrentPaired(b, ops) })
