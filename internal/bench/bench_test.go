@@ -416,6 +416,21 @@ func BenchmarkAdd(b *testing.B) {
 	})
 }
 
+// completeHandOver is refset's hand-over of tok: released with release, acquired
+// with acquire, completed in one transaction.
+func completeHandOver(ctx context.Context, tok *refset.RefToken[string], release, acquire refset.Command[string]) error {
+	rel, err := tok.Release(release)
+	if err != nil {
+		return err
+	}
+	acq, err := rel.Acquire(acquire)
+	if err != nil {
+		return err
+	}
+	_, err = acq.Complete(ctx)
+	return err
+}
+
 // rawAdd is an Add written by hand: blk inserted with insert (e.q(insertSQL)) in a
 // transaction of its own.
 func rawAdd(ctx context.Context, e *env, insert string, blk *block) error {
@@ -515,18 +530,7 @@ func BenchmarkComplete(b *testing.B) {
 			e.insert(b, blocks, true)
 			if s == refsetSide {
 				toks := upgrade(b, set, blocks)
-				return func(i int) error {
-					rel, err := toks[i].Release(release)
-					if err != nil {
-						return err
-					}
-					acq, err := rel.Acquire(acquire)
-					if err != nil {
-						return err
-					}
-					_, err = acq.Complete(ctx)
-					return err
-				}
+				return func(i int) error { return completeHandOver(ctx, toks[i], release, acquire) }
 			}
 			return func(i int) error { return handOver(ctx, e.writer, del, ins, blocks[i].Hash) }
 		})

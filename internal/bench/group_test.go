@@ -53,18 +53,7 @@ func BenchmarkCompleteConcurrent(b *testing.B) {
 			blocks := e.newBlocks(2 * n)
 			e.insert(b, blocks, true)
 			toks, theirs := upgrade(b, set, blocks[:n]), blocks[n:]
-			refsetOp = func(i int) error {
-				rel, err := toks[i].Release(release)
-				if err != nil {
-					return err
-				}
-				acq, err := rel.Acquire(acquire)
-				if err != nil {
-					return err
-				}
-				_, err = acq.Complete(ctx)
-				return err
-			}
+			refsetOp = func(i int) error { return completeHandOver(ctx, toks[i], release, acquire) }
 			sqlxOp = func(i int) error { return handOver(ctx, e.writer, del, ins, theirs[i].Hash) }
 			return refsetOp, sqlxOp
 		}
