@@ -371,6 +371,13 @@ func pairedOps(b *testing.B, refsetOp, sqlxOp func(i int) error) {
 		}
 	}
 	b.StopTimer()
+	reportPaired(b, spent)
+}
+
+// reportPaired reports what each side spent on b.N operations: its ns/op
+// (refset-ns/op, sqlx-ns/op) and the throughput-ratio, refset's throughput over
+// sqlx's.
+func reportPaired(b *testing.B, spent [2]time.Duration) {
 	b.ReportMetric(float64(spent[refsetSide].Nanoseconds())/float64(b.N), "refset-ns/op")
 	b.ReportMetric(float64(spent[sqlxSide].Nanoseconds())/float64(b.N), "sqlx-ns/op")
 	b.ReportMetric(float64(spent[sqlxSide])/float64(spent[refsetSide]), "throughput-ratio")

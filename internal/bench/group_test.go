@@ -85,9 +85,7 @@ func concurrentPaired(b *testing.B, ops func(n int) (refsetOp, sqlxOp func(int) 
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(spent[refsetSide].Nanoseconds())/float64(b.N), "refset-ns/op")
-	b.ReportMetric(float64(spent[sqlxSide].Nanoseconds())/float64(b.N), "sqlx-ns/op")
-	b.ReportMetric(float64(spent[sqlxSide])/float64(spent[refsetSide]), "throughput-ratio")
+	reportPaired(b, spent)
 }
 
 // fanOut runs op(i) for i in [start, end) from writers goroutines, returning the
