@@ -235,16 +235,11 @@ func TestPlansOnLargeData(t *testing.T) {
 
 	check := func(phase string) {
 		t.Helper()
-		log.Take()
-		workload()
-		plans := log.Take()
-		require.NotEmpty(t, plans, "auto_explain logged no plan")
+		plans := log.PlansOf(t, workload)
 		require.True(t, slices.ContainsFunc(plans, func(p pgtest.Plan) bool {
 			return strings.Contains(p.Query, "LEFT JOIN locked")
 		}), "%s: the careful clean-up (lockedBatch) never ran", phase)
-		for _, f := range pgtest.PlanFaults(plans, big) {
-			t.Errorf("%s: %s", phase, f)
-		}
+		pgtest.ReportFaults(t, phase, plans, big)
 	}
 
 	load(first)

@@ -54,6 +54,27 @@ func (l *PlanLog) Take() []Plan {
 	return out
 }
 
+// PlansOf runs workload and returns the plans it logged, failing tb when it logged
+// none (a guard that saw no plan checked nothing).
+func (l *PlanLog) PlansOf(tb testing.TB, workload func()) []Plan {
+	tb.Helper()
+	l.Take()
+	workload()
+	plans := l.Take()
+	if len(plans) == 0 {
+		tb.Fatal("auto_explain logged no plan")
+	}
+	return plans
+}
+
+// ReportFaults fails tb with each of PlanFaults(plans, big), naming phase.
+func ReportFaults(tb testing.TB, phase string, plans []Plan, big map[string]bool) {
+	tb.Helper()
+	for _, f := range PlanFaults(plans, big) {
+		tb.Errorf("%s: %s", phase, f)
+	}
+}
+
 // Unparsed returns the messages that looked like plans but did not parse: a test
 // that finds none wrong in what did parse must also see this empty, or it checked
 // less than it thinks.

@@ -130,13 +130,7 @@ func TestHotPathPlansOnLargeData(t *testing.T) {
 
 	check := func(phase string) {
 		t.Helper()
-		log.Take()
-		workload()
-		plans := log.Take()
-		require.NotEmpty(t, plans, "auto_explain logged no plan")
-		for _, f := range pgtest.PlanFaults(plans, big) {
-			t.Errorf("%s: %s", phase, f)
-		}
+		pgtest.ReportFaults(t, phase, log.PlansOf(t, workload), big)
 	}
 
 	load(1, 120_000)
