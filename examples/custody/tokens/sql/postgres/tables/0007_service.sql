@@ -33,10 +33,9 @@ ALTER TABLE token_history SET (fillfactor = 80);
 -- nothing, as for the two-step spend): the claimed tokens and their owners' holds are
 -- deleted (any expired lock on them goes with them, by the locks' cascading key),
 -- their history rows marked spent, the outputs and the change created with their
--- holds and history rows. A live lock on a claimed
--- token (committed by a select after the scan's snapshot, before the scan locked the
--- row) refuses the payment with CU004, a race lost; counts that disagree with CU003.
--- Either undoes everything.
+-- holds and history rows. A live lock on a claimed token (committed by a select after
+-- the scan's snapshot, before the scan locked the row) refuses the payment with CU004,
+-- a race lost; counts that disagree with CU003. Either undoes everything.
 CREATE OR REPLACE FUNCTION custody_pay(
     p_from text, p_type text, p_identifier text, p_issuer text, p_notary text,
     p_pivot text, p_tx text, p_ids text[], p_owners text[], p_amounts bigint[], p_change text, p_need bigint)
