@@ -95,6 +95,7 @@ INSERT INTO token_history (token_id, owner, identifier, amount, created_by)
 SELECT id, owner, identifier, amount, $4 FROM issued`, pq.Array(ids), pq.Array(names), pq.Array(amounts), fmt.Sprintf("issue-%d", o))
 		must(b, err)
 	}
+	analyzeCustody(b, first, "tokens, token_locks, token_history")
 	c.books = func() error {
 		var remaining, spent, history, locks, spentButPresent int64
 		err := first.QueryRowContext(ctx, `SELECT

@@ -1,4 +1,4 @@
--- Pay's fast path: custody_pay (../tables/0006_holders.sql) claims the payer's tokens of
+-- Pay's fast path: custody_pay (../tables/0007_service.sql) claims the payer's tokens of
 -- the outputs' kind, row by row FOR UPDATE SKIP LOCKED, until they cover the outputs,
 -- then spends them and creates the outputs and the change in one statement, all in
 -- this statement's transaction. Its placeholders: $1 the payer, $2..$5 the kind (type,
