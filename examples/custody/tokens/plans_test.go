@@ -149,10 +149,13 @@ type explained struct {
 }
 
 type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	TotalCost float64    `json:"Total Cost"`
-	Plans     []planNode `json:"Plans"`
+	NodeType  string  `json:"Node Type"`
+	Relation  string  `json:"Relation Name"`
+	TotalCost float64 `json:"Total Cost"`
+	// ActualRows is what the node returned over all its loops, with
+	// auto_explain.log_analyze (claim_test.go counts the rows a claim locked).
+	ActualRows float64    `json:"Actual Rows"`
+	Plans      []planNode `json:"Plans"`
 }
 
 // scans are the node and its descendants.

@@ -10,7 +10,8 @@
 -- fraction of one. A LIMIT cannot bound that scan (how many rows cover the amount is
 -- known only as they come), so the functions the fast paths call run with jit off, as
 -- they already run with the planner settings that keep every step an index lookup;
--- custody_claim runs under its callers' settings. TestPaymentPlansOnLargeWallet
+-- custody_claim runs under its callers' settings (custody_select has jit off in its own
+-- definition, 0008_claim.sql). TestPaymentPlansOnLargeWallet
 -- guards it, before ANALYZE, after it and once the wallet has outgrown it.
 --
 -- Fewer writes. custody_pay no longer deletes the claimed tokens' expired locks
@@ -19,7 +20,6 @@
 -- scan per payment. The history's pages keep a fifth free, so that a spend's update of
 -- spent_by stays on its page (a HOT update), without a new entry in the history's
 -- index; pages written before this migration fill as they were.
-ALTER FUNCTION custody_select(text, text, text, text, text, bigint, text, text, bigint) SET jit = off;
 ALTER FUNCTION custody_spend(text, text[], text[], text[], text[], text[], text[], bigint[], text) SET jit = off;
 ALTER TABLE token_history SET (fillfactor = 80);
 

@@ -1,0 +1,160 @@
+package tokens
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// generous bounds a payment from a large wallet: far above what the claim needs (well
+// under a second on this machine), far below what a claim quadratic in the tokens it
+// took needed (minutes), so that neither a loaded machine nor a slow one makes it flaky.
+const generous = 10 * time.Second
+
+// claimCheckAfter is how many tokens custody_claim takes before it asks, unlocked,
+// whether the owner can cover the amount at all (sql/postgres/tables/0008_claim.sql).
+const claimCheckAfter = 32
+
+// fillWallet gives owner n GBP tokens of 1 to 5 and returns their sum.
+func fillWallet(t *testing.T, v *Vault, owner string, n int) int64 {
+	t.Helper()
+	var sum int64
+	for left := n; left > 0; left -= 10_000 {
+		toks := make([]Token, min(left, 10_000))
+		for i := range toks {
+			toks[i] = gbp(owner, 1+int64(i%5))
+			sum += toks[i].Amount
+		}
+		_, err := v.Issue(t.Context(), newTx(), toks...)
+		require.NoError(t, err)
+	}
+	return sum
+}
+
+// Paying more than a wallet of 100,000 tokens holds is refused with
+// ErrInsufficientFunds at once, by Pay and by Select alike, and a payer of the same
+// wallet meanwhile is not held up by it: the refusal takes none of the wallet's tokens
+// from others while it looks. A payment that does need half the wallet is paid, in
+// time linear in the tokens it takes. The claim used to test every row it read against
+// every token it had claimed (minutes for the refusal, the whole wallet locked
+// meanwhile, and a concurrent payer told ErrLocked).
+func TestLargeWalletPaysLinearly(t *testing.T) {
+	eachBackend(t, []backend{sqliteDB, pgxDB}, func(t *testing.T, b backend) {
+		vs := openVaults(t, b, 2, Config{})
+		balance := fillWallet(t, vs[0], "whale", walletSize)
+
+		for _, c := range []struct {
+			name string
+			try  func(ctx context.Context) error
+		}{
+			{"pay", func(ctx context.Context) error {
+				_, _, err := vs[0].Pay(ctx, newTx(), "whale", gbp("minnow", 10*balance))
+				return err
+			}},
+			{"select", func(ctx context.Context) error {
+				_, err := vs[0].Select(ctx, newTx(), "whale", balance+1, Filter{Identifier: "GBP"}, time.Minute)
+				return err
+			}},
+		} {
+			ctx, cancel := context.WithTimeout(t.Context(), generous)
+			err := c.try(ctx)
+			cancel()
+			require.ErrorIs(t, err, ErrInsufficientFunds, "%s of more than the balance", c.name)
+		}
+
+		// Refusals over and over on one pool, small payments on the other: each small
+		// payment finds tokens at once (LockWait is zero, so a wallet held by the
+		// refusals would fail it with ErrLocked).
+		ctx, cancel := context.WithTimeout(t.Context(), 3*generous)
+		defer cancel()
+		done := make(chan struct{})
+		var refusals int
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, _, err := vs[0].Pay(ctx, newTx(), "whale", gbp("minnow", 10*balance))
+				if !assert.ErrorIs(t, err, ErrInsufficientFunds) {
+					return
+				}
+				refusals++
+			}
+		})
+		for range 20 {
+			_, _, err := vs[1].Pay(ctx, newTx(), "whale", gbp("minnow", 7))
+			require.NoError(t, err, "a small payment beside the refusals")
+		}
+		close(done)
+		wg.Wait()
+		t.Logf("%d refusals beside 20 payments", refusals)
+
+		// Half the wallet: tens of thousands of tokens claimed in one payment.
+		ctx, cancel = context.WithTimeout(t.Context(), generous)
+		defer cancel()
+		spent, _, err := vs[0].Pay(ctx, newTx(), "whale", gbp("minnow", balance/2))
+		require.NoError(t, err, "a payment of half the wallet")
+		assert.Greater(t, len(spent), walletSize/4)
+		audit(t, vs[0])
+	})
+}
+
+// An insufficient payment or select on PostgreSQL row-locks a few of the wallet's
+// tokens at most, not the wallet: what the claims' cursors locked is counted in their
+// plans (auto_explain with ANALYZE), so the bound does not depend on timing.
+func TestInsufficientClaimLocksLittle(t *testing.T) {
+	ctx := t.Context()
+	plans := &planLog{}
+	db := explainedDB(t, plans)
+	v := openVault(t, db, Config{})
+	const wallet = 5_000 // enough to tell a few rows from all; small enough for the old claim
+	balance := fillWallet(t, v, "whale", wallet)
+	pool := db.Pool().DB
+	_, err := pool.ExecContext(ctx, `SET auto_explain.log_analyze = on; SET auto_explain.log_timing = off`)
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		name string
+		try  func() error
+	}{
+		{"pay", func() error {
+			_, _, err := v.Pay(ctx, newTx(), "whale", gbp("minnow", balance+1))
+			return err
+		}},
+		{"select", func() error {
+			_, err := v.Select(ctx, newTx(), "whale", balance+1, Filter{Identifier: "GBP"}, time.Minute)
+			return err
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plans.start(t, pool)
+			err := c.try()
+			logged := plans.stop(t, pool)
+			require.ErrorIs(t, err, ErrInsufficientFunds)
+			var locked float64
+			var claims int
+			for _, p := range logged {
+				if !strings.Contains(p.Query, "SKIP LOCKED") {
+					continue
+				}
+				claims++
+				for _, n := range p.Plan.scans() {
+					if n.NodeType == "LockRows" {
+						locked += n.ActualRows
+					}
+				}
+			}
+			assert.Positive(t, claims, "auto_explain logged no claim: the guard sees nothing (%d plans)", len(logged))
+			assert.LessOrEqual(t, locked, float64(2*claimCheckAfter), "rows locked by a claim of more than the wallet holds (%d tokens)", wallet)
+		})
+	}
+	audit(t, v)
+}
