@@ -41,6 +41,10 @@
 // LOCKED as a cursor reaches it, until the rows cover the amount. A token another
 // transaction is taking is skipped and the scan goes on past it, so meeting one costs
 // nothing but the step; the scan reads as far as the amount needs, not the wallet.
+// A claim that has taken 32 tokens and is still short asks once, without locking,
+// whether the owner can cover the amount at all, so that a payment of more than the
+// wallet holds is refused at that point instead of locking the whole wallet first
+// (sql/postgres/tables/0008_claim.sql); the general path asks the same after a page.
 // When what it can claim falls short, a fresh snapshot tells funds missing
 // (ErrInsufficientFunds) from funds locked (ErrLocked) from funds that payments in
 // flight are spending, which it waits for, so a payer never hears of insufficient funds

@@ -397,6 +397,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	pivot := NewID()
 	var candidates []Token
 	var available int64
+	asked := false                             // whether the wallet's sum was checked (below)
 	spares := min(amount, math.MaxInt64/2) * 2 // twice the amount, without overflowing
 	for _, segment := range []string{"t.id >= ?", "t.id < ?"} {
 		cursor := ""
@@ -417,6 +418,22 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 				break
 			}
 			cursor = got[len(got)-1].TokenID
+			if !asked && available < amount {
+				// A page read and still short: ask once, in one aggregate, whether the
+				// owner has the amount at all, rather than reading the whole wallet
+				// (twice) while holding the transaction, and on SQLite the one writer,
+				// to find out. The filter's fields are a superset of what a Predicate
+				// keeps, so a sum short of the amount is short for it too.
+				asked = true
+				var total int64
+				if err := tx.QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0) FROM tokens t WHERE `+cond),
+					args...).Scan(&total); err != nil {
+					return nil, err
+				}
+				if total < amount {
+					return nil, fmt.Errorf("%w: %s has at most %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+				}
+			}
 		}
 	}
 	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
