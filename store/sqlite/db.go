@@ -50,6 +50,11 @@ type Options struct {
 	// NoGroupCommit gives each unit of work a transaction and a commit (an fsync) of
 	// its own, as before group commit: see "Group commit" in the package doc.
 	NoGroupCommit bool
+
+	// groupMaxAge, for this package's tests, is how long a group may take units
+	// (zero: the engine's default): a test that needs two units in one group must not
+	// see it close because a loaded machine was slow between them.
+	groupMaxAge time.Duration
 }
 
 // Dialect is "sqlite", the Name of this store's Driver: store.Open gives these

@@ -200,7 +200,9 @@ func TestGroupCommitInvariants(t *testing.T) {
 func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	// b must join a's group however slow the machine is between them (CI saw the
+	// default 10 ms pass, and b begin a group of its own).
+	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{groupMaxAge: time.Minute})
 	aIn, aDone := make(chan struct{}), make(chan struct{})
 	var aErr, bErr error
 	var bRuns atomic.Int32
@@ -252,7 +254,9 @@ func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
 func TestGroupCommitCancelInsideStatement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	// b must join a's group however slow the machine is between them: alone, it
+	// would test nothing of a group.
+	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{groupMaxAge: time.Minute})
 	aIn := make(chan struct{})
 	var aRuns atomic.Int32
 	var aErr, bErr error
