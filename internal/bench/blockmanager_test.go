@@ -285,43 +285,55 @@ func (o outliving) TempDir() string  { return o.owner.TempDir() }
 
 // runWalks runs walk's sub-benchmarks on every database: load stores the walked
 // blocks and returns what the walk needs, filler adds the other blocks, and each
-// iteration runs refset's walk and the raw one, timed apart. The tables are
-// analyzed once everything is stored; under grown (BenchmarkBranch/sqlite/grown/
-// stored=1M) they were analyzed before, when they held a seed chain of seedBlocks
-// blocks and nothing else, and autovacuum is kept off them on Postgres, so the
-// walks read a branch, segments and heights the statistics never saw, as a node's
-// newest blocks always are between two autovacuum runs.
+// iteration runs refset's walk and the raw one, timed apart.
+//
+// Each size's blocks are stored once and walked twice. First under grown
+// (BenchmarkBranch/sqlite/grown/stored=1M): the tables were analyzed before the
+// walked blocks came, when they held a seed chain of seedBlocks blocks and nothing
+// else, and autovacuum is kept off them on Postgres, so the walks read a branch,
+// segments and heights the statistics never saw, as a node's newest blocks always
+// are between two autovacuum runs. Then, the tables analyzed, without grown
+// (BenchmarkBranch/sqlite/stored=1M): the statistics as autovacuum leaves them. The
+// seed chain stays, a thousand blocks beside the stored ones that no walk reads;
+// storing a million blocks once rather than twice per database is what keeps
+// scripts/bench.sh --full within a sitting.
 func runWalks[S any](b *testing.B, unit string, load func(testing.TB, *walkBench) S,
 	fill func(testing.TB, *walkBench, int), refsetWalk, rawWalk func(*walkBench, S) error) {
+	type stored struct {
+		w        *walkBench
+		state    S
+		analyzed bool
+	}
 	for _, dialect := range databases {
 		b.Run(dialect, func(b *testing.B) {
 			owner := b
-			sizes := func(b *testing.B, grown bool) {
-				for _, size := range walkSizes {
-					var w *walkBench
-					var state S
+			sizes := make([]stored, len(walkSizes))
+			walkAll := func(b *testing.B, grown bool) {
+				for i, size := range walkSizes {
 					b.Run(size.name, func(b *testing.B) {
-						if w == nil {
-							tb := outliving{TB: b, owner: owner}
+						s := &sizes[i]
+						tb := outliving{TB: b, owner: owner}
+						if s.w == nil {
 							m, db, d, reader := bmOpenRaw(tb, dialect)
-							w = &walkBench{m: m, db: db, d: d, reader: reader}
+							s.w = &walkBench{m: m, db: db, d: d, reader: reader}
 							if grown {
-								w.seed(tb)
+								s.w.seed(tb)
 							}
-							state = load(tb, w)
+							s.state = load(tb, s.w)
 							if size.filler > 0 {
-								fill(tb, w, size.filler)
-							}
-							if !grown {
-								w.analyze(tb)
+								fill(tb, s.w, size.filler)
 							}
 						}
-						timeWalks(b, w, state, unit, refsetWalk, rawWalk)
+						if !grown && !s.analyzed {
+							s.w.analyze(tb)
+							s.analyzed = true
+						}
+						timeWalks(b, s.w, s.state, unit, refsetWalk, rawWalk)
 					})
 				}
 			}
-			sizes(b, false)
-			b.Run("grown", func(b *testing.B) { sizes(b, true) })
+			b.Run("grown", func(b *testing.B) { walkAll(b, true) })
+			walkAll(b, false)
 		})
 	}
 }

@@ -223,6 +223,9 @@ func (e *gcEnv) makeDueIn(b *testing.B, queue string) {
 // collectGarbage times collecting `garbage` unreferenced objects from a set of `live`
 // referenced ones, once per iteration.
 func collectGarbage(b *testing.B, dialect string, live, garbage int) {
+	if warmUp(b) {
+		return
+	}
 	e := gcOpen(b, dialect)
 	_, c := e.setup(b, live)
 	b.ResetTimer()
@@ -302,6 +305,9 @@ func BenchmarkCollectChain(b *testing.B) {
 // a set of 10,000 live ones.
 func collectChain(b *testing.B, dialect string, length int) {
 	const live = 10_000
+	if warmUp(b) {
+		return
+	}
 	e := gcOpen(b, dialect)
 	ctx := context.Background()
 	for _, stmt := range strings.Split(e.typeMap.Replace(chainSchema), ";") {
