@@ -54,7 +54,7 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 		stmts = append([]refsetdriver.Statement{lead()}, stmts...)
 	}
 	db := s.db
-	return true, runUnit(ctx, s.caps, func() error {
+	return true, runUnit(ctx, s.caps, func(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("refset: in transaction: %w", err)
 		}

@@ -65,7 +65,7 @@ func InTx(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) 
 	if tx, ok := refsetdriver.UnitTx(ctx, db); ok {
 		return inSavepoint(ctx, db, tx, fn)
 	}
-	return runUnit(ctx, capabilitiesOf(db), func() error { return inTxOnce(ctx, db, fn) })
+	return runUnit(ctx, capabilitiesOf(db), func(ctx context.Context) error { return inTxOnce(ctx, db, fn) })
 }
 
 // Reader is where a read of one's own in db, made with ctx, runs: inside a unit of
@@ -82,16 +82,26 @@ func Reader(ctx context.Context, db Database) Querier {
 // change (the attempt's error wraps stmtcache.ErrStale; the statement is prepared anew
 // in the new transaction), again after a back-off while the database aborts it with a
 // conflict, logging a commit whose outcome is unknown, and with its error made to
-// match the context's when ctx ended.
-func runUnit(ctx context.Context, caps capabilities, once func() error) error {
+// match the context's when ctx ended. once gets ctx, marked by refsetdriver.Alone
+// once an attempt failed with an error that refsetdriver.RunsAlone (its shared
+// commit was refused for what another unit of work wrote).
+func runUnit(ctx context.Context, caps capabilities, once func(ctx context.Context) error) error {
 	log := caps.log
+	runCtx := ctx
+	run := func() error {
+		err := once(runCtx)
+		if refsetdriver.RunsAlone(err) {
+			runCtx = refsetdriver.Alone(ctx)
+		}
+		return err
+	}
 	attempt := func() error {
 		return retryConflicts(ctx, caps, func() error {
-			err := once()
+			err := run()
 			if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
 				log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
 					slog.Any("cause", err))
-				err = once()
+				err = run()
 			}
 			return err
 		})

@@ -1,6 +1,9 @@
 package refsetdriver
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // A COMMIT whose connection was lost may or may not have run; refset then reports
 // the unit of work with ErrCommitUnknown, and the caller must find out for itself.
@@ -29,3 +32,44 @@ type notCommitted struct{ err error }
 
 func (e *notCommitted) Error() string { return e.err.Error() }
 func (e *notCommitted) Unwrap() error { return e.err }
+
+// A store that commits units of work together (SQLite's group commit) may have the
+// shared COMMIT refused for what one unit wrote, a deferred foreign key, which fails
+// every unit of the group. It then reports each unit's failure as ErrConflict marked
+// with RunAlone: refset runs the unit again (refset.InTx's retries) with its context
+// marked by Alone, and the store gives a unit whose context MustRunAlone a
+// transaction of its own, so that the unit that wrote it fails, and only it.
+
+// RunAlone marks err, a unit of work's error, as one to run again alone.
+func RunAlone(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &runAlone{err}
+}
+
+// RunsAlone reports whether err was marked with RunAlone.
+func RunsAlone(err error) bool {
+	var ra *runAlone
+	return errors.As(err, &ra)
+}
+
+type runAlone struct{ err error }
+
+func (e *runAlone) Error() string { return e.err.Error() }
+func (e *runAlone) Unwrap() error { return e.err }
+
+type aloneKey struct{}
+
+// Alone returns ctx marked for the next attempt at a unit of work whose error
+// RunsAlone.
+func Alone(ctx context.Context) context.Context {
+	return context.WithValue(ctx, aloneKey{}, true)
+}
+
+// MustRunAlone reports whether ctx was marked by Alone: its unit of work must not
+// share a transaction with others.
+func MustRunAlone(ctx context.Context) bool {
+	alone, _ := ctx.Value(aloneKey{}).(bool)
+	return alone
+}

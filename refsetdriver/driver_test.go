@@ -2,6 +2,8 @@ package refsetdriver_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -40,4 +42,21 @@ func TestOf(t *testing.T) {
 	_, err = zero.Begin(t.Context())
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	require.ErrorIs(t, refset.InTx(t.Context(), &zero, func(context.Context, refset.Tx) error { return nil }), refset.ErrInvalidConfig)
+}
+
+// RunAlone marks an error through wrapping, and Alone a context for the units it
+// carries; neither marks what it was not given.
+func TestRunAlone(t *testing.T) {
+	base := errors.New("refused")
+	assert.Nil(t, refsetdriver.RunAlone(nil))
+	assert.False(t, refsetdriver.RunsAlone(base))
+	marked := refsetdriver.RunAlone(base)
+	assert.ErrorIs(t, marked, base, "the cause stays")
+	assert.True(t, refsetdriver.RunsAlone(fmt.Errorf("unit: %w", marked)), "through wrapping")
+
+	ctx := t.Context()
+	assert.False(t, refsetdriver.MustRunAlone(ctx))
+	alone := refsetdriver.Alone(ctx)
+	assert.True(t, refsetdriver.MustRunAlone(alone))
+	assert.True(t, refsetdriver.MustRunAlone(context.WithValue(alone, struct{}{}, 1)), "what derives from it")
 }

@@ -31,7 +31,13 @@
 //   - If the shared COMMIT fails, every unit of the group gets its error, translated
 //     as any COMMIT's: on SQLite a disk error (ErrUnavailable) becomes
 //     ErrCommitUnknown in refset (the log may hold the commit); anything else (a
-//     busy database, ErrConflict; a deferred constraint) committed nothing.
+//     busy database, ErrConflict) committed nothing. But when the database refused
+//     the COMMIT for what one unit wrote (a deferred foreign key, checked only
+//     then), each unit of a group of several gets ErrConflict marked
+//     refsetdriver.RunAlone: refset.InTx runs it again with a context marked
+//     refsetdriver.Alone, and such a unit gets a transaction no other unit joins.
+//     The unit that wrote it then fails alone, with the constraint's error, and the
+//     others commit.
 //   - If the shared transaction is lost before its COMMIT (a savepoint statement
 //     fails: SQLite rolled the whole transaction back on an I/O error or an
 //     interrupt), every unit whose work was in it gets ErrConflict, which refset.InTx
@@ -42,7 +48,10 @@
 //   - A unit that joined a group holding others' work and sends no statement for
 //     Group.Evict (it blocks, perhaps on the return of a unit before it, which waits
 //     for the group) is rolled back with ErrConflict, which InTx runs again, and the
-//     group commits without it. A unit busy with statements is never evicted.
+//     group commits without it. A unit busy with statements is never evicted, nor
+//     one whose query the database is still computing as its rows are read (SQLite
+//     computes an aggregate inside Scan, after the statement returned): a probe of
+//     the connection, which waits while the driver works, tells it.
 //   - Group.InterruptRollsBack: a statement cut short by its context rolls back the
 //     whole transaction on SQLite, so a unit's statements run to their end once
 //     others' work is in the transaction, and its context ends it between statements.

@@ -78,8 +78,11 @@ func Stats(e *Engine) GroupStats {
 }
 
 // waiter is a unit waiting for the turn: it is sent the group to join, or nil to
-// begin a new one.
-type waiter struct{ grant chan *batch }
+// begin a new one; a unit that must run alone is only ever sent nil.
+type waiter struct {
+	grant chan *batch
+	alone bool
+}
 
 // batch is one group: its transaction and what its units learn of its end. Only the
 // turn's holder touches it, until done is closed; err is set before.
@@ -89,6 +92,7 @@ type batch struct {
 	units   int   // units that ran in it
 	kept    int   // units whose work stands in it, waiting for its commit
 	lost    error // why the transaction is lost, if it is
+	alone   bool  // its unit runs alone: no other joins it
 	done    chan struct{}
 	err     error // the group's outcome, for its kept units
 }
@@ -109,7 +113,7 @@ func newGrouper(e *Engine, cfg Group) *grouper {
 // begin waits for the turn and gives the unit its savepoint in the group's
 // transaction, beginning that transaction when the unit is a group's first.
 func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
-	b, err := g.turn(ctx)
+	b, alone, err := g.turn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +127,7 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 			g.next()
 			return nil, err
 		}
-		b = &batch{tx: tx, started: time.Now(), done: make(chan struct{})}
+		b = &batch{tx: tx, started: time.Now(), alone: alone, done: make(chan struct{})}
 	}
 	b.units++
 	shared := b.kept > 0
@@ -149,27 +153,29 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
 }
 
-// turn waits for the turn: the group to join, or nil to begin one.
-func (g *grouper) turn(ctx context.Context) (*batch, error) {
+// turn waits for the turn: the group to join, or nil to begin one. alone says the
+// unit must run in a transaction of its own (see grouper.alone).
+func (g *grouper) turn(ctx context.Context) (b *batch, alone bool, err error) {
+	alone = refsetdriver.MustRunAlone(ctx)
 	g.mu.Lock()
 	if !g.held {
 		g.held = true
 		g.mu.Unlock()
-		return nil, nil
+		return nil, alone, nil
 	}
-	w := &waiter{grant: make(chan *batch, 1)}
+	w := &waiter{grant: make(chan *batch, 1), alone: alone}
 	g.waiters = append(g.waiters, w)
 	g.mu.Unlock()
 	select {
 	case b := <-w.grant:
-		return b, nil
+		return b, alone, nil
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
 	if i := slices.Index(g.waiters, w); i >= 0 {
 		g.waiters = slices.Delete(g.waiters, i, i+1)
 		g.mu.Unlock()
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 	g.mu.Unlock()
 	// The turn came as ctx ended: pass it on unused.
@@ -178,7 +184,7 @@ func (g *grouper) turn(ctx context.Context) (*batch, error) {
 	} else {
 		g.next()
 	}
-	return nil, ctx.Err()
+	return nil, false, ctx.Err()
 }
 
 // pop is the first waiter in line; g.mu is held and the line not empty.
@@ -192,7 +198,8 @@ func (g *grouper) pop() *waiter {
 // while b may grow; otherwise it ends b and gives the turn to the next in line.
 func (g *grouper) finish(b *batch) {
 	g.mu.Lock()
-	if b.lost == nil && len(g.waiters) > 0 && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
+	if b.lost == nil && !b.alone && len(g.waiters) > 0 && !g.waiters[0].alone &&
+		b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
 		w := g.pop()
 		g.mu.Unlock()
 		w.grant <- b
@@ -215,6 +222,13 @@ func (g *grouper) end(b *batch) {
 	default:
 		if err := b.tx.Commit(); err != nil {
 			b.err = fmt.Errorf("%s: group commit of %d units: %w", g.e.c.Name, b.kept, err)
+			if b.kept > 1 && refusedWrite(g.e.c.DB.TranslateError(err, "COMMIT")) {
+				// What one unit wrote, checked only at COMMIT (a deferred foreign
+				// key), failed every unit's: each runs again alone, so that the one
+				// that wrote it fails, and only it.
+				b.err = refsetdriver.RunAlone(fmt.Errorf("%s: group commit: %w: the COMMIT this unit shared with %d others was refused (%v) for what one of them wrote; nothing of the unit committed, and refset.InTx runs it again in a transaction of its own",
+					g.e.c.Name, sentinel.ErrConflict, b.kept-1, err))
+			}
 			break
 		}
 		g.mu.Lock()
@@ -241,6 +255,17 @@ func (g *grouper) next() {
 // errUnitRolledBack is why a group's transaction ends when its only unit so far,
 // which runs without a savepoint, is rolled back: no kept unit ever sees it.
 var errUnitRolledBack = errors.New("its only unit was rolled back")
+
+// refusedWrite reports whether err, translated, refuses what was written (a
+// constraint), rather than the transaction (a conflict) or the database.
+func refusedWrite(err error) bool {
+	for _, s := range []error{sentinel.ErrConstraint, sentinel.ErrReferenced, sentinel.ErrNotFound, sentinel.ErrDuplicate} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // lose marks b's transaction as lost: a statement that was to keep a unit's work
 // apart failed, which on SQLite means the database rolled the whole transaction back.
@@ -278,7 +303,7 @@ func (u *unit) touch() { u.active.Store(time.Now().UnixNano()) }
 func (u *unit) watch() {
 	evict := u.g.cfg.Evict
 	idle := time.Since(time.Unix(0, u.active.Load()))
-	if u.inFlight.Load() > 0 || idle < evict {
+	if u.inFlight.Load() > 0 || idle < evict || u.reading() {
 		u.mu.RLock()
 		if !u.ended {
 			u.evict.Reset(evict - min(idle, evict/2))
@@ -288,6 +313,35 @@ func (u *unit) watch() {
 	}
 	u.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, evict, u.before))
 }
+
+// reading reports whether the database is busy with a query of the unit that
+// returned its rows but is still computing them: a query's statement ends, for the
+// unit, when its rows are handed over, and the database works on them as the caller
+// reads them (SQLite computes an aggregate's one row in its first step, inside
+// Scan). While a driver works on a row it holds the connection, so a statement sent
+// to it then waits: a probe that waits longer than a statement takes on an idle
+// connection says the unit is reading, and counts as activity.
+func (u *unit) reading() bool {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	if u.ended {
+		return false
+	}
+	start := time.Now()
+	if _, err := u.b.tx.ExecContext(context.WithoutCancel(u.ctx), "SELECT 1"); err != nil {
+		return false
+	}
+	if time.Since(start) < probeWait {
+		return false
+	}
+	u.touch()
+	return true
+}
+
+// probeWait is how long a probe of the connection (unit.reading) may take before it
+// is taken to have waited for a query's rows: far more than SELECT 1 takes on an idle
+// connection, little beside Group.Evict.
+const probeWait = 2 * time.Millisecond
 
 var _ sqlstore.Unit = (*unit)(nil)
 

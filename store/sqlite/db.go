@@ -55,6 +55,9 @@ type Options struct {
 	// (zero: the engine's default): a test that needs two units in one group must not
 	// see it close because a loaded machine was slow between them.
 	groupMaxAge time.Duration
+	// groupEvict, for this package's tests, is how long a unit may stay idle in a
+	// group (zero: the engine's default).
+	groupEvict time.Duration
 }
 
 // Dialect is "sqlite", the Name of this store's Driver: store.Open gives these

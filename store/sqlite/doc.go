@@ -63,11 +63,16 @@
 //     transaction); the context ends the unit between statements.
 //   - A unit that sends no statement for 250 ms while units before it in its group
 //     wait for their commit is rolled back with refset.ErrConflict, and InTx runs it
-//     again; one busy with statements is never evicted.
+//     again; one busy with statements is never evicted, nor one whose query SQLite
+//     is still stepping as its rows are read.
 //   - Deferred foreign keys (DEFERRABLE INITIALLY DEFERRED, PRAGMA defer_foreign_keys)
-//     are checked at the shared COMMIT: a violation there fails every unit of the
-//     group. refset's own tables have none; immediate foreign keys fail their unit
-//     alone.
+//     are checked at the shared COMMIT, which a violation fails for every unit of
+//     the group: each then runs again (refset.InTx's retries) in a transaction of
+//     its own, so the unit that violated it fails alone with ErrConstraint and the
+//     others commit, at the price of a transaction each. A unit begun with Begin
+//     rather than InTx gets ErrConflict and must run again itself. refset's own
+//     tables have no deferred keys; immediate foreign keys fail their unit alone at
+//     once.
 //   - PRAGMAs that change the connection (defer_foreign_keys, foreign_keys, ...) and
 //     DDL in a unit affect the units after it in the group; keep them out of units of
 //     work.

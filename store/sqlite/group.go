@@ -10,5 +10,5 @@ func groupCommit(opts Options) *engine.Group {
 	}
 	// SQLite rolls back the whole transaction when a write in it is interrupted
 	// (sqlite3_interrupt, which go-sqlite3 calls when a statement's context ends).
-	return &engine.Group{InterruptRollsBack: true, MaxAge: opts.groupMaxAge}
+	return &engine.Group{InterruptRollsBack: true, MaxAge: opts.groupMaxAge, Evict: opts.groupEvict}
 }

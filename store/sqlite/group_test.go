@@ -33,6 +33,7 @@ func groupDB(tb testing.TB, path string, opts Options) (*DB, *refset.RefSet[item
 		`CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0)`,
 		`CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, item TEXT NOT NULL REFERENCES items (id))`,
 		`CREATE TABLE IF NOT EXISTS units (id TEXT PRIMARY KEY)`,
+		pledgesTable,
 	} {
 		_, err := db.Writer().ExecContext(ctx, q)
 		require.NoError(tb, err, q)
@@ -104,6 +105,31 @@ var unitKinds = []struct {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, 'no such item')`, id)
+			return err
+		})
+	}},
+	{"pledges an item it adds after", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO pledges (id, item) VALUES (?, ?)`, id, id); err != nil {
+				return err
+			}
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
+			return err
+		})
+	}},
+	{"violates a deferred foreign key", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		// Checked only at the group's COMMIT: the unit is found out there.
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			if _, err := set.Add(ctx, item{Key: id}); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO pledges (id, item) VALUES (?, 'no such item')`, id)
 			return err
 		})
 	}},
@@ -179,11 +205,19 @@ func TestGroupCommitInvariants(t *testing.T) {
 		assert.False(t, exists("items", id.(string)), "%s (%s) failed and left its item", id, kind)
 		assert.False(t, exists("units", id.(string)), "%s (%s) failed and left its row", id, kind)
 		assert.False(t, exists("notes", id.(string)), "%s (%s) failed and left its note", id, kind)
+		assert.False(t, exists("pledges", id.(string)), "%s (%s) failed and left its pledge", id, kind)
 		_, err := set.Load(ctx, id.(string))
 		assert.ErrorIs(t, err, refset.ErrNotFound, "%s (%s): no lease of what rolled back", id, kind)
 		return true
 	})
-	assert.Equal(t, goroutines*perGoroutine*2/len(unitKinds), nCommitted, "the units meant to commit did")
+	commitKinds := 0
+	for _, k := range unitKinds {
+		if k.commit {
+			commitKinds++
+		}
+	}
+	require.Zero(t, perGoroutine%len(unitKinds), "each goroutine runs each kind as often")
+	assert.Equal(t, goroutines*perGoroutine*commitKinds/len(unitKinds), nCommitted, "the units meant to commit did")
 	assert.Equal(t, goroutines*perGoroutine, nCommitted+nFailed)
 	rows, err := db.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
 	require.NoError(t, err)
@@ -405,4 +439,84 @@ func runCrashChild(t *testing.T, path string) {
 		})
 	}
 	wg.Wait()
+}
+
+// A unit that joined a group holding another unit's work is evicted only when it
+// sends no statement for Group.Evict: not while one statement of it runs longer than
+// that (an Exec, or a query whose rows the database computes as they are read), nor
+// while it sends statements more often, however long it takes in all.
+func TestGroupCommitKeepsBusyUnit(t *testing.T) {
+	const evict = 100 * time.Millisecond
+	const stepRows = `WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < ?) SELECT count(*) FROM c`
+	for _, tc := range []struct {
+		name string
+		busy func(ctx context.Context, tx refset.Tx, long int) error
+	}{
+		{"one exec longer than the eviction", func(ctx context.Context, tx refset.Tx, long int) error {
+			_, err := tx.ExecContext(ctx, stepRows, long)
+			return err
+		}},
+		{"one query longer than the eviction", func(ctx context.Context, tx refset.Tx, long int) error {
+			var n int
+			return tx.QueryRowContext(ctx, stepRows, long).Scan(&n)
+		}},
+		{"statements more often than the eviction, longer in all", func(ctx context.Context, tx refset.Tx, _ int) error {
+			for start := time.Now(); time.Since(start) < 5*evict; time.Sleep(evict / 4) {
+				if _, err := tx.ExecContext(ctx, stepRows, 10); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachDriver(t, func(t *testing.T, driverName string) {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+				defer cancel()
+				db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+				// long: rows enough for the statement to take three evictions here
+				// (the pure-Go driver under the race detector is a hundred times slower).
+				long := 10_000
+				for {
+					start := time.Now()
+					_, err := db.Readers().ExecContext(ctx, stepRows, long)
+					require.NoError(t, err)
+					if time.Since(start) >= 3*evict {
+						break
+					}
+					long *= 2
+				}
+				before := engine.Stats(db.storeEngine) // store.NewStore's units
+				aIn := make(chan struct{})
+				var aErr, bErr error
+				var bRuns atomic.Int32
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+						close(aIn)
+						waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 }) // b joins a's group
+						return nil
+					}))
+				})
+				wg.Go(func() {
+					<-aIn
+					bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+						bRuns.Add(1)
+						if err := tc.busy(ctx, tx, long); err != nil {
+							return err
+						}
+						_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+						return err
+					})
+				})
+				wg.Wait()
+				require.NoError(t, aErr)
+				require.NoError(t, bErr)
+				assert.EqualValues(t, 1, bRuns.Load(), "b, busy, was not evicted")
+				stats := engine.Stats(db.storeEngine)
+				assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
+				assert.EqualValues(t, before.Units+2, stats.Units)
+			})
+		})
+	}
 }
