@@ -15,23 +15,12 @@ import (
 
 // NotCommitted marks err, the error of a commit that lost its connection, as one
 // that a server said did not commit.
-func NotCommitted(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &notCommitted{err}
-}
+func NotCommitted(err error) error { return mark[notCommitted](err) }
 
 // DidNotCommit reports whether err was marked with NotCommitted.
-func DidNotCommit(err error) bool {
-	var nc *notCommitted
-	return errors.As(err, &nc)
-}
+func DidNotCommit(err error) bool { return marked[notCommitted](err) }
 
-type notCommitted struct{ err error }
-
-func (e *notCommitted) Error() string { return e.err.Error() }
-func (e *notCommitted) Unwrap() error { return e.err }
+type notCommitted struct{}
 
 // A store that commits units of work together (SQLite's group commit) may have the
 // shared COMMIT refused for what one unit wrote, a deferred foreign key, which fails
@@ -41,23 +30,12 @@ func (e *notCommitted) Unwrap() error { return e.err }
 // transaction of its own, so that the unit that wrote it fails, and only it.
 
 // RunAlone marks err, a unit of work's error, as one to run again alone.
-func RunAlone(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &runAlone{err}
-}
+func RunAlone(err error) error { return mark[runAlone](err) }
 
 // RunsAlone reports whether err was marked with RunAlone.
-func RunsAlone(err error) bool {
-	var ra *runAlone
-	return errors.As(err, &ra)
-}
+func RunsAlone(err error) bool { return marked[runAlone](err) }
 
-type runAlone struct{ err error }
-
-func (e *runAlone) Error() string { return e.err.Error() }
-func (e *runAlone) Unwrap() error { return e.err }
+type runAlone struct{}
 
 type aloneKey struct{}
 
@@ -72,4 +50,25 @@ func Alone(ctx context.Context) context.Context {
 func MustRunAlone(ctx context.Context) bool {
 	alone, _ := ctx.Value(aloneKey{}).(bool)
 	return alone
+}
+
+// marking is an error marked with the kind K: the same error, which says more to
+// those who ask (marked).
+type marking[K any] struct{ err error }
+
+func (e *marking[K]) Error() string { return e.err.Error() }
+func (e *marking[K]) Unwrap() error { return e.err }
+
+// mark marks err, if any, with K.
+func mark[K any](err error) error {
+	if err == nil {
+		return nil
+	}
+	return &marking[K]{err}
+}
+
+// marked reports whether err, or an error it wraps, was marked with K.
+func marked[K any](err error) bool {
+	var m *marking[K]
+	return errors.As(err, &m)
 }

@@ -43,119 +43,99 @@ func groupDB(tb testing.TB, path string, opts Options) (*DB, *refset.RefSet[item
 	return db, refset.New(st)
 }
 
-// unitKinds are the units of work TestGroupCommitInvariants races: one that
-// commits, and every way a unit can fail, each of which must undo that unit alone.
+// step is one thing a unit of work of TestGroupCommitInvariants does, with its id.
+type step func(ctx context.Context, tx refset.Tx, set *refset.RefSet[item, string], id string) error
+
+// addItem adds the item id.
+func addItem(ctx context.Context, _ refset.Tx, set *refset.RefSet[item, string], id string) error {
+	_, err := set.Add(ctx, item{Key: id})
+	return err
+}
+
+// run runs query, with id for each of its parameters.
+func run(query string) step {
+	return func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], id string) error {
+		args := make([]any, strings.Count(query, "?"))
+		for i := range args {
+			args[i] = id
+		}
+		_, err := tx.ExecContext(ctx, query, args...)
+		return err
+	}
+}
+
+// inTx is a unit of work that takes steps in one refset.InTx, until one fails.
+func inTx(steps ...step) func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+	return func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
+		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
+			for _, s := range steps {
+				if err := s(ctx, tx, set, id); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+}
+
+const (
+	insertUnit = `INSERT INTO units (id) VALUES (?)`
+	insertNote = `INSERT INTO notes (id, item) VALUES (?, ?)`
+)
+
+// unitKinds are the units of work TestGroupCommitInvariants races: those that
+// commit, and every way a unit can fail, each of which must undo that unit alone.
 var unitKinds = []struct {
 	name   string
 	commit bool // the unit means to commit
 	run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
 }{
-	{"commits", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, ?)`, id, id); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
-			return err
-		})
-	}},
+	{"commits", true, inTx(addItem, run(insertNote), run(insertUnit))},
 	{"adds with a command", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		_, err := set.Add(ctx, item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1))
+		_, err := set.Add(ctx, item{Key: id}, refset.Exec[string](insertUnit, 1))
 		return err
 	}},
-	{"returns an error after reading what it wrote", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
-				return err
-			}
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
+	{"returns an error after reading what it wrote", false, inTx(run(insertUnit), addItem,
+		func(ctx context.Context, _ refset.Tx, set *refset.RefSet[item, string], id string) error {
 			if _, err := set.Load(ctx, id); err != nil { // a lease published only on commit
 				return err
 			}
 			return errors.New("the unit's own error")
-		})
-	}},
+		})},
 	{"panics", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) (err error) {
 		defer func() {
 			if recover() != nil {
 				err = errors.New("panicked")
 			}
 		}()
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
+		return inTx(addItem, func(context.Context, refset.Tx, *refset.RefSet[item, string], string) error {
 			panic("a unit of work panics")
-		})
+		})(ctx, set, id)
 	}},
 	{"a command refuses", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
 		_, err := set.Add(ctx, item{Key: id},
-			refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1),
+			refset.Exec[string](insertUnit, 1),
 			refset.Exec[string](`DELETE FROM notes WHERE id = ?`, 1)) // no such note: refused
 		return err
 	}},
-	{"violates a foreign key", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, 'no such item')`, id)
-			return err
-		})
-	}},
-	{"pledges an item it adds after", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO pledges (id, item) VALUES (?, ?)`, id, id); err != nil {
-				return err
-			}
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
-			return err
-		})
-	}},
-	{"violates a deferred foreign key", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		// Checked only at the group's COMMIT: the unit is found out there.
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO pledges (id, item) VALUES (?, 'no such item')`, id)
-			return err
-		})
-	}},
+	{"violates a foreign key", false, inTx(run(insertUnit), run(`INSERT INTO notes (id, item) VALUES (?, 'no such item')`))},
+	{"pledges an item it adds after", true, inTx(run(`INSERT INTO pledges (id, item) VALUES (?, ?)`), addItem, run(insertUnit))},
+	// Checked only at the group's COMMIT: the unit is found out there.
+	{"violates a deferred foreign key", false, inTx(addItem, run(insertUnit), run(`INSERT INTO pledges (id, item) VALUES (?, 'no such item')`))},
 	{"its context ends", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
+		return inTx(addItem, func(context.Context, refset.Tx, *refset.RefSet[item, string], string) error {
 			cancel()
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
-			return err
-		})
+			return nil
+		}, run(insertUnit))(ctx, set, id)
 	}},
-	{"tries to end the shared transaction", false, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
-		return refset.InTx(ctx, set.Database(), func(ctx context.Context, tx refset.Tx) error {
-			if _, err := set.Add(ctx, item{Key: id}); err != nil {
-				return err
-			}
+	{"tries to end the shared transaction", false, inTx(addItem,
+		func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], _ string) error {
 			_, _ = tx.ExecContext(ctx, `RELEASE refset_group_unit`)
 			_, _ = tx.ExecContext(ctx, `COMMIT`)
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id)
-			return err
-		})
-	}},
+			return nil
+		}, run(insertUnit))},
 }
 
 // Units of work of every kind race on one file: every unit told it committed is in
@@ -237,6 +217,26 @@ func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
 	// b must join a's group however slow the machine is between them (CI saw the
 	// default 10 ms pass, and b begin a group of its own).
 	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{groupMaxAge: time.Minute})
+	bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, run int32, aDone <-chan struct{}) error {
+		if run == 1 {
+			<-aDone // a's Add returns only once its group commits
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+		return err
+	})
+	assert.EqualValues(t, 2, bRuns, "b was rolled back once, and ran again")
+	var n int
+	require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items WHERE id = 'a') + (SELECT count(*) FROM units WHERE id = 'b')`).Scan(&n))
+	assert.Equal(t, 2, n)
+}
+
+// joinGroup adds item a in a unit of work whose command waits until another waits
+// for the writer: b, run by refset.InTx, which so joins a's group. b is told which
+// run of it this is, and gets a channel closed once a's Add returned (after its
+// group's commit). joinGroup fails t unless both succeed, and returns b's runs.
+func joinGroup(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[item, string],
+	b func(ctx context.Context, tx refset.Tx, run int32, aDone <-chan struct{}) error) int32 {
+	t.Helper()
 	aIn, aDone := make(chan struct{}), make(chan struct{})
 	var aErr, bErr error
 	var bRuns atomic.Int32
@@ -245,27 +245,20 @@ func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
 		defer close(aDone)
 		_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
 			close(aIn)
-			waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 }) // b joins a's group
+			waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
 			return nil
 		}))
 	})
 	wg.Go(func() {
 		<-aIn
 		bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-			if bRuns.Add(1) == 1 {
-				<-aDone // a's Add returns only once its group commits
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
-			return err
+			return b(ctx, tx, bRuns.Add(1), aDone)
 		})
 	})
 	wg.Wait()
 	require.NoError(t, aErr)
 	require.NoError(t, bErr)
-	assert.EqualValues(t, 2, bRuns.Load(), "b was rolled back once, and ran again")
-	var n int
-	require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items WHERE id = 'a') + (SELECT count(*) FROM units WHERE id = 'b')`).Scan(&n))
-	assert.Equal(t, 2, n)
+	return bRuns.Load()
 }
 
 // waitFor polls cond until it holds, failing tb if ctx ends first.
@@ -487,32 +480,14 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 					long *= 2
 				}
 				before := engine.Stats(db.storeEngine) // store.NewStore's units
-				aIn := make(chan struct{})
-				var aErr, bErr error
-				var bRuns atomic.Int32
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
-						close(aIn)
-						waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 }) // b joins a's group
-						return nil
-					}))
-				})
-				wg.Go(func() {
-					<-aIn
-					bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-						bRuns.Add(1)
-						if err := tc.busy(ctx, tx, long); err != nil {
-							return err
-						}
-						_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+				bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
+					if err := tc.busy(ctx, tx, long); err != nil {
 						return err
-					})
+					}
+					_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+					return err
 				})
-				wg.Wait()
-				require.NoError(t, aErr)
-				require.NoError(t, bErr)
-				assert.EqualValues(t, 1, bRuns.Load(), "b, busy, was not evicted")
+				assert.EqualValues(t, 1, bRuns, "b, busy, was not evicted")
 				stats := engine.Stats(db.storeEngine)
 				assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
 				assert.EqualValues(t, before.Units+2, stats.Units)
