@@ -164,7 +164,7 @@ for ((run = 1; run <= count; run++)); do
 	if [[ -n $pgbench ]]; then
 		tpcb
 		bench '^Benchmark(SelectAndSpend|PayOneStatement)$/(refset|paired)$' "$custody_time"
-		bench '^BenchmarkCustody(Wallet|SmallPool|HotOwner)$' "$custody_time"
+		bench '^BenchmarkCustody(Wallet|SmallPool|HotOwner|Statistics)$' "$custody_time"
 		tpcb
 	fi
 done

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -198,12 +199,22 @@ func openPool(tb testing.TB, database string) (*postgres.DB, *sqlx.DB) {
 	must(tb, err)
 	pool.SetMaxOpenConns(20)
 	pool.SetMaxIdleConns(20)
-	db, err := postgres.New(ctx, pool.DB, postgres.Options{})
+	db, err := postgres.New(ctx, pool.DB, postgres.Options{ResolveCommitWait: resolveCommitWait()})
 	must(tb, err)
 	// Registered after pgtest's, so it runs first: the schema is dropped with no
 	// connection left open.
 	tb.Cleanup(func() { _ = db.Close(); _ = pool.Close() })
 	return db, pool
+}
+
+// resolveCommitWait is the stores' Options.ResolveCommitWait: the default, or with
+// REFSET_BENCH_RESOLVE=off none (-1), so that a scratch run can measure what asking
+// for a commit's ticket costs each write transaction (one round trip on lib/pq).
+func resolveCommitWait() time.Duration {
+	if os.Getenv("REFSET_BENCH_RESOLVE") == "off" {
+		return -1
+	}
+	return 0
 }
 
 // setUp creates the tables, opens the store and stores the genesis block.

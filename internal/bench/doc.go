@@ -45,7 +45,9 @@
 // their data is loaded. Add, GetMiss and Complete also run under grown
 // (BenchmarkAdd/sqlite/grown/paired): statistics taken with the genesis block alone,
 // then 100,000 blocks stored, autovacuum off on those tables so they stay stale. Put
-// starts from analyzed empty tables and grows them itself.
+// starts from analyzed empty tables and grows them itself. With
+// REFSET_BENCH_RESOLVE=off the core's Postgres stores do not ask for a commit's
+// ticket (postgres.Options.ResolveCommitWait -1), to measure what that costs.
 //
 // The other files measure what is built on the core, each beside hand-written SQL
 // doing the same work: blockmanager_test.go (Put against a raw bulk insert, branch
