@@ -25,10 +25,12 @@ const maxAttempts = 6
 // If fn panics the transaction rolls back, its connection goes back to the pool, and
 // the panic goes on with its own value. If the database aborts the transaction to keep
 // concurrent ones apart (ErrConflict), fn runs again in a new transaction, a bounded
-// number of times with jittered back-off; it also runs once more, at once, when
-// Postgres refused a statement that was prepared before a migration changed the type
-// of a column it returns (the statement is then prepared anew). fn must therefore
-// have no effects outside the transaction.
+// number of times with jittered back-off (on SQLite, whose units of work share
+// commits, also when another unit in the same commit wrote what the database refused
+// at COMMIT, a deferred foreign key: fn then runs again in a transaction of its own);
+// it also runs once more, at once, when Postgres refused a statement that was
+// prepared before a migration changed the type of a column it returns (the statement
+// is then prepared anew). fn must therefore have no effects outside the transaction.
 //
 // fn gets a context that carries the unit of work, and a Tx. Calls of refset made
 // with that context join the unit: Add, AddAll, Upgrade and Complete run in its
