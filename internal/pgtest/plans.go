@@ -87,8 +87,8 @@ func (l *PlanLog) Unparsed() []string {
 // ExplainedPool is a pgx pool on dsn whose every statement, nested ones (a trigger
 // function's, a foreign key's check) included, is explained by auto_explain and its
 // plan handed to log: what the server really planned and executed, with the JIT
-// section when it compiled the statement, and the rows each node read (ANALYZE,
-// without timing, which would cost more than the statements). auto_explain is loaded per session, which
+// section when it compiled the statement, and the rows and pages each node read
+// (ANALYZE and BUFFERS, without timing, which would cost more than the statements). auto_explain is loaded per session, which
 // needs a superuser, as the test cluster's is. A session stops explaining with
 // `SET auto_explain.log_min_duration = -1` (a bulk load's plans would be noise).
 func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
@@ -103,6 +103,7 @@ func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
 			SET auto_explain.log_min_duration = 0;
 			SET auto_explain.log_nested_statements = on;
 			SET auto_explain.log_analyze = on;
+			SET auto_explain.log_buffers = on;
 			SET auto_explain.log_timing = off;
 			SET auto_explain.log_format = json;
 			SET client_min_messages = log`)
@@ -137,12 +138,31 @@ func nodes(raw json.RawMessage, fn func(node map[string]any)) {
 // discard: far fewer than the test tables hold, far more than any path needs.
 const maxDiscarded = 10_000
 
+// A scan of a big table may read, over all its loops, pagesPerLoop pages each time
+// it starts and pagesPerRow for each row it returns (a descent of the index, which a
+// condition = ANY(array) makes once per element within one loop, the heap page, the
+// dead entries a collected table's index still holds, a toasted value: 18 a row
+// where clean-up claims blocks on tables grown fivefold past their statistics); a
+// scan that reads more, and more than minPagesFault in all, reads
+// for rows it does not return in a way "Rows Removed" does not show: an index whose
+// condition is on a column after the first is read whole, page by page, and every
+// row it rejects is rejected inside the index. (Only scans: an INSERT's ModifyTable
+// reads index pages for the rows it writes, and returns none.)
+const (
+	pagesPerLoop  = 16
+	pagesPerRow   = 32
+	minPagesFault = 256
+)
+
+// scans are the plan nodes that read a table, whose pages PlanFaults counts.
+var scans = map[string]bool{"Seq Scan": true, "Index Scan": true, "Index Only Scan": true, "Bitmap Heap Scan": true, "Tid Scan": true}
+
 // PlanFaults lists what is wrong with plans for a hot path: a statement the
 // executor JIT-compiled (each call pays the compilation again, milliseconds), a
 // sequential scan of one of the big tables, and a scan of one that read more than
 // maxDiscarded rows it then discarded (an index read whole for a few rows, a join
-// probing a big table once per row of another): the cost of either grows with the
-// table, not the work. Each fault is listed once, with the statement (shortened)
+// probing a big table once per row of another), or more pages than its rows and
+// loops need (see pagesPerRow): the cost of each grows with the table, not the work. Each fault is listed once, with the statement (shortened)
 // that has it.
 func PlanFaults(plans []Plan, big map[string]bool) []string {
 	var faults []string
@@ -170,12 +190,19 @@ func PlanFaults(plans []Plan, big map[string]bool) []string {
 				add(fmt.Sprintf("sequential scan of %v: %s", table, q))
 				return
 			}
-			// EXPLAIN ANALYZE gives the rows a node discarded per loop.
+			// EXPLAIN ANALYZE gives the rows a node returned and discarded per loop,
+			// BUFFERS the pages it (and the nodes under it) read over all loops.
 			loops, _ := n["Actual Loops"].(float64)
 			for _, key := range []string{"Rows Removed by Filter", "Rows Removed by Index Recheck"} {
 				if per, _ := n[key].(float64); per*loops > maxDiscarded {
 					add(fmt.Sprintf("%v of %v read %.0f rows it discarded (%s): %s", n["Node Type"], table, per*loops, key, q))
 				}
+			}
+			rows, _ := n["Actual Rows"].(float64)
+			hit, _ := n["Shared Hit Blocks"].(float64)
+			read, _ := n["Shared Read Blocks"].(float64)
+			if pages := hit + read; scans[fmt.Sprint(n["Node Type"])] && pages > minPagesFault && pages > pagesPerLoop*loops+pagesPerRow*rows*loops {
+				add(fmt.Sprintf("%v of %v read %.0f pages for %.0f rows in %.0f loops: %s", n["Node Type"], table, pages, rows*loops, loops, q))
 			}
 		})
 	}

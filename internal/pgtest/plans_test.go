@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// PlanFaults finds JIT, sequential scans of the big tables and scans that discard
-// more than maxDiscarded rows of one over all their loops, and nothing else.
+// PlanFaults finds JIT, sequential scans of the big tables, scans that discard more
+// than maxDiscarded rows of one over all their loops, and scans that read more pages
+// than their rows and loops need, and nothing else.
 func TestPlanFaults(t *testing.T) {
 	big := map[string]bool{"blocks": true}
 	for _, c := range []struct {
@@ -22,6 +23,13 @@ func TestPlanFaults(t *testing.T) {
 		{"discards per loop add up", `{"Node Type": "Nested Loop", "Plans": [{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Loops": 200, "Rows Removed by Filter": 100}]}`, "", "read 20000 rows"},
 		{"a few discarded", `{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Loops": 10, "Rows Removed by Filter": 10}`, "", ""},
 		{"discards of a small table", `{"Node Type": "Index Scan", "Relation Name": "chain_heads", "Actual Loops": 1, "Rows Removed by Filter": 50000}`, "", ""},
+		{"index read whole for its second column", `{"Node Type": "Index Only Scan", "Relation Name": "blocks", "Actual Loops": 1, "Actual Rows": 1, "Shared Hit Blocks": 900, "Shared Read Blocks": 300}`, "", "read 1200 pages for 1 rows in 1 loops"},
+		{"pages for the rows returned", `{"Node Type": "Bitmap Heap Scan", "Relation Name": "blocks", "Actual Loops": 1, "Actual Rows": 10000, "Shared Hit Blocks": 30000}`, "", ""},
+		{"an insert's index pages", `{"Node Type": "ModifyTable", "Relation Name": "blocks", "Actual Loops": 1, "Actual Rows": 0, "Shared Hit Blocks": 2000}`, "", ""},
+		{"a descent per element of an array", `{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Loops": 1, "Actual Rows": 20, "Shared Hit Blocks": 280}`, "", ""},
+		{"pages per loop add up", `{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Loops": 1000, "Actual Rows": 0, "Shared Hit Blocks": 4000}`, "", ""},
+		{"a few pages", `{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Loops": 1, "Actual Rows": 0, "Shared Hit Blocks": 200}`, "", ""},
+		{"pages of a small table", `{"Node Type": "Index Scan", "Relation Name": "chain_heads", "Actual Loops": 1, "Actual Rows": 1, "Shared Hit Blocks": 5000}`, "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := Plan{Query: "SELECT 1", Tree: json.RawMessage(c.tree)}
@@ -39,5 +47,57 @@ func TestPlanFaults(t *testing.T) {
 				t.Errorf("faults %q, want one with %q", faults, c.want)
 			}
 		})
+	}
+}
+
+// On a real server, the plans auto_explain hands the log carry what PlanFaults reads:
+// a key lookup passes, and an index read whole for a condition on its second column
+// (what "Rows Removed" does not show: the index rejects the rows itself) is found by
+// the pages it read.
+func TestPlanFaultsOnServer(t *testing.T) {
+	ctx := t.Context()
+	log := &PlanLog{}
+	pool := ExplainedPool(t, DSN(t), log, 1)
+	conn, err := pool.Conn(ctx) // one session: its settings hold for every statement
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for _, q := range []string{
+		`SET auto_explain.log_min_duration = -1`,
+		`CREATE TABLE pairs (a text NOT NULL, b text NOT NULL, PRIMARY KEY (a, b))`,
+		`INSERT INTO pairs SELECT 'a' || lpad(i::text, 7, '0'), 'b' || lpad((i % 100000)::text, 6, '0') FROM generate_series(1, 200000) i`,
+		`ANALYZE pairs`,
+		`SET enable_seqscan = off`, // the plan a stale statistic would choose
+		`SET auto_explain.log_min_duration = 0`,
+	} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	big := map[string]bool{"pairs": true}
+	for _, c := range []struct {
+		name, query string
+		fault       bool
+	}{
+		{"key lookup", `SELECT count(*) FROM pairs WHERE a = 'a0000042' AND b = 'b000042'`, false},
+		{"second column only", `SELECT count(*) FROM pairs WHERE b = 'b000042'`, true},
+	} {
+		plans := log.PlansOf(t, func() {
+			var n int
+			if err := conn.QueryRowContext(ctx, c.query).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+		})
+		faults := PlanFaults(plans, big)
+		if c.fault != (len(faults) > 0) {
+			t.Errorf("%s: faults %q, want fault %v; plans: %s", c.name, faults, c.fault, plans[0].Tree)
+		}
+		if c.fault && len(faults) > 0 && !strings.Contains(faults[0], "pages") {
+			t.Errorf("%s: %q, want the pages it read", c.name, faults[0])
+		}
+	}
+	if bad := log.Unparsed(); len(bad) > 0 {
+		t.Errorf("plans that did not parse: %q", bad)
 	}
 }
