@@ -35,4 +35,9 @@ type SetTable struct {
 type Statements struct {
 	Insert, Select, Exists, Hold, Unhold string
 	InsertRows                           func(n int) string
+	// MaxInsertParams, if not zero, is how many parameters one InsertRows statement
+	// may bind: a driver whose binding costs more than linearly in them (modernc.org/
+	// sqlite looks each one up among all the arguments) writes more rows in more,
+	// shorter statements. Zero: up to 30,000 (under both databases' limits).
+	MaxInsertParams int
 }

@@ -113,7 +113,7 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 // before any transaction, because preparing takes a connection from the pool, and
 // inside a transaction on SQLite's one writer connection that would wait for itself.
 func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
-	full := s.stmt.InsertRows(rowsPerInsert(len(s.table.Mapping.Columns())))
+	full := s.stmt.InsertRows(s.rowsPerInsert(len(s.table.Mapping.Columns())))
 	writes := map[string]*sql.Stmt{}
 	for _, query := range []string{s.stmt.Insert, full, s.stmt.Hold, s.stmt.Unhold} {
 		st, err := pool.PrepareContext(ctx, query)
@@ -156,7 +156,13 @@ func begun(q refset.Querier) *Tx {
 }
 
 // rowsPerInsert is how many rows of cols columns a multi-row insert takes.
-func rowsPerInsert(cols int) int { return min(maxRows, maxParams/cols) }
+func (s *Store[T, ID]) rowsPerInsert(cols int) int {
+	params := maxParams
+	if s.stmt.MaxInsertParams > 0 {
+		params = s.stmt.MaxInsertParams
+	}
+	return max(1, min(maxRows, params/cols))
+}
 
 // readsOn is a cache of the reads prepared on pool, or nil when pool prepares nothing.
 func readsOn(pool refset.Querier) *stmtcache.Cache {
@@ -228,7 +234,7 @@ func (s *Store[T, ID]) InsertStatement(obj T) refsetdriver.Statement {
 // PersistAll inserts objs with multi-row inserts.
 func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []T) error {
 	cols := len(s.table.Mapping.Columns())
-	per := rowsPerInsert(cols)
+	per := s.rowsPerInsert(cols)
 	full := ""
 	for start := 0; start < len(objs); start += per {
 		chunk := objs[start:min(start+per, len(objs))]

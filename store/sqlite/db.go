@@ -18,7 +18,6 @@ import (
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/stmtcache"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 )
 
@@ -195,7 +194,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 	db.storeEngine = engine.New(engine.Config{
 		Name:       "refset/sqlite",
 		DB:         db,
-		Driver:     dialectDriver{Binding: refsetdriver.Bind(writer.DB, opts.Settings())},
+		Driver:     newDialectDriver(writer, opts),
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.

@@ -3,12 +3,14 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -207,4 +209,32 @@ func TestNoCgoDefault(t *testing.T) {
 	require.NoError(t, db.Readers().QueryRowContext(t.Context(), `SELECT sqlite_version()`).Scan(&version))
 	assert.True(t, strings.HasPrefix(version, "3."), version)
 	assert.False(t, errors.Is(err, refset.ErrInvalidConfig))
+}
+
+// A multi-row insert binds at most 512 parameters on modernc.org/sqlite, whose
+// binding costs n²/2 steps for n of them, and up to the default on go-sqlite3; either
+// way AddAll of more rows than one statement takes stores every one of them.
+func TestMultiRowInsertsOnEachDriver(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driverName string) {
+		ctx := t.Context()
+		db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		d, err := refsetdriver.Of(db)
+		require.NoError(t, err)
+		want := 0
+		if driverName == DriverModernc {
+			want = moderncInsertParams
+		}
+		assert.Equal(t, want, d.Statements(refsetdriver.SetTable{Columns: []string{"id", "n"}}).MaxInsertParams)
+
+		items := make([]item, 1000) // 2 columns: 4 statements of 256 rows on modernc
+		for i := range items {
+			items[i] = item{Key: fmt.Sprintf("i%04d", i), N: int64(i)}
+		}
+		_, err = set.AddAll(ctx, items)
+		require.NoError(t, err)
+		var n, sum int
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*), sum(n) FROM items`).Scan(&n, &sum))
+		assert.Equal(t, 1000, n)
+		assert.Equal(t, 999*1000/2, sum, "every row with its own values")
+	})
 }
