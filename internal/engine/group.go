@@ -154,7 +154,8 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 }
 
 // turn waits for the turn: the group to join, or nil to begin one. alone says the
-// unit must run in a transaction of its own (see grouper.alone).
+// unit must run in a transaction of its own: its context was marked by
+// refsetdriver.Alone when the commit it shared before was refused.
 func (g *grouper) turn(ctx context.Context) (b *batch, alone bool, err error) {
 	alone = refsetdriver.MustRunAlone(ctx)
 	g.mu.Lock()
