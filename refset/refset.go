@@ -357,8 +357,10 @@ func (s *RefSet[T, ID]) Cached() int {
 }
 
 // Hold returns a command that records holder's hold on the object in the set's holds
-// table, expiring ttl from now by the database's clock (never when ttl is 0). Use it
-// in Add, Upgrade or a hand-over; holding again renews the expiry. The command fails
+// table, expiring ttl after the command writes it, by the database's clock (never
+// when ttl is 0): the time the unit of work spent before the command, and a wait for
+// its turn to write, do not come off the hold's life; what is left of the unit and its
+// commit does. Use it in Add, Upgrade or a hand-over; holding again renews the expiry. The command fails
 // with ErrInvalidCommand for an empty holder or a negative ttl, and with ErrNotFound
 // if the object does not exist.
 func (s *RefSet[T, ID]) Hold(holder string, ttl time.Duration) Command[ID] {

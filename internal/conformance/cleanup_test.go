@@ -12,6 +12,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -178,6 +179,42 @@ func testExpiringHolds(t *testing.T, h harness) {
 	assert.Equal(t, int64(1), expired)
 	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "kept"), "a hold without expiry never lapses")
 	assert.Equal(t, 1, e.count(t, "blocks_holds", "holder = ?", "owner"))
+}
+
+// testExpiryClockStartsAtWrite: a hold's time-to-live, and a new object's grace
+// period, start when the row is written, not when its unit of work began: a unit
+// that spent a while before its Add does not see that time come off the hold it
+// takes, nor off the grace that protects what it wrote.
+func testExpiryClockStartsAtWrite(t *testing.T, h harness) {
+	const (
+		before = 1500 * time.Millisecond // the unit's work before the Add
+		ttl    = time.Hour
+		slack  = 2 * time.Millisecond // SQLite's clock in whole milliseconds
+	)
+	e, set, _, ctx := newChainEnv(t, h, cleanup.Config{Grace: ttl})
+	var written time.Time
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+		// A statement first, so that the transaction has begun on every database.
+		if _, err := tx.ExecContext(ctx, e.sql(`SELECT 1`)); err != nil {
+			return err
+		}
+		time.Sleep(before)
+		written = time.Now()
+		_, err := set.Add(ctx, mkBlock("late", "", 0), set.Hold("lease", ttl))
+		return err
+	}))
+	for _, c := range []struct{ what, query string }{
+		{"the hold's expiry", `SELECT expires_at FROM blocks_holds WHERE object_id = ? AND holder = ?`},
+		{"the review's due time", `SELECT review_after FROM blocks_review WHERE object_id = ? AND ? <> ''`},
+	} {
+		drv, err := refsetdriver.Of(e.db)
+		require.NoError(t, err)
+		dest, read := drv.Clock().Scan()
+		require.NoError(t, e.db.Reader().QueryRowContext(ctx, e.sql(c.query), "late", "lease").Scan(dest), c.query)
+		at := read()
+		assert.False(t, at.Before(written.Add(ttl-slack)), "%s is %v after the Add, %v short of %v: the clock started before the row was written",
+			c.what, at.Sub(written).Round(time.Millisecond), written.Add(ttl).Sub(at).Round(time.Millisecond), ttl)
+	}
 }
 
 func testReReferenced(t *testing.T, h harness) {

@@ -161,6 +161,7 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
 	{cleanupSuite, "GracePeriod", testGrace},
 	{cleanupSuite, "ExpiringHolds", testExpiringHolds},
+	{cleanupSuite, "ExpiryClockStartsAtWrite", testExpiryClockStartsAtWrite},
 	{cleanupSuite, "ReReferencedSurvives", testReReferenced},
 	{cleanupSuite, "HandOverNeverCollected", testHandOverVersusCollector},
 	{cleanupSuite, "InstallTwiceAndAfterNewReference", testInstallAgain},

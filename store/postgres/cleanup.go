@@ -163,9 +163,15 @@ func (cleanupDialect) Qualify(ctx context.Context, q refset.Querier, name sqlide
 
 // graceBefore and graceAfter surround the grace period, in milliseconds, in the body
 // of the trigger function that queues new objects, where InstalledGrace reads it back.
+// The grace starts when the trigger runs, after its statement wrote the objects
+// (clock_timestamp()), not when the transaction began: a long transaction must not
+// eat into the time a holder has to reference what it wrote. Triggers an older
+// version installed started it at now(), graceBeforeOld, which InstalledGrace still
+// reads; the next Install replaces them.
 const (
-	graceBefore = "now() + "
-	graceAfter  = " * interval '1 millisecond'"
+	graceBefore    = "clock_timestamp() + "
+	graceBeforeOld = "now() + "
+	graceAfter     = " * interval '1 millisecond'"
 )
 
 // triggerSourceSQL reads the body of the function an existing trigger runs.
@@ -184,6 +190,9 @@ func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *r
 		return 0, false, err
 	}
 	grace, ok := cleanupsql.GraceIn(body, graceBefore, graceAfter)
+	if !ok {
+		grace, ok = cleanupsql.GraceIn(body, graceBeforeOld, graceAfter)
+	}
 	return grace, ok, nil
 }
 
@@ -577,7 +586,7 @@ func postpone(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, ids []str
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = now() + $2 * interval '1 millisecond'
+	_, err := tx.ExecContext(ctx, fmt.Sprintf(`UPDATE %s SET review_after = clock_timestamp() + $2 * interval '1 millisecond'
 		WHERE object_id = ANY ($1::text[]::%s[])`, p.Queue.Quoted(), p.IDType), pq.Array(ids), delay.Milliseconds())
 	return err
 }

@@ -82,6 +82,6 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 
 func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
 	return storesql.Statements(t, func(n int) string { return "$" + strconv.Itoa(n) }, func(c string) string { return `"` + c + `"` }, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
-			VALUES ($1, $2, CASE WHEN $3::bigint > 0 THEN now() + $3::bigint * interval '1 millisecond' END)
+			VALUES ($1, $2, CASE WHEN $3::bigint > 0 THEN clock_timestamp() + $3::bigint * interval '1 millisecond' END)
 			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, t.Holds.Quoted()))
 }

@@ -29,6 +29,11 @@
 // (compare-and-swap on the lock's primary key), so a token never has two locks, and a
 // lock taken over is live again and cannot be taken over in turn.
 //
+// A lock's time-to-live starts when the lock is written, by the database's clock,
+// not when the call began: a Select slowed by a large claim, by a wait for another
+// transaction's row lock or by a loaded server still returns locks that live ttl less
+// only the commit and the way back. SelectUntil says when they expire.
+//
 // Pay makes a payment whose outputs are known when it starts in one step: it takes
 // the payer's tokens of the outputs' kind until they cover them, spends them and
 // creates the outputs and the change, leaving no lock behind.

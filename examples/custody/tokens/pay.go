@@ -102,7 +102,7 @@ func (v *Vault) payStepwise(ctx context.Context, txID, from string, amount int64
 		Predicate: func(t Token) bool { return kindOf(t) == k }} // empty fields must match too
 	var spent []Token
 	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
-		chosen, err := v.selectOnce(ctx, tx, txID, from, amount, exact, time.Minute)
+		chosen, _, err := v.selectOnce(ctx, tx, txID, from, amount, exact, time.Minute)
 		if err != nil {
 			return err
 		}

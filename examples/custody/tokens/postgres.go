@@ -126,14 +126,15 @@ func (s *statements) prepared(ctx context.Context, st *statement) (*sql.Stmt, er
 }
 
 // selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
-func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
 	var verdict, covered string
 	var tookOver int64
+	var expires sql.NullTime
 	var locked []Token
 	err := v.stmts.query(ctx, &v.stmts.selects, func(rows *sql.Rows) error {
 		var id, own, typ, ident, issuer, notary *string
 		var amt *int64
-		if err := rows.Scan(&verdict, &covered, &tookOver, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
+		if err := rows.Scan(&verdict, &covered, &tookOver, &expires, &id, &own, &typ, &ident, &issuer, &notary, &amt); err != nil {
 			return err
 		}
 		if id != nil {
@@ -143,18 +144,18 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 		return nil
 	}, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), ttl.Milliseconds())
 	if err != nil {
-		return nil, v.db.TranslateError(err, v.stmts.selects.query)
+		return nil, time.Time{}, v.db.TranslateError(err, v.stmts.selects.query)
 	}
 	if tookOver > 0 {
 		v.takeovers.Add(1)
 	}
 	if verdict != "selected" {
-		return nil, claimError(verdict, owner, covered, amount)
+		return nil, time.Time{}, claimError(verdict, owner, covered, amount)
 	}
-	if len(locked) == 0 { // custody_select locks or says why not; this guards the guard
-		return nil, fmt.Errorf("%w: custody_select locked no token", errBooks)
+	if len(locked) == 0 || !expires.Valid { // custody_select locks or says why not; this guards the guard
+		return nil, time.Time{}, fmt.Errorf("%w: custody_select locked no token", errBooks)
 	}
-	return locked, nil
+	return locked, expires.Time.UTC(), nil
 }
 
 // orNull is s, or NULL (matching anything, to custody_claim) if s is empty.

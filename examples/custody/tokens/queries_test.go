@@ -75,9 +75,9 @@ func TestFastPathsSurviveResultTypeChange(t *testing.T) {
 		for _, ddl := range []string{
 			`ALTER FUNCTION custody_select(` + args + `) RENAME TO custody_select_before`,
 			`CREATE FUNCTION custody_select(` + args + `)
-				RETURNS TABLE (verdict varchar, covered numeric, took_over bigint, tok_id varchar, tok_owner varchar,
+				RETURNS TABLE (verdict varchar, covered numeric, took_over bigint, expires timestamptz, tok_id varchar, tok_owner varchar,
 					tok_type varchar, tok_identifier varchar, tok_issuer varchar, tok_notary varchar, tok_amount bigint)
-				LANGUAGE sql AS $$ SELECT verdict::varchar, covered, took_over, tok_id::varchar, tok_owner::varchar,
+				LANGUAGE sql AS $$ SELECT verdict::varchar, covered, took_over, expires, tok_id::varchar, tok_owner::varchar,
 					tok_type::varchar, tok_identifier::varchar, tok_issuer::varchar, tok_notary::varchar, tok_amount
 				FROM custody_select_before(p_owner, p_type, p_identifier, p_issuer, p_notary, p_amount, p_pivot, p_holder, p_ttl_ms) $$`,
 		} {

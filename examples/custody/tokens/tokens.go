@@ -295,19 +295,35 @@ func rows(n, k int) string {
 func list(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
 // Select locks tokens of owner matching f until they cover amount, for txID, each
-// lock expiring ttl from now by the database's clock. It returns the locked tokens
-// (their sum may exceed amount: Spend gives the change back). It fails with
-// ErrInsufficientFunds or ErrLocked, and then holds no lock it took.
+// lock expiring ttl after it is taken, by the database's clock. It returns the locked
+// tokens (their sum may exceed amount: Spend gives the change back). It fails with
+// ErrInsufficientFunds or ErrLocked, and then holds no lock it took. SelectUntil
+// also says when the locks expire.
 func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+	got, _, err := v.SelectUntil(ctx, txID, owner, amount, f, ttl)
+	return got, err
+}
+
+// SelectUntil is Select, and also returns when the locks it took expire by the
+// database's clock (the earliest of them): no other transaction takes the tokens
+// before then. Each lock's ttl starts when the lock is written, not when the call
+// began, so whatever made the call slow (a large claim, a wait for another
+// transaction's row lock, a loaded server) does not come off it; what the commit and
+// the answer's way back take does. A caller that waited before using the tokens (to
+// ask someone, say) compares the expiry with the database's clock to tell how long it
+// still has.
+func (v *Vault) SelectUntil(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) (locked []Token, expires time.Time, err error) {
 	if txID == "" || owner == "" || amount <= 0 || ttl <= 0 {
-		return nil, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
+		return nil, time.Time{}, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
 	}
-	var got []Token
-	err := v.retry(ctx, func() (err error) {
-		got, err = v.selectAttempt(ctx, txID, owner, amount, f, ttl)
+	err = v.retry(ctx, func() (err error) {
+		locked, expires, err = v.selectAttempt(ctx, txID, owner, amount, f, ttl)
 		return err
 	})
-	return got, err
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return locked, expires, nil
 }
 
 // retry runs attempt until it succeeds or fails for good, and counts the attempts
@@ -356,26 +372,27 @@ func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 // filter can be said in SQL, with custody_select (postgres.go), one statement that
 // cannot lose a race for a token; otherwise with the general path, a transaction of
 // several statements. Both take over expired locks and tell why funds are short.
-func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
 	if v.fast && f.Predicate == nil {
 		return v.selectFast(ctx, txID, owner, amount, f, ttl)
 	}
 	v.general.Add(1)
 	var got []Token
+	var expires time.Time
 	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
-		got, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
+		got, expires, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
 		return err
 	})
 	// A panic of the caller's Predicate rolls the transaction back (refset.InTx does
 	// that for any panic) and goes on with its own value and stack.
-	return got, err
+	return got, expires, err
 }
 
 // errRace: the tokens chosen were being locked by another transaction.
 var errRace = errors.New("tokens: lost a race for a token")
 
-func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
+func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
 	where, args := []string{"t.owner = ?"}, []any{owner}
 	for _, c := range []struct{ col, val string }{
 		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
@@ -408,7 +425,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 			}
 			got, err := v.query(ctx, tx, q+fmt.Sprintf(" ORDER BY t.id LIMIT %d", page), qargs...)
 			if err != nil {
-				return nil, err
+				return nil, time.Time{}, err
 			}
 			for _, t := range keep(got, f.Predicate) {
 				candidates = append(candidates, t)
@@ -428,10 +445,10 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 				var total int64
 				if err := tx.QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0) FROM tokens t WHERE `+cond),
 					args...).Scan(&total); err != nil {
-					return nil, err
+					return nil, time.Time{}, err
 				}
 				if total < amount {
-					return nil, fmt.Errorf("%w: %s has at most %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+					return nil, time.Time{}, fmt.Errorf("%w: %s has at most %d, %d asked", ErrInsufficientFunds, owner, total, amount)
 				}
 			}
 		}
@@ -441,16 +458,16 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 		all, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 			FROM tokens t WHERE `+cond, args...)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		var total int64
 		for _, t := range keep(all, f.Predicate) {
 			total += t.Amount
 		}
 		if total < amount {
-			return nil, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+			return nil, time.Time{}, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
 		}
-		return nil, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
+		return nil, time.Time{}, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
 	}
 
 	// Take candidates until they cover the amount; on Postgres, lock their rows,
@@ -465,11 +482,11 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 			need -= candidates[next].Amount
 		}
 		if len(want) == 0 {
-			return nil, errRace
+			return nil, time.Time{}, errRace
 		}
 		got, err := v.lockRows(ctx, tx, want)
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 		for _, t := range got {
 			chosen = append(chosen, t)
@@ -486,22 +503,35 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	// so no other selector can take them in between.
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM token_locks WHERE expires_at <= `+
 		v.drv.Clock().Now+` AND token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
-	// another transaction won the race.
-	expires := v.drv.Expiry(strconv.FormatInt(ttl.Milliseconds(), 10))
+	// another transaction won the race. The dialect's Expiry reads the clock as the
+	// rows are written, so the ttl starts now, not when the transaction began.
+	expiry := v.drv.Expiry(strconv.FormatInt(ttl.Milliseconds(), 10))
 	lockArgs := make([]any, 0, 2*len(chosen))
 	values := make([]string, len(chosen))
 	for i, t := range chosen {
 		lockArgs = append(lockArgs, t.TokenID, lockHolder(txID))
-		values[i] = "(?, ?, " + expires + ")"
+		values[i] = "(?, ?, " + expiry + ")"
 	}
-	if _, err := tx.ExecContext(ctx, v.sql(`INSERT INTO token_locks (token_id, holder, expires_at) VALUES `+
-		strings.Join(values, ", ")), lockArgs...); err != nil {
-		return nil, err
+	var expires time.Time
+	rows, err := tx.QueryContext(ctx, v.sql(`INSERT INTO token_locks (token_id, holder, expires_at) VALUES `+
+		strings.Join(values, ", ")+` RETURNING expires_at`), lockArgs...)
+	err = eachRow(rows, err, func(r *sql.Rows) error {
+		dest, read := v.drv.Clock().Scan()
+		if err := r.Scan(dest); err != nil {
+			return err
+		}
+		if at := read(); expires.IsZero() || at.Before(expires) {
+			expires = at
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, err
 	}
-	return chosen, nil
+	return chosen, expires, nil
 }
 
 // lockRows locks the rows of want against other selectors with the dialect's
