@@ -117,8 +117,9 @@ type Driver interface {
 	// holds tables keep expires_at by the database's clock (Clock().Now).
 
 	// Expiry is the SQL expression of the expires_at of a hold that expires ms
-	// milliseconds from now by the database's clock; ms is an SQL expression of an
-	// integer (a literal or a placeholder).
+	// milliseconds after the statement writes it, by the database's clock read then
+	// (not when the transaction began); ms is an SQL expression of an integer (a
+	// literal or a placeholder).
 	Expiry(ms string) string
 
 	// What a component's own statements, on its own tables, ask of the dialect

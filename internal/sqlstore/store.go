@@ -341,8 +341,8 @@ func (s *Store[T, ID]) readRow(ctx context.Context, q refset.Querier, query stri
 	return true, rows.Close()
 }
 
-// Hold records holder's hold on the object, expiring ttl from now by the database's
-// clock, or never when ttl is 0.
+// Hold records holder's hold on the object, expiring ttl after the statement writes
+// it by the database's clock, or never when ttl is 0.
 func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder string, ttl time.Duration) error {
 	ms := ttl.Milliseconds()
 	if ttl > 0 && ms == 0 {
