@@ -12,8 +12,9 @@
 //	<!-- bench.sh: begin -->
 //	<!-- bench.sh: end -->
 //
-// as the newest of the runs of its -mode kept there (the older ones stay below it, up
-// to -keep per mode); the runs of other modes stay as they are. Each mode's runs are
+// as the newest of the runs of its -mode kept there (older ones stay below it, up to
+// -keep per mode: by default one, the latest, since the page is for users and git
+// keeps the history); the runs of other modes stay as they are. Each mode's runs are
 // kept together, the modes in the order of modeOrder, then any other by name, and each
 // run is labelled with its -settings.
 package main
@@ -39,7 +40,7 @@ func main() {
 	command := flag.String("command", "scripts/bench.sh", "the command that made the input, for -update")
 	machine := flag.String("machine", "", "the machine it ran on, for -update")
 	date := flag.String("date", "", "when it ran, for -update")
-	keep := flag.Int("keep", 4, "how many runs' tables of each mode -update keeps")
+	keep := flag.Int("keep", 1, "how many runs' tables of each mode -update keeps")
 	mode := flag.String("mode", "default", "the run's mode (one word: default, durable), for -update")
 	settings := flag.String("settings", "", "the databases' settings the run measured, for -update")
 	flag.Parse()
