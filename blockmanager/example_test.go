@@ -10,6 +10,7 @@ import (
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 func block(id, prev string, num int64) blockmanager.Block {

@@ -9,6 +9,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 type item struct {

@@ -9,6 +9,7 @@ import (
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -14,6 +14,7 @@ import (
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/refsettest/sqlitetest"
 	"github.com/refsetdb/refset/store"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // the SQLite driver of these tests
 )
 
 // testHandOver is a test of yours, written against testing.TB so this example can

@@ -12,6 +12,7 @@ import (
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 // exampleDB opens a new SQLite database in a temporary directory; done removes it.

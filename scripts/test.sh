@@ -109,8 +109,9 @@ step "go vet"
 go vet "${packages[@]}"
 
 # Every package builds without a C compiler: store/sqlite then runs on
-# modernc.org/sqlite (go-sqlite3 needs cgo). A Postgres-only program links no SQLite
-# driver at all (neither go-sqlite3's C nor modernc's translated C, some 7 MB of
+# modernc.org/sqlite (go-sqlite3 needs cgo). A program links the SQLite driver it
+# imports and no other (the main example: modernc.org/sqlite), and a Postgres-only
+# program links no SQLite driver at all (neither go-sqlite3's C nor modernc's translated C, some 7 MB of
 # binary): nothing on the Postgres path may import store/sqlite. refsettest is the
 # Postgres path of the users' test helpers; its SQLite opener, refsettest/sqlitetest,
 # is a package of its own. Only the full run checks it.
@@ -121,6 +122,11 @@ if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
 	deps=$(go list -deps "${postgres_path[@]}")
 	if sqlite_deps=$(grep -E '^(github\.com/mattn/go-sqlite3|modernc\.org/sqlite)$' <<<"$deps"); then
 		die "the Postgres path links a SQLite driver: $sqlite_deps"
+	fi
+	# A SQLite program links the one driver it imports: the main example, modernc.org/sqlite.
+	example_drivers=$(go list -deps ./examples/blockchain | grep -E '^(github\.com/mattn/go-sqlite3|modernc\.org/sqlite)$' || true)
+	if [[ $example_drivers != modernc.org/sqlite ]]; then
+		die "examples/blockchain must link modernc.org/sqlite alone; it links: ${example_drivers:-no SQLite driver}"
 	fi
 	echo ok
 fi

@@ -27,6 +27,7 @@ import (
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 // Block is a block of a chain; its ID is its hash.

@@ -23,6 +23,7 @@ import (
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 type Block struct {

@@ -15,6 +15,8 @@ import (
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/mattn"   // go-sqlite3 (cgo)
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 // Backend is one way a test reaches a database.

@@ -2,12 +2,11 @@
 // use refset, beside refsettest's Postgres and assertions.
 //
 // It is a package of its own so that refsettest, which a Postgres-only program's
-// tests import for [refsettest.Postgres] and the assertions, links no SQLite driver:
-// store/sqlite links two, github.com/mattn/go-sqlite3 (C code built with cgo) and
-// modernc.org/sqlite (SQLite translated to Go, several megabytes of binary). Only a
-// program that uses SQLite imports this package, and with it store/sqlite. Open uses
-// the store's default driver: go-sqlite3, or modernc.org/sqlite in a test binary
-// built with CGO_ENABLED=0.
+// tests import for [refsettest.Postgres] and the assertions, does not import
+// store/sqlite. It links no SQLite driver itself: the test binary uses the one the
+// program links (store/sqlite/modernc or store/sqlite/mattn, imported by the program
+// or by its test files), and Open fails the test, saying what to import, when there
+// is none.
 //
 // [refsettest.Postgres]: https://pkg.go.dev/github.com/refsetdb/refset/refsettest#Postgres
 package sqlitetest

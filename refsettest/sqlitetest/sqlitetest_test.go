@@ -10,6 +10,7 @@ import (
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest/sqlitetest"
+	_ "github.com/refsetdb/refset/store/sqlite/modernc" // the SQLite driver of these tests
 )
 
 // TestOpen checks that the database is a file in the test's temporary directory,

@@ -42,8 +42,8 @@ type Options struct {
 
 	// Driver is the database/sql driver Open dials with: DriverMattn
 	// (github.com/mattn/go-sqlite3, cgo) or DriverModernc (modernc.org/sqlite, pure
-	// Go). Both are linked in; empty means go-sqlite3, or modernc.org/sqlite in a
-	// program built with CGO_ENABLED=0, where go-sqlite3 cannot run.
+	// Go), each linked by importing its package (see "Drivers" in the package doc).
+	// Empty means the one linked, go-sqlite3 if both are and cgo built it.
 	Driver string
 
 	// NoGroupCommit gives each unit of work a transaction and a commit (an fsync) of
@@ -110,10 +110,11 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("refset/sqlite: Synchronous %q: %w: want FULL or NORMAL", sync, refset.ErrInvalidConfig)
 	}
-	driverName, err := chooseDriver(opts.Driver)
+	sd, err := chooseDriver(opts.Driver)
 	if err != nil {
 		return nil, err
 	}
+	driverName := sd.Name
 	readers := opts.Readers
 	if readers <= 0 {
 		readers = max(4, runtime.GOMAXPROCS(0))
@@ -228,7 +229,8 @@ func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error
 	if readers == nil {
 		readers = writer
 	}
-	driverName, err := driverOf(writer.Driver())
+	sd, err := driverOf(writer.Driver())
+	driverName := sd.Name
 	if err != nil {
 		return nil, fmt.Errorf("refset/sqlite: new: %w", err)
 	}

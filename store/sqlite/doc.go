@@ -18,20 +18,25 @@
 //
 // # Drivers
 //
-// Options.Driver chooses the database/sql driver, as postgres.Options.Driver chooses
-// lib/pq or pgx; both are linked in:
+// # Drivers
 //
-//   - DriverMattn, github.com/mattn/go-sqlite3 (the default): SQLite's C code built
-//     with cgo. It needs a C compiler, and its first build compiles SQLite (a minute or
-//     two); it is the faster at run time.
-//   - DriverModernc, modernc.org/sqlite: SQLite's C code translated to Go. It builds
-//     with CGO_ENABLED=0 and cross-compiles; its first build takes as long (the
-//     translation is large), and its statements cost more CPU (BENCHMARKS.md).
+// The store links no SQLite driver of its own: a program links the one it uses, as
+// database/sql programs choose theirs, by importing its package for its side effect:
 //
-// Left empty, Driver is go-sqlite3 where cgo built it and modernc.org/sqlite in a
-// program built with CGO_ENABLED=0, where go-sqlite3 is a stub that fails on first
-// use: such a program works as it is. Asking for go-sqlite3 there is refused with
-// refset.ErrInvalidConfig. Both drivers open the same files with the same settings,
+//		import _ "github.com/refsetdb/refset/store/sqlite/modernc" // pure Go
+//		import _ "github.com/refsetdb/refset/store/sqlite/mattn"   // cgo, faster
+//
+//	  - store/sqlite/modernc, modernc.org/sqlite (DriverModernc): SQLite's C code
+//	    translated to Go. It needs no C compiler, builds with CGO_ENABLED=0 and
+//	    cross-compiles; its statements cost more CPU (BENCHMARKS.md).
+//	  - store/sqlite/mattn, github.com/mattn/go-sqlite3 (DriverMattn): SQLite's C code
+//	    built with cgo. It needs a C compiler, and is the faster at run time.
+//
+// A program that links neither gets refset.ErrInvalidConfig from Open, saying what to
+// import. Options.Driver names one of those linked; left empty it is go-sqlite3 where
+// it is linked and cgo built it, modernc.org/sqlite otherwise. Asking for a driver
+// that is not linked, or for go-sqlite3 in a program built with CGO_ENABLED=0, is
+// refused with refset.ErrInvalidConfig, saying why. Both drivers open the same files with the same settings,
 // and their errors carry SQLite's own result codes, which TranslateError maps to the
 // same sentinels; refset's suites run on each. What differs is the caller's own SQL:
 // modernc.org/sqlite binds a named parameter (:name, @name, $name) only from

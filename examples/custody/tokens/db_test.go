@@ -10,6 +10,7 @@ import (
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
+	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 )
 
 // The tests open their databases as a program of one's own would, through refset's

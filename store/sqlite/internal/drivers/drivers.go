@@ -1,0 +1,102 @@
+// Package drivers is the list of the SQLite drivers a program links: store/sqlite
+// imports none, so that a program compiles only the one it chooses, as database/sql
+// programs do. Importing store/sqlite/mattn (github.com/mattn/go-sqlite3, cgo) or
+// store/sqlite/modernc (modernc.org/sqlite, pure Go) registers that driver here, with
+// what store/sqlite needs to know of it that database/sql does not tell.
+package drivers
+
+import (
+	"database/sql/driver"
+	"slices"
+	"sync"
+)
+
+// Driver is what store/sqlite needs of one SQLite driver.
+type Driver struct {
+	// Name is the driver's database/sql name.
+	Name string
+	// Package is the import path of the refset package that registers it, for
+	// messages that say what to import.
+	Package string
+	// Missing, when not empty, says why the driver cannot run in this build (a
+	// cgo driver in a program built with CGO_ENABLED=0): it is registered so that
+	// asking for it is refused with that reason, and it is never the default.
+	Missing string
+	// Rank orders the drivers linked together: the highest that can run is the
+	// default.
+	Rank int
+	// Is reports whether d is the driver's.
+	Is func(d driver.Driver) bool
+	// ResultCode is the SQLite result code of one of the driver's errors, extended
+	// where the driver gives it, and its message; ok is false for any other error.
+	ResultCode func(err error) (code int, msg string, ok bool)
+	// MaxInsertParams bounds the parameters of a multi-row insert (0: no bound).
+	MaxInsertParams int
+}
+
+var (
+	mu         sync.RWMutex
+	registered []Driver
+)
+
+// Register adds d, once, from the init of the package that links it.
+func Register(d Driver) {
+	mu.Lock()
+	defer mu.Unlock()
+	if slices.ContainsFunc(registered, func(r Driver) bool { return r.Name == d.Name }) {
+		panic("refset/sqlite: driver " + d.Name + " registered twice")
+	}
+	registered = append(registered, d)
+	slices.SortStableFunc(registered, func(a, b Driver) int { return b.Rank - a.Rank })
+}
+
+// All are the registered drivers, the default first.
+func All() []Driver {
+	mu.RLock()
+	defer mu.RUnlock()
+	return slices.Clone(registered)
+}
+
+// Named is the registered driver called name.
+func Named(name string) (Driver, bool) {
+	for _, d := range All() {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Driver{}, false
+}
+
+// Default is the driver a program that names none gets: the best ranked of those
+// that can run.
+func Default() (Driver, bool) {
+	for _, d := range All() {
+		if d.Missing == "" {
+			return d, true
+		}
+	}
+	return Driver{}, false
+}
+
+// Of is the registered driver of d.
+func Of(d driver.Driver) (Driver, bool) {
+	for _, r := range All() {
+		if r.Is != nil && r.Is(d) {
+			return r, true
+		}
+	}
+	return Driver{}, false
+}
+
+// ResultCode is the SQLite result code of err, an error of any registered driver.
+func ResultCode(err error) (code int, msg string, ok bool) {
+	for _, d := range All() {
+		if d.ResultCode == nil {
+			continue
+		}
+		if code, msg, ok := d.ResultCode(err); ok {
+			return code, msg, true
+		}
+	}
+	return 0, "", false
+}
