@@ -93,7 +93,7 @@ func TestWaitOnOwnUnitIsLogged(t *testing.T) {
 	outer, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	err = refset.InTx(ctx, db, func(context.Context, refset.Tx) error {
-		_, err := set.Add(outer, item{Key: "a", N: 1}) // the wrong context: not the unit's
+		_, err := set.Add(outer, item{Key: "a", N: 1}) //unitctx:outside the wrong context, on purpose
 		return err
 	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
