@@ -8,10 +8,11 @@
 // refset.InTx gives its function a context that carries the unit of work: a call of
 // refset made with that context joins the unit. A call made with any other context,
 // most often the one InTx itself was given (an easy slip when the function's
-// parameter is named otherwise, or is _), runs outside the unit: on SQLite it waits
-// for the one writer the unit holds, until its context ends (for ever with
-// context.Background()); on PostgreSQL it commits apart from the unit, so its work
-// stands when the unit rolls back.
+// parameter is named otherwise, or is _), runs outside the unit: on SQLite it needs
+// the one writer the unit holds (made on the unit's goroutine, it fails with
+// refset.ErrInUnitOfWork; made on another, it waits until the unit ends); on
+// PostgreSQL it commits apart from the unit, so its work stands when the unit rolls
+// back. The analyzer finds such calls on every database, before they run.
 //
 // The analyzer finds the functions refset runs in a unit of work:
 //

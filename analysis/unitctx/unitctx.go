@@ -16,8 +16,8 @@ var Analyzer = &analysis.Analyzer{
 	Name: "unitctx",
 	Doc: "check that calls of refset inside a unit of work use the unit's context\n\n" +
 		"Inside the function refset.InTx runs (or a refset.Command), a call of refset made with any " +
-		"context but the function's own runs outside the unit of work: on SQLite it waits for the " +
-		"writer the unit holds, on PostgreSQL it commits apart from the unit.",
+		"context but the function's own runs outside the unit of work: on SQLite it fails or waits for " +
+		"the writer the unit holds, on PostgreSQL it commits apart from the unit.",
 	URL: "https://pkg.go.dev/github.com/refsetdb/refset/analysis/unitctx",
 	Run: run,
 }
@@ -182,7 +182,7 @@ func check(pass *analysis.Pass, u unitFunc, nested map[*ast.BlockStmt]bool, mean
 			pass.Report(analysis.Diagnostic{
 				Pos: arg.Pos(),
 				End: arg.End(),
-				Message: fmt.Sprintf("refset call %s made with context %s inside the unit of work of %s; %s, or the call runs outside the unit (on SQLite it waits for the writer the unit holds, on PostgreSQL it commits apart from the unit)",
+				Message: fmt.Sprintf("refset call %s made with context %s inside the unit of work of %s; %s, or the call runs outside the unit (on SQLite it fails with ErrInUnitOfWork or waits for the writer the unit holds, on PostgreSQL it commits apart from the unit)",
 					types.ExprString(call.Fun), types.ExprString(arg), u.by, useInstead(u, param)),
 			})
 		}
