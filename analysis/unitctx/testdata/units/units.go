@@ -150,6 +150,16 @@ func saveTwo(c context.Context, tx refset.Tx) error {
 	return err
 }
 
+// So is a method given as a method value.
+type saver struct{ db refset.Database }
+
+func (s saver) run(ctx context.Context) error { return refset.InTx(ctx, s.db, s.save) }
+
+func (s saver) save(c context.Context, tx refset.Tx) error {
+	_, err := set.Add(context.TODO(), item{"a"}) // want `made with context context.TODO\(\) inside the unit of work of refset.InTx`
+	return err
+}
+
 // Other packages of refset's module count: blockmanager's Put, the slip issue 34
 // found surviving the unit's rollback on PostgreSQL.
 func blockmanagerPut(ctx context.Context, m *blockmanager.Manager) error {
