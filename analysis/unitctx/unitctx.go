@@ -228,9 +228,11 @@ func useInstead(u unitFunc, param *types.Var) string {
 }
 
 // ownContexts is the set of variables in u that hold u's own context: its parameter
-// (unless it is _), the context parameters of function literals inside it (whatever
-// they are called with is not known here), and each variable declared in u every
-// assignment of which is made from one of those.
+// (unless it is _; what is assigned to it later is not followed), the context parameters of function
+// literals inside it that are called elsewhere (what they are called with is not
+// known here), and each variable declared in u, or parameter of a literal called
+// where it is written (go func(ctx context.Context) {...}(ctx)), every assignment of
+// which is made from one of those.
 func ownContexts(info *types.Info, u unitFunc, param *types.Var, nested map[*ast.BlockStmt]bool) map[*types.Var]bool {
 	own := make(map[*types.Var]bool)
 	if param != nil && param.Name() != "_" {
@@ -247,6 +249,16 @@ func ownContexts(info *types.Info, u unitFunc, param *types.Var, nested map[*ast
 		}
 		return v
 	}
+	// The function literals called where they are written, with their calls.
+	called := make(map[*ast.FuncLit]*ast.CallExpr)
+	ast.Inspect(u.body, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok {
+			if lit, ok := ast.Unparen(call.Fun).(*ast.FuncLit); ok {
+				called[lit] = call
+			}
+		}
+		return true
+	})
 	assign := func(lhs []ast.Expr, rhs []ast.Expr) {
 		for i, l := range lhs {
 			id, ok := ast.Unparen(l).(*ast.Ident)
@@ -273,11 +285,24 @@ func ownContexts(info *types.Info, u unitFunc, param *types.Var, nested map[*ast
 			if nested[n.Body] {
 				return false
 			}
+			call := called[n]
+			i := 0
 			for _, field := range n.Type.Params.List {
 				for _, name := range field.Names {
-					if v, ok := info.Defs[name].(*types.Var); ok && isContext(v.Type()) {
+					v, ok := info.Defs[name].(*types.Var)
+					switch {
+					case !ok || !isContext(v.Type()):
+					case call == nil:
 						own[v] = true
+					case i < len(call.Args) && !call.Ellipsis.IsValid():
+						assigned[v] = append(assigned[v], call.Args[i])
+					default:
+						unknown = append(unknown, v)
 					}
+					i++
+				}
+				if len(field.Names) == 0 {
+					i++
 				}
 			}
 		case *ast.AssignStmt:

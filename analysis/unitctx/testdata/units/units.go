@@ -92,6 +92,23 @@ func goroutineInside(ctx context.Context, db refset.Database) error {
 	})
 }
 
+// A goroutine's literal called with a context: its parameter holds what it is
+// called with.
+func goroutineWithParameter(ctx context.Context, db refset.Database) error {
+	return refset.InTx(ctx, db, func(c context.Context, tx refset.Tx) error {
+		done := make(chan error, 2)
+		go func(gctx context.Context, key string) {
+			_, err := set.Add(gctx, item{key}) // want `made with context gctx inside the unit of work of refset.InTx`
+			done <- err
+		}(ctx, "a")
+		go func(gctx context.Context) {
+			_, err := set.Add(gctx, item{"b"}) // the unit's context, passed in
+			done <- err
+		}(c)
+		return <-done
+	})
+}
+
 // A function literal inside with a context parameter of its own may use it: what
 // it is called with is not known here.
 func callbackInside(ctx context.Context, db refset.Database) error {
