@@ -38,8 +38,9 @@
 // the function's return would free) or outlives it, and then its work commits apart
 // from the unit, also when the unit rolls back. Work meant to run apart from the unit
 // belongs after InTx returns. A function literal inside that has a context parameter
-// of its own (a retry helper's callback, errgroup's) may use that one: what it is
-// given is not known here. The analyzer does not follow calls into other functions:
+// of its own may use that one when it is called elsewhere (a retry helper's
+// callback): what it is given is not known here. One called where it is written
+// (go func(ctx context.Context) {...}(ctx)) holds what it is called with. The analyzer does not follow calls into other functions:
 // a helper declared elsewhere is checked only if it is itself a unit's function.
 //
 // Run it with go vet:
