@@ -107,7 +107,10 @@ var (
 	// a store's Begin. It fails at once, changing nothing, rather than wait for the
 	// connection the unit holds (SQLite's one writer, the last one of a pool) or commit
 	// outside the unit; make it before InTx or after InTx returns. refset's own calls
-	// (Add, Upgrade, Complete, Get, Load, InTx, ...) join the unit instead.
+	// (Add, Upgrade, Complete, Get, Load, InTx, ...) join the unit instead. On SQLite it
+	// is also the error of a write made inside InTx's function, on its goroutine, with
+	// a context that carries no unit (the one InTx was given): it would wait for the
+	// writer the unit holds until the context ended.
 	ErrInUnitOfWork = sentinel.ErrInUnitOfWork
 )
 

@@ -40,10 +40,14 @@ const maxAttempts = 6
 // runs its function under a savepoint, once, leaving retries to the outermost unit.
 // What cannot join, because it commits on its own (clean-up's Install, Collect and
 // Sweep, store.NewStore), fails at once with ErrInUnitOfWork. So use fn's ctx, not the
-// one InTx was given: a call with that one is not part of the unit, and on SQLite, whose
-// one writer connection the unit holds, a write with it waits for the unit until the
-// context ends (logging a warning once the wait passes the database's
-// SlowStatement). The unit is fn's goroutine's: its transaction is one connection, so
+// one InTx was given: a call with that one, or any other that carries no unit, is not
+// part of the unit. On PostgreSQL it commits apart from the unit, standing if the unit
+// rolls back. On SQLite, whose one writer connection the unit holds, a write made with
+// it on fn's goroutine fails at once with ErrInUnitOfWork (it would wait for the unit
+// until the context ended); one made by a goroutine fn started waits for the unit
+// (logging a warning once the wait passes the database's SlowStatement). The analyzer
+// of package analysis/unitctx (cmd/refsetvet, for go vet -vettool) reports such calls
+// in the source. The unit is fn's goroutine's: its transaction is one connection, so
 // a call made with fn's ctx while another runs in the unit fails at once with
 // ErrInvalidTx. Once InTx returns, its context carries the unit no more: a goroutine
 // that outlives fn and calls with it runs on its own.
@@ -212,7 +216,11 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
 	committed := false
 	defer func() { endUnit(committed) }()
-	if err := refusedOr(view, fn(unitCtx, view)); err != nil {
+	// fn runs in a frame a store finds on this goroutine's stack: a call fn makes with
+	// a context that carries no unit is refused rather than left to wait for the
+	// writer this unit holds (refsetdriver.OutsideItsUnit).
+	err = refsetdriver.RunUnitFunc(func() error { return fn(unitCtx, view) })
+	if err := refusedOr(view, err); err != nil {
 		return db.TranslateError(err, "")
 	}
 	ended = true // whether it succeeds or not, Commit ends the transaction

@@ -3,8 +3,9 @@
 #
 #   scripts/test.sh [go test flags...]      e.g. scripts/test.sh -run Foo -v
 #
-# Steps: gofmt check, go vet, a build of the whole module without cgo (and a check
-# that the Postgres path links no SQLite driver), go test -race against PostgreSQL
+# Steps: gofmt check, go vet, go vet with refset's own analyzer (cmd/refsetvet), a
+# build of the whole module without cgo (and a check that the Postgres path links
+# no SQLite driver), go test -race against PostgreSQL
 # (lib/pq and pgx) and SQLite (go-sqlite3 and modernc.org/sqlite), the SQLite
 # store's tests once more without cgo (on modernc.org/sqlite, its default there),
 # then the same for the user's program in testdata/external, a module of its own.
@@ -107,6 +108,19 @@ echo "ok (${#files[@]} files)"
 
 step "go vet"
 go vet "${packages[@]}"
+
+# refset's own analyzer (cmd/refsetvet, package analysis/unitctx): a call of refset
+# inside a unit of work made with a context other than the unit's runs outside the
+# unit. Over the module, and the user's program in testdata/external on the full run.
+step "go vet -vettool=refsetvet"
+vetdir=$(mktemp -d "${TMPDIR:-/tmp}/refsetvet.XXXXXX")
+go build -o "$vetdir/refsetvet" ./cmd/refsetvet
+go vet -vettool="$vetdir/refsetvet" "${packages[@]}"
+if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
+	(cd testdata/external && go vet -vettool="$vetdir/refsetvet" ./...)
+fi
+rm -rf "$vetdir"
+echo ok
 
 # Every package builds without a C compiler: store/sqlite then runs on
 # modernc.org/sqlite (go-sqlite3 needs cgo). A program links the SQLite driver it

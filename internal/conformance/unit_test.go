@@ -132,6 +132,7 @@ func testPlainCallsJoinTheUnit(t *testing.T, h harness) {
 					_, err = blocks.Add(ctx, mkBlock("d", "a", 2), refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
 						done := make(chan error)
 						go func() {
+							//unitctx:outside the enclosing unit's context, while the unit runs this Add
 							_, err := blocks.Add(ctx, mkBlock("e", "a", 2))
 							done <- err
 						}()

@@ -105,6 +105,10 @@ type Config struct {
 	// Group, if not nil, makes units of work share transactions begun with Begin
 	// (group commit, see the package doc); nil: each has one of its own.
 	Group *Group
+	// WriterBusy, if not nil, says that the database writes through one connection
+	// (SQLite's writer) and reports whether it is in use: a Begin then waits for it.
+	// Begin refuses one that would wait for its own unit of work (refuseOwnWriter).
+	WriterBusy func() bool
 }
 
 // New returns the Engine of a store's database.
@@ -138,6 +142,9 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 		// Whatever reaches here did not join the unit: a transaction of its own would
 		// wait for the connection the unit holds, or commit outside it.
 		return nil, fmt.Errorf("%s: begin: %w: a transaction of its own would wait for the unit's connection or commit outside the unit; use the call's *Tx form with the unit's tx, or call it outside InTx", e.c.Name, sentinel.ErrInUnitOfWork)
+	}
+	if err := e.refuseOwnWriter(ctx); err != nil {
+		return nil, err
 	}
 	stopWatch := e.watchWait(ctx)
 	// Exec commands' statements that ran unprepared are prepared now, while this

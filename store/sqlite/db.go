@@ -203,6 +203,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
 		Group:   groupCommit(opts),
+		// A transaction begun while a unit of work holds the writer waits for it: on
+		// the unit's own goroutine, for ever (engine.Config.WriterBusy).
+		WriterBusy: func() bool { return writer.Stats().InUse > 0 },
 	})
 	return db
 }

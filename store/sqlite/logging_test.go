@@ -72,11 +72,13 @@ func TestLogging(t *testing.T) {
 	assert.Contains(t, collected, "table=items", "the pass is logged with its table and counts")
 }
 
-// TestWaitOnOwnUnitIsLogged: a call made inside a unit of work with a context that
-// does not carry the unit (InTx's own, not the one it gave its function) waits for
-// the writer the unit holds. It cannot be told from a wait for another goroutine's
-// transaction, so it is not refused, but it is no longer silent: once the wait passes
-// the slow-statement threshold a warning says what is waited for and why.
+// TestWaitOnOwnUnitIsLogged: a call made by a goroutine that a unit of work's
+// function started, with a context that does not carry the unit (InTx's own, not the
+// one it gave its function), waits for the writer the unit holds; if the function
+// waits for the goroutine, until the context ends. It cannot be told from a wait for
+// another goroutine's transaction, so it is not refused (the unit's own goroutine's
+// call is: TestCallOutsideItsUnitIsRefused), but it is not silent: once the wait
+// passes the slow-statement threshold a warning says what is waited for and why.
 func TestWaitOnOwnUnitIsLogged(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
@@ -93,8 +95,12 @@ func TestWaitOnOwnUnitIsLogged(t *testing.T) {
 	outer, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	err = refset.InTx(ctx, db, func(context.Context, refset.Tx) error {
-		_, err := set.Add(outer, item{Key: "a", N: 1}) // the wrong context: not the unit's
-		return err
+		done := make(chan error)
+		go func() {
+			_, err := set.Add(outer, item{Key: "a", N: 1}) //unitctx:outside the wrong context, on purpose
+			done <- err
+		}()
+		return <-done
 	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Contains(t, out.String(), `msg="refset/sqlite: waiting for a connection to begin a transaction"`)
