@@ -69,7 +69,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	if p.db.Closed() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
-	conn, err := p.db.pool.Conn(ctx)
+	conn, err := p.db.takeConn(ctx, nil)
 	if err != nil {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 	}

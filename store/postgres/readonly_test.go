@@ -8,6 +8,7 @@ import (
 
 	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,4 +73,59 @@ func TestFencedSessionIsLeft(t *testing.T) {
 		return err
 	}))
 	assert.NotEqual(t, fenced, backend())
+}
+
+// TestFencedSessionIsLeftOnCallersPool: on a pool of the caller's (lib/pq's through
+// NewConnector, pgx's as sql.Open makes it), a connection whose server takes no
+// writes (default_transaction_read_only, as an operator fences a primary, here for
+// one session) is left as on Open's pools: a unit of work, and a statement that
+// commits on its own (refsetdriver.OwnCommits), commit on another connection, at the
+// latest on the call after the one the server refused (lib/pq learns of the fence
+// only from that refusal; pgx from the server's report, before the call).
+func TestFencedSessionIsLeftOnCallersPool(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		ctx := t.Context()
+		pool := callersPool(t, driver, pgtest.DSN(t))
+		pool.SetMaxOpenConns(1)
+		db, err := New(ctx, pool, Options{})
+		require.NoError(t, err)
+		_, err = pool.ExecContext(ctx, `CREATE TABLE items (id text PRIMARY KEY)`)
+		require.NoError(t, err)
+		backend := func() (pid int) {
+			require.NoError(t, pool.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&pid))
+			return pid
+		}
+		fence := func() int {
+			fenced := backend()
+			_, err := pool.ExecContext(ctx, `SET default_transaction_read_only = on`)
+			require.NoError(t, err)
+			return fenced
+		}
+
+		fenced := fence()
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES ('unit')`)
+			return err
+		}), "lib/pq begins READ WRITE; pgx leaves the fenced connection first")
+		if driver == DriverPgx {
+			assert.NotEqual(t, fenced, backend(), "the fenced connection was left")
+		}
+
+		own := db.Driver().(refsetdriver.OwnCommits)
+		insert := func(id string) error {
+			return own.QueryOwn(ctx, `INSERT INTO items (id) VALUES ($1) RETURNING id`, []any{id},
+				func(*sql.Rows) error { return nil }, nil)
+		}
+		fenced = fence()
+		err = insert("own")
+		if driver == DriverLibPQ {
+			require.ErrorIs(t, translateError(err, ""), refset.ErrUnavailable, "refused by the fenced session")
+			assert.NotErrorIs(t, translateError(err, ""), refset.ErrCommitUnknown)
+			require.NoError(t, insert("own"), "the next call dials again")
+		} else {
+			require.NoError(t, err, "the fenced connection was left before the statement")
+		}
+		assert.NotEqual(t, fenced, backend(), "the fenced connection was dropped")
+		assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM items`))
+	})
 }
