@@ -97,6 +97,7 @@ func TestLostPaymentIsSettled(t *testing.T) {
 					output := gbp("bob", 4)
 					output.TokenID = "lost-output"
 
+					release := func() {}
 					if tc.block {
 						// Another session inserts the output's history row first and
 						// holds it uncommitted: the payment waits on its key.
@@ -107,7 +108,12 @@ func TestLostPaymentIsSettled(t *testing.T) {
 						require.NoError(t, err)
 						_, err = hold.ExecContext(ctx, `INSERT INTO token_history (token_id, owner, identifier, amount, created_by) VALUES ($1, 'x', 'x', 1, 'blocker')`, output.TokenID)
 						require.NoError(t, err)
-						defer hold.Rollback()
+						release = func() {
+							// A payment still waiting would go on now, and commit
+							// after Pay said it did not: give it the time to.
+							require.NoError(t, hold.Rollback())
+							time.Sleep(300 * time.Millisecond)
+						}
 					}
 					tc.arm(proxy)
 					if tc.refuse {
@@ -118,6 +124,7 @@ func TestLostPaymentIsSettled(t *testing.T) {
 					}
 					spent, created, err := v.Pay(ctx, "tx-lost", "alice", output)
 					proxy.Refuse(false)
+					release()
 					t.Logf("Pay: %v", err)
 					if tc.want == nil {
 						require.NoError(t, err)
