@@ -75,10 +75,14 @@ var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
 // a connection that is not lost.
 func NewConnector(dsn string) (driver.Connector, error) {
 	cfg, err := libpqConfig(dsn)
+	var connector driver.Connector
+	if err == nil {
+		connector, err = newGuardedConnector(cfg)
+	}
 	if err != nil {
 		return nil, redactPassword(fmt.Errorf("refset/postgres: connector: %w: %w", refset.ErrInvalidConfig, err), dsn)
 	}
-	return newGuardedConnector(cfg)
+	return connector, nil
 }
 
 // newGuardedConnector is the guarded lib/pq connector of cfg.

@@ -194,3 +194,39 @@ func TestFencedPoolDialsAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestLostSelectAndSpendAreSettled: Select and Spend, one statement each, settle a
+// connection lost once their statement was sent as Pay does: both committed here
+// (their answers lost), and each returns what it would have, read back from the
+// locks and the history.
+func TestLostSelectAndSpendAreSettled(t *testing.T) {
+	for _, k := range poolKinds {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := t.Context()
+			proxy, dsn := refsettest.PostgresProxy(t, refsettest.PostgresDSN(t))
+			db := k.open(t, dsn, postgres.Options{})
+			v, err := Open(ctx, db, Config{})
+			require.NoError(t, err)
+			issue(t, v, "alice", 10)
+
+			proxy.CutReplyTo("tx-settled")
+			locked, err := v.Select(ctx, "tx-settled", "alice", 7, Filter{Identifier: "GBP"}, time.Minute)
+			require.NoError(t, err)
+			require.Len(t, locked, 1)
+			assert.Equal(t, gbp("alice", 10), Token{Owner: locked[0].Owner, Type: locked[0].Type, Identifier: locked[0].Identifier,
+				Issuer: locked[0].Issuer, Notary: locked[0].Notary, Amount: locked[0].Amount})
+
+			proxy.CutReplyTo("tx-settled")
+			spent, created, err := v.Spend(ctx, "tx-settled", []Token{gbp("bob", 7), gbp("alice", 3)})
+			require.NoError(t, err)
+			require.Len(t, spent, 1)
+			assert.Equal(t, locked[0], spent[0], "what it spent, read back from the history")
+			require.Len(t, created, 2)
+
+			bob, _, err := v.Balance(ctx, "bob", "GBP")
+			require.NoError(t, err)
+			assert.EqualValues(t, 7, bob)
+			assert.EqualValues(t, 10, audit(t, v).Remaining)
+		})
+	}
+}
