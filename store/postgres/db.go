@@ -92,7 +92,10 @@ type Options struct {
 	// round trip before COMMIT (a pipelined hand-over on pgx sends it with COMMIT).
 	// Zero means 30 seconds; a negative value turns all of this off (ErrCommitUnknown
 	// for every lost COMMIT, and no id read). Servers before PostgreSQL 13, which lack
-	// pg_xact_status, have it off.
+	// pg_xact_status, have it off. It bounds as well how long a statement that commits
+	// on its own (refsetdriver.OwnCommits: custody's payments), lost once it was sent,
+	// is settled: its server session ended on a primary, then the caller's query asked
+	// whether it committed (own.go).
 	ResolveCommitWait time.Duration
 
 	// ReplicaWait is how long a report (cleanup's Check, Why, WhyAll, Status) waits
