@@ -3,6 +3,7 @@ package refsetdriver
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 
 	"github.com/refsetdb/refset/internal/sentinel"
@@ -154,3 +155,30 @@ func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caug
 	drv.Observer().ReadFellBack(ctx, name, reason)
 	return read(db.Reader())
 }
+
+// OwnCommits is a Driver whose database runs a statement that commits on its own
+// (outside any transaction: a component's one-statement write, such as custody's
+// payments) so that it never runs twice and, when the connection is lost once it
+// was sent, tells what became of it rather than leave it unknown.
+//
+// PostgreSQL's runs the statement on one connection of its pool (database/sql runs
+// a statement again on another connection only on the pool itself) and, after such
+// a loss, waits on a primary until the statement can no longer commit (its server
+// session ended), then asks committed, in a transaction on that primary, whether the
+// statement's rows are there.
+type OwnCommits interface {
+	// QueryOwn runs query with args outside any transaction, on the database's pool,
+	// and calls row for each row it returns. It returns the statement's error, or
+	// the driver's, untranslated; but when the connection was lost once the
+	// statement was sent: nil if committed found the statement's rows (the caller
+	// then reads its results there: row saw none, or not all), an error marked
+	// NotCommitted (with ErrUnavailable: nothing changed) if it did not, or one with
+	// ErrCommitUnknown and ErrUnavailable when no primary answered in time (or
+	// committed is nil, or the database cannot tell: behind a pooler).
+	QueryOwn(ctx context.Context, query string, args []any, row func(*sql.Rows) error, committed CommittedFunc) error
+}
+
+// CommittedFunc tells, in tx, a transaction on the primary that began once the lost
+// statement could no longer commit, whether that statement committed: whether its
+// rows are there. It may read what the caller needs of them.
+type CommittedFunc func(ctx context.Context, tx Tx) (bool, error)

@@ -30,10 +30,14 @@
 //     Without it the database runs one write transaction at a time (SQLite).
 //   - BulkWrites: one statement that writes any number of rows, bound as lists, to
 //     several tables (PostgreSQL's unnest in a WITH clause).
+//   - OwnCommits: runs a statement that commits on its own never twice and, when
+//     its connection is lost once it was sent, waits until it can no longer commit
+//     and asks the caller's query whether it did (PostgreSQL).
 //
-// Pipeliner, RowReader and Replicated serve refset's own packages; TxLocks and
-// BulkWrites, with the Driver's fragments (ColumnIn, StringList, Expiry, InProcess),
-// serve a component's own statements on its own tables (blockmanager's, custody's).
+// Pipeliner, RowReader and Replicated serve refset's own packages; TxLocks,
+// BulkWrites and OwnCommits, with the Driver's fragments (ColumnIn, StringList,
+// Expiry, InProcess), serve a component's own statements on its own tables
+// (blockmanager's, custody's).
 //
 // # What else is here
 //

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -193,12 +194,20 @@ func openPostgres(tb testing.TB, d dialect) *env {
 // the same connections, so each ratio compares the same driver with itself, and the
 // stores' prepared statements are measured on a pool that is not refset's. The pool
 // is sized as postgres.Open would size it, so figures stay comparable with runs made
-// through Open.
+// through Open. A lib/pq pool is opened with postgres.NewConnector, as New requires.
 func openPool(tb testing.TB, database string) (*postgres.DB, *sqlx.DB) {
 	tb.Helper()
 	ctx := context.Background()
-	pool, err := sqlx.Open(pgDrivers[database], pgtest.DSN(tb))
-	must(tb, err)
+	var pool *sqlx.DB
+	if driver := pgDrivers[database]; driver == postgres.DriverLibPQ {
+		connector, err := postgres.NewConnector(pgtest.DSN(tb))
+		must(tb, err)
+		pool = sqlx.NewDb(sql.OpenDB(connector), driver)
+	} else {
+		var err error
+		pool, err = sqlx.Open(driver, pgtest.DSN(tb))
+		must(tb, err)
+	}
 	pool.SetMaxOpenConns(20)
 	pool.SetMaxIdleConns(20)
 	db, err := postgres.New(ctx, pool.DB, postgres.Options{ResolveCommitWait: resolveCommitWait()})

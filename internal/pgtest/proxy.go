@@ -35,6 +35,7 @@ const cancelRequestCode = 80877102
 const (
 	cutReply     = 1 // drop the server's reply to the next COMMIT
 	cutAfterSend = 2 // end the connection once the next COMMIT is sent
+	cutReplyTo   = 3 // drop the server's reply to the next statement holding the needle
 )
 
 // NewProxy starts a proxy to the server of dsn (a DSN of DSN or New) and returns the
@@ -78,6 +79,15 @@ func (p *Proxy) CutAfterSent(needle string) {
 	p.cut.Store(cutAfterSend)
 }
 
+// CutReplyTo arms the proxy: the next connection that sends a statement whose text
+// or arguments hold needle has the server's answer to it dropped, once complete
+// (ReadyForQuery: a statement outside a transaction has committed), and is ended:
+// the statement ran to its end while its client hears only the connection's loss.
+func (p *Proxy) CutReplyTo(needle string) {
+	p.needle.Store(&needle)
+	p.cut.Store(cutReplyTo)
+}
+
 // DropCancels makes the proxy drop cancel requests: pgx sends one after it lost a
 // connection mid-statement, which would end a COMMIT that CutAfterCommitSent leaves
 // the server to finish.
@@ -105,8 +115,11 @@ func (p *Proxy) accept() {
 		}
 		p.track(client, server)
 		p.wg.Add(2)
-		go p.pipe(client, server, true, p.fromClient())
-		go p.pipe(server, client, false, p.fromServer)
+		sent := new(atomic.Bool) // the client sent the statement whose reply CutReplyTo drops
+		go p.pipe(client, server, true, p.fromClient(sent))
+		go p.pipe(server, client, false, func(frame []byte, first bool) (send, goOn bool) {
+			return p.fromServer(frame, sent)
+		})
 	}
 }
 
@@ -146,12 +159,16 @@ func (p *Proxy) pipe(src, dst net.Conn, untypedFirst bool, keep func(frame []byt
 // statement that holds the needle: a simple query, or the Sync after an extended
 // protocol's Parse or Bind of it. The first frame, the startup message, has no type
 // byte.
-func (p *Proxy) fromClient() func(frame []byte, first bool) (send, goOn bool) {
+func (p *Proxy) fromClient(sent *atomic.Bool) func(frame []byte, first bool) (send, goOn bool) {
 	marked := false
 	return func(frame []byte, first bool) (send, goOn bool) {
 		if first {
 			cancel := len(frame) == 16 && binary.BigEndian.Uint32(frame[4:]) == cancelRequestCode
 			return !cancel || !p.noCancel.Load(), true
+		}
+		if p.cut.Load() == cutReplyTo && (frame[0] == 'P' || frame[0] == 'B' || frame[0] == 'Q') && p.holdsNeedle(frame) &&
+			p.cut.CompareAndSwap(cutReplyTo, 0) {
+			sent.Store(true)
 		}
 		if p.cut.Load() != cutAfterSend {
 			return true, true
@@ -176,8 +193,13 @@ func (p *Proxy) fromClient() func(frame []byte, first bool) (send, goOn bool) {
 }
 
 // fromServer passes the server's frames; armed with cutReply, it drops a
-// CommandComplete of COMMIT and ends the connection.
-func (p *Proxy) fromServer(frame []byte, _ bool) (send, goOn bool) {
+// CommandComplete of COMMIT and ends the connection; once the client sent the
+// statement CutReplyTo waits for, it drops the server's next ReadyForQuery and ends
+// the connection.
+func (p *Proxy) fromServer(frame []byte, sent *atomic.Bool) (send, goOn bool) {
+	if frame[0] == 'Z' && sent.Load() {
+		return false, false
+	}
 	if p.cut.Load() != cutReply || frame[0] != 'C' || !bytes.HasPrefix(frame[5:], []byte("COMMIT\x00")) {
 		return true, true
 	}

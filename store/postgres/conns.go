@@ -4,11 +4,14 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/refset"
 )
 
 // After a failover, the old primary may still answer on connections a pool keeps:
@@ -29,9 +32,16 @@ import (
 //     database/sql, which then closes it. (A fence of default_transaction_read_only
 //     does not stop lib/pq's writes: it begins every transaction READ WRITE.)
 //
-// A pool given to New is the caller's, opened as the caller likes; refset does not
-// change how it keeps connections (set its ConnMaxLifetime to bound how long one to
-// a fenced server can last).
+// A pool given to New is the caller's. A lib/pq pool must have these guards, which a
+// caller's pool can have only through its connector: New refuses one that sql.Open
+// made and names NewConnector, which makes the connector Open's pools use (see
+// guardedLibPQ in db.go for why it refuses rather than work around it). A caller's
+// pgx pool cannot be told to check its connections before reuse, so refset checks
+// each connection it takes for a unit of work or a statement that commits on its
+// own itself (takeConn): one whose server reported that it takes no writes is
+// discarded, and another taken. Reads outside a unit of work go to the pool as
+// database/sql lends them: a read changes nothing, and a fenced server answers
+// it as of its last write.
 
 // takesWrites is pgx's check, before a connection of a pool that Open made is
 // reused: a connection whose server says it is a standby, or read-only, is dropped.
@@ -56,8 +66,36 @@ var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
 // ErrUnavailable. A connection already known bad before the statement sent nothing,
 // and keeps database/sql's retry on another.
 
-// guardedConnector makes the lib/pq connections of a pool that Open made
-// guardedConns.
+// NewConnector is lib/pq's connector of dsn with the guards of the pools Open
+// makes: sql.OpenDB(connector) is a lib/pq pool that New takes. Its connections never
+// run a statement again after the connection was lost while it ran (database/sql
+// would, on lib/pq: a payment made twice), and are dropped once their server refuses
+// writes (a fenced primary, a standby). dsn is what Open takes, several hosts
+// included. The pool is the caller's, to size and close; the guards cost nothing on
+// a connection that is not lost.
+func NewConnector(dsn string) (driver.Connector, error) {
+	cfg, err := libpqConfig(dsn)
+	var connector driver.Connector
+	if err == nil {
+		connector, err = newGuardedConnector(cfg)
+	}
+	if err != nil {
+		return nil, redactPassword(fmt.Errorf("refset/postgres: connector: %w: %w", refset.ErrInvalidConfig, err), dsn)
+	}
+	return connector, nil
+}
+
+// newGuardedConnector is the guarded lib/pq connector of cfg.
+func newGuardedConnector(cfg pq.Config) (driver.Connector, error) {
+	connector, err := pq.NewConnectorConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return guardedConnector{connector}, nil
+}
+
+// guardedConnector makes the lib/pq connections of a pool that Open made, or that
+// NewConnector's connector opens, guardedConns.
 type guardedConnector struct{ driver.Connector }
 
 func (c guardedConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -98,6 +136,12 @@ type libpqConn interface {
 type guardedConn struct {
 	conn     libpqConn
 	readOnly atomic.Bool
+	// kept are the statements prepared once on this connection for statements
+	// that commit on their own (keepPrepared): database/sql, which serialises a
+	// connection's use, is their only user.
+	kept map[string]*guardedStmt
+	// who is the server session of the connection, once asked (identify).
+	who backendID
 }
 
 var _ libpqConn = (*guardedConn)(nil)
@@ -145,13 +189,45 @@ func (c *guardedConn) QueryContext(ctx context.Context, query string, args []dri
 }
 
 // PrepareContext prepares query; preparing runs nothing, so a connection lost
-// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry.
+// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry. Asked with a
+// context of keepPrepared, it prepares query once on this connection and keeps it
+// (closing it is then a no-op): a statement run on a *sql.Conn, one call at a time,
+// is then one round trip, as one prepared on the pool is.
 func (c *guardedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	keep, _ := ctx.Value(keepPreparedKey{}).(bool)
+	if s := c.kept[query]; keep && s != nil {
+		return s, nil
+	}
 	s, err := c.conn.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, c.seen(false, err)
 	}
-	return &guardedStmt{Stmt: s, conn: c}, nil
+	gs := &guardedStmt{Stmt: s, conn: c, kept: keep}
+	if keep {
+		if c.kept == nil {
+			c.kept = map[string]*guardedStmt{}
+		}
+		c.kept[query] = gs
+	}
+	return gs, nil
+}
+
+// forget closes and drops the statement kept for query, which the server no longer
+// runs as prepared (a migration changed its result's type).
+func (c *guardedConn) forget(query string) {
+	if s := c.kept[query]; s != nil {
+		delete(c.kept, query)
+		_ = s.Stmt.Close()
+	}
+}
+
+// keepPreparedKey marks a context whose prepares a guardedConn keeps.
+type keepPreparedKey struct{}
+
+// keepPrepared is ctx, marked so that a statement prepared with it on a *sql.Conn
+// stays prepared on its connection.
+func keepPrepared(ctx context.Context) context.Context {
+	return context.WithValue(ctx, keepPreparedKey{}, true)
 }
 
 func (c *guardedConn) Prepare(query string) (driver.Stmt, error) {
@@ -185,6 +261,15 @@ func (c *guardedConn) CheckNamedValue(nv *driver.NamedValue) error {
 type guardedStmt struct {
 	driver.Stmt
 	conn *guardedConn
+	kept bool // kept on the connection: Close leaves it prepared
+}
+
+// Close closes the statement, unless its connection keeps it.
+func (s *guardedStmt) Close() error {
+	if s.kept {
+		return nil
+	}
+	return s.Stmt.Close()
 }
 
 func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {

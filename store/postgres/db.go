@@ -92,7 +92,10 @@ type Options struct {
 	// round trip before COMMIT (a pipelined hand-over on pgx sends it with COMMIT).
 	// Zero means 30 seconds; a negative value turns all of this off (ErrCommitUnknown
 	// for every lost COMMIT, and no id read). Servers before PostgreSQL 13, which lack
-	// pg_xact_status, have it off.
+	// pg_xact_status, have it off. It bounds as well how long a statement that commits
+	// on its own (refsetdriver.OwnCommits: custody's payments), lost once it was sent,
+	// is settled: its server session ended on a primary, then the caller's query asked
+	// whether it committed (own.go).
 	ResolveCommitWait time.Duration
 
 	// ReplicaWait is how long a report (cleanup's Check, Why, WhyAll, Status) waits
@@ -126,8 +129,13 @@ type DB struct {
 
 	isolation sql.IsolationLevel
 	ownsPool  bool // Open made the pool, so Close closes it
-	replica   replicaState
-	stmts     *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
+	// checksFence is set on a caller's pgx pool, whose connections refset checks
+	// itself before a unit of work or a statement that commits on its own
+	// (takeConn): Open's pools check them before every reuse (conns.go).
+	checksFence bool
+	unprepared  bool // Options.Unprepared: behind a pooler, sessions are not the client's
+	replica     replicaState
+	stmts       *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
 	// 0: it is not, and no ticket is read.
 	resolveWait time.Duration
@@ -188,7 +196,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 		size(opts.Replica)
 		ownsReplica = true
 	}
-	db, err := New(ctx, pool, opts)
+	db, err := newDB(ctx, pool, opts, true)
 	if err != nil {
 		pool.Close()
 		if ownsReplica {
@@ -222,11 +230,11 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 			return nil, err
 		}
 		cfg.BinaryParameters = cfg.BinaryParameters || unprepared
-		connector, err := pq.NewConnectorConfig(cfg)
+		connector, err := newGuardedConnector(cfg)
 		if err != nil {
 			return nil, err
 		}
-		return sql.OpenDB(guardedConnector{connector}), nil
+		return sql.OpenDB(connector), nil
 	default: // DriverPgx
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
@@ -325,13 +333,31 @@ type redacted struct {
 func (r *redacted) Error() string { return r.msg }
 func (r *redacted) Unwrap() error { return r.err }
 
-// New uses the caller's own pool, opened with lib/pq ("postgres") or pgx's stdlib
-// driver ("pgx"; a pgxpool user gets one with stdlib.OpenDBFromPool), configured,
-// shared and traced as the caller likes. A *sqlx.DB user passes its DB field. The
-// pool stays the caller's: Close leaves it open. opts.MaxConns and opts.Driver are
-// not used. Errors: those of Open, and refset.ErrInvalidConfig for a nil pool or a
-// pool of another driver.
+// New uses the caller's own pool, configured, shared and traced as the caller likes:
+//
+//   - lib/pq: a pool of NewConnector's connector, sql.OpenDB(connector). New refuses
+//     (refset.ErrInvalidConfig) a lib/pq pool that sql.Open("postgres", dsn) made:
+//     database/sql runs a statement on such a pool again, on another connection,
+//     when lib/pq lost the connection after sending it, so a statement that commits
+//     on its own (a payment) could run twice, and its connections to a server that
+//     no longer takes writes are kept. NewConnector's connections prevent both, at
+//     no cost, for the caller's own statements too.
+//   - pgx's stdlib ("pgx"; a pgxpool user gets one with stdlib.OpenDBFromPool),
+//     opened as the caller likes: pgx never reports a statement it sent as one
+//     database/sql may run again, and refset checks each connection it takes for a
+//     unit of work, or for a statement that commits on its own, and discards one
+//     whose server reported that it takes no writes.
+//
+// A *sqlx.DB user passes its DB field. The pool stays the caller's: Close leaves it
+// open. opts.MaxConns and opts.Driver are not used. Errors: those of Open, and
+// refset.ErrInvalidConfig for a nil pool, a pool of another driver, or a lib/pq pool
+// without NewConnector's guards.
 func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
+	return newDB(ctx, pool, opts, false)
+}
+
+// newDB is New; opened says that Open made the pool, with its guards (conns.go).
+func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("refset/postgres: new: %w: nil pool", refset.ErrInvalidConfig)
 	}
@@ -342,12 +368,18 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
+	if driverName == DriverLibPQ && !opened {
+		if err := guardedLibPQ(ctx, pool); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Unprepared {
 		if err := checkOneRoundTrip(ctx, pool, driverName); err != nil {
 			return nil, err
 		}
 	}
-	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation}
+	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared,
+		checksFence: driverName == DriverPgx && !opened}
 	if db.resolveWait, err = resolveWait(ctx, pool, opts.ResolveCommitWait); err != nil {
 		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
@@ -369,7 +401,7 @@ func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {
 		Driver:     drv,
 		Statements: db.stmts,
 		Begin: func(ctx context.Context) (*sqlx.Tx, error) {
-			return db.pool.BeginTxx(ctx, &sql.TxOptions{Isolation: db.isolation})
+			return db.begin(ctx, &sql.TxOptions{Isolation: db.isolation})
 		},
 		Release: db.release,
 	}
@@ -414,6 +446,31 @@ func driverOf(pool *sql.DB) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: the pool's driver is %T; want lib/pq or pgx's stdlib", refset.ErrInvalidConfig, d)
 	}
+}
+
+// guardedLibPQ refuses a caller's lib/pq pool whose connections are not
+// NewConnector's. Refusing, rather than sending refset's statements on such a pool a
+// safer way, is for the caller: the pool would still run the caller's own statements
+// twice, and the safe way on it (every statement on a *sql.Conn, prepared anew each
+// time, since database/sql keeps no prepared statement of a *sql.Conn) costs a
+// payment a round trip more than the one-line change at startup.
+func guardedLibPQ(ctx context.Context, pool *sql.DB) error {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
+	}
+	defer conn.Close()
+	guarded := false
+	_ = conn.Raw(func(dc any) error {
+		_, guarded = dc.(*guardedConn)
+		return nil
+	})
+	if guarded {
+		return nil
+	}
+	return fmt.Errorf("refset/postgres: new: %w: a lib/pq pool that sql.Open made runs a statement again on another connection "+
+		"when its connection was lost after the statement was sent (a payment made twice), and keeps connections to a server that "+
+		"no longer takes writes; open it with sql.OpenDB(postgres.NewConnector(dsn)), or let postgres.Open make it", refset.ErrInvalidConfig)
 }
 
 // checkOneRoundTrip refuses, for Options.Unprepared, a caller's pool whose driver

@@ -1,6 +1,9 @@
 // Package postgres keeps a refset.RefSet in PostgreSQL, through lib/pq or pgx's
 // stdlib driver: Open dials a DSN with either (Options.Driver), and New uses a
-// *sql.DB the caller opened and owns (from a pgxpool.Pool: stdlib.OpenDBFromPool).
+// *sql.DB the caller opened and owns (from a pgxpool.Pool: stdlib.OpenDBFromPool; on
+// lib/pq, sql.OpenDB(NewConnector(dsn)), which has the guards of Open's pools: New
+// refuses a lib/pq pool that sql.Open made, which would run a statement again after
+// its connection was lost once the statement was sent).
 // store.Open dials a postgres:// URL or key=value DSN here when given this package's
 // Options. Errors are translated by SQLSTATE in one place, the same on both drivers.
 //
@@ -84,11 +87,17 @@
 // After a failover the first calls fail with refset.ErrUnavailable, having changed
 // nothing, and the next find the new primary. The pools Open makes drop a connection
 // to a server that no longer takes writes (SQLSTATE 25006, a standby refusing BEGIN
-// READ WRITE, or on pgx a server that reports itself read-only). A COMMIT whose
+// READ WRITE, or on pgx a server that reports itself read-only); so do lib/pq pools of
+// NewConnector, and on a caller's pgx pool refset leaves such a connection before each
+// unit of work and each statement that commits on its own. A COMMIT whose
 // connection was lost is not left unknown: refset asks a primary on a new connection
 // whether the transaction committed (Options.ResolveCommitWait), returns nil if it did
 // and ErrUnavailable if it did not, and refset.ErrCommitUnknown only when no server
-// could tell. store.Options.RetryUnavailable runs a unit of work that certainly did
+// could tell. A statement that commits on its own (a component's one-statement write,
+// run through refsetdriver.OwnCommits: custody's payments) is not left unknown either:
+// refset waits, on a primary, until it can no longer commit (its server session is
+// ended, pg_terminate_backend), and the component's own query tells from its rows
+// whether it did. store.Options.RetryUnavailable runs a unit of work that certainly did
 // not commit again, riding through the failover. Nothing acknowledged survives a
 // failover unless replication is synchronous: see "Running on a high-availability
 // cluster" in SCALING.md for the settings and the figures of the failover soak.

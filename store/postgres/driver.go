@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -17,6 +18,14 @@ type dialectDriver struct {
 	refsetdriver.Binding
 	db *DB
 }
+
+// QueryOwn runs a statement that commits on its own (refsetdriver.OwnCommits; see
+// own.go).
+func (d dialectDriver) QueryOwn(ctx context.Context, query string, args []any, row func(*sql.Rows) error, committed refsetdriver.CommittedFunc) error {
+	return d.db.queryOwn(ctx, query, args, row, committed)
+}
+
+var _ refsetdriver.OwnCommits = dialectDriver{}
 
 // Name names the dialect: the folder of per-dialect SQL files.
 func (dialectDriver) Name() string { return dialectName }

@@ -39,10 +39,8 @@ func openWith(tb testing.TB, dsn string, opts Options) *DB {
 func TestNewFromCallersPool(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, driver string) {
 		ctx := t.Context()
-		pool, err := sql.Open(driver, pgtest.DSN(t))
-		require.NoError(t, err)
-		t.Cleanup(func() { pool.Close() })
-		_, err = pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+		pool := callersPool(t, driver, pgtest.DSN(t))
+		_, err := pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
 		require.NoError(t, err)
 
 		db, err := New(ctx, pool, Options{})
@@ -66,4 +64,34 @@ func TestNewFromCallersPool(t *testing.T) {
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, err = Open(t.Context(), "host=127.0.0.1", Options{Driver: "mysql"})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+
+	// A lib/pq pool that sql.Open made would run a statement again after its
+	// connection was lost once the statement was sent: refused, naming the fix.
+	plain, err := sql.Open(DriverLibPQ, pgtest.DSN(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { plain.Close() })
+	db, err := New(t.Context(), plain, Options{})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	assert.Nil(t, db)
+	assert.Contains(t, err.Error(), "sql.OpenDB(postgres.NewConnector(dsn))")
+	_, err = NewConnector("postgres://a:5432,b:x/db")
+	require.ErrorIs(t, err, refset.ErrInvalidConfig, "a DSN lib/pq cannot read")
+}
+
+// callersPool is a pool of the caller's on dsn through driver, as New takes it
+// (lib/pq's through NewConnector), closed when tb ends.
+func callersPool(tb testing.TB, driver, dsn string) *sql.DB {
+	tb.Helper()
+	var pool *sql.DB
+	if driver == DriverLibPQ {
+		connector, err := NewConnector(dsn)
+		require.NoError(tb, err)
+		pool = sql.OpenDB(connector)
+	} else {
+		var err error
+		pool, err = sql.Open(driver, dsn)
+		require.NoError(tb, err)
+	}
+	tb.Cleanup(func() { pool.Close() })
+	return pool
 }

@@ -480,10 +480,8 @@ func TestHandOverIsolationAndSlowLog(t *testing.T) {
 // the server does not parse and plan it before every COMMIT).
 func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	ctx := t.Context()
-	pool, err := sql.Open(DriverLibPQ, pgtest.DSN(t))
-	require.NoError(t, err)
+	pool := callersPool(t, DriverLibPQ, pgtest.DSN(t))
 	pool.SetMaxOpenConns(1)
-	t.Cleanup(func() { pool.Close() })
 	db, err := New(ctx, pool, Options{})
 	require.NoError(t, err)
 	e := newHandOverEnv(t, db)

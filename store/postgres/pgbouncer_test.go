@@ -109,8 +109,16 @@ func TestNewChecksPoolForPooler(t *testing.T) {
 		{"pgx prepared", postgres.DriverPgx, dsn, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pool, err := sql.Open(tc.driver, tc.dsn)
-			require.NoError(t, err)
+			var pool *sql.DB
+			if tc.driver == postgres.DriverLibPQ {
+				connector, err := postgres.NewConnector(tc.dsn)
+				require.NoError(t, err)
+				pool = sql.OpenDB(connector)
+			} else {
+				var err error
+				pool, err = sql.Open(tc.driver, tc.dsn)
+				require.NoError(t, err)
+			}
 			t.Cleanup(func() { pool.Close() })
 			db, err := postgres.New(t.Context(), pool, postgres.Options{Unprepared: tc.unprepared})
 			if tc.refused == "" {

@@ -69,7 +69,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	if p.db.Closed() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
-	conn, err := p.db.pool.Conn(ctx)
+	conn, err := p.db.takeConn(ctx, nil)
 	if err != nil {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 	}
@@ -299,10 +299,14 @@ func orError(err, fallback error) error {
 	return fallback
 }
 
-// rollback ends c's transaction, if it has one open, even when ctx has ended.
+// rollback ends c's transaction, if it has one open, even when ctx has ended. A
+// connection that cannot roll back is closed, so that database/sql discards it
+// rather than lend it again inside the transaction given up on.
 func rollback(ctx context.Context, c *pgx.Conn) {
 	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
 		return
 	}
-	_, _ = c.Exec(context.WithoutCancel(ctx), "rollback")
+	if _, err := c.Exec(context.WithoutCancel(ctx), "rollback"); err != nil {
+		_ = c.Close(context.WithoutCancel(ctx))
+	}
 }

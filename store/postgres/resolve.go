@@ -110,7 +110,12 @@ func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
 	if err != nil {
 		if lostConnection(err) {
 			// COMMIT was never sent: the server rolls back a transaction whose
-			// connection ends.
+			// connection ends. The *sql.Tx must end here all the same: refset
+			// counts a transaction handed to Commit as ended, and one left open
+			// keeps its connection out of the pool until its context ends (never,
+			// for context.Background()). Rollback on a lost connection fails, and
+			// database/sql then discards the connection rather than pool it.
+			_ = tx.Rollback()
 			return refsetdriver.NotCommitted(err)
 		}
 		// The ticket's failure leaves the transaction aborted (or the context

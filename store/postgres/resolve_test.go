@@ -266,3 +266,36 @@ func TestDecideOutcome(t *testing.T) {
 		assert.NotEmpty(t, reason)
 	}
 }
+
+// TestLostTicketFreesItsConnection: a unit of work whose connection is lost while
+// it reads its commit ticket (just before COMMIT) did not commit, and its
+// transaction is ended, its connection discarded: on a pool of two that lost two
+// such connections, the next unit of work still gets a connection at once and
+// commits, and no connection is left in use.
+func TestLostTicketFreesItsConnection(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		e := newResolveEnv(t, func(o *Options) { o.Driver, o.MaxConns = driver, 2 })
+		// Each unit on a new connection, which lib/pq prepares the ticket on, the
+		// query's text in the round trip that reads it: the proxy finds it there.
+		e.db.Pool().SetMaxIdleConns(0)
+		ctx := t.Context()
+		insert := func(id string) func(ctx context.Context, tx refset.Tx) error {
+			return func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES (?)`, id)
+				return err
+			}
+		}
+		for _, id := range []string{"lost-1", "lost-2"} {
+			e.proxy.CutAfterSent("pg_current_xact_id_if_assigned")
+			err := refset.InTx(ctx, e.db, insert(id))
+			require.ErrorIs(t, err, refset.ErrUnavailable, id)
+			require.NotErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was never sent")
+		}
+		assert.Zero(t, e.db.Pool().Stats().InUse, "no transaction left open")
+
+		prompt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		require.NoError(t, refset.InTx(prompt, e.db, insert("after")), "a connection is free")
+		assert.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM items`), "only the last unit committed")
+	})
+}

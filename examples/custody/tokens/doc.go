@@ -40,7 +40,10 @@
 //
 // On Postgres Select, Pay and Spend are each one prepared statement, committed on its
 // own (postgres.go), since for statements this small the round trips and the planning
-// cost more than the work. Select and Pay call plpgsql functions
+// cost more than the work. They run through the Driver's refsetdriver.OwnCommits: on
+// one connection, never twice, and, when the connection is lost once the statement
+// was sent, settled (the database waits until it can no longer commit, and custody
+// reads the books to tell whether it did) rather than left unknown. Select and Pay call plpgsql functions
 // (sql/postgres/tables/0006_holders.sql) that claim tokens row by row: from a random
 // point of the owner's tokens, each row no live lock holds is locked FOR UPDATE SKIP
 // LOCKED as a cursor reaches it, until the rows cover the amount. A token another

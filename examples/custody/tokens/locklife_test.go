@@ -59,7 +59,7 @@ func TestLocksLiveTheirWholeTTL(t *testing.T) {
 				_, err := v.Select(ctx, newTx(), "uma", 1, Filter{}, time.Millisecond)
 				require.NoError(t, err)
 				time.Sleep(20 * time.Millisecond)
-				blocker, err := v.stmts.pool.BeginTx(ctx, nil)
+				blocker, err := v.drv.Pool().BeginTx(ctx, nil)
 				require.NoError(t, err)
 				var holder string
 				require.NoError(t, blocker.QueryRowContext(ctx,

@@ -31,12 +31,16 @@ import (
 // missing from funds being spent by others by a fresh look at the books, and waits for
 // the latter.
 //
-// If the context ends, or the connection fails, while the statement runs, the payment
-// may or may not have been made (on PostgreSQL's fast path, which commits the
-// statement on its own, the error then matches refset.ErrCommitUnknown, beside
-// refset.ErrUnavailable; the context's error when the context ended): the books
-// balance either way, and the history records txID as the creator of its outputs if
-// it was.
+// If the connection is lost once PostgreSQL's fast path sent its statement (which
+// commits on its own), Pay waits until the statement can no longer commit and reads
+// the history: it returns as if it had heard the answer (what it spent, read back from
+// the history, and what it created) when the payment was made, and
+// refset.ErrUnavailable, having changed nothing, when it was not; the error matches
+// refset.ErrCommitUnknown, beside ErrUnavailable, only when no primary answered within
+// postgres.Options.ResolveCommitWait (or, behind a pooler, never asked). If the
+// context ends while the statement runs, the payment may or may not have been made,
+// and the error is the context's. The books balance either way, and the history
+// records txID as the creator of its outputs if it was.
 func (v *Vault) Pay(ctx context.Context, txID, from string, outputs ...Token) (spent, created []Token, err error) {
 	amount, err := checkPayment(txID, from, outputs)
 	if err != nil {

@@ -5,9 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,100 +27,39 @@ import (
 // so the clean-up triggers, which look at the end of the statement, queue nothing:
 // payments give clean-up no work.
 
-// statements are the fast paths' statements, each prepared on the pool when first
-// run, which database/sql then prepares once per connection, not once per call: for
-// these statements planning costs more than running them. With
-// postgres.Options.Unprepared (a pooler that keeps no prepared statements) they run
-// unprepared instead, planned on every call.
+// statements are the fast paths' statements. Outside a unit of work each runs
+// through the Driver's refsetdriver.OwnCommits, as a statement that commits on its
+// own: prepared once per connection where the database prepares (not with
+// postgres.Options.Unprepared, behind a pooler), never run twice, and, when the
+// connection is lost once it was sent, settled: the database waits until the
+// statement can no longer commit, then the call's settled query reads from the
+// books whether it did (a payment's txID in the history, a selection's locks), and
+// the call returns as if it had seen the statement's answer, or ErrUnavailable
+// (nothing changed). refset.ErrCommitUnknown (beside ErrUnavailable) only when no
+// primary answered within postgres.Options.ResolveCommitWait.
 type statements struct {
 	db                  refset.Database // for the unit of work a call's context carries
-	pool                *sql.DB
-	unprepared          bool
+	own                 refsetdriver.OwnCommits
 	selects, pay, spend statement
+	// The queries that read a settled statement's rows back (settled).
+	paid, selected string
 }
 
-// statement is one fast path's query, and its prepared statement once it has one.
-type statement struct {
-	query    string
-	prepared atomic.Pointer[sql.Stmt]
-}
+// statement is one fast path's query.
+type statement struct{ query string }
 
-// query runs st with args and calls row on each row it returns. PostgreSQL refuses a
-// prepared statement after a migration changed the type of a column it returns
-// ("cached plan must not change result type", 0A000), on every connection it was
-// prepared on; refused, it did nothing and returned no row, so it is prepared again
-// and run once more. Inside a unit of work (ctx is the one refset.InTx gave its
-// function) st runs, unprepared, in the unit's transaction, to commit or roll back
-// with it: on the pool it would commit on its own, on another connection, which a
-// pool of one does not have.
-func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Rows) error, args ...any) error {
+// query runs st with args and calls row on each row it returns; settled, run when
+// the connection was lost once st was sent, tells from the books whether st
+// committed and reads its results there. Inside a unit of work (ctx is the one
+// refset.InTx gave its function) st runs in the unit's transaction, to commit or
+// roll back with it: on the pool it would commit on its own, on another connection,
+// which a pool of one does not have.
+func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Rows) error, settled refsetdriver.CommittedFunc, args ...any) error {
 	if tx, inUnit := refsetdriver.UnitTx(ctx, s.db); inUnit {
 		rows, err := tx.QueryContext(ctx, st.query, args...)
 		return eachRow(rows, err, row)
 	}
-	for attempt := 0; ; attempt++ {
-		prepared, err := s.prepared(ctx, st)
-		if err != nil {
-			return err
-		}
-		var rows *sql.Rows
-		if prepared != nil {
-			rows, err = prepared.QueryContext(ctx, args...)
-		} else {
-			rows, err = s.pool.QueryContext(ctx, st.query, args...)
-		}
-		err = eachRow(rows, err, row)
-		if code, _ := serverError(err); attempt > 0 || prepared == nil || code != "0A000" {
-			return s.ownCommitError(err)
-		}
-		// Closed before it is prepared again: pgx prepares a text once per connection,
-		// until the last statement of that text on the connection is closed.
-		if st.prepared.CompareAndSwap(prepared, nil) {
-			_ = prepared.Close()
-		}
-	}
-}
-
-// ownCommitError is err, the error of a fast path's statement that ran in a
-// transaction of its own (outside any unit of work): when the connection was lost
-// after the statement was sent, the statement may have committed, which
-// refset.ErrCommitUnknown says (as refset.InTx says it of a COMMIT no server could
-// tell the outcome of), beside refset.ErrUnavailable. Its effects show in the books:
-// a payment's outputs carry its transaction ID (History). A connection that failed
-// before anything was sent (pgx says so; a refused dial) ran nothing.
-func (s *statements) ownCommitError(err error) error {
-	if err == nil {
-		return nil
-	}
-	translated := s.db.TranslateError(err, "")
-	if !errors.Is(translated, refset.ErrUnavailable) || errors.Is(translated, refset.ErrCommitUnknown) || nothingSent(err) {
-		return err
-	}
-	return fmt.Errorf("custody: %w: the connection was lost after a statement that commits on its own was sent: %w", refset.ErrCommitUnknown, translated)
-}
-
-// nothingSent reports whether err, a lost connection's, came before the statement
-// was sent.
-func nothingSent(err error) bool {
-	var op *net.OpError
-	return pgconn.SafeToRetry(err) || errors.As(err, &op) && op.Op == "dial"
-}
-
-// prepared is st prepared on the pool, or nil when the database runs statements
-// unprepared.
-func (s *statements) prepared(ctx context.Context, st *statement) (*sql.Stmt, error) {
-	if prepared := st.prepared.Load(); prepared != nil || s.unprepared {
-		return prepared, nil
-	}
-	fresh, err := s.pool.PrepareContext(ctx, st.query)
-	if err != nil {
-		return nil, err
-	}
-	if !st.prepared.CompareAndSwap(nil, fresh) { // another run prepared it first
-		_ = fresh.Close()
-		return st.prepared.Load(), nil
-	}
-	return fresh, nil
+	return s.own.QueryOwn(ctx, st.query, args, row, settled)
 }
 
 // selectFast is one attempt of Select on Postgres, for a filter without a Predicate.
@@ -131,6 +68,29 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 	var tookOver int64
 	var expires sql.NullTime
 	var locked []Token
+	selected := func(ctx context.Context, tx refsetdriver.Tx) (bool, error) {
+		// The transaction's live locks on what the filter matches: enough of them
+		// is a selection that committed.
+		var held []Token
+		var sum uint64
+		var first sql.NullTime
+		rows, err := tx.QueryContext(ctx, v.stmts.selected, lockHolder(txID), owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary))
+		err = eachRow(rows, err, func(rows *sql.Rows) error {
+			var t Token
+			var until time.Time
+			err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount, &until)
+			held, sum = append(held, t), sum+uint64(t.Amount)
+			if !first.Valid || until.Before(first.Time) {
+				first = sql.NullTime{Time: until, Valid: true}
+			}
+			return err
+		})
+		if err != nil || sum < uint64(amount) {
+			return false, err
+		}
+		verdict, locked, expires = "selected", held, first
+		return true, nil
+	}
 	err := v.stmts.query(ctx, &v.stmts.selects, func(rows *sql.Rows) error {
 		var id, own, typ, ident, issuer, notary *string
 		var amt *int64
@@ -142,7 +102,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 				Issuer: *issuer, Notary: *notary, Amount: *amt})
 		}
 		return nil
-	}, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), ttl.Milliseconds())
+	}, selected, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), ttl.Milliseconds())
 	if err != nil {
 		return nil, time.Time{}, v.db.TranslateError(err, v.stmts.selects.query)
 	}
@@ -223,12 +183,19 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 	}
 	args = append(args, pq.Array(amounts), txID)
 	var spent []Token
+	settled := func(ctx context.Context, tx refsetdriver.Tx) (bool, error) {
+		paid, err := v.paidFromHistory(ctx, tx, txID, outputs)
+		if paid != nil {
+			spent = paid
+		}
+		return paid != nil, err
+	}
 	err := v.stmts.query(ctx, &v.stmts.spend, func(rows *sql.Rows) error {
 		var t Token
 		err := rows.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount)
 		spent = append(spent, t)
 		return err
-	}, args...)
+	}, settled, args...)
 	if err != nil {
 		return nil, v.refusal(err, &v.stmts.spend)
 	}
@@ -271,6 +238,13 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 	k := kindOf(outputs[0])
 	var verdict, covered string
 	var spent []Token
+	settled := func(ctx context.Context, tx refsetdriver.Tx) (bool, error) {
+		paid, err := v.paidFromHistory(ctx, tx, txID, outputs)
+		if paid != nil {
+			verdict, spent = "paid", paid
+		}
+		return paid != nil, err
+	}
 	err := v.stmts.query(ctx, &v.stmts.pay, func(rows *sql.Rows) error {
 		var id *string
 		var amt *int64
@@ -282,7 +256,7 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 				Issuer: k.issuer, Notary: k.notary, Amount: *amt})
 		}
 		return nil
-	}, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
+	}, settled, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
 	if err != nil {
 		return nil, v.refusal(err, &v.stmts.pay)
 	}
@@ -293,4 +267,36 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 		return nil, fmt.Errorf("%w: custody_pay paid from no token", errBooks)
 	}
 	return spent, nil
+}
+
+// paidFromHistory reads, in tx, what a payment or a spend of txID with outputs left in
+// the history once it can no longer commit (its connection was lost once it was
+// sent): the tokens it spent, or nil if it did not commit. The history keeps a
+// token's owner, identifier and amount; its type, issuer and notary are those of the
+// outputs of its identifier, which balance the spent tokens per kind (left empty
+// when outputs of one identifier are of several kinds).
+func (v *Vault) paidFromHistory(ctx context.Context, tx refsetdriver.Tx, txID string, outputs []Token) ([]Token, error) {
+	kinds := map[string]kind{}
+	for _, o := range outputs {
+		k, seen := kinds[o.Identifier]
+		if seen && k != kindOf(o) {
+			k = kind{identifier: o.Identifier}
+		} else {
+			k = kindOf(o)
+		}
+		kinds[o.Identifier] = k
+	}
+	var spent []Token
+	rows, err := tx.QueryContext(ctx, v.stmts.paid, txID, outputs[0].TokenID)
+	err = eachRow(rows, err, func(rows *sql.Rows) error {
+		var t Token
+		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Identifier, &t.Amount); err != nil {
+			return err
+		}
+		k := kinds[t.Identifier]
+		t.Type, t.Issuer, t.Notary = k.typ, k.issuer, k.notary
+		spent = append(spent, t)
+		return nil
+	})
+	return spent, err
 }

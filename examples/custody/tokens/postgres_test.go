@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/lib/pq"
-	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -30,7 +29,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	token := locked[0].TokenID
 
 	// The stale select: it has locked the token's row, not seeing A's lock.
-	conn, err := v.stmts.pool.Conn(ctx)
+	conn, err := v.drv.Pool().Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
 	stale, err := conn.BeginTx(ctx, nil)
@@ -49,7 +48,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	// Wait until the spend waits for the row.
 	require.Eventually(t, func() bool {
 		var waiting int
-		err := v.stmts.pool.QueryRowContext(ctx,
+		err := v.drv.Pool().QueryRowContext(ctx,
 			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, stalePID).Scan(&waiting)
 		return err == nil && waiting > 0
 	}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
@@ -100,7 +99,7 @@ func TestPaymentsSurviveColumnTypeChange(t *testing.T) {
 	v := openVaults(t, libpqDB, 1, Config{})[0]
 	issue(t, v, "erin", 5, 5, 5, 5)
 	require.NoError(t, pay(ctx, v, "erin", "frank", 3))
-	_, err := v.stmts.pool.ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
+	_, err := v.drv.Pool().ExecContext(ctx, `ALTER TABLE tokens ALTER COLUMN owner TYPE varchar(200)`)
 	require.NoError(t, err)
 	for range 4 { // every pooled connection that prepared the statements
 		require.NoError(t, pay(ctx, v, "erin", "frank", 1))
@@ -123,13 +122,13 @@ func TestFastPathsReadByKey(t *testing.T) {
 		amounts[i] = 1 + int64(i%5)
 	}
 	issue(t, v, "alice", amounts...)
-	_, err := v.stmts.pool.ExecContext(ctx, `ANALYZE tokens; ANALYZE token_owners; ANALYZE token_locks; ANALYZE token_history`)
+	_, err := v.drv.Pool().ExecContext(ctx, `ANALYZE tokens; ANALYZE token_owners; ANALYZE token_locks; ANALYZE token_history`)
 	require.NoError(t, err)
 
 	type counters struct{ seqScans, historyRows int64 }
 	read := func() (c counters) {
 		t.Helper()
-		require.NoError(t, v.stmts.pool.QueryRowContext(ctx, `
+		require.NoError(t, v.drv.Pool().QueryRowContext(ctx, `
 			SELECT sum(seq_scan) FILTER (WHERE relname IN ('tokens', 'token_owners', 'token_locks', 'token_history')),
 			       sum(n_tup_ins) FILTER (WHERE relname = 'token_history')
 			FROM pg_stat_user_tables WHERE schemaname = current_schema()`).Scan(&c.seqScans, &c.historyRows))
@@ -170,38 +169,4 @@ func TestFastPathsReadByKey(t *testing.T) {
 	}
 	after := settled(before.historyRows + created)
 	assert.Equal(t, before.seqScans, after.seqScans, "the fast paths read tokens, holds or history whole")
-}
-
-// A fast path's statement commits on its own: when the connection is lost after it
-// was sent, it may have committed, and Pay says so (refset.ErrCommitUnknown, beside
-// refset.ErrUnavailable) rather than a bare ErrUnavailable, which promises that
-// nothing changed. Here the server runs the payment with no client left to tell, and
-// it commits: the books show it, and balance.
-func TestLostPaymentIsUnknown(t *testing.T) {
-	for _, driver := range []string{postgres.DriverLibPQ, postgres.DriverPgx} {
-		t.Run(driver, func(t *testing.T) {
-			ctx := t.Context()
-			proxy, dsn := refsettest.PostgresProxy(t, refsettest.PostgresDSN(t))
-			db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver})
-			require.NoError(t, err)
-			t.Cleanup(func() { db.Close() })
-			v, err := Open(ctx, db, Config{})
-			require.NoError(t, err)
-			require.True(t, v.fast, "the fast paths run on Postgres")
-			issue(t, v, "alice", 10)
-
-			proxy.DropCancels() // pgx's cancel after the loss would stop the statement
-			proxy.CutAfterSent("tx-lost-payment")
-			_, _, err = v.Pay(ctx, "tx-lost-payment", "alice", gbp("bob", 4))
-			require.ErrorIs(t, err, refset.ErrUnavailable)
-			require.ErrorIs(t, err, refset.ErrCommitUnknown)
-
-			require.Eventually(t, func() bool {
-				total, _, err := v.Balance(ctx, "bob", "GBP")
-				return err == nil && total == 4
-			}, 10*time.Second, 20*time.Millisecond, "the payment committed on the server")
-			a := audit(t, v)
-			assert.EqualValues(t, 10, a.Remaining, "value is conserved")
-		})
-	}
 }

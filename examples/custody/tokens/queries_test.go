@@ -24,7 +24,7 @@ func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 		var id string
 		require.NoError(t, v.db.Reader().QueryRowContext(ctx, `SELECT id FROM tokens WHERE owner = 'lena'`).Scan(&id))
 
-		other, err := v.stmts.pool.BeginTx(ctx, nil)
+		other, err := v.drv.Pool().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = other.Rollback() })
 		_, err = other.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, id)
@@ -81,7 +81,7 @@ func TestFastPathsSurviveResultTypeChange(t *testing.T) {
 					tok_type::varchar, tok_identifier::varchar, tok_issuer::varchar, tok_notary::varchar, tok_amount
 				FROM custody_select_before(p_owner, p_type, p_identifier, p_issuer, p_notary, p_amount, p_pivot, p_holder, p_ttl_ms) $$`,
 		} {
-			_, err := v.stmts.pool.ExecContext(ctx, ddl)
+			_, err := v.drv.Pool().ExecContext(ctx, ddl)
 			require.NoError(t, err)
 		}
 		for range 4 {

@@ -192,9 +192,12 @@ func (v *Vault) readQueries() {
 		return strings.TrimSpace(sqlComment.ReplaceAllString(string(text), ""))
 	}
 	v.lockRowsSQL = query("lock_rows")
-	v.stmts.db, v.stmts.pool, v.stmts.unprepared = v.db, v.drv.Pool(), v.drv.Unprepared()
+	own, ok := v.drv.(refsetdriver.OwnCommits)
+	v.stmts.db, v.stmts.own = v.db, own
 	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = query("select"), query("pay"), query("spend")
-	v.fast = v.stmts.selects.query != ""
+	v.stmts.paid, v.stmts.selected = query("paid"), query("selected")
+	// The fast paths commit on their own: they run where the Driver can run them so.
+	v.fast = v.stmts.selects.query != "" && ok
 }
 
 // sqlComment is a whole-line comment of an SQL file: for its reader, not the server
@@ -297,7 +300,10 @@ func list(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ",
 // Select locks tokens of owner matching f until they cover amount, for txID, each
 // lock expiring ttl after it is taken, by the database's clock. It returns the locked
 // tokens (their sum may exceed amount: Spend gives the change back). It fails with
-// ErrInsufficientFunds or ErrLocked, and then holds no lock it took. SelectUntil
+// ErrInsufficientFunds or ErrLocked, and then holds no lock it took. A connection
+// lost once PostgreSQL's fast path sent its statement is settled as Pay's is: Select
+// returns txID's live locks on matching tokens if they cover amount (those of an
+// earlier Select of txID among them), refset.ErrUnavailable otherwise. SelectUntil
 // also says when the locks expire.
 func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, error) {
 	got, _, err := v.SelectUntil(ctx, txID, owner, amount, f, ttl)
@@ -628,7 +634,11 @@ func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, e
 // and the tokens, records them spent by txID, and creates outputs (change included),
 // each held by its owner. The outputs must balance the inputs for every kind of token
 // (type, identifier, issuer, notary), or it fails with ErrUnbalanced and changes
-// nothing. It returns the spent tokens and the outputs as created.
+// nothing. It returns the spent tokens and the outputs as created. A connection lost
+// once PostgreSQL's fast path sent its statement is settled as Pay's is; the spent
+// tokens are then read back from the history, which keeps no type, issuer or notary:
+// those are the outputs' of the same identifier (empty where outputs of one
+// identifier are of several kinds).
 func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent, created []Token, err error) {
 	if created, err = prepare(txID, outputs); err != nil {
 		return nil, nil, err

@@ -433,7 +433,7 @@ func TestPaymentsLeaveNothingToReview(t *testing.T) {
 	issue(t, v, "erin", 4, 6)
 	queued := func() (n int) {
 		t.Helper()
-		require.NoError(t, v.stmts.pool.QueryRowContext(ctx, `SELECT count(*) FROM tokens_review`).Scan(&n))
+		require.NoError(t, v.drv.Pool().QueryRowContext(ctx, `SELECT count(*) FROM tokens_review`).Scan(&n))
 		return n
 	}
 	before := queued()
