@@ -39,9 +39,17 @@
 //     The unit that wrote it then fails alone, with the constraint's error, and the
 //     others commit.
 //   - If the shared transaction is lost before its COMMIT (a savepoint statement
-//     fails: SQLite rolled the whole transaction back on an I/O error or an
-//     interrupt), every unit whose work was in it gets ErrConflict, which refset.InTx
-//     runs again: nothing of it committed.
+//     fails, or Group.Watch says the database ended it on its own: SQLite rolls the
+//     whole transaction back on an interrupted write, and may on a full disk or an
+//     I/O error), every unit whose work was in it gets ErrConflict, which refset.InTx
+//     runs again: nothing of it committed. Watch is asked before each statement of a
+//     unit and before the writer passes on: a statement sent after the rollback would
+//     commit on its own, and so would the next unit's, its SAVEPOINT opening a new
+//     transaction; the statement fails instead, and the writer passes to no one.
+//   - A group's first unit waits for the writer's connection (Group.Conn) while its
+//     context lasts, as a unit without group commit does; reads may hold it.
+//   - A unit whose context ended before its Commit rolls back, and Commit returns the
+//     context's error, as database/sql's Tx.Commit does.
 //   - The handle a unit gets cannot end the group: COMMIT, ROLLBACK, BEGIN and any
 //     statement naming the group's savepoint fail with ErrInvalidCommand, unsent; it
 //     ends once, and its statements fail after that.

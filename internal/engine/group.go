@@ -38,6 +38,17 @@ type Group struct {
 	// context while the transaction holds other units' work; its context ends it
 	// between statements instead.
 	InterruptRollsBack bool
+	// Conn takes the connection a group's transaction begins on (SQLite's one
+	// writer), waiting for it while ctx lasts: reads may hold it, on a database whose
+	// reads and writes share one pool. Required.
+	Conn func(ctx context.Context) (*sqlx.Conn, error)
+	// Watch, if not nil, is called on a group's connection once its transaction
+	// began, and returns what reports whether the database has since ended that
+	// transaction on its own, which database/sql does not see: SQLite rolls the
+	// whole transaction back when a write in it is interrupted, and may on a full
+	// disk or an I/O error. Statements sent after that would each commit on their
+	// own. nil: the database never does.
+	Watch func(conn *sql.Conn) (ended func() bool)
 }
 
 // groupSavepoint names the savepoint each unit of a group runs in. A unit's own
@@ -87,7 +98,9 @@ type waiter struct {
 // batch is one group: its transaction and what its units learn of its end. Only the
 // turn's holder touches it, until done is closed; err is set before.
 type batch struct {
+	conn    *sqlx.Conn // Group.Conn's, closed once tx ended
 	tx      *sqlx.Tx
+	ended   func() bool // Group.Watch's: the database ended tx on its own
 	started time.Time
 	units   int   // units that ran in it
 	kept    int   // units whose work stands in it, waiting for its commit
@@ -122,12 +135,10 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	// every other unit's work in it.
 	bg := context.WithoutCancel(ctx)
 	if b == nil {
-		tx, err := g.e.c.Begin(bg)
-		if err != nil {
+		if b, err = g.open(ctx, alone); err != nil {
 			g.next()
 			return nil, err
 		}
-		b = &batch{tx: tx, started: time.Now(), alone: alone, done: make(chan struct{})}
 	}
 	b.units++
 	shared := b.kept > 0
@@ -151,6 +162,27 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	}
 	u.mu.Unlock()
 	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
+}
+
+// open begins a group's transaction. It waits for the writer's connection while ctx
+// lasts, as a unit without group commit does; the transaction itself outlives ctx
+// (see begin). Its BEGIN waits at most the database's busy timeout, for another
+// process's write.
+func (g *grouper) open(ctx context.Context, alone bool) (*batch, error) {
+	conn, err := g.cfg.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.BeginTxx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	ended := func() bool { return false }
+	if g.cfg.Watch != nil {
+		ended = g.cfg.Watch(conn.Conn)
+	}
+	return &batch{conn: conn, tx: tx, ended: ended, started: time.Now(), alone: alone, done: make(chan struct{})}, nil
 }
 
 // turn waits for the turn: the group to join, or nil to begin one. alone says the
@@ -198,6 +230,11 @@ func (g *grouper) pop() *waiter {
 // finish passes the turn on once a unit of b ended: to the next in line, in b,
 // while b may grow; otherwise it ends b and gives the turn to the next in line.
 func (g *grouper) finish(b *batch) {
+	if b.lost == nil && b.ended() {
+		// Passed on, the transaction would be a new one: the next unit's SAVEPOINT
+		// would begin it and its RELEASE commit it there and then.
+		b.lose(errEndedByDatabase)
+	}
 	g.mu.Lock()
 	if b.lost == nil && !b.alone && len(g.waiters) > 0 && !g.waiters[0].alone &&
 		b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
@@ -217,7 +254,7 @@ func (g *grouper) end(b *batch) {
 	switch {
 	case b.lost != nil:
 		_ = b.tx.Rollback()
-		b.err = fmt.Errorf("%s: group commit: %w: the transaction this unit shared with others was rolled back (%w); nothing of the unit committed, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, b.lost)
+		b.err = fmt.Errorf("%s: group commit: %w: the transaction of this unit's group was rolled back (%w); nothing of the unit committed, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, b.lost)
 	case b.kept == 0:
 		_ = b.tx.Rollback()
 	default:
@@ -237,6 +274,7 @@ func (g *grouper) end(b *batch) {
 		g.units += int64(b.kept)
 		g.mu.Unlock()
 	}
+	_ = b.conn.Close()
 	close(b.done)
 }
 
@@ -256,6 +294,10 @@ func (g *grouper) next() {
 // errUnitRolledBack is why a group's transaction ends when its only unit so far,
 // which runs without a savepoint, is rolled back: no kept unit ever sees it.
 var errUnitRolledBack = errors.New("its only unit was rolled back")
+
+// errEndedByDatabase is why a group's transaction is lost when the database ended it
+// on its own (Group.Watch).
+var errEndedByDatabase = errors.New("the database rolled it back: a write of it was interrupted, or failed with a full disk or an I/O error")
 
 // refusedWrite reports whether err, translated, refuses what was written (a
 // constraint), rather than the transaction (a conflict) or the database.
@@ -357,6 +399,12 @@ func (u *unit) Enter(ctx context.Context, query string) (context.Context, func()
 		err = ctx.Err()
 	case sqltext.EndingStatement(query) != "" || mentions(query, groupSavepoint):
 		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", u.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
+	case u.b.lost == nil && u.b.ended():
+		// Sent now, the statement would commit on its own.
+		u.b.lose(errEndedByDatabase)
+		fallthrough
+	case u.b.lost != nil:
+		err = fmt.Errorf("%s: group commit: %w: the unit's transaction is lost (%w); nothing of the unit will commit, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, u.b.lost)
 	default:
 		if !u.shared {
 			return ctx, u.mu.RUnlock, nil
@@ -380,6 +428,10 @@ func (u *unit) Enter(ctx context.Context, query string) (context.Context, func()
 // Commit keeps the unit's work in the group and returns once the group's commit
 // did: nil only when it committed.
 func (u *unit) Commit() error {
+	// As database/sql's Tx.Commit: a unit whose context ended rolls back.
+	if err := u.ctx.Err(); err != nil && u.abandon(err) {
+		return err
+	}
 	u.mu.Lock()
 	if u.ended {
 		defer u.mu.Unlock()

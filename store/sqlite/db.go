@@ -201,7 +201,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
-		Group:   groupCommit(opts),
+		Group:   groupCommit(opts, writer),
 	})
 	return db
 }

@@ -30,3 +30,13 @@ func mattnCode(err error) (code int, msg string, ok bool) {
 	}
 	return code, se.Error(), true
 }
+
+// mattnInTransaction reports whether dc, a driver connection, is go-sqlite3's (ok),
+// and if so whether it is in a transaction (sqlite3_get_autocommit).
+func mattnInTransaction(dc any) (open, ok bool) {
+	c, ok := dc.(*sqlite3.SQLiteConn)
+	if !ok {
+		return false, false
+	}
+	return !c.AutoCommit(), true
+}

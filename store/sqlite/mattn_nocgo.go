@@ -11,3 +11,5 @@ const mattnLinked = false
 func isMattn(driver.Driver) bool { return false }
 
 func mattnCode(error) (int, string, bool) { return 0, "", false }
+
+func mattnInTransaction(any) (open, ok bool) { return false, false }
