@@ -13,10 +13,12 @@
 // to unit (group.go): each runs on its own goroutine, as before, in a SAVEPOINT of
 // its own inside the shared transaction (but for a unit that finds no other unit's
 // work in it, which needs none: if it fails, the transaction goes, losing nothing
-// else). A unit that ends passes the writer on: to
-// the first unit already waiting, in the same transaction, while the group has taken
-// fewer than Group.MaxUnits and is younger than Group.MaxAge; otherwise it commits
-// the group itself and the next waiter begins a new one. A group is thus made only
+// else). A unit that ends passes the writer on: to a unit already waiting, in the
+// same transaction, while the group has taken fewer than Group.MaxUnits and is
+// younger than Group.MaxAge; otherwise it commits the group itself and frees the
+// writer, for a waiting unit to begin a new group. The waiting line is two channels:
+// a token channel that holds the writer while it is free, and an unbuffered hand-off
+// channel, which only a unit already waiting receives from. A group is thus made only
 // of units that were waiting when the one before finished: one goroutine alone
 // neither waits nor pays a savepoint.
 //

@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,19 +57,26 @@ type Group struct {
 const groupSavepoint = "refset_group_unit"
 
 // grouper hands the writer to one unit at a time and commits their work in groups.
-// The unit that has the writer holds the turn; every other waits in line. A unit that
-// ends passes the turn on: to the first in line, inside the same transaction, while
-// the group may grow; otherwise it commits the group itself and gives the next in
-// line a new transaction.
+// The unit that has the writer holds the turn; every other waits for it. A unit that
+// ends passes the turn on: to a unit already waiting, inside the same transaction,
+// while the group may grow; otherwise it ends the group itself and frees the writer,
+// for a waiting unit to begin a new group.
 type grouper struct {
 	e   *Engine
 	cfg Group
 
-	mu      sync.Mutex
-	held    bool      // a unit holds the turn, or commits a group
-	waiters []*waiter // in the order they came
-	commits int64     // groups committed
-	units   int64     // units they committed
+	// free holds the writer while no unit has it, nor ends a group: the unit that
+	// takes it begins a group.
+	free chan struct{}
+	// handOff passes the writer, inside its group's transaction, to a unit waiting
+	// for it. It is unbuffered: only a unit already waiting can take it, and when
+	// none is, the group ends.
+	handOff chan *batch
+
+	waiting atomic.Int64 // units waiting for the writer
+	joiners atomic.Int64 // of them, those that may join a group (not alone)
+	commits atomic.Int64 // groups committed
+	units   atomic.Int64 // units they committed
 }
 
 // GroupStats is what a database's group commit did so far: the groups it committed
@@ -83,16 +90,7 @@ func Stats(e *Engine) GroupStats {
 		return GroupStats{}
 	}
 	g := e.group
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return GroupStats{Commits: g.commits, Units: g.units, Waiting: int64(len(g.waiters))}
-}
-
-// waiter is a unit waiting for the turn: it is sent the group to join, or nil to
-// begin a new one; a unit that must run alone is only ever sent nil.
-type waiter struct {
-	grant chan *batch
-	alone bool
+	return GroupStats{Commits: g.commits.Load(), Units: g.units.Load(), Waiting: g.waiting.Load()}
 }
 
 // batch is one group: its transaction and what its units learn of its end. Only the
@@ -120,7 +118,9 @@ func newGrouper(e *Engine, cfg Group) *grouper {
 	if cfg.Evict <= 0 {
 		cfg.Evict = 250 * time.Millisecond
 	}
-	return &grouper{e: e, cfg: cfg}
+	g := &grouper{e: e, cfg: cfg, free: make(chan struct{}, 1), handOff: make(chan *batch)}
+	g.free <- struct{}{}
+	return g
 }
 
 // begin waits for the turn and gives the unit its savepoint in the group's
@@ -136,7 +136,7 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	bg := context.WithoutCancel(ctx)
 	if b == nil {
 		if b, err = g.open(ctx, alone); err != nil {
-			g.next()
+			g.release()
 			return nil, err
 		}
 	}
@@ -187,65 +187,57 @@ func (g *grouper) open(ctx context.Context, alone bool) (*batch, error) {
 
 // turn waits for the turn: the group to join, or nil to begin one. alone says the
 // unit must run in a transaction of its own: its context was marked by
-// refsetdriver.Alone when the commit it shared before was refused.
+// refsetdriver.Alone when the commit it shared before was refused. Such a unit takes
+// only the free writer, never a group handed off.
 func (g *grouper) turn(ctx context.Context) (b *batch, alone bool, err error) {
 	alone = refsetdriver.MustRunAlone(ctx)
-	g.mu.Lock()
-	if !g.held {
-		g.held = true
-		g.mu.Unlock()
-		return nil, alone, nil
-	}
-	w := &waiter{grant: make(chan *batch, 1), alone: alone}
-	g.waiters = append(g.waiters, w)
-	g.mu.Unlock()
 	select {
-	case b := <-w.grant:
+	case <-g.free:
+		return nil, alone, nil
+	default:
+	}
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	join := g.handOff
+	if alone {
+		join = nil // never ready
+	} else {
+		g.joiners.Add(1)
+		defer g.joiners.Add(-1)
+	}
+	select {
+	case <-g.free:
+		return nil, alone, nil
+	case b := <-join:
 		return b, alone, nil
 	case <-ctx.Done():
-	}
-	g.mu.Lock()
-	if i := slices.Index(g.waiters, w); i >= 0 {
-		g.waiters = slices.Delete(g.waiters, i, i+1)
-		g.mu.Unlock()
 		return nil, false, ctx.Err()
 	}
-	g.mu.Unlock()
-	// The turn came as ctx ended: pass it on unused.
-	if b := <-w.grant; b != nil {
-		g.finish(b)
-	} else {
-		g.next()
-	}
-	return nil, false, ctx.Err()
 }
 
-// pop is the first waiter in line; g.mu is held and the line not empty.
-func (g *grouper) pop() *waiter {
-	w := g.waiters[0]
-	g.waiters = slices.Delete(g.waiters, 0, 1)
-	return w
-}
-
-// finish passes the turn on once a unit of b ended: to the next in line, in b,
-// while b may grow; otherwise it ends b and gives the turn to the next in line.
+// finish passes the turn on once a unit of b ended: to a unit already waiting, in
+// b, while b stands and may grow; otherwise it ends b and frees the writer.
 func (g *grouper) finish(b *batch) {
 	if b.lost == nil && b.ended() {
 		// Passed on, the transaction would be a new one: the next unit's SAVEPOINT
 		// would begin it and its RELEASE commit it there and then.
 		b.lose(errEndedByDatabase)
 	}
-	g.mu.Lock()
-	if b.lost == nil && !b.alone && len(g.waiters) > 0 && !g.waiters[0].alone &&
-		b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
-		w := g.pop()
-		g.mu.Unlock()
-		w.grant <- b
-		return
+	if b.lost == nil && !b.alone && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
+		// A unit counted as a joiner is in turn's select, or a few instructions
+		// from it (on its way in, or out once its context ended): wait those out,
+		// so that a unit Stats counts as waiting when the group may grow joins it.
+		for g.joiners.Load() > 0 {
+			select {
+			case g.handOff <- b:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
 	}
-	g.mu.Unlock()
 	g.end(b)
-	g.next()
+	g.release()
 }
 
 // end commits b's transaction, or rolls it back when no unit's work stands in it or
@@ -269,27 +261,15 @@ func (g *grouper) end(b *batch) {
 			}
 			break
 		}
-		g.mu.Lock()
-		g.commits++
-		g.units += int64(b.kept)
-		g.mu.Unlock()
+		g.commits.Add(1)
+		g.units.Add(int64(b.kept))
 	}
 	_ = b.conn.Close()
 	close(b.done)
 }
 
-// next gives the turn to the first in line, to begin a new group, or leaves it free.
-func (g *grouper) next() {
-	g.mu.Lock()
-	if len(g.waiters) == 0 {
-		g.held = false
-		g.mu.Unlock()
-		return
-	}
-	w := g.pop()
-	g.mu.Unlock()
-	w.grant <- nil
-}
+// release frees the writer, for a waiting unit, or the next to come, to begin a group.
+func (g *grouper) release() { g.free <- struct{}{} }
 
 // errUnitRolledBack is why a group's transaction ends when its only unit so far,
 // which runs without a savepoint, is rolled back: no kept unit ever sees it.
