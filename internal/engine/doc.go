@@ -84,7 +84,7 @@
 //     connection (SELECT 1) is the one statement that runs beside the unit's; it
 //     changes nothing. (TestGroupCommitInvariants, TestGroupCommitEvictsBlockedUnit,
 //     TestGroupCommitKeepsBusyUnit.)
-//  2. One door. Every statement of a unit goes through the unit (Unit.Enter, called
+//  2. One door. Every statement of a unit goes through the unit (Member.Enter, called
 //     by sqlstore.Tx, which has no other way to reach the transaction): none runs
 //     once the unit ended, none ends the shared transaction or names the group's
 //     savepoint, and each counts as activity. (TestGroupCommitUnitHasOneDoor,

@@ -153,15 +153,15 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 			return nil, err
 		}
 	}
-	u := &unit{g: g, b: b, ctx: ctx, shared: shared, before: b.kept}
-	u.mu.Lock() // what ends the unit later waits until it is set up
-	u.stopCtx = context.AfterFunc(ctx, func() { u.abandon(ctx.Err()) })
-	if u.shared {
-		u.touch()
-		u.evict = time.AfterFunc(g.cfg.Evict, u.watch)
+	m := &member{g: g, b: b, ctx: ctx, shared: shared, before: b.kept}
+	m.mu.Lock() // what ends the unit later waits until it is set up
+	m.stopCtx = context.AfterFunc(ctx, func() { m.abandon(ctx.Err()) })
+	if m.shared {
+		m.touch()
+		m.evict = time.AfterFunc(g.cfg.Evict, m.watch)
 	}
-	u.mu.Unlock()
-	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
+	m.mu.Unlock()
+	return sqlstore.NewMemberTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, m), nil
 }
 
 // open begins a group's transaction. It waits for the writer's connection while ctx
@@ -298,8 +298,8 @@ func (b *batch) lose(err error) {
 	}
 }
 
-// unit is one unit of work in a group: sqlstore.Tx runs its statements through it.
-type unit struct {
+// member is one unit of work in a group: sqlstore.Tx runs its statements through it.
+type member struct {
 	g      *grouper
 	b      *batch
 	ctx    context.Context
@@ -319,22 +319,22 @@ type unit struct {
 }
 
 // touch notes that the unit is active now.
-func (u *unit) touch() { u.active.Store(time.Now().UnixNano()) }
+func (m *member) touch() { m.active.Store(time.Now().UnixNano()) }
 
 // watch evicts the unit if it has been idle for Group.Evict, and looks again later
 // otherwise.
-func (u *unit) watch() {
-	evict := u.g.cfg.Evict
-	idle := time.Since(time.Unix(0, u.active.Load()))
-	if u.inFlight.Load() > 0 || idle < evict || u.reading() {
-		u.mu.RLock()
-		if !u.ended {
-			u.evict.Reset(evict - min(idle, evict/2))
+func (m *member) watch() {
+	evict := m.g.cfg.Evict
+	idle := time.Since(time.Unix(0, m.active.Load()))
+	if m.inFlight.Load() > 0 || idle < evict || m.reading() {
+		m.mu.RLock()
+		if !m.ended {
+			m.evict.Reset(evict - min(idle, evict/2))
 		}
-		u.mu.RUnlock()
+		m.mu.RUnlock()
 		return
 	}
-	u.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, evict, u.before))
+	m.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", m.g.e.c.Name, sentinel.ErrConflict, evict, m.before))
 }
 
 // reading reports whether the database is busy with a query of the unit that
@@ -344,20 +344,20 @@ func (u *unit) watch() {
 // Scan). While a driver works on a row it holds the connection, so a statement sent
 // to it then waits: a probe that waits longer than a statement takes on an idle
 // connection says the unit is reading, and counts as activity.
-func (u *unit) reading() bool {
-	u.mu.RLock()
-	defer u.mu.RUnlock()
-	if u.ended {
+func (m *member) reading() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.ended {
 		return false
 	}
 	start := time.Now()
-	if _, err := u.b.tx.ExecContext(context.WithoutCancel(u.ctx), "SELECT 1"); err != nil {
+	if _, err := m.b.tx.ExecContext(context.WithoutCancel(m.ctx), "SELECT 1"); err != nil {
 		return false
 	}
 	if time.Since(start) < probeWait {
 		return false
 	}
-	u.touch()
+	m.touch()
 	return true
 }
 
@@ -366,68 +366,68 @@ func (u *unit) reading() bool {
 // connection, little beside Group.Evict.
 const probeWait = 2 * time.Millisecond
 
-var _ sqlstore.Unit = (*unit)(nil)
+var _ sqlstore.Member = (*member)(nil)
 
 // Enter lets a statement of the unit run: not once it ended, nor when its context
 // has, nor one that would end the shared transaction or touch the unit's savepoint.
-func (u *unit) Enter(ctx context.Context, query string) (context.Context, func(), error) {
-	u.mu.RLock()
-	err := u.why
+func (m *member) Enter(ctx context.Context, query string) (context.Context, func(), error) {
+	m.mu.RLock()
+	err := m.why
 	switch {
-	case u.ended:
+	case m.ended:
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case sqltext.EndingStatement(query) != "" || mentions(query, groupSavepoint):
-		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", u.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
-	case u.b.lost == nil && u.b.ended():
+		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", m.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
+	case m.b.lost == nil && m.b.ended():
 		// Sent now, the statement would commit on its own.
-		u.b.lose(errEndedByDatabase)
+		m.b.lose(errEndedByDatabase)
 		fallthrough
-	case u.b.lost != nil:
-		err = fmt.Errorf("%s: group commit: %w: the unit's transaction is lost (%w); nothing of the unit will commit, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, u.b.lost)
+	case m.b.lost != nil:
+		err = fmt.Errorf("%s: group commit: %w: the unit's transaction is lost (%w); nothing of the unit will commit, and refset.InTx runs it again", m.g.e.c.Name, sentinel.ErrConflict, m.b.lost)
 	default:
-		if !u.shared {
-			return ctx, u.mu.RUnlock, nil
+		if !m.shared {
+			return ctx, m.mu.RUnlock, nil
 		}
-		if u.g.cfg.InterruptRollsBack {
+		if m.g.cfg.InterruptRollsBack {
 			// Cut short, the statement would take the other units' work with it.
 			ctx = context.WithoutCancel(ctx)
 		}
-		u.inFlight.Add(1)
-		u.touch()
+		m.inFlight.Add(1)
+		m.touch()
 		return ctx, func() {
-			u.touch()
-			u.inFlight.Add(-1)
-			u.mu.RUnlock()
+			m.touch()
+			m.inFlight.Add(-1)
+			m.mu.RUnlock()
 		}, nil
 	}
-	u.mu.RUnlock()
+	m.mu.RUnlock()
 	return nil, nil, err
 }
 
 // Commit keeps the unit's work in the group and returns once the group's commit
 // did: nil only when it committed.
-func (u *unit) Commit() error {
+func (m *member) Commit() error {
 	// As database/sql's Tx.Commit: a unit whose context ended rolls back.
-	if err := u.ctx.Err(); err != nil && u.abandon(err) {
+	if err := m.ctx.Err(); err != nil && m.abandon(err) {
 		return err
 	}
-	u.mu.Lock()
-	if u.ended {
-		defer u.mu.Unlock()
-		return u.why
+	m.mu.Lock()
+	if m.ended {
+		defer m.mu.Unlock()
+		return m.why
 	}
-	u.end(sql.ErrTxDone)
-	b := u.b
-	if !u.shared {
+	m.end(sql.ErrTxDone)
+	b := m.b
+	if !m.shared {
 		b.kept++
-	} else if _, err := b.tx.ExecContext(context.WithoutCancel(u.ctx), "RELEASE "+groupSavepoint); err != nil {
+	} else if _, err := b.tx.ExecContext(context.WithoutCancel(m.ctx), "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
 	} else {
 		b.kept++
 	}
-	u.mu.Unlock()
-	u.g.finish(b)
+	m.mu.Unlock()
+	m.g.finish(b)
 	<-b.done
 	if b.err != nil {
 		return b.err
@@ -436,8 +436,8 @@ func (u *unit) Commit() error {
 }
 
 // Rollback undoes the unit's work alone; the group goes on without it.
-func (u *unit) Rollback() error {
-	if !u.abandon(sql.ErrTxDone) {
+func (m *member) Rollback() error {
+	if !m.abandon(sql.ErrTxDone) {
 		return sql.ErrTxDone
 	}
 	return nil
@@ -445,16 +445,16 @@ func (u *unit) Rollback() error {
 
 // abandon rolls the unit back to its savepoint unless it ended; why is what its
 // statements fail with from then on. It reports whether it rolled back.
-func (u *unit) abandon(why error) bool {
-	u.mu.Lock()
-	if u.ended {
-		u.mu.Unlock()
+func (m *member) abandon(why error) bool {
+	m.mu.Lock()
+	if m.ended {
+		m.mu.Unlock()
 		return false
 	}
-	u.end(why)
-	b := u.b
-	undo := context.WithoutCancel(u.ctx)
-	if !u.shared {
+	m.end(why)
+	b := m.b
+	undo := context.WithoutCancel(m.ctx)
+	if !m.shared {
 		// No savepoint, and no other unit's work: the transaction goes, and the next
 		// unit begins a new one.
 		b.lose(errUnitRolledBack)
@@ -463,17 +463,17 @@ func (u *unit) abandon(why error) bool {
 	} else if _, err := b.tx.ExecContext(undo, "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
 	}
-	u.mu.Unlock()
-	u.g.finish(b)
+	m.mu.Unlock()
+	m.g.finish(b)
 	return true
 }
 
-// end marks the unit ended and stops what would end it later; u.mu is held.
-func (u *unit) end(why error) {
-	u.ended, u.why = true, why
-	u.stopCtx()
-	if u.evict != nil {
-		u.evict.Stop()
+// end marks the unit ended and stops what would end it later; m.mu is held.
+func (m *member) end(why error) {
+	m.ended, m.why = true, why
+	m.stopCtx()
+	if m.evict != nil {
+		m.evict.Stop()
 	}
 }
 

@@ -13,21 +13,21 @@ import (
 // database's stores know that the statements they prepared on its pool can run in it.
 // Its methods are the only ways to run a statement in it: the transaction is a field,
 // not embedded, so that in a unit of work that shares it (group commit) every
-// statement goes through the unit (Unit.Enter), which tells a busy unit from an idle
+// statement goes through the unit (Member.Enter), which tells a busy unit from an idle
 // one and refuses a statement once the unit ended.
 type Tx struct {
-	tx    *sql.Tx
-	db    refset.Database
-	stmts *stmtcache.Cache
-	o     TxOptions
-	ctx   context.Context // the one the transaction began with
-	unit  Unit            // nil: the transaction is one unit's own
+	tx     *sql.Tx
+	db     refset.Database
+	stmts  *stmtcache.Cache
+	o      TxOptions
+	ctx    context.Context // the one the transaction began with
+	member Member          // nil: the transaction is one unit's own
 }
 
-// Unit is one unit of work in a transaction it shares with others (a group commit,
-// internal/engine): it says whether and how each of the unit's statements may run on
+// Member is one unit of work in a transaction it shares with others (a member of a
+// group commit's group, internal/engine): it says whether and how each of the unit's statements may run on
 // the shared transaction, and ends the unit its own way, never the transaction.
-type Unit interface {
+type Member interface {
 	// Enter is called before each statement of the unit: it returns the context to
 	// run the statement with and leave, to call once the call returned; or the error
 	// the statement fails with, unsent (the unit has ended, or the statement would
@@ -57,18 +57,18 @@ func NewTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcach
 	return &Tx{tx: tx.Tx, db: db, stmts: stmts, o: o, ctx: ctx}
 }
 
-// NewUnitTx is a unit of work u in tx, a transaction db began with ctx that u shares
-// with other units: the unit's statements run in tx as u allows, and its Commit and
-// Rollback are u's.
-func NewUnitTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions, u Unit) *Tx {
-	return &Tx{tx: tx.Tx, db: db, stmts: stmts, o: o, ctx: ctx, unit: u}
+// NewMemberTx is a unit of work in tx, a transaction db began with ctx that it
+// shares with other units (a group's member m): the unit's statements run in tx as m
+// allows, and its Commit and Rollback are m's.
+func NewMemberTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions, m Member) *Tx {
+	return &Tx{tx: tx.Tx, db: db, stmts: stmts, o: o, ctx: ctx, member: m}
 }
 
 // Commit commits the transaction, the store's way if it has one; a unit's, as the
 // unit does.
 func (tx *Tx) Commit() error {
-	if tx.unit != nil {
-		return tx.unit.Commit()
+	if tx.member != nil {
+		return tx.member.Commit()
 	}
 	if tx.o.Commit == nil {
 		return tx.tx.Commit()
@@ -78,8 +78,8 @@ func (tx *Tx) Commit() error {
 
 // Rollback rolls the transaction back; a unit's, as the unit does.
 func (tx *Tx) Rollback() error {
-	if tx.unit != nil {
-		return tx.unit.Rollback()
+	if tx.member != nil {
+		return tx.member.Rollback()
 	}
 	return tx.tx.Rollback()
 }
@@ -119,10 +119,10 @@ func (tx *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql
 // is not sent: its row's Scan fails with context.Canceled, the one error database/sql
 // lets a caller put in a Row.
 func (tx *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if tx.unit == nil {
+	if tx.member == nil {
 		return tx.tx.QueryRowContext(ctx, query, args...)
 	}
-	stmtCtx, leave, err := tx.unit.Enter(ctx, query)
+	stmtCtx, leave, err := tx.member.Enter(ctx, query)
 	if err != nil {
 		dead, cancel := context.WithCancel(ctx)
 		cancel()
@@ -181,17 +181,17 @@ func (s *Stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error)
 func (s *Stmt) Close() error { return s.stmt.Close() }
 
 // enter checks a statement's arguments (when check) and, in a unit, enters it
-// (Unit.Enter).
+// (Member.Enter).
 func (tx *Tx) enter(ctx context.Context, query string, check bool, args []any) (context.Context, func(), error) {
 	if check {
 		if err := tx.checkArgs(query, args); err != nil {
 			return nil, nil, err
 		}
 	}
-	if tx.unit == nil {
+	if tx.member == nil {
 		return ctx, func() {}, nil
 	}
-	return tx.unit.Enter(ctx, query)
+	return tx.member.Enter(ctx, query)
 }
 
 func (tx *Tx) checkArgs(query string, args []any) error {
