@@ -11,9 +11,8 @@
 // commit (Config.Group): units of work waiting for the writer share one transaction
 // and one COMMIT, so one fsync, instead of one each. The writer is handed from unit
 // to unit (group.go): each runs on its own goroutine, as before, in a SAVEPOINT of
-// its own inside the shared transaction (but for a unit that finds no other unit's
-// work in it, which needs none: if it fails, the transaction goes, losing nothing
-// else). A unit that ends passes the writer on: to a unit already waiting, in the
+// its own inside the shared transaction (but for a group's first unit, which needs
+// none: if it fails, the transaction goes, losing nothing else). A unit that ends passes the writer on: to a unit already waiting, in the
 // same transaction, while the group has taken fewer than Group.MaxUnits and is
 // younger than Group.MaxAge; otherwise it commits the group itself and frees the
 // writer, for a waiting unit to begin a new group. The waiting line is two channels:
@@ -24,8 +23,9 @@
 //
 //   - A unit that fails (its function's error, a Command's refusal, a panic, its
 //     context ending, Rollback) rolls back to its savepoint alone; the group goes on.
-//     (A group's first unit, or one after units that all failed, has no savepoint:
-//     its failure rolls back the transaction, and the next unit begins another.)
+//     (A group's first unit has no savepoint: its failure rolls back the
+//     transaction, and the next unit begins another. So a group is passed on only
+//     once its first unit was kept, and every later unit runs in a savepoint.)
 //     A unit left open is rolled back when its context ends, as database/sql does.
 //   - A unit's Commit releases its savepoint and returns once the group's COMMIT did:
 //     nil only then. refset runs what waits for a commit (AfterCommit: leases

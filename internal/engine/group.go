@@ -142,10 +142,11 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	}
 	b.units++
 	shared := b.kept > 0
-	// A unit that finds no other unit's work in the transaction runs without a
-	// savepoint: if it fails, the whole transaction is rolled back (abandon), which
-	// loses nothing else. A unit alone, the common case without contention, so pays
-	// nothing for group commit but the turn.
+	// A group's first unit runs without a savepoint: if it fails, the whole
+	// transaction is rolled back (abandon), which loses nothing else, and the group
+	// is passed to no one. Every later unit so finds the first one's work kept. A
+	// unit alone, the common case without contention, pays nothing for group commit
+	// but the turn.
 	if shared {
 		if _, err := b.tx.ExecContext(bg, "SAVEPOINT "+groupSavepoint); err != nil {
 			b.lose(err)
