@@ -84,69 +84,85 @@ func Reader(ctx context.Context, db Database) Querier {
 }
 
 // runUnit runs once, one attempt at a unit of work in a transaction of its own, as
-// InTx promises: again at once if a prepared statement was out of date after a schema
-// change (the attempt's error wraps stmtcache.ErrStale; the statement is prepared anew
-// in the new transaction), again after a back-off while the database aborts it with a
-// conflict, logging a commit whose outcome is unknown, and with its error made to
-// match the context's when ctx ended. once gets ctx, marked by refsetdriver.Alone
-// once an attempt failed with an error that refsetdriver.RunsAlone (its shared
-// commit was refused for what another unit of work wrote).
+// InTx promises, and runs it again within three budgets, each counted afresh for an
+// attempt that the others let run again:
+//
+//   - a statement prepared before a schema change (the attempt's error wraps
+//     stmtcache.ErrStale; the statement is prepared anew in the new transaction):
+//     once more, at once;
+//   - a conflict (ErrConflict): maxAttempts runs in a row, with jittered back-off
+//     (retryConflicts' rule);
+//   - the database lost (ErrUnavailable, and the unit certainly did not commit): for
+//     up to the database's RetryUnavailable from the first such failure
+//     (store.Options.RetryUnavailable), waiting 50 ms before the first run again and
+//     twice as long before each next one, up to a second. A failover's new primary
+//     takes seconds to take writes; the waits keep a program's units from hammering
+//     the servers that are left meanwhile.
+//
+// It logs a commit whose outcome is unknown, and makes its error match the
+// context's when ctx ended. once gets ctx, marked by refsetdriver.Alone once an
+// attempt failed with an error that refsetdriver.RunsAlone (its shared commit was
+// refused for what another unit of work wrote).
 func runUnit(ctx context.Context, caps capabilities, once func(ctx context.Context) error) error {
 	log := caps.log
 	runCtx := ctx
-	run := func() error {
+	var (
+		staleRan  bool          // this attempt ran again for a stale statement
+		conflicts int           // runs in a row the database aborted
+		outages   int           // runs that lost the database
+		deadline  time.Time     // of running again after the first of them
+		wait      time.Duration = 50 * time.Millisecond
+	)
+	for {
 		err := once(runCtx)
 		if refsetdriver.RunsAlone(err) {
 			runCtx = refsetdriver.Alone(ctx)
 		}
-		return err
-	}
-	attempt := func() error {
-		return retryConflicts(ctx, caps, func() error {
-			err := run()
-			if errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil {
-				log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
-					slog.Any("cause", err))
-				err = run()
+		again := false
+		switch {
+		case errors.Is(err, stmtcache.ErrStale) && ctx.Err() == nil && !staleRan:
+			log.LogAttrs(ctx, slog.LevelDebug, "refset: a prepared statement was out of date after a schema change; running the transaction again",
+				slog.Any("cause", err))
+			staleRan, again = true, true
+		case errors.Is(err, ErrConflict):
+			conflicts++
+			again, err = againAfterConflict(ctx, caps, conflicts, err)
+			staleRan = false
+		case caps.retryUnavailable > 0 && mayRunAgain(err):
+			if outages++; outages == 1 {
+				deadline = time.Now().Add(caps.retryUnavailable)
 			}
-			return err
-		})
+			again, err = againWhenAvailable(ctx, caps, outages, wait, deadline, err)
+			wait = min(2*wait, time.Second)
+			staleRan, conflicts = false, 0
+		}
+		if again {
+			continue
+		}
+		if errors.Is(err, ErrCommitUnknown) {
+			log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
+				slog.Any("error", err))
+		}
+		return ctxerr.Wrap(ctx, err)
 	}
-	err := rideThrough(ctx, caps, attempt)
-	if errors.Is(err, ErrCommitUnknown) {
-		log.LogAttrs(ctx, slog.LevelError, "refset: connection lost while committing; the transaction may or may not have committed",
-			slog.Any("error", err))
-	}
-	return ctxerr.Wrap(ctx, err)
 }
 
-// rideThrough runs attempt, a unit of work, and runs it again while it fails with
-// ErrUnavailable and certainly did not commit, for up to the database's
-// RetryUnavailable from the first failure (store.Options.RetryUnavailable), waiting
-// 50 ms before the first retry and twice as long before each next one, up to a
-// second. A failover's new primary takes seconds to take writes; the waits keep a
-// program's units from hammering the servers that are left meanwhile.
-func rideThrough(ctx context.Context, caps capabilities, attempt func() error) error {
-	err := attempt()
-	if caps.retryUnavailable <= 0 || !mayRunAgain(err) {
-		return err
+// againWhenAvailable says whether a unit of work whose outages-th run lost the
+// database with err runs again, after wait, which must end before deadline: the
+// error to return if not.
+func againWhenAvailable(ctx context.Context, caps capabilities, outages int, wait time.Duration, deadline time.Time, err error) (bool, error) {
+	if time.Now().Add(wait).After(deadline) {
+		caps.log.LogAttrs(ctx, slog.LevelWarn, "refset: database still unavailable; giving up on the unit of work",
+			slog.Int("attempts", outages), slog.Duration("retried_for", caps.retryUnavailable), slog.Any("error", err))
+		return false, err
 	}
-	deadline := time.Now().Add(caps.retryUnavailable)
-	for wait, n := 50*time.Millisecond, 1; mayRunAgain(err); wait, n = min(2*wait, time.Second), n+1 {
-		if time.Now().Add(wait).After(deadline) {
-			caps.log.LogAttrs(ctx, slog.LevelWarn, "refset: database still unavailable; giving up on the unit of work",
-				slog.Int("attempts", n), slog.Duration("retried_for", caps.retryUnavailable), slog.Any("error", err))
-			return err
-		}
-		caps.log.LogAttrs(ctx, slog.LevelInfo, "refset: database unavailable and the unit of work did not commit; running it again",
-			slog.Int("attempt", n), slog.Duration("wait", wait), slog.Any("cause", err))
-		if werr := ctxerr.Sleep(ctx, wait); werr != nil {
-			return errors.Join(err, werr)
-		}
-		caps.obs.Retried(ctx, err)
-		err = attempt()
+	caps.log.LogAttrs(ctx, slog.LevelInfo, "refset: database unavailable and the unit of work did not commit; running it again",
+		slog.Int("attempt", outages), slog.Duration("wait", wait), slog.Any("cause", err))
+	if werr := ctxerr.Sleep(ctx, wait); werr != nil {
+		return false, errors.Join(err, werr)
 	}
-	return err
+	caps.obs.Retried(ctx, err)
+	return true, nil
 }
 
 // mayRunAgain reports whether a unit of work that failed with err may run again
@@ -175,25 +191,35 @@ func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
 // cause) and a conflict that outlasted them (a warning) to caps' logger, and telling
 // its Observer.
 func retryConflicts(ctx context.Context, caps capabilities, fn func() error) error {
-	log, obs := caps.log, caps.obs
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		if err == nil || !errors.Is(err, ErrConflict) {
 			return err
 		}
-		if attempt == maxAttempts {
-			log.LogAttrs(ctx, slog.LevelWarn, "refset: transaction still aborted by the database after retries",
-				slog.Int("attempts", attempt), slog.Any("error", err))
-			obs.Conflicted(ctx, err)
+		if again, err := againAfterConflict(ctx, caps, attempt, err); !again {
 			return err
 		}
-		log.LogAttrs(ctx, slog.LevelDebug, "refset: transaction aborted by the database; retrying",
-			slog.Int("attempt", attempt), slog.Any("cause", err))
-		if werr := backoff(ctx, attempt); werr != nil {
-			return errors.Join(err, werr)
-		}
-		obs.Retried(ctx, err)
 	}
+}
+
+// againAfterConflict says whether work whose attempt-th run in a row the database
+// aborted with err (ErrConflict) runs again, after a jittered back-off: the error to
+// return if not. It logs each retry (at debug level, with its cause) and a conflict
+// that outlasted them (a warning) to caps' logger, and tells its Observer.
+func againAfterConflict(ctx context.Context, caps capabilities, attempt int, err error) (bool, error) {
+	if attempt == maxAttempts {
+		caps.log.LogAttrs(ctx, slog.LevelWarn, "refset: transaction still aborted by the database after retries",
+			slog.Int("attempts", attempt), slog.Any("error", err))
+		caps.obs.Conflicted(ctx, err)
+		return false, err
+	}
+	caps.log.LogAttrs(ctx, slog.LevelDebug, "refset: transaction aborted by the database; retrying",
+		slog.Int("attempt", attempt), slog.Any("cause", err))
+	if werr := backoff(ctx, attempt); werr != nil {
+		return false, errors.Join(err, werr)
+	}
+	caps.obs.Retried(ctx, err)
+	return true, nil
 }
 
 func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) error) error {

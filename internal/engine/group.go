@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +38,17 @@ type Group struct {
 	// context while the transaction holds other units' work; its context ends it
 	// between statements instead.
 	InterruptRollsBack bool
+	// Conn takes the connection a group's transaction begins on (SQLite's one
+	// writer), waiting for it while ctx lasts: reads may hold it, on a database whose
+	// reads and writes share one pool. Required.
+	Conn func(ctx context.Context) (*sqlx.Conn, error)
+	// Watch, if not nil, is called on a group's connection once its transaction
+	// began, and returns what reports whether the database has since ended that
+	// transaction on its own, which database/sql does not see: SQLite rolls the
+	// whole transaction back when a write in it is interrupted, and may on a full
+	// disk or an I/O error. Statements sent after that would each commit on their
+	// own. nil: the database never does.
+	Watch func(conn *sql.Conn) (ended func() bool)
 }
 
 // groupSavepoint names the savepoint each unit of a group runs in. A unit's own
@@ -46,19 +57,26 @@ type Group struct {
 const groupSavepoint = "refset_group_unit"
 
 // grouper hands the writer to one unit at a time and commits their work in groups.
-// The unit that has the writer holds the turn; every other waits in line. A unit that
-// ends passes the turn on: to the first in line, inside the same transaction, while
-// the group may grow; otherwise it commits the group itself and gives the next in
-// line a new transaction.
+// The unit that has the writer holds the turn; every other waits for it. A unit that
+// ends passes the turn on: to a unit already waiting, inside the same transaction,
+// while the group may grow; otherwise it ends the group itself and frees the writer,
+// for a waiting unit to begin a new group.
 type grouper struct {
 	e   *Engine
 	cfg Group
 
-	mu      sync.Mutex
-	held    bool      // a unit holds the turn, or commits a group
-	waiters []*waiter // in the order they came
-	commits int64     // groups committed
-	units   int64     // units they committed
+	// free holds the writer while no unit has it, nor ends a group: the unit that
+	// takes it begins a group.
+	free chan struct{}
+	// handOff passes the writer, inside its group's transaction, to a unit waiting
+	// for it. It is unbuffered: only a unit already waiting can take it, and when
+	// none is, the group ends.
+	handOff chan *batch
+
+	waiting atomic.Int64 // units waiting for the writer
+	joiners atomic.Int64 // of them, those that may join a group (not alone)
+	commits atomic.Int64 // groups committed
+	units   atomic.Int64 // units they committed
 }
 
 // GroupStats is what a database's group commit did so far: the groups it committed
@@ -72,22 +90,15 @@ func Stats(e *Engine) GroupStats {
 		return GroupStats{}
 	}
 	g := e.group
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return GroupStats{Commits: g.commits, Units: g.units, Waiting: int64(len(g.waiters))}
-}
-
-// waiter is a unit waiting for the turn: it is sent the group to join, or nil to
-// begin a new one; a unit that must run alone is only ever sent nil.
-type waiter struct {
-	grant chan *batch
-	alone bool
+	return GroupStats{Commits: g.commits.Load(), Units: g.units.Load(), Waiting: g.waiting.Load()}
 }
 
 // batch is one group: its transaction and what its units learn of its end. Only the
 // turn's holder touches it, until done is closed; err is set before.
 type batch struct {
+	conn    *sqlx.Conn // Group.Conn's, closed once tx ended
 	tx      *sqlx.Tx
+	ended   func() bool // Group.Watch's: the database ended tx on its own
 	started time.Time
 	units   int   // units that ran in it
 	kept    int   // units whose work stands in it, waiting for its commit
@@ -107,7 +118,9 @@ func newGrouper(e *Engine, cfg Group) *grouper {
 	if cfg.Evict <= 0 {
 		cfg.Evict = 250 * time.Millisecond
 	}
-	return &grouper{e: e, cfg: cfg}
+	g := &grouper{e: e, cfg: cfg, free: make(chan struct{}, 1), handOff: make(chan *batch)}
+	g.free <- struct{}{}
+	return g
 }
 
 // begin waits for the turn and gives the unit its savepoint in the group's
@@ -122,19 +135,18 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	// every other unit's work in it.
 	bg := context.WithoutCancel(ctx)
 	if b == nil {
-		tx, err := g.e.c.Begin(bg)
-		if err != nil {
-			g.next()
+		if b, err = g.open(ctx, alone); err != nil {
+			g.release()
 			return nil, err
 		}
-		b = &batch{tx: tx, started: time.Now(), alone: alone, done: make(chan struct{})}
 	}
 	b.units++
 	shared := b.kept > 0
-	// A unit that finds no other unit's work in the transaction runs without a
-	// savepoint: if it fails, the whole transaction is rolled back (abandon), which
-	// loses nothing else. A unit alone, the common case without contention, so pays
-	// nothing for group commit but the turn.
+	// A group's first unit runs without a savepoint: if it fails, the whole
+	// transaction is rolled back (abandon), which loses nothing else, and the group
+	// is passed to no one. Every later unit so finds the first one's work kept. A
+	// unit alone, the common case without contention, pays nothing for group commit
+	// but the turn.
 	if shared {
 		if _, err := b.tx.ExecContext(bg, "SAVEPOINT "+groupSavepoint); err != nil {
 			b.lose(err)
@@ -142,73 +154,91 @@ func (g *grouper) begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 			return nil, err
 		}
 	}
-	u := &unit{g: g, b: b, ctx: ctx, shared: shared, before: b.kept}
-	u.mu.Lock() // what ends the unit later waits until it is set up
-	u.stopCtx = context.AfterFunc(ctx, func() { u.abandon(ctx.Err()) })
-	if u.shared {
-		u.touch()
-		u.evict = time.AfterFunc(g.cfg.Evict, u.watch)
+	m := &member{g: g, b: b, ctx: ctx, shared: shared, before: b.kept}
+	m.mu.Lock() // what ends the unit later waits until it is set up
+	m.stopCtx = context.AfterFunc(ctx, func() { m.abandon(ctx.Err()) })
+	if m.shared {
+		m.touch()
+		m.evict = time.AfterFunc(g.cfg.Evict, m.watch)
 	}
-	u.mu.Unlock()
-	return sqlstore.NewUnitTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, u), nil
+	m.mu.Unlock()
+	return sqlstore.NewMemberTx(ctx, b.tx, g.e.c.DB, g.e.c.Statements, g.e.c.Tx, m), nil
+}
+
+// open begins a group's transaction. It waits for the writer's connection while ctx
+// lasts, as a unit without group commit does; the transaction itself outlives ctx
+// (see begin). Its BEGIN waits at most the database's busy timeout, for another
+// process's write.
+func (g *grouper) open(ctx context.Context, alone bool) (*batch, error) {
+	conn, err := g.cfg.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.BeginTxx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	ended := func() bool { return false }
+	if g.cfg.Watch != nil {
+		ended = g.cfg.Watch(conn.Conn)
+	}
+	return &batch{conn: conn, tx: tx, ended: ended, started: time.Now(), alone: alone, done: make(chan struct{})}, nil
 }
 
 // turn waits for the turn: the group to join, or nil to begin one. alone says the
 // unit must run in a transaction of its own: its context was marked by
-// refsetdriver.Alone when the commit it shared before was refused.
+// refsetdriver.Alone when the commit it shared before was refused. Such a unit takes
+// only the free writer, never a group handed off.
 func (g *grouper) turn(ctx context.Context) (b *batch, alone bool, err error) {
 	alone = refsetdriver.MustRunAlone(ctx)
-	g.mu.Lock()
-	if !g.held {
-		g.held = true
-		g.mu.Unlock()
-		return nil, alone, nil
-	}
-	w := &waiter{grant: make(chan *batch, 1), alone: alone}
-	g.waiters = append(g.waiters, w)
-	g.mu.Unlock()
 	select {
-	case b := <-w.grant:
+	case <-g.free:
+		return nil, alone, nil
+	default:
+	}
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	join := g.handOff
+	if alone {
+		join = nil // never ready
+	} else {
+		g.joiners.Add(1)
+		defer g.joiners.Add(-1)
+	}
+	select {
+	case <-g.free:
+		return nil, alone, nil
+	case b := <-join:
 		return b, alone, nil
 	case <-ctx.Done():
-	}
-	g.mu.Lock()
-	if i := slices.Index(g.waiters, w); i >= 0 {
-		g.waiters = slices.Delete(g.waiters, i, i+1)
-		g.mu.Unlock()
 		return nil, false, ctx.Err()
 	}
-	g.mu.Unlock()
-	// The turn came as ctx ended: pass it on unused.
-	if b := <-w.grant; b != nil {
-		g.finish(b)
-	} else {
-		g.next()
-	}
-	return nil, false, ctx.Err()
 }
 
-// pop is the first waiter in line; g.mu is held and the line not empty.
-func (g *grouper) pop() *waiter {
-	w := g.waiters[0]
-	g.waiters = slices.Delete(g.waiters, 0, 1)
-	return w
-}
-
-// finish passes the turn on once a unit of b ended: to the next in line, in b,
-// while b may grow; otherwise it ends b and gives the turn to the next in line.
+// finish passes the turn on once a unit of b ended: to a unit already waiting, in
+// b, while b stands and may grow; otherwise it ends b and frees the writer.
 func (g *grouper) finish(b *batch) {
-	g.mu.Lock()
-	if b.lost == nil && !b.alone && len(g.waiters) > 0 && !g.waiters[0].alone &&
-		b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
-		w := g.pop()
-		g.mu.Unlock()
-		w.grant <- b
-		return
+	if b.lost == nil && b.ended() {
+		// Passed on, the transaction would be a new one: the next unit's SAVEPOINT
+		// would begin it and its RELEASE commit it there and then.
+		b.lose(errEndedByDatabase)
 	}
-	g.mu.Unlock()
+	if b.lost == nil && !b.alone && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
+		// A unit counted as a joiner is in turn's select, or a few instructions
+		// from it (on its way in, or out once its context ended): wait those out,
+		// so that a unit Stats counts as waiting when the group may grow joins it.
+		for g.joiners.Load() > 0 {
+			select {
+			case g.handOff <- b:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
 	g.end(b)
-	g.next()
+	g.release()
 }
 
 // end commits b's transaction, or rolls it back when no unit's work stands in it or
@@ -217,7 +247,7 @@ func (g *grouper) end(b *batch) {
 	switch {
 	case b.lost != nil:
 		_ = b.tx.Rollback()
-		b.err = fmt.Errorf("%s: group commit: %w: the transaction this unit shared with others was rolled back (%w); nothing of the unit committed, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, b.lost)
+		b.err = fmt.Errorf("%s: group commit: %w: the transaction of this unit's group was rolled back (%w); nothing of the unit committed, and refset.InTx runs it again", g.e.c.Name, sentinel.ErrConflict, b.lost)
 	case b.kept == 0:
 		_ = b.tx.Rollback()
 	default:
@@ -232,30 +262,23 @@ func (g *grouper) end(b *batch) {
 			}
 			break
 		}
-		g.mu.Lock()
-		g.commits++
-		g.units += int64(b.kept)
-		g.mu.Unlock()
+		g.commits.Add(1)
+		g.units.Add(int64(b.kept))
 	}
+	_ = b.conn.Close()
 	close(b.done)
 }
 
-// next gives the turn to the first in line, to begin a new group, or leaves it free.
-func (g *grouper) next() {
-	g.mu.Lock()
-	if len(g.waiters) == 0 {
-		g.held = false
-		g.mu.Unlock()
-		return
-	}
-	w := g.pop()
-	g.mu.Unlock()
-	w.grant <- nil
-}
+// release frees the writer, for a waiting unit, or the next to come, to begin a group.
+func (g *grouper) release() { g.free <- struct{}{} }
 
 // errUnitRolledBack is why a group's transaction ends when its only unit so far,
 // which runs without a savepoint, is rolled back: no kept unit ever sees it.
 var errUnitRolledBack = errors.New("its only unit was rolled back")
+
+// errEndedByDatabase is why a group's transaction is lost when the database ended it
+// on its own (Group.Watch).
+var errEndedByDatabase = errors.New("the database rolled it back: a write of it was interrupted, or failed with a full disk or an I/O error")
 
 // refusedWrite reports whether err, translated, refuses what was written (a
 // constraint), rather than the transaction (a conflict) or the database.
@@ -276,8 +299,8 @@ func (b *batch) lose(err error) {
 	}
 }
 
-// unit is one unit of work in a group: sqlstore.Tx runs its statements through it.
-type unit struct {
+// member is one unit of work in a group: sqlstore.Tx runs its statements through it.
+type member struct {
 	g      *grouper
 	b      *batch
 	ctx    context.Context
@@ -297,22 +320,22 @@ type unit struct {
 }
 
 // touch notes that the unit is active now.
-func (u *unit) touch() { u.active.Store(time.Now().UnixNano()) }
+func (m *member) touch() { m.active.Store(time.Now().UnixNano()) }
 
 // watch evicts the unit if it has been idle for Group.Evict, and looks again later
 // otherwise.
-func (u *unit) watch() {
-	evict := u.g.cfg.Evict
-	idle := time.Since(time.Unix(0, u.active.Load()))
-	if u.inFlight.Load() > 0 || idle < evict || u.reading() {
-		u.mu.RLock()
-		if !u.ended {
-			u.evict.Reset(evict - min(idle, evict/2))
+func (m *member) watch() {
+	evict := m.g.cfg.Evict
+	idle := time.Since(time.Unix(0, m.active.Load()))
+	if m.inFlight.Load() > 0 || idle < evict || m.reading() {
+		m.mu.RLock()
+		if !m.ended {
+			m.evict.Reset(evict - min(idle, evict/2))
 		}
-		u.mu.RUnlock()
+		m.mu.RUnlock()
 		return
 	}
-	u.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", u.g.e.c.Name, sentinel.ErrConflict, evict, u.before))
+	m.abandon(fmt.Errorf("%s: group commit: %w: the unit sent no statement for %v while %d units before it waited for their commit; it was rolled back, and refset.InTx runs it again", m.g.e.c.Name, sentinel.ErrConflict, evict, m.before))
 }
 
 // reading reports whether the database is busy with a query of the unit that
@@ -322,20 +345,20 @@ func (u *unit) watch() {
 // Scan). While a driver works on a row it holds the connection, so a statement sent
 // to it then waits: a probe that waits longer than a statement takes on an idle
 // connection says the unit is reading, and counts as activity.
-func (u *unit) reading() bool {
-	u.mu.RLock()
-	defer u.mu.RUnlock()
-	if u.ended {
+func (m *member) reading() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.ended {
 		return false
 	}
 	start := time.Now()
-	if _, err := u.b.tx.ExecContext(context.WithoutCancel(u.ctx), "SELECT 1"); err != nil {
+	if _, err := m.b.tx.ExecContext(context.WithoutCancel(m.ctx), "SELECT 1"); err != nil {
 		return false
 	}
 	if time.Since(start) < probeWait {
 		return false
 	}
-	u.touch()
+	m.touch()
 	return true
 }
 
@@ -344,58 +367,68 @@ func (u *unit) reading() bool {
 // connection, little beside Group.Evict.
 const probeWait = 2 * time.Millisecond
 
-var _ sqlstore.Unit = (*unit)(nil)
+var _ sqlstore.Member = (*member)(nil)
 
 // Enter lets a statement of the unit run: not once it ended, nor when its context
 // has, nor one that would end the shared transaction or touch the unit's savepoint.
-func (u *unit) Enter(ctx context.Context, query string) (context.Context, func(), error) {
-	u.mu.RLock()
-	err := u.why
+func (m *member) Enter(ctx context.Context, query string) (context.Context, func(), error) {
+	m.mu.RLock()
+	err := m.why
 	switch {
-	case u.ended:
+	case m.ended:
 	case ctx.Err() != nil:
 		err = ctx.Err()
 	case sqltext.EndingStatement(query) != "" || mentions(query, groupSavepoint):
-		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", u.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
+		err = fmt.Errorf("%s: %w: %q: the unit of work shares its transaction with others (group commit); only refset ends it, and the name %s is refset's", m.g.e.c.Name, sentinel.ErrInvalidCommand, query, groupSavepoint)
+	case m.b.lost == nil && m.b.ended():
+		// Sent now, the statement would commit on its own.
+		m.b.lose(errEndedByDatabase)
+		fallthrough
+	case m.b.lost != nil:
+		err = fmt.Errorf("%s: group commit: %w: the unit's transaction is lost (%w); nothing of the unit will commit, and refset.InTx runs it again", m.g.e.c.Name, sentinel.ErrConflict, m.b.lost)
 	default:
-		if !u.shared {
-			return ctx, u.mu.RUnlock, nil
+		if !m.shared {
+			return ctx, m.mu.RUnlock, nil
 		}
-		if u.g.cfg.InterruptRollsBack {
+		if m.g.cfg.InterruptRollsBack {
 			// Cut short, the statement would take the other units' work with it.
 			ctx = context.WithoutCancel(ctx)
 		}
-		u.inFlight.Add(1)
-		u.touch()
+		m.inFlight.Add(1)
+		m.touch()
 		return ctx, func() {
-			u.touch()
-			u.inFlight.Add(-1)
-			u.mu.RUnlock()
+			m.touch()
+			m.inFlight.Add(-1)
+			m.mu.RUnlock()
 		}, nil
 	}
-	u.mu.RUnlock()
+	m.mu.RUnlock()
 	return nil, nil, err
 }
 
 // Commit keeps the unit's work in the group and returns once the group's commit
 // did: nil only when it committed.
-func (u *unit) Commit() error {
-	u.mu.Lock()
-	if u.ended {
-		defer u.mu.Unlock()
-		return u.why
+func (m *member) Commit() error {
+	// As database/sql's Tx.Commit: a unit whose context ended rolls back.
+	if err := m.ctx.Err(); err != nil && m.abandon(err) {
+		return err
 	}
-	u.end(sql.ErrTxDone)
-	b := u.b
-	if !u.shared {
+	m.mu.Lock()
+	if m.ended {
+		defer m.mu.Unlock()
+		return m.why
+	}
+	m.end(sql.ErrTxDone)
+	b := m.b
+	if !m.shared {
 		b.kept++
-	} else if _, err := b.tx.ExecContext(context.WithoutCancel(u.ctx), "RELEASE "+groupSavepoint); err != nil {
+	} else if _, err := b.tx.ExecContext(context.WithoutCancel(m.ctx), "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
 	} else {
 		b.kept++
 	}
-	u.mu.Unlock()
-	u.g.finish(b)
+	m.mu.Unlock()
+	m.g.finish(b)
 	<-b.done
 	if b.err != nil {
 		return b.err
@@ -404,8 +437,8 @@ func (u *unit) Commit() error {
 }
 
 // Rollback undoes the unit's work alone; the group goes on without it.
-func (u *unit) Rollback() error {
-	if !u.abandon(sql.ErrTxDone) {
+func (m *member) Rollback() error {
+	if !m.abandon(sql.ErrTxDone) {
 		return sql.ErrTxDone
 	}
 	return nil
@@ -413,16 +446,16 @@ func (u *unit) Rollback() error {
 
 // abandon rolls the unit back to its savepoint unless it ended; why is what its
 // statements fail with from then on. It reports whether it rolled back.
-func (u *unit) abandon(why error) bool {
-	u.mu.Lock()
-	if u.ended {
-		u.mu.Unlock()
+func (m *member) abandon(why error) bool {
+	m.mu.Lock()
+	if m.ended {
+		m.mu.Unlock()
 		return false
 	}
-	u.end(why)
-	b := u.b
-	undo := context.WithoutCancel(u.ctx)
-	if !u.shared {
+	m.end(why)
+	b := m.b
+	undo := context.WithoutCancel(m.ctx)
+	if !m.shared {
 		// No savepoint, and no other unit's work: the transaction goes, and the next
 		// unit begins a new one.
 		b.lose(errUnitRolledBack)
@@ -431,17 +464,17 @@ func (u *unit) abandon(why error) bool {
 	} else if _, err := b.tx.ExecContext(undo, "RELEASE "+groupSavepoint); err != nil {
 		b.lose(err)
 	}
-	u.mu.Unlock()
-	u.g.finish(b)
+	m.mu.Unlock()
+	m.g.finish(b)
 	return true
 }
 
-// end marks the unit ended and stops what would end it later; u.mu is held.
-func (u *unit) end(why error) {
-	u.ended, u.why = true, why
-	u.stopCtx()
-	if u.evict != nil {
-		u.evict.Stop()
+// end marks the unit ended and stops what would end it later; m.mu is held.
+func (m *member) end(why error) {
+	m.ended, m.why = true, why
+	m.stopCtx()
+	if m.evict != nil {
+		m.evict.Stop()
 	}
 }
 

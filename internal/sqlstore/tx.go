@@ -9,22 +9,25 @@ import (
 	"github.com/refsetdb/refset/refset"
 )
 
-// Tx is a write transaction that a store's database began: the *sqlx.Tx (its methods
-// are Tx's), and that database, so the database's stores know that the statements
-// they prepared on its pool can run in it.
+// Tx is a write transaction that a store's database began, and that database, so the
+// database's stores know that the statements they prepared on its pool can run in it.
+// Its methods are the only ways to run a statement in it: the transaction is a field,
+// not embedded, so that in a unit of work that shares it (group commit) every
+// statement goes through the unit (Member.Enter), which tells a busy unit from an idle
+// one and refuses a statement once the unit ended.
 type Tx struct {
-	*sqlx.Tx
-	db    refset.Database
-	stmts *stmtcache.Cache
-	o     TxOptions
-	ctx   context.Context // the one the transaction began with
-	unit  Unit            // nil: the transaction is one unit's own
+	tx     *sql.Tx
+	db     refset.Database
+	stmts  *stmtcache.Cache
+	o      TxOptions
+	ctx    context.Context // the one the transaction began with
+	member Member          // nil: the transaction is one unit's own
 }
 
-// Unit is one unit of work in a transaction it shares with others (a group commit,
-// internal/engine): it says whether and how each of the unit's statements may run on
+// Member is one unit of work in a transaction it shares with others (a member of a
+// group commit's group, internal/engine): it says whether and how each of the unit's statements may run on
 // the shared transaction, and ends the unit its own way, never the transaction.
-type Unit interface {
+type Member interface {
 	// Enter is called before each statement of the unit: it returns the context to
 	// run the statement with and leave, to call once the call returned; or the error
 	// the statement fails with, unsent (the unit has ended, or the statement would
@@ -51,34 +54,34 @@ type TxOptions struct {
 // NewTx marks tx, begun with ctx, as begun by db, whose cache of the statements of
 // Exec commands (nil: none) is stmts.
 func NewTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions) *Tx {
-	return &Tx{Tx: tx, db: db, stmts: stmts, o: o, ctx: ctx}
+	return &Tx{tx: tx.Tx, db: db, stmts: stmts, o: o, ctx: ctx}
 }
 
-// NewUnitTx is a unit of work u in tx, a transaction db began with ctx that u shares
-// with other units: the unit's statements run in tx as u allows, and its Commit and
-// Rollback are u's.
-func NewUnitTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions, u Unit) *Tx {
-	return &Tx{Tx: tx, db: db, stmts: stmts, o: o, ctx: ctx, unit: u}
+// NewMemberTx is a unit of work in tx, a transaction db began with ctx that it
+// shares with other units (a group's member m): the unit's statements run in tx as m
+// allows, and its Commit and Rollback are m's.
+func NewMemberTx(ctx context.Context, tx *sqlx.Tx, db refset.Database, stmts *stmtcache.Cache, o TxOptions, m Member) *Tx {
+	return &Tx{tx: tx.Tx, db: db, stmts: stmts, o: o, ctx: ctx, member: m}
 }
 
 // Commit commits the transaction, the store's way if it has one; a unit's, as the
 // unit does.
 func (tx *Tx) Commit() error {
-	if tx.unit != nil {
-		return tx.unit.Commit()
+	if tx.member != nil {
+		return tx.member.Commit()
 	}
 	if tx.o.Commit == nil {
-		return tx.Tx.Commit()
+		return tx.tx.Commit()
 	}
-	return tx.o.Commit(tx.ctx, tx.Tx.Tx)
+	return tx.o.Commit(tx.ctx, tx.tx)
 }
 
 // Rollback rolls the transaction back; a unit's, as the unit does.
 func (tx *Tx) Rollback() error {
-	if tx.unit != nil {
-		return tx.unit.Rollback()
+	if tx.member != nil {
+		return tx.member.Rollback()
 	}
-	return tx.Tx.Rollback()
+	return tx.tx.Rollback()
 }
 
 // ExecCommand runs the statement of a refset.Exec command, through the database's
@@ -89,7 +92,7 @@ func (tx *Tx) ExecCommand(ctx context.Context, query string, args ...any) (sql.R
 		return nil, err
 	}
 	defer leave()
-	return tx.stmts.Exec(ctx, tx.Tx.Tx, query, args...)
+	return tx.stmts.Exec(ctx, tx.tx, query, args...)
 }
 
 // ExecContext runs query in the transaction, once its arguments are checked.
@@ -99,7 +102,7 @@ func (tx *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 		return nil, err
 	}
 	defer leave()
-	return tx.Tx.ExecContext(ctx, query, args...)
+	return tx.tx.ExecContext(ctx, query, args...)
 }
 
 // QueryContext runs query in the transaction, once its arguments are checked.
@@ -109,24 +112,24 @@ func (tx *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql
 		return nil, err
 	}
 	defer leave()
-	return tx.Tx.QueryContext(ctx, query, args...)
+	return tx.tx.QueryContext(ctx, query, args...)
 }
 
 // QueryRowContext runs query in the transaction. A unit's statement that may not run
 // is not sent: its row's Scan fails with context.Canceled, the one error database/sql
 // lets a caller put in a Row.
 func (tx *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if tx.unit == nil {
-		return tx.Tx.QueryRowContext(ctx, query, args...)
+	if tx.member == nil {
+		return tx.tx.QueryRowContext(ctx, query, args...)
 	}
-	stmtCtx, leave, err := tx.unit.Enter(ctx, query)
+	stmtCtx, leave, err := tx.member.Enter(ctx, query)
 	if err != nil {
 		dead, cancel := context.WithCancel(ctx)
 		cancel()
-		return tx.Tx.QueryRowContext(dead, query, args...)
+		return tx.tx.QueryRowContext(dead, query, args...)
 	}
 	defer leave()
-	return tx.Tx.QueryRowContext(stmtCtx, query, args...)
+	return tx.tx.QueryRowContext(stmtCtx, query, args...)
 }
 
 // execStmt runs st, a statement prepared on the database's pool, in the transaction,
@@ -137,21 +140,58 @@ func (tx *Tx) execStmt(ctx context.Context, st *sql.Stmt, query string, args ...
 		return nil, err
 	}
 	defer leave()
-	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	return tx.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 }
 
+// Stmt is a statement prepared in a Tx, for a caller that runs one statement many
+// times (clean-up deletes a chain a link at a time): it runs as the Tx's own
+// statements do, through the unit if the Tx is one. It is closed with the
+// transaction, if not before.
+type Stmt struct {
+	tx    *Tx
+	stmt  *sql.Stmt
+	query string
+}
+
+// PrepareContext prepares query in the transaction.
+func (tx *Tx) PrepareContext(ctx context.Context, query string) (*Stmt, error) {
+	ctx, leave, err := tx.enter(ctx, query, false, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	st, err := tx.tx.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &Stmt{tx: tx, stmt: st, query: query}, nil
+}
+
+// ExecContext runs the statement with args, once they are checked.
+func (s *Stmt) ExecContext(ctx context.Context, args ...any) (sql.Result, error) {
+	ctx, leave, err := s.tx.enter(ctx, s.query, true, args)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	return s.stmt.ExecContext(ctx, args...)
+}
+
+// Close closes the statement.
+func (s *Stmt) Close() error { return s.stmt.Close() }
+
 // enter checks a statement's arguments (when check) and, in a unit, enters it
-// (Unit.Enter).
+// (Member.Enter).
 func (tx *Tx) enter(ctx context.Context, query string, check bool, args []any) (context.Context, func(), error) {
 	if check {
 		if err := tx.checkArgs(query, args); err != nil {
 			return nil, nil, err
 		}
 	}
-	if tx.unit == nil {
+	if tx.member == nil {
 		return ctx, func() {}, nil
 	}
-	return tx.unit.Enter(ctx, query)
+	return tx.member.Enter(ctx, query)
 }
 
 func (tx *Tx) checkArgs(query string, args []any) error {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/refsetdb/refset/internal/stmtcache"
+	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/internal/txview"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -310,7 +310,7 @@ func freedSQL(p *refsetdriver.Plan) string {
 // does not know), the walk stops there: the deletion of the level above queued those
 // objects, and the next batch reviews them one by one.
 func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int64, error) {
-	defer tx.stmts.Close()
+	defer tx.Close()
 	var deepest sql.NullInt64
 	if err := tx.QueryRowContext(ctx, `SELECT max(depth) FROM temp.refset_freed`).Scan(&deepest); err != nil {
 		return 0, err
@@ -344,24 +344,47 @@ func deleteFreed(ctx context.Context, tx *preparedTx, p *refsetdriver.Plan) (int
 // batch, so an ended ctx stops the batch at the next one.
 type preparedTx struct {
 	refset.Tx
-	stmts *stmtcache.Cache // prepared on the batch's transaction; nil: none
+	raw   *sqlstore.Tx // the transaction under the view; nil: nothing is prepared
+	stmts map[string]*sqlstore.Stmt
 }
 
 func prepare(view refset.Tx) *preparedTx {
-	t := &preparedTx{Tx: view}
-	if raw, ok := txview.Raw(view).(stmtcache.Preparer); ok {
-		t.stmts = stmtcache.New(raw, stmtcache.DefaultSize, nil)
-	}
-	return t
+	raw, _ := txview.Raw(view).(*sqlstore.Tx)
+	return &preparedTx{Tx: view, raw: raw, stmts: map[string]*sqlstore.Stmt{}}
 }
 
 func (t *preparedTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if stmt := t.stmts.Stmt(ctx, query); stmt != nil && ctx.Err() == nil {
+	if stmt := t.stmt(ctx, query); stmt != nil && ctx.Err() == nil {
 		if res, err := stmt.ExecContext(context.WithoutCancel(ctx), args...); err == nil {
 			return res, nil
 		}
 	}
 	return t.Tx.ExecContext(ctx, query, args...)
+}
+
+// stmt is query compiled in the transaction, or nil when it cannot be.
+func (t *preparedTx) stmt(ctx context.Context, query string) *sqlstore.Stmt {
+	if t.raw == nil {
+		return nil
+	}
+	if st, ok := t.stmts[query]; ok {
+		return st
+	}
+	st, err := t.raw.PrepareContext(ctx, query)
+	if err != nil {
+		st = nil // run through the view, which names the failure
+	}
+	t.stmts[query] = st
+	return st
+}
+
+// Close closes the statements compiled so far.
+func (t *preparedTx) Close() {
+	for _, st := range t.stmts {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
 }
 
 // deleteClaimed deletes the claimed objects that no known reference points at, in

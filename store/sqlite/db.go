@@ -202,7 +202,7 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
-		Group:   groupCommit(opts),
+		Group:   groupCommit(opts, writer),
 		// A transaction begun while a unit of work holds the writer waits for it: on
 		// the unit's own goroutine, for ever (engine.Config.WriterBusy).
 		WriterBusy: func() bool { return writer.Stats().InUse > 0 },

@@ -3,6 +3,7 @@
 package mattn
 
 import (
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 
@@ -30,5 +31,21 @@ func init() {
 			}
 			return code, se.Error(), true
 		},
+		Watch: watch,
 	})
+}
+
+// watch is the driver's Watch: go-sqlite3 gives sqlite3_get_autocommit, SQLite's own
+// answer to whether a transaction is open.
+func watch(conn *sql.Conn) (ended func() bool) {
+	return func() bool {
+		open := false
+		err := conn.Raw(func(dc any) error {
+			if c, ok := dc.(*sqlite3.SQLiteConn); ok {
+				open = !c.AutoCommit()
+			}
+			return nil
+		})
+		return err != nil || !open // a connection gone took its transaction with it
+	}
 }

@@ -12,8 +12,10 @@
 package modernc
 
 import (
+	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"sync/atomic"
 
 	"github.com/refsetdb/refset/store/sqlite/internal/drivers"
 	"modernc.org/sqlite" // registers the "sqlite" driver
@@ -43,5 +45,26 @@ func init() {
 			return e.Code(), e.Error(), true
 		},
 		MaxInsertParams: insertParams,
+		Watch:           watch,
 	})
+}
+
+// watch is the driver's Watch. modernc.org/sqlite has no sqlite3_get_autocommit, but
+// calls a rollback hook for every rollback of a whole transaction (never for ROLLBACK
+// TO), which is registered anew for each transaction watched (the last registered is
+// the one called).
+func watch(conn *sql.Conn) (ended func() bool) {
+	var rolledBack atomic.Bool
+	err := conn.Raw(func(dc any) error {
+		if c, ok := dc.(interface {
+			RegisterRollbackHook(sqlite.RollbackHookFn)
+		}); ok {
+			c.RegisterRollbackHook(func() { rolledBack.Store(true) })
+		}
+		return nil
+	})
+	if err != nil {
+		return func() bool { return true } // the connection is gone, and its transaction with it
+	}
+	return rolledBack.Load
 }

@@ -6,6 +6,7 @@
 package drivers
 
 import (
+	"database/sql"
 	"database/sql/driver"
 	"slices"
 	"sync"
@@ -32,6 +33,11 @@ type Driver struct {
 	ResultCode func(err error) (code int, msg string, ok bool)
 	// MaxInsertParams bounds the parameters of a multi-row insert (0: no bound).
 	MaxInsertParams int
+	// Watch starts watching conn, a connection of the driver's in a transaction,
+	// and returns a function that reports whether SQLite has ended that transaction
+	// since (an interrupted write, a full disk or an I/O error rolls it back), which
+	// database/sql does not ask: group commit's check (engine.Group.Watch).
+	Watch func(conn *sql.Conn) (ended func() bool)
 }
 
 var (
