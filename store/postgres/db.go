@@ -217,26 +217,42 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	switch driver {
 	case DriverLibPQ:
-		cfg, err := libpqConfig(dsn)
-		if err != nil {
-			return nil, err
-		}
-		cfg.BinaryParameters = cfg.BinaryParameters || unprepared
-		connector, err := pq.NewConnectorConfig(cfg)
+		connector, err := libpqConnector(dsn, unprepared)
 		if err != nil {
 			return nil, err
 		}
 		return sql.OpenDB(guardedConnector{connector}), nil
 	default: // DriverPgx
-		cfg, err := pgx.ParseConfig(dsn)
+		cfg, err := pgxConfig(dsn, unprepared)
 		if err != nil {
 			return nil, err
 		}
-		if unprepared && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
-			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
-		}
 		return stdlib.OpenDB(*cfg, pgxOptions...), nil
 	}
+}
+
+// libpqConnector is lib/pq's connector of dsn (see libpqConfig), with
+// binary_parameters when unprepared (see openPool).
+func libpqConnector(dsn string, unprepared bool) (*pq.Connector, error) {
+	cfg, err := libpqConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BinaryParameters = cfg.BinaryParameters || unprepared
+	return pq.NewConnectorConfig(cfg)
+}
+
+// pgxConfig is pgx's configuration of dsn, in QueryExecModeExec when unprepared
+// (see openPool).
+func pgxConfig(dsn string, unprepared bool) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if unprepared && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	return cfg, nil
 }
 
 // libpqConfig is lib/pq's Config of dsn. lib/pq reads several hosts from a key=value
