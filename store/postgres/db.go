@@ -74,8 +74,9 @@ type Options struct {
 	// same database with the same search_path: refset.ErrInvalidConfig otherwise.
 	Replica *sql.DB
 
-	// ReplicaDSN is what Open dials for a replica it owns (with Driver and MaxConns,
-	// closed by Close), instead of the caller's Replica. Set connect_timeout in it:
+	// ReplicaDSN is what Open dials for a replica it owns (with Driver, MaxConns and
+	// Unprepared, closed by Close), instead of the caller's Replica; like the DSN, it
+	// may name several hosts, in either form. Set connect_timeout in it:
 	// while the standby does not answer, each read meant for it waits for the dial
 	// before it goes to the primary. New ignores it.
 	ReplicaDSN string
@@ -181,7 +182,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 			pool.Close()
 			return nil, fmt.Errorf("refset/postgres: open: %w: both Replica and ReplicaDSN are set", refset.ErrInvalidConfig)
 		}
-		if opts.Replica, err = sql.Open(driver, opts.ReplicaDSN); err != nil {
+		if opts.Replica, err = openReplicaPool(driver, opts.ReplicaDSN, opts.Unprepared); err != nil {
 			pool.Close()
 			return nil, redactPassword(fmt.Errorf("refset/postgres: open the replica: %w: %w", refset.ErrInvalidConfig, err), opts.ReplicaDSN)
 		}
