@@ -207,6 +207,12 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 // commit is as lost as if the server had gone, and so resolved (runOn), not reported
 // as the context's end, which says nothing of whether it committed. A server's answer
 // (the transaction refused, or cancelled by the cancel request) is left as it is.
+//
+// The commit's ticket, queued before COMMIT in the same batch, has not been read
+// then: the server sends a batch's results when it reaches the batch's Sync, after
+// COMMIT, and pgx's batches send no Flush between. So resolveCommit finds no ticket,
+// and the outcome is ErrCommitUnknown.
+
 func commitGivenUp(ctx context.Context, err error) error {
 	var pe *refsetdriver.PipelineError
 	var pgErr *pgconn.PgError
