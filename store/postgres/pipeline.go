@@ -212,7 +212,6 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 // then: the server sends a batch's results when it reaches the batch's Sync, after
 // COMMIT, and pgx's batches send no Flush between. So resolveCommit finds no ticket,
 // and the outcome is ErrCommitUnknown.
-
 func commitGivenUp(ctx context.Context, err error) error {
 	var pe *refsetdriver.PipelineError
 	var pgErr *pgconn.PgError
