@@ -145,7 +145,7 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			rollback(ctx, c)
 			_ = c.Close(context.WithoutCancel(ctx))
 			if last {
-				err = commitGivenUp(ctx, err)
+				err = commitGivenUp(err)
 			}
 			err = givenUp(ctx, err)
 		}
@@ -212,14 +212,15 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 // then: the server sends a batch's results when it reaches the batch's Sync, after
 // COMMIT, and pgx's batches send no Flush between. So resolveCommit finds no ticket,
 // and the outcome is ErrCommitUnknown.
-func commitGivenUp(ctx context.Context, err error) error {
+func commitGivenUp(err error) error {
 	var pe *refsetdriver.PipelineError
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Query != "COMMIT" || errors.As(pe.Err, &pgErr) {
 		return err
 	}
-	return &refsetdriver.PipelineError{Query: "COMMIT", Err: sentinel.New(msgPrefix, "commit", refset.ErrUnavailable,
-		fmt.Errorf("the server had not answered COMMIT %s after the call's context ended (%v), and the connection was closed", cancelGrace, context.Cause(ctx)))}
+	// No prefix of its own: resolveCommit and refset's layers above say it.
+	return &refsetdriver.PipelineError{Query: "COMMIT", Err: sentinel.New("", "", refset.ErrUnavailable,
+		fmt.Errorf("the server had not answered COMMIT %s after the call's context ended, and the connection was closed", cancelGrace))}
 }
 
 // givenUp is err, the error of the segment that carries COMMIT, which ran on while
