@@ -38,8 +38,8 @@ type SchemaSQL interface {
 	Version(ctx context.Context, q Querier, component string) (int, error)
 	// SetVersion records component at version; at 0 it forgets the component.
 	SetVersion(ctx context.Context, tx Tx, component string, version int) error
-	// SetVersionScript is SetVersion (at a version above 0) as a statement with its
-	// values written in, for a DBA's script.
+	// SetVersionScript is SetVersion as a statement with its values written in, for
+	// a DBA's script.
 	SetVersionScript(component string, version int) string
 	// RecordedSets are the components of every set the record holds, in order.
 	RecordedSets(ctx context.Context, q Querier) ([]string, error)
@@ -61,6 +61,9 @@ type SchemaSQL interface {
 	Lookup(ctx context.Context, q Querier, table sqlident.Ident) (Registered, error)
 	// Unregister removes the registration of the set on table.
 	Unregister(ctx context.Context, tx Tx, table sqlident.Ident) error
+	// UnregisterScript is Unregister as a statement with its values written in, for
+	// a DBA's script.
+	UnregisterScript(table sqlident.Ident) string
 	// SetTables are the object tables of every registered set, in order, as written
 	// in the registry.
 	SetTables(ctx context.Context, q Querier) ([]string, error)

@@ -112,13 +112,19 @@ func serverDSN(tb testing.TB) string {
 	if dsn := os.Getenv(EnvPostgres); dsn != "" {
 		return dsn
 	}
-	const msg = "refsettest: " + EnvPostgres + " is not set; set it to the DSN of a PostgreSQL server where the role may create schemas"
+	giveUp(tb, "refsettest: "+EnvPostgres+" is not set; set it to the DSN of a PostgreSQL server where the role may create schemas")
+	return ""
+}
+
+// giveUp ends tb for want of the server msg says is missing: it skips tb, or fails it
+// when CI=true.
+func giveUp(tb testing.TB, msg string) {
+	tb.Helper()
 	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
 		// A CI run that skips every database test would pass while testing nothing.
 		tb.Fatal(msg + " (CI=true, so this is a failure, not a skip)")
 	}
 	tb.Skip(msg)
-	return ""
 }
 
 // withSearchPath returns dsn with the search_path run-time parameter set to schema

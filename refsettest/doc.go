@@ -14,14 +14,16 @@
 // rows or what an earlier run left behind. [PostgresDSN] makes the same schema and
 // returns its DSN instead of opening it, for a test that opens several pools on one
 // database (as several replicas of a service would) or hands the DSN to a process it
-// starts.
+// starts. [PgBouncerDSN] makes one reached through the PgBouncer in transaction
+// mode named by REFSET_TEST_PGBOUNCER ([EnvPgBouncer]), for a program that runs behind
+// such a pooler.
 //
-// Without REFSET_TEST_POSTGRES, Postgres skips the test, so a plain go test keeps
-// working on a machine without PostgreSQL; when CI=true it fails the test instead,
-// because a suite whose database tests are all skipped would pass in CI while
-// testing nothing. A variable that is set but names a server that does not answer
-// always fails the test: it was set on purpose. The variable is the one refset's
-// own suite reads, so one setting serves both.
+// Without REFSET_TEST_POSTGRES (or, for PgBouncerDSN, REFSET_TEST_PGBOUNCER), each
+// skips the test, so a plain go test keeps working on a machine without PostgreSQL;
+// when CI=true it fails the test instead, because a suite whose database tests are
+// all skipped would pass in CI while testing nothing. A variable that is set but
+// names a server that does not answer always fails the test: it was set on purpose.
+// The variables are the ones refset's own suite reads, so one setting serves both.
 //
 // # Assertions
 //

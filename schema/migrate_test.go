@@ -2,6 +2,7 @@ package schema_test
 
 import (
 	"database/sql"
+	"errors"
 	"sort"
 	"testing"
 	"testing/fstest"
@@ -498,6 +499,71 @@ func TestMigratorsAtOnce(t *testing.T) {
 			}
 			assert.Equal(t, 1, ran, "one migrator did the work")
 			assert.Equal(t, allFull, b.tables(t))
+		})
+	}
+}
+
+// A DBA's scripts up, down and up again: each down script updates the record of
+// versions (and, taking a set to 0, its registration) as the up script writes them
+// and as Migrate does, so that after each script the record says where the tables
+// are and a dry run finds nothing to do at that target.
+func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
+	cfg := schema.Config{Components: []schema.Component{things}, Sets: []schema.Set{{Table: "items"}}}
+	for _, be := range backends {
+		t.Run(be.Name, func(t *testing.T) {
+			b := open(t, be)
+			ctx := t.Context()
+			m := b.migrator(t, cfg)
+			// script runs the dry run's script of direction and o, and checks it ran
+			// what the dry run said.
+			script := func(direction schema.Direction, o schema.MigrateOpts, want string) {
+				t.Helper()
+				o.DryRun = true
+				p, err := m.Migrate(ctx, direction, &o)
+				require.NoError(t, err)
+				require.Equal(t, want, p.String())
+				runScript(t, b.raw, p.SQL())
+			}
+			versions := func() map[string]int {
+				t.Helper()
+				got := map[string]int{}
+				for _, c := range []string{"core", "things", "set:items"} {
+					v, err := b.sql.Version(ctx, b.db.Reader(), c)
+					require.NoError(t, err)
+					got[c] = v
+				}
+				return got
+			}
+			registered := func() bool {
+				t.Helper()
+				_, err := b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
+				if errors.Is(err, refset.ErrNotFound) {
+					return false
+				}
+				require.NoError(t, err)
+				return true
+			}
+
+			script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 0 -> 2, set:items 0 -> 2")
+			assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up")
+			assert.True(t, registered())
+
+			script(schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
+			assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 2}, versions(), "things down a step")
+			script(schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
+			assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 0}, versions(), "the set down to 0")
+			assert.False(t, registered(), "the registration went with the set")
+			script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 1 -> 0")
+			assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
+			assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
+
+			script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 1 -> 2, set:items 0 -> 2")
+			assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up again")
+			assert.True(t, registered())
+			assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
+			done, err := m.Migrate(ctx, schema.DirectionUp, nil)
+			require.NoError(t, err)
+			assert.Empty(t, done.Steps, "the scripts left nothing for Migrate")
 		})
 	}
 }

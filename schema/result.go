@@ -35,7 +35,7 @@ type Step struct {
 	// missing or differed) or removed (down to 0).
 	Registration bool
 
-	reg *refsetdriver.Registered // the registration written, up
+	reg *refsetdriver.Registered // the registration written, up, or removed, down
 }
 
 // MigrateVersion is one migration that ran, or would run.
@@ -67,21 +67,20 @@ func (s Step) String() string {
 	return fmt.Sprintf("%s %d -> %d", s.Component, s.From, s.To)
 }
 
-// SQL is the result as one script; "" when nothing ran. Up it is the script a DBA
-// runs, in one transaction and with a role that may create tables, where the
-// application's may not (store.Options.ExternalMigrations): each migration followed
-// by the record of its version and, for a set, its registration, as Migrate writes
-// them, so that a later Migrate finds nothing to do. Every statement of refset's
-// creates only what is missing, so running it twice does no harm. Down it is the down
-// migrations' statements alone: refset's record is the migrator's to update, so take
-// components down with Migrate.
+// SQL is the result as one script; "" when nothing ran. It is the script a DBA runs,
+// in one transaction and with a role that may create (or drop) tables, where the
+// application's may not (store.Options.ExternalMigrations): each component's
+// migrations followed by the record of its version and, for a set, its registration
+// (written up, removed down to 0), as Migrate writes them, so that a later Migrate
+// finds nothing to do. Every statement of refset's up creates only what is missing,
+// and down drops only what is there, so running it twice does no harm.
 func (r *MigrateResult) SQL() string {
 	if r == nil || len(r.Steps) == 0 || r.sql == nil {
 		return ""
 	}
 	var b strings.Builder
 	if r.Direction == DirectionDown {
-		fmt.Fprintf(&b, "-- refset schema: down %s. Without the record of versions: run it with Migrate.\n", r)
+		fmt.Fprintf(&b, "-- refset schema: down %s. Run in one transaction.\n", r)
 	} else {
 		fmt.Fprintf(&b, "-- refset schema: %s. Run in one transaction.\n", r)
 		b.WriteString(r.sql.VersionTable() + ";\n")
@@ -90,13 +89,14 @@ func (r *MigrateResult) SQL() string {
 		for _, v := range s.Versions {
 			fmt.Fprintf(&b, "\n-- %s %s\n%s\n", s.Component, v.Name, statement(v.SQL))
 		}
-		if r.Direction == DirectionDown {
-			continue
-		}
 		if s.To != s.From {
 			b.WriteString(r.sql.SetVersionScript(s.Component, s.To) + ";\n")
 		}
-		if s.reg != nil {
+		switch {
+		case s.reg == nil:
+		case r.Direction == DirectionDown:
+			b.WriteString(r.sql.UnregisterScript(s.reg.Table) + ";\n")
+		default:
 			b.WriteString(r.sql.RegisterScript(*s.reg) + ";\n")
 		}
 	}

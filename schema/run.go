@@ -209,6 +209,9 @@ func (m *Migrator) down(ctx context.Context, q refset.Querier, tx refset.Tx, u *
 		run = append(run, d)
 	}
 	step := Step{Component: u.component, From: current, To: target, Registration: u.kind == kindSet && target == 0}
+	if step.Registration {
+		step.reg = &refsetdriver.Registered{Table: u.set.table}
+	}
 	for _, d := range run {
 		v, err := m.run(ctx, tx, u.component, d)
 		if err != nil {

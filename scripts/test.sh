@@ -21,7 +21,9 @@
 #   REFSET_TEST_PACKAGES   space-separated package patterns to check and test
 #                          instead of ./... (gofmt is limited to them too).
 #   REFSET_TEST_PGBOUNCER  DSN of a PgBouncer in transaction mode in front of
-#                          that server (internal/pgtest.Pooled). Set, with a
+#                          that server (internal/pgtest.Pooled, and
+#                          refsettest.PgBouncerDSN, which custody's suite
+#                          runs through on both drivers). Set, with a
 #                          PgBouncer started for it, whenever the throwaway
 #                          cluster is; an outside server brings its own or
 #                          the pooled tests skip (fail under CI=true).

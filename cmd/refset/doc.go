@@ -25,9 +25,10 @@
 // store was configured: public.notes or notes on PostgreSQL, main.notes or notes on
 // SQLite.
 //
-// --db is a SQLite file path, or a PostgreSQL DSN (a postgres:// or postgresql:// URL,
-// or key=value pairs); --driver pgx|postgres picks the Postgres driver (lib/pq by
-// default). A SQLite file that does not exist is an error, never created. --replica
+// --db is a SQLite file path or file: URL (file:ledger.db, file:///var/lib/app/ledger.db,
+// without parameters: refset sets the connections' own), or a PostgreSQL DSN (a
+// postgres:// or postgresql:// URL, or key=value pairs): the forms store.Open takes;
+// --driver pgx|postgres picks the Postgres driver (lib/pq by default). A SQLite file that does not exist is an error, never created. --replica
 // names a hot standby of a PostgreSQL --db: status, why and check read it once it has
 // replayed what the primary had committed when they began (the primary otherwise),
 // so an audit of a large set loads the standby instead; everything else uses --db.

@@ -112,7 +112,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	fs := flag.NewFlagSet("refset "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // usage goes to stdout on -h, to stderr after an error
-	dbFlag := fs.String("db", "", "a SQLite file path, or a PostgreSQL DSN (postgres://... or key=value ...)")
+	dbFlag := fs.String("db", "", "a SQLite file path or file: URL, or a PostgreSQL DSN (postgres://... or key=value ...)")
 	driverFlag := fs.String("driver", "", "the Postgres driver: postgres (lib/pq, the default) or pgx")
 	replicaFlag := fs.String("replica", "", "a DSN of a hot standby of the --db PostgreSQL, where status, why and check read once it has replayed the latest writes")
 	unpreparedFlag := fs.Bool("unprepared", false, "prepare no statements on the PostgreSQL --db: needed behind a pooler in transaction mode, such as PgBouncer before 1.21")
@@ -237,11 +237,16 @@ func open(ctx context.Context, c connection) (refset.Database, error) {
 			set  bool
 		}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
 			if f.set {
-				return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q is a SQLite path", refset.ErrInvalidConfig, f.name, c.dsn)
+				return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q names a SQLite file", refset.ErrInvalidConfig, f.name, c.dsn)
 			}
 		}
-		// sqlite.Open creates a missing file; a tool that reads must not.
-		if _, err := os.Stat(c.dsn); err != nil {
+		// sqlite.Open creates a missing file; a tool that reads must not. The file
+		// is the one store.Open would open, whichever form names it.
+		path, err := sqlite.FilePath(c.dsn)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, c.dsn, err)
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -705,4 +707,52 @@ func TestQualifiedTables(t *testing.T) {
 			require.NotContains(t, sets, blocks)
 		})
 	}
+}
+
+// TestSQLiteFileURLs: --db takes a SQLite database in every form store.Open reads, a
+// path or a file: URL (relative or absolute, with a localhost authority, the path
+// percent-encoded), and refuses what store.Open refuses, saying why; a file: URL of a
+// missing file is refused without creating it, as a missing path is.
+func TestSQLiteFileURLs(t *testing.T) {
+	bin := buildCLI(t)
+	dir := filepath.Join(t.TempDir(), "a dir")
+	path := filepath.Join(dir, "ledger.db")
+	escaped := (&url.URL{Path: path}).EscapedPath()
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	db, err := store.Open(t.Context(), "file:"+escaped, sqlite.Options{})
+	require.NoError(t, err, "store.Open creates the file")
+	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY)`)
+		return err
+	}))
+	_, err = store.NewStore[object, string](t.Context(), db, store.Config{Table: "blocks"})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	missing := filepath.Join(dir, "missing.db")
+	cases := []cliCase{
+		{name: "path", args: []string{"status", "--db", path}, stdout: []string{"blocks"}},
+		{name: "file: URL", args: []string{"status", "--db", "file:" + escaped}, stdout: []string{"blocks"}},
+		{name: "file:/// URL", args: []string{"status", "--db", "file://" + escaped}, stdout: []string{"blocks"}},
+		{name: "file://localhost URL", args: []string{"status", "--db", "file://localhost" + escaped}, stdout: []string{"blocks"}},
+		{name: "file: URL with parameters", args: []string{"status", "--db", "file:" + escaped + "?mode=ro"}, code: exitError,
+			stderr: []string{"a file: URL here names the file alone"}},
+		{name: "file: URL of another host", args: []string{"status", "--db", "file://elsewhere" + escaped}, code: exitError,
+			stderr: []string{"names a local file"}},
+		{name: "file: URL of a missing file", args: []string{"status", "--db", "file:" + (&url.URL{Path: missing}).EscapedPath()}, code: exitError,
+			stderr: []string{"no such file"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, bin, c.args...)
+			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			for _, s := range c.stdout {
+				require.Contains(t, stdout, s)
+			}
+			for _, s := range c.stderr {
+				require.Contains(t, stderr, s)
+			}
+		})
+	}
+	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
 }

@@ -74,8 +74,9 @@ type Options struct {
 	// same database with the same search_path: refset.ErrInvalidConfig otherwise.
 	Replica *sql.DB
 
-	// ReplicaDSN is what Open dials for a replica it owns (with Driver and MaxConns,
-	// closed by Close), instead of the caller's Replica. Set connect_timeout in it:
+	// ReplicaDSN is what Open dials for a replica it owns (with Driver, MaxConns and
+	// Unprepared, closed by Close), instead of the caller's Replica; like the DSN, it
+	// may name several hosts, in either form. Set connect_timeout in it:
 	// while the standby does not answer, each read meant for it waits for the dial
 	// before it goes to the primary. New ignores it.
 	ReplicaDSN string
@@ -189,7 +190,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 			pool.Close()
 			return nil, fmt.Errorf("refset/postgres: open: %w: both Replica and ReplicaDSN are set", refset.ErrInvalidConfig)
 		}
-		if opts.Replica, err = sql.Open(driver, opts.ReplicaDSN); err != nil {
+		if opts.Replica, err = openReplicaPool(driver, opts.ReplicaDSN, opts.Unprepared); err != nil {
 			pool.Close()
 			return nil, redactPassword(fmt.Errorf("refset/postgres: open the replica: %w: %w", refset.ErrInvalidConfig, err), opts.ReplicaDSN)
 		}
@@ -225,26 +226,42 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	switch driver {
 	case DriverLibPQ:
-		cfg, err := libpqConfig(dsn)
+		connector, err := libpqConnector(dsn, unprepared)
 		if err != nil {
 			return nil, err
 		}
-		cfg.BinaryParameters = cfg.BinaryParameters || unprepared
-		connector, err := newGuardedConnector(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return sql.OpenDB(connector), nil
+		return sql.OpenDB(guardedConnector{connector}), nil
 	default: // DriverPgx
-		cfg, err := pgx.ParseConfig(dsn)
+		cfg, err := pgxConfig(dsn, unprepared)
 		if err != nil {
 			return nil, err
-		}
-		if unprepared && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
-			cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 		}
 		return stdlib.OpenDB(*cfg, pgxOptions...), nil
 	}
+}
+
+// libpqConnector is lib/pq's connector of dsn (see libpqConfig), with
+// binary_parameters when unprepared (see openPool).
+func libpqConnector(dsn string, unprepared bool) (*pq.Connector, error) {
+	cfg, err := libpqConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	cfg.BinaryParameters = cfg.BinaryParameters || unprepared
+	return pq.NewConnectorConfig(cfg)
+}
+
+// pgxConfig is pgx's configuration of dsn, in QueryExecModeExec when unprepared
+// (see openPool).
+func pgxConfig(dsn string, unprepared bool) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if unprepared && cfg.DefaultQueryExecMode != pgx.QueryExecModeSimpleProtocol {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	}
+	return cfg, nil
 }
 
 // libpqConfig is lib/pq's Config of dsn. lib/pq reads several hosts from a key=value

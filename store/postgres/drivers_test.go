@@ -76,6 +76,17 @@ func TestNewFromCallersPool(t *testing.T) {
 	assert.Contains(t, err.Error(), "sql.OpenDB(postgres.NewConnector(dsn))")
 	_, err = NewConnector("postgres://a:5432,b:x/db")
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "a DSN lib/pq cannot read")
+
+	// The pools Open makes have the guards New asks of a caller's, on the primary
+	// and on the replica alike: New takes them.
+	for _, unprepared := range []bool{false, true} {
+		opened, err := Open(t.Context(), pgtest.DSN(t), Options{Driver: DriverLibPQ, Unprepared: unprepared})
+		require.NoError(t, err)
+		t.Cleanup(func() { opened.Close() })
+		again, err := New(t.Context(), opened.Pool().DB, Options{Unprepared: unprepared})
+		require.NoError(t, err, "New refuses the pool Open made (unprepared: %v): it lacks the guards", unprepared)
+		require.NoError(t, again.Close())
+	}
 }
 
 // callersPool is a pool of the caller's on dsn through driver, as New takes it

@@ -89,3 +89,45 @@ func TestMultiHostDSN(t *testing.T) {
 		}
 	})
 }
+
+// TestMultiHostReplicaDSN: Options.ReplicaDSN may name several servers too, in either
+// form, and reaches the standby among them on both drivers, here after a port nothing
+// listens on (lib/pq read a URL's list of hosts as one host's name).
+func TestMultiHostReplicaDSN(t *testing.T) {
+	primary, standbyDSN, _ := pgtest.NewWithStandby(t)
+	standby, _ := pgtest.Forms(t, standbyDSN)
+	su, err := url.Parse(standby)
+	require.NoError(t, err)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	q := su.Query()
+	q.Set("connect_timeout", "2")
+	asURL := *su
+	asURL.Host = closed + "," + su.Host
+	asURL.RawQuery = q.Encode()
+	host, port, err := net.SplitHostPort(su.Host)
+	require.NoError(t, err)
+	closedHost, closedPort, err := net.SplitHostPort(closed)
+	require.NoError(t, err)
+	keyValue := fmt.Sprintf("host=%s,%s port=%s,%s dbname=%s", closedHost, host, closedPort, port, strings.TrimPrefix(su.Path, "/"))
+	if su.User != nil {
+		keyValue += " user=" + su.User.Username()
+	}
+	for k, vs := range q {
+		keyValue += fmt.Sprintf(" %s='%s'", k, vs[0])
+	}
+	forEachDriver(t, func(t *testing.T, driver string) {
+		for form, dsn := range map[string]string{"url": asURL.String(), "key=value": keyValue} {
+			t.Run(form, func(t *testing.T) {
+				db := openWith(t, primary, Options{Driver: driver, ReplicaDSN: dsn})
+				require.NotNil(t, db.Replica(), "a replica")
+				var recovering bool
+				require.NoError(t, db.Replica().QueryRowContext(t.Context(), `SELECT pg_is_in_recovery()`).Scan(&recovering))
+				require.True(t, recovering, "the replica reads the standby")
+			})
+		}
+	})
+}

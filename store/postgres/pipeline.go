@@ -144,6 +144,9 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			// segment may have been cut short): the connection is done.
 			rollback(ctx, c)
 			_ = c.Close(context.WithoutCancel(ctx))
+			if last {
+				err = commitGivenUp(err)
+			}
 			err = givenUp(ctx, err)
 		}
 		if err != nil {
@@ -169,7 +172,8 @@ const cancelGrace = 5 * time.Second
 // request makes the server refuse the statement it runs (the transaction then rolls
 // back and says so) or, if it is committing already, lets the commit end, and the
 // segment reads which. Only a server that does not answer within cancelGrace has the
-// connection closed. Without cancels (behind a pooler), no cancel request is sent:
+// connection closed, and the COMMIT it may still run is resolved as a lost one
+// (commitGivenUp). Without cancels (behind a pooler), no cancel request is sent:
 // the segment has cancelGrace to end on its own. end reports whether ctx ended while
 // the segment ran, when the connection may be left with a cancel request in flight
 // or a segment cut short.
@@ -195,6 +199,28 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 		<-done
 		return true
 	}
+}
+
+// commitGivenUp is err, the error of the segment that carries COMMIT, which ran on
+// past the call's context by cancelGrace and was given up on (watchCommit), its
+// connection closed: when the server had not answered the COMMIT it was sent, the
+// commit is as lost as if the server had gone, and so resolved (runOn), not reported
+// as the context's end, which says nothing of whether it committed. A server's answer
+// (the transaction refused, or cancelled by the cancel request) is left as it is.
+//
+// The commit's ticket, queued before COMMIT in the same batch, has not been read
+// then: the server sends a batch's results when it reaches the batch's Sync, after
+// COMMIT, and pgx's batches send no Flush between. So resolveCommit finds no ticket,
+// and the outcome is ErrCommitUnknown.
+func commitGivenUp(err error) error {
+	var pe *refsetdriver.PipelineError
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Query != "COMMIT" || errors.As(pe.Err, &pgErr) {
+		return err
+	}
+	// No prefix of its own: resolveCommit and refset's layers above say it.
+	return &refsetdriver.PipelineError{Query: "COMMIT", Err: sentinel.New("", "", refset.ErrUnavailable,
+		fmt.Errorf("the server had not answered COMMIT %s after the call's context ended, and the connection was closed", cancelGrace))}
 }
 
 // givenUp is err, the error of the segment that carries COMMIT, which ran on while

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/engine"
@@ -28,6 +29,25 @@ type replicaState struct {
 // primary replays within milliseconds, one with asynchronous commits within a few
 // wal_writer_delay (200ms by default).
 const defaultReplicaWait = time.Second
+
+// openReplicaPool opens the pool on a hot standby that Open dials
+// (Options.ReplicaDSN) as openPool opens the primary's: a DSN of either form naming
+// one host or several, and unprepared behind a pooler. It does without the primary's
+// checks that a connection's server still takes writes: a standby never does.
+func openReplicaPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
+	if driver == DriverLibPQ {
+		connector, err := libpqConnector(dsn, unprepared)
+		if err != nil {
+			return nil, err
+		}
+		return sql.OpenDB(connector), nil
+	}
+	cfg, err := pgxConfig(dsn, unprepared)
+	if err != nil {
+		return nil, err
+	}
+	return stdlib.OpenDB(*cfg), nil
+}
 
 // useReplica checks that pool is a hot standby of db's primary, serving the same
 // database with the same search_path, and makes it db's replica.

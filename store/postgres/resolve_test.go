@@ -299,3 +299,64 @@ func TestLostTicketFreesItsConnection(t *testing.T) {
 		assert.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM items`), "only the last unit committed")
 	})
 }
+
+// TestGivenUpCommitIsResolved: a pipelined unit (pgx) whose context ends while its
+// COMMIT runs, and whose server does not answer within cancelGrace (no cancel request
+// behind a pooler, or one that never arrives), has its connection closed: the COMMIT
+// was sent and may run, so the unit's error is the lost commit's resolution, not the
+// context's end, which says nothing of it. The ticket's row waits in the server's
+// output with COMMIT's reply (a pgx batch ends with one Sync, where the server
+// flushes), so no server can be asked: ErrCommitUnknown, with ErrUnavailable, whether
+// the commit then runs or fails (doom). A row of lingering takes secs to
+// commit, and ends the committing backend then when flagged doom.
+func TestGivenUpCommitIsResolved(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     Options
+		noCancel bool // the proxy drops cancel requests
+		doom     bool
+	}{
+		{name: "behind a pooler (no cancel request), not committed", opts: Options{Unprepared: true}, doom: true},
+		{name: "the cancel request lost, committed", noCancel: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+			if tc.noCancel {
+				proxy.DropCancels()
+			}
+			opts := tc.opts
+			opts.Driver = DriverPgx
+			db := openWith(t, dsn, opts)
+			e := newHandOverEnv(t, db)
+			for _, q := range []string{
+				`CREATE TABLE lingering (id text PRIMARY KEY, secs float8 NOT NULL, doom boolean NOT NULL)`,
+				`CREATE FUNCTION linger() RETURNS trigger LANGUAGE plpgsql AS $$
+				 BEGIN PERFORM pg_sleep(NEW.secs); IF NEW.doom THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF; RETURN NULL; END $$`,
+				`CREATE CONSTRAINT TRIGGER linger AFTER INSERT ON lingering
+				 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION linger()`,
+			} {
+				_, err := db.Pool().ExecContext(t.Context(), q)
+				require.NoError(t, err, q)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			secs := cancelGrace.Seconds() + 1
+			linger := refset.Exec[string](fmt.Sprintf(`INSERT INTO lingering (id, secs, doom) SELECT ?, %g, %t`, secs, tc.doom), 1)
+			start := time.Now()
+			_, err := e.set.Add(ctx, block{Hash: "b", Height: 1}, linger)
+			t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+			require.Greater(t, time.Since(start), cancelGrace, "the commit was not given up on")
+			require.ErrorIs(t, err, refset.ErrUnavailable, "a lost commit")
+			require.ErrorIs(t, err, refset.ErrCommitUnknown, "its outcome unknown")
+			want := 1
+			if tc.doom {
+				want = 0
+			}
+			require.Eventually(t, func() bool {
+				return count(t, db, `SELECT count(*) FROM lingering`) == want && count(t, db, `SELECT count(*) FROM blocks`) == want
+			}, 10*time.Second, 50*time.Millisecond, "the commit's end: %d rows", want)
+		})
+	}
+}

@@ -91,7 +91,7 @@ type storeEngine = engine.Engine
 // carries no parameters (refset.ErrInvalidConfig): Open sets the connections' own
 // (write-ahead logging, foreign keys, the busy timeout), and Options the rest.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
-	path, err := filePath(path)
+	path, err := FilePath(path)
 	if err != nil {
 		return nil, err
 	}
@@ -153,9 +153,12 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return newDB(writer, reader, true, opts), nil
 }
 
-// filePath is the file a path or a file: URL names (SQLite's URI filenames: an
-// empty or "localhost" authority, the path percent-encoded); a path is its own.
-func filePath(dsn string) (string, error) {
+// FilePath is the file that dsn, a path or a file: URL, names as Open reads it
+// (SQLite's URI filenames: an empty or "localhost" authority, the path
+// percent-encoded); a path is its own. A URL Open refuses (with parameters, or of
+// another host) is refused here alike, with refset.ErrInvalidConfig. For a tool that
+// must find the file before Open, which creates one that is missing.
+func FilePath(dsn string) (string, error) {
 	if !strings.HasPrefix(dsn, "file:") {
 		return dsn, nil
 	}

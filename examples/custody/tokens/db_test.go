@@ -23,6 +23,7 @@ type backend struct {
 	postgres   bool
 	driver     string // postgres.DriverLibPQ or postgres.DriverPgx
 	unprepared bool   // postgres.Options.Unprepared, as behind a pooler in transaction mode
+	pooled     bool   // through the PgBouncer in transaction mode of refsettest.PgBouncerDSN
 }
 
 var (
@@ -30,10 +31,17 @@ var (
 	libpqDB      = backend{name: "postgres", postgres: true, driver: postgres.DriverLibPQ}
 	pgxDB        = backend{name: "pgx", postgres: true, driver: postgres.DriverPgx}
 	unpreparedDB = backend{name: "pgx-unprepared", postgres: true, driver: postgres.DriverPgx, unprepared: true}
+	// Custody's services run behind a pooler in transaction mode, which lends each
+	// transaction, and each statement outside one, any of its server connections:
+	// through PgBouncer on both drivers, unprepared as the pooler needs.
+	libpqPooledDB = backend{name: "pgbouncer", postgres: true, driver: postgres.DriverLibPQ, unprepared: true, pooled: true}
+	pgxPooledDB   = backend{name: "pgbouncer-pgx", postgres: true, driver: postgres.DriverPgx, unprepared: true, pooled: true}
 )
 
 // allBackends are the backends most tests run on.
-func allBackends() []backend { return []backend{sqliteDB, libpqDB, pgxDB, unpreparedDB} }
+func allBackends() []backend {
+	return []backend{sqliteDB, libpqDB, pgxDB, unpreparedDB, libpqPooledDB, pgxPooledDB}
+}
 
 // eachBackend runs fn as a parallel subtest per backend, named by the backend.
 func eachBackend(t *testing.T, backends []backend, fn func(t *testing.T, b backend)) {
@@ -55,8 +63,11 @@ type place struct {
 // new makes a fresh, empty database of b for tb, removed when tb ends.
 func (b backend) new(tb testing.TB) place {
 	tb.Helper()
-	if !b.postgres {
+	switch {
+	case !b.postgres:
 		return place{b, filepath.Join(tb.TempDir(), "custody.db")}
+	case b.pooled:
+		return place{b, refsettest.PgBouncerDSN(tb)}
 	}
 	return place{b, refsettest.PostgresDSN(tb)}
 }

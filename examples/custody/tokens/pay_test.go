@@ -200,7 +200,11 @@ func TestPayTakesExpiredLocks(t *testing.T) {
 // made whole or not at all, no lock is left, and the vault goes on paying.
 func TestPayCancelled(t *testing.T) {
 	each(t, 4, waiting, func(t *testing.T, vs []*Vault) {
-		issue(t, vs[0], "alice", repeat(200, 3)...)
+		// Enough for every payment below and one more: how many of those whose
+		// context ended were made anyway varies, and through PgBouncer most are (65
+		// of 76 in one run: a cancel there seldom overtakes a statement this short),
+		// so alice must never run short.
+		issue(t, vs[0], "alice", repeat(220, 3)...)
 		var cancelled atomic.Int64
 		errs := run(vs, 4, func(v *Vault) error {
 			for range 10 {
@@ -229,7 +233,7 @@ func TestPayCancelled(t *testing.T) {
 		// the server after its caller gave up, between two reads of separate balances
 		// (alice read before it, bob after: 604 of 600, seen under -race).
 		a := audit(t, vs[0])
-		assert.EqualValues(t, 600, a.Remaining, "value is conserved")
+		assert.EqualValues(t, 660, a.Remaining, "value is conserved")
 		assert.Zero(t, balances(t, vs[0], "bob")["bob"][0]%4, "payments are whole")
 		assert.Zero(t, len(locks(t, vs[0], "alice")))
 		require.NoError(t, payOne(t.Context(), vs[0], "alice", "bob", 4))

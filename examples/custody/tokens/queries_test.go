@@ -16,7 +16,7 @@ import (
 // it takes the token.
 func TestGeneralPathSkipsRowsLockedByOthers(t *testing.T) {
 	anything := Filter{Predicate: func(Token) bool { return true }}
-	eachBackend(t, []backend{libpqDB, pgxDB}, func(t *testing.T, b backend) {
+	eachBackend(t, []backend{libpqDB, pgxDB, libpqPooledDB, pgxPooledDB}, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		v := openVaults(t, b, 1, Config{MaxAttempts: 1})[0]
 		require.NotEmpty(t, v.lockRowsSQL, "the Postgres folder has the general path's row locks")

@@ -63,12 +63,15 @@ func (t Tables) Version(ctx context.Context, q refset.Querier, component string)
 	return v, err
 }
 
-const setVersionSQL = `INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
+const (
+	setVersionSQL = `INSERT INTO refset_schema_version (component, version) VALUES (?, ?)
 	ON CONFLICT (component) DO UPDATE SET version = excluded.version`
+	forgetVersionSQL = `DELETE FROM refset_schema_version WHERE component = ?`
+)
 
 func (t Tables) SetVersion(ctx context.Context, tx refset.Tx, component string, version int) error {
 	if version == 0 {
-		_, err := tx.ExecContext(ctx, t.rebind(`DELETE FROM refset_schema_version WHERE component = ?`), component)
+		_, err := tx.ExecContext(ctx, t.rebind(forgetVersionSQL), component)
 		return err
 	}
 	_, err := tx.ExecContext(ctx, t.rebind(setVersionSQL), component, version)
@@ -76,6 +79,9 @@ func (t Tables) SetVersion(ctx context.Context, tx refset.Tx, component string, 
 }
 
 func (Tables) SetVersionScript(component string, version int) string {
+	if version == 0 {
+		return inline(forgetVersionSQL, literal(component))
+	}
 	return inline(setVersionSQL, literal(component), fmt.Sprint(version))
 }
 
@@ -120,9 +126,15 @@ func (t Tables) Lookup(ctx context.Context, q refset.Querier, table sqlident.Ide
 	return r, nil
 }
 
+const unregisterSQL = `DELETE FROM refset_sets WHERE table_name = ?`
+
 func (t Tables) Unregister(ctx context.Context, tx refset.Tx, table sqlident.Ident) error {
-	_, err := tx.ExecContext(ctx, t.rebind(`DELETE FROM refset_sets WHERE table_name = ?`), table.String())
+	_, err := tx.ExecContext(ctx, t.rebind(unregisterSQL), table.String())
 	return err
+}
+
+func (Tables) UnregisterScript(table sqlident.Ident) string {
+	return inline(unregisterSQL, literal(table.String()))
 }
 
 func (Tables) SetTables(ctx context.Context, q refset.Querier) ([]string, error) {
