@@ -68,16 +68,21 @@ func sorted(ids ...string) []string {
 // test need not wait for it.
 func (e *env) makeDue(tb testing.TB, ids ...string) {
 	tb.Helper()
-	past := "now() - interval '1 second'"
-	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
-		past = "0"
-	}
+	past := e.past()
 	if len(ids) == 0 {
 		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past)
 	}
 	for _, id := range ids {
 		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past+" WHERE object_id = ?", id)
 	}
+}
+
+// past is an SQL expression of a time in the past, as the review queue keeps time.
+func (e *env) past() string {
+	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
+		return "0"
+	}
+	return "now() - interval '1 second'"
 }
 
 // A chain with forks:
@@ -683,10 +688,12 @@ func testUnfollowedKeys(t *testing.T, h harness) {
 
 // A key added after Install, which its triggers and checks know nothing of, does not
 // wedge the queue: the object it keeps alive is refused, counted and postponed by a
-// grace period, the others are collected, and later passes succeed. Once the
-// reference goes, the object is collected.
+// grace period, and the others are collected. Collect then tries to follow the key;
+// one it cannot follow (no index, or a key Install refuses) fails it, saying what to
+// do, and every later Collect, until the schema is mended. Once the reference goes,
+// the object is collected.
 func testKeyAddedAfterInstall(t *testing.T, h harness) {
-	for _, fk := range foreignKeys {
+	for i, fk := range foreignKeys {
 		for _, batch := range []int{1, 100} {
 			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
 				e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
@@ -701,15 +708,33 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 				e.makeDue(t)
 
 				s, err := c.Collect(ctx)
-				require.NoError(t, err, "an unknown reference fails the collection")
-				assert.Equal(t, int64(3), s.Deleted, "%v", s)
+				if i == 0 {
+					require.ErrorIs(t, err, cleanup.ErrUnindexed, "the new key has no index")
+					assert.Contains(t, err.Error(), `CREATE INDEX "keyed_block_id_idx" ON `, "the error says what to run")
+				} else {
+					require.ErrorIs(t, err, refset.ErrSchema, "the new key cannot be followed")
+					assert.Contains(t, err.Error(), "keyed (")
+				}
+				assert.Equal(t, int64(3), s.Deleted, "the batches ran before: %v", s)
 				assert.Equal(t, int64(1), s.Refused, "%v", s)
 				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
 				s, err = c.Collect(ctx)
-				require.NoError(t, err)
-				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+				require.Error(t, err, "Collect refuses while the key cannot be followed")
+				assert.Zero(t, s.Reviewed, "%v", s)
 
-				e.mustExec(t, `DELETE FROM keyed`)
+				if i == 0 {
+					e.mustExec(t, `CREATE INDEX keyed_block_id_idx ON keyed (block_id)`)
+				} else {
+					e.mustExec(t, `DROP TABLE keyed`)
+				}
+				s, err = c.Collect(ctx)
+				require.NoError(t, err, "the schema is mended")
+				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
+
+				if i == 0 {
+					e.mustExec(t, `DELETE FROM keyed`)
+				}
 				e.makeDue(t, "pinned")
 				s, err = c.Collect(ctx)
 				require.NoError(t, err)
@@ -720,24 +745,68 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 	}
 }
 
-// An object refused again and again (a key added after Install keeps it) and due
-// again at once (a grace period shorter than a batch) does not keep Collect from
-// returning.
+// An object refused again and again (a key added after Install that clean-up cannot
+// follow keeps it) and due again at once (a grace period shorter than a batch) does
+// not keep Collect from returning.
 func testRefusedShortGrace(t *testing.T, h harness) {
 	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
-	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
+	for _, stmt := range foreignKeys[1].create {
+		e.mustExec(t, stmt)
+	}
 	_, err := set.Add(ctx, mkBlock("pinned", "", 0))
 	require.NoError(t, err)
-	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
+	e.mustExec(t, foreignKeys[1].pin, "pinned", 0)
 	e.makeDue(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	s, err := c.Collect(ctx)
-	require.NoError(t, err, "Collect went on reviewing the refused object")
+	require.ErrorIs(t, err, refset.ErrSchema, "the key cannot be followed")
+	require.NoError(t, ctx.Err(), "Collect went on reviewing the refused object")
 	assert.Positive(t, s.Refused)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }
 
+// A collector started on a set that already holds objects (a program that ran
+// without clean-up) reviews them: the first Install queues what is there, a grace
+// period ahead, in pages of BatchSize; Check is clean at once, and once the grace
+// period ends Collect deletes the unreferenced half. A later Install queues nothing
+// again.
+func testFirstInstallQueuesExisting(t *testing.T, h harness) {
+	const n = 10000
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	blocks := make([]block, n)
+	for i := range blocks {
+		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
+	}
+	_, err := set.AddAll(ctx, blocks)
+	require.NoError(t, err)
+	e.mustExec(t, `INSERT INTO heads (block_id) SELECT id FROM blocks WHERE height % 2 = 0`)
+	e.mustExec(t, `INSERT INTO blocks_review (object_id, review_after) VALUES ('old-00001', `+e.past()+`)`) // queued already: kept as it is
+
+	c := e.collector(t, cleanup.Config{Grace: time.Hour, BatchSize: 777}) // pages that end mid-way
+	assert.Equal(t, n, e.count(t, "blocks_review", ""), "every object is queued once")
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "queued objects are not leaked: %+v", report)
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), s.Deleted, "the others keep their grace period: %v", s)
+
+	e.makeDue(t)
+	s, err = c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(n/2-1), s.Deleted, "%v", s)
+	assert.Equal(t, n/2, e.count(t, "blocks", ""))
+	assert.Zero(t, e.count(t, "blocks", "height % 2 = 1"), "the unreferenced half is gone")
+	report, err = c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+
+	e.collector(t, cleanup.Config{Grace: time.Hour})
+	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
+}
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.
 

@@ -172,6 +172,7 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "UnfollowedKeysRefused", testUnfollowedKeys},
 	{cleanupSuite, "KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
 	{cleanupSuite, "RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
+	{cleanupSuite, "FirstInstallQueuesExistingObjects", testFirstInstallQueuesExisting},
 	{cleanupSuite, "EndedContextIsAnError", testEndedContext},
 	{cleanupSuite, "RunStopsOnClosedDatabase", testRunClosed},
 	{cleanupSuite, "RunStopsOnDroppedTables", testRunSchemaGone},
