@@ -807,6 +807,7 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	e.collector(t, cleanup.Config{Grace: time.Hour})
 	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
 }
+
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.
 
