@@ -69,17 +69,19 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	start := time.Now()
+	var total Stats
 	c.mu.Lock()
 	unfollowed := c.unfollowed
 	c.mu.Unlock()
 	if unfollowed != nil {
-		if _, err := c.follow(ctx); err != nil {
-			return Stats{Duration: time.Since(start)}, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, err)
+		var err error
+		if total.Followed, err = c.follow(ctx); err != nil {
+			total.Duration = time.Since(start)
+			return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, err)
 		}
 	}
 	var (
 		mu    sync.Mutex
-		total Stats
 		first error
 		wg    sync.WaitGroup
 		// holdsDone: a batch found fewer expired holds than it could take, so none
@@ -131,7 +133,9 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		first = ctx.Err()
 	}
 	if first == nil && total.Refused > 0 {
-		total.Followed, first = c.follow(ctx)
+		var added []string
+		added, first = c.follow(ctx)
+		total.Followed = append(total.Followed, added...)
 	}
 	total.Duration = time.Since(start)
 	if first != nil {

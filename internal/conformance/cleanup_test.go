@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -807,6 +808,142 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	e.collector(t, cleanup.Config{Grace: time.Hour})
 	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
 }
+
+// A holder table added while Run runs is followed without a restart. Until its
+// column has an index, the reports answer (Why names it, Check says which index is
+// missing) and Run's callback is told what to create; once it exists, the next pass
+// installs for the table: the object it alone holds survives, and is collected once
+// its row goes.
+func testHolderAddedWhileRunning(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		mu       sync.Mutex
+		errs     []error
+		followed []string
+	)
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- c.Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			followed = append(followed, s.Followed...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	passes := func() ([]error, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), errs...), append([]string(nil), followed...)
+	}
+
+	e.mustExec(t, `CREATE TABLE escrow (deal {Int} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
+	_, err := set.Add(t.Context(), mkBlock("held", "", 0), refset.Exec[string](e.sql(`INSERT INTO escrow (deal, block_id) VALUES (1, ?)`), 1))
+	require.NoError(t, err)
+	_, err = set.Add(t.Context(), mkBlock("free", "", 0))
+	require.NoError(t, err)
+
+	why, err := c.Why(t.Context(), "held")
+	require.NoError(t, err, "Why answers while the new column has no index")
+	require.Len(t, why, 1)
+	assert.Equal(t, "escrow", why[0].Table[strings.LastIndex(why[0].Table, ".")+1:])
+	assert.True(t, strings.HasPrefix(why[0].Key, "deal="), why[0].Key)
+	report, err := c.Check(t.Context())
+	require.NoError(t, err, "Check answers while the new column has no index")
+	assert.True(t, report.OK(), "%+v", report)
+	require.Len(t, report.Unindexed, 1, "%+v", report)
+	assert.Contains(t, report.Unindexed[0], "escrow")
+
+	require.Eventually(t, func() bool {
+		errs, _ := passes()
+		return len(errs) > 0
+	}, 10*time.Second, 5*time.Millisecond, "a pass fails once it meets the object the new table holds")
+	failed, _ := passes()
+	require.ErrorIs(t, failed[0], cleanup.ErrUnindexed, "the callback is told what to create")
+	assert.Contains(t, failed[0].Error(), "escrow")
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"))
+
+	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
+	require.Eventually(t, func() bool {
+		_, followed := passes()
+		return len(followed) > 0
+	}, 10*time.Second, 5*time.Millisecond, "the next pass follows the new table")
+	_, added := passes()
+	assert.Len(t, added, 1)
+	assert.Contains(t, added[0], "escrow.block_id")
+	assert.Contains(t, fmt.Sprint(c.References()), "escrow")
+	time.Sleep(50 * time.Millisecond) // passes go on, past the held object's grace period
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"), "the object the new table holds survives")
+
+	e.mustExec(t, `DELETE FROM escrow WHERE deal = 1`)
+	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the object goes once its row in the new table does (and the free one, which a refusing collector kept)")
+	report, err = c.Check(t.Context())
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+	assert.Empty(t, report.Unindexed)
+}
+
+// A key ON DELETE CASCADE to the set from a table the program did not declare a part
+// is a warning at every Install and in Check's report, or, by
+// Config.RefuseUndeclaredParts, a refusal; a declared one is neither.
+func testUndeclaredCascade(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.chain(t)
+	e.mustExec(t, `CREATE TABLE escrow (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
+	e.mustExec(t, `CREATE TABLE block_notes (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := cleanup.Config{Table: "blocks", Parts: []string{"block_notes"}, Logger: logger}
+	for range 2 {
+		_, err := cleanup.Install(t.Context(), e.db, cfg)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	text := logged.String()
+	mu.Unlock()
+	assert.Equal(t, 2, strings.Count(text, "level=WARN"), "one warning at each Install: %s", text)
+	assert.Contains(t, text, "escrow")
+	assert.NotContains(t, text, "block_notes", "a declared part is not warned of")
+
+	inspected, err := cleanup.Inspect(t.Context(), e.db, cleanup.Config{Table: "blocks"})
+	require.NoError(t, err)
+	report, err := inspected.Check(t.Context())
+	require.NoError(t, err)
+	require.Len(t, report.UndeclaredParts, 1, "a tool that only reads knows the program's parts: %+v", report)
+	assert.Contains(t, report.UndeclaredParts[0], "escrow")
+	st, err := cleanup.Status(t.Context(), e.db)
+	require.NoError(t, err)
+	require.Len(t, st.Sets, 1)
+	assert.Equal(t, report.UndeclaredParts, st.Sets[0].UndeclaredParts)
+
+	strict := cfg
+	strict.RefuseUndeclaredParts = true
+	_, err = cleanup.Install(t.Context(), e.db, strict)
+	require.ErrorIs(t, err, refset.ErrSchema)
+	assert.Contains(t, err.Error(), "escrow")
+	strict.Parts = append(strict.Parts, "escrow")
+	_, err = cleanup.Install(t.Context(), e.db, strict)
+	require.NoError(t, err, "declared, the key is accepted")
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.

@@ -173,6 +173,8 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
 	{cleanupSuite, "RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
 	{cleanupSuite, "FirstInstallQueuesExistingObjects", testFirstInstallQueuesExisting},
+	{cleanupSuite, "HolderTableAddedWhileRunning", testHolderAddedWhileRunning},
+	{cleanupSuite, "UndeclaredCascadingKeyReported", testUndeclaredCascade},
 	{cleanupSuite, "EndedContextIsAnError", testEndedContext},
 	{cleanupSuite, "RunStopsOnClosedDatabase", testRunClosed},
 	{cleanupSuite, "RunStopsOnDroppedTables", testRunSchemaGone},
