@@ -809,6 +809,24 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
 }
 
+// The first Install pages through objects of every ID type a set may have.
+func testFirstInstallEveryIDType(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.mustExec(t, `CREATE TABLE ints (num {Int} PRIMARY KEY, name {Text} NOT NULL)`)
+	e.mustExec(t, `CREATE TABLE hashes (hash {Bytes} PRIMARY KEY, name {Text} NOT NULL)`)
+	ints := refset.New[intObj, int64](openStore[intObj, int64](t, e, "ints"))
+	_, err := ints.AddAll(t.Context(), []intObj{{Num: -5, Name: "a"}, {Num: 3, Name: "b"}, {Num: 7, Name: "c"}, {Num: 1 << 40, Name: "d"}, {Num: 12, Name: "e"}})
+	require.NoError(t, err)
+	hashes := refset.New[hashObj, [32]byte](openStore[hashObj, [32]byte](t, e, "hashes"))
+	_, err = hashes.AddAll(t.Context(), []hashObj{{Hash: [32]byte{1}, Name: "a"}, {Hash: [32]byte{31: 2}, Name: "b"},
+		{Hash: [32]byte{0xff}, Name: "c"}, {Hash: [32]byte{0x7f, 1}, Name: "d"}, {Hash: [32]byte{0x80}, Name: "e"}})
+	require.NoError(t, err)
+	for _, table := range []string{"ints", "hashes"} {
+		e.collector(t, cleanup.Config{Table: table, BatchSize: 2})
+		assert.Equal(t, 5, e.count(t, table+"_review", ""), "%s: every object queued, in pages of 2", table)
+	}
+}
+
 // A holder table added while Run runs is followed without a restart. Until its
 // column has an index, the reports answer (Why names it, Check says which index is
 // missing) and Run's callback is told what to create; once it exists, the next pass

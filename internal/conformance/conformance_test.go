@@ -173,6 +173,7 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "KeyAddedAfterInstallWedgesNothing", testKeyAddedAfterInstall},
 	{cleanupSuite, "RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
 	{cleanupSuite, "FirstInstallQueuesExistingObjects", testFirstInstallQueuesExisting},
+	{cleanupSuite, "FirstInstallEveryIDType", testFirstInstallEveryIDType},
 	{cleanupSuite, "HolderTableAddedWhileRunning", testHolderAddedWhileRunning},
 	{cleanupSuite, "UndeclaredCascadingKeyReported", testUndeclaredCascade},
 	{cleanupSuite, "EndedContextIsAnError", testEndedContext},

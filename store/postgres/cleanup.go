@@ -209,9 +209,14 @@ func (cleanupDialect) EnqueueExisting(ctx context.Context, tx refset.Tx, p *refs
 	if after != nil {
 		from = fmt.Sprintf(`o."%s" > $2::text::%s`, p.IDColumn, p.IDType)
 	}
+	// The page's last ID, by its type's order (not every type has max: bytea, uuid).
 	var last sql.NullString
-	if err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT max(id)::text FROM (SELECT o."%s" AS id FROM %s o WHERE %s ORDER BY 1 LIMIT $1) page`,
-		p.IDColumn, p.Table.Quoted(), from), cleanupsql.Args(limit, after)...).Scan(&last); err != nil || !last.Valid {
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT id::text FROM (SELECT o."%s" AS id FROM %s o WHERE %s ORDER BY 1 LIMIT $1) page
+		ORDER BY page.id DESC LIMIT 1`, p.IDColumn, p.Table.Quoted(), from), cleanupsql.Args(limit, after)...).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !last.Valid) {
+		return nil, 0, nil
+	}
+	if err != nil {
 		return nil, 0, err
 	}
 	n, err := cleanupsql.Exec(ctx, tx, fmt.Sprintf(`INSERT INTO %[1]s (object_id, review_after)
