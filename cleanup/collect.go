@@ -213,8 +213,8 @@ func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, 
 
 // Sweep is the full mark-and-sweep: it marks every object reachable from a root,
 // queues the rest (objects still in their grace period keep it), and collects. Use
-// it to repair a database whose queue was lost or that had objects before Install;
-// its cost follows the size of the set. Errors: those of Collect.
+// it to repair a database whose queue was lost (the first Install queues the objects
+// a set had before it); its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
 	if err := c.made("sweep"); err != nil {
 		return 0, Stats{}, err
