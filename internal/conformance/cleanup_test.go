@@ -809,6 +809,53 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
 }
 
+// Writers that add objects while the first Install pages through the set lose
+// nothing: when Install returns, every object is queued, those it found and those
+// the new trigger queued.
+func testFirstInstallBesideWriters(t *testing.T, h harness) {
+	const n = 3000
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	blocks := make([]block, n)
+	for i := range blocks {
+		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
+	}
+	_, err := set.AddAll(ctx, blocks)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var added [2]int
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// IDs on both sides of the pages: before them and after them.
+				id := fmt.Sprintf("%s-%05d", []string{"aaa", "zzz"}[w], i)
+				if _, err := set.Add(ctx, mkBlock(id, "", 0)); err != nil {
+					t.Error(err)
+					return
+				}
+				added[w]++
+			}
+		})
+	}
+	e.collector(t, cleanup.Config{Grace: time.Hour, BatchSize: 100})
+	close(stop)
+	wg.Wait()
+	t.Logf("added while Install ran: %v", added)
+	assert.Equal(t, n+added[0]+added[1], e.count(t, "blocks", ""))
+	assert.Zero(t, e.count(t, "blocks", "NOT EXISTS (SELECT 1 FROM blocks_review q WHERE q.object_id = blocks.id)"), "every object is queued")
+	report, err := e.collector(t, cleanup.Config{Grace: time.Hour}).Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
 // The first Install pages through objects of every ID type a set may have.
 func testFirstInstallEveryIDType(t *testing.T, h harness) {
 	e := newEnv(t, h)

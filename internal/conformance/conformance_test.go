@@ -174,6 +174,7 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "RefusedObjectWithShortGraceEndsCollect", testRefusedShortGrace},
 	{cleanupSuite, "FirstInstallQueuesExistingObjects", testFirstInstallQueuesExisting},
 	{cleanupSuite, "FirstInstallEveryIDType", testFirstInstallEveryIDType},
+	{cleanupSuite, "FirstInstallBesideWriters", testFirstInstallBesideWriters},
 	{cleanupSuite, "HolderTableAddedWhileRunning", testHolderAddedWhileRunning},
 	{cleanupSuite, "UndeclaredCascadingKeyReported", testUndeclaredCascade},
 	{cleanupSuite, "EndedContextIsAnError", testEndedContext},
