@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -955,6 +956,63 @@ func testHolderAddedWhileRunning(t *testing.T, h harness) {
 	require.NoError(t, err)
 	assert.True(t, report.OK(), "%+v", report)
 	assert.Empty(t, report.Unindexed)
+}
+
+// Writers that add objects held by a new table, and delete rows of it, while Run
+// finds the table and installs for it lose nothing: once they stop, every object
+// whose row went is collected, and every object a row holds stays.
+func testFollowBesideWriters(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: 10 * time.Millisecond, RetryDelay: time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	var failed atomic.Int64
+	go func() {
+		stopped <- c.Run(ctx, 2*time.Millisecond, func(_ cleanup.Stats, err error) {
+			if err != nil {
+				failed.Add(1)
+				t.Log(err)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	e.mustExec(t, `CREATE TABLE escrow (deal {Text} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
+	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
+
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(time.Second)
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				id := fmt.Sprintf("w%d-%05d", w, i)
+				hold := refset.Exec[string](e.sql(`INSERT INTO escrow (block_id, deal) VALUES (?, ?)`), 1, "deal-"+id)
+				if _, err := set.Add(t.Context(), mkBlock(id, "", 0), hold); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 1 { // the row of the block before goes: that block is garbage
+					if err := e.exec(t.Context(), `DELETE FROM escrow WHERE deal = ?`, fmt.Sprintf("deal-w%d-%05d", w, i-1)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	held := e.count(t, "escrow", "")
+	require.Eventually(t, func() bool { return strings.Contains(fmt.Sprint(c.References()), "escrow") }, 30*time.Second, 10*time.Millisecond,
+		"the collector follows the new table")
+	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == held }, 30*time.Second, 10*time.Millisecond,
+		"every block whose row went is collected")
+	assert.Zero(t, failed.Load(), "no pass failed")
+	report, err := c.Check(t.Context())
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
 }
 
 // A key ON DELETE CASCADE to the set from a table the program did not declare a part

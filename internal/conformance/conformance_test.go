@@ -176,6 +176,7 @@ var suiteTests = []suiteTest{
 	{cleanupSuite, "FirstInstallEveryIDType", testFirstInstallEveryIDType},
 	{cleanupSuite, "FirstInstallBesideWriters", testFirstInstallBesideWriters},
 	{cleanupSuite, "HolderTableAddedWhileRunning", testHolderAddedWhileRunning},
+	{cleanupSuite, "FollowBesideWriters", testFollowBesideWriters},
 	{cleanupSuite, "UndeclaredCascadingKeyReported", testUndeclaredCascade},
 	{cleanupSuite, "EndedContextIsAnError", testEndedContext},
 	{cleanupSuite, "RunStopsOnClosedDatabase", testRunClosed},
