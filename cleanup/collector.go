@@ -136,7 +136,8 @@ func newCollector(db refset.Database, cfg Config) (*Collector, error) {
 		log: log, obs: d.Observer(), table: table, parts: cfg.Parts, strict: cfg.RefuseUndeclaredParts}, nil
 }
 
-// References are the foreign keys Install found, roots and edges.
+// References are the foreign keys the collector follows, roots and edges: those
+// Install found, and those a Collect followed since (Stats.Followed).
 func (c *Collector) References() []Reference {
 	if c == nil {
 		return nil
