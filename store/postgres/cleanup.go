@@ -209,6 +209,11 @@ func (cleanupDialect) EnqueueExisting(ctx context.Context, tx refset.Tx, p *refs
 	if after != nil {
 		from = fmt.Sprintf(`o."%s" > $2::text::%s`, p.IDColumn, p.IDType)
 	}
+	// Index probes whatever the statistics say: taken before the queue filled, they
+	// would have the planner read the whole queue for every page.
+	if _, err := tx.ExecContext(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		return nil, 0, err
+	}
 	// The page's last ID, by its type's order (not every type has max: bytea, uuid).
 	var last sql.NullString
 	err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT id::text FROM (SELECT o."%s" AS id FROM %s o WHERE %s ORDER BY 1 LIMIT $1) page
