@@ -14,6 +14,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -808,6 +809,19 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 
 	e.collector(t, cleanup.Config{Grace: time.Hour})
 	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
+
+	// Without the trigger for new objects (dropped by hand), objects come unqueued;
+	// the next Install finds the trigger missing and queues every object again.
+	newTrigger := (&refsetdriver.Plan{RegisteredQueue: "blocks_review"}).Name("new") + "_insert"
+	if e.h.Types.Time == "TIMESTAMP" {
+		e.mustExec(t, `DROP TRIGGER "`+newTrigger+`"`)
+	} else {
+		e.mustExec(t, `DROP TRIGGER "`+newTrigger+`" ON blocks`)
+	}
+	e.mustExec(t, `INSERT INTO blocks (id, height) VALUES ('unqueued', 0)`)
+	assert.Zero(t, e.count(t, "blocks_review", ""), "the trigger is gone")
+	e.collector(t, cleanup.Config{Grace: time.Hour})
+	assert.Equal(t, n/2+1, e.count(t, "blocks_review", ""), "an Install after the trigger was dropped queues every object")
 }
 
 // Writers that add objects while the first Install pages through the set lose
