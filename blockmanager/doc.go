@@ -26,6 +26,29 @@
 // released) is pruned by the set's clean-up (package cleanup), which the Manager
 // installs: run Collector().Run in the background, or Collect when convenient.
 //
+// # Tables of your own
+//
+// A program may keep its own tables that reference blocks, before the first Open or
+// while the manager runs; clean-up finds them in the catalog. Reference
+// blocks (header_signature), and index the referencing column (clean-up refuses a
+// reference without an index: Open fails, and a running collector's passes fail,
+// with the CREATE INDEX to run; the refset command's why and check answer all the
+// same). Declare the key by what its rows are:
+//
+//   - A holder, whose rows keep a block alive (an escrow, an audit pin): ON DELETE
+//     RESTRICT. Clean-up deletes a block only once no such row references it.
+//   - Per-block data, deleted with its block (receipts, an index of the block's
+//     contents): ON DELETE CASCADE, with the table named in Config.Parts. A cascading
+//     key from a table Parts does not name is warned of at every Open, since a holder
+//     declared CASCADE by mistake lets clean-up delete the blocks it meant to hold.
+//
+// A table created before Open is followed from Open on. One created while the
+// manager runs is followed by the running collector (Collector().Collect or Run)
+// once it meets a block only that table keeps: the database refuses the delete, and
+// the collector installs for the new table in the same pass, with no restart; until
+// then the block is simply not deleted, and no signal is lost, since deleting a row
+// of the new table can only matter for a block that its review will find.
+//
 // The Manager keeps no state in memory that correctness depends on: a new process on
 // the same database carries on where the last one stopped, and several receivers, in
 // one process or many on one Postgres, may work at once.

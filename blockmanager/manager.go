@@ -33,6 +33,13 @@ type Config struct {
 	// page the branch fills is followed by one twice as large, up to 16 times
 	// PageSize. Zero means 1000.
 	PageSize int
+	// Parts names the program's own tables whose rows are parts of a block, declared
+	// REFERENCES blocks (header_signature) ON DELETE CASCADE (a block's receipts):
+	// deleted with their block, they keep nothing alive. The manager declares its own
+	// (block_batches, block_transactions); a cascading key from any other table is
+	// taken for a holder declared CASCADE by mistake, and warned of at every Open (see
+	// cleanup.Config.Parts, and "Tables of your own" in the package doc).
+	Parts []string
 	// Logger receives the block tables' clean-up passes (see cleanup.Config.Logger).
 	// Nil means the database's logger (the stores' Options.Logger), if any.
 	Logger *slog.Logger
@@ -71,7 +78,8 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if grace <= 0 {
 		grace = time.Minute
 	}
-	collect := cleanup.Config{Table: "blocks", Grace: grace, Logger: cfg.Logger}
+	collect := cleanup.Config{Table: "blocks", Grace: grace, Logger: cfg.Logger,
+		Parts: append([]string{"block_batches", "block_transactions"}, cfg.Parts...)}
 	drv, err := refsetdriver.Of(db)
 	if err != nil {
 		return nil, fmt.Errorf("blockmanager: open: %w", err)

@@ -2,8 +2,11 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +27,13 @@ type Stats struct {
 	Deleted   int64
 	Postponed int64
 	// Refused counts objects the database would not delete because of a foreign key
-	// Install does not know (one added since): not zero means Install should run again.
-	Refused      int64
+	// Install did not know (one added since). Collect then reads the catalog and
+	// installs for the new key before it returns (Followed), or fails saying why it
+	// cannot; the refused objects stay queued, a grace period later.
+	Refused int64
+	// Followed lists the references Collect found and installed for after a refusal:
+	// keys added to the schema while clean-up ran.
+	Followed     []string
 	HoldsExpired int64
 	Duration     time.Duration
 }
@@ -45,15 +53,35 @@ func (s Stats) String() string {
 // Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
 // no retry mends either. Other errors: refset.ErrConflict (after retries),
 // ErrUnavailable, ErrTimeout, the context's error.
+//
+// A refusal says the schema grew a key Install did not find: Collect then follows it
+// as Install would (the triggers keep the grace period the database has), so a holder
+// table added while the program runs is followed without a restart. If the new key
+// cannot be followed (its column has no index, ErrUnindexed as an *UnindexedError
+// naming the CREATE INDEX statements; a key Install refuses, refset.ErrSchema),
+// Collect returns that error after the batches it ran, and every later call returns
+// it before collecting anything, until the catalog can be followed: the refused
+// objects stay queued, a grace period later, and Run's callback (or, without one,
+// Run's failure after MaxFailedPasses) says what to run.
 func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	if err := c.made("collect"); err != nil {
 		return Stats{}, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	start := time.Now()
+	var total Stats
+	c.mu.Lock()
+	unfollowed := c.unfollowed
+	c.mu.Unlock()
+	if unfollowed != nil {
+		var err error
+		if total.Followed, err = c.follow(ctx); err != nil {
+			total.Duration = time.Since(start)
+			return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, err)
+		}
+	}
 	var (
 		mu    sync.Mutex
-		total Stats
 		first error
 		wg    sync.WaitGroup
 		// holdsDone: a batch found fewer expired holds than it could take, so none
@@ -99,14 +127,19 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		})
 	}
 	wg.Wait()
-	total.Duration = time.Since(start)
 	if first == nil {
 		// The workers stopped between batches (or never began) because ctx ended: the
 		// queue may not be done, and the caller must not read the stats as if it were.
 		first = ctx.Err()
 	}
+	if first == nil && total.Refused > 0 {
+		var added []string
+		added, first = c.follow(ctx)
+		total.Followed = append(total.Followed, added...)
+	}
+	total.Duration = time.Since(start)
 	if first != nil {
-		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.plan.Table, first)
+		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, first)
 	}
 	level := slog.LevelDebug
 	if total.Refused > 0 {
@@ -122,20 +155,57 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	return total, nil
 }
 
+// follow installs for the references the catalog has now, after a refusal said a
+// key was added since the plan was made, and returns those it had not followed. On
+// Postgres it takes the locks Install takes: CREATE TRIGGER on the new table (SHARE
+// ROW EXCLUSIVE) waits for that table's writers to commit, and holds up its new
+// writes, and only its, for as long as the short transaction takes; the triggers of
+// the tables already followed are replaced in place, which locks no table. An error
+// is kept (unfollowed), so that the next Collect tries again before collecting.
+func (c *Collector) follow(ctx context.Context) ([]string, error) {
+	before := c.current().References
+	first, err := c.install(ctx, true)
+	if err == nil && first {
+		// The set's triggers had been dropped: what was stored meanwhile was never
+		// queued.
+		err = c.enqueueExisting(ctx)
+	}
+	if err != nil {
+		err = c.schemaError(err)
+		if !errors.Is(err, refset.ErrClosed) && ctx.Err() == nil {
+			c.mu.Lock()
+			c.unfollowed = err
+			c.mu.Unlock()
+		}
+		return nil, fmt.Errorf("following the keys added to the schema since Install: %w", err)
+	}
+	var added []string
+	for _, r := range c.current().References {
+		if !slices.ContainsFunc(before, func(b Reference) bool { return b.Table == r.Table && strings.EqualFold(b.Column, r.Column) }) {
+			added = append(added, r.String())
+		}
+	}
+	if len(added) > 0 {
+		c.log.Info("refset/cleanup: followed foreign keys added since Install", slog.Any("references", added))
+	}
+	return added, nil
+}
+
 // batchOnce runs one batch transaction: expired holds (when expire), then due
-// entries.
+// entries, on the plan of the time it starts.
 func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, b refsetdriver.Batch, err error) {
 	if err := refsetdriver.RefuseUnit(ctx, c.db, "clean-up's Collect"); err != nil {
 		return 0, b, err
 	}
+	p := c.current()
 	err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
 		if expire {
-			if expired, err = c.dialect.ExpireHolds(ctx, tx, &c.plan, c.batch); err != nil {
+			if expired, err = c.dialect.ExpireHolds(ctx, tx, p, c.batch); err != nil {
 				return err
 			}
 		}
-		b, err = c.dialect.CollectBatch(ctx, tx, &c.plan, c.batch)
+		b, err = c.dialect.CollectBatch(ctx, tx, p, c.batch)
 		return err
 	})
 	return expired, b, c.schemaError(err)
@@ -143,23 +213,24 @@ func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, 
 
 // Sweep is the full mark-and-sweep: it marks every object reachable from a root,
 // queues the rest (objects still in their grace period keep it), and collects. Use
-// it to repair a database whose queue was lost or that had objects before Install;
-// its cost follows the size of the set. Errors: those of Collect.
+// it to repair a database whose queue was lost (the first Install queues the objects
+// a set had before it); its cost follows the size of the set. Errors: those of Collect.
 func (c *Collector) Sweep(ctx context.Context) (queued int64, s Stats, err error) {
 	if err := c.made("sweep"); err != nil {
 		return 0, Stats{}, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	if err := refsetdriver.RefuseUnit(ctx, c.db, "clean-up's Sweep"); err != nil {
-		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
+		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.current().Table, err)
 	}
+	p := c.current()
 	err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
-		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, &c.plan)
+		queued, err = c.dialect.EnqueueUnreachable(ctx, tx, p)
 		return err
 	})
 	if err = c.schemaError(err); err != nil {
-		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", c.plan.Table, err)
+		return 0, s, fmt.Errorf("refset/cleanup: sweep %s: %w", p.Table, err)
 	}
 	s, err = c.Collect(ctx)
 	return queued, s, err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
@@ -42,6 +43,21 @@ type Config struct {
 	// transaction; entries one has claimed the others skip. Zero means 2. (SQLite has
 	// one writer, so there they take turns.)
 	Workers int
+	// Parts names the tables whose foreign keys to the set are declared ON DELETE
+	// CASCADE on purpose: their rows are parts of the object (a block's list of
+	// batches), deleted with it, and keep nothing alive. Any other cascading key to
+	// the set is taken for a mistake (a holder meant to be RESTRICT, whose objects
+	// clean-up would delete under it): Install warns of it, every time, and Check
+	// reports it (Report.UndeclaredParts); with RefuseUndeclaredParts, Install
+	// refuses it. Names are written as in Table (schema-qualified or not). Install
+	// keeps them in the database, so that a tool that only reads (Inspect, the
+	// refset command) knows them too; a later Install adds its own to them. The set's
+	// holds table is never a part.
+	Parts []string
+	// RefuseUndeclaredParts makes Install (and a Collect that follows a new key)
+	// fail with refset.ErrSchema, naming the key, when a cascading key to the set
+	// comes from a table Parts does not name, instead of warning.
+	RefuseUndeclaredParts bool
 	// Logger receives each Collect's result (debug; a warning when objects were
 	// refused), Run's failed passes (warn) and why Run stopped (error). Nil means the
 	// database's logger (the stores' Options.Logger), if any.
@@ -57,11 +73,42 @@ type Reference = refsetdriver.Reference
 type Collector struct {
 	db      refset.Database
 	dialect refsetdriver.Driver
-	plan    refsetdriver.Plan
 	batch   int
 	workers int
 	log     *slog.Logger
 	obs     refset.Observer
+	table   sqlident.Ident // Config.Table, as written: the name the set is registered under
+	parts   []string       // Config.Parts, as written
+	strict  bool           // Config.RefuseUndeclaredParts
+
+	mu sync.Mutex
+	// plan is what the collector knows of the set. Once published it is never
+	// changed: a Collect that follows a new key (follow) publishes a new one, and a
+	// batch keeps the one it started with.
+	plan *refsetdriver.Plan
+	// unfollowed is why the last attempt to follow the catalog failed (an
+	// *UnindexedError, a key Install refuses), or nil: while it is set, Collect tries
+	// again before it collects, and refuses as Install does.
+	unfollowed error
+}
+
+// replan is a copy of the current plan to complete from the catalog again (describe):
+// it knows the set's table by the name it is registered under.
+func (c *Collector) replan() *refsetdriver.Plan {
+	p := c.current().Clone()
+	p.Table = c.table
+	return p
+}
+
+// current is the plan the collector works with now (an empty one on a zero
+// Collector, which made refuses to work with).
+func (c *Collector) current() *refsetdriver.Plan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.plan == nil {
+		return &refsetdriver.Plan{}
+	}
+	return c.plan
 }
 
 // newCollector checks cfg and fills in its defaults: a Collector, on db's clean-up
@@ -78,18 +125,24 @@ func newCollector(db refset.Database, cfg Config) (*Collector, error) {
 	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
 		return nil, fmt.Errorf("refset/cleanup: %w: negative Grace, BatchSize, RetryDelay or Workers in %+v", refset.ErrInvalidConfig, cfg)
 	}
-	p := refsetdriver.Plan{Table: table, Grace: cmp.Or(cfg.Grace, DefaultGrace), RetryDelay: cmp.Or(cfg.RetryDelay, DefaultRetryDelay)}
+	p := &refsetdriver.Plan{Table: table, Grace: cmp.Or(cfg.Grace, DefaultGrace), RetryDelay: cmp.Or(cfg.RetryDelay, DefaultRetryDelay)}
 	log := cmp.Or(cfg.Logger, d.Logger()).With(slog.String("table", table.String()))
+	for _, part := range cfg.Parts {
+		if _, err := sqlident.Parse(part, true); err != nil {
+			return nil, fmt.Errorf("refset/cleanup: part table: %w", err)
+		}
+	}
 	return &Collector{db: db, dialect: d, plan: p, batch: cmp.Or(cfg.BatchSize, DefaultBatchSize), workers: cmp.Or(cfg.Workers, 2),
-		log: log, obs: d.Observer()}, nil
+		log: log, obs: d.Observer(), table: table, parts: cfg.Parts, strict: cfg.RefuseUndeclaredParts}, nil
 }
 
-// References are the foreign keys Install found, roots and edges.
+// References are the foreign keys the collector follows, roots and edges: those
+// Install found, and those a Collect followed since (Stats.Followed).
 func (c *Collector) References() []Reference {
 	if c == nil {
 		return nil
 	}
-	return append([]Reference(nil), c.plan.References...)
+	return append([]Reference(nil), c.current().References...)
 }
 
 // Table is the set's object table, as the collector names it in its errors and logs
@@ -98,7 +151,7 @@ func (c *Collector) Table() string {
 	if c == nil {
 		return ""
 	}
-	return c.plan.Table.String()
+	return c.current().Table.String()
 }
 
 // made fails op on a Collector that Install or Inspect did not make (the zero value, or

@@ -6,7 +6,12 @@
 // to itself (a block's predecessor) is an edge; every other referencing table (the
 // set's holds table, a chain_heads table) is a root. A key declared ON DELETE CASCADE
 // says its rows are part of the object (a block's list of batch IDs), not holders of
-// it: it keeps nothing alive, and its rows go with the object. A key that would
+// it: it keeps nothing alive, and its rows go with the object. Since a holder declared
+// CASCADE by mistake would let clean-up delete the objects it means to hold, the
+// program names the tables whose rows are parts (Config.Parts, kept in the database
+// for the tools that only read); any other cascading key to the set is a warning at
+// every Install and in Check's report and Status, or, with
+// Config.RefuseUndeclaredParts, Install's refusal. A key that would
 // refuse an object's deletion but does not reference the ID column alone (a key to
 // a UNIQUE column, a composite key) cannot be followed, so Install refuses it with
 // refset.ErrSchema, by name, rather than leave Collect to trip over it. It refuses a
@@ -22,7 +27,10 @@
 // row is deleted, or its key changed, by refset or by plain SQL, the object it pointed
 // at is put in the set's review queue. A new object is queued one grace period ahead,
 // so a holder that persists its reference a little after adding the object is not
-// robbed of it. Queueing never loses a signal: a second one for the same object
+// robbed of it. The first Install on a set (or one after its triggers were dropped)
+// queues the objects already there the same way, a grace period ahead, in pages of
+// BatchSize, each page its own short transaction: a collector started late, on a set
+// a program filled without it, reviews them all, and Check is clean from the start. Queueing never loses a signal: a second one for the same object
 // postpones the review to the later time and marks the entry changed. On PostgreSQL
 // every name the triggers use is qualified with its schema, resolved at Install, so
 // they work whatever the search path of the session that fires them; installing
@@ -45,11 +53,35 @@
 // batch per block. The walk stops at an object anything else keeps: a root, another
 // object, a review not yet due (a new object's grace period). Several collectors,
 // goroutines or processes, share the work without waiting on each other. Expired
-// holds are deleted by the same pass, which makes their objects due. An object the
-// database still refuses to delete, because of a foreign key added since Install, is
+// holds are deleted by the same pass, which makes their objects due. Collect whose
+// ctx ends returns ctx's error; what committed stays done.
+//
+// # A schema that changes while clean-up runs
+//
+// Operators add tables that reference the set while programs run. An object the
+// database refuses to delete, because of a foreign key added since Install, is
 // counted (Stats.Refused), stays queued a grace period later, and holds up nothing
-// else; install again to follow the key. Collect whose ctx ends returns ctx's error;
-// what committed stays done.
+// else; the same Collect then reads the catalog and installs for the new key, as
+// Install would but keeping the grace period the database has, and lists it in
+// Stats.Followed. No restart is needed, and no signal is lost meanwhile: the new
+// table's triggers matter only for an object that is not deleted because of it, and
+// such an object's review is what the refusal was. Collect installs, rather than only
+// telling the program to, because it is safe beside concurrent writers: on
+// PostgreSQL it replaces the bodies of existing trigger functions, which locks no
+// table, and creates triggers only on the new table (CREATE TRIGGER takes SHARE ROW
+// EXCLUSIVE there: that table's writers wait for the short transaction, no one else);
+// it never drops a trigger. A key it cannot follow (a column without an index,
+// ErrUnindexed with the CREATE INDEX to run; a key Install refuses, refset.ErrSchema)
+// fails that Collect and every later one before it collects anything, until the
+// schema is mended, since collecting would scan that table for every object. Run
+// passes a missing index to its callback and goes on (a Run without one stops after
+// MaxFailedPasses, saying what to create); a key Install refuses stops it at once, as
+// a dropped table does.
+//
+// The reports read the catalog as it is at each call: Check and Why count every table
+// that references the set, one added since Install or one without an index included
+// (they answer, reading such a table whole, and say which index is missing:
+// Report.Unindexed, Collector.Unindexed).
 //
 // Run calls Collect every interval. It returns at once on an error no retry mends, a
 // closed database (refset.ErrClosed) or a table or column of the set gone

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -57,38 +58,88 @@ const maxIdentLen = 63
 // and returns a Collector. db is a database of store/sqlite or store/postgres
 // (refset.ErrInvalidConfig for anything else). It is idempotent. It fails with
 // ErrUnindexed if a referencing column has no index, and with refset.ErrSchema if a
-// key it cannot follow would refuse deletes; either way it changes nothing. Other
+// key it cannot follow would refuse deletes (or, with cfg.RefuseUndeclaredParts, a
+// cascading key cfg.Parts does not declare); either way it changes nothing. Other
 // errors: refset.ErrInvalidIdentifier (a bad table name in cfg), and those of
 // refset.InTx (ErrConflict, ErrUnavailable, ErrTimeout, ErrClosed, the context's).
+//
+// The first Install on a set (and one after its triggers were dropped) finds objects
+// that no trigger queued: those stored before clean-up was installed. It queues them
+// for review a grace period from now, in pages of BatchSize objects, each page its
+// own short transaction, so that it never holds the database's writer for long; the
+// youngest of them may have holders about to reference them, and the grace period
+// protects them as it does any new object. The pages walk the ID column's index
+// once; a later Install does not walk it again. If Install fails or its ctx ends
+// during the pages, the triggers stay installed and the objects not yet queued are
+// left out: Check reports them as leaked, and Sweep queues them.
 func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, error) {
 	c, err := newCollector(db, cfg)
 	if err != nil {
 		return nil, err
 	}
-	d, p, table := c.dialect, &c.plan, c.plan.Table
+	table := c.plan.Table
 	if err := refsetdriver.RefuseUnit(ctx, db, "clean-up's Install"); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: install %s: %w", table, err)
 	}
-	var parts []string
-	err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+	first, err := c.install(ctx, false)
+	if err != nil {
+		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+	}
+	if first {
+		if err := c.enqueueExisting(ctx); err != nil {
+			return nil, fmt.Errorf("refset/cleanup: install on %s: queueing the objects stored before it: %w", table, err)
+		}
+	}
+	return c, nil
+}
+
+// install reads the catalog into a new plan and creates its triggers, in one
+// transaction, and publishes the plan. With keepGrace (a Collect following a new key)
+// the triggers keep the grace period the database has, so that a collector never
+// changes the program's. first says that the set had no trigger for new objects
+// before: its objects were never queued.
+func (c *Collector) install(ctx context.Context, keepGrace bool) (first bool, err error) {
+	d := c.dialect
+	var (
+		p     *refsetdriver.Plan
+		parts []refsetdriver.Part
+	)
+	err = refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
+		p = c.replan()
 		if err := d.SchemaSQL().LockMigrations(ctx, tx); err != nil {
 			return err
 		}
 		if err := describe(ctx, tx, d, p); err != nil {
 			return err
 		}
-		var err error
-		if parts, err = d.Parts(ctx, tx, p.Table, p.Holds); err != nil {
+		grace, ok, err := d.InstalledGrace(ctx, tx, p)
+		if err != nil {
 			return err
+		}
+		first = !ok
+		if keepGrace && ok && grace > 0 {
+			p.Grace = grace
+		}
+		if parts, err = c.readParts(ctx, tx, p); err != nil {
+			return err
+		}
+		if undeclared := undeclaredParts(p, parts); c.strict && len(undeclared) > 0 {
+			return fmt.Errorf("%w: %s %s ON DELETE CASCADE, so clean-up deletes its rows with the object and they keep nothing alive; "+
+				"declare it ON DELETE RESTRICT if its rows hold the object, or name its table in Config.Parts if they are parts of it",
+				refset.ErrSchema, strings.Join(undeclared, " and "), plural(len(undeclared), "is", "are"))
 		}
 		return d.Install(ctx, tx, p)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("refset/cleanup: install on %s: %w", table, err)
+		return false, err
 	}
-	for _, key := range parts {
-		c.log.Info("refset/cleanup: a foreign key is ON DELETE CASCADE: its rows count as parts of the object and keep nothing alive, "+
-			"so clean-up deletes the object (and them) once nothing else references it; declare it ON DELETE RESTRICT if its rows hold the object",
+	c.mu.Lock()
+	c.plan, c.unfollowed = p, nil
+	c.mu.Unlock()
+	for _, key := range undeclaredParts(p, parts) {
+		c.log.Warn("refset/cleanup: a foreign key is ON DELETE CASCADE, and Config.Parts does not name its table: its rows count as parts of the object "+
+			"and keep nothing alive, so clean-up deletes the object (and them) once nothing else references it; "+
+			"declare it ON DELETE RESTRICT if its rows hold the object, or name its table in Config.Parts",
 			slog.String("key", key))
 	}
 	for _, r := range p.References {
@@ -97,44 +148,139 @@ func Install(ctx context.Context, db refset.Database, cfg Config) (*Collector, e
 				slog.String("reference", r.String()))
 		}
 	}
-	return c, nil
+	return first, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// readParts sets p.Parts to the part tables the collector's Config and the last
+// Install declared, qualified as the catalog names them, and returns the cascading
+// keys to the set.
+func (c *Collector) readParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]refsetdriver.Part, error) {
+	installed, err := c.dialect.InstalledParts(ctx, q, p)
+	if err != nil {
+		return nil, err
+	}
+	declared := installed
+	for _, name := range c.parts {
+		id, err := sqlident.Parse(name, true)
+		if err == nil {
+			id, err = c.dialect.Qualify(ctx, q, id)
+		}
+		if errors.Is(err, refset.ErrSchema) {
+			continue // no such table: nothing of it to declare
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(declared, id.String()) {
+			declared = append(declared, id.String())
+		}
+	}
+	p.Parts = declared
+	return c.dialect.Parts(ctx, q, p.Table, p.Holds)
+}
+
+// undeclaredParts describes the cascading keys of parts whose table p.Parts does not
+// name.
+func undeclaredParts(p *refsetdriver.Plan, parts []refsetdriver.Part) []string {
+	var out []string
+	for _, part := range parts {
+		if !slices.ContainsFunc(p.Parts, func(t string) bool { return strings.EqualFold(t, part.Table.String()) }) {
+			out = append(out, part.Key)
+		}
+	}
+	return out
+}
+
+// enqueueExisting queues every object of the set that is not queued, a page of the
+// ID column's index per transaction (see Install).
+func (c *Collector) enqueueExisting(ctx context.Context) error {
+	p := c.current()
+	var after any
+	for {
+		var last any
+		err := refset.InTx(ctx, c.db, func(ctx context.Context, tx refset.Tx) error {
+			var err error
+			last, _, err = c.dialect.EnqueueExisting(ctx, tx, p, after, c.batch)
+			return err
+		})
+		if err != nil || last == nil {
+			return err
+		}
+		after = last
+	}
 }
 
 // Inspect plans clean-up of cfg's set as Install does, from the set's registration
 // and the catalog, but creates and replaces nothing: the triggers stay as the last
 // Install left them. It exists for tools that only read (Check, Why, WhyAll): Install
 // bakes cfg.Grace into the triggers, so a tool that installed with its own Config
-// would change the grace period of the program that owns the set. Collect on an
-// inspected collector works, and relies on the triggers an Install made. It reads on
-// the database's reader, outside any transaction.
+// would change the grace period of the program that owns the set. It reads on the
+// database's reader, outside any transaction.
+//
+// A referencing column without an index does not fail it: the reports answer all the
+// same (probing that table costs a scan of it), and Unindexed names the indexes to
+// create. Collect on an inspected collector relies on the triggers an Install made,
+// and, like Install, refuses to collect while a column has no index: it then
+// installs for the references the catalog has (keeping the installed grace period)
+// once the indexes exist.
 //
 // Errors: refset.ErrNotFound (no set registered on cfg.Table), refset.ErrInvalidIdentifier,
-// ErrSchema for a key Install could not follow, ErrUnindexed as Install returns it,
-// refset.ErrInvalidConfig as Install returns it, and the read errors of Check.
+// ErrSchema for a key Install could not follow, refset.ErrInvalidConfig as Install
+// returns it, and the read errors of Check.
 func Inspect(ctx context.Context, db refset.Database, cfg Config) (_ *Collector, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	c, err := newCollector(db, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := describe(ctx, refsetdriver.ReaderFor(ctx, db), c.dialect, &c.plan); err != nil {
-		if !errors.Is(err, ErrUnindexed) {
-			err = c.readError(err)
+	q := refsetdriver.ReaderFor(ctx, db)
+	p := c.plan
+	if err := describe(ctx, q, c.dialect, p); err != nil {
+		var unindexed *UnindexedError
+		if !errors.As(err, &unindexed) {
+			return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, c.readError(err))
 		}
-		return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, err)
+		c.unfollowed = unindexed
+	}
+	if _, err := c.readParts(ctx, q, p); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, c.readError(err))
 	}
 	if cfg.Grace == 0 {
 		// Objects the database refuses to delete are postponed by the grace period:
 		// by the program's, as its Install left it in the triggers.
-		grace, ok, err := c.dialect.InstalledGrace(ctx, refsetdriver.ReaderFor(ctx, db), &c.plan)
+		grace, ok, err := c.dialect.InstalledGrace(ctx, q, p)
 		if err != nil {
 			return nil, fmt.Errorf("refset/cleanup: inspect %s: %w", cfg.Table, c.readError(err))
 		}
 		if ok && grace > 0 {
-			c.plan.Grace = grace
+			p.Grace = grace
 		}
 	}
 	return c, nil
+}
+
+// Unindexed lists the CREATE INDEX statements of the referencing columns that had no
+// index when the collector last read the catalog (Inspect, or a Collect that found a
+// new key), each valid SQL to run as it stands; none once Install or Collect has
+// followed every key.
+func (c *Collector) Unindexed() []string {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var unindexed *UnindexedError
+	if errors.As(c.unfollowed, &unindexed) {
+		return append([]string(nil), unindexed.Indexes...)
+	}
+	return nil
 }
 
 // Installed is the Config the last Install left in the database for the set on
@@ -154,10 +300,10 @@ func Installed(ctx context.Context, db refset.Database, table string) (_ Config,
 		return Config{}, err
 	}
 	cfg := Config{Table: table}
-	if _, err := locate(ctx, refsetdriver.ReaderFor(ctx, db), c.dialect, &c.plan); err != nil {
+	if _, err := locate(ctx, refsetdriver.ReaderFor(ctx, db), c.dialect, c.plan); err != nil {
 		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
 	}
-	grace, ok, err := c.dialect.InstalledGrace(ctx, refsetdriver.ReaderFor(ctx, db), &c.plan)
+	grace, ok, err := c.dialect.InstalledGrace(ctx, refsetdriver.ReaderFor(ctx, db), c.plan)
 	if err != nil {
 		return cfg, fmt.Errorf("refset/cleanup: installed settings of %s: %w", table, c.readError(err))
 	}

@@ -2,6 +2,7 @@ package cleanup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -36,13 +37,23 @@ type Report struct {
 	Dangling int64
 	// Samples are a few of the offending IDs or rows, as text.
 	Samples []string
+	// Unindexed are the CREATE INDEX statements of referencing columns without an
+	// index: Check answers all the same (reading such a table whole), but Install and
+	// Collect refuse until they exist.
+	Unindexed []string
+	// UndeclaredParts describes the keys to the set declared ON DELETE CASCADE from
+	// tables that no Config.Parts names: probably holders declared CASCADE by
+	// mistake, whose objects clean-up deletes under them (see Config.Parts).
+	UndeclaredParts []string
 }
 
-// OK reports a healthy set.
+// OK reports a healthy set: nothing leaked or dangling. (Unindexed and
+// UndeclaredParts are warnings about the schema, not about the data.)
 func (r Report) OK() bool { return r.Leaked == 0 && r.Dangling == 0 }
 
-// Check scans the set and its references. Its cost follows the size of the set: it
-// is an audit, not part of collection. It reads the database's replica when it has
+// Check scans the set and its references, as the catalog has them now (a table that
+// references the set counts though it was added after Install). Its cost follows the
+// size of the set: it is an audit, not part of collection. It reads the database's replica when it has
 // one that shows every write committed before Check began, the primary otherwise
 // (see onReplica). Errors: refset.ErrSchema, ErrUnavailable, ErrTimeout, ErrClosed,
 // the context's error.
@@ -53,7 +64,7 @@ func (c *Collector) Check(ctx context.Context) (_ Report, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	r, err := onReplica(ctx, c.db, func(q refset.Querier) (Report, error) { return c.check(ctx, q) })
 	if err = c.readError(err); err != nil {
-		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.plan.Table, err)
+		return r, fmt.Errorf("refset/cleanup: check %s: %w", c.current().Table, err)
 	}
 	return r, nil
 }
@@ -68,7 +79,9 @@ type Holder struct {
 func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Column, h.Key) }
 
 // Why lists the rows that keep the object with that ID alive (up to whyLimit per
-// referencing table; WhyAll lists them all). None means it is garbage: Collect will
+// referencing table; WhyAll lists them all), in every table that references the set
+// as the catalog has it now, one without an index (Unindexed) or added since Install
+// included. None means it is garbage: Collect will
 // delete it once it is due. It reads where Check does. ErrNotFound if there is no
 // such object; otherwise the errors of Check.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
@@ -92,9 +105,10 @@ func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error)
 		return 0, 0, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	qs, err := c.dialect.QueueState(ctx, refsetdriver.ReaderFor(ctx, c.db), c.plan.Queue)
+	p := c.current()
+	qs, err := c.dialect.QueueState(ctx, refsetdriver.ReaderFor(ctx, c.db), p.Queue)
 	if err = c.readError(err); err != nil {
-		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", c.plan.Table, err)
+		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", p.Table, err)
 	}
 	return qs.Queued, qs.Overdue, nil
 }
@@ -106,7 +120,11 @@ const checkSamples = 5
 // the reference rows whose object does not exist, with a few samples of each.
 func (c *Collector) check(ctx context.Context, q refset.Querier) (Report, error) {
 	var r Report
-	p, d := &c.plan, c.dialect
+	p, err := c.catalog(ctx, q, &r)
+	if err != nil {
+		return r, err
+	}
+	d := c.dialect
 	leaked, ids, err := d.Leaked(ctx, q, p, checkSamples)
 	if err != nil {
 		return r, err
@@ -138,8 +156,12 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		return nil, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	p, d, arg := &c.plan, c.dialect, refset.Arg(id)
+	d, arg := c.dialect, refset.Arg(id)
 	hs, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Holder, error) {
+		p, err := c.catalog(ctx, q, nil)
+		if err != nil {
+			return nil, err
+		}
 		found, err := d.HasObject(ctx, q, p, arg)
 		if err != nil {
 			return nil, err
@@ -163,4 +185,25 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
+}
+
+// catalog is the collector's plan with the references the catalog has now, read on q,
+// for a report: a key added since Install counts, and one without an index too (its
+// CREATE INDEX goes to r.Unindexed, with the undeclared cascading keys to
+// r.UndeclaredParts, when r is not nil). The collector's own plan is left as it is.
+func (c *Collector) catalog(ctx context.Context, q refset.Querier, r *Report) (*refsetdriver.Plan, error) {
+	p := c.replan()
+	var unindexed *UnindexedError
+	if err := describe(ctx, q, c.dialect, p); err != nil && !errors.As(err, &unindexed) {
+		return nil, err
+	}
+	parts, err := c.readParts(ctx, q, p)
+	if err != nil || r == nil {
+		return p, err
+	}
+	if unindexed != nil {
+		r.Unindexed = unindexed.Indexes
+	}
+	r.UndeclaredParts = undeclaredParts(p, parts)
+	return p, nil
 }

@@ -28,7 +28,10 @@ const MaxFailedPasses = 5
 // returns the error of the MaxFailedPasses-th failed pass in a row.
 //
 // Either way Run returns at once on an error no retry mends: the database was closed
-// (refset.ErrClosed) or the set's tables or columns are gone (refset.ErrSchema).
+// (refset.ErrClosed) or the set's tables or columns are gone (refset.ErrSchema, as
+// is a key added since Install that clean-up cannot follow). A key added without an
+// index fails each pass with ErrUnindexed, naming the CREATE INDEX to run, until it
+// exists (see Collect).
 func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func(Stats, error)) error {
 	if err := c.made("run"); err != nil {
 		return err

@@ -27,6 +27,9 @@ type SetStatus struct {
 	// OldestDue is the earliest review time in the queue (zero when the queue is
 	// empty). Before DatabaseStatus.Now it says how long collection has lagged.
 	OldestDue time.Time
+	// UndeclaredParts describes the keys to the set declared ON DELETE CASCADE from
+	// tables that no Install declared as parts (Config.Parts): see Report.
+	UndeclaredParts []string
 }
 
 // ComponentVersion is a schema version refset's records keep: "core" for refset's
@@ -86,9 +89,25 @@ func status(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (Datab
 		if err != nil {
 			return s, err
 		}
+		undeclared, err := undeclaredOf(ctx, q, d, table)
+		if err != nil {
+			return s, err
+		}
 		s.Sets = append(s.Sets, SetStatus{Table: name, Objects: st.Objects, HoldsLive: st.HoldsLive,
-			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue})
+			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue,
+			UndeclaredParts: undeclared})
 	}
 	s.Versions, err = d.Versions(ctx, q)
 	return s, err
+}
+
+// undeclaredOf describes the cascading keys to the set on table that no Install
+// declared as parts.
+func undeclaredOf(ctx context.Context, q refset.Querier, d refsetdriver.Driver, table sqlident.Ident) ([]string, error) {
+	c := &Collector{dialect: d, plan: &refsetdriver.Plan{Table: table}}
+	if _, err := locate(ctx, q, d, c.plan); err != nil {
+		return nil, err
+	}
+	parts, err := c.readParts(ctx, q, c.plan)
+	return undeclaredParts(c.plan, parts), err
 }

@@ -32,17 +32,27 @@ type CleanupDialect interface {
 	// A key to the table that refuses deletion but does not reference the ID column
 	// alone fails it with UnfollowedKeys.
 	Describe(ctx context.Context, q Querier, table sqlident.Ident, idColumn string) (idType string, refs []Reference, err error)
-	// Parts describes, each for a log line (its name, table and columns), the foreign
-	// keys to the set's table declared ON DELETE CASCADE, but for those of its holds
-	// table: Describe leaves them out, since their rows are parts of the object and
-	// keep nothing alive.
-	Parts(ctx context.Context, q Querier, table, holds sqlident.Ident) ([]string, error)
-	// Install creates or replaces the triggers of p, inside tx.
+	// Parts lists the foreign keys to the set's table declared ON DELETE CASCADE, but
+	// for those of its holds table: Describe leaves them out, since their rows are
+	// parts of the object and keep nothing alive. Each names its referencing table as
+	// Qualify would.
+	Parts(ctx context.Context, q Querier, table, holds sqlident.Ident) ([]Part, error)
+	// Install creates or replaces the triggers of p, inside tx. The trigger for new
+	// objects carries p.Parts (PartsComment), where InstalledParts reads them back.
 	Install(ctx context.Context, tx Tx, p *Plan) error
 	// InstalledGrace reads the grace period that the trigger an earlier Install made
 	// for p's new objects applies (p as describe completed it: its qualified table and
 	// registered queue), or false when there is no such trigger.
 	InstalledGrace(ctx context.Context, q Querier, p *Plan) (grace time.Duration, ok bool, err error)
+	// InstalledParts reads the part tables the last Install declared (Plan.Parts) from
+	// the same trigger; none when there is no such trigger.
+	InstalledParts(ctx context.Context, q Querier, p *Plan) ([]string, error)
+	// EnqueueExisting queues, for review at p.Grace from now, the objects of p whose ID
+	// comes after after (nil: from the first) in ID order, up to limit of them, and
+	// not queued already. It returns the last ID it passed, as a value to give back
+	// as after (nil once there is none), and how many it queued. Install runs it, a
+	// transaction per page, on a set whose insert trigger did not exist before it.
+	EnqueueExisting(ctx context.Context, tx Tx, p *Plan, after any, limit int) (last any, queued int64, err error)
 	// ExpireHolds deletes up to limit expired holds.
 	ExpireHolds(ctx context.Context, tx Tx, p *Plan, limit int) (int64, error)
 	// CollectBatch reviews up to limit due queue entries. An object the database
@@ -126,6 +136,12 @@ type Plan struct {
 	Grace      time.Duration
 	RetryDelay time.Duration
 
+	// Parts are the tables whose keys ON DELETE CASCADE the program declared as parts
+	// of its objects (cleanup.Config.Parts, and those an earlier Install declared),
+	// qualified as Qualify names them. Install writes them into the trigger for new
+	// objects, so that tools that only read know them too.
+	Parts []string
+
 	// RegisteredQueue is the queue's name as the set's store registered it, before
 	// Qualify: Name derives from it, so the names of an earlier Install's triggers
 	// and functions stay those of this one.
@@ -155,6 +171,44 @@ func (p *Plan) filter(self bool) []Reference {
 		}
 	}
 	return out
+}
+
+// Part is a foreign key to the set's table declared ON DELETE CASCADE: its rows are
+// parts of the object, deleted with it.
+type Part struct {
+	Table sqlident.Ident // the referencing table, qualified as Qualify names it
+	Key   string         // the key described for a message: its name, table and columns
+}
+
+// Clone is a copy of p that shares nothing with it that can be changed.
+func (p *Plan) Clone() *Plan {
+	c := *p
+	c.References = append([]Reference(nil), p.References...)
+	c.Parts = append([]string(nil), p.Parts...)
+	return &c
+}
+
+// partsMark starts the comment that carries a plan's declared part tables in the text
+// of the trigger for new objects.
+const partsMark = "/* refset parts: "
+
+// PartsComment is the comment that carries parts, tables written as sqlident.Ident's
+// String (names that sqlident accepts hold no comment's end), in a trigger's text.
+func PartsComment(parts []string) string {
+	return partsMark + strings.Join(parts, ", ") + " */"
+}
+
+// PartsIn reads the part tables that PartsComment wrote into text.
+func PartsIn(text string) []string {
+	_, rest, ok := strings.Cut(text, partsMark)
+	if !ok {
+		return nil
+	}
+	list, _, ok := strings.Cut(rest, " */")
+	if !ok || strings.TrimSpace(list) == "" {
+		return nil
+	}
+	return strings.Split(list, ", ")
 }
 
 // Batch is what one collection transaction did.

@@ -329,13 +329,14 @@ type (
 		Versions []versionJSON `json:"schema_versions"`
 	}
 	setJSON struct {
-		Table        string     `json:"table"`
-		Objects      int64      `json:"objects"`
-		HoldsLive    int64      `json:"holds_live"`
-		HoldsExpired int64      `json:"holds_expired"`
-		Queued       int64      `json:"queued"`
-		Overdue      int64      `json:"overdue"`
-		OldestDue    *time.Time `json:"oldest_due"` // null when the queue is empty
+		Table           string     `json:"table"`
+		UndeclaredParts []string   `json:"undeclared_parts,omitempty"`
+		Objects         int64      `json:"objects"`
+		HoldsLive       int64      `json:"holds_live"`
+		HoldsExpired    int64      `json:"holds_expired"`
+		Queued          int64      `json:"queued"`
+		Overdue         int64      `json:"overdue"`
+		OldestDue       *time.Time `json:"oldest_due"` // null when the queue is empty
 	}
 	versionJSON struct {
 		Component string `json:"component"`
@@ -345,6 +346,9 @@ type (
 		Table   string       `json:"table"`
 		ID      string       `json:"id"`
 		Holders []holderJSON `json:"holders"` // empty: the object is garbage
+		// MissingIndexes are the CREATE INDEX statements that clean-up needs before
+		// it collects again; why answers without them.
+		MissingIndexes []string `json:"missing_indexes,omitempty"`
 	}
 	holderJSON struct {
 		Table  string `json:"table"`
@@ -352,11 +356,15 @@ type (
 		Key    string `json:"key"`
 	}
 	checkJSON struct {
-		Table    string   `json:"table"`
-		OK       bool     `json:"ok"`
-		Leaked   int64    `json:"leaked"`
-		Dangling int64    `json:"dangling"`
-		Samples  []string `json:"samples"`
+		Table          string   `json:"table"`
+		OK             bool     `json:"ok"`
+		Leaked         int64    `json:"leaked"`
+		Dangling       int64    `json:"dangling"`
+		Samples        []string `json:"samples"`
+		MissingIndexes []string `json:"missing_indexes,omitempty"`
+		// UndeclaredParts are keys ON DELETE CASCADE to the set from tables its
+		// program did not declare as parts (cleanup.Config.Parts).
+		UndeclaredParts []string `json:"undeclared_parts,omitempty"`
 	}
 )
 
@@ -368,7 +376,7 @@ func status(ctx context.Context, c call) error {
 	doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}}
 	for _, st := range s.Sets {
 		j := setJSON{Table: st.Table, Objects: st.Objects, HoldsLive: st.HoldsLive, HoldsExpired: st.HoldsExpired,
-			Queued: st.Queued, Overdue: st.Overdue}
+			Queued: st.Queued, Overdue: st.Overdue, UndeclaredParts: st.UndeclaredParts}
 		if !st.OldestDue.IsZero() {
 			j.OldestDue = &st.OldestDue
 		}
@@ -396,6 +404,9 @@ func (doc statusJSON) text(out io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, st := range doc.Sets {
+		warnParts(out, st.Table, st.UndeclaredParts)
+	}
 	fmt.Fprintf(out, "\nschema versions\n")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, v := range doc.Versions {
@@ -413,7 +424,7 @@ func why(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	doc := whyJSON{Table: c.table, ID: c.args[0], Holders: []holderJSON{}}
+	doc := whyJSON{Table: c.table, ID: c.args[0], Holders: []holderJSON{}, MissingIndexes: col.Unindexed()}
 	for _, h := range hs {
 		doc.Holders = append(doc.Holders, holderJSON(h))
 	}
@@ -428,7 +439,25 @@ func (doc whyJSON) text(out io.Writer) error {
 	for _, h := range doc.Holders {
 		fmt.Fprintln(out, cleanup.Holder(h))
 	}
+	warnIndexes(out, doc.MissingIndexes)
 	return nil
+}
+
+// warnIndexes says which indexes clean-up lacks: it refuses to collect until they
+// exist, while the reports answer.
+func warnIndexes(out io.Writer, stmts []string) {
+	for _, s := range stmts {
+		fmt.Fprintf(out, "warning: a column that references the set has no index; clean-up collects nothing until it exists: %s\n", s)
+	}
+}
+
+// warnParts names the cascading keys to table that its program did not declare as
+// parts: clean-up deletes objects their rows would hold.
+func warnParts(out io.Writer, table string, keys []string) {
+	for _, k := range keys {
+		fmt.Fprintf(out, "warning: %s is ON DELETE CASCADE to %s, and not declared a part (cleanup.Config.Parts): its rows keep nothing alive; "+
+			"declare it ON DELETE RESTRICT if they hold objects\n", k, table)
+	}
 }
 
 func check(ctx context.Context, c call) error {
@@ -440,7 +469,8 @@ func check(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	doc := checkJSON{Table: c.table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples}
+	doc := checkJSON{Table: c.table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples,
+		MissingIndexes: r.Unindexed, UndeclaredParts: r.UndeclaredParts}
 	if doc.Samples == nil {
 		doc.Samples = []string{}
 	}
@@ -458,6 +488,8 @@ func (doc checkJSON) text(out io.Writer) error {
 	if doc.Leaked > 0 {
 		fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")
 	}
+	warnIndexes(out, doc.MissingIndexes)
+	warnParts(out, doc.Table, doc.UndeclaredParts)
 	return nil
 }
 

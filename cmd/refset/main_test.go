@@ -756,3 +756,47 @@ func TestSQLiteFileURLs(t *testing.T) {
 	}
 	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
 }
+
+// TestReportsFollowTheSchema: a holder table added after the program's Install, and
+// still without its index, is seen by the read-only commands, which answer and say
+// which index to create; a key ON DELETE CASCADE that no program declared a part is
+// a warning in check and status.
+func TestReportsFollowTheSchema(t *testing.T) {
+	bin := buildCLI(t)
+	for _, b := range backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			prepare(t, b, db)
+			require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+				for _, q := range []string{
+					`CREATE TABLE escrow (id TEXT PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`,
+					`INSERT INTO escrow (id, block_id) VALUES ('deal-1', 'y')`,
+					`CREATE TABLE notes (block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`,
+				} {
+					if _, err := tx.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			}))
+			out := cli(t, bin, dbArgs, exitOK, "why", "y", "--table", "blocks")
+			require.Contains(t, out, "escrow.block_id (id='deal-1')", "why names the new table")
+			require.Contains(t, out, `CREATE INDEX "escrow_block_id_idx" ON `, "and the index it lacks")
+
+			var c checkJSON
+			require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, "check", "--json", "--table", "blocks")), &c))
+			require.True(t, c.OK, "y is held by escrow, not leaked: %+v", c)
+			require.Len(t, c.MissingIndexes, 1)
+			require.Contains(t, c.MissingIndexes[0], "escrow")
+			require.Len(t, c.UndeclaredParts, 1)
+			require.Contains(t, c.UndeclaredParts[0], "notes")
+			out = cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
+			require.Contains(t, out, "has no index")
+			require.Contains(t, out, "not declared a part")
+
+			out = cli(t, bin, dbArgs, exitOK, "status")
+			require.Contains(t, out, "not declared a part", "status warns of the cascading key")
+			require.Contains(t, out, "notes")
+		})
+	}
+}

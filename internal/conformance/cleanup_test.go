@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,16 +71,21 @@ func sorted(ids ...string) []string {
 // test need not wait for it.
 func (e *env) makeDue(tb testing.TB, ids ...string) {
 	tb.Helper()
-	past := "now() - interval '1 second'"
-	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
-		past = "0"
-	}
+	past := e.past()
 	if len(ids) == 0 {
 		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past)
 	}
 	for _, id := range ids {
 		e.mustExec(tb, "UPDATE blocks_review SET review_after = "+past+" WHERE object_id = ?", id)
 	}
+}
+
+// past is an SQL expression of a time in the past, as the review queue keeps time.
+func (e *env) past() string {
+	if e.h.Types.Time == "TIMESTAMP" { // SQLite keeps Unix milliseconds
+		return "0"
+	}
+	return "now() - interval '1 second'"
 }
 
 // A chain with forks:
@@ -720,10 +727,12 @@ func testUnfollowedKeys(t *testing.T, h harness) {
 
 // A key added after Install, which its triggers and checks know nothing of, does not
 // wedge the queue: the object it keeps alive is refused, counted and postponed by a
-// grace period, the others are collected, and later passes succeed. Once the
-// reference goes, the object is collected.
+// grace period, and the others are collected. Collect then tries to follow the key;
+// one it cannot follow (no index, or a key Install refuses) fails it, saying what to
+// do, and every later Collect, until the schema is mended. Once the reference goes,
+// the object is collected.
 func testKeyAddedAfterInstall(t *testing.T, h harness) {
-	for _, fk := range foreignKeys {
+	for i, fk := range foreignKeys {
 		for _, batch := range []int{1, 100} {
 			t.Run(fmt.Sprintf("%s, batches of %d", fk.name, batch), func(t *testing.T) {
 				e, set, c, ctx := newChainEnv(t, h, cleanup.Config{BatchSize: batch})
@@ -738,15 +747,33 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 				e.makeDue(t)
 
 				s, err := c.Collect(ctx)
-				require.NoError(t, err, "an unknown reference fails the collection")
-				assert.Equal(t, int64(3), s.Deleted, "%v", s)
+				if i == 0 {
+					require.ErrorIs(t, err, cleanup.ErrUnindexed, "the new key has no index")
+					assert.Contains(t, err.Error(), `CREATE INDEX "keyed_block_id_idx" ON `, "the error says what to run")
+				} else {
+					require.ErrorIs(t, err, refset.ErrSchema, "the new key cannot be followed")
+					assert.Contains(t, err.Error(), "keyed (")
+				}
+				assert.Equal(t, int64(3), s.Deleted, "the batches ran before: %v", s)
 				assert.Equal(t, int64(1), s.Refused, "%v", s)
 				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
 				s, err = c.Collect(ctx)
-				require.NoError(t, err)
-				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+				require.Error(t, err, "Collect refuses while the key cannot be followed")
+				assert.Zero(t, s.Reviewed, "%v", s)
 
-				e.mustExec(t, `DELETE FROM keyed`)
+				if i == 0 {
+					e.mustExec(t, `CREATE INDEX keyed_block_id_idx ON keyed (block_id)`)
+				} else {
+					e.mustExec(t, `DROP TABLE keyed`)
+				}
+				s, err = c.Collect(ctx)
+				require.NoError(t, err, "the schema is mended")
+				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
+				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
+
+				if i == 0 {
+					e.mustExec(t, `DELETE FROM keyed`)
+				}
 				e.makeDue(t, "pinned")
 				s, err = c.Collect(ctx)
 				require.NoError(t, err)
@@ -757,23 +784,339 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 	}
 }
 
-// An object refused again and again (a key added after Install keeps it) and due
-// again at once (a grace period shorter than a batch) does not keep Collect from
-// returning.
+// An object refused again and again (a key added after Install that clean-up cannot
+// follow keeps it) and due again at once (a grace period shorter than a batch) does
+// not keep Collect from returning.
 func testRefusedShortGrace(t *testing.T, h harness) {
 	e, set, c, ctx := newChainEnv(t, h, cleanup.Config{Grace: time.Nanosecond, RetryDelay: time.Nanosecond})
-	e.mustExec(t, `CREATE TABLE keyed (block_id {Text} NOT NULL REFERENCES blocks (id))`)
+	for _, stmt := range foreignKeys[1].create {
+		e.mustExec(t, stmt)
+	}
 	_, err := set.Add(ctx, mkBlock("pinned", "", 0))
 	require.NoError(t, err)
-	e.mustExec(t, `INSERT INTO keyed (block_id) VALUES ('pinned')`)
+	e.mustExec(t, foreignKeys[1].pin, "pinned", 0)
 	e.makeDue(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	s, err := c.Collect(ctx)
-	require.NoError(t, err, "Collect went on reviewing the refused object")
+	require.ErrorIs(t, err, refset.ErrSchema, "the key cannot be followed")
+	require.NoError(t, ctx.Err(), "Collect went on reviewing the refused object")
 	assert.Positive(t, s.Refused)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }
+
+// A collector started on a set that already holds objects (a program that ran
+// without clean-up) reviews them: the first Install queues what is there, a grace
+// period ahead, in pages of BatchSize; Check is clean at once, and once the grace
+// period ends Collect deletes the unreferenced half. A later Install queues nothing
+// again.
+func testFirstInstallQueuesExisting(t *testing.T, h harness) {
+	const n = 10000
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	blocks := make([]block, n)
+	for i := range blocks {
+		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
+	}
+	_, err := set.AddAll(ctx, blocks)
+	require.NoError(t, err)
+	e.mustExec(t, `INSERT INTO heads (block_id) SELECT id FROM blocks WHERE height % 2 = 0`)
+	e.mustExec(t, `INSERT INTO blocks_review (object_id, review_after) VALUES ('old-00001', `+e.past()+`)`) // queued already: kept as it is
+
+	c := e.collector(t, cleanup.Config{Grace: time.Hour, BatchSize: 777}) // pages that end mid-way
+	assert.Equal(t, n, e.count(t, "blocks_review", ""), "every object is queued once")
+	report, err := c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "queued objects are not leaked: %+v", report)
+	s, err := c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), s.Deleted, "the others keep their grace period: %v", s)
+
+	e.makeDue(t)
+	s, err = c.Collect(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(n/2-1), s.Deleted, "%v", s)
+	assert.Equal(t, n/2, e.count(t, "blocks", ""))
+	assert.Zero(t, e.count(t, "blocks", "height % 2 = 1"), "the unreferenced half is gone")
+	report, err = c.Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+
+	e.collector(t, cleanup.Config{Grace: time.Hour})
+	assert.Zero(t, e.count(t, "blocks_review", ""), "a later Install walks nothing")
+
+	// Without the trigger for new objects (dropped by hand), objects come unqueued;
+	// the next Install finds the trigger missing and queues every object again.
+	newTrigger := (&refsetdriver.Plan{RegisteredQueue: "blocks_review"}).Name("new") + "_insert"
+	if e.h.Types.Time == "TIMESTAMP" {
+		e.mustExec(t, `DROP TRIGGER "`+newTrigger+`"`)
+	} else {
+		e.mustExec(t, `DROP TRIGGER "`+newTrigger+`" ON blocks`)
+	}
+	e.mustExec(t, `INSERT INTO blocks (id, height) VALUES ('unqueued', 0)`)
+	assert.Zero(t, e.count(t, "blocks_review", ""), "the trigger is gone")
+	e.collector(t, cleanup.Config{Grace: time.Hour})
+	assert.Equal(t, n/2+1, e.count(t, "blocks_review", ""), "an Install after the trigger was dropped queues every object")
+}
+
+// Writers that add objects while the first Install pages through the set lose
+// nothing: when Install returns, every object is queued, those it found and those
+// the new trigger queued.
+func testFirstInstallBesideWriters(t *testing.T, h harness) {
+	const n = 3000
+	e := newEnv(t, h)
+	set := e.chain(t)
+	ctx := t.Context()
+	blocks := make([]block, n)
+	for i := range blocks {
+		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
+	}
+	_, err := set.AddAll(ctx, blocks)
+	require.NoError(t, err)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var added [2]int
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// IDs on both sides of the pages: before them and after them.
+				id := fmt.Sprintf("%s-%05d", []string{"aaa", "zzz"}[w], i)
+				if _, err := set.Add(ctx, mkBlock(id, "", 0)); err != nil {
+					t.Error(err)
+					return
+				}
+				added[w]++
+			}
+		})
+	}
+	e.collector(t, cleanup.Config{Grace: time.Hour, BatchSize: 100})
+	close(stop)
+	wg.Wait()
+	t.Logf("added while Install ran: %v", added)
+	assert.Equal(t, n+added[0]+added[1], e.count(t, "blocks", ""))
+	assert.Zero(t, e.count(t, "blocks", "NOT EXISTS (SELECT 1 FROM blocks_review q WHERE q.object_id = blocks.id)"), "every object is queued")
+	report, err := e.collector(t, cleanup.Config{Grace: time.Hour}).Check(ctx)
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
+// The first Install pages through objects of every ID type a set may have.
+func testFirstInstallEveryIDType(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.mustExec(t, `CREATE TABLE ints (num {Int} PRIMARY KEY, name {Text} NOT NULL)`)
+	e.mustExec(t, `CREATE TABLE hashes (hash {Bytes} PRIMARY KEY, name {Text} NOT NULL)`)
+	ints := refset.New[intObj, int64](openStore[intObj, int64](t, e, "ints"))
+	_, err := ints.AddAll(t.Context(), []intObj{{Num: -5, Name: "a"}, {Num: 3, Name: "b"}, {Num: 7, Name: "c"}, {Num: 1 << 40, Name: "d"}, {Num: 12, Name: "e"}})
+	require.NoError(t, err)
+	hashes := refset.New[hashObj, [32]byte](openStore[hashObj, [32]byte](t, e, "hashes"))
+	_, err = hashes.AddAll(t.Context(), []hashObj{{Hash: [32]byte{1}, Name: "a"}, {Hash: [32]byte{31: 2}, Name: "b"},
+		{Hash: [32]byte{0xff}, Name: "c"}, {Hash: [32]byte{0x7f, 1}, Name: "d"}, {Hash: [32]byte{0x80}, Name: "e"}})
+	require.NoError(t, err)
+	for _, table := range []string{"ints", "hashes"} {
+		e.collector(t, cleanup.Config{Table: table, BatchSize: 2})
+		assert.Equal(t, 5, e.count(t, table+"_review", ""), "%s: every object queued, in pages of 2", table)
+	}
+}
+
+// A holder table added while Run runs is followed without a restart. Until its
+// column has an index, the reports answer (Why names it, Check says which index is
+// missing) and Run's callback is told what to create; once it exists, the next pass
+// installs for the table: the object it alone holds survives, and is collected once
+// its row goes.
+func testHolderAddedWhileRunning(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	var (
+		mu       sync.Mutex
+		errs     []error
+		followed []string
+	)
+	stopped := make(chan error, 1)
+	go func() {
+		stopped <- c.Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			followed = append(followed, s.Followed...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	passes := func() ([]error, []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]error(nil), errs...), append([]string(nil), followed...)
+	}
+
+	e.mustExec(t, `CREATE TABLE escrow (deal {Int} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
+	_, err := set.Add(t.Context(), mkBlock("held", "", 0), refset.Exec[string](e.sql(`INSERT INTO escrow (deal, block_id) VALUES (1, ?)`), 1))
+	require.NoError(t, err)
+	_, err = set.Add(t.Context(), mkBlock("free", "", 0))
+	require.NoError(t, err)
+
+	why, err := c.Why(t.Context(), "held")
+	require.NoError(t, err, "Why answers while the new column has no index")
+	require.Len(t, why, 1)
+	assert.Equal(t, "escrow", why[0].Table[strings.LastIndex(why[0].Table, ".")+1:])
+	assert.True(t, strings.HasPrefix(why[0].Key, "deal="), why[0].Key)
+	report, err := c.Check(t.Context())
+	require.NoError(t, err, "Check answers while the new column has no index")
+	assert.True(t, report.OK(), "%+v", report)
+	require.Len(t, report.Unindexed, 1, "%+v", report)
+	assert.Contains(t, report.Unindexed[0], "escrow")
+
+	require.Eventually(t, func() bool {
+		errs, _ := passes()
+		return len(errs) > 0
+	}, 10*time.Second, 5*time.Millisecond, "a pass fails once it meets the object the new table holds")
+	failed, _ := passes()
+	require.ErrorIs(t, failed[0], cleanup.ErrUnindexed, "the callback is told what to create")
+	assert.Contains(t, failed[0].Error(), "escrow")
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"))
+
+	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
+	require.Eventually(t, func() bool {
+		_, followed := passes()
+		return len(followed) > 0
+	}, 10*time.Second, 5*time.Millisecond, "the next pass follows the new table")
+	_, added := passes()
+	assert.Len(t, added, 1)
+	assert.Contains(t, added[0], "escrow.block_id")
+	assert.Contains(t, fmt.Sprint(c.References()), "escrow")
+	time.Sleep(50 * time.Millisecond) // passes go on, past the held object's grace period
+	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"), "the object the new table holds survives")
+
+	e.mustExec(t, `DELETE FROM escrow WHERE deal = 1`)
+	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == 0 }, 10*time.Second, 5*time.Millisecond,
+		"the object goes once its row in the new table does (and the free one, which a refusing collector kept)")
+	report, err = c.Check(t.Context())
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+	assert.Empty(t, report.Unindexed)
+}
+
+// Writers that add objects held by a new table, and delete rows of it, while Run
+// finds the table and installs for it lose nothing: once they stop, every object
+// whose row went is collected, and every object a row holds stays.
+func testFollowBesideWriters(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	set := e.chain(t)
+	c := e.collector(t, cleanup.Config{Grace: 10 * time.Millisecond, RetryDelay: time.Millisecond})
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan error, 1)
+	var failed atomic.Int64
+	go func() {
+		stopped <- c.Run(ctx, 2*time.Millisecond, func(_ cleanup.Stats, err error) {
+			if err != nil {
+				failed.Add(1)
+				t.Log(err)
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-stopped)
+	})
+	e.mustExec(t, `CREATE TABLE escrow (deal {Text} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
+	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
+
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(time.Second)
+	for w := range 2 {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(deadline); i++ {
+				id := fmt.Sprintf("w%d-%05d", w, i)
+				hold := refset.Exec[string](e.sql(`INSERT INTO escrow (block_id, deal) VALUES (?, ?)`), 1, "deal-"+id)
+				if _, err := set.Add(t.Context(), mkBlock(id, "", 0), hold); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%2 == 1 { // the row of the block before goes: that block is garbage
+					if err := e.exec(t.Context(), `DELETE FROM escrow WHERE deal = ?`, fmt.Sprintf("deal-w%d-%05d", w, i-1)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	held := e.count(t, "escrow", "")
+	require.Eventually(t, func() bool { return strings.Contains(fmt.Sprint(c.References()), "escrow") }, 30*time.Second, 10*time.Millisecond,
+		"the collector follows the new table")
+	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == held }, 30*time.Second, 10*time.Millisecond,
+		"every block whose row went is collected")
+	assert.Zero(t, failed.Load(), "no pass failed")
+	report, err := c.Check(t.Context())
+	require.NoError(t, err)
+	assert.True(t, report.OK(), "%+v", report)
+}
+
+// A key ON DELETE CASCADE to the set from a table the program did not declare a part
+// is a warning at every Install and in Check's report, or, by
+// Config.RefuseUndeclaredParts, a refusal; a declared one is neither.
+func testUndeclaredCascade(t *testing.T, h harness) {
+	e := newEnv(t, h)
+	e.chain(t)
+	e.mustExec(t, `CREATE TABLE escrow (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
+	e.mustExec(t, `CREATE TABLE block_notes (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
+	var logged strings.Builder
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := cleanup.Config{Table: "blocks", Parts: []string{"block_notes"}, Logger: logger}
+	for range 2 {
+		_, err := cleanup.Install(t.Context(), e.db, cfg)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	text := logged.String()
+	mu.Unlock()
+	assert.Equal(t, 2, strings.Count(text, "level=WARN"), "one warning at each Install: %s", text)
+	assert.Contains(t, text, "escrow")
+	assert.NotContains(t, text, "block_notes", "a declared part is not warned of")
+
+	inspected, err := cleanup.Inspect(t.Context(), e.db, cleanup.Config{Table: "blocks"})
+	require.NoError(t, err)
+	report, err := inspected.Check(t.Context())
+	require.NoError(t, err)
+	require.Len(t, report.UndeclaredParts, 1, "a tool that only reads knows the program's parts: %+v", report)
+	assert.Contains(t, report.UndeclaredParts[0], "escrow")
+	st, err := cleanup.Status(t.Context(), e.db)
+	require.NoError(t, err)
+	require.Len(t, st.Sets, 1)
+	assert.Equal(t, report.UndeclaredParts, st.Sets[0].UndeclaredParts)
+
+	strict := cfg
+	strict.RefuseUndeclaredParts = true
+	_, err = cleanup.Install(t.Context(), e.db, strict)
+	require.ErrorIs(t, err, refset.ErrSchema)
+	assert.Contains(t, err.Error(), "escrow")
+	strict.Parts = append(strict.Parts, "escrow")
+	_, err = cleanup.Install(t.Context(), e.db, strict)
+	require.NoError(t, err, "declared, the key is accepted")
+}
+
+// writerFunc is an io.Writer of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.

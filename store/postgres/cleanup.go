@@ -181,12 +181,8 @@ WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
 
 // InstalledGrace reads the grace period from the body of the insert trigger's function.
 func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
-	var body string
-	err := q.QueryRowContext(ctx, triggerSourceSQL, p.Table.Quoted(), p.Name("new")+"_insert").Scan(&body)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
+	body, ok, err := insertTrigger(ctx, q, p)
+	if !ok || err != nil {
 		return 0, false, err
 	}
 	grace, ok := cleanupsql.GraceIn(body, graceBefore, graceAfter)
@@ -196,19 +192,73 @@ func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *r
 	return grace, ok, nil
 }
 
+// InstalledParts reads the declared part tables from the body of the insert
+// trigger's function.
+func (cleanupDialect) InstalledParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]string, error) {
+	body, _, err := insertTrigger(ctx, q, p)
+	return refsetdriver.PartsIn(body), err
+}
+
+// insertTrigger is the body of the function of the trigger an earlier Install made
+// for p's new objects, if there is one.
+func insertTrigger(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (string, bool, error) {
+	var body string
+	err := q.QueryRowContext(ctx, triggerSourceSQL, p.Table.Quoted(), p.Name("new")+"_insert").Scan(&body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return body, err == nil, err
+}
+
+// EnqueueExisting: see refsetdriver.CleanupDialect. A page is a range of the ID
+// column's index; its last ID travels as text and is cast back to the ID type, as
+// lockedBatch's IDs do, so one code path serves every ID type.
+func (cleanupDialect) EnqueueExisting(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, after any, limit int) (any, int64, error) {
+	from := "true"
+	if after != nil {
+		from = fmt.Sprintf(`o."%s" > $2::text::%s`, p.IDColumn, p.IDType)
+	}
+	// Index probes whatever the statistics say: taken before the queue filled, they
+	// would have the planner read the whole queue for every page.
+	if _, err := tx.ExecContext(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		return nil, 0, err
+	}
+	// The page's last ID, by its type's order (not every type has max: bytea, uuid).
+	var last sql.NullString
+	err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT id::text FROM (SELECT o."%s" AS id FROM %s o WHERE %s ORDER BY 1 LIMIT $1) page
+		ORDER BY page.id DESC LIMIT 1`, p.IDColumn, p.Table.Quoted(), from), cleanupsql.Args(limit, after)...).Scan(&last)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && !last.Valid) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	n, err := cleanupsql.Exec(ctx, tx, fmt.Sprintf(`INSERT INTO %[1]s (object_id, review_after)
+		SELECT o."%[2]s", %[3]s FROM %[4]s o WHERE %[5]s AND o."%[2]s" <= $1::text::%[6]s
+		AND NOT EXISTS (SELECT 1 FROM %[1]s q WHERE q.object_id = o."%[2]s")
+		ORDER BY 1
+		ON CONFLICT (object_id) DO NOTHING`, p.Queue.Quoted(), p.IDColumn, cleanupsql.GraceExpr(graceBefore, graceAfter, p.Grace),
+		p.Table.Quoted(), from, p.IDType), cleanupsql.Args(last.String, after)...)
+	return last.String, n, err
+}
+
 // partsSQL describes the foreign keys to the set's table ($1) declared ON DELETE
 // CASCADE, but the holds table's ($2).
 const partsSQL = `
-SELECT format('constraint %I on %s (%s)', c.conname, c.conrelid::regclass,
+SELECT n.nspname, r.relname, format('constraint %I on %s (%s)', c.conname, c.conrelid::regclass,
        (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.ord) FROM unnest(c.conkey) WITH ORDINALITY k(attnum, ord)
         JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum))
 FROM pg_constraint c
+JOIN pg_class r ON r.oid = c.conrelid
+JOIN pg_namespace n ON n.oid = r.relnamespace
 WHERE c.contype = 'f' AND c.confrelid = to_regclass($1) AND c.confdeltype = 'c'
   AND c.conrelid IS DISTINCT FROM to_regclass($2)
-ORDER BY 1`
+ORDER BY 3`
 
-func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]string, error) {
-	return cleanupsql.Column[string](ctx, q, partsSQL, table.Quoted(), holds.Quoted())
+func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]refsetdriver.Part, error) {
+	return cleanupsql.Rows(ctx, q, partsSQL, []any{table.Quoted(), holds.Quoted()}, func(rows *sql.Rows, p *refsetdriver.Part) error {
+		return rows.Scan(&p.Table.Schema, &p.Table.Name, &p.Key)
+	})
 }
 
 // triggerFunctionSQL finds the function an existing trigger runs.
@@ -286,7 +336,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p, old,
 			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col))))
 	}
-	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", enqueueAny(p,
+	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", refsetdriver.PartsComment(p.Parts)+"\n\t"+enqueueAny(p,
 		fmt.Sprintf(`n."%s", %s`, p.IDColumn, cleanupsql.GraceExpr(graceBefore, graceAfter, p.Grace)),
 		`new_rows n WHERE `+unprobed(p, "n")))
 	for _, t := range triggers {

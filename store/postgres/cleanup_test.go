@@ -395,7 +395,8 @@ func withSearchPath(tb testing.TB, dsn, path string) string {
 
 // A deferred foreign key added after Install would refuse a delete only at COMMIT,
 // failing the whole batch on every pass; collection checks it at the delete instead,
-// so the object is refused and postponed like any other unknown reference.
+// so the object is refused and postponed like any other unknown reference, and the
+// collector follows the key.
 func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	db := openDSN(t, pgtest.DSN(t))
 	ctx := t.Context()
@@ -407,6 +408,7 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Pool().ExecContext(ctx, `
 		CREATE TABLE later (thing_id text NOT NULL REFERENCES things (id) DEFERRABLE INITIALLY DEFERRED);
+		CREATE INDEX later_thing ON later (thing_id);
 		INSERT INTO things (id) VALUES ('pinned'), ('free');
 		INSERT INTO later VALUES ('pinned');
 		UPDATE things_review SET review_after = now() - interval '1 second'`)
@@ -416,6 +418,7 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), s.Deleted, "%v", s)
 	assert.Equal(t, int64(1), s.Refused, "%v", s)
+	assert.Len(t, s.Followed, 1, "%v", s)
 	var left []string
 	require.NoError(t, db.Pool().SelectContext(ctx, &left, `SELECT id FROM things`))
 	assert.Equal(t, []string{"pinned"}, left)
@@ -476,7 +479,9 @@ func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	require.NoError(t, err)
 	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "chain", Grace: time.Hour, BatchSize: 100})
 	require.NoError(t, err)
-	_, err = db.Pool().ExecContext(ctx, `DELETE FROM tips`)
+	// The first Install queued the chain a grace period ahead, which a walk does not
+	// pass: the chain here was reviewed long ago.
+	_, err = db.Pool().ExecContext(ctx, `DELETE FROM chain_review; DELETE FROM tips`)
 	require.NoError(t, err)
 
 	writer, err := db.Pool().BeginTxx(ctx, nil)

@@ -144,31 +144,66 @@ const (
 
 // InstalledGrace reads the grace period from the text of the insert trigger.
 func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
-	var text string
-	err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ? AND tbl_name = ? COLLATE NOCASE`,
-		p.Name("new")+"_insert", p.Table.Name).Scan(&text)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
+	text, ok, err := insertTrigger(ctx, q, p)
+	if !ok || err != nil {
 		return 0, false, err
 	}
 	grace, ok := cleanupsql.GraceIn(text, graceBefore, graceAfter)
 	return grace, ok, nil
 }
 
+// InstalledParts reads the declared part tables from the text of the insert trigger.
+func (cleanupDialect) InstalledParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]string, error) {
+	text, _, err := insertTrigger(ctx, q, p)
+	return refsetdriver.PartsIn(text), err
+}
+
+// insertTrigger is the text of the trigger an earlier Install made for p's new
+// objects, if there is one.
+func insertTrigger(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (string, bool, error) {
+	var text string
+	err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ? AND tbl_name = ? COLLATE NOCASE`,
+		p.Name("new")+"_insert", p.Table.Name).Scan(&text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return text, err == nil, err
+}
+
+// EnqueueExisting: see refsetdriver.CleanupDialect. A page is a range of the ID
+// column's index; its last ID comes back as SQLite stores it and bounds the next.
+func (cleanupDialect) EnqueueExisting(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, after any, limit int) (any, int64, error) {
+	from, args := "true", []any{}
+	if after != nil {
+		from, args = fmt.Sprintf(`"%s" > ?`, p.IDColumn), []any{after}
+	}
+	var last any
+	if err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT max(id) FROM (SELECT "%s" AS id FROM %s WHERE %s ORDER BY 1 LIMIT ?)`,
+		p.IDColumn, p.Table.Quoted(), from), append(args, limit)...).Scan(&last); err != nil || last == nil {
+		return nil, 0, err
+	}
+	n, err := cleanupsql.Exec(ctx, tx, fmt.Sprintf(`INSERT INTO %[1]s (object_id, review_after)
+		SELECT o."%[2]s", %[3]s FROM %[4]s o WHERE %[5]s AND o."%[2]s" <= ?
+		AND NOT EXISTS (SELECT 1 FROM %[1]s q WHERE q.object_id = o."%[2]s")
+		ON CONFLICT (object_id) DO NOTHING`, p.Queue.Quoted(), p.IDColumn, cleanupsql.GraceExpr(graceBefore, "", p.Grace),
+		p.Table.Quoted(), from), append(args, last)...)
+	return last, n, err
+}
+
 // partsSQL describes the foreign keys to the set's table (?1) declared ON DELETE
 // CASCADE, but the holds table's (?2).
 const partsSQL = `
-SELECT printf('a key on %s (%s)', m.name, group_concat(f."from", ', '))
+SELECT m.name, printf('a key on %s (%s)', m.name, group_concat(f."from", ', '))
 FROM sqlite_schema m, pragma_foreign_key_list(m.name) f
 WHERE m.type = 'table' AND f."table" = ?1 COLLATE NOCASE AND upper(f.on_delete) = 'CASCADE'
   AND m.name <> ?2 COLLATE NOCASE
 GROUP BY m.name, f.id
 ORDER BY m.name, f.id`
 
-func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]string, error) {
-	return cleanupsql.Column[string](ctx, q, partsSQL, table.Name, holds.Name)
+func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds sqlident.Ident) ([]refsetdriver.Part, error) {
+	return cleanupsql.Rows(ctx, q, partsSQL, []any{table.Name, holds.Name}, func(rows *sql.Rows, p *refsetdriver.Part) error {
+		return rows.Scan(&p.Table.Name, &p.Key)
+	})
 }
 
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
@@ -185,7 +220,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		trigger(name+"_update", fmt.Sprintf(`UPDATE OF "%s"`, r.Column), r.Table,
 			fmt.Sprintf(`%s IS NOT NULL AND %s IS NOT NEW."%s"`, old, old, r.Column), enqueue(p, old, nowMillis))
 	}
-	trigger(p.Name("new")+"_insert", "INSERT", p.Table, "true",
+	trigger(p.Name("new")+"_insert", "INSERT", p.Table, "true", refsetdriver.PartsComment(p.Parts)+" "+
 		enqueue(p, `NEW."`+p.IDColumn+`"`, cleanupsql.GraceExpr(graceBefore, "", p.Grace)))
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {

@@ -217,6 +217,15 @@ func OneByOne[ID any](ids []ID, del func(id ID) (int64, error)) (deleted int64, 
 	return deleted, refused, nil
 }
 
+// Args are a statement's arguments: first, then after unless it is nil (a first page
+// has no lower bound).
+func Args(first, after any) []any {
+	if after == nil {
+		return []any{first}
+	}
+	return []any{first, after}
+}
+
 // Column is the one column of every row query returns.
 func Column[T any](ctx context.Context, q refset.Querier, query string, args ...any) ([]T, error) {
 	return Rows(ctx, q, query, args, func(rows *sql.Rows, v *T) error { return rows.Scan(v) })
