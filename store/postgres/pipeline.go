@@ -34,9 +34,6 @@ type pgxPipeline struct {
 	// (Options.Unprepared): a pooler may mishandle cancel requests (PgBouncer before
 	// 1.19.1 crashes on them), so the segment is waited for instead.
 	cancels bool
-	// ticket, if not nil, is where the commit's ticket is read (see resolve.go):
-	// a pipeline that resolves lost commits is made anew for each run.
-	ticket *commitTicket
 }
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
@@ -63,8 +60,11 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipelin
 
 // run is refsetdriver.Pipeliner.RunPipeline.
 func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	// Where this run's commit ticket is read (see resolve.go), if lost commits are
+	// resolved: one per run, never shared between runs.
+	var ticket *commitTicket
 	if p.db.resolveWait > 0 {
-		p.ticket = new(commitTicket)
+		ticket = new(commitTicket)
 	}
 	if p.db.Closed() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
@@ -79,18 +79,18 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 		if !ok {
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, fmt.Errorf("the pool's connection is a %T, not pgx's", dc))}
 		}
-		return p.runOn(ctx, c.Conn(), stmts, result)
+		return p.runOn(ctx, c.Conn(), stmts, result, ticket)
 	})
 }
 
-// runOn runs stmts on c, segment by segment. Every way out but a commit rolls back,
-// a panic too; a connection that cannot roll back is closed by pgx, and database/sql
-// drops it.
-func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
-	err := p.segments(ctx, c, stmts, result)
+// runOn runs stmts on c, segment by segment, reading the commit's ticket into
+// ticket unless it is nil. Every way out but a commit rolls back, a panic too; a
+// connection that cannot roll back is closed by pgx, and database/sql drops it.
+func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
+	err := p.segments(ctx, c, stmts, result, ticket)
 	var pe *refsetdriver.PipelineError
-	if p.ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
-		if err := p.db.resolveCommit(ctx, *p.ticket, pe.Err); err != nil {
+	if ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
+		if err := p.db.resolveCommit(ctx, *ticket, pe.Err); err != nil {
 			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 		}
 		return nil
@@ -99,8 +99,8 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 }
 
 // segments runs stmts on c, segment by segment, reading the commit's ticket (see
-// resolve.go) into p.ticket with the last unless p.ticket is nil.
-func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+// resolve.go) into ticket with the last unless ticket is nil.
+func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -121,7 +121,7 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			b.Queue(s.Query, s.Args...)
 		}
 		if last {
-			if p.ticket != nil {
+			if ticket != nil {
 				b.Queue(ticketSQL)
 			}
 			b.Queue("commit")
@@ -131,7 +131,7 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
-		err := readSegment(br, start == 0, stmts, start, end, last, p.ticket, result)
+		err := readSegment(br, start == 0, stmts, start, end, last, ticket, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
