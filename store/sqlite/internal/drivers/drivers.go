@@ -63,46 +63,43 @@ func All() []Driver {
 	return slices.Clone(registered)
 }
 
-// Named is the registered driver called name.
-func Named(name string) (Driver, bool) {
-	for _, d := range All() {
-		if d.Name == name {
+// first is the first registered driver, the default first, for which ok holds.
+// Registration happens in init functions, so the list is read under a read lock and
+// not copied: the stores ask on every error they translate.
+func first(ok func(Driver) bool) (Driver, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	for _, d := range registered {
+		if ok(d) {
 			return d, true
 		}
 	}
 	return Driver{}, false
+}
+
+// Named is the registered driver called name.
+func Named(name string) (Driver, bool) {
+	return first(func(d Driver) bool { return d.Name == name })
 }
 
 // Default is the driver a program that names none gets: the best ranked of those
 // that can run.
 func Default() (Driver, bool) {
-	for _, d := range All() {
-		if d.Missing == "" {
-			return d, true
-		}
-	}
-	return Driver{}, false
+	return first(func(d Driver) bool { return d.Missing == "" })
 }
 
 // Of is the registered driver of d.
 func Of(d driver.Driver) (Driver, bool) {
-	for _, r := range All() {
-		if r.Is != nil && r.Is(d) {
-			return r, true
-		}
-	}
-	return Driver{}, false
+	return first(func(r Driver) bool { return r.Is != nil && r.Is(d) })
 }
 
 // ResultCode is the SQLite result code of err, an error of any registered driver.
 func ResultCode(err error) (code int, msg string, ok bool) {
-	for _, d := range All() {
-		if d.ResultCode == nil {
-			continue
+	first(func(d Driver) bool {
+		if d.ResultCode != nil {
+			code, msg, ok = d.ResultCode(err)
 		}
-		if code, msg, ok := d.ResultCode(err); ok {
-			return code, msg, true
-		}
-	}
-	return 0, "", false
+		return ok
+	})
+	return code, msg, ok
 }
