@@ -157,6 +157,24 @@ type cliCase struct {
 	json func(t *testing.T, out []byte)
 }
 
+// runCases runs each case's command line with bin as a subtest, and checks its exit
+// code and what it printed.
+func runCases(t *testing.T, bin string, cases []cliCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, bin, c.args...)
+			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			for _, s := range c.stdout {
+				require.Contains(t, stdout, s)
+			}
+			for _, s := range c.stderr {
+				require.Contains(t, stderr, s)
+			}
+		})
+	}
+}
+
 func TestCommands(t *testing.T) {
 	bin := buildCLI(t)
 	cases := []cliCase{
@@ -395,18 +413,7 @@ func TestUsage(t *testing.T) {
 		{name: "unknown Postgres driver", args: []string{"status", "--db", "postgres://127.0.0.1:1/x", "--driver", "odbc"}, code: exitError, stderr: []string{`driver "odbc"`}},
 		{name: "unreachable Postgres", args: []string{"status", "--db", "postgres://127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError, stderr: []string{"database unavailable"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			stdout, stderr, code := runCLI(t, bin, c.args...)
-			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			for _, s := range c.stdout {
-				require.Contains(t, stdout, s)
-			}
-			for _, s := range c.stderr {
-				require.Contains(t, stderr, s)
-			}
-		})
-	}
+	runCases(t, bin, cases)
 	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
 }
 
@@ -742,18 +749,7 @@ func TestSQLiteFileURLs(t *testing.T) {
 		{name: "file: URL of a missing file", args: []string{"status", "--db", "file:" + (&url.URL{Path: missing}).EscapedPath()}, code: exitError,
 			stderr: []string{"no such file"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			stdout, stderr, code := runCLI(t, bin, c.args...)
-			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			for _, s := range c.stdout {
-				require.Contains(t, stdout, s)
-			}
-			for _, s := range c.stderr {
-				require.Contains(t, stderr, s)
-			}
-		})
-	}
+	runCases(t, bin, cases)
 	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
 }
 
