@@ -805,6 +805,18 @@ func testRefusedShortGrace(t *testing.T, h harness) {
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }
 
+// addOld adds n unreferenced blocks old-00000, old-00001, ... of heights 0 to n-1,
+// as a program that ran without clean-up left them.
+func addOld(t *testing.T, set *refset.RefSet[block, string], n int) {
+	t.Helper()
+	blocks := make([]block, n)
+	for i := range blocks {
+		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
+	}
+	_, err := set.AddAll(t.Context(), blocks)
+	require.NoError(t, err)
+}
+
 // A collector started on a set that already holds objects (a program that ran
 // without clean-up) reviews them: the first Install queues what is there, a grace
 // period ahead, in pages of BatchSize; Check is clean at once, and once the grace
@@ -815,12 +827,7 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	ctx := t.Context()
-	blocks := make([]block, n)
-	for i := range blocks {
-		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
-	}
-	_, err := set.AddAll(ctx, blocks)
-	require.NoError(t, err)
+	addOld(t, set, n)
 	e.mustExec(t, `INSERT INTO heads (block_id) SELECT id FROM blocks WHERE height % 2 = 0`)
 	e.mustExec(t, `INSERT INTO blocks_review (object_id, review_after) VALUES ('old-00001', `+e.past()+`)`) // queued already: kept as it is
 
@@ -868,12 +875,7 @@ func testFirstInstallBesideWriters(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	ctx := t.Context()
-	blocks := make([]block, n)
-	for i := range blocks {
-		blocks[i] = mkBlock(fmt.Sprintf("old-%05d", i), "", int64(i))
-	}
-	_, err := set.AddAll(ctx, blocks)
-	require.NoError(t, err)
+	addOld(t, set, n)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
