@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/sqlite"
 	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)

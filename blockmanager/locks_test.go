@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/require"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"

@@ -13,8 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/otelrefset"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"

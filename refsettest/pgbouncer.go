@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 )
 
 // EnvPgBouncer names the environment variable holding the DSN of a PgBouncer in

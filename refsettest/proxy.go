@@ -3,7 +3,7 @@ package refsettest
 import (
 	"testing"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 )
 
 // Proxy stands between a test and its PostgreSQL server, passing everything through

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one benchmark command: every paired benchmark of the speed targets, in one go,
 # then one table (path, refset, reference, ratio, target, met) from
-# internal/bench/table.
+# internal/cmd/benchtable.
 #
 #   scripts/bench.sh            quick mode: each benchmark once, shorter runs (minutes)
 #   scripts/bench.sh --full     full mode: BENCH_COUNT runs (default 2) of everything,
@@ -23,7 +23,7 @@
 # and planner settings.
 #
 # What runs (each benchmark beside the same work hand-written with sqlx, in the same
-# run; see internal/bench/doc.go): the core (Add, Get miss, Complete), the block
+# run; see internal/test/bench/doc.go): the core (Add, Get miss, Complete), the block
 # manager (Put, Branch, BranchDiff), clean-up (garbage among 10k and 1M live objects,
 # 100k of 1M, abandoned chains) and, on PostgreSQL, custody (payments by 8 replicas)
 # between two runs of pgbench (TPC-B-like, 8 clients, simple protocol), the server's
@@ -125,7 +125,7 @@ fi
 
 # bench runs one go test of the benchmarks matching $1 for -benchtime $2.
 bench() {
-	go test -run '^$' -bench "$1" -benchtime "$2" -benchmem -count 1 -timeout 60m ./internal/bench/ 2>&1 |
+	go test -run '^$' -bench "$1" -benchtime "$2" -benchmem -count 1 -timeout 60m ./internal/test/bench/ 2>&1 |
 		tee -a "$out"
 	[[ ${PIPESTATUS[0]} -eq 0 ]] || die "go test failed (output above and in $out)"
 }
@@ -193,4 +193,4 @@ args=(-in "$out" -date "$started" -machine "$machine" -command "scripts/bench.sh
 	-mode "$table_mode" -settings "$measured")
 [[ -n $update ]] && args+=(-update BENCHMARKS.md)
 echo
-go run ./internal/bench/table "${args[@]}"
+go run ./internal/cmd/benchtable "${args[@]}"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the refset-versus-raw-sqlx benchmarks (internal/bench) and summarises them.
+# Runs the refset-versus-raw-sqlx benchmarks (internal/test/bench) and summarises them.
 #
 #   scripts/benchstat.sh [go test flags...]     e.g. scripts/benchstat.sh -benchtime 2s
 #
@@ -7,7 +7,7 @@
 # older, finer look at the core alone, through benchstat.)
 #
 # Each benchmark compares refset with raw sqlx doing the same SQL on the same
-# database (see internal/bench/doc.go). The go test output goes to bench.out (and
+# database (see internal/test/bench/doc.go). The go test output goes to bench.out (and
 # the terminal); then, when benchstat can be run (installed, or through
 # `go run golang.org/x/perf/cmd/benchstat@latest`), a summary with sqlx and
 # refset side by side.
@@ -21,7 +21,7 @@
 #                          unset, only the SQLite benchmarks run. (scripts/test.sh starts a throwaway
 #                          server, but only around its own test run.)
 #   BENCH                  which benchmarks to run (go test -bench); default
-#                          ".", all of internal/bench. The refset-versus-sqlx
+#                          ".", all of internal/test/bench. The refset-versus-sqlx
 #                          comparison alone is
 #                          BENCH='^Benchmark(Add|GetHit|GetMiss|Complete)$'.
 #   BENCH_COUNT            how often each benchmark runs; default 6, the
@@ -60,7 +60,7 @@ fi
 : >"$out"
 for ((run = 1; run <= count; run++)); do
 	log "run $run of $count"
-	go test -run '^$' -bench "$pattern" -benchmem -count 1 "$@" ./internal/bench/ | tee -a "$out"
+	go test -run '^$' -bench "$pattern" -benchmem -count 1 "$@" ./internal/test/bench/ | tee -a "$out"
 done
 
 # benchstat can only put key=value parts of a benchmark name in columns, so the

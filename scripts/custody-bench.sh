@@ -10,7 +10,7 @@
 # 1. pgbench's TPC-B-like load, 8 clients, 10 s (scale 10), for scale: once with
 #    pgbench's default simple protocol and once with prepared statements (-M prepared,
 #    as custody's fast paths use them);
-# 2. the custody benchmarks (internal/bench), 8 replicas paying over 100,000 tokens of
+# 2. the custody benchmarks (internal/test/bench), 8 replicas paying over 100,000 tokens of
 #    1,000 owners: two-step (Select then Spend, BenchmarkSelectAndSpend, and the same
 #    from one owner) and one statement (Pay, BenchmarkPayOneStatement), each beside the
 #    same payments written by hand with sqlx, alone and paired; then wallet sizes,
@@ -50,7 +50,7 @@ tpcb() {
 pgbench_init "$pgbench" 10
 tpcb | tee -a "$out"
 go test -run '^$' -bench "${BENCH:-^Benchmark(SelectAndSpend|PayOneStatement|Custody)}" \
-	-benchtime "${BENCH_TIME:-10000x}" -timeout 120m "$@" ./internal/bench/ | tee -a "$out"
+	-benchtime "${BENCH_TIME:-10000x}" -timeout 120m "$@" ./internal/test/bench/ | tee -a "$out"
 tpcb | tee -a "$out"
 
 # The summary: cycles/s of every refset-alone line over the mean simple-protocol tps.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The failover soak of issue 24: block hand-overs and custody payments by 8
 # clients on a throwaway HA PostgreSQL cluster (scripts/hacluster.sh) while its
-# primary is killed and switched over, then the checks of internal/hatest/soak
+# primary is killed and switched over, then the checks of internal/cmd/hasoak
 # on the final primary.
 #
 #   scripts/hasoak.sh [--driver postgres|pgx] [--async] [--minutes N]
@@ -17,7 +17,7 @@
 #   --kills        kill -9 of the primary (default 3), each followed half an
 #                  interval later by the restart of the killed node as standby
 #   --switchovers  planned switchovers (default 3), alternating with the kills
-#   -- FLAGS       passed on to the soak program (go run ./internal/hatest/soak -h),
+#   -- FLAGS       passed on to the soak program (go run ./internal/cmd/hasoak -h),
 #                  e.g. -- -retry 30s for store.Options.RetryUnavailable
 #
 # The soak prints, per failover, the seconds without a successful write and the
@@ -90,7 +90,7 @@ if [[ -z ${HASOAK_WORK:-} ]]; then
 	}
 	trap keep_or_remove EXIT
 	log "building the soak"
-	go build -o "$work/soak" ./internal/hatest/soak
+	go build -o "$work/soak" ./internal/cmd/hasoak
 	if [[ $replication == async ]]; then
 		export REFSET_HA_REPLICATION=async
 	fi

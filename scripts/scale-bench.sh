@@ -7,12 +7,12 @@
 # cluster started on 127.0.0.1 and removed again at exit (scripts/lib/cluster.sh),
 # with max_connections enough for the replicas below.
 #
-# 1. BenchmarkReplicasCustody and BenchmarkReplicasReceive (internal/bench/replicas_test.go):
+# 1. BenchmarkReplicasCustody and BenchmarkReplicasReceive (internal/test/bench/replicas_test.go):
 #    custody payers (Select then Spend) and blockmanager receivers (Put), each replica
 #    an OS process with its own pool, for each replica count: throughput, lost lock
 #    races, deadlocks and retries, and the CPU the server spends (server-cores: where
 #    it nears the machine's cores, the server is saturated);
-# 2. BenchmarkScaleSet and BenchmarkScaleBranch (internal/bench/scale_test.go): Add,
+# 2. BenchmarkScaleSet and BenchmarkScaleBranch (internal/test/bench/scale_test.go): Add,
 #    Get miss, a collect of garbage and a Branch walk on sets of each size, bulk-loaded
 #    with COPY.
 #
@@ -75,8 +75,8 @@ export REFSET_BENCH_REPLICAS REFSET_BENCH_OWNERS REFSET_BENCH_TOKENS \
 	REFSET_BENCH_SCALE REFSET_BENCH_GARBAGE REFSET_BENCH_WALK
 log "$mode: replicas $REFSET_BENCH_REPLICAS, $REFSET_BENCH_TOKENS tokens of $REFSET_BENCH_OWNERS owners, sets of $REFSET_BENCH_SCALE"
 
-go test -run '^$' -bench '^BenchmarkReplicas' -benchtime "$REPLICA_OPS" -timeout 120m "$@" ./internal/bench/
+go test -run '^$' -bench '^BenchmarkReplicas' -benchtime "$REPLICA_OPS" -timeout 120m "$@" ./internal/test/bench/
 # A duration, not a count, in full mode: one Collect of 100,000 objects (loaded and made
 # due before each) takes seconds, a Get miss a fraction of a millisecond, and a count
 # high enough for the one would make the other run for hours.
-go test -run '^$' -bench '^BenchmarkScale' -benchtime "$SCALE_OPS" -timeout 240m "$@" ./internal/bench/
+go test -run '^$' -bench '^BenchmarkScale' -benchtime "$SCALE_OPS" -timeout 240m "$@" ./internal/test/bench/

@@ -21,14 +21,14 @@
 #   REFSET_TEST_PACKAGES   space-separated package patterns to check and test
 #                          instead of ./... (gofmt is limited to them too).
 #   REFSET_TEST_PGBOUNCER  DSN of a PgBouncer in transaction mode in front of
-#                          that server (internal/pgtest.Pooled, and
+#                          that server (internal/test/pgtest.Pooled, and
 #                          refsettest.PgBouncerDSN, which custody's suite
 #                          runs through on both drivers). Set, with a
 #                          PgBouncer started for it, whenever the throwaway
 #                          cluster is; an outside server brings its own or
 #                          the pooled tests skip (fail under CI=true).
 #   REFSET_TEST_HA_DSN     multi-host DSN of the high-availability cluster the
-#                          failover tests (internal/hatest) switch over and
+#                          failover tests (internal/test/hatest) switch over and
 #                          kill. When the run includes that package and this
 #                          is unset, scripts/hacluster.sh starts one (a
 #                          pg_auto_failover monitor and three nodes, about
@@ -181,7 +181,7 @@ elif [[ -n ${REFSET_TEST_POSTGRES_STANDBY:-} ]]; then
 fi
 
 # --------------------------------------------------------------- HA cluster
-# internal/hatest's failover tests need the throwaway HA cluster of
+# internal/test/hatest's failover tests need the throwaway HA cluster of
 # scripts/hacluster.sh; it is started only when the run includes that package
 # (a full run does), with a state file of its own, and stopped at exit with
 # the cluster above, however the script ends.
@@ -194,11 +194,11 @@ stop_ha_cluster() {
 }
 if [[ -n ${REFSET_TEST_HA_DSN:-} ]]; then
 	step "HA cluster: using REFSET_TEST_HA_DSN (and REFSET_HA_STATE) from the environment"
-elif grep -qx 'github.com/refsetdb/refset/internal/hatest' <<<"$(go list "${packages[@]}" 2>/dev/null || true)"; then
-	step "HA cluster: starting scripts/hacluster.sh for internal/hatest"
+elif grep -qx 'github.com/refsetdb/refset/internal/test/hatest' <<<"$(go list "${packages[@]}" 2>/dev/null || true)"; then
+	step "HA cluster: starting scripts/hacluster.sh for internal/test/hatest"
 	if ! command -v pg_autoctl >/dev/null 2>&1 && ! { is_root && command -v apt-get >/dev/null 2>&1; } && ! is_ci; then
 		# As cluster_start_pgbouncer: outside CI a missing package is a skip.
-		log "pg_auto_failover (pg_autoctl) is not installed: internal/hatest skips" \
+		log "pg_auto_failover (pg_autoctl) is not installed: internal/test/hatest skips" \
 			"(install postgresql-15-auto-failover to run it)"
 	else
 		ha_state=$(mktemp -u /tmp/refset-ha-state.XXXXXX)

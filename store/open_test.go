@@ -9,7 +9,7 @@ import (
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"

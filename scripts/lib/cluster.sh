@@ -295,7 +295,7 @@ stop_server() {
 # -------------------------------------------------------------- PgBouncer
 # A PgBouncer in transaction mode in front of the throwaway cluster: the
 # suites that must survive transaction pooling run through it
-# (internal/pgtest.Pooled). Version 1.18 (Debian 12) keeps no prepared
+# (internal/test/pgtest.Pooled). Version 1.18 (Debian 12) keeps no prepared
 # statements and passes no search_path, so each pooled test logs in as a role
 # of its own whose search_path is its schema (ALTER ROLE ... SET), and PgBouncer
 # looks roles up in the server (auth_user) instead of a file of users.

@@ -143,5 +143,5 @@
 // context, a request's deadline).
 //
 // scripts/test.sh runs the conformance suites, blockmanager's and custody's through
-// PgBouncer 1.18 in transaction mode (internal/pgtest.Pooled).
+// PgBouncer 1.18 in transaction mode (internal/test/pgtest.Pooled).
 package postgres

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/lib/pq"
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/store"

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/require"

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"

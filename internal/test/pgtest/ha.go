@@ -5,7 +5,7 @@ import "testing"
 // EnvHADSN names the environment variable holding the multi-host DSN of the
 // throwaway high-availability cluster of scripts/hacluster.sh (a pg_auto_failover
 // monitor and three nodes), which scripts/test.sh starts when its run includes
-// internal/hatest.
+// internal/test/hatest.
 const EnvHADSN = "REFSET_TEST_HA_DSN"
 
 // HADSN returns the DSN in EnvHADSN. Without it, it skips tb, or fails it under

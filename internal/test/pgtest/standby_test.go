@@ -10,7 +10,7 @@ import (
 )
 
 // TestMissingStandby checks when NewWithStandby and PauseReplay skip and when they
-// fail, and HADSN, the HA cluster's: under CI, internal/hatest would otherwise pass
+// fail, and HADSN, the HA cluster's: under CI, internal/test/hatest would otherwise pass
 // untried. It sets environment variables, so it cannot run in parallel.
 func TestMissingStandby(t *testing.T) {
 	tests := []struct {

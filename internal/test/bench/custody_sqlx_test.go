@@ -14,7 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/examples/custody/tokens"
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 )
 
 // The custody payments written by hand with sqlx, as a careful developer would without

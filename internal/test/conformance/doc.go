@@ -11,16 +11,16 @@
 //   - TestPromisesConformance (promises_test.go): refset's one promise against a
 //     hostile caller.
 //
-// Each test opens a fresh database of its own through internal/testdb and the
+// Each test opens a fresh database of its own through internal/test/testdb and the
 // store's public Open, so the tests run in parallel. Run it on SQLite alone (the
 // Postgres harnesses skip without a server, and fail under CI=true) with
 //
-//	go test ./internal/conformance
+//	go test ./internal/test/conformance
 //
 // and on every harness with the throwaway cluster, PgBouncer and standby
 // scripts/test.sh starts:
 //
-//	REFSET_TEST_PACKAGES=./internal/conformance bash scripts/test.sh
+//	REFSET_TEST_PACKAGES=./internal/test/conformance bash scripts/test.sh
 //
 // adding -run 'Conformance/pgx/' (a harness's name) for one harness.
 package conformance

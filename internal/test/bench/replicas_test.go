@@ -19,8 +19,8 @@ import (
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/examples/custody/tokens"
-	"github.com/refsetdb/refset/internal/pgtest"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/examples/custody/tokens"
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/store/postgres"
 )
 

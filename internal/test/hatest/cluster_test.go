@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 )
 
 // defaultState is scripts/hacluster.sh's state file when REFSET_HA_STATE is unset.

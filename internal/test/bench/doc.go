@@ -1,11 +1,11 @@
 // Package bench measures what refset costs over raw sqlx doing the same SQL on the
 // same database in the same run. It has only benchmarks; scripts/bench.sh runs them
-// all and prints one table of the speed targets (internal/bench/table),
+// all and prints one table of the speed targets (internal/cmd/benchtable),
 // and BENCHMARKS.md at the repository root records the results.
 //
 // Each benchmark runs once per database: SQLite (a file in a temporary directory,
 // sqlite.Options{} defaults, so synchronous=FULL in WAL mode, as users get it), and
-// PostgreSQL (a fresh schema from internal/pgtest; skipped unless
+// PostgreSQL (a fresh schema from internal/test/pgtest; skipped unless
 // REFSET_TEST_POSTGRES is set) once through each driver, lib/pq under the name
 // "postgres" (the name its figures had before pgx was measured) and pgx's stdlib
 // driver under "pgx". On PostgreSQL the benchmark opens a pool of its own with the

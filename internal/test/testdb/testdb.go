@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"

@@ -23,7 +23,7 @@
 // over the primary; by hand, against a cluster of scripts/hacluster.sh:
 //
 //	eval "$(scripts/hacluster.sh start)"
-//	go run ./internal/hatest/soak -driver pgx -duration 2m &
+//	go run ./internal/cmd/hasoak -driver pgx -duration 2m &
 //	scripts/hacluster.sh switchover; scripts/hacluster.sh kill-primary; ...
 //
 // The event log is what scripts/hasoak.sh writes, one line per event:

@@ -2,8 +2,8 @@
 // pgbench's results in the same format) into one table of the speed targets: path,
 // refset, reference, ratio, target, met or not.
 //
-//	go test -bench ... ./internal/bench/ | go run ./internal/bench/table
-//	go run ./internal/bench/table -in bench.out -update BENCHMARKS.md -command '...' -machine '...'
+//	go test -bench ... ./internal/test/bench/ | go run ./internal/cmd/benchtable
+//	go run ./internal/cmd/benchtable -in bench.out -update BENCHMARKS.md -command '...' -machine '...'
 //
 // Each figure is the median of the runs in the input, with the range of the ratio
 // beside it; a target is met only when every run meets it. With -update, the table

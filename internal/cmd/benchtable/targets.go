@@ -7,9 +7,9 @@ import (
 
 // The targets of the speed issue, one row each, in the order the table prints them.
 // Every row names the benchmark lines it reads (as go test prints them, without the
-// -GOMAXPROCS suffix) and the metrics; see internal/bench for what each measures.
+// -GOMAXPROCS suffix) and the metrics; see internal/test/bench for what each measures.
 
-// knownDBs are the databases internal/bench runs each benchmark on, in the order the
+// knownDBs are the databases internal/test/bench runs each benchmark on, in the order the
 // table shows them: SQLite through go-sqlite3 (named "sqlite") and modernc.org/sqlite
 // ("sqlite-purego"), PostgreSQL through lib/pq (named "postgres") and through pgx.
 var knownDBs = []string{"sqlite", "sqlite-purego", "postgres", "pgx"}
@@ -60,7 +60,7 @@ func targets() []row {
 			"BenchmarkComplete/"+db+"/paired", "refset-ns/op", "sqlx-ns/op", "µs", 1e-3, atLeast(1.2)))
 	}
 	// The same three on tables whose statistics were taken before 100,000 blocks
-	// were added (internal/bench's grown): the targets hold on stale statistics too.
+	// were added (internal/test/bench's grown): the targets hold on stale statistics too.
 	for _, p := range []struct {
 		name, bench string
 		want        float64
@@ -91,7 +91,7 @@ func targets() []row {
 		{"BranchDiff of two 5k forks", "BenchmarkBranchDiff", "diff"},
 	} {
 		// On tables analyzed once the blocks are stored, then on tables whose
-		// statistics were taken when they held a seed of 1,000 blocks (internal/bench's
+		// statistics were taken when they held a seed of 1,000 blocks (internal/test/bench's
 		// grown walks): the target holds on stale statistics too.
 		for _, v := range []struct{ stored, sub, path string }{
 			{"10k", "", ""}, {"1M", "", ""},

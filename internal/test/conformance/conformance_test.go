@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
@@ -82,7 +82,7 @@ var options = testdb.Options{MaxConns: 40}
 
 // open returns a new, empty database owned by the test (closed by its cleanup),
 // opened with its store package's public Open, as users do: each test has its own
-// SQLite file or Postgres schema (internal/testdb), so tests run in parallel.
+// SQLite file or Postgres schema (internal/test/testdb), so tests run in parallel.
 func (h harness) open(tb testing.TB) refset.Database {
 	tb.Helper()
 	return h.Open(tb, options)

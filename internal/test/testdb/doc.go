@@ -5,20 +5,20 @@
 //
 // A [Backend] names one way of reaching a database. [Backend.New] makes a fresh,
 // empty database for a test and returns its [Place]: a SQLite file in the test's
-// t.TempDir, or a PostgreSQL schema of the test's own (internal/pgtest), dropped
+// t.TempDir, or a PostgreSQL schema of the test's own (internal/test/pgtest), dropped
 // when the test ends. [Place.Open] opens it with the store package's public Open,
 // as a program would, and may be called again for another, independent handle, as
 // a second process would have; [Backend.Open] does both at once. [PlaceOf] finds
 // the place of a database this package opened, for tests that reopen what a suite
 // handed them.
 //
-// PostgreSQL comes from internal/pgtest, so the rules are its own: without
+// PostgreSQL comes from internal/test/pgtest, so the rules are its own: without
 // REFSET_TEST_POSTGRES (and REFSET_TEST_PGBOUNCER, REFSET_TEST_POSTGRES_STANDBY for
 // those backends) the test is skipped, under CI=true it fails instead, and a server
 // that is named but does not answer always fails it.
 //
 // The tests inside a package the stores import (refset, schema, cleanup,
 // internal/stmtcache), and the stores' own internal tests, cannot import this one
-// (it imports the stores): they use internal/pgtest for their schemas directly.
+// (it imports the stores): they use internal/test/pgtest for their schemas directly.
 // [Fallbacks] counts the reads a Standby backend's database sent to the primary.
 package testdb

@@ -7,7 +7,7 @@
 // By hand:
 //
 //	eval "$(scripts/hacluster.sh start)"
-//	go test ./internal/hatest -v
+//	go test ./internal/test/hatest -v
 //	scripts/hacluster.sh stop
 //
 // With REFSET_TEST_HA_LOOP set to a duration (say 60s), TestHAWriteLoop writes
@@ -25,7 +25,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/internal/pgtest"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 )

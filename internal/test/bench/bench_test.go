@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/refsetdb/refset/internal/pgtest"
 	"github.com/refsetdb/refset/internal/sqltext"
-	"github.com/refsetdb/refset/internal/testdb"
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
