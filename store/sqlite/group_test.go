@@ -261,6 +261,25 @@ func joinGroup(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[ite
 	return bRuns.Load()
 }
 
+// busyUnitKept runs busy in a unit b that joins the group of a unit a (joinGroup),
+// then writes b's row, and checks that b, busy, was not evicted: it ran once, and a
+// and b committed together.
+func busyUnitKept(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[item, string], busy func(ctx context.Context, tx refset.Tx) error) {
+	t.Helper()
+	before := engine.Stats(db.storeEngine) // store.NewStore's units
+	bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
+		if err := busy(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+		return err
+	})
+	assert.EqualValues(t, 1, bRuns, "b, busy, was not evicted")
+	stats := engine.Stats(db.storeEngine)
+	assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
+	assert.EqualValues(t, before.Units+2, stats.Units)
+}
+
 // waitFor polls cond until it holds, failing tb if ctx ends first.
 func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
 	tb.Helper()
@@ -479,18 +498,7 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 					}
 					long *= 2
 				}
-				before := engine.Stats(db.storeEngine) // store.NewStore's units
-				bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
-					if err := tc.busy(ctx, tx, long); err != nil {
-						return err
-					}
-					_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
-					return err
-				})
-				assert.EqualValues(t, 1, bRuns, "b, busy, was not evicted")
-				stats := engine.Stats(db.storeEngine)
-				assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
-				assert.EqualValues(t, before.Units+2, stats.Units)
+				busyUnitKept(ctx, t, db, set, func(ctx context.Context, tx refset.Tx) error { return tc.busy(ctx, tx, long) })
 			})
 		})
 	}
