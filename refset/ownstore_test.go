@@ -5,20 +5,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
 	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// plainDatabase is the database of a SetStore of the caller's own: it begins
-// transactions, reads and translates errors, and has no refset driver.
-type plainDatabase struct{ refset.Database }
-
-func (plainDatabase) Driver() refsetdriver.Driver { return nil }
 
 // ownStore is a SetStore of the caller's own, on a plain database.
 type ownStore struct {
@@ -49,7 +43,7 @@ func TestSetStoreOfYourOwn(t *testing.T) {
 	inner, err := store.NewStore[note, string](ctx, db, store.Config{Table: "notes"})
 	require.NoError(t, err)
 
-	plain := plainDatabase{db}
+	plain := testdb.Plain(db)
 	set := refset.New[note, string](ownStore{SetStore: inner, db: plain})
 	tok, err := set.Add(ctx, note{Key: "a", Text: "hello"}, refset.Exec[string](`INSERT INTO pins (k) VALUES (?)`, 1))
 	require.NoError(t, err)

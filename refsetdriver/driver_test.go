@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/sqlite"
@@ -15,12 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// foreign is a refset.Database that is not one of refset's stores: it passes every
-// call on to one, but has no driver of its own.
-type foreign struct{ refset.Database }
-
-func (foreign) Driver() refsetdriver.Driver { return nil }
 
 func TestOf(t *testing.T) {
 	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"), sqlite.Options{})
@@ -32,9 +27,9 @@ func TestOf(t *testing.T) {
 	assert.Equal(t, "sqlite", d.Name())
 	assert.Same(t, db.Writer().DB, d.Pool(), "statements are prepared on the pool writes begin on")
 
-	_, err = refsetdriver.Of(foreign{db})
+	_, err = refsetdriver.Of(testdb.Plain(db))
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
-	_, err = blockmanager.Open(t.Context(), foreign{db}, blockmanager.Config{})
+	_, err = blockmanager.Open(t.Context(), testdb.Plain(db), blockmanager.Config{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "code above the stores finds the dialect through the driver, not the type")
 
 	var zero sqlite.DB
