@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -32,7 +31,7 @@ func TestDeferredForeignKeyFailsItsUnitAlone(t *testing.T) {
 				if grouped {
 					opts.groupMaxAge = time.Minute // the units below share groups however slow the machine
 				}
-				db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), opts)
+				db, _ := groupDB(t, opts)
 				_, err := db.Writer().ExecContext(ctx, pledgesTable)
 				require.NoError(t, err)
 				count := func(table string) int {

@@ -217,7 +217,7 @@ func TestNoCgoDefault(t *testing.T) {
 func TestMultiRowInsertsOnEachDriver(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx := t.Context()
-		db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		db, set := groupDB(t, Options{Driver: driverName})
 		d, err := refsetdriver.Of(db)
 		require.NoError(t, err)
 		want := 0
