@@ -32,7 +32,7 @@ func TestGroupCommitUnitHasOneDoor(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		db, _ := groupDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
+		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
 		insert := func(tx interface {
 			ExecContext(context.Context, string, ...any) (sql.Result, error)
 		}, id string) {
@@ -113,7 +113,7 @@ func TestGroupCommitKeepsUnitBusyWithPreparedStatements(t *testing.T) {
 		const evict = 250 * time.Millisecond
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		db, set := groupDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+		db, set := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
 		busyUnitKept(ctx, t, db, set, func(ctx context.Context, tx refset.Tx) error {
 			p := prepare(tx)
 			for start := time.Now(); time.Since(start) < 4*evict; {
@@ -180,7 +180,7 @@ func TestGroupCommitToldCommittedExactly(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
-		db, _ := groupDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
+		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
 		count := func(like string) int {
 			var n int
 			require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM units WHERE id LIKE ?`, like).Scan(&n))
@@ -247,7 +247,7 @@ func TestGroupCommitToldCommittedExactly(t *testing.T) {
 func TestGroupCommitEndedContextRollsBack(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx := t.Context()
-		db, _ := groupDB(t, Options{Driver: driverName})
+		db, _ := itemsDB(t, Options{Driver: driverName})
 		for try := range 50 {
 			unitCtx, cancel := context.WithCancel(ctx)
 			tx, err := db.Begin(unitCtx)
