@@ -110,7 +110,7 @@ func TestPgxLookupSurvivesAnEndedConnection(t *testing.T) {
 
 	var pid int
 	require.NoError(t, db.Pool().GetContext(ctx, &pid, `SELECT pg_backend_pid()`))
-	admin := openDSN(t, pgtest.DSN(t))
+	admin := openWith(t, pgtest.DSN(t), Options{})
 	var ended bool
 	require.NoError(t, admin.Pool().GetContext(ctx, &ended, `SELECT pg_terminate_backend($1)`, pid))
 	require.True(t, ended)
