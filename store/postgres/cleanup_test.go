@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -320,7 +319,7 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 			}
 			install()
 
-			other, err := sql.Open("postgres", withSearchPath(t, dsn, "public"))
+			other, err := sql.Open("postgres", pgtest.WithParam(t, dsn, "search_path", "public"))
 			require.NoError(t, err)
 			t.Cleanup(func() { other.Close() })
 			q := func(query string) string { return strings.ReplaceAll(query, "$s.", `"`+sch+`".`) }
@@ -377,20 +376,6 @@ func unqualifyTriggerFunctions(tb testing.TB, db *DB, sch string) {
 			SET enable_seqscan = off AS $refset$`+body+`$refset$`)
 		require.NoError(tb, err)
 	}
-}
-
-// withSearchPath is dsn with its search_path replaced by path.
-func withSearchPath(tb testing.TB, dsn, path string) string {
-	tb.Helper()
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " search_path=" + path // a later key overrides an earlier one
-	}
-	u, err := url.Parse(dsn)
-	require.NoError(tb, err)
-	v := u.Query()
-	v.Set("search_path", path)
-	u.RawQuery = v.Encode()
-	return u.String()
 }
 
 // A deferred foreign key added after Install would refuse a delete only at COMMIT,
