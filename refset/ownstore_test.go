@@ -2,23 +2,15 @@ package refset_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/sqlite"
-	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// plainDatabase is the database of a SetStore of the caller's own: it begins
-// transactions, reads and translates errors, and has no refset driver.
-type plainDatabase struct{ refset.Database }
-
-func (plainDatabase) Driver() refsetdriver.Driver { return nil }
 
 // ownStore is a SetStore of the caller's own, on a plain database.
 type ownStore struct {
@@ -40,16 +32,14 @@ func (n note) ID() string { return n.Key }
 // placeholders, hand-overs and reads run as on a store's database.
 func TestSetStoreOfYourOwn(t *testing.T) {
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "own.db"), sqlite.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE notes (k TEXT PRIMARY KEY, text TEXT NOT NULL);
+	db := testdb.SQLite.Open(t, testdb.Options{}).(*sqlite.DB)
+	_, err := db.Writer().ExecContext(ctx, `CREATE TABLE notes (k TEXT PRIMARY KEY, text TEXT NOT NULL);
 		CREATE TABLE pins (k TEXT PRIMARY KEY REFERENCES notes (k) ON DELETE RESTRICT)`)
 	require.NoError(t, err)
 	inner, err := store.NewStore[note, string](ctx, db, store.Config{Table: "notes"})
 	require.NoError(t, err)
 
-	plain := plainDatabase{db}
+	plain := testdb.Plain(db)
 	set := refset.New[note, string](ownStore{SetStore: inner, db: plain})
 	tok, err := set.Add(ctx, note{Key: "a", Text: "hello"}, refset.Exec[string](`INSERT INTO pins (k) VALUES (?)`, 1))
 	require.NoError(t, err)

@@ -3,14 +3,11 @@ package refset_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store"
-	"github.com/refsetdb/refset/store/sqlite"
-	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,9 +26,7 @@ func (c *conflictCounter) Conflicted(context.Context, error) { c.conflicted.Add(
 // database tells nobody and still retries.
 func TestRetryConflictsTellsTheObserver(t *testing.T) {
 	obs := &conflictCounter{}
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "retry.db"), sqlite.Options{Options: store.Options{Observer: obs}})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = db.Close() })
+	db := testdb.SQLite.Open(t, testdb.Options{Observer: obs})
 
 	conflict := fmt.Errorf("deadlock detected: %w", refset.ErrConflict)
 	for _, tc := range []struct {

@@ -4,37 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/refsetdb/refset/blockmanager"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store/sqlite"
-	_ "github.com/refsetdb/refset/store/sqlite/mattn" // go-sqlite3 (cgo)
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// foreign is a refset.Database that is not one of refset's stores: it passes every
-// call on to one, but has no driver of its own.
-type foreign struct{ refset.Database }
-
-func (foreign) Driver() refsetdriver.Driver { return nil }
-
 func TestOf(t *testing.T) {
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "x.db"), sqlite.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testdb.SQLite.Open(t, testdb.Options{}).(*sqlite.DB)
 
 	d, err := refsetdriver.Of(db)
 	require.NoError(t, err)
 	assert.Equal(t, "sqlite", d.Name())
 	assert.Same(t, db.Writer().DB, d.Pool(), "statements are prepared on the pool writes begin on")
 
-	_, err = refsetdriver.Of(foreign{db})
+	_, err = refsetdriver.Of(testdb.Plain(db))
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
-	_, err = blockmanager.Open(t.Context(), foreign{db}, blockmanager.Config{})
+	_, err = blockmanager.Open(t.Context(), testdb.Plain(db), blockmanager.Config{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig, "code above the stores finds the dialect through the driver, not the type")
 
 	var zero sqlite.DB

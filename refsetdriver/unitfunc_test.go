@@ -1,11 +1,10 @@
 package refsetdriver_test
 
 import (
-	"path/filepath"
 	"testing"
 
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refsetdriver"
-	"github.com/refsetdb/refset/store/sqlite"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -15,9 +14,7 @@ import (
 // calls too, and not in a goroutine the function starts.
 func TestOutsideItsUnit(t *testing.T) {
 	ctx := t.Context()
-	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlite.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db := testdb.SQLite.Open(t, testdb.Options{})
 	raw, err := db.Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = raw.Rollback() })

@@ -17,9 +17,10 @@ import (
 
 // All of this store's clean-up SQL is here. See package cleanup for the design.
 
-// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
-// and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
-// Clock).
+// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file
+// (PL/pgSQL trigger functions, batches locked FOR UPDATE SKIP LOCKED), and what
+// cleanupsql.Reports writes for both dialects alike from its fragments (Text,
+// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn).
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
@@ -179,35 +180,18 @@ const triggerSourceSQL = `
 SELECT f.prosrc FROM pg_trigger t JOIN pg_proc f ON f.oid = t.tgfoid
 WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
 
-// InstalledGrace reads the grace period from the body of the insert trigger's function.
-func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
-	body, ok, err := insertTrigger(ctx, q, p)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	grace, ok := cleanupsql.GraceIn(body, graceBefore, graceAfter)
-	if !ok {
-		grace, ok = cleanupsql.GraceIn(body, graceBeforeOld, graceAfter)
-	}
-	return grace, ok, nil
+// InsertTriggerSQL reads the body of the function of p's insert trigger.
+func (cleanupDialect) InsertTriggerSQL(p *refsetdriver.Plan) (string, []any) {
+	return triggerSourceSQL, []any{p.Table.Quoted(), p.Name("new") + "_insert"}
 }
 
-// InstalledParts reads the declared part tables from the body of the insert
-// trigger's function.
-func (cleanupDialect) InstalledParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]string, error) {
-	body, _, err := insertTrigger(ctx, q, p)
-	return refsetdriver.PartsIn(body), err
-}
-
-// insertTrigger is the body of the function of the trigger an earlier Install made
-// for p's new objects, if there is one.
-func insertTrigger(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (string, bool, error) {
-	var body string
-	err := q.QueryRowContext(ctx, triggerSourceSQL, p.Table.Quoted(), p.Name("new")+"_insert").Scan(&body)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
+// InstalledGraceIn reads the grace period from the body of the insert trigger's
+// function, started at clock_timestamp() or, by an older version, at now().
+func (cleanupDialect) InstalledGraceIn(body string) (time.Duration, bool) {
+	if grace, ok := cleanupsql.GraceIn(body, graceBefore, graceAfter); ok {
+		return grace, true
 	}
-	return body, err == nil, err
+	return cleanupsql.GraceIn(body, graceBeforeOld, graceAfter)
 }
 
 // EnqueueExisting: see refsetdriver.CleanupDialect. A page is a range of the ID

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -95,7 +94,7 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 		duration = 3 * time.Second
 	}
 	dsn := pgtest.DSN(t)
-	db := openDSN(t, dsn)
+	db := openWith(t, dsn, Options{})
 	ctx := t.Context()
 	createChain(t, db)
 	setStore, err := store.NewStore[link, string](ctx, db, store.Config{Table: "chain"})
@@ -246,7 +245,7 @@ func TestCleanupInNamedSchema(t *testing.T) {
 // reference, or deletes a reference together with its object (a custody spend does
 // both), leaves the queue alone, and work for the collector follows the garbage.
 func TestTriggersQueueOnlyPossibleGarbage(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	db := openWith(t, pgtest.DSN(t), Options{})
 	ctx := t.Context()
 	exec := func(query string) {
 		t.Helper()
@@ -308,7 +307,7 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 	for _, stale := range []bool{false, true} {
 		t.Run(map[bool]string{false: "fresh install", true: "install over an unqualified one"}[stale], func(t *testing.T) {
 			dsn, sch := pgtest.New(t)
-			db := openDSN(t, dsn)
+			db := openWith(t, dsn, Options{})
 			ctx := t.Context()
 			createChain(t, db)
 			_, err := store.NewStore[link, string](ctx, db, store.Config{Table: "chain"})
@@ -320,7 +319,7 @@ func TestCleanupTriggersIgnoreSearchPath(t *testing.T) {
 			}
 			install()
 
-			other, err := sql.Open("postgres", withSearchPath(t, dsn, "public"))
+			other, err := sql.Open("postgres", pgtest.WithParam(t, dsn, "search_path", "public"))
 			require.NoError(t, err)
 			t.Cleanup(func() { other.Close() })
 			q := func(query string) string { return strings.ReplaceAll(query, "$s.", `"`+sch+`".`) }
@@ -379,26 +378,12 @@ func unqualifyTriggerFunctions(tb testing.TB, db *DB, sch string) {
 	}
 }
 
-// withSearchPath is dsn with its search_path replaced by path.
-func withSearchPath(tb testing.TB, dsn, path string) string {
-	tb.Helper()
-	if !strings.HasPrefix(dsn, "postgres://") && !strings.HasPrefix(dsn, "postgresql://") {
-		return dsn + " search_path=" + path // a later key overrides an earlier one
-	}
-	u, err := url.Parse(dsn)
-	require.NoError(tb, err)
-	v := u.Query()
-	v.Set("search_path", path)
-	u.RawQuery = v.Encode()
-	return u.String()
-}
-
 // A deferred foreign key added after Install would refuse a delete only at COMMIT,
 // failing the whole batch on every pass; collection checks it at the delete instead,
 // so the object is refused and postponed like any other unknown reference, and the
 // collector follows the key.
 func TestCollectWithDeferredUnknownKey(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	db := openWith(t, pgtest.DSN(t), Options{})
 	ctx := t.Context()
 	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE things (id text PRIMARY KEY, height bigint NOT NULL DEFAULT 0)`)
 	require.NoError(t, err)
@@ -428,7 +413,7 @@ func TestCollectWithDeferredUnknownKey(t *testing.T) {
 // collected object makes a second index probe that RESTRICT does not: a key that can
 // be RESTRICT (not a deferrable one) gets a warning naming it, and the others none.
 func TestInstallWarnsOfNoActionKeys(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	db := openWith(t, pgtest.DSN(t), Options{})
 	ctx := t.Context()
 	_, err := db.Pool().ExecContext(ctx, `
 		CREATE TABLE things (id text PRIMARY KEY, prev text REFERENCES things (id), height bigint NOT NULL DEFAULT 0);
@@ -466,7 +451,7 @@ func TestInstallWarnsOfNoActionKeys(t *testing.T) {
 // reports no error; the block and everything below it stay, everything above goes.
 func TestChainWalkMeetsUncommittedReference(t *testing.T) {
 	const length, referenced = 300, 250
-	db := openDSN(t, pgtest.DSN(t))
+	db := openWith(t, pgtest.DSN(t), Options{})
 	ctx := t.Context()
 	_, err := db.Pool().ExecContext(ctx, `
 		CREATE TABLE chain (id text PRIMARY KEY, prev text REFERENCES chain (id) ON DELETE RESTRICT);

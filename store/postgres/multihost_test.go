@@ -27,35 +27,9 @@ func TestMultiHostDSN(t *testing.T) {
 	require.NoError(t, err)
 	su, err := url.Parse(standby)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closed := l.Addr().String()
-	require.NoError(t, l.Close())
 
-	hosts := []string{closed, su.Host, pu.Host}
-	q := pu.Query()
-	q.Set("target_session_attrs", "read-write")
-	q.Set("connect_timeout", "2")
-	asURL := *pu
-	asURL.Host = strings.Join(hosts, ",")
-	asURL.RawQuery = q.Encode()
-	var hs, ps []string
-	for _, h := range hosts {
-		host, port, err := net.SplitHostPort(h)
-		require.NoError(t, err)
-		hs, ps = append(hs, host), append(ps, port)
-	}
-	keyValue := fmt.Sprintf("host=%s port=%s", strings.Join(hs, ","), strings.Join(ps, ","))
-	if pu.User != nil {
-		keyValue += " user=" + pu.User.Username()
-		if pw, ok := pu.User.Password(); ok {
-			keyValue += " password='" + pw + "'"
-		}
-	}
-	keyValue += " dbname=" + strings.TrimPrefix(pu.Path, "/")
-	for k, vs := range q {
-		keyValue += fmt.Sprintf(" %s='%s'", k, strings.ReplaceAll(vs[0], `'`, `\'`))
-	}
+	hosts := []string{closedAddr(t), su.Host, pu.Host}
+	asURL, keyValue := multiHost(t, pu, hosts, url.Values{"target_session_attrs": {"read-write"}, "connect_timeout": {"2"}})
 
 	// The DSN without the primary: no server takes writes, as during a failover
 	// before a standby is promoted. Open fails with ErrUnavailable: it may pass.
@@ -98,27 +72,7 @@ func TestMultiHostReplicaDSN(t *testing.T) {
 	standby, _ := pgtest.Forms(t, standbyDSN)
 	su, err := url.Parse(standby)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	closed := l.Addr().String()
-	require.NoError(t, l.Close())
-
-	q := su.Query()
-	q.Set("connect_timeout", "2")
-	asURL := *su
-	asURL.Host = closed + "," + su.Host
-	asURL.RawQuery = q.Encode()
-	host, port, err := net.SplitHostPort(su.Host)
-	require.NoError(t, err)
-	closedHost, closedPort, err := net.SplitHostPort(closed)
-	require.NoError(t, err)
-	keyValue := fmt.Sprintf("host=%s,%s port=%s,%s dbname=%s", closedHost, host, closedPort, port, strings.TrimPrefix(su.Path, "/"))
-	if su.User != nil {
-		keyValue += " user=" + su.User.Username()
-	}
-	for k, vs := range q {
-		keyValue += fmt.Sprintf(" %s='%s'", k, vs[0])
-	}
+	asURL, keyValue := multiHost(t, su, []string{closedAddr(t), su.Host}, url.Values{"connect_timeout": {"2"}})
 	forEachDriver(t, func(t *testing.T, driver string) {
 		for form, dsn := range map[string]string{"url": asURL.String(), "key=value": keyValue} {
 			t.Run(form, func(t *testing.T) {
@@ -130,4 +84,46 @@ func TestMultiHostReplicaDSN(t *testing.T) {
 			})
 		}
 	})
+}
+
+// closedAddr is an address (host:port) nothing listens on.
+func closedAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(tb, err)
+	addr := l.Addr().String()
+	require.NoError(tb, l.Close())
+	return addr
+}
+
+// multiHost is base, a DSN as a URL, naming hosts (host:port each) in its host's
+// place and with params added to its query, in both forms: a URL, and key=value with
+// base's user, password and database.
+func multiHost(tb testing.TB, base *url.URL, hosts []string, params url.Values) (asURL url.URL, keyValue string) {
+	tb.Helper()
+	q := base.Query()
+	for k, vs := range params {
+		q[k] = vs
+	}
+	asURL = *base
+	asURL.Host = strings.Join(hosts, ",")
+	asURL.RawQuery = q.Encode()
+	var hs, ps []string
+	for _, h := range hosts {
+		host, port, err := net.SplitHostPort(h)
+		require.NoError(tb, err)
+		hs, ps = append(hs, host), append(ps, port)
+	}
+	keyValue = fmt.Sprintf("host=%s port=%s", strings.Join(hs, ","), strings.Join(ps, ","))
+	if base.User != nil {
+		keyValue += " user=" + base.User.Username()
+		if pw, ok := base.User.Password(); ok {
+			keyValue += " password='" + pw + "'"
+		}
+	}
+	keyValue += " dbname=" + strings.TrimPrefix(base.Path, "/")
+	for k, vs := range q {
+		keyValue += fmt.Sprintf(" %s='%s'", k, strings.ReplaceAll(vs[0], `'`, `\'`))
+	}
+	return asURL, keyValue
 }

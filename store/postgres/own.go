@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
-	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -271,32 +270,31 @@ func (db *DB) settle(ctx context.Context, who backendID, lost error, committed r
 	case who.pid == 0:
 		return ownUnknown(cause, "behind a pooler (Options.Unprepared) the statement's server session is not known")
 	}
-	log := db.Driver().Logger()
-	askCtx, stop := resolveContext(ctx, db.resolveWait)
-	defer stop()
-	start := time.Now()
-	last := "no server answered"
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		ended, ok, err := db.askSettled(askCtx, who, committed)
+	var committedRows bool
+	asked, why, told := db.askUntilTold(ctx, func(ctx context.Context) (bool, string) {
+		ended, ok, err := db.askSettled(ctx, who, committed)
 		switch {
 		case err != nil:
-			last = fmt.Sprintf("no primary answered (last: %v)", err)
+			return false, fmt.Sprintf("no primary answered (last: %v)", err)
 		case !ended:
-			last = "its server session had not ended"
-		case ok:
-			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost after a statement that commits on its own was sent; it committed",
-				slog.Duration("asked_for", time.Since(start).Round(time.Millisecond)), slog.Any("cause", cause))
-			return nil
-		default:
-			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost after a statement that commits on its own was sent; it did not commit",
-				slog.Any("cause", cause))
-			return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "query",
-				fmt.Errorf("the connection was lost after a statement that commits on its own was sent, and it did not commit (its session ended, its rows are not there): nothing changed: %w", cause)))
+			return false, "its server session had not ended"
 		}
-		if ctxerr.Sleep(askCtx, wait) != nil {
-			return ownUnknown(cause, fmt.Sprintf("asked for %s: %s", time.Since(start).Round(time.Millisecond), last))
-		}
+		committedRows = ok
+		return true, ""
+	})
+	log := db.Driver().Logger()
+	switch {
+	case !told:
+		return ownUnknown(cause, why)
+	case committedRows:
+		log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost after a statement that commits on its own was sent; it committed",
+			slog.Duration("asked_for", asked.Round(time.Millisecond)), slog.Any("cause", cause))
+		return nil
 	}
+	log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost after a statement that commits on its own was sent; it did not commit",
+		slog.Any("cause", cause))
+	return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "query",
+		fmt.Errorf("the connection was lost after a statement that commits on its own was sent, and it did not commit (its session ended, its rows are not there): nothing changed: %w", cause)))
 }
 
 // askSettled asks a primary, in one transaction, to end the session who if it is

@@ -269,7 +269,7 @@ func TestReplicaOptions(t *testing.T) {
 			return postgres.Options{ReplicaDSN: withDatabase(t, standby, "postgres")}
 		}, refset.ErrInvalidConfig},
 		{"another search_path", func(t *testing.T) postgres.Options {
-			return postgres.Options{ReplicaDSN: withQuery(t, standby, "search_path", "public")}
+			return postgres.Options{ReplicaDSN: pgtest.WithParam(t, standby, "search_path", "public")}
 		}, refset.ErrInvalidConfig},
 		{"both Replica and ReplicaDSN", func(t *testing.T) postgres.Options {
 			return postgres.Options{Replica: openPool(t, standby), ReplicaDSN: standby}
@@ -325,16 +325,5 @@ func withDatabase(t *testing.T, dsn, database string) string {
 	u, err := url.Parse(dsn)
 	require.NoError(t, err)
 	u.Path = "/" + database
-	return u.String()
-}
-
-// withQuery is the URL dsn with one parameter set to value.
-func withQuery(t *testing.T, dsn, key, value string) string {
-	t.Helper()
-	u, err := url.Parse(dsn)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set(key, value)
-	u.RawQuery = q.Encode()
 	return u.String()
 }

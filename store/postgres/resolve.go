@@ -172,35 +172,34 @@ func (db *DB) resolveCommit(ctx context.Context, t commitTicket, lost error) err
 	if err != nil {
 		return commitUnknown(cause, err.Error())
 	}
-	log := db.Driver().Logger()
-	askCtx, stop := resolveContext(ctx, db.resolveWait)
-	defer stop()
-	start := time.Now()
-	last := "no server answered"
-	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		o, reason, err := db.askOutcome(askCtx, xid, lsn, server)
-		if err != nil {
-			last = fmt.Sprintf("no primary answered (last: %v)", err)
-		} else {
-			last = reason
-		}
+	var o outcome
+	var reason string
+	asked, why, told := db.askUntilTold(ctx, func(ctx context.Context) (bool, string) {
+		var err error
+		o, reason, err = db.askOutcome(ctx, xid, lsn, server)
 		switch {
-		case err != nil || o == outcomeCommitting:
-		case o == outcomeCommitted:
-			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction committed",
-				slog.String("xid", xid), slog.Duration("asked_for", time.Since(start).Round(time.Millisecond)), slog.Any("cause", cause))
-			return nil
-		case o == outcomeNotCommitted:
-			log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction did not commit",
-				slog.String("xid", xid), slog.String("reason", reason), slog.Any("cause", cause))
-			return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
-				fmt.Errorf("the connection was lost while committing, and %s: nothing changed: %w", reason, cause)))
-		default: // forgotten
-			return commitUnknown(cause, reason)
+		case err != nil:
+			return false, fmt.Sprintf("no primary answered (last: %v)", err)
+		case o == outcomeCommitting:
+			return false, reason
 		}
-		if ctxerr.Sleep(askCtx, wait) != nil {
-			return commitUnknown(cause, fmt.Sprintf("asked for %s: %s", time.Since(start).Round(time.Millisecond), last))
-		}
+		return true, ""
+	})
+	log := db.Driver().Logger()
+	switch {
+	case !told:
+		return commitUnknown(cause, why)
+	case o == outcomeCommitted:
+		log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction committed",
+			slog.String("xid", xid), slog.Duration("asked_for", asked.Round(time.Millisecond)), slog.Any("cause", cause))
+		return nil
+	case o == outcomeNotCommitted:
+		log.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: connection lost while committing; the transaction did not commit",
+			slog.String("xid", xid), slog.String("reason", reason), slog.Any("cause", cause))
+		return refsetdriver.NotCommitted(sentinel.Wrap(msgPrefix, "commit",
+			fmt.Errorf("the connection was lost while committing, and %s: nothing changed: %w", reason, cause)))
+	default: // forgotten
+		return commitUnknown(cause, reason)
 	}
 }
 
@@ -256,3 +255,24 @@ func resolveContext(ctx context.Context, wait time.Duration) (context.Context, c
 // resolveGrace is how long the outcome of a lost COMMIT is still asked once the
 // call's context has ended.
 const resolveGrace = 5 * time.Second
+
+// askUntilTold calls ask, in the context resolveContext gives for db.resolveWait,
+// and again with back-off (from 50ms, doubling up to a second) until it is told the
+// outcome of a lost COMMIT or of a statement that commits on its own. asked is how
+// long it asked; told is false when the wait ended first, and why then says how long
+// that was and ask's last reason to ask again (notYet).
+func (db *DB) askUntilTold(ctx context.Context, ask func(ctx context.Context) (told bool, notYet string)) (asked time.Duration, why string, told bool) {
+	askCtx, stop := resolveContext(ctx, db.resolveWait)
+	defer stop()
+	start := time.Now()
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		told, notYet := ask(askCtx)
+		if told {
+			return time.Since(start), "", true
+		}
+		if ctxerr.Sleep(askCtx, wait) != nil {
+			asked = time.Since(start)
+			return asked, fmt.Sprintf("asked for %s: %s", asked.Round(time.Millisecond), notYet), false
+		}
+	}
+}

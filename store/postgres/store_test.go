@@ -27,7 +27,7 @@ func (b block) ID() string { return b.Hash }
 func withNamedSchema(tb testing.TB) (*DB, string) {
 	tb.Helper()
 	dsn, def := pgtest.New(tb)
-	db := openDSN(tb, dsn)
+	db := openWith(tb, dsn, Options{})
 	ledger := def + "_ledger"
 	_, err := db.Pool().ExecContext(tb.Context(), `CREATE SCHEMA `+ledger)
 	require.NoError(tb, err)
@@ -110,7 +110,7 @@ func testDeferredForeignKeyAtCommit(t *testing.T, driver string) {
 // change result type"); the store prepares them again instead of failing every read
 // on every connection that had one.
 func TestReadsSurviveColumnTypeChange(t *testing.T) {
-	db := openDSN(t, pgtest.DSN(t))
+	db := openWith(t, pgtest.DSN(t), Options{})
 	ctx := t.Context()
 	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height integer NOT NULL)`)
 	require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestReadsSurviveColumnTypeChange(t *testing.T) {
 // transaction, one of another pool or the caller's own *sqlx.Tx, runs them unprepared.
 func TestWritesPreparedInOwnTransactions(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	db, other := openDSN(t, dsn), openDSN(t, dsn)
+	db, other := openWith(t, dsn, Options{}), openWith(t, dsn, Options{})
 	ctx := t.Context()
 	set := newBlocks(t, db)
 

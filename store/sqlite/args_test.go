@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql/driver"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -24,7 +23,7 @@ import (
 func TestArgumentCountChecked(t *testing.T) { eachDriver(t, testArgumentCountChecked) }
 
 func testArgumentCountChecked(t *testing.T, driverName string) {
-	db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+	db := openDB(t, Options{Driver: driverName})
 	ctx := t.Context()
 	_, err := db.Writer().ExecContext(ctx, `CREATE TABLE t (a, b)`)
 	require.NoError(t, err)

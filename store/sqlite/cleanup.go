@@ -21,9 +21,10 @@ import (
 // has one writer at a time, so a collection batch needs no row locks: nothing else
 // can reference or delete an object while the batch's write transaction is open.
 
-// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file,
-// and the reports' (cleanupsql), written with its fragments (Text, RowAddress, Reach,
-// Clock).
+// cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file
+// (triggers of one statement each, batches the one writer needs no locks for), and
+// what cleanupsql.Reports writes for both dialects alike from its fragments (Text,
+// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn).
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
@@ -142,32 +143,15 @@ const (
 	graceAfter  = ")"
 )
 
-// InstalledGrace reads the grace period from the text of the insert trigger.
-func (cleanupDialect) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
-	text, ok, err := insertTrigger(ctx, q, p)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	grace, ok := cleanupsql.GraceIn(text, graceBefore, graceAfter)
-	return grace, ok, nil
+// InsertTriggerSQL reads the text of p's insert trigger.
+func (cleanupDialect) InsertTriggerSQL(p *refsetdriver.Plan) (string, []any) {
+	return `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ? AND tbl_name = ? COLLATE NOCASE`,
+		[]any{p.Name("new") + "_insert", p.Table.Name}
 }
 
-// InstalledParts reads the declared part tables from the text of the insert trigger.
-func (cleanupDialect) InstalledParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]string, error) {
-	text, _, err := insertTrigger(ctx, q, p)
-	return refsetdriver.PartsIn(text), err
-}
-
-// insertTrigger is the text of the trigger an earlier Install made for p's new
-// objects, if there is one.
-func insertTrigger(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (string, bool, error) {
-	var text string
-	err := q.QueryRowContext(ctx, `SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND name = ? AND tbl_name = ? COLLATE NOCASE`,
-		p.Name("new")+"_insert", p.Table.Name).Scan(&text)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", false, nil
-	}
-	return text, err == nil, err
+// InstalledGraceIn reads the grace period from the text of the insert trigger.
+func (cleanupDialect) InstalledGraceIn(text string) (time.Duration, bool) {
+	return cleanupsql.GraceIn(text, graceBefore, graceAfter)
 }
 
 // EnqueueExisting: see refsetdriver.CleanupDialect. A page is a range of the ID

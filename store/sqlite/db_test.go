@@ -20,7 +20,7 @@ func TestOpenSetsUpEveryConnection(t *testing.T) {
 }
 
 func testOpenSetsUpEveryConnection(t *testing.T, driverName string) {
-	db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, BusyTimeout: 1234 * time.Millisecond})
+	db := openDB(t, Options{Driver: driverName, BusyTimeout: 1234 * time.Millisecond})
 	ctx := t.Context()
 
 	pragma := func(q refset.Querier, name string) string {
@@ -96,7 +96,7 @@ func testOpenOptions(t *testing.T, driverName string) {
 // A write through the reader pool is refused: writes go through the one writer.
 func TestReadersAreReadOnly(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
-		db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		db := openDB(t, Options{Driver: driverName})
 		_, err := db.Readers().ExecContext(context.Background(), `CREATE TABLE t (x INTEGER)`)
 		require.Error(t, err)
 	})
@@ -104,13 +104,4 @@ func TestReadersAreReadOnly(t *testing.T) {
 
 func mkdirFor(path string) error {
 	return os.MkdirAll(filepath.Dir(path), 0o755)
-}
-
-// openFile opens the database file at path, closed when tb ends.
-func openFile(tb testing.TB, path string) *DB {
-	tb.Helper()
-	db, err := Open(tb.Context(), path, Options{})
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	return db
 }

@@ -16,35 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testDrivers are the drivers this build can run: both with cgo, modernc.org/sqlite
-// alone without (scripts/test.sh runs this package both ways).
-func testDrivers() []string {
-	if mattnLinked() {
-		return []string{DriverMattn, DriverModernc}
-	}
-	return []string{DriverModernc}
-}
-
-// eachDriver runs fn as a parallel subtest per driver, named by the driver.
-func eachDriver(t *testing.T, fn func(t *testing.T, driverName string)) {
-	t.Helper()
-	for _, d := range testDrivers() {
-		t.Run(d, func(t *testing.T) {
-			t.Parallel()
-			fn(t, d)
-		})
-	}
-}
-
-// openDriver opens the database file at path with opts, closed when tb ends.
-func openDriver(tb testing.TB, path string, opts Options) *DB {
-	tb.Helper()
-	db, err := Open(tb.Context(), path, opts)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	return db
-}
-
 // TestDriverChoice: Options.Driver picks the driver both pools dial with, through
 // Open and store.Open alike; empty is go-sqlite3 where cgo built it and
 // modernc.org/sqlite where it did not, and a driver this build cannot run, or does
@@ -136,7 +107,7 @@ INSERT INTO guarded VALUES (1, 2);`
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := t.Context()
-				db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+				db := openDB(t, Options{Driver: driverName})
 				_, err := db.Writer().ExecContext(ctx, schema)
 				require.NoError(t, err)
 				if tc.setup != "" {
@@ -158,10 +129,10 @@ INSERT INTO guarded VALUES (1, 2);`
 		t.Run("busy", func(t *testing.T) {
 			ctx := t.Context()
 			path := filepath.Join(t.TempDir(), "x.db")
-			db := openDriver(t, path, Options{Driver: driverName, BusyTimeout: 20 * time.Millisecond})
+			db := openAt(t, path, Options{Driver: driverName, BusyTimeout: 20 * time.Millisecond})
 			_, err := db.Writer().ExecContext(ctx, schema)
 			require.NoError(t, err)
-			other := openDriver(t, path, Options{Driver: driverName})
+			other := openAt(t, path, Options{Driver: driverName})
 			holder, err := other.Begin(ctx)
 			require.NoError(t, err)
 			t.Cleanup(func() { holder.Rollback() })
@@ -180,7 +151,7 @@ INSERT INTO guarded VALUES (1, 2);`
 			// A statement running when its context ends stops, and says why: each
 			// driver interrupts it in its own way (go-sqlite3 with SQLITE_INTERRUPT,
 			// modernc.org/sqlite with the context's error).
-			db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+			db := openDB(t, Options{Driver: driverName})
 			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 			defer cancel()
 			const forever = `WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c`
@@ -197,7 +168,7 @@ INSERT INTO guarded VALUES (1, 2);`
 // the test that scripts/test.sh runs with CGO_ENABLED=0 to prove a program built so
 // runs on SQLite. With cgo it checks that go-sqlite3 stays the default.
 func TestNoCgoDefault(t *testing.T) {
-	db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	db := openDB(t, Options{})
 	d, err := driverOf(db.Writer().Driver())
 	require.NoError(t, err)
 	if mattnLinked() {
@@ -217,7 +188,7 @@ func TestNoCgoDefault(t *testing.T) {
 func TestMultiRowInsertsOnEachDriver(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx := t.Context()
-		db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		db, set := itemsDB(t, Options{Driver: driverName})
 		d, err := refsetdriver.Of(db)
 		require.NoError(t, err)
 		want := 0

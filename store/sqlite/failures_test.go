@@ -31,7 +31,7 @@ func testInducedFailures(t *testing.T, driverName string) {
 
 		// A second handle on the file, as another process would have, takes the
 		// write lock and keeps it.
-		other := openDriver(t, path, Options{Driver: driverName})
+		other := openAt(t, path, Options{Driver: driverName})
 		holder, err := other.Begin(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { holder.Rollback() })

@@ -18,16 +18,8 @@ import (
 // unitIDs are the ids of the units table, in order.
 func unitIDs(tb testing.TB, db *DB) []string {
 	tb.Helper()
-	rows, err := db.Readers().QueryContext(tb.Context(), `SELECT id FROM units ORDER BY id`)
-	require.NoError(tb, err)
-	defer rows.Close()
 	var ids []string
-	for rows.Next() {
-		var id string
-		require.NoError(tb, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(tb, rows.Err())
+	require.NoError(tb, db.Readers().SelectContext(tb.Context(), &ids, `SELECT id FROM units ORDER BY id`))
 	return ids
 }
 
@@ -40,7 +32,7 @@ func TestGroupCommitUnitHasOneDoor(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
-		db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, groupMaxAge: time.Minute})
+		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
 		insert := func(tx interface {
 			ExecContext(context.Context, string, ...any) (sql.Result, error)
 		}, id string) {
@@ -121,22 +113,16 @@ func TestGroupCommitKeepsUnitBusyWithPreparedStatements(t *testing.T) {
 		const evict = 250 * time.Millisecond
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
-		before := engine.Stats(db.storeEngine)
-		bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
+		db, set := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+		busyUnitKept(ctx, t, db, set, func(ctx context.Context, tx refset.Tx) error {
 			p := prepare(tx)
 			for start := time.Now(); time.Since(start) < 4*evict; {
 				if _, err := p.ExecContext(ctx, `UPDATE items SET n = n + 1 WHERE id = ?`, "no such item"); err != nil {
 					return err
 				}
 			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
-			return err
+			return nil
 		})
-		assert.EqualValues(t, 1, bRuns, "b, busy with prepared statements, was not evicted")
-		stats := engine.Stats(db.storeEngine)
-		assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
-		assert.EqualValues(t, before.Units+2, stats.Units)
 	})
 }
 
@@ -194,7 +180,7 @@ func TestGroupCommitToldCommittedExactly(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 		defer cancel()
-		db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, groupMaxAge: time.Minute})
+		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
 		count := func(like string) int {
 			var n int
 			require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM units WHERE id LIKE ?`, like).Scan(&n))
@@ -261,7 +247,7 @@ func TestGroupCommitToldCommittedExactly(t *testing.T) {
 func TestGroupCommitEndedContextRollsBack(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
 		ctx := t.Context()
-		db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		db, _ := itemsDB(t, Options{Driver: driverName})
 		for try := range 50 {
 			unitCtx, cancel := context.WithCancel(ctx)
 			tx, err := db.Begin(unitCtx)

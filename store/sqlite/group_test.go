@@ -16,32 +16,9 @@ import (
 
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// groupDB opens a database file with a set of items, notes that refer to items, and
-// a log of the units of work that ran, closed when tb ends.
-func groupDB(tb testing.TB, path string, opts Options) (*DB, *refset.RefSet[item, string]) {
-	tb.Helper()
-	ctx := tb.Context()
-	db, err := Open(ctx, path, opts)
-	require.NoError(tb, err)
-	tb.Cleanup(func() { db.Close() })
-	for _, q := range []string{
-		`CREATE TABLE IF NOT EXISTS items (id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0)`,
-		`CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, item TEXT NOT NULL REFERENCES items (id))`,
-		`CREATE TABLE IF NOT EXISTS units (id TEXT PRIMARY KEY)`,
-		pledgesTable,
-	} {
-		_, err := db.Writer().ExecContext(ctx, q)
-		require.NoError(tb, err, q)
-	}
-	st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-	require.NoError(tb, err)
-	return db, refset.New(st)
-}
 
 // step is one thing a unit of work of TestGroupCommitInvariants does, with its id.
 type step func(ctx context.Context, tx refset.Tx, set *refset.RefSet[item, string], id string) error
@@ -143,7 +120,7 @@ var unitKinds = []struct {
 // share commits.
 func TestGroupCommitInvariants(t *testing.T) {
 	ctx := t.Context()
-	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	db, set := itemsDB(t, Options{})
 	const goroutines, perGoroutine = 8, 40
 	var committed sync.Map // id -> kind
 	var failed sync.Map
@@ -216,7 +193,7 @@ func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
 	defer cancel()
 	// b must join a's group however slow the machine is between them (CI saw the
 	// default 10 ms pass, and b begin a group of its own).
-	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{groupMaxAge: time.Minute})
+	db, set := itemsDB(t, Options{groupMaxAge: time.Minute})
 	bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, run int32, aDone <-chan struct{}) error {
 		if run == 1 {
 			<-aDone // a's Add returns only once its group commits
@@ -261,6 +238,25 @@ func joinGroup(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[ite
 	return bRuns.Load()
 }
 
+// busyUnitKept runs busy in a unit b that joins the group of a unit a (joinGroup),
+// then writes b's row, and checks that b, busy, was not evicted: it ran once, and a
+// and b committed together.
+func busyUnitKept(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[item, string], busy func(ctx context.Context, tx refset.Tx) error) {
+	t.Helper()
+	before := engine.Stats(db.storeEngine) // store.NewStore's units
+	bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
+		if err := busy(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
+		return err
+	})
+	assert.EqualValues(t, 1, bRuns, "b, busy, was not evicted")
+	stats := engine.Stats(db.storeEngine)
+	assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
+	assert.EqualValues(t, before.Units+2, stats.Units)
+}
+
 // waitFor polls cond until it holds, failing tb if ctx ends first.
 func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
 	tb.Helper()
@@ -283,7 +279,7 @@ func TestGroupCommitCancelInsideStatement(t *testing.T) {
 	defer cancel()
 	// b must join a's group however slow the machine is between them: alone, it
 	// would test nothing of a group.
-	db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{groupMaxAge: time.Minute})
+	db, set := itemsDB(t, Options{groupMaxAge: time.Minute})
 	aIn := make(chan struct{})
 	var aRuns atomic.Int32
 	var aErr, bErr error
@@ -323,7 +319,7 @@ func TestGroupCommitCancelInsideStatement(t *testing.T) {
 // on.
 func TestGroupCommitHostileUnit(t *testing.T) {
 	ctx := t.Context()
-	db, _ := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{})
+	db, _ := itemsDB(t, Options{})
 	count := func() int {
 		var n int
 		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM units`).Scan(&n))
@@ -376,7 +372,7 @@ func TestGroupCommitSurvivesKill(t *testing.T) {
 		return
 	}
 	path := filepath.Join(t.TempDir(), "x.db")
-	first, _ := groupDB(t, path, Options{}) // the tables, before the child writes
+	first, _ := itemsAt(t, path, Options{}) // the tables, before the child writes
 	require.NoError(t, first.Close())
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestGroupCommitSurvivesKill$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashChild+"="+path)
@@ -394,7 +390,7 @@ func TestGroupCommitSurvivesKill(t *testing.T) {
 	_ = cmd.Wait()
 	require.Len(t, told, 300, "the child reported its commits")
 
-	db, _ := groupDB(t, path, Options{})
+	db, _ := itemsAt(t, path, Options{})
 	var n int
 	require.NoError(t, db.Readers().QueryRowContext(t.Context(), `SELECT count(*) FROM items`).Scan(&n))
 	t.Logf("told %d, found %d", len(told), n)
@@ -408,7 +404,7 @@ func TestGroupCommitSurvivesKill(t *testing.T) {
 // runCrashChild adds items from eight goroutines until it is killed, printing each
 // one whose Add returned.
 func runCrashChild(t *testing.T, path string) {
-	_, set := groupDB(t, path, Options{})
+	_, set := itemsAt(t, path, Options{})
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -466,7 +462,7 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 			eachDriver(t, func(t *testing.T, driverName string) {
 				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 				defer cancel()
-				db, set := groupDB(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+				db, set := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
 				// long: rows enough for the statement to take three evictions here
 				// (the pure-Go driver under the race detector is a hundred times slower).
 				long := 10_000
@@ -479,18 +475,7 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 					}
 					long *= 2
 				}
-				before := engine.Stats(db.storeEngine) // store.NewStore's units
-				bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, _ int32, _ <-chan struct{}) error {
-					if err := tc.busy(ctx, tx, long); err != nil {
-						return err
-					}
-					_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('b')`)
-					return err
-				})
-				assert.EqualValues(t, 1, bRuns, "b, busy, was not evicted")
-				stats := engine.Stats(db.storeEngine)
-				assert.EqualValues(t, before.Commits+1, stats.Commits, "a and b committed together")
-				assert.EqualValues(t, before.Units+2, stats.Units)
+				busyUnitKept(ctx, t, db, set, func(ctx context.Context, tx refset.Tx) error { return tc.busy(ctx, tx, long) })
 			})
 		})
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -40,9 +39,7 @@ func TestLogging(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := t.Context()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Options: store.Options{Logger: log, SlowStatement: time.Millisecond}})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	db, set := itemsDB(t, Options{Options: store.Options{Logger: log, SlowStatement: time.Millisecond}})
 
 	// An Exec runs the statement through; a query is timed to its first row.
 	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
@@ -52,13 +49,9 @@ func TestLogging(t *testing.T) {
 	assert.Contains(t, out.String(), `msg="refset: slow statement"`)
 	assert.Contains(t, out.String(), `statement="WITH RECURSIVE c(x)`)
 
-	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
-	require.NoError(t, err)
-	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-	require.NoError(t, err)
 	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "items", Grace: time.Millisecond})
 	require.NoError(t, err)
-	_, err = refset.New(setStore).Add(ctx, item{Key: "gone", N: 1})
+	_, err = set.Add(ctx, item{Key: "gone", N: 1})
 	require.NoError(t, err)
 	time.Sleep(20 * time.Millisecond)
 	_, err = c.Collect(ctx)
@@ -83,18 +76,11 @@ func TestWaitOnOwnUnitIsLogged(t *testing.T) {
 	var out syncBuffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	ctx := t.Context()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), Options{Options: store.Options{Logger: log, SlowStatement: 50 * time.Millisecond}})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	_, err = db.Writer().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
-	require.NoError(t, err)
-	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-	require.NoError(t, err)
-	set := refset.New(setStore)
+	db, set := itemsDB(t, Options{Options: store.Options{Logger: log, SlowStatement: 50 * time.Millisecond}})
 
 	outer, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
-	err = refset.InTx(ctx, db, func(context.Context, refset.Tx) error {
+	err := refset.InTx(ctx, db, func(context.Context, refset.Tx) error {
 		done := make(chan error)
 		go func() {
 			_, err := set.Add(outer, item{Key: "a", N: 1}) //unitctx:outside the wrong context, on purpose

@@ -92,17 +92,10 @@ func testNewFromCallersPools(t *testing.T, driverName string) {
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 }
 
-type item struct {
-	Key string `db:"id"`
-	N   int64  `db:"n"`
-}
-
-func (i item) ID() string { return i.Key }
-
 // The pools Open sets up pass New's checks: the checks ask for what Open does.
 func TestOpenPoolsPassNewChecks(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
-		db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), Options{Driver: driverName})
+		db := openDB(t, Options{Driver: driverName})
 		_, err := New(t.Context(), db.Writer().DB, db.Readers().DB, Options{})
 		require.NoError(t, err)
 	})

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
@@ -11,26 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// handOvers opens a database with opts, with a set of items and the holder tables
-// pending and heads, and hands n items over with the commands release(i) makes,
+// handOvers opens a database with opts (itemsDB) and hands n items over from pending
+// to heads with the commands release(i) makes,
 // checking each hand-over committed.
 func handOvers(t *testing.T, opts Options, n int, release func(i int) refset.Command[string]) *DB {
 	t.Helper()
 	ctx := t.Context()
-	db, err := Open(ctx, filepath.Join(t.TempDir(), "x.db"), opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	for _, q := range []string{
-		`CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0)`,
-		`CREATE TABLE pending (k TEXT PRIMARY KEY REFERENCES items (id))`,
-		`CREATE TABLE heads (k TEXT PRIMARY KEY REFERENCES items (id))`,
-	} {
-		_, err := db.Writer().ExecContext(ctx, q)
-		require.NoError(t, err, q)
-	}
-	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-	require.NoError(t, err)
-	set := refset.New(setStore)
+	db, set := itemsDB(t, opts)
 	acquire := refset.Exec[string](`INSERT INTO heads (k) VALUES (?)`, 1)
 	for i := range n {
 		id := fmt.Sprint("i", i)

@@ -34,6 +34,13 @@ type Fragments interface {
 	// RowAddress is the expression naming a row of any table (Postgres ctid, SQLite
 	// rowid), for tables without a primary key.
 	RowAddress() string
+	// InsertTriggerSQL reads the text of the trigger an earlier Install made for p's
+	// new objects (a row of one text column, none when there is no such trigger),
+	// with its arguments.
+	InsertTriggerSQL(p *refsetdriver.Plan) (query string, args []any)
+	// InstalledGraceIn reads the grace period from that text, in any form an Install
+	// of this or an older version wrote it (see GraceIn).
+	InstalledGraceIn(text string) (time.Duration, bool)
 }
 
 // Reports are the report methods of refsetdriver.CleanupDialect, written with the
@@ -53,6 +60,35 @@ func (r Reports[F]) EnqueueUnreachable(ctx context.Context, tx refset.Tx, p *ref
 	return Exec(ctx, tx, f.Reach(p, false)+" "+f.Enqueue(p, fmt.Sprintf(
 		`SELECT o."%[1]s", %[3]s FROM %[2]s o WHERE NOT EXISTS (SELECT 1 FROM reach WHERE reach.id = o."%[1]s") ORDER BY 1`,
 		p.IDColumn, p.Table.Quoted(), f.Clock().Now)))
+}
+
+// InstalledGrace: see refsetdriver.CleanupDialect. Not a report either: it reads
+// the insert trigger's text.
+func (r Reports[F]) InstalledGrace(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (time.Duration, bool, error) {
+	text, ok, err := r.insertTrigger(ctx, q, p)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	grace, ok := r.fragments().InstalledGraceIn(text)
+	return grace, ok, nil
+}
+
+// InstalledParts: see refsetdriver.CleanupDialect. The part tables are in the insert
+// trigger's text (refsetdriver.PartsComment).
+func (r Reports[F]) InstalledParts(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) ([]string, error) {
+	text, _, err := r.insertTrigger(ctx, q, p)
+	return refsetdriver.PartsIn(text), err
+}
+
+// insertTrigger is the text of the trigger an earlier Install made for p's new
+// objects; ok is false when there is none.
+func (r Reports[F]) insertTrigger(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (text string, ok bool, err error) {
+	query, args := r.fragments().InsertTriggerSQL(p)
+	err = q.QueryRowContext(ctx, query, args...).Scan(&text)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return text, err == nil, err
 }
 
 // Leaked: see refsetdriver.CleanupDialect.

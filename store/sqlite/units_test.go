@@ -3,39 +3,14 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// ownUnitSet opens a database with opts and a set of items on it.
-func ownUnitSet(t *testing.T, opts Options) (*DB, *refset.RefSet[item, string]) {
-	t.Helper()
-	db := openDriver(t, filepath.Join(t.TempDir(), "x.db"), opts)
-	_, err := db.Writer().ExecContext(t.Context(), `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
-	require.NoError(t, err)
-	setStore, err := store.NewStore[item, string](t.Context(), db, store.Config{Table: "items"})
-	require.NoError(t, err)
-	return db, refset.New(setStore)
-}
-
-// eachWriterMode runs fn on each driver, with group commit and without.
-func eachWriterMode(t *testing.T, fn func(t *testing.T, opts Options)) {
-	t.Helper()
-	eachDriver(t, func(t *testing.T, driverName string) {
-		for _, noGroup := range []bool{false, true} {
-			t.Run(fmt.Sprintf("NoGroupCommit=%v", noGroup), func(t *testing.T) {
-				fn(t, Options{Driver: driverName, NoGroupCommit: noGroup})
-			})
-		}
-	})
-}
 
 // TestCallOutsideItsUnitIsRefused: a call made inside InTx's function with a
 // context that does not carry the unit would wait for the writer the unit holds
@@ -86,7 +61,7 @@ func TestCallOutsideItsUnitIsRefused(t *testing.T) {
 	eachWriterMode(t, func(t *testing.T, opts Options) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				db, set := ownUnitSet(t, opts)
+				db, set := itemsDB(t, opts)
 				outer, cancel := context.WithTimeout(t.Context(), wait)
 				defer cancel()
 				var wrong error
@@ -124,7 +99,7 @@ func TestCallOutsideItsUnitIsRefused(t *testing.T) {
 // the function does not wait for it: that call runs after the unit, on its own.
 func TestWaitForAnotherUnitIsNotRefused(t *testing.T) {
 	eachWriterMode(t, func(t *testing.T, opts Options) {
-		db, set := ownUnitSet(t, opts)
+		db, set := itemsDB(t, opts)
 		ctx := t.Context()
 
 		// Goroutines on one context, each adding in units of its own.
@@ -163,5 +138,76 @@ func TestWaitForAnotherUnitIsNotRefused(t *testing.T) {
 		var n int
 		require.NoError(t, db.Writer().QueryRowContext(ctx, `SELECT count(*) FROM items`).Scan(&n))
 		assert.Equal(t, goroutines*each+2, n, "every unit's item, the goroutine's and the unit's own")
+	})
+}
+
+// A unit of work whose deferred foreign key fails at COMMIT fails alone, with
+// ErrConstraint, and leaves nothing: not its rows, not the writer inside its
+// transaction (SQLite keeps a transaction open when its COMMIT fails so, and every
+// later write would fail), and not the units that shared its group, which commit.
+// Each driver, with group commit and without.
+func TestDeferredForeignKeyFailsItsUnitAlone(t *testing.T) {
+	eachWriterMode(t, func(t *testing.T, opts Options) {
+		ctx := t.Context()
+		if !opts.NoGroupCommit {
+			opts.groupMaxAge = time.Minute // the units below share groups however slow the machine
+		}
+		db, _ := itemsDB(t, opts)
+		count := func(table string) int {
+			var n int
+			require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table).Scan(&n))
+			return n
+		}
+
+		// pledge runs a unit that pledges item for id and writes its row in units;
+		// item must exist by COMMIT.
+		pledge := func(ctx context.Context, id, item string) error {
+			return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES (?)`, id); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `INSERT INTO pledges (id, item) VALUES (?, ?)`, id, item)
+				return err
+			})
+		}
+		_, err := db.Writer().ExecContext(ctx, `INSERT INTO items (id) VALUES ('kept')`)
+		require.NoError(t, err)
+
+		// Alone.
+		err = pledge(ctx, "alone", "no such item")
+		require.ErrorIs(t, err, refset.ErrConstraint)
+		assert.Zero(t, count("units"), "the failed unit left nothing")
+		require.NoError(t, pledge(ctx, "after", "kept"), "the writer is free again")
+		assert.Equal(t, 1, count("units"))
+
+		// Among others: eight goroutines at once, one unit in four pledging
+		// nothing.
+		var wg sync.WaitGroup
+		errs := make([]error, 32)
+		for g := range 8 {
+			wg.Go(func() {
+				for i := g; i < len(errs); i += 8 {
+					item := "kept"
+					if i%4 == 0 {
+						item = "no such item"
+					}
+					errs[i] = pledge(ctx, fmt.Sprintf("u%d", i), item)
+				}
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if i%4 == 0 {
+				assert.ErrorIs(t, err, refset.ErrConstraint, "u%d pledged nothing", i)
+			} else {
+				assert.NoError(t, err, "u%d pledged what exists", i)
+			}
+		}
+		assert.Equal(t, 1+24, count("units"), "every unit that could commit did, and only those")
+		assert.Equal(t, count("units"), count("pledges"))
+		rows, err := db.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
+		require.NoError(t, err)
+		assert.False(t, rows.Next(), "a reference dangles")
+		require.NoError(t, rows.Close())
 	})
 }
