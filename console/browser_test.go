@@ -323,4 +323,3 @@ func TestInBrowser(t *testing.T) {
 		require.Zero(t, tb.dialogs.Load(), "a dialog opened")
 	})
 }
-
