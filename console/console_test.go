@@ -2,11 +2,14 @@ package console_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"html"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -223,4 +226,39 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// The sampler samples every SampleEvery while the console runs, and stops at Close,
+// or when the context New was given ends; the pages go on serving what it took.
+func TestSamplerStops(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	samples := func(srv *httptest.Server) int {
+		t.Helper()
+		_, body := get(t, srv, "/cleanup", nil)
+		var n int
+		_, err := fmt.Sscanf(body[strings.Index(body, "<main>")+len("<main>"):], "\n\n<h1>Clean-up over time</h1>\n<p>%d samples", &n)
+		require.NoError(t, err, body)
+		return n
+	}
+	for _, stop := range []string{"Close", "context"} {
+		t.Run(stop, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			h, err := console.New(ctx, f.db, console.Config{SampleEvery: time.Second})
+			require.NoError(t, err)
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			require.Eventually(t, func() bool { return samples(srv) >= 2 }, 10*time.Second, 100*time.Millisecond)
+			if stop == "Close" {
+				require.NoError(t, h.Close())
+			} else {
+				cancel()
+			}
+			time.Sleep(100 * time.Millisecond) // a sample under way ends
+			n := samples(srv)
+			time.Sleep(2500 * time.Millisecond)
+			require.Equal(t, n, samples(srv), "a sample after the stop")
+			require.NoError(t, h.Close(), "Close after the context ended, or twice")
+			cancel()
+		})
+	}
 }
