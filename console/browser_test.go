@@ -251,6 +251,13 @@ func TestInBrowser(t *testing.T) {
 			}
 			require.Equal(t, wantNodes, gotNodes)
 			require.ElementsMatch(t, wantEdges, edges)
+			// The committed chain in one column, the fork in another.
+			column := eval[map[string]float64](tb, `Object.fromEntries([...document.querySelectorAll("#chain g.node")].map(g => [g.dataset.id, +g.querySelector("rect").getAttribute("x")]))`)
+			for _, id := range f.main {
+				require.Equal(t, column[f.main[0]], column[id], id)
+			}
+			require.Equal(t, column[f.fork[0]], column[f.fork[1]], "the fork's blocks")
+			require.NotEqual(t, column[f.main[0]], column[f.fork[0]], "the fork beside the committed chain")
 			head := f.main[len(f.main)-1]
 			require.Contains(t, eval[string](tb, `document.querySelector("#chain g.head").dataset.id`), head)
 			require.Contains(t, eval[string](tb, `document.querySelector("#chain g.forkhead").dataset.id`), f.fork[1])
