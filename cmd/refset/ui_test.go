@@ -84,7 +84,10 @@ func startUI(t *testing.T, bin string, args ...string) (string, func() int) {
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err, "stderr: %s", stderr.String())
+	if err != nil {
+		_ = cmd.Wait() // stderr is the process's until it ends
+		t.Fatalf("refset ui printed no address: %v; stderr: %s", err, stderr.String())
+	}
 	_, rest, ok := strings.Cut(line, "serving ")
 	require.True(t, ok, line)
 	base, _, _ := strings.Cut(rest, " ")
