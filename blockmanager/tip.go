@@ -61,7 +61,7 @@ const pendingSQL = `SELECT b.header_signature, b.previous_block_id, b.previous_b
 
 // ReadTip reads the top of the chain that the blockmanager keeps in db (its tables,
 // found as Open finds them): the committed head and depth blocks below it, the fork
-// heads the cache holds (at most forks of them, soonest to expire left out last) with
+// heads the cache holds (at most forks of them: those that expire last) with
 // their blocks down to the same height, and up to pending waiting blocks at that
 // height or above. It writes nothing, reads on the database's reader, and reads
 // blocks by key alone, so its cost follows depth and the limits, not the chain's

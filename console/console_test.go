@@ -262,3 +262,16 @@ func TestSamplerStops(t *testing.T) {
 		})
 	}
 }
+
+// With a hot standby as the database's replica (postgres.Options.ReplicaDSN, refset
+// ui's --replica), every page answers, reading the standby first.
+func TestStandby(t *testing.T) {
+	f := newFixture(t, testdb.Standby)
+	_, srv := serve(t, f.db, console.Config{})
+	for _, p := range pages {
+		code, body := get(t, srv, p, nil)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+	}
+	_, body := get(t, srv, "/chain", nil)
+	require.Contains(t, body, `data-id="p9"`, "the chain as the primary has it")
+}
