@@ -275,3 +275,30 @@ func TestStandby(t *testing.T) {
 	_, body := get(t, srv, "/chain", nil)
 	require.Contains(t, body, `data-id="p9"`, "the chain as the primary has it")
 }
+
+// The clean-up page charts the objects collected per minute from the fall in the
+// object count between samples.
+func TestCollectedPerMinute(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{SampleEvery: time.Second})
+	caption := func() string {
+		t.Helper()
+		_, body := get(t, srv, "/cleanup", nil)
+		_, rest, _ := strings.Cut(body, "objects collected per minute in notes: ") // "" before two samples
+		line, _, _ := strings.Cut(rest, "</figcaption>")
+		return line
+	}
+	require.Eventually(t, func() bool { return strings.HasPrefix(caption(), "now 0.0 objects/min, at most 0.0") }, 10*time.Second, 100*time.Millisecond)
+	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM notes WHERE id = 'n5'`) // as Collect would: n5 is garbage
+		return err
+	}))
+	var most float64
+	require.Eventually(t, func() bool {
+		_, at, _ := strings.Cut(caption(), "at most ")
+		_, err := fmt.Sscanf(at, "%f", &most)
+		return err == nil && most > 0
+	}, 10*time.Second, 100*time.Millisecond)
+	// One object in one sample interval (a second, give or take the database's clock).
+	require.InDelta(t, 60, most, 30)
+}
