@@ -2,8 +2,12 @@ package cleanup
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/refset"
@@ -206,4 +210,82 @@ func (c *Collector) catalog(ctx context.Context, q refset.Querier, r *Report) (*
 	}
 	r.UndeclaredParts = undeclaredParts(p, parts)
 	return p, nil
+}
+
+// Field is one column of an object's row, as Object reads it.
+type Field struct {
+	Column string
+	Value  string // the value as text: bytes that are not UTF-8 as hex, cut at fieldMax
+	Null   bool
+}
+
+// fieldMax is how much of a value Object keeps: enough to recognize it.
+const fieldMax = 256
+
+// Object reads the row of the object with that ID, its columns in the table's order.
+// It reads where Check does. ErrNotFound if there is no such object; otherwise the
+// errors of Check.
+func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
+	if err := c.made("object"); err != nil {
+		return nil, err
+	}
+	defer func() { err = ctxerr.Wrap(ctx, err) }()
+	p, arg := c.current(), refset.Arg(id)
+	fields, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Field, error) {
+		rows, err := q.QueryContext(ctx, c.dialect.Rebind(fmt.Sprintf(`SELECT * FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), arg)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			return nil, fmt.Errorf("no object %v in %s: %w", arg, p.Table, refset.ErrNotFound)
+		}
+		cols, err := rows.Columns()
+		if err != nil {
+			return nil, err
+		}
+		values := make([]any, len(cols))
+		dest := make([]any, len(cols))
+		for i := range values {
+			dest[i] = &values[i]
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		fields := make([]Field, len(cols))
+		for i, v := range values {
+			fields[i] = Field{Column: cols[i], Value: fieldText(v), Null: v == nil}
+		}
+		return fields, rows.Err()
+	})
+	if err = c.readError(err); err != nil {
+		return nil, fmt.Errorf("refset/cleanup: object %v: %w", id, err)
+	}
+	return fields, nil
+}
+
+// fieldText is a column's value as text, cut at fieldMax bytes.
+func fieldText(v any) string {
+	var s string
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case []byte:
+		if utf8.Valid(v) {
+			s = string(v)
+		} else {
+			s = "\\x" + hex.EncodeToString(v[:min(len(v), fieldMax/2)])
+		}
+	case time.Time:
+		s = v.Format(time.RFC3339Nano)
+	default:
+		s = fmt.Sprint(v)
+	}
+	if len(s) > fieldMax {
+		s = strings.ToValidUTF8(s[:fieldMax], "") + "…"
+	}
+	return s
 }

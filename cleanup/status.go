@@ -51,23 +51,56 @@ type DatabaseStatus struct {
 // set. It reads where Check does. Errors: refset.ErrNotFound when the database has no
 // refset tables; refset.ErrSchema when a set's table is gone; refset.ErrInvalidConfig
 // for a database of no store; the read errors of Check.
-func Status(ctx context.Context, db refset.Database) (_ DatabaseStatus, err error) {
+func Status(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
+	return onDatabase(ctx, db, "status", status)
+}
+
+// onDatabase runs read, a report on the whole database, where Status reads, and
+// types its errors as Status does; op names the report in them.
+func onDatabase(ctx context.Context, db refset.Database, op string,
+	read func(context.Context, refset.Querier, refsetdriver.Driver) (DatabaseStatus, error)) (_ DatabaseStatus, err error) {
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	d, err := refsetdriver.Of(db)
 	if err != nil {
 		return DatabaseStatus{}, err
 	}
-	s, err := onReplica(ctx, db, func(q refset.Querier) (DatabaseStatus, error) { return status(ctx, q, d) })
+	s, err := onReplica(ctx, db, func(q refset.Querier) (DatabaseStatus, error) { return read(ctx, q, d) })
 	if err != nil {
 		if !errors.Is(err, refset.ErrNotFound) {
 			err = (&Collector{db: db, dialect: d}).readError(err)
 		}
-		return DatabaseStatus{}, fmt.Errorf("refset/cleanup: status: %w", err)
+		return DatabaseStatus{}, fmt.Errorf("refset/cleanup: %s: %w", op, err)
 	}
 	return s, nil
 }
 
 func status(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
+	s, err := counts(ctx, q, d)
+	if err != nil {
+		return s, err
+	}
+	for i := range s.Sets {
+		table, err := sqlident.Parse(s.Sets[i].Table, true)
+		if err != nil {
+			return s, fmt.Errorf("refset_sets names %q: %w", s.Sets[i].Table, err)
+		}
+		if s.Sets[i].UndeclaredParts, err = undeclaredOf(ctx, q, d, table); err != nil {
+			return s, err
+		}
+	}
+	s.Versions, err = d.Versions(ctx, q)
+	return s, err
+}
+
+// Counts is Status without its reads of the catalog and the schema versions: the
+// database's clock and every set's counts (UndeclaredParts and Versions are left
+// empty). It reads where Status does, and costs what Status's counts cost: a
+// console's sampler calls it every few seconds. Errors: those of Status.
+func Counts(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
+	return onDatabase(ctx, db, "counts", counts)
+}
+
+func counts(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
 	var s DatabaseStatus
 	tables, err := d.Sets(ctx, q)
 	if err != nil {
@@ -89,16 +122,10 @@ func status(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (Datab
 		if err != nil {
 			return s, err
 		}
-		undeclared, err := undeclaredOf(ctx, q, d, table)
-		if err != nil {
-			return s, err
-		}
 		s.Sets = append(s.Sets, SetStatus{Table: name, Objects: st.Objects, HoldsLive: st.HoldsLive,
-			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue,
-			UndeclaredParts: undeclared})
+			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue})
 	}
-	s.Versions, err = d.Versions(ctx, q)
-	return s, err
+	return s, nil
 }
 
 // undeclaredOf describes the cascading keys to the set on table that no Install

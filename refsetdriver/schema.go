@@ -72,8 +72,12 @@ type SchemaSQL interface {
 	// as the registry names it (Lookup).
 
 	// ListHolds reads the database's clock, which expiry follows, and the holds f
-	// selects, ordered by object and holder.
+	// selects, ordered by object and holder (by expiry with f.Soonest).
 	ListHolds(ctx context.Context, q Querier, holds sqlident.Ident, f HoldFilter) (now time.Time, list []Hold, err error)
+	// HolderCounts lists the first limit holders of the holds table in order, each with
+	// how many holds it has, counted up to most (a holder with more is given as most+1):
+	// one descent of the holder index per holder, however many holds there are.
+	HolderCounts(ctx context.Context, q Querier, holds sqlident.Ident, limit, most int) ([]HolderCount, error)
 	// DeleteExpiredHolds deletes the holds past their expiry by the database's
 	// clock, only holder's unless holder is "", and says how many went. Clean-up's
 	// triggers queue their objects, as when a collection expires them.
@@ -88,11 +92,24 @@ type Registered struct {
 	Queue    sqlident.Ident
 }
 
-// HoldFilter selects holds: past their expiry if Expired, and holder's if Holder is
-// not "".
+// HoldFilter selects holds: past their expiry if Expired, expiring later if
+// Expiring (never expiring ones left out), holder's if Holder is not "", and those
+// of one object if Object is not nil (its ID, as the set's Arg takes it). Soonest
+// orders them by expiry, and Limit (when above 0) keeps the first Limit: with either
+// expiry filter, one range of the expiry index, however many holds there are.
 type HoldFilter struct {
-	Expired bool
-	Holder  string
+	Expired  bool
+	Expiring bool
+	Holder   string
+	Object   any
+	Soonest  bool
+	Limit    int
+}
+
+// HolderCount is a holder and how many holds it has (see SchemaSQL.HolderCounts).
+type HolderCount struct {
+	Holder string
+	Holds  int64
 }
 
 // Hold is one row of a holds table. ObjectID is the object's ID as text, whatever its

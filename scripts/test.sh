@@ -38,7 +38,8 @@
 # As root (CI) the server runs as the `postgres` OS user, because initdb and
 # postgres refuse to run as root; missing PostgreSQL or C compiler packages
 # are installed with apt-get. As an ordinary user everything runs as you.
-# PgBouncer (Debian's pgbouncer package) is installed the same way. The
+# PgBouncer (Debian's pgbouncer package) is installed the same way, and so is
+# chromium, for the console's browser tests (CHROMIUM names another browser). The
 # throwaway cluster is scripts/lib/cluster.sh, shared with the benchmark scripts.
 set -euo pipefail
 
@@ -155,6 +156,20 @@ if ! command -v "${cc%% *}" >/dev/null 2>&1; then
 	log "C compiler '$cc' not found (needed for -race); installing gcc"
 	apt_install gcc libc6-dev ||
 		die "C compiler '$cc' not found; install gcc (go test -race needs cgo)"
+fi
+
+# ----------------------------------------------------------------- chromium
+# The console's tests (package console) load its pages in a headless chromium,
+# driven by chromedp: Debian's chromium package, installed like PostgreSQL when the
+# run includes the console. Without it the tests skip, or fail under CI=true.
+if [[ -z ${CHROMIUM:-} ]] && ! command -v chromium >/dev/null 2>&1 &&
+	grep -qx 'github.com/refsetdb/refset/console' <<<"$(go list "${packages[@]}" 2>/dev/null || true)"; then
+	log "chromium not found (the console's browser tests need it); installing chromium"
+	apt_install chromium || if is_ci; then
+		die "chromium not found and not installable: the console's browser tests fail under CI=true (set CHROMIUM to a browser)"
+	else
+		log "chromium not installed: the console's browser tests skip"
+	fi
 fi
 
 # -------------------------------------------------------------- PostgreSQL

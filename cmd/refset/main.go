@@ -77,6 +77,7 @@ var commands = []command{
 	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
 	{name: "migrate down", summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
 	{name: "holds ls", set: true, json: true, summary: "list the holds of the set on --table", setup: holdsListCommand},
+	{name: "ui", summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand},
 	{name: "holds rm", set: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
 }
 

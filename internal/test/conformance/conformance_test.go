@@ -144,6 +144,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "ReferenceToMissingObject", testReferenceToMissing},
 	{mainSuite, "ForeignKeyErrorsWhateverTheSQL", testForeignKeyErrorsWhateverTheSQL},
 	{mainSuite, "Holds", testHolds},
+	{mainSuite, "HoldsRead", testHoldsRead},
 	{mainSuite, "CancelledContext", testCancelledContext},
 	{mainSuite, "BadIdentifiers", testBadIdentifiers},
 	{mainSuite, "SchemaMismatch", testSchemaMismatch},

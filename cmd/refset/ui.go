@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/refsetdb/refset/console"
+)
+
+// tokenEnv names the environment variable --token defaults to, which keeps the token
+// out of the process list.
+const tokenEnv = "REFSET_UI_TOKEN"
+
+func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
+	addr := fs.String("addr", "127.0.0.1:8080", "the address to serve on: a loopback address, or any other with --token")
+	token := fs.String("token", "", "the token every request must carry (Authorization: Bearer, or once as /login?token=...); required off loopback (default $"+tokenEnv+")")
+	every := fs.Duration("sample-every", console.DefaultSampleEvery, "how often the clean-up page's sampler counts every set (at least 1s)")
+	return func(ctx context.Context, c call) error {
+		if *token == "" {
+			*token = os.Getenv(tokenEnv)
+		}
+		if err := console.CheckAddr(*addr, *token); err != nil {
+			return err
+		}
+		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every})
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		stopped := context.AfterFunc(ctx, func() {
+			shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		})
+		defer stopped()
+		fmt.Fprintf(c.out, "refset ui: serving http://%s/ (interrupt to stop)\n", ln.Addr())
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	}
+}

@@ -1,0 +1,318 @@
+package console
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFiles embed.FS
+
+// Defaults for the zero Config.
+const (
+	DefaultSampleEvery = 5 * time.Second
+	DefaultSamples     = 720 // an hour at DefaultSampleEvery
+	DefaultDepth       = 30
+)
+
+// minSampleEvery is the shortest interval between samples: each one counts every
+// set, which an operator's page must not turn into a load of its own.
+const minSampleEvery = time.Second
+
+// Config configures a Console. The zero value is a sane default for a console on
+// loopback.
+type Config struct {
+	// Token, when not "", is what every request must carry: as an Authorization
+	// Bearer header, or in the cookie that /login?token=... sets. Compared in
+	// constant time.
+	Token string
+	// SampleEvery is how often the sampler counts every set for the clean-up page;
+	// zero means DefaultSampleEvery, and less than a second is refused.
+	SampleEvery time.Duration
+	// Samples is how many samples the clean-up page keeps; zero means
+	// DefaultSamples.
+	Samples int
+	// Depth is how many blocks below a chain's head the chain page draws, and how
+	// many levels of holders the object page follows; zero means DefaultDepth.
+	Depth int
+	// Logger receives the sampler's failures and the pages' server errors. Nil
+	// means the database's logger (the stores' Options.Logger), or none.
+	Logger *slog.Logger
+}
+
+// Console is the operators' web console on one database: an http.Handler whose
+// pages only read. Close stops its sampler.
+type Console struct {
+	db      refset.Database
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
+	samples *sampler
+	stop    context.CancelFunc
+	stopped sync.WaitGroup
+}
+
+// New returns the console of db (a database of store/sqlite or store/postgres) and
+// starts its sampler, which runs until Close or until ctx ends. Errors:
+// refset.ErrInvalidConfig for a bad Config or a database of no store.
+func New(ctx context.Context, db refset.Database, cfg Config) (*Console, error) {
+	if _, err := refsetdriver.Of(db); err != nil {
+		return nil, fmt.Errorf("refset/console: %w", err)
+	}
+	switch {
+	case cfg.SampleEvery == 0:
+		cfg.SampleEvery = DefaultSampleEvery
+	case cfg.SampleEvery < minSampleEvery:
+		return nil, fmt.Errorf("%w: refset/console: SampleEvery %v is below %v", refset.ErrInvalidConfig, cfg.SampleEvery, minSampleEvery)
+	}
+	if cfg.Samples < 0 || cfg.Depth < 0 {
+		return nil, fmt.Errorf("%w: refset/console: Samples and Depth must not be negative", refset.ErrInvalidConfig)
+	}
+	if cfg.Samples == 0 {
+		cfg.Samples = DefaultSamples
+	}
+	if cfg.Depth == 0 {
+		cfg.Depth = DefaultDepth
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = db.Driver().Logger()
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	c := &Console{db: db, cfg: cfg, log: log, pages: pages, samples: newSampler(cfg.Samples)}
+	c.routes()
+	ctx, c.stop = context.WithCancel(ctx)
+	c.stopped.Add(1)
+	go func() {
+		defer c.stopped.Done()
+		c.samples.run(ctx, db, cfg.SampleEvery, log)
+	}()
+	return c, nil
+}
+
+// Close stops the sampler and waits for it. The handler still serves pages after,
+// with the samples it took.
+func (c *Console) Close() error {
+	c.stop()
+	c.stopped.Wait()
+	return nil
+}
+
+// CheckAddr refuses to serve on addr without a token unless addr is a loopback
+// address (127.0.0.1, ::1, localhost): anyone who reaches the console reads every
+// set. Errors: refset.ErrInvalidConfig.
+func CheckAddr(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: refset/console: address %q: %v", refset.ErrInvalidConfig, addr, err)
+	}
+	if token != "" || isLoopback(host) {
+		return nil
+	}
+	return fmt.Errorf("%w: refset/console: %q is not a loopback address: give a token, which every request must then carry",
+		refset.ErrInvalidConfig, addr)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// tokenCookie is the cookie /login sets.
+const tokenCookie = "refset_console_token"
+
+// ServeHTTP serves the console's pages. Only GET and HEAD are served: the console
+// changes nothing.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	// Nothing the console serves runs a script or loads from elsewhere; a value
+	// that escaped its escaping would still not run.
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		http.Error(w, "the console only reads: GET or HEAD", http.StatusMethodNotAllowed)
+		return
+	}
+	if c.cfg.Token != "" && !c.authorized(w, r) {
+		return
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// authorized checks the request's token, and serves /login, which takes it from the
+// query and keeps it in a cookie. It answers a request it refuses.
+func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path == "/login" {
+		if !c.validToken(r.URL.Query().Get("token")) {
+			http.Error(w, "wrong token", http.StatusUnauthorized)
+			return false
+		}
+		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: r.URL.Query().Get("token"), Path: "/",
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		http.Redirect(w, r, "./", http.StatusSeeOther)
+		return false
+	}
+	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.validToken(bearer) {
+		return true
+	}
+	if ck, err := r.Cookie(tokenCookie); err == nil && c.validToken(ck.Value) {
+		return true
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="refset console"`)
+	http.Error(w, "a token is required: send it as Authorization: Bearer, or open /login?token=...", http.StatusUnauthorized)
+	return false
+}
+
+func (c *Console) validToken(got string) bool {
+	return subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.Token)) == 1
+}
+
+func (c *Console) routes() {
+	c.mux = http.NewServeMux()
+	static, _ := fs.Sub(staticFiles, "static")
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.HandleFunc("GET /{$}", c.page("sets", c.setsPage))
+	c.mux.HandleFunc("GET /cleanup", c.page("cleanup", c.cleanupPage))
+	c.mux.HandleFunc("GET /object", c.page("object", c.objectPage))
+	c.mux.HandleFunc("GET /chain", c.page("chain", c.chainPage))
+	c.mux.HandleFunc("GET /holds", c.page("holds", c.holdsPage))
+}
+
+// page serves one page: read gathers its data, which the page's template renders.
+func (c *Console) page(name string, read func(r *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		data, err := read(r)
+		if err != nil {
+			c.fail(w, r, name, err)
+			return
+		}
+		c.render(w, name, http.StatusOK, data)
+	}
+}
+
+// errBadRequest is a request the console cannot answer as asked (a parameter
+// missing): 400.
+var errBadRequest = errors.New("bad request")
+
+// fail answers a page's error: the error's text (refset's errors name no
+// password), with the status it calls for.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err error) {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, refset.ErrInvalidIdentifier), errors.Is(err, refset.ErrInvalidConfig):
+		status = http.StatusBadRequest
+	case errors.Is(err, refset.ErrNotFound):
+		status = http.StatusNotFound
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		return // the browser went away
+	}
+	if status == http.StatusInternalServerError {
+		c.log.Error("refset console: page failed", "page", page, "path", r.URL.Path, "error", err)
+	}
+	c.render(w, "error", status, errorPage{Page: page, Status: status, Err: err.Error()})
+}
+
+type errorPage struct {
+	Nav    string
+	Page   string
+	Status int
+	Err    string
+}
+
+func (c *Console) render(w http.ResponseWriter, name string, status int, data any) {
+	var buf strings.Builder
+	if err := c.pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+		c.log.Error("refset console: rendering failed", "page", name, "error", err)
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(buf.String()))
+}
+
+// parsePages parses each page's template with the layout.
+func parsePages() (map[string]*template.Template, error) {
+	layout, err := template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/layout.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"sets", "cleanup", "object", "chain", "holds", "error"} {
+		t, err := template.Must(layout.Clone()).ParseFS(templateFiles, "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+var funcs = template.FuncMap{
+	"minus": func(a, b int64) int64 { return a - b },
+	"graphOf": func(id, label, table string, g graph) graphView {
+		return graphView{ID: id, Label: label, Table: table, G: g}
+	},
+	"holdsOf": func(id, table string, now time.Time, holds []refsetdriver.Hold) holdsView {
+		return holdsView{ID: id, Table: table, Now: now, Holds: holds}
+	},
+	"clock": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
+	"since": func(now, t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		d := now.Sub(t).Round(time.Second)
+		if d >= 0 {
+			return d.String() + " ago"
+		}
+		return "in " + (-d).String()
+	},
+}
+
+// graphView and holdsView are what the templates "graph" and "holds" draw.
+type (
+	graphView struct {
+		ID, Label, Table string
+		G                graph
+	}
+	holdsView struct {
+		ID, Table string
+		Now       time.Time
+		Holds     []refsetdriver.Hold
+	}
+)

@@ -1,0 +1,304 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"html"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+	"github.com/refsetdb/refset/console"
+	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store/postgres"
+	"github.com/stretchr/testify/require"
+)
+
+// pages are the paths of every page the fixture has, as an operator reaches them.
+var pages = []string{
+	"/", "/?check=notes", "/cleanup", "/chain", "/holds", "/holds?table=notes", "/holds?table=notes&holder=alice",
+	objectPath("notes", "n1"), objectPath("notes", hostileID), objectPath("blocks", "c3"), objectPath("blocks", "p9"),
+}
+
+func TestCheckAddr(t *testing.T) {
+	for _, c := range []struct {
+		addr, token string
+		ok          bool
+	}{
+		{"127.0.0.1:8080", "", true},
+		{"127.1.2.3:0", "", true},
+		{"[::1]:8080", "", true},
+		{"localhost:8080", "", true},
+		{"0.0.0.0:8080", "", false},
+		{":8080", "", false}, // every interface
+		{"[::]:8080", "", false},
+		{"192.0.2.1:8080", "", false},
+		{"console.example:8080", "", false},
+		{"0.0.0.0:8080", "t", true},
+		{"192.0.2.1:8080", "t", true},
+		{"127.0.0.1", "", false}, // no port
+	} {
+		err := console.CheckAddr(c.addr, c.token)
+		if c.ok {
+			require.NoError(t, err, c.addr)
+		} else {
+			require.ErrorIs(t, err, refset.ErrInvalidConfig, c.addr)
+		}
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	db := testdb.SQLite.Open(t, testdb.Options{})
+	for name, cfg := range map[string]console.Config{
+		"sampling too often": {SampleEvery: 10 * time.Millisecond},
+		"negative samples":   {Samples: -1},
+		"negative depth":     {Depth: -1},
+	} {
+		_, err := console.New(t.Context(), db, cfg)
+		require.ErrorIs(t, err, refset.ErrInvalidConfig, name)
+	}
+	_, err := console.New(t.Context(), &postgres.DB{}, console.Config{})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig, "a database of no store")
+}
+
+// With a token, a request without it, or with another, gets nothing but 401;
+// Authorization: Bearer and the cookie /login sets both pass.
+func TestToken(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	const token = "the token"
+	_, srv := serve(t, f.db, console.Config{Token: token})
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+	for name, h := range map[string]http.Header{
+		"none":         nil,
+		"wrong":        bearer("the toke"),
+		"longer":       bearer(token + "n"),
+		"empty":        bearer(""),
+		"basic":        {"Authorization": {"Basic " + token}},
+		"wrong cookie": {"Cookie": {"refset_console_token=nope"}},
+	} {
+		for _, p := range pages {
+			code, body := get(t, srv, p, h)
+			require.Equal(t, http.StatusUnauthorized, code, "%s %s", name, p)
+			require.NotContains(t, body, "notes", "%s %s", name, p)
+		}
+	}
+	for _, p := range pages {
+		code, _ := get(t, srv, p, bearer(token))
+		require.Equal(t, http.StatusOK, code, p)
+	}
+	code, _ := get(t, srv, "/login?token=wrong", nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+
+	// /login sets the cookie and sends the browser to the sets.
+	client := srv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Get(srv.URL + "/login?" + url.Values{"token": {token}}.Encode())
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	require.True(t, cookies[0].HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+	code, _ = get(t, srv, "/", http.Header{"Cookie": {(&http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value}).String()}})
+	require.Equal(t, http.StatusOK, code)
+}
+
+// The console answers GET and HEAD alone, and each page's errors with their status.
+func TestRequests(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{})
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete, http.MethodPatch} {
+		req, err := http.NewRequestWithContext(t.Context(), m, srv.URL+"/?check=notes", strings.NewReader("x"))
+		require.NoError(t, err)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, m)
+	}
+	for _, c := range []struct {
+		path string
+		code int
+	}{
+		{"/object?table=notes", http.StatusBadRequest},
+		{objectPath("notes", "no such note"), http.StatusNotFound},
+		{objectPath("no_such_set", "n1"), http.StatusNotFound},
+		{objectPath(`bad"name`, "n1"), http.StatusBadRequest},
+		{"/chain?table=notes", http.StatusNotFound},
+		{"/holds?table=no_such_set", http.StatusNotFound},
+		{"/?check=no_such_set", http.StatusNotFound},
+		{"/no-such-page", http.StatusNotFound},
+		{"/static/console.css", http.StatusOK},
+	} {
+		code, body := get(t, srv, c.path, nil)
+		require.Equal(t, c.code, code, "%s: %s", c.path, body)
+	}
+	code, body := get(t, srv, "/", nil)
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, "<script", "the console carries no JavaScript")
+}
+
+// Every value a page shows is escaped: the hostile ID, and a hostile holder, appear
+// as text, never as markup.
+func TestEscaping(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{})
+	for _, p := range []string{objectPath("notes", hostileID), "/holds?table=notes&holder=mallory"} {
+		code, body := get(t, srv, p, nil)
+		require.Equal(t, http.StatusOK, code, p)
+		require.NotContains(t, body, "<img", p)
+		require.Contains(t, html.UnescapeString(body), hostileID, p)
+	}
+}
+
+// A role that may only SELECT runs every page on PostgreSQL: the console writes
+// nothing. Its password appears in no page and no log line.
+func TestSelectOnlyRole(t *testing.T) {
+	f := newFixture(t, testdb.LibPQ)
+	ctx := t.Context()
+	admin := f.db.(*postgres.DB).Pool()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	role, password := "refset_console_"+hex.EncodeToString(b), "pw-"+hex.EncodeToString(b)+"-secret"
+	exec := func(q string) {
+		t.Helper()
+		_, err := admin.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	exec(`CREATE ROLE ` + pq.QuoteIdentifier(role) + ` LOGIN PASSWORD '` + password + `'`)
+	t.Cleanup(func() {
+		// Not t.Context(), which has ended; after the role's pool closed.
+		for _, q := range []string{`DROP OWNED BY ` + pq.QuoteIdentifier(role), `DROP ROLE ` + pq.QuoteIdentifier(role)} {
+			if _, err := admin.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	exec(`GRANT USAGE ON SCHEMA ` + pq.QuoteIdentifier(f.place.Schema) + ` TO ` + pq.QuoteIdentifier(role))
+	exec(`GRANT SELECT ON ALL TABLES IN SCHEMA ` + pq.QuoteIdentifier(f.place.Schema) + ` TO ` + pq.QuoteIdentifier(role))
+	u, err := url.Parse(f.place.At)
+	require.NoError(t, err)
+	u.User = url.UserPassword(role, password)
+	var logs syncBuffer
+	ro, err := postgres.Open(ctx, u.String(), postgres.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { ro.Close() })
+	_, srv := serve(t, ro, console.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), SampleEvery: time.Second})
+	// The role really is read-only: a write is refused.
+	_, err = ro.Pool().ExecContext(ctx, `DELETE FROM pins`)
+	require.Error(t, err)
+	for _, p := range pages {
+		code, body := get(t, srv, p, nil)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+		require.NotContains(t, body, password, p)
+	}
+	require.Eventually(t, func() bool {
+		_, body := get(t, srv, "/cleanup", nil)
+		return strings.Contains(body, `class="line"`)
+	}, 20*time.Second, 200*time.Millisecond, "the sampler samples as the role")
+	require.NotContains(t, logs.String(), password)
+	require.NotContains(t, logs.String(), "level=WARN", "the sampler failed")
+}
+
+// syncBuffer is a bytes.Buffer for a logger that writes from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The sampler samples every SampleEvery while the console runs, and stops at Close,
+// or when the context New was given ends; the pages go on serving what it took.
+func TestSamplerStops(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	samples := func(srv *httptest.Server) int {
+		t.Helper()
+		_, body := get(t, srv, "/cleanup", nil)
+		var n int
+		_, err := fmt.Sscanf(body[strings.Index(body, "<main>")+len("<main>"):], "\n\n<h1>Clean-up over time</h1>\n<p>%d samples", &n)
+		require.NoError(t, err, body)
+		return n
+	}
+	for _, stop := range []string{"Close", "context"} {
+		t.Run(stop, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			h, err := console.New(ctx, f.db, console.Config{SampleEvery: time.Second})
+			require.NoError(t, err)
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			require.Eventually(t, func() bool { return samples(srv) >= 2 }, 10*time.Second, 100*time.Millisecond)
+			if stop == "Close" {
+				require.NoError(t, h.Close())
+			} else {
+				cancel()
+			}
+			time.Sleep(100 * time.Millisecond) // a sample under way ends
+			n := samples(srv)
+			time.Sleep(2500 * time.Millisecond)
+			require.Equal(t, n, samples(srv), "a sample after the stop")
+			require.NoError(t, h.Close(), "Close after the context ended, or twice")
+			cancel()
+		})
+	}
+}
+
+// With a hot standby as the database's replica (postgres.Options.ReplicaDSN, refset
+// ui's --replica), every page answers, reading the standby first.
+func TestStandby(t *testing.T) {
+	f := newFixture(t, testdb.Standby)
+	_, srv := serve(t, f.db, console.Config{})
+	for _, p := range pages {
+		code, body := get(t, srv, p, nil)
+		require.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+	}
+	_, body := get(t, srv, "/chain", nil)
+	require.Contains(t, body, `data-id="p9"`, "the chain as the primary has it")
+}
+
+// The clean-up page charts the objects collected per minute from the fall in the
+// object count between samples.
+func TestCollectedPerMinute(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{SampleEvery: time.Second})
+	caption := func() string {
+		t.Helper()
+		_, body := get(t, srv, "/cleanup", nil)
+		_, rest, _ := strings.Cut(body, "objects collected per minute in notes: ") // "" before two samples
+		line, _, _ := strings.Cut(rest, "</figcaption>")
+		return line
+	}
+	require.Eventually(t, func() bool { return strings.HasPrefix(caption(), "now 0.0 objects/min, at most 0.0") }, 10*time.Second, 100*time.Millisecond)
+	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM notes WHERE id = 'n5'`) // as Collect would: n5 is garbage
+		return err
+	}))
+	var most float64
+	require.Eventually(t, func() bool {
+		_, at, _ := strings.Cut(caption(), "at most ")
+		_, err := fmt.Sscanf(at, "%f", &most)
+		return err == nil && most > 0
+	}, 10*time.Second, 100*time.Millisecond)
+	// One object in one sample interval (a second, give or take the database's clock).
+	require.InDelta(t, 60, most, 30)
+}

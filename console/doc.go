@@ -1,0 +1,37 @@
+// Package console is refset's web console for operators: what the refset command
+// prints (status, check, why, holds ls), as pages a browser shows, with the charts and
+// graphs text cannot draw. It is an http.Handler a program mounts where it likes, or
+// that `refset ui` serves.
+//
+// The pages, all server-rendered HTML with embedded CSS, usable without JavaScript
+// (they carry none):
+//
+//   - / (Sets): every set's objects, holds and review queue (due now, waiting, oldest
+//     due) and the schema versions, as cleanup.Status reads them; ?check=TABLE adds
+//     Check's report on that set.
+//   - /cleanup: each set's review queue depth and objects collected per minute, as
+//     SVG charts of the samples the console's sampler takes while it runs
+//     (cleanup.Counts every Config.SampleEvery).
+//   - /object?table=T&id=ID: the object's row, every row that keeps it alive (Why),
+//     drawn as a graph up to the roots, and its holds with their expiry by the
+//     database's clock.
+//   - /chain?table=blocks: a blockmanager chain's tip (blockmanager.ReadTip): the
+//     committed head, the forks and the blocks waiting for a predecessor, drawn as a
+//     tree whose every block links to its object page.
+//   - /holds?table=T[&holder=H]: the set's holders, the holds expiring soonest, the
+//     expired ones clean-up has not removed yet, and one holder's holds.
+//
+// The console only reads: it serves GET and HEAD alone, runs no statement that
+// writes, installs nothing, and runs on a database role that may only SELECT. Its
+// reads are the library's reports, on the database's replica first where it has one
+// (postgres.Options.ReplicaDSN). Every value a page shows goes through html/template's
+// escaping, and its Content-Security-Policy lets no script run.
+//
+// With Config.Token set, every request must carry the token, as an Authorization
+// Bearer header or in the cookie /login?token=... sets; CheckAddr refuses to serve a
+// console on an address other than loopback without one.
+//
+// The Sets page and the sampler count every set (cleanup.Status's counts); the other
+// pages read by key and by index alone, so their cost follows what they show, not the
+// size of the set.
+package console
