@@ -57,15 +57,7 @@ func catalog(db *sql.DB, query string) func(t *testing.T) []string {
 	return func(t *testing.T) []string {
 		t.Helper()
 		rows, err := db.QueryContext(t.Context(), query)
-		require.NoError(t, err)
-		defer rows.Close()
-		var names []string
-		for rows.Next() {
-			var n string
-			require.NoError(t, rows.Scan(&n))
-			names = append(names, n)
-		}
-		require.NoError(t, rows.Err())
+		names := testdb.Column[string](t, rows, err)
 		sort.Strings(names)
 		return names
 	}

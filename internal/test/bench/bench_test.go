@@ -23,15 +23,8 @@ import (
 	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
-// block is the benchmarks' object: a chained block with a small payload.
-type block struct {
-	Hash    string  `db:"id"`
-	Prev    *string `db:"prev"`
-	Height  int64   `db:"height"`
-	Payload []byte  `db:"payload"`
-}
-
-func (b block) ID() string { return b.Hash }
+// block is the benchmarks' object: testdb's chained block, with a small payload.
+type block = testdb.Block
 
 // payload is every block's payload.
 var payload = func() []byte {
@@ -45,16 +38,7 @@ var payload = func() []byte {
 // The statements, written with ? placeholders (rewritten for Postgres by env.q).
 // insertSQL and selectSQL are, byte for byte, what the store runs for this table.
 const (
-	schemaSQL = `
-CREATE TABLE blocks (
-    id      {Text} NOT NULL PRIMARY KEY,
-    prev    {Text} REFERENCES blocks (id) ON DELETE RESTRICT,
-    height  {Int} NOT NULL,
-    payload {Bytes}
-);
-CREATE TABLE pending (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-`
+	schemaSQL  = testdb.BlocksSchema
 	insertSQL  = `INSERT INTO "blocks" ("id", "prev", "height", "payload") VALUES (?, ?, ?, ?)`
 	selectSQL  = `SELECT "id", "prev", "height", "payload" FROM "blocks" WHERE "id" = ?`
 	releaseSQL = `DELETE FROM pending WHERE block_id = ?`
@@ -68,10 +52,10 @@ const missPool = 200_000
 // dialect is what differs between the databases: how one is opened, its column
 // types and its placeholders.
 type dialect struct {
-	name               string
-	text, integer, blb string
-	dollar             bool // $1, $2, ... instead of ?
-	open               func(tb testing.TB, d dialect) *env
+	name   string
+	types  testdb.Types
+	dollar bool // $1, $2, ... instead of ?
+	open   func(tb testing.TB, d dialect) *env
 }
 
 // The databases every benchmark runs on, by sub-benchmark name. SQLite and
@@ -94,10 +78,10 @@ var sqliteBackends = map[string]testdb.Backend{onSQLite: testdb.SQLite, onSQLite
 var pgDrivers = map[string]string{onLibPQ: postgres.DriverLibPQ, onPgx: postgres.DriverPgx}
 
 var dialects = []dialect{
-	{name: onSQLite, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
-	{name: onSQLitePureGo, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
-	{name: onLibPQ, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
-	{name: onPgx, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
+	{name: onSQLite, types: testdb.SQLite.Types(), open: openSQLite},
+	{name: onSQLitePureGo, types: testdb.SQLitePureGo.Types(), open: openSQLite},
+	{name: onLibPQ, types: testdb.LibPQ.Types(), dollar: true, open: openPostgres},
+	{name: onPgx, types: testdb.Pgx.Types(), dollar: true, open: openPostgres},
 }
 
 // env is one benchmark's database, shared by its refset and sqlx sides.
@@ -233,7 +217,7 @@ func (e *env) setUp(tb testing.TB, d dialect, newStore func() (refset.SetStore[b
 	tb.Helper()
 	e.d = d
 	ctx := context.Background()
-	ddl := strings.NewReplacer("{Text}", d.text, "{Int}", d.integer, "{Bytes}", d.blb).Replace(schemaSQL)
+	ddl := d.types.In(schemaSQL)
 	for _, stmt := range strings.Split(ddl, ";") {
 		if strings.TrimSpace(stmt) == "" {
 			continue

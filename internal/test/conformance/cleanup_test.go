@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
@@ -28,13 +29,20 @@ func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
 	return set
 }
 
-// newChainEnv is the start of most clean-up tests: a fresh env with the RFC tables
-// (chain), a set on them, a collector with cfg, and the test's context.
-func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+// newChainSet is a fresh env with the RFC tables (chain), a set on them, and the
+// test's context.
+func newChainSet(t *testing.T, h harness) (*env, *refset.RefSet[block, string], context.Context) {
 	t.Helper()
 	e := newEnv(t, h)
-	set := e.chain(t)
-	return e, set, e.collector(t, cfg), t.Context()
+	return e, e.chain(t), t.Context()
+}
+
+// newChainEnv is the start of most clean-up tests: newChainSet's, and a collector
+// with cfg.
+func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+	t.Helper()
+	e, set, ctx := newChainSet(t, h)
+	return e, set, e.collector(t, cfg), ctx
 }
 
 func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
@@ -50,16 +58,7 @@ func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
 func (e *env) ids(tb testing.TB, table, column string) []string {
 	tb.Helper()
 	rows, err := e.db.Reader().QueryContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", column, table, column))
-	require.NoError(tb, err)
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		require.NoError(tb, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(tb, rows.Err())
-	return ids
+	return testdb.Column[string](tb, rows, err)
 }
 
 func sorted(ids ...string) []string {
@@ -136,9 +135,7 @@ func testAbandonedFork(t *testing.T, h harness) {
 }
 
 func testGrace(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 
 	t.Run("a fresh object survives its grace period", func(t *testing.T) {
 		c := e.collector(t, cleanup.Config{Grace: time.Hour})
@@ -286,9 +283,7 @@ func testHandOverVersusCollector(t *testing.T, h harness) {
 }
 
 func testInstallAgain(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	first := e.collector(t, cleanup.Config{})
 	second := e.collector(t, cleanup.Config{})
 	names := func(c *cleanup.Collector) []string {
@@ -339,9 +334,7 @@ func testInstallAgain(t *testing.T, h harness) {
 }
 
 func testSweep(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	// Objects from before clean-up was installed, or whose queue was lost.
 	for _, b := range []block{mkBlock("g", "", 0), mkBlock("live", "g", 1), mkBlock("dead1", "g", 1), mkBlock("dead2", "dead1", 2)} {
 		_, err := set.Add(ctx, b)
@@ -824,9 +817,7 @@ func addOld(t *testing.T, set *refset.RefSet[block, string], n int) {
 // again.
 func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	const n = 10000
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	addOld(t, set, n)
 	e.mustExec(t, `INSERT INTO heads (block_id) SELECT id FROM blocks WHERE height % 2 = 0`)
 	e.mustExec(t, `INSERT INTO blocks_review (object_id, review_after) VALUES ('old-00001', `+e.past()+`)`) // queued already: kept as it is
@@ -872,9 +863,7 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 // the new trigger queued.
 func testFirstInstallBesideWriters(t *testing.T, h harness) {
 	const n = 3000
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	addOld(t, set, n)
 
 	stop := make(chan struct{})
