@@ -533,21 +533,49 @@ func BenchmarkGetMiss(b *testing.B) {
 // acquired, committed in one transaction.
 func BenchmarkComplete(b *testing.B) {
 	forEachDB(b, func(b *testing.B, e *env) {
-		ctx := context.Background()
-		set := refset.New[block, string](e.store)
-		release := refset.Exec[string](e.q(releaseSQL), 1)
-		acquire := refset.Exec[string](e.q(acquireSQL), -1)
-		del, ins := e.q(releaseSQL), e.q(acquireSQL)
+		h := newHandOvers(e)
 		compare(b, e, func(b *testing.B, s side, n int) func(int) error {
 			blocks := e.newBlocks(n)
 			e.insert(b, blocks, true)
 			if s == refsetSide {
-				toks := upgrade(b, set, blocks)
-				return func(i int) error { return completeHandOver(ctx, toks[i], release, acquire) }
+				return h.refset(b, blocks)
 			}
-			return func(i int) error { return handOver(ctx, e.writer, del, ins, blocks[i].Hash) }
+			return h.sqlx(blocks)
 		})
 	})
+}
+
+// handOvers are the hand-overs of BenchmarkComplete and its concurrent twin, on
+// both sides: the pending row of a block deleted and a head row inserted.
+type handOvers struct {
+	e                *env
+	set              *refset.RefSet[block, string]
+	release, acquire refset.Command[string]
+	del, ins         string
+}
+
+func newHandOvers(e *env) handOvers {
+	return handOvers{
+		e:       e,
+		set:     refset.New[block, string](e.store),
+		release: refset.Exec[string](e.q(releaseSQL), 1),
+		acquire: refset.Exec[string](e.q(acquireSQL), -1),
+		del:     e.q(releaseSQL),
+		ins:     e.q(acquireSQL),
+	}
+}
+
+// refset readies refset's hand-overs of blocks, stored and pending: op(i) completes
+// the i-th one's.
+func (h handOvers) refset(tb testing.TB, blocks []block) (op func(int) error) {
+	toks := upgrade(tb, h.set, blocks)
+	return func(i int) error { return completeHandOver(context.Background(), toks[i], h.release, h.acquire) }
+}
+
+// sqlx is refset's hand-overs written by hand: op(i) runs the i-th one's raw
+// transaction.
+func (h handOvers) sqlx(blocks []block) (op func(int) error) {
+	return func(i int) error { return handOver(context.Background(), h.e.writer, h.del, h.ins, blocks[i].Hash) }
 }
 
 // handOver is the raw transaction a Complete of the two commands amounts to.
