@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -366,25 +366,13 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 
 // Config.Logger receives the block tables' clean-up passes.
 func TestLoggerReceivesCleanUp(t *testing.T) {
-	var out strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, out := testlog.New(slog.LevelDebug)
 	eachDB(t, Config{Logger: log}, func(t *testing.T, m *Manager) {
 		_, err := m.Collector().Collect(t.Context())
 		require.NoError(t, err)
-		mu.Lock()
-		defer mu.Unlock()
 		assert.Contains(t, out.String(), `msg="refset/cleanup: collected" table=blocks`)
 	})
 }
-
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // A branch longer than the look-up's chunks of a thousand IDs, over a pending block
 // whose predecessor is in the chunk before its own: the block is completed once.

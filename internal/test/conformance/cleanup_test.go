@@ -8,12 +8,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
@@ -925,32 +925,7 @@ func testHolderAddedWhileRunning(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	c := e.collector(t, cleanup.Config{Grace: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	var (
-		mu       sync.Mutex
-		errs     []error
-		followed []string
-	)
-	stopped := make(chan error, 1)
-	go func() {
-		stopped <- c.Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			followed = append(followed, s.Followed...)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	})
-	passes := func() ([]error, []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]error(nil), errs...), append([]string(nil), followed...)
-	}
+	passes := testdb.RunCollector(t, c, 5*time.Millisecond)
 
 	e.mustExec(t, `CREATE TABLE escrow (deal {Int} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
 	_, err := set.Add(t.Context(), mkBlock("held", "", 0), refset.Exec[string](e.sql(`INSERT INTO escrow (deal, block_id) VALUES (1, ?)`), 1))
@@ -969,21 +944,17 @@ func testHolderAddedWhileRunning(t *testing.T, h harness) {
 	require.Len(t, report.Unindexed, 1, "%+v", report)
 	assert.Contains(t, report.Unindexed[0], "escrow")
 
-	require.Eventually(t, func() bool {
-		errs, _ := passes()
-		return len(errs) > 0
-	}, 10*time.Second, 5*time.Millisecond, "a pass fails once it meets the object the new table holds")
-	failed, _ := passes()
+	require.Eventually(t, func() bool { return len(passes.Errors()) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"a pass fails once it meets the object the new table holds")
+	failed := passes.Errors()
 	require.ErrorIs(t, failed[0], cleanup.ErrUnindexed, "the callback is told what to create")
 	assert.Contains(t, failed[0].Error(), "escrow")
 	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"))
 
 	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
-	require.Eventually(t, func() bool {
-		_, followed := passes()
-		return len(followed) > 0
-	}, 10*time.Second, 5*time.Millisecond, "the next pass follows the new table")
-	_, added := passes()
+	require.Eventually(t, func() bool { return len(passes.Followed()) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"the next pass follows the new table")
+	added := passes.Followed()
 	assert.Len(t, added, 1)
 	assert.Contains(t, added[0], "escrow.block_id")
 	assert.Contains(t, fmt.Sprint(c.References()), "escrow")
@@ -1006,21 +977,7 @@ func testFollowBesideWriters(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	c := e.collector(t, cleanup.Config{Grace: 10 * time.Millisecond, RetryDelay: time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	var failed atomic.Int64
-	go func() {
-		stopped <- c.Run(ctx, 2*time.Millisecond, func(_ cleanup.Stats, err error) {
-			if err != nil {
-				failed.Add(1)
-				t.Log(err)
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	})
+	passes := testdb.RunCollector(t, c, 2*time.Millisecond)
 	e.mustExec(t, `CREATE TABLE escrow (deal {Text} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
 	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
 
@@ -1050,7 +1007,7 @@ func testFollowBesideWriters(t *testing.T, h harness) {
 		"the collector follows the new table")
 	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == held }, 30*time.Second, 10*time.Millisecond,
 		"every block whose row went is collected")
-	assert.Zero(t, failed.Load(), "no pass failed")
+	assert.Empty(t, passes.Errors(), "no pass failed")
 	report, err := c.Check(t.Context())
 	require.NoError(t, err)
 	assert.True(t, report.OK(), "%+v", report)
@@ -1064,21 +1021,13 @@ func testUndeclaredCascade(t *testing.T, h harness) {
 	e.chain(t)
 	e.mustExec(t, `CREATE TABLE escrow (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
 	e.mustExec(t, `CREATE TABLE block_notes (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
-	var logged strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, logged := testlog.New(slog.LevelWarn)
 	cfg := cleanup.Config{Table: "blocks", Parts: []string{"block_notes"}, Logger: logger}
 	for range 2 {
 		_, err := cleanup.Install(t.Context(), e.db, cfg)
 		require.NoError(t, err)
 	}
-	mu.Lock()
 	text := logged.String()
-	mu.Unlock()
 	assert.Equal(t, 2, strings.Count(text, "level=WARN"), "one warning at each Install: %s", text)
 	assert.Contains(t, text, "escrow")
 	assert.NotContains(t, text, "block_notes", "a declared part is not warned of")
@@ -1103,11 +1052,6 @@ func testUndeclaredCascade(t *testing.T, h harness) {
 	_, err = cleanup.Install(t.Context(), e.db, strict)
 	require.NoError(t, err, "declared, the key is accepted")
 }
-
-// writerFunc is an io.Writer of a function.
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.
