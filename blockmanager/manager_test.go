@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
@@ -331,14 +332,7 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
 	require.NoError(t, err)
 
-	pool := db.(*postgres.DB).Pool()
-	locker, err := pool.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer locker.Rollback()
-	_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-
-	reads := map[string]func(ctx context.Context) error{
+	pgtest.DeadlinesUnderLock(t, db.(*postgres.DB).Pool().DB, "blocks", map[string]func(ctx context.Context) error{
 		"Get": func(ctx context.Context) error { _, err := m.Get(ctx, []string{"a0002"}); return err },
 		"Branch": func(ctx context.Context) error {
 			for _, err := range m.Branch(ctx, "a0002") {
@@ -354,14 +348,7 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 			return err
 		},
 		"Head": func(ctx context.Context) error { _, err := m.Controller().Head(ctx); return err },
-	}
-	for name, read := range reads {
-		t.Run(name, func(t *testing.T) {
-			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			require.ErrorIs(t, read(short), context.DeadlineExceeded)
-		})
-	}
+	})
 }
 
 // Config.Logger receives the block tables' clean-up passes.
