@@ -19,8 +19,6 @@ import (
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
-	_ "github.com/refsetdb/refset/store/sqlite/mattn"   // go-sqlite3 (cgo)
-	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
 // block is the benchmarks' object: testdb's chained block, with a small payload.
@@ -71,7 +69,8 @@ const (
 
 var databases = []string{onSQLite, onSQLitePureGo, onLibPQ, onPgx}
 
-// sqliteBackends are the SQLite databases in databases, by name.
+// sqliteBackends are the SQLite databases in databases, by name (testdb links both
+// drivers).
 var sqliteBackends = map[string]testdb.Backend{onSQLite: testdb.SQLite, onSQLitePureGo: testdb.SQLitePureGo}
 
 // pgDrivers is the database/sql driver of each PostgreSQL database in databases.
