@@ -25,5 +25,6 @@
 // What the suites and benchmarks share beside their databases is here too: [Block],
 // the RFC's chained block they store, and [BlocksSchema], its tables, written once
 // for every dialect with the column types of [Backend.Types]; [Column] reads a
-// query's one column.
+// query's one column; [RunCollector] runs a collector in the background and keeps
+// what its passes said.
 package testdb
