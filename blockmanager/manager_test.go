@@ -4,11 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -331,14 +332,7 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 	_, err := m.Put(ctx, chain("a", NullBlockID, 0, 3), m.Blocks().Hold("test", 0))
 	require.NoError(t, err)
 
-	pool := db.(*postgres.DB).Pool()
-	locker, err := pool.BeginTx(ctx, nil)
-	require.NoError(t, err)
-	defer locker.Rollback()
-	_, err = locker.ExecContext(ctx, `LOCK TABLE blocks IN ACCESS EXCLUSIVE MODE`)
-	require.NoError(t, err)
-
-	reads := map[string]func(ctx context.Context) error{
+	pgtest.DeadlinesUnderLock(t, db.(*postgres.DB).Pool().DB, "blocks", map[string]func(ctx context.Context) error{
 		"Get": func(ctx context.Context) error { _, err := m.Get(ctx, []string{"a0002"}); return err },
 		"Branch": func(ctx context.Context) error {
 			for _, err := range m.Branch(ctx, "a0002") {
@@ -354,37 +348,18 @@ func TestReadsReportTheirDeadline(t *testing.T) {
 			return err
 		},
 		"Head": func(ctx context.Context) error { _, err := m.Controller().Head(ctx); return err },
-	}
-	for name, read := range reads {
-		t.Run(name, func(t *testing.T) {
-			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			defer cancel()
-			require.ErrorIs(t, read(short), context.DeadlineExceeded)
-		})
-	}
+	})
 }
 
 // Config.Logger receives the block tables' clean-up passes.
 func TestLoggerReceivesCleanUp(t *testing.T) {
-	var out strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, out := testlog.New(slog.LevelDebug)
 	eachDB(t, Config{Logger: log}, func(t *testing.T, m *Manager) {
 		_, err := m.Collector().Collect(t.Context())
 		require.NoError(t, err)
-		mu.Lock()
-		defer mu.Unlock()
 		assert.Contains(t, out.String(), `msg="refset/cleanup: collected" table=blocks`)
 	})
 }
-
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // A branch longer than the look-up's chunks of a thousand IDs, over a pending block
 // whose predecessor is in the chunk before its own: the block is completed once.

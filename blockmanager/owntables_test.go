@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,24 +23,6 @@ func run(tb testing.TB, m *Manager, q string, args ...any) {
 	}), q)
 }
 
-// logBuffer is a logger's output, safe for the collector's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestOwnTablesBeforeOpen: a program's tables that reference blocks, made before an
 // Open: per-block data declared CASCADE and named in Config.Parts goes with its block
 // and is warned of nowhere; a holder declared RESTRICT keeps its block alive; the
@@ -53,8 +35,7 @@ func TestOwnTablesBeforeOpen(t *testing.T) {
 		run(t, m, `CREATE TABLE escrow (deal INTEGER PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (header_signature) ON DELETE RESTRICT)`)
 		run(t, m, `CREATE INDEX escrow_block ON escrow (block_id)`)
 
-		var logs logBuffer
-		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		logger, logs := testlog.New(slog.LevelWarn)
 		m = openManager(t, m.db, Config{Parts: []string{"receipts"}, Logger: logger})
 		assert.Empty(t, logs.String(), "declared parts are not warned of")
 
@@ -88,37 +69,13 @@ func TestOwnTablesBeforeOpen(t *testing.T) {
 // does.
 func TestOwnTableWhileRunning(t *testing.T) {
 	eachDB(t, Config{Grace: 20 * time.Millisecond}, func(t *testing.T, m *Manager) {
-		ctx, cancel := context.WithCancel(t.Context())
-		var (
-			mu       sync.Mutex
-			followed []string
-			failed   []error
-		)
-		stopped := make(chan error, 1)
-		go func() {
-			stopped <- m.Collector().Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
-				mu.Lock()
-				defer mu.Unlock()
-				followed = append(followed, s.Followed...)
-				if err != nil {
-					failed = append(failed, err)
-				}
-			})
-		}()
-		defer func() {
-			cancel()
-			require.NoError(t, <-stopped)
-		}()
+		passes := testdb.RunCollector(t, m.Collector(), 5*time.Millisecond)
 
 		run(t, m, `CREATE TABLE escrow (deal INTEGER PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (header_signature) ON DELETE RESTRICT)`)
 		run(t, m, `CREATE INDEX escrow_block ON escrow (block_id)`)
 		_, err := m.Put(t.Context(), chain("k", NullBlockID, 0, 3), refset.Exec[string](m.sql(`INSERT INTO escrow (deal, block_id) VALUES (1, ?)`), 1))
 		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(followed) > 0
-		}, 10*time.Second, 5*time.Millisecond, "the collector follows the new table")
+		require.Eventually(t, func() bool { return len(passes.Followed()) > 0 }, 10*time.Second, 5*time.Millisecond, "the collector follows the new table")
 		time.Sleep(50 * time.Millisecond) // passes go on, past the grace period
 		assert.Equal(t, 3, count(t, m, `SELECT COUNT(*) FROM blocks`), "the chain escrow holds survives")
 		why, err := m.Collector().Why(t.Context(), "k0002")
@@ -129,8 +86,6 @@ func TestOwnTableWhileRunning(t *testing.T) {
 		run(t, m, `DELETE FROM escrow`)
 		require.Eventually(t, func() bool { return count(t, m, `SELECT COUNT(*) FROM blocks`) == 0 }, 10*time.Second, 5*time.Millisecond,
 			"the chain goes once its row does")
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Empty(t, failed)
+		assert.Empty(t, passes.Errors())
 	})
 }

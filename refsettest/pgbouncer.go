@@ -34,6 +34,6 @@ func PgBouncerDSN(tb testing.TB) string {
 	if os.Getenv(EnvPgBouncer) == "" {
 		giveUp(tb, "refsettest: "+EnvPgBouncer+" is not set; set it to the DSN of a PgBouncer in transaction mode in front of the server in "+EnvPostgres)
 	}
-	serverDSN(tb) // says what is missing in refsettest's words
+	needServer(tb)
 	return pgtest.Pooled(tb)
 }

@@ -43,21 +43,21 @@ func open(t *testing.T, b testdb.Backend) backend {
 	return be
 }
 
+// eachBackend runs fn on a fresh database of each backend, in a subtest named by it.
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, be := range backends {
+		t.Run(be.Name, func(t *testing.T) { fn(t, open(t, be)) })
+	}
+}
+
 // catalog lists tables as the database's own catalog has them, not through the
 // code under test.
 func catalog(db *sql.DB, query string) func(t *testing.T) []string {
 	return func(t *testing.T) []string {
 		t.Helper()
 		rows, err := db.QueryContext(t.Context(), query)
-		require.NoError(t, err)
-		defer rows.Close()
-		var names []string
-		for rows.Next() {
-			var n string
-			require.NoError(t, rows.Scan(&n))
-			names = append(names, n)
-		}
-		require.NoError(t, rows.Err())
+		names := testdb.Column[string](t, rows, err)
 		sort.Strings(names)
 		return names
 	}
@@ -242,37 +242,34 @@ func TestMigratorRefuses(t *testing.T) {
 		{"a set whose ID is not its key", &schema.Config{Sets: []schema.Set{{Table: "things_a", IDColumn: "other"}}},
 			schema.DirectionUp, nil, refset.ErrSchema},
 	}
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
-			_, err := b.migrator(t, full).Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			_, err = b.raw.ExecContext(ctx, `CREATE TABLE pairs (a TEXT, b TEXT, PRIMARY KEY (a, b))`)
-			require.NoError(t, err)
-			before := b.tables(t)
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					cfg := full
-					if c.cfg != nil {
-						cfg = *c.cfg
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		_, err := b.migrator(t, full).Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		_, err = b.raw.ExecContext(ctx, `CREATE TABLE pairs (a TEXT, b TEXT, PRIMARY KEY (a, b))`)
+		require.NoError(t, err)
+		before := b.tables(t)
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				cfg := full
+				if c.cfg != nil {
+					cfg = *c.cfg
+				}
+				m := b.migrator(t, cfg)
+				for _, dry := range []bool{false, true} {
+					opts := schema.MigrateOpts{DryRun: dry}
+					if c.opts != nil {
+						opts = *c.opts
+						opts.DryRun = dry
 					}
-					m := b.migrator(t, cfg)
-					for _, dry := range []bool{false, true} {
-						opts := schema.MigrateOpts{DryRun: dry}
-						if c.opts != nil {
-							opts = *c.opts
-							opts.DryRun = dry
-						}
-						_, err := m.Migrate(ctx, c.direction, &opts)
-						require.ErrorIs(t, err, c.want, "dry run %v", dry)
-						assert.Equal(t, before, b.tables(t), "nothing changed")
-					}
-				})
-			}
-			require.NoError(t, b.migrator(t, full).Validate(ctx), "every version still recorded")
-		})
-	}
+					_, err := m.Migrate(ctx, c.direction, &opts)
+					require.ErrorIs(t, err, c.want, "dry run %v", dry)
+					assert.Equal(t, before, b.tables(t), "nothing changed")
+				}
+			})
+		}
+		require.NoError(t, b.migrator(t, full).Validate(ctx), "every version still recorded")
+	})
 }
 
 // New refuses a configuration that cannot work, before it reads the database.
@@ -360,147 +357,135 @@ func TestValidate(t *testing.T) {
 // Migrate says which component went from which version to which, and nothing when all
 // was done already, also after a set's tables were dropped behind refset's back.
 func TestMigrateReports(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
 
-			done, err := b.migrator(t, schema.Config{}).Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			assert.Equal(t, "core 0 -> 1", done.String())
+		done, err := b.migrator(t, schema.Config{}).Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "core 0 -> 1", done.String())
 
-			m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
-			done, err = m.Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			assert.Equal(t, "set:items 0 -> 2", done.String())
-			assert.Equal(t, all, b.tables(t))
+		m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
+		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "set:items 0 -> 2", done.String())
+		assert.Equal(t, all, b.tables(t))
 
-			done, err = m.Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			assert.Empty(t, done.Steps, "all up to date")
+		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Empty(t, done.Steps, "all up to date")
 
-			_, err = b.raw.ExecContext(ctx, `DROP TABLE items_review`)
-			require.NoError(t, err)
-			done, err = m.Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			require.Len(t, done.Steps, 1)
-			assert.Equal(t, schema.Step{Component: "set:items", From: 0, To: 2, Versions: done.Steps[0].Versions}, done.Steps[0],
-				"a lost table's migrations run again")
-			assert.Equal(t, all, b.tables(t))
-		})
-	}
+		_, err = b.raw.ExecContext(ctx, `DROP TABLE items_review`)
+		require.NoError(t, err)
+		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		require.Len(t, done.Steps, 1)
+		assert.Equal(t, schema.Step{Component: "set:items", From: 0, To: 2, Versions: done.Steps[0].Versions}, done.Steps[0],
+			"a lost table's migrations run again")
+		assert.Equal(t, all, b.tables(t))
+	})
 }
 
 // A dry run reads what is missing and changes nothing; its script, run by a DBA,
 // brings the database to where Migrate would have, versions recorded and set
 // registered included, and running it twice does no harm.
 func TestDryRunScript(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
-			m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
-			dry := &schema.MigrateOpts{DryRun: true}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
+		dry := &schema.MigrateOpts{DryRun: true}
 
-			p, err := m.Migrate(ctx, schema.DirectionUp, dry)
-			require.NoError(t, err)
-			assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", p.String())
-			require.Len(t, p.Steps, 2)
-			assert.True(t, p.Steps[1].Registration)
-			assert.Equal(t, only, b.tables(t), "a dry run created nothing")
-			text := p.SQL()
-			assert.Contains(t, text, "CREATE TABLE IF NOT EXISTS \"items_holds\"")
+		p, err := m.Migrate(ctx, schema.DirectionUp, dry)
+		require.NoError(t, err)
+		assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", p.String())
+		require.Len(t, p.Steps, 2)
+		assert.True(t, p.Steps[1].Registration)
+		assert.Equal(t, only, b.tables(t), "a dry run created nothing")
+		text := p.SQL()
+		assert.Contains(t, text, "CREATE TABLE IF NOT EXISTS \"items_holds\"")
 
-			runScript(t, b.raw, text)
-			assert.Equal(t, all, b.tables(t))
-			p, err = m.Migrate(ctx, schema.DirectionUp, dry)
-			require.NoError(t, err)
-			assert.Empty(t, p.Steps)
-			assert.Empty(t, p.SQL())
-			done, err := m.Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			assert.Empty(t, done.Steps, "the script recorded the versions")
-			r, err := b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
-			require.NoError(t, err, "the script registered the set")
-			assert.Equal(t, sqlident.Ident{Name: "items_holds"}, r.Holds)
+		runScript(t, b.raw, text)
+		assert.Equal(t, all, b.tables(t))
+		p, err = m.Migrate(ctx, schema.DirectionUp, dry)
+		require.NoError(t, err)
+		assert.Empty(t, p.Steps)
+		assert.Empty(t, p.SQL())
+		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Empty(t, done.Steps, "the script recorded the versions")
+		r, err := b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
+		require.NoError(t, err, "the script registered the set")
+		assert.Equal(t, sqlident.Ident{Name: "items_holds"}, r.Holds)
 
-			runScript(t, b.raw, text) // twice does no harm
+		runScript(t, b.raw, text) // twice does no harm
 
-			// Half done: the record of the set lost; only it is pending.
-			_, err = b.raw.ExecContext(ctx, `DELETE FROM refset_schema_version WHERE component = 'set:items'`)
-			require.NoError(t, err)
-			p, err = m.Migrate(ctx, schema.DirectionUp, dry)
-			require.NoError(t, err)
-			assert.Equal(t, "set:items 0 -> 2", p.String())
-			assert.False(t, p.Steps[0].Registration, "still registered")
-		})
-	}
+		// Half done: the record of the set lost; only it is pending.
+		_, err = b.raw.ExecContext(ctx, `DELETE FROM refset_schema_version WHERE component = 'set:items'`)
+		require.NoError(t, err)
+		p, err = m.Migrate(ctx, schema.DirectionUp, dry)
+		require.NoError(t, err)
+		assert.Equal(t, "set:items 0 -> 2", p.String())
+		assert.False(t, p.Steps[0].Registration, "still registered")
+	})
 }
 
 // Down and up again: the tables go and come back, and the records follow.
 func TestMigrateDownRoundTrip(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
-			m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
-			_, err := m.Migrate(ctx, schema.DirectionUp, nil)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
+		_, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		down := func(component string, target int) string {
+			t.Helper()
+			res, err := m.Migrate(ctx, schema.DirectionDown, &schema.MigrateOpts{Component: component, TargetVersion: target})
 			require.NoError(t, err)
-			down := func(component string, target int) string {
-				t.Helper()
-				res, err := m.Migrate(ctx, schema.DirectionDown, &schema.MigrateOpts{Component: component, TargetVersion: target})
-				require.NoError(t, err)
-				return res.String()
-			}
+			return res.String()
+		}
 
-			assert.Equal(t, "set:items 2 -> 1", down("set:items", 1))
-			assert.Equal(t, []string{"items", "items_holds", "refset_schema_version", "refset_sets"}, b.tables(t))
+		assert.Equal(t, "set:items 2 -> 1", down("set:items", 1))
+		assert.Equal(t, []string{"items", "items_holds", "refset_schema_version", "refset_sets"}, b.tables(t))
 
-			assert.Equal(t, "set:items 1 -> 0", down("set:items", -1))
-			_, err = b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
-			require.ErrorIs(t, err, refset.ErrNotFound, "the registration went with the set")
+		assert.Equal(t, "set:items 1 -> 0", down("set:items", -1))
+		_, err = b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
+		require.ErrorIs(t, err, refset.ErrNotFound, "the registration went with the set")
 
-			assert.Equal(t, "core 1 -> 0", down("core", -1))
-			assert.Equal(t, []string{"items", "refset_schema_version"}, b.tables(t))
-			assert.Empty(t, down("core", -1), "nothing to do")
+		assert.Equal(t, "core 1 -> 0", down("core", -1))
+		assert.Equal(t, []string{"items", "refset_schema_version"}, b.tables(t))
+		assert.Empty(t, down("core", -1), "nothing to do")
 
-			done, err := m.Migrate(ctx, schema.DirectionUp, nil)
-			require.NoError(t, err)
-			assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", done.String())
-			assert.Equal(t, all, b.tables(t))
-		})
-	}
+		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", done.String())
+		assert.Equal(t, all, b.tables(t))
+	})
 }
 
 // Several migrators at once, as several processes starting together: each version
 // runs once, and the others find nothing to do.
 func TestMigratorsAtOnce(t *testing.T) {
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
-			results := make(chan *schema.MigrateResult, 4)
-			errs := make(chan error, 4)
-			for range 4 {
-				m := b.migrator(t, full)
-				go func() {
-					res, err := m.Migrate(ctx, schema.DirectionUp, nil)
-					results <- res
-					errs <- err
-				}()
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		results := make(chan *schema.MigrateResult, 4)
+		errs := make(chan error, 4)
+		for range 4 {
+			m := b.migrator(t, full)
+			go func() {
+				res, err := m.Migrate(ctx, schema.DirectionUp, nil)
+				results <- res
+				errs <- err
+			}()
+		}
+		ran := 0
+		for range 4 {
+			require.NoError(t, <-errs)
+			if res := <-results; len(res.Steps) > 0 {
+				ran++
+				assert.Equal(t, upToDate, res.String())
 			}
-			ran := 0
-			for range 4 {
-				require.NoError(t, <-errs)
-				if res := <-results; len(res.Steps) > 0 {
-					ran++
-					assert.Equal(t, upToDate, res.String())
-				}
-			}
-			assert.Equal(t, 1, ran, "one migrator did the work")
-			assert.Equal(t, allFull, b.tables(t))
-		})
-	}
+		}
+		assert.Equal(t, 1, ran, "one migrator did the work")
+		assert.Equal(t, allFull, b.tables(t))
+	})
 }
 
 // A DBA's scripts up, down and up again: each down script updates the record of
@@ -509,61 +494,58 @@ func TestMigratorsAtOnce(t *testing.T) {
 // are and a dry run finds nothing to do at that target.
 func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
 	cfg := schema.Config{Components: []schema.Component{things}, Sets: []schema.Set{{Table: "items"}}}
-	for _, be := range backends {
-		t.Run(be.Name, func(t *testing.T) {
-			b := open(t, be)
-			ctx := t.Context()
-			m := b.migrator(t, cfg)
-			// script runs the dry run's script of direction and o, and checks it ran
-			// what the dry run said.
-			script := func(direction schema.Direction, o schema.MigrateOpts, want string) {
-				t.Helper()
-				o.DryRun = true
-				p, err := m.Migrate(ctx, direction, &o)
-				require.NoError(t, err)
-				require.Equal(t, want, p.String())
-				runScript(t, b.raw, p.SQL())
-			}
-			versions := func() map[string]int {
-				t.Helper()
-				got := map[string]int{}
-				for _, c := range []string{"core", "things", "set:items"} {
-					v, err := b.sql.Version(ctx, b.db.Reader(), c)
-					require.NoError(t, err)
-					got[c] = v
-				}
-				return got
-			}
-			registered := func() bool {
-				t.Helper()
-				_, err := b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
-				if errors.Is(err, refset.ErrNotFound) {
-					return false
-				}
-				require.NoError(t, err)
-				return true
-			}
-
-			script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 0 -> 2, set:items 0 -> 2")
-			assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up")
-			assert.True(t, registered())
-
-			script(schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
-			assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 2}, versions(), "things down a step")
-			script(schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
-			assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 0}, versions(), "the set down to 0")
-			assert.False(t, registered(), "the registration went with the set")
-			script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 1 -> 0")
-			assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
-			assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
-
-			script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 1 -> 2, set:items 0 -> 2")
-			assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up again")
-			assert.True(t, registered())
-			assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
-			done, err := m.Migrate(ctx, schema.DirectionUp, nil)
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		m := b.migrator(t, cfg)
+		// script runs the dry run's script of direction and o, and checks it ran
+		// what the dry run said.
+		script := func(direction schema.Direction, o schema.MigrateOpts, want string) {
+			t.Helper()
+			o.DryRun = true
+			p, err := m.Migrate(ctx, direction, &o)
 			require.NoError(t, err)
-			assert.Empty(t, done.Steps, "the scripts left nothing for Migrate")
-		})
-	}
+			require.Equal(t, want, p.String())
+			runScript(t, b.raw, p.SQL())
+		}
+		versions := func() map[string]int {
+			t.Helper()
+			got := map[string]int{}
+			for _, c := range []string{"core", "things", "set:items"} {
+				v, err := b.sql.Version(ctx, b.db.Reader(), c)
+				require.NoError(t, err)
+				got[c] = v
+			}
+			return got
+		}
+		registered := func() bool {
+			t.Helper()
+			_, err := b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
+			if errors.Is(err, refset.ErrNotFound) {
+				return false
+			}
+			require.NoError(t, err)
+			return true
+		}
+
+		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 0 -> 2, set:items 0 -> 2")
+		assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up")
+		assert.True(t, registered())
+
+		script(schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
+		assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 2}, versions(), "things down a step")
+		script(schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
+		assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 0}, versions(), "the set down to 0")
+		assert.False(t, registered(), "the registration went with the set")
+		script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 1 -> 0")
+		assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
+		assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
+
+		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 1 -> 2, set:items 0 -> 2")
+		assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up again")
+		assert.True(t, registered())
+		assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
+		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		assert.Empty(t, done.Steps, "the scripts left nothing for Migrate")
+	})
 }

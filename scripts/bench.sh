@@ -49,10 +49,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 log() { printf 'bench.sh: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
+# The throwaway cluster, and die (log, then exit 1).
 # shellcheck source=scripts/lib/cluster.sh
 source scripts/lib/cluster.sh
 

@@ -47,11 +47,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n== %s ==\n' "$*"; }
 log() { printf 'test.sh: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 1
-}
-# The throwaway cluster: is_root, apt_install and the cluster_* functions.
+# The throwaway cluster: is_root, apt_install and the cluster_* functions; die (log,
+# then exit 1).
 # shellcheck source=scripts/lib/cluster.sh
 source scripts/lib/cluster.sh
 

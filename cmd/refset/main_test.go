@@ -74,6 +74,18 @@ func (b backend) open(t *testing.T) (refset.Database, []string) {
 	return where.Open(t, testdb.Options{}), args
 }
 
+// eachBackend runs fn in a subtest per backend, on a fresh database of it that the
+// flags dbArgs name on the command line (see open).
+func eachBackend(t *testing.T, fn func(t *testing.T, b backend, db refset.Database, dbArgs []string)) {
+	t.Helper()
+	for _, b := range backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			fn(t, b, db, dbArgs)
+		})
+	}
+}
+
 // prepare builds two sets as a program would (stores, then clean-up installed) and
 // puts in them, by plain SQL, a known state:
 //
@@ -345,41 +357,38 @@ func TestCommands(t *testing.T) {
 			code: exitError, stderr: []string{"--component and --target"},
 		},
 	}
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			db, dbArgs := b.open(t)
-			prepare(t, b, db)
-			for _, c := range cases {
-				t.Run(c.name, func(t *testing.T) {
-					stdout, stderr, code := runCLI(t, bin, append(c.args, dbArgs...)...)
-					require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-					for _, s := range c.stdout {
-						require.Contains(t, stdout, s)
-					}
-					for _, s := range c.stderr {
-						require.Contains(t, stderr, s)
-					}
-					if c.json != nil {
-						c.json(t, []byte(stdout))
-					}
-				})
-			}
-			// Last, since it changes the set: the overdue garbage and the object of
-			// the expired hold go; the leaked object, which no queue entry leads
-			// to, stays.
-			t.Run("collect", func(t *testing.T) {
-				stdout, stderr, code := runCLI(t, bin, append([]string{"collect", "--until-empty", "--grace", "1h", "--table", "blocks"}, dbArgs...)...)
-				require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-				require.Contains(t, stdout, "pass 1: reviewed")
-				require.Regexp(t, `PASSES +REVIEWED +DELETED +POSTPONED +REFUSED +HOLDS EXPIRED +TIME\n1 +3 +2 +0 +0 +1 `, stdout, "the summary table")
-				require.NotContains(t, stdout, "\r", "piped output redraws no progress line")
-				for id, want := range map[string]int{"x": exitError, "e": exitError, "y": exitOK, "g": exitOK} {
-					_, stderr, code := runCLI(t, bin, append([]string{"why", id, "--table", "blocks"}, dbArgs...)...)
-					require.Equal(t, want, code, "why %s: %s", id, stderr)
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		prepare(t, b, db)
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				stdout, stderr, code := runCLI(t, bin, append(c.args, dbArgs...)...)
+				require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+				for _, s := range c.stdout {
+					require.Contains(t, stdout, s)
+				}
+				for _, s := range c.stderr {
+					require.Contains(t, stderr, s)
+				}
+				if c.json != nil {
+					c.json(t, []byte(stdout))
 				}
 			})
+		}
+		// Last, since it changes the set: the overdue garbage and the object of
+		// the expired hold go; the leaked object, which no queue entry leads
+		// to, stays.
+		t.Run("collect", func(t *testing.T) {
+			stdout, stderr, code := runCLI(t, bin, append([]string{"collect", "--until-empty", "--grace", "1h", "--table", "blocks"}, dbArgs...)...)
+			require.Equal(t, exitOK, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			require.Contains(t, stdout, "pass 1: reviewed")
+			require.Regexp(t, `PASSES +REVIEWED +DELETED +POSTPONED +REFUSED +HOLDS EXPIRED +TIME\n1 +3 +2 +0 +0 +1 `, stdout, "the summary table")
+			require.NotContains(t, stdout, "\r", "piped output redraws no progress line")
+			for id, want := range map[string]int{"x": exitError, "e": exitError, "y": exitOK, "g": exitOK} {
+				_, stderr, code := runCLI(t, bin, append([]string{"why", id, "--table", "blocks"}, dbArgs...)...)
+				require.Equal(t, want, code, "why %s: %s", id, stderr)
+			}
 		})
-	}
+	})
 }
 
 // TestUsage runs what needs no database: help, and the mistakes caught before one is
@@ -451,114 +460,108 @@ func migrateStatus(t *testing.T, bin string, dbArgs []string, args ...string) mi
 // by hand, then down and up again.
 func TestMigrate(t *testing.T) {
 	bin := buildCLI(t)
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			ctx := t.Context()
-			db, dbArgs := b.open(t)
-			d, err := refsetdriver.Of(db)
-			require.NoError(t, err)
-			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-				_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));
-					CREATE TABLE tokens (id BIGINT PRIMARY KEY)`)
-				return err
-			}))
-			sets := []string{"--table", "blocks", "--table", "tokens"}
-			refsetTables := func() []string {
-				t.Helper()
-				var found []string
-				for _, name := range []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review", "tokens_holds", "tokens_review"} {
-					ok, err := d.SchemaSQL().TableExists(ctx, db.Reader(), sqlident.Ident{Name: name})
-					require.NoError(t, err)
-					if ok {
-						found = append(found, name)
-					}
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		ctx := t.Context()
+		d, err := refsetdriver.Of(db)
+		require.NoError(t, err)
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY, prev TEXT REFERENCES blocks (id));
+				CREATE TABLE tokens (id BIGINT PRIMARY KEY)`)
+			return err
+		}))
+		sets := []string{"--table", "blocks", "--table", "tokens"}
+		refsetTables := func() []string {
+			t.Helper()
+			var found []string
+			for _, name := range []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review", "tokens_holds", "tokens_review"} {
+				ok, err := d.SchemaSQL().TableExists(ctx, db.Reader(), sqlident.Ident{Name: name})
+				require.NoError(t, err)
+				if ok {
+					found = append(found, name)
 				}
-				return found
 			}
+			return found
+		}
 
-			require.Equal(t, migrateStatusJSON{Components: []componentJSON{
-				{Component: "core", Available: 1, Pending: true},
-				{Component: "set:blocks", Available: 2, Pending: true, Register: true},
-				{Component: "set:tokens", Available: 2, Pending: true, Register: true},
-			}, Pending: "core 0 -> 1, set:blocks 0 -> 2, set:tokens 0 -> 2"}, migrateStatus(t, bin, dbArgs, sets...))
-			require.Contains(t, cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "status"}, sets...)...), "pending: core 0 -> 1")
+		require.Equal(t, migrateStatusJSON{Components: []componentJSON{
+			{Component: "core", Available: 1, Pending: true},
+			{Component: "set:blocks", Available: 2, Pending: true, Register: true},
+			{Component: "set:tokens", Available: 2, Pending: true, Register: true},
+		}, Pending: "core 0 -> 1, set:blocks 0 -> 2, set:tokens 0 -> 2"}, migrateStatus(t, bin, dbArgs, sets...))
+		require.Contains(t, cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "status"}, sets...)...), "pending: core 0 -> 1")
 
-			script := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "sql"}, sets...)...)
-			require.Contains(t, script, "CREATE TABLE IF NOT EXISTS")
-			require.Empty(t, refsetTables(), "migrate sql must change nothing")
+		script := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "sql"}, sets...)...)
+		require.Contains(t, script, "CREATE TABLE IF NOT EXISTS")
+		require.Empty(t, refsetTables(), "migrate sql must change nothing")
 
-			// The DBA runs the script in one transaction.
-			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-				_, err := tx.ExecContext(ctx, script)
-				return err
-			}))
-			require.Len(t, refsetTables(), 6)
-			require.Equal(t, migrateStatusJSON{Components: []componentJSON{
-				{Component: "core", Recorded: 1, Available: 1},
-				{Component: "set:blocks", Recorded: 2, Available: 2},
-				{Component: "set:tokens", Recorded: 2, Available: 2},
-			}}, migrateStatus(t, bin, dbArgs), "every set the script registered, nothing pending")
-			require.Equal(t, "nothing to do: every component is up to date\n", cli(t, bin, dbArgs, exitOK, "migrate", "up"))
-			require.Equal(t, "-- refset schema: nothing pending.\n", cli(t, bin, dbArgs, exitOK, "migrate", "sql"))
+		// The DBA runs the script in one transaction.
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, script)
+			return err
+		}))
+		require.Len(t, refsetTables(), 6)
+		require.Equal(t, migrateStatusJSON{Components: []componentJSON{
+			{Component: "core", Recorded: 1, Available: 1},
+			{Component: "set:blocks", Recorded: 2, Available: 2},
+			{Component: "set:tokens", Recorded: 2, Available: 2},
+		}}, migrateStatus(t, bin, dbArgs), "every set the script registered, nothing pending")
+		require.Equal(t, "nothing to do: every component is up to date\n", cli(t, bin, dbArgs, exitOK, "migrate", "up"))
+		require.Equal(t, "-- refset schema: nothing pending.\n", cli(t, bin, dbArgs, exitOK, "migrate", "sql"))
 
-			// Down and up again.
-			require.Equal(t, "applied set:tokens 2 -> 0\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:tokens", "--target", "0"))
-			require.Equal(t, []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review"}, refsetTables())
-			require.Len(t, migrateStatus(t, bin, dbArgs).Components, 2, "tokens is no set any more")
-			require.Equal(t, "applied set:blocks 2 -> 1\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:blocks", "--target", "1"))
-			require.Equal(t, componentJSON{Component: "set:blocks", Recorded: 1, Available: 2, Pending: true},
-				migrateStatus(t, bin, dbArgs).Components[1])
-			out := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "up"}, sets...)...)
-			require.Contains(t, out, "applied set:blocks 0 -> 2", "its queue was gone, so its migrations ran again")
-			require.Contains(t, out, "applied set:tokens 0 -> 2")
-			require.Len(t, refsetTables(), 6)
-			require.Empty(t, migrateStatus(t, bin, dbArgs, sets...).Pending)
+		// Down and up again.
+		require.Equal(t, "applied set:tokens 2 -> 0\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:tokens", "--target", "0"))
+		require.Equal(t, []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review"}, refsetTables())
+		require.Len(t, migrateStatus(t, bin, dbArgs).Components, 2, "tokens is no set any more")
+		require.Equal(t, "applied set:blocks 2 -> 1\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:blocks", "--target", "1"))
+		require.Equal(t, componentJSON{Component: "set:blocks", Recorded: 1, Available: 2, Pending: true},
+			migrateStatus(t, bin, dbArgs).Components[1])
+		out := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "up"}, sets...)...)
+		require.Contains(t, out, "applied set:blocks 0 -> 2", "its queue was gone, so its migrations ran again")
+		require.Contains(t, out, "applied set:tokens 0 -> 2")
+		require.Len(t, refsetTables(), 6)
+		require.Empty(t, migrateStatus(t, bin, dbArgs, sets...).Pending)
 
-			// Mistakes change nothing.
-			_, stderr, code := runCLI(t, bin, append([]string{"migrate", "down", "--component", "set:blocks", "--target", "5"}, dbArgs...)...)
-			require.Equal(t, exitError, code)
-			require.Contains(t, stderr, "a down migration only goes down")
-			_, stderr, code = runCLI(t, bin, append([]string{"migrate", "up", "--table", "nosuch"}, dbArgs...)...)
-			require.Equal(t, exitError, code)
-			require.Contains(t, stderr, "no table nosuch")
-			require.Len(t, refsetTables(), 6)
-		})
-	}
+		// Mistakes change nothing.
+		_, stderr, code := runCLI(t, bin, append([]string{"migrate", "down", "--component", "set:blocks", "--target", "5"}, dbArgs...)...)
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "a down migration only goes down")
+		_, stderr, code = runCLI(t, bin, append([]string{"migrate", "up", "--table", "nosuch"}, dbArgs...)...)
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "no table nosuch")
+		require.Len(t, refsetTables(), 6)
+	})
 }
 
 // TestHoldsRemoveAndSweep changes prepare's state: holds rm deletes the expired hold
 // only, and sweep collects the leaked object check finds.
 func TestHoldsRemoveAndSweep(t *testing.T) {
 	bin := buildCLI(t)
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			db, dbArgs := b.open(t)
-			prepare(t, b, db)
-			ls := func(args ...string) []holdJSON {
-				t.Helper()
-				var h holdsJSON
-				require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, append([]string{"holds", "ls", "--json", "--table", "blocks"}, args...)...)), &h))
-				return h.Holds
-			}
-			require.Equal(t, "deleted 0 expired holds from blocks_holds\n",
-				unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--holder", "alice", "--table", "blocks")))
-			require.Equal(t, "deleted 1 expired holds from blocks_holds\n",
-				unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--table", "blocks")))
-			require.Empty(t, ls("--expired"))
-			require.Len(t, ls(), 7, "live holds stay")
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		prepare(t, b, db)
+		ls := func(args ...string) []holdJSON {
+			t.Helper()
+			var h holdsJSON
+			require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, append([]string{"holds", "ls", "--json", "--table", "blocks"}, args...)...)), &h))
+			return h.Holds
+		}
+		require.Equal(t, "deleted 0 expired holds from blocks_holds\n",
+			unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--holder", "alice", "--table", "blocks")))
+		require.Equal(t, "deleted 1 expired holds from blocks_holds\n",
+			unqualifiedLine(cli(t, bin, dbArgs, exitOK, "holds", "rm", "--expired", "--table", "blocks")))
+		require.Empty(t, ls("--expired"))
+		require.Len(t, ls(), 7, "live holds stay")
 
-			cli(t, bin, dbArgs, exitFindings, "check", "--table", "blocks")
-			out := cli(t, bin, dbArgs, exitOK, "sweep", "--grace", "1h", "--table", "blocks")
-			// x (queued already), y (leaked) and e (whose hold rm removed) are
-			// unreachable; all three go.
-			require.Contains(t, out, "queued 3 unreachable objects")
-			require.Regexp(t, `PASSES +REVIEWED +DELETED +POSTPONED +REFUSED +HOLDS EXPIRED +TIME\n1 +\d+ +3 `, out, "the summary table")
-			cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
-			for id, want := range map[string]int{"x": exitError, "y": exitError, "e": exitError, "h": exitOK, "g": exitOK} {
-				cli(t, bin, dbArgs, want, "why", id, "--table", "blocks")
-			}
-		})
-	}
+		cli(t, bin, dbArgs, exitFindings, "check", "--table", "blocks")
+		out := cli(t, bin, dbArgs, exitOK, "sweep", "--grace", "1h", "--table", "blocks")
+		// x (queued already), y (leaked) and e (whose hold rm removed) are
+		// unreachable; all three go.
+		require.Contains(t, out, "queued 3 unreachable objects")
+		require.Regexp(t, `PASSES +REVIEWED +DELETED +POSTPONED +REFUSED +HOLDS EXPIRED +TIME\n1 +\d+ +3 `, out, "the summary table")
+		cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
+		for id, want := range map[string]int{"x": exitError, "y": exitError, "e": exitError, "h": exitOK, "g": exitOK} {
+			cli(t, bin, dbArgs, want, "why", id, "--table", "blocks")
+		}
+	})
 }
 
 // unqualifiedLine drops the schema Postgres names the holds table with in a line.
@@ -617,103 +620,97 @@ func TestInstallKeepsTheProgramsGrace(t *testing.T) {
 		{name: "collect with --grace", args: []string{"collect", "--grace", "1h"}, want: time.Hour},
 		{name: "sweep with --grace", args: []string{"sweep", "--grace", "1h"}, want: time.Hour},
 	}
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			db, dbArgs := b.open(t)
-			ctx := t.Context()
-			exec := func(q string, args ...any) {
-				t.Helper()
-				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-					_, err := tx.ExecContext(ctx, db.Driver().Rebind(q), args...)
-					return err
-				}), q)
-			}
-			exec(`CREATE TABLE notes (id TEXT PRIMARY KEY)`)
-			_, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
-			require.NoError(t, err)
-			// How long until a queued object is due, by the database's clock.
-			until := `SELECT review_after - ` + sqliteNow + ` FROM notes_review WHERE object_id = ?`
-			if b.Postgres {
-				until = `SELECT (EXTRACT(EPOCH FROM review_after - now()) * 1000)::bigint FROM notes_review WHERE object_id = $1`
-			}
-			for i, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					_, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: 2 * time.Second})
-					require.NoError(t, err)
-					cli(t, bin, dbArgs, exitOK, append(tc.args, "--table", "notes")...)
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		ctx := t.Context()
+		exec := func(q string, args ...any) {
+			t.Helper()
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, db.Driver().Rebind(q), args...)
+				return err
+			}), q)
+		}
+		exec(`CREATE TABLE notes (id TEXT PRIMARY KEY)`)
+		_, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
+		require.NoError(t, err)
+		// How long until a queued object is due, by the database's clock.
+		until := `SELECT review_after - ` + sqliteNow + ` FROM notes_review WHERE object_id = ?`
+		if b.Postgres {
+			until = `SELECT (EXTRACT(EPOCH FROM review_after - now()) * 1000)::bigint FROM notes_review WHERE object_id = $1`
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				_, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: 2 * time.Second})
+				require.NoError(t, err)
+				cli(t, bin, dbArgs, exitOK, append(tc.args, "--table", "notes")...)
 
-					id := fmt.Sprintf("n%d", i)
-					exec(`INSERT INTO notes (id) VALUES (?)`, id)
-					var ms int64
-					require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, until, id).Scan(&ms))
-					left := time.Duration(ms) * time.Millisecond
-					require.LessOrEqual(t, left, tc.want, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
-					require.Greater(t, left, tc.want-time.Second, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
+				id := fmt.Sprintf("n%d", i)
+				exec(`INSERT INTO notes (id) VALUES (?)`, id)
+				var ms int64
+				require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, until, id).Scan(&ms))
+				left := time.Duration(ms) * time.Millisecond
+				require.LessOrEqual(t, left, tc.want, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
+				require.Greater(t, left, tc.want-time.Second, "a new object's grace period after refset %s", strings.Join(tc.args, " "))
 
-					cfg, err := cleanup.Installed(ctx, db, "notes")
-					require.NoError(t, err)
-					require.Equal(t, cleanup.Config{Table: "notes", Grace: tc.want}, cfg)
-				})
-			}
-		})
-	}
+				cfg, err := cleanup.Installed(ctx, db, "notes")
+				require.NoError(t, err)
+				require.Equal(t, cleanup.Config{Table: "notes", Grace: tc.want}, cfg)
+			})
+		}
+	})
 }
 
 // TestQualifiedTables: every --table takes the set's table with its schema or
 // without, whichever way its store registered it (Postgres), and SQLite's main.
 func TestQualifiedTables(t *testing.T) {
 	bin := buildCLI(t)
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			db, dbArgs := b.open(t)
-			prepare(t, b, db)
-			ctx := t.Context()
-			schema := "main"
-			if b.Postgres {
-				require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
-				// A set its store registered qualified, named bare below.
-				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-					_, err := tx.ExecContext(ctx, `CREATE TABLE `+schema+`.parts (id TEXT PRIMARY KEY)`)
-					return err
-				}))
-				_, err := store.NewStore[object, string](ctx, db, store.Config{Table: schema + ".parts"})
-				require.NoError(t, err)
-			}
-			blocks := schema + ".blocks"
-			cases := []struct {
-				name     string
-				args     []string
-				postgres bool // a case of the set registered qualified
-				code     int
-				stdout   []string
-			}{
-				{name: "why", args: []string{"why", "h", "--table", blocks}, stdout: []string{"'alice'", "'h6'"}},
-				{name: "check", args: []string{"check", "--table", blocks}, code: exitFindings, stdout: []string{"blocks: 1 leaked"}},
-				{name: "holds ls", args: []string{"holds", "ls", "--table", blocks}, stdout: []string{"alice"}},
-				{name: "migrate status", args: []string{"migrate", "status", "--table", blocks}, stdout: []string{"set:blocks"}},
-				{name: "collect", args: []string{"collect", "--table", blocks}, stdout: []string{"pass 1: reviewed"}},
-				{name: "sweep", args: []string{"sweep", "--table", blocks}, stdout: []string{"queued"}},
-				{name: "bare name of a qualified set", args: []string{"check", "--table", "parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
-				{name: "qualified name of a qualified set", args: []string{"check", "--table", schema + ".parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
-			}
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					if tc.postgres && !b.Postgres {
-						t.Skip("SQLite's sets are in main, never qualified")
-					}
-					out := cli(t, bin, dbArgs, tc.code, tc.args...)
-					for _, s := range tc.stdout {
-						require.Contains(t, out, s)
-					}
-					require.NotContains(t, out, "set:"+blocks, "no second registration of blocks")
-				})
-			}
-			// migrate did not register blocks again under its qualified name.
-			sets, err := db.Driver().SchemaSQL().SetTables(ctx, db.Driver().Pool())
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		prepare(t, b, db)
+		ctx := t.Context()
+		schema := "main"
+		if b.Postgres {
+			require.NoError(t, db.Driver().Pool().QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
+			// A set its store registered qualified, named bare below.
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `CREATE TABLE `+schema+`.parts (id TEXT PRIMARY KEY)`)
+				return err
+			}))
+			_, err := store.NewStore[object, string](ctx, db, store.Config{Table: schema + ".parts"})
 			require.NoError(t, err)
-			require.NotContains(t, sets, blocks)
-		})
-	}
+		}
+		blocks := schema + ".blocks"
+		cases := []struct {
+			name     string
+			args     []string
+			postgres bool // a case of the set registered qualified
+			code     int
+			stdout   []string
+		}{
+			{name: "why", args: []string{"why", "h", "--table", blocks}, stdout: []string{"'alice'", "'h6'"}},
+			{name: "check", args: []string{"check", "--table", blocks}, code: exitFindings, stdout: []string{"blocks: 1 leaked"}},
+			{name: "holds ls", args: []string{"holds", "ls", "--table", blocks}, stdout: []string{"alice"}},
+			{name: "migrate status", args: []string{"migrate", "status", "--table", blocks}, stdout: []string{"set:blocks"}},
+			{name: "collect", args: []string{"collect", "--table", blocks}, stdout: []string{"pass 1: reviewed"}},
+			{name: "sweep", args: []string{"sweep", "--table", blocks}, stdout: []string{"queued"}},
+			{name: "bare name of a qualified set", args: []string{"check", "--table", "parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
+			{name: "qualified name of a qualified set", args: []string{"check", "--table", schema + ".parts"}, postgres: true, stdout: []string{schema + ".parts: 0 leaked"}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				if tc.postgres && !b.Postgres {
+					t.Skip("SQLite's sets are in main, never qualified")
+				}
+				out := cli(t, bin, dbArgs, tc.code, tc.args...)
+				for _, s := range tc.stdout {
+					require.Contains(t, out, s)
+				}
+				require.NotContains(t, out, "set:"+blocks, "no second registration of blocks")
+			})
+		}
+		// migrate did not register blocks again under its qualified name.
+		sets, err := db.Driver().SchemaSQL().SetTables(ctx, db.Driver().Pool())
+		require.NoError(t, err)
+		require.NotContains(t, sets, blocks)
+	})
 }
 
 // TestSQLiteFileURLs: --db takes a SQLite database in every form store.Open reads, a
@@ -759,40 +756,37 @@ func TestSQLiteFileURLs(t *testing.T) {
 // a warning in check and status.
 func TestReportsFollowTheSchema(t *testing.T) {
 	bin := buildCLI(t)
-	for _, b := range backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			db, dbArgs := b.open(t)
-			prepare(t, b, db)
-			require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
-				for _, q := range []string{
-					`CREATE TABLE escrow (id TEXT PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`,
-					`INSERT INTO escrow (id, block_id) VALUES ('deal-1', 'y')`,
-					`CREATE TABLE notes (block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`,
-				} {
-					if _, err := tx.ExecContext(ctx, q); err != nil {
-						return err
-					}
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		prepare(t, b, db)
+		require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+			for _, q := range []string{
+				`CREATE TABLE escrow (id TEXT PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`,
+				`INSERT INTO escrow (id, block_id) VALUES ('deal-1', 'y')`,
+				`CREATE TABLE notes (block_id TEXT NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`,
+			} {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return err
 				}
-				return nil
-			}))
-			out := cli(t, bin, dbArgs, exitOK, "why", "y", "--table", "blocks")
-			require.Contains(t, out, "escrow.block_id (id='deal-1')", "why names the new table")
-			require.Contains(t, out, `CREATE INDEX "escrow_block_id_idx" ON `, "and the index it lacks")
+			}
+			return nil
+		}))
+		out := cli(t, bin, dbArgs, exitOK, "why", "y", "--table", "blocks")
+		require.Contains(t, out, "escrow.block_id (id='deal-1')", "why names the new table")
+		require.Contains(t, out, `CREATE INDEX "escrow_block_id_idx" ON `, "and the index it lacks")
 
-			var c checkJSON
-			require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, "check", "--json", "--table", "blocks")), &c))
-			require.True(t, c.OK, "y is held by escrow, not leaked: %+v", c)
-			require.Len(t, c.MissingIndexes, 1)
-			require.Contains(t, c.MissingIndexes[0], "escrow")
-			require.Len(t, c.UndeclaredParts, 1)
-			require.Contains(t, c.UndeclaredParts[0], "notes")
-			out = cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
-			require.Contains(t, out, "has no index")
-			require.Contains(t, out, "not declared a part")
+		var c checkJSON
+		require.NoError(t, json.Unmarshal([]byte(cli(t, bin, dbArgs, exitOK, "check", "--json", "--table", "blocks")), &c))
+		require.True(t, c.OK, "y is held by escrow, not leaked: %+v", c)
+		require.Len(t, c.MissingIndexes, 1)
+		require.Contains(t, c.MissingIndexes[0], "escrow")
+		require.Len(t, c.UndeclaredParts, 1)
+		require.Contains(t, c.UndeclaredParts[0], "notes")
+		out = cli(t, bin, dbArgs, exitOK, "check", "--table", "blocks")
+		require.Contains(t, out, "has no index")
+		require.Contains(t, out, "not declared a part")
 
-			out = cli(t, bin, dbArgs, exitOK, "status")
-			require.Contains(t, out, "not declared a part", "status warns of the cascading key")
-			require.Contains(t, out, "notes")
-		})
-	}
+		out = cli(t, bin, dbArgs, exitOK, "status")
+		require.Contains(t, out, "not declared a part", "status warns of the cascading key")
+		require.Contains(t, out, "notes")
+	})
 }

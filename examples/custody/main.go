@@ -188,15 +188,7 @@ func pay(ctx context.Context, v *tokens.Vault, tx, from, to string, amount int64
 	if err != nil {
 		return err
 	}
-	var sum int64
-	for _, t := range locked {
-		sum += t.Amount
-	}
-	outputs := []tokens.Token{gbp(to, amount)}
-	if sum > amount {
-		outputs = append(outputs, gbp(from, sum-amount))
-	}
-	_, _, err = v.Spend(ctx, tx, outputs)
+	_, _, err = v.Spend(ctx, tx, tokens.WithChange(locked, from, gbp(to, amount)))
 	return err
 }
 

@@ -1,43 +1,24 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestLogging: on SQLite too, a slow statement and clean-up's passes reach the
 // logger given in Options, with structured attributes.
 func TestLogging(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, out := testlog.New(slog.LevelDebug)
 	ctx := t.Context()
 	db, set := itemsDB(t, Options{Options: store.Options{Logger: log, SlowStatement: time.Millisecond}})
 
@@ -73,8 +54,7 @@ func TestLogging(t *testing.T) {
 // call is: TestCallOutsideItsUnitIsRefused), but it is not silent: once the wait
 // passes the slow-statement threshold a warning says what is waited for and why.
 func TestWaitOnOwnUnitIsLogged(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := testlog.New(slog.LevelInfo) // slog's default level
 	ctx := t.Context()
 	db, set := itemsDB(t, Options{Options: store.Options{Logger: log, SlowStatement: 50 * time.Millisecond}})
 

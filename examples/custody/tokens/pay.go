@@ -86,6 +86,27 @@ func checkPayment(txID, from string, outputs []Token) (int64, error) {
 	return sum, nil
 }
 
+// WithChange is what the Spend of a two-step payment creates: outputs and, when the
+// tokens Select locked for them hold more than their sum, a token of the change for
+// owner, of the first output's kind, as Pay creates it in one step. Locked tokens
+// that do not cover the outputs get no change (and Spend refuses them).
+func WithChange(locked []Token, owner string, outputs ...Token) []Token {
+	out := append([]Token(nil), outputs...)
+	if len(outputs) == 0 {
+		return out
+	}
+	var amount int64
+	for _, t := range outputs {
+		amount += t.Amount
+	}
+	if change := changeOf(locked, amount); change > 0 {
+		c := outputs[0]
+		c.TokenID, c.Owner, c.Amount = "", owner, change
+		out = append(out, c)
+	}
+	return out
+}
+
 // changeOf is what the spent tokens hold beyond amount. They cover it, and all but
 // one of them do not, so their sum is below twice the largest int64: it is added in
 // uint64, which does not wrap.

@@ -239,3 +239,44 @@ func TestPayCancelled(t *testing.T) {
 		require.NoError(t, payOne(t.Context(), vs[0], "alice", "bob", 4))
 	})
 }
+
+// WithChange gives back what the locked tokens hold beyond the outputs, to the owner,
+// in the outputs' kind, and leaves the outputs it was given as they were.
+func TestWithChange(t *testing.T) {
+	eur := gbp("bob", 4)
+	eur.Identifier = "EUR"
+	for _, tc := range []struct {
+		name    string
+		locked  []Token
+		outputs []Token
+		want    []Token
+	}{
+		{"exact", []Token{gbp("alice", 3), gbp("alice", 4)}, []Token{gbp("bob", 7)}, []Token{gbp("bob", 7)}},
+		{"change", []Token{gbp("alice", 5), gbp("alice", 5)}, []Token{gbp("bob", 7)}, []Token{gbp("bob", 7), gbp("alice", 3)}},
+		{"several outputs", []Token{gbp("alice", 10)}, []Token{gbp("bob", 2), gbp("carol", 3)},
+			[]Token{gbp("bob", 2), gbp("carol", 3), gbp("alice", 5)}},
+		{"the outputs' kind", []Token{{Owner: "alice", Identifier: "EUR", Amount: 9}}, []Token{eur},
+			[]Token{eur, {Owner: "alice", Type: "fiat", Identifier: "EUR", Issuer: "bank", Notary: "notary", Amount: 5}}},
+		{"not covered: no change", []Token{gbp("alice", 2)}, []Token{gbp("bob", 7)}, []Token{gbp("bob", 7)}},
+		{"no outputs", []Token{gbp("alice", 2)}, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			given := append([]Token(nil), tc.outputs...)
+			got := WithChange(tc.locked, "alice", tc.outputs...)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, given, tc.outputs, "the outputs given are left as they were")
+		})
+	}
+	// The change, spent after a real Select, balances.
+	v := openVault(t, sqliteDB.new(t).open(t, 0), Config{})
+	ctx := t.Context()
+	_, err := v.Issue(ctx, newTx(), gbp("alice", 5), gbp("alice", 5))
+	require.NoError(t, err)
+	tx := newTx()
+	locked, err := v.Select(ctx, tx, "alice", 7, Filter{Identifier: "GBP"}, time.Minute)
+	require.NoError(t, err)
+	_, created, err := v.Spend(ctx, tx, WithChange(locked, "alice", gbp("bob", 7)))
+	require.NoError(t, err)
+	require.Len(t, created, 2)
+	assert.Equal(t, map[string][2]int64{"alice": {3, 3}, "bob": {7, 7}}, balances(t, v, "alice", "bob"))
+}

@@ -74,11 +74,7 @@ func TestPaymentPlansOnLargeWallet(t *testing.T) {
 				tx := newTx()
 				locked, err := v.Select(ctx, tx, "whale", 7, Filter{Identifier: "GBP"}, time.Minute)
 				require.NoError(t, err)
-				outs := []Token{gbp("minnow", 7)}
-				if change := sumOf(locked) - 7; change > 0 {
-					outs = append(outs, gbp("whale", change))
-				}
-				_, _, err = v.Spend(ctx, tx, outs)
+				_, _, err = v.Spend(ctx, tx, WithChange(locked, "whale", gbp("minnow", 7)))
 				require.NoError(t, err)
 			}
 			logged := plans.stop(t, pool)
@@ -104,13 +100,6 @@ func TestPaymentPlansOnLargeWallet(t *testing.T) {
 		})
 	}
 	audit(t, v)
-}
-
-func sumOf(toks []Token) (s int64) {
-	for _, t := range toks {
-		s += t.Amount
-	}
-	return s
 }
 
 // explainedDB is a database of one connection on a fresh schema, whose statements,

@@ -155,15 +155,7 @@ func TestFastPathsReadByKey(t *testing.T) {
 		tx := newTx()
 		locked, err := v.Select(ctx, tx, "alice", 2, Filter{Identifier: "GBP"}, time.Minute)
 		require.NoError(t, err)
-		var got int64
-		for _, l := range locked {
-			got += l.Amount
-		}
-		outs := []Token{gbp("carol", 2)}
-		if change := got - 2; change > 0 {
-			outs = append(outs, gbp("alice", change))
-		}
-		_, out, err = v.Spend(ctx, tx, outs)
+		_, out, err = v.Spend(ctx, tx, WithChange(locked, "alice", gbp("carol", 2)))
 		require.NoError(t, err)
 		created += int64(len(out))
 	}

@@ -97,15 +97,7 @@ func payTx(ctx context.Context, v *Vault, tx, from, to string, amount int64) err
 	if err != nil {
 		return err
 	}
-	var sum int64
-	for _, t := range locked {
-		sum += t.Amount
-	}
-	outputs := []Token{gbp(to, amount)}
-	if sum > amount {
-		outputs = append(outputs, gbp(from, sum-amount))
-	}
-	_, _, err = v.Spend(ctx, tx, outputs)
+	_, _, err = v.Spend(ctx, tx, WithChange(locked, from, gbp(to, amount)))
 	return err
 }
 

@@ -61,14 +61,16 @@ func TestRender(t *testing.T) {
 	}
 }
 
-func TestUpdateKeepsEarlierRuns(t *testing.T) {
+// writeRuns is a BENCHMARKS.md that held before once runs were written into it, in
+// order, each keeping two runs of its mode.
+func writeRuns(t *testing.T, before string, runs ...section) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
-	const before = "# Benchmarks\n\nintro\n\n" + beginMarker + "\n" + endMarker + "\n\n## Earlier\n"
 	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, date := range []string{"first", "second", "third"} {
-		if err := (section{command: "scripts/bench.sh", machine: "m", date: date, table: "| t |\n"}).writeInto(path, 2); err != nil {
+	for _, s := range runs {
+		if err := s.writeInto(path, 2); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -76,7 +78,16 @@ func TestUpdateKeepsEarlierRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(b)
+	return string(b)
+}
+
+func TestUpdateKeepsEarlierRuns(t *testing.T) {
+	const before = "# Benchmarks\n\nintro\n\n" + beginMarker + "\n" + endMarker + "\n\n## Earlier\n"
+	var runs []section
+	for _, date := range []string{"first", "second", "third"} {
+		runs = append(runs, section{command: "scripts/bench.sh", machine: "m", date: date, table: "| t |\n"})
+	}
+	got := writeRuns(t, before, runs...)
 	second, third := strings.Index(got, "Run of second"), strings.Index(got, "Run of third")
 	if strings.Contains(got, "Run of first") || second < 0 || third < 0 || third > second {
 		t.Errorf("want the two newest runs, newest first; got\n%s", got)
@@ -90,25 +101,15 @@ func TestUpdateKeepsEarlierRuns(t *testing.T) {
 // place (and the other way round), each mode keeps its own newest runs, default's
 // first, and each run says its mode and settings.
 func TestUpdateKeepsEachModesRuns(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "BENCHMARKS.md")
 	// An entry written before modes existed counts as the default mode's.
 	const before = "# B\n\n" + beginMarker + "\n<!-- bench.sh: run -->\n\n#### Run of old\n\n| t |\n\n" + endMarker + "\n"
-	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	var runs []section
 	for _, r := range []struct{ date, mode string }{
 		{"d1", "durable"}, {"f1", "default"}, {"d2", "durable"}, {"d3", "durable"},
 	} {
-		s := section{command: "scripts/bench.sh", machine: "m", date: r.date, mode: r.mode, settings: "fsync=" + r.mode, table: "| t |\n"}
-		if err := s.writeInto(path, 2); err != nil {
-			t.Fatal(err)
-		}
+		runs = append(runs, section{command: "scripts/bench.sh", machine: "m", date: r.date, mode: r.mode, settings: "fsync=" + r.mode, table: "| t |\n"})
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := string(b)
+	got := writeRuns(t, before, runs...)
 	var at []int
 	for _, want := range []string{"Run of f1 (default mode)", "Run of old", "Run of d3 (durable mode)", "Run of d2 (durable mode)"} {
 		i := strings.Index(got, want)

@@ -353,16 +353,8 @@ func (c *client) payment(ctx context.Context) {
 		return err
 	})
 	if selected == acked {
-		var sum int64
-		for _, t := range locked {
-			sum += t.Amount
-		}
-		outputs := []tokens.Token{gbp(to, amount)}
-		if sum > amount {
-			outputs = append(outputs, gbp(from, sum-amount))
-		}
 		if c.do(ctx, "spend", txID, func(ctx context.Context) error {
-			_, _, err := v.Spend(ctx, txID, outputs)
+			_, _, err := v.Spend(ctx, txID, tokens.WithChange(locked, from, gbp(to, amount)))
 			return err
 		}) == acked {
 			return

@@ -19,19 +19,10 @@ import (
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/refsetdb/refset/store/sqlite"
-	_ "github.com/refsetdb/refset/store/sqlite/mattn"   // go-sqlite3 (cgo)
-	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
-// block is the benchmarks' object: a chained block with a small payload.
-type block struct {
-	Hash    string  `db:"id"`
-	Prev    *string `db:"prev"`
-	Height  int64   `db:"height"`
-	Payload []byte  `db:"payload"`
-}
-
-func (b block) ID() string { return b.Hash }
+// block is the benchmarks' object: testdb's chained block, with a small payload.
+type block = testdb.Block
 
 // payload is every block's payload.
 var payload = func() []byte {
@@ -45,16 +36,7 @@ var payload = func() []byte {
 // The statements, written with ? placeholders (rewritten for Postgres by env.q).
 // insertSQL and selectSQL are, byte for byte, what the store runs for this table.
 const (
-	schemaSQL = `
-CREATE TABLE blocks (
-    id      {Text} NOT NULL PRIMARY KEY,
-    prev    {Text} REFERENCES blocks (id) ON DELETE RESTRICT,
-    height  {Int} NOT NULL,
-    payload {Bytes}
-);
-CREATE TABLE pending (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-`
+	schemaSQL  = testdb.BlocksSchema
 	insertSQL  = `INSERT INTO "blocks" ("id", "prev", "height", "payload") VALUES (?, ?, ?, ?)`
 	selectSQL  = `SELECT "id", "prev", "height", "payload" FROM "blocks" WHERE "id" = ?`
 	releaseSQL = `DELETE FROM pending WHERE block_id = ?`
@@ -68,10 +50,10 @@ const missPool = 200_000
 // dialect is what differs between the databases: how one is opened, its column
 // types and its placeholders.
 type dialect struct {
-	name               string
-	text, integer, blb string
-	dollar             bool // $1, $2, ... instead of ?
-	open               func(tb testing.TB, d dialect) *env
+	name   string
+	types  testdb.Types
+	dollar bool // $1, $2, ... instead of ?
+	open   func(tb testing.TB, d dialect) *env
 }
 
 // The databases every benchmark runs on, by sub-benchmark name. SQLite and
@@ -87,17 +69,18 @@ const (
 
 var databases = []string{onSQLite, onSQLitePureGo, onLibPQ, onPgx}
 
-// sqliteBackends are the SQLite databases in databases, by name.
+// sqliteBackends are the SQLite databases in databases, by name (testdb links both
+// drivers).
 var sqliteBackends = map[string]testdb.Backend{onSQLite: testdb.SQLite, onSQLitePureGo: testdb.SQLitePureGo}
 
 // pgDrivers is the database/sql driver of each PostgreSQL database in databases.
 var pgDrivers = map[string]string{onLibPQ: postgres.DriverLibPQ, onPgx: postgres.DriverPgx}
 
 var dialects = []dialect{
-	{name: onSQLite, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
-	{name: onSQLitePureGo, text: "TEXT", integer: "INTEGER", blb: "BLOB", open: openSQLite},
-	{name: onLibPQ, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
-	{name: onPgx, text: "text", integer: "bigint", blb: "bytea", dollar: true, open: openPostgres},
+	{name: onSQLite, types: testdb.SQLite.Types(), open: openSQLite},
+	{name: onSQLitePureGo, types: testdb.SQLitePureGo.Types(), open: openSQLite},
+	{name: onLibPQ, types: testdb.LibPQ.Types(), dollar: true, open: openPostgres},
+	{name: onPgx, types: testdb.Pgx.Types(), dollar: true, open: openPostgres},
 }
 
 // env is one benchmark's database, shared by its refset and sqlx sides.
@@ -233,7 +216,7 @@ func (e *env) setUp(tb testing.TB, d dialect, newStore func() (refset.SetStore[b
 	tb.Helper()
 	e.d = d
 	ctx := context.Background()
-	ddl := strings.NewReplacer("{Text}", d.text, "{Int}", d.integer, "{Bytes}", d.blb).Replace(schemaSQL)
+	ddl := d.types.In(schemaSQL)
 	for _, stmt := range strings.Split(ddl, ";") {
 		if strings.TrimSpace(stmt) == "" {
 			continue
@@ -549,21 +532,49 @@ func BenchmarkGetMiss(b *testing.B) {
 // acquired, committed in one transaction.
 func BenchmarkComplete(b *testing.B) {
 	forEachDB(b, func(b *testing.B, e *env) {
-		ctx := context.Background()
-		set := refset.New[block, string](e.store)
-		release := refset.Exec[string](e.q(releaseSQL), 1)
-		acquire := refset.Exec[string](e.q(acquireSQL), -1)
-		del, ins := e.q(releaseSQL), e.q(acquireSQL)
+		h := newHandOvers(e)
 		compare(b, e, func(b *testing.B, s side, n int) func(int) error {
 			blocks := e.newBlocks(n)
 			e.insert(b, blocks, true)
 			if s == refsetSide {
-				toks := upgrade(b, set, blocks)
-				return func(i int) error { return completeHandOver(ctx, toks[i], release, acquire) }
+				return h.refset(b, blocks)
 			}
-			return func(i int) error { return handOver(ctx, e.writer, del, ins, blocks[i].Hash) }
+			return h.sqlx(blocks)
 		})
 	})
+}
+
+// handOvers are the hand-overs of BenchmarkComplete and its concurrent twin, on
+// both sides: the pending row of a block deleted and a head row inserted.
+type handOvers struct {
+	e                *env
+	set              *refset.RefSet[block, string]
+	release, acquire refset.Command[string]
+	del, ins         string
+}
+
+func newHandOvers(e *env) handOvers {
+	return handOvers{
+		e:       e,
+		set:     refset.New[block, string](e.store),
+		release: refset.Exec[string](e.q(releaseSQL), 1),
+		acquire: refset.Exec[string](e.q(acquireSQL), -1),
+		del:     e.q(releaseSQL),
+		ins:     e.q(acquireSQL),
+	}
+}
+
+// refset readies refset's hand-overs of blocks, stored and pending: op(i) completes
+// the i-th one's.
+func (h handOvers) refset(tb testing.TB, blocks []block) (op func(int) error) {
+	toks := upgrade(tb, h.set, blocks)
+	return func(i int) error { return completeHandOver(context.Background(), toks[i], h.release, h.acquire) }
+}
+
+// sqlx is refset's hand-overs written by hand: op(i) runs the i-th one's raw
+// transaction.
+func (h handOvers) sqlx(blocks []block) (op func(int) error) {
+	return func(i int) error { return handOver(context.Background(), h.e.writer, h.del, h.ins, blocks[i].Hash) }
 }
 
 // handOver is the raw transaction a Complete of the two commands amounts to.

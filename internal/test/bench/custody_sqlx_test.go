@@ -30,7 +30,7 @@ import (
 // sqlxTokensSchema is custody's first migration, the tokens and history tables, so
 // that both sides pay on the same tables; sqlxLocksSchema adds the lock table.
 const (
-	sqlxTokensSchema = "../../examples/custody/tokens/sql/postgres/tables/0001_tokens.sql"
+	sqlxTokensSchema = "../../../examples/custody/tokens/sql/postgres/tables/0001_tokens.sql"
 	sqlxLocksSchema  = `
 CREATE TABLE token_locks (
     token_id   text        NOT NULL PRIMARY KEY REFERENCES tokens (id) ON DELETE RESTRICT,

@@ -44,18 +44,11 @@ func BenchmarkAddConcurrent(b *testing.B) {
 // goroutines at once, on both sides, paired (concurrentPaired).
 func BenchmarkCompleteConcurrent(b *testing.B) {
 	forEachDB(b, func(b *testing.B, e *env) {
-		ctx := context.Background()
-		set := refset.New[block, string](e.store)
-		release := refset.Exec[string](e.q(releaseSQL), 1)
-		acquire := refset.Exec[string](e.q(acquireSQL), -1)
-		del, ins := e.q(releaseSQL), e.q(acquireSQL)
+		h := newHandOvers(e)
 		ops := func(n int) (refsetOp, sqlxOp func(int) error) {
 			blocks := e.newBlocks(2 * n)
 			e.insert(b, blocks, true)
-			toks, theirs := upgrade(b, set, blocks[:n]), blocks[n:]
-			refsetOp = func(i int) error { return completeHandOver(ctx, toks[i], release, acquire) }
-			sqlxOp = func(i int) error { return handOver(ctx, e.writer, del, ins, theirs[i].Hash) }
-			return refsetOp, sqlxOp
+			return h.refset(b, blocks[:n]), h.sqlx(blocks[n:])
 		}
 		b.Run("paired", func(b *testing.B) { concurrentPaired(b, ops) })
 	})

@@ -8,11 +8,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/stretchr/testify/assert"
@@ -28,13 +29,20 @@ func (e *env) chain(tb testing.TB) *refset.RefSet[block, string] {
 	return set
 }
 
-// newChainEnv is the start of most clean-up tests: a fresh env with the RFC tables
-// (chain), a set on them, a collector with cfg, and the test's context.
-func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+// newChainSet is a fresh env with the RFC tables (chain), a set on them, and the
+// test's context.
+func newChainSet(t *testing.T, h harness) (*env, *refset.RefSet[block, string], context.Context) {
 	t.Helper()
 	e := newEnv(t, h)
-	set := e.chain(t)
-	return e, set, e.collector(t, cfg), t.Context()
+	return e, e.chain(t), t.Context()
+}
+
+// newChainEnv is the start of most clean-up tests: newChainSet's, and a collector
+// with cfg.
+func newChainEnv(t *testing.T, h harness, cfg cleanup.Config) (*env, *refset.RefSet[block, string], *cleanup.Collector, context.Context) {
+	t.Helper()
+	e, set, ctx := newChainSet(t, h)
+	return e, set, e.collector(t, cfg), ctx
 }
 
 func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
@@ -50,16 +58,7 @@ func (e *env) collector(tb testing.TB, cfg cleanup.Config) *cleanup.Collector {
 func (e *env) ids(tb testing.TB, table, column string) []string {
 	tb.Helper()
 	rows, err := e.db.Reader().QueryContext(context.Background(), fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", column, table, column))
-	require.NoError(tb, err)
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		require.NoError(tb, rows.Scan(&id))
-		ids = append(ids, id)
-	}
-	require.NoError(tb, rows.Err())
-	return ids
+	return testdb.Column[string](tb, rows, err)
 }
 
 func sorted(ids ...string) []string {
@@ -136,9 +135,7 @@ func testAbandonedFork(t *testing.T, h harness) {
 }
 
 func testGrace(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 
 	t.Run("a fresh object survives its grace period", func(t *testing.T) {
 		c := e.collector(t, cleanup.Config{Grace: time.Hour})
@@ -286,9 +283,7 @@ func testHandOverVersusCollector(t *testing.T, h harness) {
 }
 
 func testInstallAgain(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	first := e.collector(t, cleanup.Config{})
 	second := e.collector(t, cleanup.Config{})
 	names := func(c *cleanup.Collector) []string {
@@ -339,9 +334,7 @@ func testInstallAgain(t *testing.T, h harness) {
 }
 
 func testSweep(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	// Objects from before clean-up was installed, or whose queue was lost.
 	for _, b := range []block{mkBlock("g", "", 0), mkBlock("live", "g", 1), mkBlock("dead1", "g", 1), mkBlock("dead2", "dead1", 2)} {
 		_, err := set.Add(ctx, b)
@@ -824,9 +817,7 @@ func addOld(t *testing.T, set *refset.RefSet[block, string], n int) {
 // again.
 func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 	const n = 10000
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	addOld(t, set, n)
 	e.mustExec(t, `INSERT INTO heads (block_id) SELECT id FROM blocks WHERE height % 2 = 0`)
 	e.mustExec(t, `INSERT INTO blocks_review (object_id, review_after) VALUES ('old-00001', `+e.past()+`)`) // queued already: kept as it is
@@ -872,9 +863,7 @@ func testFirstInstallQueuesExisting(t *testing.T, h harness) {
 // the new trigger queued.
 func testFirstInstallBesideWriters(t *testing.T, h harness) {
 	const n = 3000
-	e := newEnv(t, h)
-	set := e.chain(t)
-	ctx := t.Context()
+	e, set, ctx := newChainSet(t, h)
 	addOld(t, set, n)
 
 	stop := make(chan struct{})
@@ -936,32 +925,7 @@ func testHolderAddedWhileRunning(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	c := e.collector(t, cleanup.Config{Grace: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	var (
-		mu       sync.Mutex
-		errs     []error
-		followed []string
-	)
-	stopped := make(chan error, 1)
-	go func() {
-		stopped <- c.Run(ctx, 5*time.Millisecond, func(s cleanup.Stats, err error) {
-			mu.Lock()
-			defer mu.Unlock()
-			followed = append(followed, s.Followed...)
-			if err != nil {
-				errs = append(errs, err)
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	})
-	passes := func() ([]error, []string) {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]error(nil), errs...), append([]string(nil), followed...)
-	}
+	passes := testdb.RunCollector(t, c, 5*time.Millisecond)
 
 	e.mustExec(t, `CREATE TABLE escrow (deal {Int} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
 	_, err := set.Add(t.Context(), mkBlock("held", "", 0), refset.Exec[string](e.sql(`INSERT INTO escrow (deal, block_id) VALUES (1, ?)`), 1))
@@ -980,21 +944,17 @@ func testHolderAddedWhileRunning(t *testing.T, h harness) {
 	require.Len(t, report.Unindexed, 1, "%+v", report)
 	assert.Contains(t, report.Unindexed[0], "escrow")
 
-	require.Eventually(t, func() bool {
-		errs, _ := passes()
-		return len(errs) > 0
-	}, 10*time.Second, 5*time.Millisecond, "a pass fails once it meets the object the new table holds")
-	failed, _ := passes()
+	require.Eventually(t, func() bool { return len(passes.Errors()) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"a pass fails once it meets the object the new table holds")
+	failed := passes.Errors()
 	require.ErrorIs(t, failed[0], cleanup.ErrUnindexed, "the callback is told what to create")
 	assert.Contains(t, failed[0].Error(), "escrow")
 	assert.Equal(t, 1, e.count(t, "blocks", "id = ?", "held"))
 
 	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
-	require.Eventually(t, func() bool {
-		_, followed := passes()
-		return len(followed) > 0
-	}, 10*time.Second, 5*time.Millisecond, "the next pass follows the new table")
-	_, added := passes()
+	require.Eventually(t, func() bool { return len(passes.Followed()) > 0 }, 10*time.Second, 5*time.Millisecond,
+		"the next pass follows the new table")
+	added := passes.Followed()
 	assert.Len(t, added, 1)
 	assert.Contains(t, added[0], "escrow.block_id")
 	assert.Contains(t, fmt.Sprint(c.References()), "escrow")
@@ -1017,21 +977,7 @@ func testFollowBesideWriters(t *testing.T, h harness) {
 	e := newEnv(t, h)
 	set := e.chain(t)
 	c := e.collector(t, cleanup.Config{Grace: 10 * time.Millisecond, RetryDelay: time.Millisecond})
-	ctx, cancel := context.WithCancel(t.Context())
-	stopped := make(chan error, 1)
-	var failed atomic.Int64
-	go func() {
-		stopped <- c.Run(ctx, 2*time.Millisecond, func(_ cleanup.Stats, err error) {
-			if err != nil {
-				failed.Add(1)
-				t.Log(err)
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-stopped)
-	})
+	passes := testdb.RunCollector(t, c, 2*time.Millisecond)
 	e.mustExec(t, `CREATE TABLE escrow (deal {Text} NOT NULL PRIMARY KEY, block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE RESTRICT)`)
 	e.mustExec(t, `CREATE INDEX escrow_block ON escrow (block_id)`)
 
@@ -1061,7 +1007,7 @@ func testFollowBesideWriters(t *testing.T, h harness) {
 		"the collector follows the new table")
 	require.Eventually(t, func() bool { return e.count(t, "blocks", "") == held }, 30*time.Second, 10*time.Millisecond,
 		"every block whose row went is collected")
-	assert.Zero(t, failed.Load(), "no pass failed")
+	assert.Empty(t, passes.Errors(), "no pass failed")
 	report, err := c.Check(t.Context())
 	require.NoError(t, err)
 	assert.True(t, report.OK(), "%+v", report)
@@ -1075,21 +1021,13 @@ func testUndeclaredCascade(t *testing.T, h harness) {
 	e.chain(t)
 	e.mustExec(t, `CREATE TABLE escrow (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
 	e.mustExec(t, `CREATE TABLE block_notes (block_id {Text} NOT NULL REFERENCES blocks (id) ON DELETE CASCADE)`)
-	var logged strings.Builder
-	var mu sync.Mutex
-	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logged.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger, logged := testlog.New(slog.LevelWarn)
 	cfg := cleanup.Config{Table: "blocks", Parts: []string{"block_notes"}, Logger: logger}
 	for range 2 {
 		_, err := cleanup.Install(t.Context(), e.db, cfg)
 		require.NoError(t, err)
 	}
-	mu.Lock()
 	text := logged.String()
-	mu.Unlock()
 	assert.Equal(t, 2, strings.Count(text, "level=WARN"), "one warning at each Install: %s", text)
 	assert.Contains(t, text, "escrow")
 	assert.NotContains(t, text, "block_notes", "a declared part is not warned of")
@@ -1114,11 +1052,6 @@ func testUndeclaredCascade(t *testing.T, h harness) {
 	_, err = cleanup.Install(t.Context(), e.db, strict)
 	require.NoError(t, err, "declared, the key is accepted")
 }
-
-// writerFunc is an io.Writer of a function.
-type writerFunc func(p []byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // The clean-up of abandoned chains: deleting a block frees the one before it, and a
 // collector follows that within its batch instead of paying a batch per block.

@@ -18,7 +18,7 @@ import (
 type harness struct {
 	testdb.Backend
 	// Types are the dialect's column types.
-	Types Types
+	Types testdb.Types
 	// SkipCancels, when set, is why the tests that end a context while a statement
 	// runs (lib/pq then sends the server a cancel request) are skipped: PgBouncer
 	// before 1.19.1 may crash on a cancel request lib/pq sends (pgbouncer#801).
@@ -30,16 +30,6 @@ type harness struct {
 	// promises suites), not in what TestConformance checks.
 	notInMain bool
 }
-
-// Types are column types of a dialect.
-type Types struct {
-	Text, Int, Bytes, Time, Bool, Float string
-}
-
-var (
-	sqliteTypes   = Types{Text: "TEXT", Int: "INTEGER", Bytes: "BLOB", Time: "TIMESTAMP", Bool: "BOOLEAN", Float: "REAL"}
-	postgresTypes = Types{Text: "text", Int: "bigint", Bytes: "bytea", Time: "timestamptz", Bool: "boolean", Float: "double precision"}
-)
 
 // harnesses are the databases the suites run on: a SQLite file through each driver
 // (go-sqlite3, modernc.org/sqlite), and Postgres in each way a store reaches it:
@@ -65,10 +55,7 @@ func named(name string, b testdb.Backend) testdb.Backend {
 }
 
 func onBackend(b testdb.Backend, notInMain bool) harness {
-	h := harness{Backend: b, Types: sqliteTypes, notInMain: notInMain}
-	if b.Postgres {
-		h.Types = postgresTypes
-	}
+	h := harness{Backend: b, Types: b.Types(), notInMain: notInMain}
 	if b.Pooled && b.Driver != postgres.DriverPgx {
 		// pgx closes the connection instead of sending a cancel request.
 		h.SkipCancels = "PgBouncer 1.18 (the harness's) may crash on lib/pq's cancel requests (pgbouncer#801, fixed in 1.19.1)"
@@ -253,9 +240,7 @@ func newBlocksEnv(t *testing.T, h harness) (*env, *refset.RefSet[block, string],
 // sql rewrites a statement written with ? placeholders and {Text}-style type names
 // into the dialect's.
 func (e *env) sql(q string) string {
-	q = strings.NewReplacer("{Text}", e.h.Types.Text, "{Int}", e.h.Types.Int, "{Bytes}", e.h.Types.Bytes,
-		"{Time}", e.h.Types.Time, "{Bool}", e.h.Types.Bool, "{Float}", e.h.Types.Float).Replace(q)
-	return e.db.Driver().Rebind(q)
+	return e.db.Driver().Rebind(e.h.Types.In(q))
 }
 
 // exec runs plain SQL in its own transaction and returns the translated error.
@@ -307,28 +292,8 @@ func (e *env) count(tb testing.TB, table string, where string, args ...any) int 
 	return n
 }
 
-// block is the suite's main object: a chained block, as in the RFC.
-type block struct {
-	Hash    string  `db:"id"`
-	Prev    *string `db:"prev"`
-	Height  int64   `db:"height"`
-	Payload []byte  `db:"payload"`
-}
-
-func (b block) ID() string { return b.Hash }
-
-// blocksSchema is the RFC's example: blocks chained by a self-reference, and two
-// components' reference tables.
-const blocksSchema = `
-CREATE TABLE blocks (
-    id      {Text} NOT NULL PRIMARY KEY,
-    prev    {Text} REFERENCES blocks (id) ON DELETE RESTRICT,
-    height  {Int} NOT NULL,
-    payload {Bytes}
-);
-CREATE TABLE pending (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-CREATE TABLE heads   (block_id {Text} NOT NULL PRIMARY KEY REFERENCES blocks (id) ON DELETE RESTRICT);
-`
+// block is the suite's main object: testdb's chained block, as in the RFC.
+type block = testdb.Block
 
 // blocks creates the RFC tables and returns a set on them.
 func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
@@ -340,7 +305,7 @@ func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
 // createBlocks creates the RFC tables only: refset's own tables are not there yet.
 func (e *env) createBlocks(tb testing.TB) {
 	tb.Helper()
-	for _, stmt := range strings.Split(blocksSchema, ";") {
+	for _, stmt := range strings.Split(testdb.BlocksSchema, ";") {
 		if strings.TrimSpace(stmt) != "" {
 			e.mustExec(tb, stmt)
 		}

@@ -36,7 +36,7 @@ var readmeWords = map[string]string{
 // says of every mistake the suites make in a user's SQL the sentinel it gets
 // (mistakes).
 func TestDocumentedErrors(t *testing.T) {
-	text, err := os.ReadFile("../../docs/errors.md")
+	text, err := os.ReadFile("../../../docs/errors.md")
 	require.NoError(t, err)
 	_, table, ok := strings.Cut(string(text), "Errors are sentinels matched with `errors.Is`:")
 	require.True(t, ok, "docs/errors.md has no table of errors")

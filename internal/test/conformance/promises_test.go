@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
@@ -601,16 +602,7 @@ func testPlaceholders(t *testing.T, h harness) {
 						require.NoError(t, err)
 						assert.Equal(t, st.note, ptrString(note))
 						rows, err := tx.QueryContext(ctx, `SELECT owner FROM owned WHERE block_id = ? AND owner <> ?`, id, "someone else")
-						require.NoError(t, err)
-						defer rows.Close()
-						var owners []string
-						for rows.Next() {
-							var o string
-							require.NoError(t, rows.Scan(&o))
-							owners = append(owners, o)
-						}
-						require.NoError(t, rows.Err())
-						assert.Equal(t, []string{owner}, owners)
+						assert.Equal(t, []string{owner}, testdb.Column[string](t, rows, err))
 						return nil
 					}))
 				})

@@ -213,21 +213,41 @@ func testLeaseSharesInstance(t *testing.T, h harness) {
 	runtime.KeepAlive(first)
 }
 
-// readCounter counts the reads that reach the store, each one statement the
-// database answers in one round trip.
-type readCounter struct {
+// countingStore counts what reaches the real store: its reads, each one statement
+// the database answers in one round trip, and the Gets that find their object. Each
+// Get waits delay first, so that concurrent misses overlap. (On a database with a
+// replica, a load that finds nothing there, not replicated yet, reads the primary
+// too: one load, two reads, one of which finds it.)
+type countingStore struct {
 	refset.SetStore[block, string]
+	delay time.Duration
 	reads atomic.Int64
+	found atomic.Int64
 }
 
-func (c *readCounter) Get(ctx context.Context, q refset.Querier, id string) (block, error) {
+func (c *countingStore) Get(ctx context.Context, q refset.Querier, id string) (block, error) {
+	time.Sleep(c.delay)
 	c.reads.Add(1)
-	return c.SetStore.Get(ctx, q, id)
+	b, err := c.SetStore.Get(ctx, q, id)
+	if err == nil {
+		c.found.Add(1)
+	}
+	return b, err
 }
 
-func (c *readCounter) Has(ctx context.Context, q refset.Querier, id string) (bool, error) {
+func (c *countingStore) Has(ctx context.Context, q refset.Querier, id string) (bool, error) {
 	c.reads.Add(1)
 	return c.SetStore.Has(ctx, q, id)
+}
+
+// newCountedEnv is a fresh env with the RFC tables, a set on them whose store counts
+// what reaches it (its Gets waiting delay), and the test's context.
+func newCountedEnv(t *testing.T, h harness, delay time.Duration) (*env, *countingStore, *refset.RefSet[block, string], context.Context) {
+	t.Helper()
+	e := newEnv(t, h)
+	e.blocks(t)
+	counter := &countingStore{SetStore: openStore[block, string](t, e, "blocks"), delay: delay}
+	return e, counter, refset.New[block, string](counter), t.Context()
 }
 
 // testLoad: Load reads an object by its ID in one call and one read, fills the cache
@@ -235,11 +255,7 @@ func (c *readCounter) Has(ctx context.Context, q refset.Querier, id string) (boo
 // an ID that is not stored (issue 23). Where Upgrade and Get take two reads, it takes
 // one; a cached object, none.
 func testLoad(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	e.blocks(t)
-	counter := &readCounter{SetStore: openStore[block, string](t, e, "blocks")}
-	set := refset.New[block, string](counter)
-	ctx := t.Context()
+	e, counter, set, ctx := newCountedEnv(t, h, 0)
 	for _, id := range []string{"a", "b", "c"} {
 		_, err := set.Add(ctx, mkBlock(id, "", 0))
 		require.NoError(t, err)
@@ -411,30 +427,8 @@ func concurrently(t *testing.T, n int, fn func(i int) error) {
 	require.NoError(t, errors.Join(errs...))
 }
 
-// countingStore counts the loads that reach the real store and find the object, and
-// makes each take a while, so concurrent misses overlap. (On a database with a
-// replica, a load that finds nothing there, not replicated yet, reads the primary
-// too: one load, two reads, one of which finds it.)
-type countingStore struct {
-	refset.SetStore[block, string]
-	gets atomic.Int64
-}
-
-func (c *countingStore) Get(ctx context.Context, q refset.Querier, id string) (block, error) {
-	time.Sleep(50 * time.Millisecond)
-	b, err := c.SetStore.Get(ctx, q, id)
-	if err == nil {
-		c.gets.Add(1)
-	}
-	return b, err
-}
-
 func testConcurrentMisses(t *testing.T, h harness) {
-	e := newEnv(t, h)
-	e.blocks(t)
-	store := &countingStore{SetStore: openStore[block, string](t, e, "blocks")}
-	set := refset.New[block, string](store)
-	ctx := t.Context()
+	_, store, set, ctx := newCountedEnv(t, h, 50*time.Millisecond)
 	tok, err := set.Add(ctx, mkBlock("hot", "", 0))
 	require.NoError(t, err)
 
@@ -466,7 +460,7 @@ func testConcurrentMisses(t *testing.T, h harness) {
 		require.NoError(t, errs[i])
 		assert.Same(t, leases[0], leases[i])
 	}
-	assert.Equal(t, int64(1), store.gets.Load(), "64 concurrent misses on one ID read it once")
+	assert.Equal(t, int64(1), store.found.Load(), "64 concurrent misses on one ID read it once")
 	runtime.KeepAlive(tok)
 }
 

@@ -52,11 +52,23 @@ func DSN(tb testing.TB) string {
 // If it is set but the server cannot be reached, New always fails tb.
 func New(tb testing.TB) (dsn, schema string) {
 	tb.Helper()
+	return NewPrefixed(tb, schemaPrefix)
+}
+
+// NewPrefixed is [New] with a schema whose name starts with prefix, for a fixture
+// of users' tests (refsettest) whose schemas are told apart from refset's own.
+func NewPrefixed(tb testing.TB, prefix string) (dsn, schema string) {
+	tb.Helper()
 	base := baseDSN(tb)
+	schema = prefix + randomHex(6)
+	// First, so a malformed URL is reported before anything is created.
+	dsn, err := withSearchPath(base, schema)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
+	}
 	db := openAdmin(tb, base, EnvDSN)
 	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
 	defer cancel()
-	schema = schemaPrefix + randomHex(6)
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+pq.QuoteIdentifier(schema)); err != nil {
 		_ = db.Close()
 		tb.Fatalf("pgtest: create schema %s: %v", schema, err)
@@ -82,11 +94,6 @@ func New(tb testing.TB) (dsn, schema string) {
 			tb.Errorf("pgtest: drop schema %s (are connections still open?): %v", schema, err)
 		}
 	})
-
-	dsn, err := withSearchPath(base, schema)
-	if err != nil {
-		tb.Fatalf("pgtest: %v", err)
-	}
 	return dsn, schema
 }
 
@@ -147,7 +154,7 @@ func rewrite(dsn, env string, inURL func(*url.URL), kv string) (string, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		// Do not echo the DSN: it may hold a password.
-		return "", fmt.Errorf("parse %s as a URL: %w", env, redact(err))
+		return "", fmt.Errorf("%s is not a valid URL: %w", env, redact(err))
 	}
 	inURL(u)
 	return u.String(), nil

@@ -21,4 +21,10 @@
 // internal/stmtcache), and the stores' own internal tests, cannot import this one
 // (it imports the stores): they use internal/test/pgtest for their schemas directly.
 // [Fallbacks] counts the reads a Standby backend's database sent to the primary.
+//
+// What the suites and benchmarks share beside their databases is here too: [Block],
+// the RFC's chained block they store, and [BlocksSchema], its tables, written once
+// for every dialect with the column types of [Backend.Types]; [Column] reads a
+// query's one column; [RunCollector] runs a collector in the background and keeps
+// what its passes said.
 package testdb
