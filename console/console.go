@@ -41,7 +41,10 @@ const minSampleEvery = time.Second
 type Config struct {
 	// Token, when not "", is what every request must carry: as an Authorization
 	// Bearer header, or in the cookie that /login?token=... sets. Compared in
-	// constant time.
+	// constant time. Without a Token the console answers only requests addressed
+	// to a loopback host (the Host header: localhost, 127.0.0.0/8, [::1]), so that a
+	// web page whose name was rebound to 127.0.0.1 reads nothing; serve it anywhere
+	// else with a Token.
 	Token string
 	// SampleEvery is how often the sampler counts every set for the clean-up page;
 	// zero means DefaultSampleEvery, and less than a second is refused.
@@ -137,6 +140,14 @@ func CheckAddr(addr, token string) error {
 		refset.ErrInvalidConfig, addr)
 }
 
+// hostOf is the host of a request's Host header, without its port.
+func hostOf(hostport string) string {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return host
+	}
+	return strings.Trim(hostport, "[]")
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
@@ -161,6 +172,13 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.Set("Allow", "GET, HEAD")
 		http.Error(w, "the console only reads: GET or HEAD", http.StatusMethodNotAllowed)
+		return
+	}
+	if c.cfg.Token == "" && !isLoopback(hostOf(r.Host)) {
+		// Without a token the console is for this machine alone: a request named for
+		// another host came through a proxy, or from a page whose name was rebound to
+		// 127.0.0.1 (DNS rebinding), and reads nothing.
+		http.Error(w, "without a token the console answers requests to a loopback host only (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
 		return
 	}
 	if c.cfg.Token != "" && !c.authorized(w, r) {

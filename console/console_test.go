@@ -73,6 +73,41 @@ func TestNewRefusesBadConfig(t *testing.T) {
 
 // With a token, a request without it, or with another, gets nothing but 401;
 // Authorization: Bearer and the cookie /login sets both pass.
+// Without a token the console answers only requests addressed to a loopback host: a
+// page of another site whose name was rebound to 127.0.0.1 (DNS rebinding) reads
+// nothing. With a token, the token decides.
+func TestLoopbackHostOnlyWithoutToken(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, open := serve(t, f.db, console.Config{})
+	_, withToken := serve(t, f.db, console.Config{Token: "tok"})
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:8080", http.StatusOK},
+		{"localhost:8080", http.StatusOK},
+		{"localhost", http.StatusOK},
+		{"[::1]:8080", http.StatusOK},
+		{"127.0.0.2", http.StatusOK},
+		{"attacker.example:8080", http.StatusForbidden},
+		{"attacker.example", http.StatusForbidden},
+		{"10.0.0.1:8080", http.StatusForbidden},
+		{"localhost.attacker.example", http.StatusForbidden},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			for _, p := range pages {
+				code, body := get(t, open, p, http.Header{"Host": {tc.host}})
+				require.Equal(t, tc.want, code, p)
+				if tc.want != http.StatusOK {
+					require.NotContains(t, body, "notes", p)
+				}
+			}
+			code, _ := get(t, withToken, "/", http.Header{"Host": {tc.host}, "Authorization": {"Bearer tok"}})
+			require.Equal(t, http.StatusOK, code, "with a token, the token decides")
+		})
+	}
+}
+
 func TestToken(t *testing.T) {
 	f := newFixture(t, testdb.SQLite)
 	const token = "the token"

@@ -119,13 +119,17 @@ func serve(t *testing.T, db refset.Database, cfg console.Config) (*console.Conso
 	return h, srv
 }
 
-// get fetches path from srv and returns its status and body.
+// get fetches path from srv and returns its status and body. A "Host" in header is
+// the request's Host.
 func get(t *testing.T, srv *httptest.Server, path string, header http.Header) (int, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
 	require.NoError(t, err)
 	for k, v := range header {
 		req.Header[k] = v
+	}
+	if host := header.Get("Host"); host != "" {
+		req.Host = host // the client sends req.Host, not a Host header
 	}
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)

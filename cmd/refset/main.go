@@ -45,6 +45,9 @@ type command struct {
 	set                 bool // works on one set, named by --table (required)
 	json                bool // takes --json, to print its document as JSON instead of text
 	setup               func(fs *flag.FlagSet) func(context.Context, call) error
+	// check, when not nil, checks the parsed flags before the database is opened, so
+	// that a command refused for its flags never connects.
+	check func(fs *flag.FlagSet) error
 }
 
 // call is what a command runs with: the database, its positional arguments, where it
@@ -77,8 +80,8 @@ var commands = []command{
 	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
 	{name: "migrate down", summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
 	{name: "holds ls", set: true, json: true, summary: "list the holds of the set on --table", setup: holdsListCommand},
-	{name: "ui", summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand},
 	{name: "holds rm", set: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
+	{name: "ui", summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand, check: uiCheck},
 }
 
 func usage(w io.Writer) {
@@ -144,6 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && cmd.set && c.table == "" {
 		err = errors.New("--table is required")
+	}
+	if err == nil && cmd.check != nil {
+		err = cmd.check(fs)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "refset %s: %v\n\n", cmd.name, err)

@@ -17,6 +17,16 @@ import (
 // out of the process list.
 const tokenEnv = "REFSET_UI_TOKEN"
 
+// uiCheck refuses, before the database is opened, an --addr off loopback without a
+// token.
+func uiCheck(fs *flag.FlagSet) error {
+	token := fs.Lookup("token").Value.String()
+	if token == "" {
+		token = os.Getenv(tokenEnv)
+	}
+	return console.CheckAddr(fs.Lookup("addr").Value.String(), token)
+}
+
 func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "the address to serve on: a loopback address, or any other with --token")
 	token := fs.String("token", "", "the token every request must carry (Authorization: Bearer, or once as /login?token=...); required off loopback (default $"+tokenEnv+")")
@@ -24,9 +34,6 @@ func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	return func(ctx context.Context, c call) error {
 		if *token == "" {
 			*token = os.Getenv(tokenEnv)
-		}
-		if err := console.CheckAddr(*addr, *token); err != nil {
-			return err
 		}
 		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every})
 		if err != nil {

@@ -32,6 +32,9 @@ func TestUI(t *testing.T) {
 			stderr: []string{`"0.0.0.0:0" is not a loopback address: give a token`}},
 		{name: "another host without a token", args: append([]string{"ui", "--addr", ":0"}, dbArgs...), code: exitError,
 			stderr: []string{"is not a loopback address"}},
+		{name: "refused before it connects", args: []string{"ui", "--addr", "0.0.0.0:0", "--db",
+			"postgres://refset:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError,
+			stderr: []string{"is not a loopback address"}},
 		{name: "sampling too often", args: append([]string{"ui", "--addr", "127.0.0.1:0", "--sample-every", "1ms"}, dbArgs...), code: exitError,
 			stderr: []string{"SampleEvery 1ms is below 1s"}},
 		{name: "a password refused", args: []string{"ui", "--addr", "127.0.0.1:0", "--db",
@@ -43,9 +46,9 @@ func TestUI(t *testing.T) {
 
 	// The typed error behind the refusal.
 	fs := flag.NewFlagSet("ui", flag.ContinueOnError)
-	ui := uiCommand(fs)
+	uiCommand(fs)
 	require.NoError(t, fs.Parse([]string{"--addr", "0.0.0.0:0"}))
-	require.ErrorIs(t, ui(t.Context(), call{db: db, out: io.Discard}), refset.ErrInvalidConfig)
+	require.ErrorIs(t, uiCheck(fs), refset.ErrInvalidConfig)
 
 	t.Run("serves", func(t *testing.T) {
 		for name, extra := range map[string][]string{"loopback": nil, "any address with a token": {"--addr", "0.0.0.0:0", "--token", "tok"}} {
