@@ -258,30 +258,45 @@ func TestHandOverCancelledMidBatch(t *testing.T) {
 	})
 }
 
-// A pgx hand-over whose connection is lost once its one batch was sent, COMMIT in
-// it, may have committed, and says so (ErrCommitUnknown): the ticket it would be
+// A pgx unit whose connection is lost once its one batch was sent, COMMIT in it,
+// may have committed, and says so (ErrCommitUnknown): the ticket it would be
 // resolved with comes back with COMMIT's reply, which never came. The server did
-// commit. The claim is never the opposite: not ErrUnavailable alone (nothing
-// committed), which a batch whose COMMIT was never sent could say.
-func TestPgxHandOverLostMidBatch(t *testing.T) {
-	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
-	e := newHandOverEnv(t, openWith(t, dsn, Options{Driver: DriverPgx}))
-	require.Positive(t, e.db.resolveWait, "resolution on")
-	ctx := t.Context()
-	// A hand-over first, so the connection has the statements prepared: a loss while
-	// preparing them, before anything runs, is a loss before COMMIT was sent.
-	_, err := e.acquired(t, "first", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
-	require.NoError(t, err)
-	acq := e.acquired(t, "lost", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
-	proxy.DropCancels()        // the server runs what it got to its end
-	proxy.CutAfterSent("lost") // the ID, in the statements' arguments
-	_, err = acq.Complete(ctx)
-	require.ErrorIs(t, err, refset.ErrUnavailable)
-	require.ErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was sent with the statements")
-	require.Eventually(t, func() bool {
-		pending, head := e.state(t, "lost")
-		return !pending && head
-	}, 10*time.Second, 50*time.Millisecond, "the server committed what it got")
+// commit. The claim is never the opposite, ErrUnavailable alone (nothing committed),
+// which only a batch whose COMMIT was never sent may say: a hand-over, and an Add
+// with no commands, one batch before the server checked counts too.
+func TestPgxUnitLostMidBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		unit func(t *testing.T, e *handOverEnv, id string) (run func() error, committed func() bool)
+	}{
+		{"a hand-over", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
+			acq := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
+			return func() error { _, err := acq.Complete(t.Context()); return err },
+				func() bool { pending, head := e.state(t, id); return !pending && head }
+		}},
+		{"an Add", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
+			return func() error { _, err := e.set.Add(t.Context(), block{Hash: id, Height: 1}); return err },
+				func() bool { return count(t, e.db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`) == 1 }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+			e := newHandOverEnv(t, openWith(t, dsn, Options{Driver: DriverPgx}))
+			require.Positive(t, e.db.resolveWait, "resolution on")
+			// The unit once first, so the connection has its statements prepared: a
+			// loss while preparing them, before anything runs, is a loss before
+			// COMMIT was sent.
+			run, _ := tc.unit(t, e, "first")
+			require.NoError(t, run())
+			run, committed := tc.unit(t, e, "lost")
+			proxy.DropCancels()        // the server runs what it got to its end
+			proxy.CutAfterSent("lost") // the ID, in the statements' arguments
+			err := run()
+			require.ErrorIs(t, err, refset.ErrUnavailable)
+			require.ErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was sent with the statements")
+			require.Eventually(t, committed, 10*time.Second, 50*time.Millisecond, "the server committed what it got")
+		})
+	}
 }
 
 // rowCountRefused reads the count from the server's refusal only: a cast's failure
