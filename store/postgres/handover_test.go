@@ -505,7 +505,9 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 
 // The pipeline runs in every query mode a pgx pool may be configured with (a pooler
 // in transaction mode wants simple_protocol or exec): a hand-over commits, a wrong
-// count stops it before its next statement, a refused statement rolls it back.
+// count stops it before its next statement, a refused statement rolls it back, and
+// an argument pgx cannot send is a statement's mistake (nothing was sent), not a
+// lost commit, in a batch that carries BEGIN and COMMIT together too.
 func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
@@ -536,6 +538,14 @@ func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 			_, err = e.acquired(t, "c", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead, acquireHead}).Complete(ctx)
 			require.ErrorIs(t, err, refset.ErrDuplicate)
 			pending, head = e.state(t, "c")
+			assert.True(t, pending, "rolled back")
+			assert.False(t, head, "rolled back")
+
+			unsendable := refset.Exec[string](`INSERT INTO heads (block_id) SELECT ? WHERE ? IS NOT NULL`, 1, struct{}{})
+			_, err = e.acquired(t, "d", []refset.Command[string]{releasePending}, []refset.Command[string]{unsendable}).Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrStatement)
+			require.NotErrorIs(t, err, refset.ErrCommitUnknown)
+			pending, head = e.state(t, "d")
 			assert.True(t, pending, "rolled back")
 			assert.False(t, head, "rolled back")
 		})

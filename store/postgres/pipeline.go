@@ -158,7 +158,7 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
-		err := readSegment(br, start == 0, stmts, sent, start, end, last, ticket, result)
+		err := readSegment(c, br, start == 0, stmts, sent, start, end, last, ticket, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
@@ -322,7 +322,7 @@ func statementFailed(stmts []refsetdriver.Statement, sent []string, i int, err e
 // transaction, those of stmts[start:end] (sent as sent[start:end]), and COMMIT's if
 // it is the last. After a statement the server refused it skipped the rest of the
 // segment, COMMIT included.
-func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, sent []string, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
+func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, sent []string, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
 	if begins {
 		if _, err := br.Exec(); err != nil {
 			// A statement that does not prepare fails the whole batch before
@@ -330,8 +330,10 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statemen
 			if i, ok := failedToPrepare(err, sent, start, end); ok {
 				return statementFailed(stmts, sent, i, err, result)
 			}
-			if last && unanswered(err) {
-				// The segment carries COMMIT too, and was sent: it may have run.
+			if last && unanswered(err) && c.IsClosed() {
+				// The segment carries COMMIT too, and was sent: it may have run. (A
+				// failure that left the connection open is pgx's before it sent
+				// anything: an argument it cannot encode, in some query modes.)
 				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 			}
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
