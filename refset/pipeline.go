@@ -17,10 +17,13 @@ import (
 // (refsetdriver.Inserter). On a database whose driver can send statements before reading
 // the results of the ones before (pgx), Complete and Add hand the list to the
 // database's driver (refsetdriver.Pipeliner): BEGIN goes with the first statements and COMMIT with
-// the last, and a statement whose row count is checked is read before any later one
-// is sent. A two-command hand-over (a release checked, an acquire not) takes two round
-// trips instead of four; an Add, one instead of three or more. Everything else is
-// InTx's: the same translated errors, retries, logs and context errors.
+// the last, and no statement runs before the row count of the one before it was
+// checked: by the server, which refuses the count itself where the statement lets
+// it (on pgx an INSERT, UPDATE or DELETE), or by reading it before any later
+// statement is sent. A two-command hand-over takes one round trip instead of four;
+// an Add, one instead of three or more. Everything else is InTx's: the same
+// translated errors (a wrong count says the count, wherever it was checked),
+// retries, logs and context errors.
 
 // pipelined runs cmds for id as a list of statements, when it can: in a new
 // transaction (tx is nil), on a database that pipelines, when every command is an
@@ -45,7 +48,7 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 			return false, nil
 		}
 		execs = append(execs, e)
-		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0})
+		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0, Rows: e.wantRows})
 	}
 	first := 0 // where the commands' statements start
 	if lead != nil {

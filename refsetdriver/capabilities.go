@@ -32,9 +32,15 @@ type Statement struct {
 	Query string
 	Args  []any
 	// Checked is set when the statement's result decides whether the unit goes on
-	// (a row count to check): no later statement may run before it is seen, so the
-	// Pipeliner reads its result before sending the next ones.
+	// (a row count to check): no later statement may run before it is seen. The
+	// Pipeliner reads its result before sending the next ones, or has the server
+	// check it: a statement rewritten to fail, aborting the transaction and so
+	// everything after it, when it affects other than Rows rows, whose result is then
+	// the count it affected either way (a failure for another count is reported as
+	// that count, not as an error).
 	Checked bool
+	// Rows is the row count a Checked statement must affect.
+	Rows int64
 }
 
 // ResultFunc is told the outcome of statement i, in order: the rows it affected, or
@@ -54,7 +60,8 @@ func (e *PipelineError) Unwrap() error { return e.Err }
 
 // Inserter is a set's store that can give the statement that inserts an object, so
 // that an Add of the object with Exec commands is a unit of statements too: [BEGIN,
-// INSERT, the commands..., COMMIT] in one round trip when no result is checked.
+// INSERT, the commands..., COMMIT] in one round trip when no result must be read
+// before the next statement is sent (see Statement.Checked).
 type Inserter[T any] interface {
 	InsertStatement(obj T) Statement
 }

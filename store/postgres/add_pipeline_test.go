@@ -15,8 +15,8 @@ import (
 
 // On pgx, an Add whose commands are all Exec commands is one unit of statements: the
 // store's insert goes with BEGIN, the commands after it, and COMMIT with the last,
-// one round trip per checked command plus one. An Add with a command of the caller's
-// own (Hold is one) takes the ordinary path.
+// in one batch, the server checking the counts of checked commands. An Add with a
+// command of the caller's own (Hold is one) takes the ordinary path.
 func TestPgxPipelinesAdd(t *testing.T) {
 	ctx := t.Context()
 	db, tracer := tracedPgx(t)
@@ -34,7 +34,7 @@ func TestPgxPipelinesAdd(t *testing.T) {
 	}{
 		{"no commands", nil, [][]string{{"begin", "insert", "ticket", "commit"}}, false},
 		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, [][]string{{"begin", "insert", ins, "ticket", "commit"}}, true},
-		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"begin", "insert", ins}, {"ticket", "commit"}}, true},
+		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"begin", "insert", rowCheckedSQL(ins, 1), "ticket", "commit"}}, true},
 		{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

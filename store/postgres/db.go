@@ -61,9 +61,11 @@ type Options struct {
 	// clients parsed; see the package documentation. Each statement is then parsed
 	// and planned on every call. With binary_parameters, lib/pq sends a []byte
 	// argument in binary format: right for bytea and text, but a jsonb parameter wants
-	// a string. On pgx, a pipelined Add or hand-over whose context ends while it
-	// commits sends no cancel request (poolers may mishandle them: PgBouncer before
-	// 1.19.1 crashes): it waits up to 5 s for the server's answer instead.
+	// a string. On pgx, a pipelined Add or hand-over whose context ends while its
+	// batch that carries COMMIT runs (the whole unit, when the server checks its
+	// counts) sends no cancel request (poolers may mishandle them: PgBouncer before
+	// 1.19.1 crashes): it waits up to 5 s for the server's answer instead, and past
+	// that the commit's outcome is unknown.
 	Unprepared bool
 
 	// Replica is a pool on a hot standby of this database (streaming replication),

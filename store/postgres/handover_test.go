@@ -310,10 +310,11 @@ func (r *batchTracer) reset() (batches [][]string, alone []string) {
 	return batches, alone
 }
 
-// On pgx, a hand-over of Exec commands goes in one round trip per checked statement,
-// plus one: BEGIN with the first statements, COMMIT (and the ticket read before it:
-// resolve.go) with the last, and never a statement sent before the one before it was
-// checked. A hand-over with a command of the caller's own takes the ordinary path.
+// On pgx, a hand-over of Exec commands goes in one batch: BEGIN, the statements,
+// COMMIT (and the ticket read before it: resolve.go), the server checking the counts
+// of INSERT, UPDATE and DELETE statements (rowCheckedSQL). Another checked statement
+// (here one with RETURNING) ends its batch, read before the next is sent. A hand-over
+// with a command of the caller's own takes the ordinary path.
 func TestPgxPipelinesHandOvers(t *testing.T) {
 	ctx := t.Context()
 	db, tracer := tracedPgx(t)
@@ -324,16 +325,21 @@ func TestPgxPipelinesHandOvers(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES ($1)`, id)
 		return err
 	})
+	releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
 	const del, ins = `DELETE FROM pending WHERE block_id = $1`, `INSERT INTO heads (block_id) VALUES ($1)`
+	const delReturning = `DELETE FROM pending WHERE block_id = $1 RETURNING block_id`
+	checkedDel, checkedIns := rowCheckedSQL(del, 1), rowCheckedSQL(ins, 1)
 	cases := []struct {
 		name             string
 		release, acquire []refset.Command[string]
 		batches          [][]string
 	}{
 		{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
-			[][]string{{"begin", del}, {ins, "ticket", "commit"}}},
+			[][]string{{"begin", checkedDel, ins, "ticket", "commit"}}},
 		{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
-			[][]string{{"begin", del}, {ins}, {"ticket", "commit"}}},
+			[][]string{{"begin", checkedDel, checkedIns, "ticket", "commit"}}},
+		{"a checked release the server cannot check", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireChecked},
+			[][]string{{"begin", delReturning}, {checkedIns, "ticket", "commit"}}},
 		{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
 			[][]string{{"begin", del, ins, "ticket", "commit"}}},
 		{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
@@ -499,7 +505,9 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 
 // The pipeline runs in every query mode a pgx pool may be configured with (a pooler
 // in transaction mode wants simple_protocol or exec): a hand-over commits, a wrong
-// count stops it before its next statement, a refused statement rolls it back.
+// count stops it before its next statement, a refused statement rolls it back, and
+// an argument pgx cannot send is a statement's mistake (nothing was sent), not a
+// lost commit, in a batch that carries BEGIN and COMMIT together too.
 func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
@@ -530,6 +538,14 @@ func TestPgxPipelineInEveryQueryMode(t *testing.T) {
 			_, err = e.acquired(t, "c", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead, acquireHead}).Complete(ctx)
 			require.ErrorIs(t, err, refset.ErrDuplicate)
 			pending, head = e.state(t, "c")
+			assert.True(t, pending, "rolled back")
+			assert.False(t, head, "rolled back")
+
+			unsendable := refset.Exec[string](`INSERT INTO heads (block_id) SELECT ? WHERE ? IS NOT NULL`, 1, struct{}{})
+			_, err = e.acquired(t, "d", []refset.Command[string]{releasePending}, []refset.Command[string]{unsendable}).Complete(ctx)
+			require.ErrorIs(t, err, refset.ErrStatement)
+			require.NotErrorIs(t, err, refset.ErrCommitUnknown)
+			pending, head = e.state(t, "d")
 			assert.True(t, pending, "rolled back")
 			assert.False(t, head, "rolled back")
 		})

@@ -18,11 +18,13 @@ import (
 
 // pgxPipeline runs a hand-over made only of refset.Exec commands on pgx in segments,
 // each one pgx.Batch, one round trip: the first begins the transaction, the last
-// commits it, and a segment ends after each statement whose row count refset checks,
-// so that no statement runs before the one before it was checked. A release whose
-// count is checked and an acquire whose count is not take two round trips, [BEGIN,
-// DELETE] and [INSERT, COMMIT], where database/sql takes four. The statements run in
-// the connection's own query mode, prepared through pgx's statement cache by default.
+// commits it, and no statement runs before the row count of the one before it was
+// checked. The server checks the counts of the statements it can (an INSERT, UPDATE
+// or DELETE: rowcheck.go), so a hand-over of those is one segment, [BEGIN, DELETE,
+// INSERT, COMMIT], where database/sql takes four round trips; a segment ends after
+// any other statement whose count is checked, read before the next is sent. The
+// statements run in the connection's own query mode, prepared through pgx's
+// statement cache by default.
 //
 // The batch goes over the pool's connection itself (sql.Conn.Raw): database/sql's
 // transactions have no way to send BEGIN with the statements after it.
@@ -34,6 +36,8 @@ type pgxPipeline struct {
 	// (Options.Unprepared): a pooler may mishandle cancel requests (PgBouncer before
 	// 1.19.1 crashes on them), so the segment is waited for instead.
 	cancels bool
+	// checks are the statements whose row counts the server checks, as sent.
+	checks *rowChecks
 }
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
@@ -55,7 +59,7 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipelin
 	default:
 		return pgxPipeline{}, false
 	}
-	return pgxPipeline{db: db, opts: opts, cancels: !unprepared}, true
+	return pgxPipeline{db: db, opts: opts, cancels: !unprepared, checks: newRowChecks()}, true
 }
 
 // run is refsetdriver.Pipeliner.RunPipeline.
@@ -86,8 +90,30 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 // runOn runs stmts on c, segment by segment, reading the commit's ticket into
 // ticket unless it is nil. Every way out but a commit rolls back, a panic too; a
 // connection that cannot roll back is closed by pgx, and database/sql drops it.
+//
+// A statement the server refused to run with its count checked (a table's rules:
+// rowCheckedInvalid) is sent as it is from then on, and the unit runs again: it had
+// run nothing it keeps, and ran nothing after that statement.
 func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
-	err := p.segments(ctx, c, stmts, result, ticket)
+	sent := make([]string, len(stmts))
+	for i, s := range stmts {
+		sent[i] = p.checks.sent(s)
+	}
+	err := p.segments(ctx, c, stmts, sent, result, ticket)
+	for {
+		var unchecked *uncheckable
+		if !errors.As(err, &unchecked) {
+			break
+		}
+		i := unchecked.i
+		p.checks.refuse(stmts[i])
+		sent[i] = stmts[i].Query
+		if ctx.Err() != nil || c.IsClosed() {
+			err = orError(result(i, 0, unchecked.err), unchecked.err)
+			break
+		}
+		err = p.segments(ctx, c, stmts, sent, result, ticket)
+	}
 	var pe *refsetdriver.PipelineError
 	if ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
 		if err := p.db.resolveCommit(ctx, *ticket, pe.Err); err != nil {
@@ -98,9 +124,10 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 	return err
 }
 
-// segments runs stmts on c, segment by segment, reading the commit's ticket (see
-// resolve.go) into ticket with the last unless ticket is nil.
-func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
+// segments runs stmts on c, segment by segment, sending sent[i] for stmts[i] (the
+// statement, or the statement that checks its count: rowChecks.sent), and reading the
+// commit's ticket (see resolve.go) into ticket with the last unless ticket is nil.
+func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, sent []string, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	committed := false
 	defer func() {
 		if !committed {
@@ -108,8 +135,8 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		}
 	}()
 	for start := 0; ; {
-		end := segmentEnd(stmts, start)
-		last := end == len(stmts) && (end == start || !stmts[end-1].Checked)
+		end := segmentEnd(stmts, sent, start)
+		last := end == len(stmts) && (end == start || !readBeforeNext(stmts, sent, end-1))
 		if err := ctx.Err(); err != nil && start > 0 {
 			return err // given up on between segments: COMMIT was never sent
 		}
@@ -117,8 +144,8 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		if start == 0 {
 			b.BeginTx(p.opts)
 		}
-		for _, s := range stmts[start:end] {
-			b.Queue(s.Query, s.Args...)
+		for i := start; i < end; i++ {
+			b.Queue(sent[i], stmts[i].Args...)
 		}
 		if last {
 			if ticket != nil {
@@ -131,7 +158,7 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
-		err := readSegment(br, start == 0, stmts, start, end, last, ticket, result)
+		err := readSegment(c, br, start == 0, stmts, sent, start, end, last, ticket, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
@@ -243,26 +270,71 @@ func givenUp(ctx context.Context, err error) error {
 }
 
 // segmentEnd is where the segment that starts at start ends: after the first
-// statement from start whose result is checked, or at the end.
-func segmentEnd(stmts []refsetdriver.Statement, start int) int {
+// statement from start whose result must be read before the next is sent, or at the
+// end.
+func segmentEnd(stmts []refsetdriver.Statement, sent []string, start int) int {
 	for i := start; i < len(stmts); i++ {
-		if stmts[i].Checked {
+		if readBeforeNext(stmts, sent, i) {
 			return i + 1
 		}
 	}
 	return len(stmts)
 }
 
+// readBeforeNext reports whether stmts[i]'s result must be read before the next
+// statement is sent: its count is checked, by refset (it is sent as it is).
+func readBeforeNext(stmts []refsetdriver.Statement, sent []string, i int) bool {
+	return stmts[i].Checked && sent[i] == stmts[i].Query
+}
+
+// serverChecks reports whether the server checks stmts[i]'s count (sent[i] is the
+// statement that does).
+func serverChecks(stmts []refsetdriver.Statement, sent []string, i int) bool {
+	return stmts[i].Checked && sent[i] != stmts[i].Query
+}
+
+// uncheckable is the failure of stmts[i], sent to have its count checked by the
+// server, that the server may not have given the statement sent as it is
+// (rowCheckedInvalid): the unit is to run again without the check (runOn).
+type uncheckable struct {
+	i   int
+	err error
+}
+
+func (e *uncheckable) Error() string { return e.err.Error() }
+func (e *uncheckable) Unwrap() error { return e.err }
+
+// statementFailed is the error of stmts[i], which failed with err: the count the
+// server refused, as a count, or the failure.
+func statementFailed(stmts []refsetdriver.Statement, sent []string, i int, err error, result refsetdriver.ResultFunc) error {
+	if serverChecks(stmts, sent, i) {
+		if n, ok := rowCountRefused(err); ok {
+			return orError(result(i, n, nil), err)
+		}
+		if rowCheckedInvalid(err) {
+			return &uncheckable{i: i, err: err}
+		}
+	}
+	return orError(result(i, 0, err), err)
+}
+
 // readSegment reads the results of one segment in order: BEGIN's if it began the
-// transaction, those of stmts[start:end], and COMMIT's if it is the last. After a
-// statement the server refused it skipped the rest of the segment, COMMIT included.
-func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
+// transaction, those of stmts[start:end] (sent as sent[start:end]), and COMMIT's if
+// it is the last. After a statement the server refused it skipped the rest of the
+// segment, COMMIT included.
+func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, sent []string, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
 	if begins {
 		if _, err := br.Exec(); err != nil {
 			// A statement that does not prepare fails the whole batch before
 			// anything runs, BEGIN's result included: it is that statement's error.
-			if i, ok := failedToPrepare(err, stmts, start, end); ok {
-				return orError(result(i, 0, err), err)
+			if i, ok := failedToPrepare(err, sent, start, end); ok {
+				return statementFailed(stmts, sent, i, err, result)
+			}
+			if last && unanswered(err) && c.IsClosed() {
+				// The segment carries COMMIT too, and was sent: it may have run. (A
+				// failure that left the connection open is pgx's before it sent
+				// anything: an argument it cannot encode, in some query modes.)
+				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 			}
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 		}
@@ -270,17 +342,20 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statemen
 	for i := start; i < end; i++ {
 		tag, err := br.Exec()
 		if err != nil {
-			if j, ok := failedToPrepare(err, stmts, start, end); ok {
-				return orError(result(j, 0, err), err)
+			if j, ok := failedToPrepare(err, sent, start, end); ok {
+				return statementFailed(stmts, sent, j, err, result)
 			}
-			var pgErr *pgconn.PgError
-			if last && !errors.As(err, &pgErr) {
+			if last && unanswered(err) {
 				// No answer, the connection lost: COMMIT was sent, and may have run.
 				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 			}
-			return orError(result(i, 0, err), err)
+			return statementFailed(stmts, sent, i, err, result)
 		}
-		if err := result(i, tag.RowsAffected(), nil); err != nil {
+		rows := tag.RowsAffected()
+		if serverChecks(stmts, sent, i) {
+			rows = stmts[i].Rows // the statement's one row, the count it checked
+		}
+		if err := result(i, rows, nil); err != nil {
 			return err
 		}
 	}
@@ -301,15 +376,23 @@ func readSegment(br pgx.BatchResults, begins bool, stmts []refsetdriver.Statemen
 	return nil
 }
 
-// failedToPrepare is the statement of stmts[start:end] that err, a batch's failure
+// unanswered reports whether err, the failure to read a result of a batch, is no
+// answer from the server (the connection lost, or given up on: watchCommit) once
+// the batch may have reached it.
+func unanswered(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
+}
+
+// failedToPrepare is the statement of sent[start:end] that err, a batch's failure
 // before it ran, says did not prepare.
-func failedToPrepare(err error, stmts []refsetdriver.Statement, start, end int) (int, bool) {
+func failedToPrepare(err error, sent []string, start, end int) (int, bool) {
 	var pe pgx.ErrPreprocessingBatch
 	if !errors.As(err, &pe) {
 		return 0, false
 	}
 	for i := start; i < end; i++ {
-		if stmts[i].Query == pe.SQL() {
+		if sent[i] == pe.SQL() {
 			return i, true
 		}
 	}

@@ -52,6 +52,23 @@ SELECT COALESCE(CASE WHEN $1::xid8 < pg_current_xact_id()
        ` + serverSQL + ` = $3,
        COALESCE(pg_last_wal_replay_lsn() > $2::pg_lsn, true)`
 
+// rowCountMark opens the text rowCheckedSQL casts to a number, and so fails on,
+// when its statement affected another count of rows than it must: the count follows
+// it, and the server's error quotes the text (in whatever language it speaks).
+const rowCountMark = "refset-rows-affected:"
+
+// rowCheckedSQL is body, a statement sqltext.Modification takes, made to refuse
+// itself when it affects other than want rows: it runs as a data-modifying common
+// table expression whose rows are counted, and a count other than want is cast to
+// bigint as rowCountMark and the count, a text that is no number. The failure aborts
+// the transaction, so nothing sent after the statement runs and COMMIT rolls back,
+// and it says the count (rowCountRefused reads it). A count of want is the result.
+func rowCheckedSQL(body string, want int64) string {
+	w := strconv.FormatInt(want, 10)
+	return "WITH refset_rows AS (" + body + " RETURNING 1) SELECT CASE WHEN n = " + w +
+		" THEN n ELSE ('" + rowCountMark + "' || n)::bigint END FROM (SELECT count(*) AS n FROM refset_rows) AS refset_count"
+}
+
 // serverVersionSQL is the server's version as a number (150004 for 15.4).
 const serverVersionSQL = `SELECT current_setting('server_version_num')::int`
 

@@ -184,6 +184,7 @@ var suiteTests = []suiteTest{
 	{promisesSuite, "Placeholders", testPlaceholders},
 	{promisesSuite, "SameMistakeSameSentinel", testSameMistakeSameSentinel},
 	{promisesSuite, "FailedCommandSaysWhich", testFailedCommandSaysWhich},
+	{promisesSuite, "WrongCountSaysTheCount", testWrongCountSaysTheCount},
 	{promisesSuite, "MessagesSayEachThingOnce", testMessagesSayEachThingOnce},
 }
 

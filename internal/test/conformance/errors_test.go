@@ -366,6 +366,50 @@ func testFailedCommandSaysWhich(t *testing.T, h harness) {
 	assert.Equal(t, 0, e.count(t, "blocks_holds", ""))
 }
 
+// testWrongCountSaysTheCount: an Exec command that affects another count of rows
+// than it wants fails the same way on every store, whether the count is read by
+// refset (SQLite, lib/pq) or refused by the server itself (pgx, whose hand-over then
+// goes in one batch with COMMIT): ErrNotFound, and a message that names the command
+// and says the count, for a row already gone, a row matched twice, a row where none
+// is wanted, an insert a conflict made do nothing. Nothing changes, and the statement
+// after the refused one never runs.
+func testWrongCountSaysTheCount(t *testing.T, h harness) {
+	e, set, ctx := newBlocksEnv(t, h)
+	for _, id := range []string{"a", "b"} {
+		_, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
+		require.NoError(t, err)
+	}
+	acquire := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, -1)
+	cmds := func(c ...refset.Command[string]) []refset.Command[string] { return c }
+	cases := []struct {
+		name    string
+		release refset.Command[string]
+		says    string
+	}{
+		{"a row gone", refset.Exec[string](`DELETE FROM pending WHERE block_id = ? || '-gone'`, 1),
+			"refset: complete a: release command 1 of 2 (DELETE FROM pending WHERE block_id = ? || '-gone'): affected 0 rows, want 1"},
+		{"a row matched twice", refset.Exec[string](`DELETE FROM pending WHERE block_id IN (?, ?)`, 1, "b"),
+			"refset: complete a: release command 1 of 2 (DELETE FROM pending WHERE block_id IN (?, ?)): affected 2 rows, want 1"},
+		{"a row where none is wanted", refset.Exec[string](`UPDATE pending SET block_id = block_id WHERE block_id = ?`, 0),
+			"refset: complete a: release command 1 of 2 (UPDATE pending SET block_id = block_id WHERE block_id = ?): affected 1 rows, want 0"},
+		{"an insert a conflict made do nothing", refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?) ON CONFLICT DO NOTHING`, 1),
+			"refset: complete a: release command 1 of 2 (INSERT INTO pending (block_id) VALUES (?) ON CONFLICT DO NOTHING): affected 0 rows, want 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := e.complete(t, set, "a", cmds(tc.release), cmds(acquire))
+			require.ErrorIs(t, err, refset.ErrNotFound, "%v", err)
+			assert.Equal(t, tc.says, err.Error())
+			assertSaidOnce(t, err)
+			assert.Equal(t, 2, e.count(t, "pending", ""), "nothing changed")
+			assert.Equal(t, 0, e.count(t, "heads", ""), "the acquire did not run")
+		})
+	}
+	require.NoError(t, e.complete(t, set, "a", cmds(refset.Exec[string](`DELETE FROM pending WHERE block_id IN (?, ?)`, 2, "b")), cmds(acquire)),
+		"two rows wanted, two matched")
+	assert.Equal(t, 0, e.count(t, "pending", ""))
+}
+
 // slowStatement is an InTx unit of work whose one statement takes seconds.
 func (e *env) slowStatement(ctx context.Context) error {
 	return inTx(ctx, e.db, func(tx refset.Tx) error {

@@ -23,6 +23,7 @@ type Proxy struct {
 	refusing atomic.Bool
 	noCancel atomic.Bool // drop cancel requests
 	needle   atomic.Pointer[string]
+	ready    atomic.Int64 // the server's ReadyForQuery messages
 	wg       sync.WaitGroup
 
 	mu    sync.Mutex
@@ -92,6 +93,11 @@ func (p *Proxy) CutReplyTo(needle string) {
 // connection mid-statement, which would end a COMMIT that CutAfterCommitSent leaves
 // the server to finish.
 func (p *Proxy) DropCancels() { p.noCancel.Store(true) }
+
+// ReadyForQuery is how many ReadyForQuery messages the server has sent through the
+// proxy, on all its connections: one per round trip a client waits for (a simple
+// query, or the Sync that ends an extended protocol's messages, a pgx batch's).
+func (p *Proxy) ReadyForQuery() int64 { return p.ready.Load() }
 
 // Refuse makes the proxy refuse (close at once) new connections while on is true:
 // a server that cannot be reached.
@@ -197,6 +203,9 @@ func (p *Proxy) fromClient(sent *atomic.Bool) func(frame []byte, first bool) (se
 // statement CutReplyTo waits for, it drops the server's next ReadyForQuery and ends
 // the connection.
 func (p *Proxy) fromServer(frame []byte, sent *atomic.Bool) (send, goOn bool) {
+	if frame[0] == 'Z' {
+		p.ready.Add(1)
+	}
 	if frame[0] == 'Z' && sent.Load() {
 		return false, false
 	}
