@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -436,4 +439,62 @@ func TestLibPQReadsNoTicketBeforeCommit(t *testing.T) {
 	}), "a unit that writes nothing")
 	assert.True(t, readOnlyAssigned, "it has an id too (the cost of reading the ticket before knowing)")
 	assert.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM items`))
+}
+
+// TestTicketBeforeCommitWithoutMessagePrivilege: a role refused
+// pg_logical_emit_message (revoked from PUBLIC, in a database of its own) cannot have
+// lib/pq's BEGIN read the ticket; Open finds it out, and the ticket is read before
+// COMMIT as on pgx: units commit, and a COMMIT whose reply is lost is still resolved.
+func TestTicketBeforeCommitWithoutMessagePrivilege(t *testing.T) {
+	ctx := t.Context()
+	asURL, _ := pgtest.Forms(t, pgtest.DSN(t))
+	admin, err := sql.Open("postgres", asURL)
+	require.NoError(t, err)
+	defer admin.Close()
+	suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))[:20] + fmt.Sprint(time.Now().UnixNano())
+	dbName, role := "refset_db_"+suffix, "refset_role_"+suffix
+	for _, q := range []string{`CREATE DATABASE ` + dbName, `CREATE ROLE ` + role + ` LOGIN`} {
+		_, err := admin.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(context.Background(), `DROP DATABASE IF EXISTS `+dbName+` WITH (FORCE)`)
+		_, _ = admin.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	u, err := url.Parse(asURL)
+	require.NoError(t, err)
+	u.Path = "/" + dbName
+	q := u.Query()
+	q.Del("search_path")
+	q.Del("options")
+	u.RawQuery = q.Encode()
+	owner, err := sql.Open("postgres", u.String())
+	require.NoError(t, err)
+	defer owner.Close()
+	for _, q := range []string{
+		`REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC`,
+		`GRANT ALL ON SCHEMA public TO ` + role,
+	} {
+		_, err := owner.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	u.User = url.User(role)
+	proxy, dsn := pgtest.NewProxy(t, u.String())
+	logs := newLogRecorder()
+	db := openWith(t, dsn, Options{Driver: DriverLibPQ, Options: store.Options{Logger: logs.logger()}})
+	require.False(t, db.beginTicket, "BEGIN reads no ticket for this role")
+	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE items (id text PRIMARY KEY)`)
+	require.NoError(t, err)
+
+	insert := func(id string) func(ctx context.Context, tx refset.Tx) error {
+		return func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES (?)`, id)
+			return err
+		}
+	}
+	require.NoError(t, refset.InTx(ctx, db, insert("a")))
+	proxy.CutCommitReply()
+	require.NoError(t, refset.InTx(ctx, db, insert("b")), "the lost COMMIT resolved from the ticket read before it")
+	assert.Len(t, logs.find("refset/postgres: connection lost while committing; the transaction committed"), 1)
+	assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM items`))
 }
