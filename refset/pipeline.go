@@ -36,25 +36,27 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 	if tx != nil || s.caps.pipe == nil {
 		return false, nil
 	}
-	execs := make([]*execCommand[ID], 0, len(cmds)+1)
-	stmts := make([]refsetdriver.Statement, 0, len(cmds)+1)
+	first := 0 // where the commands' statements start: after lead's, if any
+	if lead != nil {
+		first = 1
+	}
+	// Made at their length, lead's place kept: no slice made twice.
+	execs := make([]*execCommand[ID], first, len(cmds)+first)
+	stmts := make([]refsetdriver.Statement, first, len(cmds)+first)
 	for _, c := range cmds {
 		e, isExec := bare(c).(*execCommand[ID])
 		if !isExec {
 			return false, nil
 		}
-		q := s.caps.rebind(e.query) // as the Tx's Bind: an Exec always has the ID
+		q := s.caps.rebind.Rebind(e.query) // as the Tx's Bind: an Exec always has the ID
 		if sqltext.EndingStatement(q) != "" {
 			return false, nil
 		}
 		execs = append(execs, e)
 		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0, Rows: e.wantRows})
 	}
-	first := 0 // where the commands' statements start
 	if lead != nil {
-		first = 1
-		execs = append([]*execCommand[ID]{nil}, execs...)
-		stmts = append([]refsetdriver.Statement{lead()}, stmts...)
+		stmts[0] = lead() // execs[0] is nil
 	}
 	db := s.db
 	return true, runUnit(ctx, s.caps, func(ctx context.Context) error {
@@ -87,6 +89,9 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 			}
 			return nil
 		})
+		if err == nil {
+			return nil // before txErr, which escapes: no allocation for a unit that commits
+		}
 		var txErr *refsetdriver.PipelineError
 		if errors.As(err, &txErr) {
 			if txErr.Query == "COMMIT" {

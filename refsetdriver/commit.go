@@ -69,6 +69,9 @@ func mark[K any](err error) error {
 
 // marked reports whether err, or an error it wraps, was marked with K.
 func marked[K any](err error) bool {
+	if err == nil {
+		return false // before m, which escapes: no allocation for every unit of work
+	}
 	var m *marking[K]
 	return errors.As(err, &m)
 }

@@ -24,7 +24,11 @@ type unitKey struct{}
 // unit is one unit of work in a context: the transaction, the database it belongs
 // to, the units around it (of this database when it is a savepoint of one, or of
 // others), and what to do once it commits.
+//
+// It is itself the context that carries it, made from the one it was given: one
+// allocation for every unit of work, where context.WithValue would add one.
 type unit struct {
+	context.Context
 	db       Database
 	tx       Tx
 	outer    *unit
@@ -43,8 +47,16 @@ type unit struct {
 // one, to run when it commits. end(false) drops them.
 func WithUnit(ctx context.Context, db Database, tx Tx) (context.Context, func(committed bool)) {
 	outer, _ := ctx.Value(unitKey{}).(*unit)
-	u := &unit{db: db, tx: tx, outer: outer}
-	return context.WithValue(ctx, unitKey{}, u), u.end
+	u := &unit{Context: ctx, db: db, tx: tx, outer: outer}
+	return u, u.end
+}
+
+// Value is the unit for unitKey, and ctx's value for any other key.
+func (u *unit) Value(key any) any {
+	if key == (unitKey{}) {
+		return u
+	}
+	return u.Context.Value(key)
 }
 
 func (u *unit) end(committed bool) {

@@ -35,8 +35,10 @@ type Config struct {
 	// Statements caches the statements of Exec commands on the pool writes begin
 	// on; nil: none.
 	Statements *stmtcache.Cache
-	// Begin begins a write transaction on the database's pools.
-	Begin func(ctx context.Context) (*sqlx.Tx, error)
+	// Begin begins a write transaction on the database's pools, and returns the
+	// context it commits with (Tx.Commit's): ctx, or one that carries what the
+	// store's BEGIN read for its commit (PostgreSQL's commit ticket on lib/pq).
+	Begin func(ctx context.Context) (context.Context, *sqlx.Tx, error)
 	// Release closes the pools the database owns; nil: it owns none.
 	Release func() error
 	// Tx is what the store adds to the transactions Begin begins: a check of each
@@ -86,25 +88,25 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 	if err := e.refuseOwnWriter(ctx); err != nil {
 		return nil, err
 	}
-	stopWatch := e.watchWait(ctx)
+	watch := e.watchWait(ctx)
 	// Exec commands' statements that ran unprepared are prepared now, while this
 	// goroutine holds no connection (on SQLite's one writer connection, a
 	// transaction would hold it).
 	e.c.Statements.Prepare(ctx)
 	if e.group != nil {
 		tx, err := e.group.begin(ctx)
-		stopWatch()
+		stopWatching(watch)
 		if err != nil {
 			return nil, e.c.DB.TranslateError(err, "BEGIN")
 		}
 		return tx, nil
 	}
-	tx, err := e.c.Begin(ctx)
-	stopWatch()
+	txCtx, tx, err := e.c.Begin(ctx)
+	stopWatching(watch)
 	if err != nil {
 		return nil, e.c.DB.TranslateError(err, "BEGIN")
 	}
-	return sqlstore.NewTx(ctx, tx, e.c.DB, e.c.Statements, e.c.Tx), nil
+	return sqlstore.NewTx(txCtx, tx, e.c.DB, e.c.Statements, e.c.Tx), nil
 }
 
 // watchWait logs a warning if Begin still waits for a connection once the
@@ -114,18 +116,27 @@ func (e *Engine) Begin(ctx context.Context) (refsetdriver.DatabaseTx, error) {
 // unit of work with a context that does not carry the unit, waiting for the unit's own
 // connection: the warning says so, where the call would otherwise wait in silence
 // until its context ends (for ever with context.Background()).
-func (e *Engine) watchWait(ctx context.Context) (stop func()) {
+//
+// It returns the watch's timer (nil when the threshold is off), for stopWatching: a
+// timer rather than a function that stops it, one allocation less on every Begin.
+func (e *Engine) watchWait(ctx context.Context) *time.Timer {
 	threshold := e.c.Driver.SlowStatement()
 	if threshold <= 0 {
-		return func() {}
+		return nil
 	}
 	start := time.Now()
-	timer := time.AfterFunc(threshold, func() {
+	return time.AfterFunc(threshold, func() {
 		dblog.Or(e.c.Driver.Logger()).LogAttrs(ctx, slog.LevelWarn, e.c.Name+": waiting for a connection to begin a transaction",
 			slog.Duration("waited", time.Since(start).Round(time.Millisecond)),
 			slog.String("hint", "every connection is in use (on SQLite, its one writer). A call made inside refset.InTx must use the context InTx gave its function, which joins the unit; with another it waits for the unit's own connection"))
 	})
-	return func() { timer.Stop() }
+}
+
+// stopWatching stops a watch of watchWait.
+func stopWatching(watch *time.Timer) {
+	if watch != nil {
+		watch.Stop()
+	}
 }
 
 // Closed reports whether Close was called.

@@ -18,7 +18,7 @@ func EndingStatement(query string) string {
 	l := lexer{src: query}
 	for {
 		words, more := l.statement()
-		if v := ending(words); v != "" {
+		if v := ending(&words); v != "" {
 			return v
 		}
 		if !more {
@@ -27,37 +27,43 @@ func EndingStatement(query string) string {
 	}
 }
 
-// ending judges a statement by its first three words, upper-cased.
-func ending(w []string) string {
-	if len(w) == 0 {
-		return ""
+// firstWords are a statement's first three words as written, "" past its end: an
+// array, so that reading a statement allocates nothing (refset reads every
+// statement a unit of work runs).
+type firstWords [3]string
+
+// is reports whether the statement's i-th word is keyword kw, in any case.
+func (w *firstWords) is(i int, kw string) bool { return strings.EqualFold(w[i], kw) }
+
+// ending judges a statement by its first three words.
+func ending(w *firstWords) string {
+	for _, kw := range [...]string{"COMMIT", "END", "ABORT", "BEGIN", "START"} {
+		if w.is(0, kw) {
+			return kw
+		}
 	}
-	switch w[0] {
-	case "COMMIT", "END", "ABORT", "BEGIN", "START":
-		return w[0]
-	case "ROLLBACK":
+	switch {
+	case w.is(0, "ROLLBACK"):
 		// ROLLBACK [WORK | TRANSACTION] TO [SAVEPOINT] name undoes part of the
 		// transaction and keeps it open.
-		rest := w[1:]
-		if len(rest) > 0 && (rest[0] == "WORK" || rest[0] == "TRANSACTION") {
-			rest = rest[1:]
+		next := 1
+		if w.is(1, "WORK") || w.is(1, "TRANSACTION") {
+			next = 2
 		}
-		if len(rest) > 0 && rest[0] == "TO" {
+		if w.is(next, "TO") {
 			return ""
 		}
 		return "ROLLBACK"
-	case "PREPARE":
-		if len(w) > 1 && w[1] == "TRANSACTION" {
-			return "PREPARE TRANSACTION"
-		}
+	case w.is(0, "PREPARE") && w.is(1, "TRANSACTION"):
+		return "PREPARE TRANSACTION"
 	}
 	return ""
 }
 
 // statement reads up to the next semicolon outside a BEGIN/CASE ... END block and
-// returns the statement's first three words, upper-cased, and whether more follows.
-func (l *lexer) statement() (words []string, more bool) {
-	depth := 0
+// returns the statement's first three words and whether more follows.
+func (l *lexer) statement() (words firstWords, more bool) {
+	depth, n := 0, 0
 	for {
 		tok := l.next()
 		switch tok.kind {
@@ -68,17 +74,18 @@ func (l *lexer) statement() (words []string, more bool) {
 				return words, true
 			}
 		case word:
-			w := strings.ToUpper(tok.text)
-			if len(words) < 3 {
-				words = append(words, w)
+			if n < len(words) {
+				words[n] = tok.text
 			}
-			if len(words) == 1 && w == "BEGIN" {
-				continue // the statement BEGIN, not a block
-			}
-			switch w {
-			case "BEGIN", "CASE":
+			n++
+			switch {
+			case strings.EqualFold(tok.text, "BEGIN"):
+				if n > 1 { // the statement BEGIN is not a block
+					depth++
+				}
+			case strings.EqualFold(tok.text, "CASE"):
 				depth++
-			case "END":
+			case strings.EqualFold(tok.text, "END"):
 				depth = max(depth-1, 0)
 			}
 		}
@@ -139,10 +146,10 @@ func SQLiteParams(query string) int {
 			}
 		case word:
 			words++
-			switch w := strings.ToUpper(tok.text); {
-			case (w == "BEGIN" && words > 1) || w == "CASE":
+			switch w := tok.text; {
+			case (strings.EqualFold(w, "BEGIN") && words > 1) || strings.EqualFold(w, "CASE"):
 				depth++
-			case w == "END":
+			case strings.EqualFold(w, "END"):
 				depth = max(depth-1, 0)
 			}
 		case other:

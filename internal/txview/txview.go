@@ -53,13 +53,23 @@ type Options struct {
 	Translate func(err error, query string) error
 	// Refuse wraps ErrEndsTransaction for a refused statement.
 	Refuse func(error) error
-	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres), as
-	// the database's refsetdriver.Driver does; nil leaves every statement as it is.
-	Rebind func(query string) string
+	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres): the
+	// database's refsetdriver.Driver; nil leaves every statement as it is.
+	Rebind Rebinder
 	// Log receives statements slower than Slow (none when Slow is 0).
 	Log  *slog.Logger
 	Slow time.Duration
 }
+
+// Rebinder rewrites a statement's ? placeholders to its database's own.
+type Rebinder interface {
+	Rebind(query string) string
+}
+
+// RebindFunc is a function that rewrites placeholders, as a Rebinder.
+type RebindFunc func(query string) string
+
+func (f RebindFunc) Rebind(query string) string { return f(query) }
 
 // New returns a view of raw for one unit of work or savepoint. raw may itself be a
 // View (a savepoint inside a unit of work): the new view runs on the same
@@ -104,7 +114,7 @@ func (v *View) Bind(query string, args []any) string {
 	if len(args) == 0 || v.Rebind == nil {
 		return query
 	}
-	q := v.Rebind(query)
+	q := v.Rebind.Rebind(query)
 	if q != query && pgxOption(args[0]) {
 		return query
 	}

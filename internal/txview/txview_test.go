@@ -11,8 +11,8 @@ import (
 // the database's placeholders when the statement has arguments, and never where it
 // could be PostgreSQL's jsonb operator in a statement that runs today.
 func TestBind(t *testing.T) {
-	postgres := &View{Options: Options{Rebind: sqltext.Dollar}}
-	sqlite := &View{Options: Options{Rebind: func(q string) string { return q }}}
+	postgres := &View{Options: Options{Rebind: RebindFunc(sqltext.Dollar)}}
+	sqlite := &View{Options: Options{Rebind: RebindFunc(func(q string) string { return q })}}
 	tests := []struct {
 		name  string
 		view  *View

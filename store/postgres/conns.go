@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -142,6 +143,11 @@ type guardedConn struct {
 	kept map[string]*guardedStmt
 	// who is the server session of the connection, once asked (identify).
 	who backendID
+	// tx is the connection's transaction, once begun, and row where its ticket is
+	// read: kept here, one transaction at a time, rather than allocated on every
+	// BEGIN.
+	tx  watchedTx
+	row [1]driver.Value
 }
 
 var _ libpqConn = (*guardedConn)(nil)
@@ -160,8 +166,7 @@ func (c *guardedConn) seen(sound bool, err error) error {
 
 // refusesWrites reports whether err is the server's refusal with code.
 func refusesWrites(err error, code string) bool {
-	var se sqlStater
-	return err != nil && errors.As(err, &se) && se.SQLState() == code
+	return err != nil && sqlState(err) == code
 }
 
 func (c *guardedConn) IsValid() bool { return !c.readOnly.Load() && c.conn.IsValid() }
@@ -235,15 +240,96 @@ func (c *guardedConn) Prepare(query string) (driver.Stmt, error) {
 }
 
 // BeginTx begins a transaction; BEGIN changes nothing, so a connection lost
-// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry.
+// meanwhile stays lib/pq's ErrBadConn, which database/sql may retry. With a context
+// of withTicket, it reads the commit ticket (beginTicketSQL) in BEGIN's round trip.
+//
+// It sends BEGIN itself, as lib/pq writes it, rather than through lib/pq's BeginTx,
+// which cannot send anything with it; and it does so for every transaction: lib/pq
+// calls the watch of a transaction's context that its BeginTx set again at the end
+// of every later transaction of the connection, until its BeginTx sets another, and
+// a watch called twice panics. The watch here is the BEGIN query's own, which lib/pq
+// ends when its rows are closed: they are kept open until the transaction ends
+// (watchedTx), as lib/pq's BeginTx keeps its watch.
 func (c *guardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	tx, err := c.conn.BeginTx(ctx, opts)
+	tx, err := c.begin(ctx, opts)
 	if refusesWrites(err, codeFeatureNotSupported) {
 		// lib/pq begins READ WRITE, which a standby refuses: "cannot set
 		// transaction read-write mode during recovery".
 		c.readOnly.Store(true)
 	}
 	return tx, c.seen(false, err)
+}
+
+// begin is BeginTx's BEGIN, and its ticket's.
+func (c *guardedConn) begin(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	t := ticketOf(ctx)
+	if opts.ReadOnly {
+		t = nil // it writes nothing: nothing to lose
+	}
+	begin, ok := beginSQL(sql.IsolationLevel(opts.Isolation), opts.ReadOnly, t != nil)
+	tx, isTx := c.conn.(driver.Tx) // a transaction lib/pq began is its connection
+	if !ok || !isTx {
+		return c.conn.BeginTx(ctx, opts) // which refuses the level, sending nothing
+	}
+	rows, err := c.conn.QueryContext(ctx, begin, nil)
+	if err == nil && t != nil {
+		if err = c.scanTicket(rows, t); err != nil {
+			_ = rows.Close()
+		}
+	}
+	if err == nil {
+		c.tx = watchedTx{tx: tx, watch: rows}
+		return &c.tx, nil
+	}
+	if t != nil && c.conn.IsValid() {
+		// BEGIN may have run and the ticket failed: the transaction, open on the
+		// server, ends here (outside one, the server only warns).
+		_, _ = c.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+	}
+	return nil, err
+}
+
+// scanTicket reads t from rows, beginTicketSQL's, to their end.
+func (c *guardedConn) scanTicket(rows driver.Rows, t *commitTicket) error {
+	v := c.row[:]
+	defer clear(v)
+	if err := rows.Next(v); err != nil {
+		return err
+	}
+	switch raw := v[0].(type) {
+	case string:
+		t.raw = raw
+	case []byte:
+		t.raw = string(raw)
+	}
+	switch err := rows.Next(v); err {
+	case io.EOF:
+		t.read = true
+		return nil
+	case nil:
+		return errors.New("refset/postgres: begin: the commit ticket's query returned more than one row")
+	default:
+		return err
+	}
+}
+
+// watchedTx is a transaction a guardedConn began: lib/pq's, and the watch of its
+// context, which ends with it.
+type watchedTx struct {
+	tx    driver.Tx
+	watch driver.Rows
+}
+
+func (tx *watchedTx) Commit() error {
+	err := tx.tx.Commit()
+	_ = tx.watch.Close() // read to their end already: no round trip
+	return err
+}
+
+func (tx *watchedTx) Rollback() error {
+	err := tx.tx.Rollback()
+	_ = tx.watch.Close()
+	return err
 }
 
 // Begin is driver.Conn's; database/sql calls BeginTx.

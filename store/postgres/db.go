@@ -91,8 +91,11 @@ type Options struct {
 	// time. It asks on a new connection of the pool, so with a multi-host DSN it asks
 	// the new primary (see "Running on a high-availability cluster" in SCALING.md).
 	// The wait goes on past the call's context's end by five seconds at most. To know,
-	// each write transaction reads its id before COMMIT: one more statement in its
-	// round trip before COMMIT (a pipelined hand-over on pgx sends it with COMMIT).
+	// each write transaction reads its id: on lib/pq with its BEGIN, in the same round
+	// trip (the id is then taken at BEGIN, even by a transaction that writes nothing,
+	// which then flushes a commit record, and a small logical decoding message is
+	// written: see resolve.go); on pgx before COMMIT, one more statement (a pipelined
+	// hand-over sends it with COMMIT).
 	// Zero means 30 seconds; a negative value turns all of this off (ErrCommitUnknown
 	// for every lost COMMIT, and no id read). Servers before PostgreSQL 13, which lack
 	// pg_xact_status, have it off. It bounds as well how long a statement that commits
@@ -142,9 +145,14 @@ type DB struct {
 	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
 	// 0: it is not, and no ticket is read.
 	resolveWait time.Duration
-	// ticket is ticketSQL prepared, where statements are (lib/pq, not Unprepared):
-	// read before every COMMIT, it is one Bind and Execute rather than a query the
-	// server parses and plans each time. nil: it runs unprepared.
+	// beginTicket is set on lib/pq when lost commits are resolved: a write
+	// transaction's BEGIN reads its commit ticket (beginTicketSQL), unless the
+	// server refuses the logical decoding message it writes to a role.
+	beginTicket bool
+	// ticket is ticketSQL prepared, where statements are (lib/pq, not Unprepared)
+	// and BEGIN reads no ticket: read before every COMMIT, it is one Bind and
+	// Execute rather than a query the server parses and plans each time. nil: it
+	// runs unprepared, or is not read before COMMIT.
 	ticket *sql.Stmt
 }
 
@@ -419,14 +427,21 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 		DB:         db,
 		Driver:     drv,
 		Statements: db.stmts,
-		Begin: func(ctx context.Context) (*sqlx.Tx, error) {
-			return db.begin(ctx, &sql.TxOptions{Isolation: db.isolation})
+		Begin: func(ctx context.Context) (context.Context, *sqlx.Tx, error) {
+			if db.beginTicket {
+				ctx = withTicket(ctx)
+			}
+			tx, err := db.begin(ctx, &sql.TxOptions{Isolation: db.isolation})
+			return ctx, tx, err
 		},
 		Release: db.release,
 	}
 	if db.resolveWait > 0 {
 		cfg.Tx.Commit = db.commit
-		if db.stmts != nil {
+		if driverName == DriverLibPQ {
+			db.beginTicket = beginTicketAllowed(ctx, pool)
+		}
+		if db.stmts != nil && !db.beginTicket {
 			// Prepared now, on the pool: inside a transaction, preparing on the pool
 			// would wait for a second connection, which a pool of one never has.
 			if db.ticket, err = pool.PrepareContext(ctx, ticketSQL); err != nil {
@@ -453,6 +468,23 @@ func resolveWait(ctx context.Context, pool *sql.DB, opt time.Duration) (time.Dur
 		return 0, nil
 	}
 	return cmp.Or(opt, 30*time.Second), nil
+}
+
+// beginTicketAllowed reports whether the server lets lib/pq's BEGIN read a commit
+// ticket (beginTicketSQL): it tries, in a transaction it rolls back. A role refused
+// pg_logical_emit_message (revoked from PUBLIC) reads the ticket before COMMIT
+// instead. Any other failure (a standby, which refuses a write transaction; a lost
+// connection) says nothing of the role, and the BEGIN of a unit of work would meet it
+// as any BEGIN would.
+func beginTicketAllowed(ctx context.Context, pool *sql.DB) bool {
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return true
+	}
+	defer tx.Rollback()
+	var ticket string
+	err = tx.QueryRowContext(ctx, beginTicketSQL).Scan(&ticket)
+	return sqlState(err) != codeInsufficientPrivilege
 }
 
 // driverOf names the driver of pool: lib/pq or pgx's stdlib, and no other.

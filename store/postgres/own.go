@@ -236,8 +236,11 @@ func (db *DB) runOwn(ctx context.Context, c *sqlx.Conn, query string, args []any
 
 // sqlState is the SQLSTATE of err, a server's answer, or "".
 func sqlState(err error) string {
+	if err == nil {
+		return "" // before se, which escapes: no allocation on every statement
+	}
 	var se sqlStater
-	if err != nil && errors.As(err, &se) {
+	if errors.As(err, &se) {
 		return se.SQLState()
 	}
 	return ""

@@ -17,11 +17,26 @@ import (
 
 // A COMMIT whose connection is lost (the server crashed, was killed, failed over)
 // may or may not have run. Rather than leave the caller to guess (ErrCommitUnknown),
-// refset asks: just before COMMIT, the transaction reads its own id and where the
-// server's WAL stood (a commitTicket, in the same round trip as nothing else: one
-// more statement); after a lost COMMIT, a new connection from the pool, which a
-// multi-host DSN with target_session_attrs=read-write leads to whichever server is
-// primary now, asks pg_xact_status about that id.
+// refset asks: the transaction reads its own id, a WAL position past a record that
+// carries the id, and its server (a commitTicket); after a lost COMMIT, a new
+// connection from the pool, which a multi-host DSN with target_session_attrs=read-write
+// leads to whichever server is primary now, asks pg_xact_status about that id.
+//
+// Where the ticket is read:
+//
+//   - lib/pq: in BEGIN's round trip (BEGIN; SELECT ..., beginTicketSQL, in one simple
+//     query: no round trip of its own). The id is taken there, and a transactional
+//     logical decoding message written, whose end is the ticket's WAL position: the
+//     record carries the id, as every record the transaction writes later does. So
+//     everything below holds of it as of a position read after the transaction's
+//     writes, and a server that replayed past the position before COMMIT replayed
+//     past this one. The cost: every transaction so begun has an id and one small
+//     WAL record, even one that writes nothing, whose COMMIT then writes and flushes
+//     a commit record; under REPEATABLE READ or SERIALIZABLE, its snapshot is taken
+//     at BEGIN rather than at its first statement of its own.
+//   - pgx, and lib/pq for a role refused pg_logical_emit_message: just before COMMIT
+//     (ticketSQL, one more statement; a pipelined hand-over sends it in the batch
+//     with COMMIT), where a transaction that wrote nothing has no id and takes none.
 //
 // An id is only a number, and a new primary may give it to another transaction: one
 // whose WAL never reached the standby it promoted, it does not know, and hands out
@@ -31,8 +46,9 @@ import (
 //   - the server that ran the transaction, still running (same address, port and
 //     start time): it gave the id out and never gives it again;
 //   - another server, or the same one restarted, that replayed WAL past the ticket's
-//     position: it replayed what the transaction wrote before COMMIT, each record
-//     carrying the id, so its next id is past it. (One that started without recovery
+//     position: it replayed a record of the transaction's (what it wrote before
+//     the ticket was read, or the message of its BEGIN), which carries the id, so
+//     its next id is past it. (One that started without recovery
 //     at all, after a clean shutdown, saved its next id at shutdown.)
 //
 // Any other server that says "committed" speaks of another transaction: this one's
@@ -50,15 +66,16 @@ import (
 // two failovers came so fast that the server asked had been rewound past the
 // transaction and promoted again before the question reached it.
 
-// commitTicket is what a write transaction learns of itself just before COMMIT: raw
-// is ticketSQL's value, taken apart only when a COMMIT is lost.
+// commitTicket is what a write transaction learns of itself at BEGIN (lib/pq) or
+// just before COMMIT: raw is beginTicketSQL's or ticketSQL's value, taken apart only
+// when a COMMIT is lost.
 type commitTicket struct {
 	read bool   // the ticket was read before the connection was lost
 	raw  string // "" when the transaction has no id (it wrote nothing)
 }
 
-// fields are the ticket's parts: the transaction's id, the server's WAL insert
-// position after what it wrote, and the server (address, port and start time).
+// fields are the ticket's parts: the transaction's id, a WAL position past a record
+// that carries it, and the server (address, port and start time).
 func (t commitTicket) fields() (xid, lsn, server string, err error) {
 	parts := strings.SplitN(t.raw, "|", 3)
 	if len(parts) != 3 {
@@ -103,26 +120,64 @@ func decideOutcome(status string, sameServer, replayedPast bool) (o outcome, rea
 	return outcomeForgotten, "the server no longer keeps the status of its id"
 }
 
-// commit commits tx, which began with ctx: it reads a commitTicket first and, when
-// COMMIT loses its connection, asks what became of it (resolveCommit).
-func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
-	t, err := readTicket(db.ticketRow(ctx, tx))
-	if err != nil {
-		if lostConnection(err) {
-			// COMMIT was never sent: the server rolls back a transaction whose
-			// connection ends. The *sql.Tx must end here all the same: refset
-			// counts a transaction handed to Commit as ended, and one left open
-			// keeps its connection out of the pool until its context ends (never,
-			// for context.Background()). Rollback on a lost connection fails, and
-			// database/sql then discards the connection rather than pool it.
-			_ = tx.Rollback()
-			return refsetdriver.NotCommitted(err)
-		}
-		// The ticket's failure leaves the transaction aborted (or the context
-		// ended): COMMIT then says so as it always did.
-		return tx.Commit()
+// ticketKey marks the context of a transaction whose commit ticket lib/pq's BEGIN
+// reads (withTicket).
+type ticketKey struct{}
+
+// withTicket is ctx, for a write transaction about to begin on lib/pq: its BEGIN
+// (a guardedConn's) reads the transaction's commit ticket in the same round trip
+// (beginTicketSQL), and commit finds it there. One ticket per transaction: ctx is
+// the one it begins and commits with.
+func withTicket(ctx context.Context) context.Context {
+	return &ticketContext{Context: ctx}
+}
+
+// ticketContext is a context with a place for its transaction's ticket: one
+// allocation, where context.WithValue and the ticket would take two.
+type ticketContext struct {
+	context.Context
+	ticket commitTicket
+}
+
+func (c *ticketContext) Value(key any) any {
+	if key == (ticketKey{}) {
+		return &c.ticket
 	}
-	err = tx.Commit()
+	return c.Context.Value(key)
+}
+
+// ticketOf is the ticket ctx (of withTicket) has a place for, or nil.
+func ticketOf(ctx context.Context) *commitTicket {
+	t, _ := ctx.Value(ticketKey{}).(*commitTicket)
+	return t
+}
+
+// commit commits tx, which began with ctx: with the commitTicket its BEGIN read
+// (lib/pq), or one it reads first, and, when COMMIT loses its connection, asks what
+// became of it (resolveCommit).
+func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
+	var t commitTicket
+	if begun := ticketOf(ctx); begun != nil && begun.read {
+		t = *begun
+	} else {
+		var err error
+		if t, err = readTicket(db.ticketRow(ctx, tx)); err != nil {
+			if lostConnection(err) {
+				// COMMIT was never sent: the server rolls back a transaction whose
+				// connection ends. The *sql.Tx must end here all the same: refset
+				// counts a transaction handed to Commit as ended, and one left open
+				// keeps its connection out of the pool until its context ends (never,
+				// for context.Background()). Rollback on a lost connection fails, and
+				// database/sql then discards the connection rather than pool it.
+				_ = tx.Rollback()
+				return refsetdriver.NotCommitted(err)
+			}
+			// The ticket's failure leaves the transaction aborted (or the context
+			// ended): COMMIT then says so as it always did.
+			return tx.Commit()
+		}
+	}
+	err := tx.Commit()
 	if err == nil || !lostConnection(err) {
 		return err
 	}

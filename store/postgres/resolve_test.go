@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,15 +271,19 @@ func TestDecideOutcome(t *testing.T) {
 }
 
 // TestLostTicketFreesItsConnection: a unit of work whose connection is lost while
-// it reads its commit ticket (just before COMMIT) did not commit, and its
-// transaction is ended, its connection discarded: on a pool of two that lost two
-// such connections, the next unit of work still gets a connection at once and
-// commits, and no connection is left in use.
+// it reads its commit ticket did not commit, and its transaction is ended, its
+// connection discarded: on a pool of two that lost two such connections, the next
+// unit of work still gets a connection at once and commits, and no connection is
+// left in use. On pgx the ticket is read just before COMMIT, and the unit fails with
+// ErrUnavailable (COMMIT was never sent); on lib/pq it is read in BEGIN's round trip,
+// where nothing ran yet: the unit fails the same way, or, when lib/pq reports the
+// loss as ErrBadConn (an end of file, not a reset), database/sql begins again on
+// another connection and the unit commits, once.
 func TestLostTicketFreesItsConnection(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, driver string) {
 		e := newResolveEnv(t, func(o *Options) { o.Driver, o.MaxConns = driver, 2 })
-		// Each unit on a new connection, which lib/pq prepares the ticket on, the
-		// query's text in the round trip that reads it: the proxy finds it there.
+		// Each unit on a new connection, whose statements carry their text in the
+		// round trip that runs them: the proxy finds it there.
 		e.db.Pool().SetMaxIdleConns(0)
 		ctx := t.Context()
 		insert := func(id string) func(ctx context.Context, tx refset.Tx) error {
@@ -285,9 +292,18 @@ func TestLostTicketFreesItsConnection(t *testing.T) {
 				return err
 			}
 		}
+		needle, atBegin := "pg_current_xact_id_if_assigned", false
+		if driver == DriverLibPQ {
+			needle, atBegin = "pg_logical_emit_message", true
+		}
+		want := 1 // the last unit's row
 		for _, id := range []string{"lost-1", "lost-2"} {
-			e.proxy.CutAfterSent("pg_current_xact_id_if_assigned")
+			e.proxy.CutAfterSent(needle)
 			err := refset.InTx(ctx, e.db, insert(id))
+			if atBegin && err == nil {
+				want++ // BEGIN was lost (lib/pq said ErrBadConn), and sent again on another connection
+				continue
+			}
 			require.ErrorIs(t, err, refset.ErrUnavailable, id)
 			require.NotErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was never sent")
 		}
@@ -296,7 +312,7 @@ func TestLostTicketFreesItsConnection(t *testing.T) {
 		prompt, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		require.NoError(t, refset.InTx(prompt, e.db, insert("after")), "a connection is free")
-		assert.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM items`), "only the last unit committed")
+		assert.Equal(t, want, count(t, e.db, `SELECT count(*) FROM items`), "each unit committed once at most")
 	})
 }
 
@@ -359,4 +375,126 @@ func TestGivenUpCommitIsResolved(t *testing.T) {
 			}, 10*time.Second, 50*time.Millisecond, "the commit's end: %d rows", want)
 		})
 	}
+}
+
+// TestBeginTicketNamesTheTransactionOnAStandby: on lib/pq the commit ticket is read
+// in BEGIN's round trip, before the transaction writes anything, and its WAL
+// position is the end of a record that carries the transaction's id (a logical
+// decoding message): a server that replayed WAL past it has its next id past this
+// one, so it never gives the id to another transaction, and decideOutcome may take
+// its "committed" as this transaction's (replayedPast), as it takes that of a server
+// that replayed past the position read just before COMMIT. A standby that replayed
+// past the position, while the transaction, having written nothing else, is still
+// open on the primary, knows the id: in progress, not in its future.
+func TestBeginTicketNamesTheTransactionOnAStandby(t *testing.T) {
+	primary, standbyDSN, _ := pgtest.NewWithStandby(t)
+	db := openWith(t, primary, Options{Driver: DriverLibPQ})
+	require.True(t, db.beginTicket, "lib/pq reads the ticket at BEGIN")
+	standby := openWith(t, standbyDSN, Options{Driver: DriverLibPQ, ResolveCommitWait: -1})
+
+	ctx := withTicket(t.Context())
+	tx, err := db.Pool().BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback()
+	ticket := ticketOf(ctx)
+	require.True(t, ticket.read, "read at BEGIN")
+	xid, lsn, _, err := ticket.fields()
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		var replayed bool
+		err := standby.Pool().QueryRowContext(t.Context(), `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&replayed)
+		return err == nil && replayed
+	}, 30*time.Second, 5*time.Millisecond, "the standby replays past the ticket's position")
+	var status string
+	require.NoError(t, standby.Pool().QueryRowContext(t.Context(), `SELECT pg_xact_status($1::xid8)`, xid).Scan(&status),
+		"the standby knows the id (an id past its next one is refused as in the future)")
+	assert.Equal(t, "in progress", status)
+}
+
+// TestLibPQReadsNoTicketBeforeCommit: on lib/pq a write unit sends nothing between
+// its work and COMMIT (its ticket came with BEGIN: a proxy armed to cut the ticket
+// read before COMMIT never fires), its id is assigned from BEGIN on, and a unit that
+// writes nothing still commits. A lost COMMIT is then resolved from the BEGIN ticket
+// (TestLostCommitIsResolved).
+func TestLibPQReadsNoTicketBeforeCommit(t *testing.T) {
+	e := newResolveEnv(t, func(o *Options) { o.Driver = DriverLibPQ })
+	// Each unit on a new connection, where a prepared ticket would be prepared
+	// anew, its text sent: the proxy would find it.
+	e.db.Pool().SetMaxIdleConns(0)
+	ctx := t.Context()
+	e.proxy.CutAfterSent("pg_current_wal_insert_lsn") // ticketSQL's alone
+	defer e.proxy.CutAfterSent("\x00never sent")
+	var assigned, readOnlyAssigned bool
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT txid_current_if_assigned() IS NOT NULL`).Scan(&assigned); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES ('x')`)
+		return err
+	}), "no ticket read before COMMIT")
+	assert.True(t, assigned, "the id is assigned at BEGIN")
+	require.NoError(t, refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT txid_current_if_assigned() IS NOT NULL`).Scan(&readOnlyAssigned)
+	}), "a unit that writes nothing")
+	assert.True(t, readOnlyAssigned, "it has an id too (the cost of reading the ticket before knowing)")
+	assert.Equal(t, 1, count(t, e.db, `SELECT count(*) FROM items`))
+}
+
+// TestTicketBeforeCommitWithoutMessagePrivilege: a role refused
+// pg_logical_emit_message (revoked from PUBLIC, in a database of its own) cannot have
+// lib/pq's BEGIN read the ticket; Open finds it out, and the ticket is read before
+// COMMIT as on pgx: units commit, and a COMMIT whose reply is lost is still resolved.
+func TestTicketBeforeCommitWithoutMessagePrivilege(t *testing.T) {
+	ctx := t.Context()
+	asURL, _ := pgtest.Forms(t, pgtest.DSN(t))
+	admin, err := sql.Open("postgres", asURL)
+	require.NoError(t, err)
+	defer admin.Close()
+	suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "_"))[:20] + fmt.Sprint(time.Now().UnixNano())
+	dbName, role := "refset_db_"+suffix, "refset_role_"+suffix
+	for _, q := range []string{`CREATE DATABASE ` + dbName, `CREATE ROLE ` + role + ` LOGIN`} {
+		_, err := admin.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(context.Background(), `DROP DATABASE IF EXISTS `+dbName+` WITH (FORCE)`)
+		_, _ = admin.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+role)
+	})
+	u, err := url.Parse(asURL)
+	require.NoError(t, err)
+	u.Path = "/" + dbName
+	q := u.Query()
+	q.Del("search_path")
+	q.Del("options")
+	u.RawQuery = q.Encode()
+	owner, err := sql.Open("postgres", u.String())
+	require.NoError(t, err)
+	defer owner.Close()
+	for _, q := range []string{
+		`REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC`,
+		`GRANT ALL ON SCHEMA public TO ` + role,
+	} {
+		_, err := owner.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	u.User = url.User(role)
+	proxy, dsn := pgtest.NewProxy(t, u.String())
+	logs := newLogRecorder()
+	db := openWith(t, dsn, Options{Driver: DriverLibPQ, Options: store.Options{Logger: logs.logger()}})
+	require.False(t, db.beginTicket, "BEGIN reads no ticket for this role")
+	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE items (id text PRIMARY KEY)`)
+	require.NoError(t, err)
+
+	insert := func(id string) func(ctx context.Context, tx refset.Tx) error {
+		return func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO items (id) VALUES (?)`, id)
+			return err
+		}
+	}
+	require.NoError(t, refset.InTx(ctx, db, insert("a")))
+	proxy.CutCommitReply()
+	require.NoError(t, refset.InTx(ctx, db, insert("b")), "the lost COMMIT resolved from the ticket read before it")
+	assert.Len(t, logs.find("refset/postgres: connection lost while committing; the transaction committed"), 1)
+	assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM items`))
 }

@@ -21,8 +21,8 @@ import (
 // asks the server for the parameter's type and escapes the string as bytea: four.
 const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 
-// ticketSQL is what a write transaction reads of itself just before COMMIT (see
-// resolve.go): its id, where the server's WAL insert position stands after what it
+// ticketSQL is what a write transaction reads of itself just before COMMIT where
+// BEGIN did not read it (pgx; see resolve.go): its id, where the server's WAL insert position stands after what it
 // wrote, and which server it runs on, in one string (one value to scan on every
 // commit; it is taken apart only when a COMMIT is lost). A transaction that wrote nothing has no id,
 // and is given none: an id would make its COMMIT write (and flush) a commit record.
@@ -31,6 +31,51 @@ const binaryParametersSQL = `SELECT octet_length($1::bytea)`
 const ticketSQL = `
 SELECT CASE WHEN pg_current_xact_id_if_assigned() IS NULL THEN ''
             ELSE concat_ws('|', pg_current_xact_id_if_assigned(), pg_current_wal_insert_lsn(), ` + serverSQL + `) END`
+
+// beginTicketSQL is what a write transaction on lib/pq reads of itself in the round
+// trip of its BEGIN, sent after it in one simple query (BEGIN ...; SELECT ...), instead
+// of ticketSQL's round trip before COMMIT: its id, taken now, the end of a WAL record
+// that carries the id, and the server. The record, a transactional logical decoding
+// message (prefix "refset", empty, ignored by decoders that do not ask for messages),
+// stands in for what the transaction writes later: a server that replayed WAL past it
+// knows the id as this transaction's, as one that replayed past ticketSQL's position
+// does (resolve.go). Every transaction so begun has an id, even one that then writes
+// nothing, and its COMMIT writes and flushes a commit record.
+const beginTicketSQL = `SELECT concat_ws('|', pg_current_xact_id(), pg_logical_emit_message(true, 'refset', ''), ` + serverSQL + `)`
+
+// beginSQL is BEGIN for a transaction of isolation level iso, as lib/pq writes it
+// (READ WRITE, which a standby refuses, unless readOnly), followed by beginTicketSQL
+// if ticket; ok is false for a level lib/pq refuses. Each is written once, not on
+// every BEGIN.
+func beginSQL(iso sql.IsolationLevel, readOnly, ticket bool) (query string, ok bool) {
+	if iso < 0 || int(iso) >= len(begins) || begins[iso][0][0] == "" {
+		return "", false
+	}
+	return begins[iso][b2i(readOnly)][b2i(ticket)], true
+}
+
+// begins are beginSQL's statements by isolation level, read-only and ticket.
+var begins = func() (b [sql.LevelSerializable + 1][2][2]string) {
+	for iso, level := range map[sql.IsolationLevel]string{
+		sql.LevelDefault:         "",
+		sql.LevelReadUncommitted: " ISOLATION LEVEL READ UNCOMMITTED",
+		sql.LevelReadCommitted:   " ISOLATION LEVEL READ COMMITTED",
+		sql.LevelRepeatableRead:  " ISOLATION LEVEL REPEATABLE READ",
+		sql.LevelSerializable:    " ISOLATION LEVEL SERIALIZABLE",
+	} {
+		for ro, mode := range [2]string{" READ WRITE", " READ ONLY"} {
+			b[iso][ro] = [2]string{"BEGIN" + level + mode, "BEGIN" + level + mode + "; " + beginTicketSQL}
+		}
+	}
+	return b
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // serverSQL names the server a session runs on: its address (empty over a Unix
 // socket), port and start time, which a restart changes.

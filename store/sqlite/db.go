@@ -202,7 +202,10 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 		Statements: stmts,
 		// The writer's one connection: a transaction waits for it while another
 		// has it.
-		Begin:   func(ctx context.Context) (*sqlx.Tx, error) { return writer.BeginTxx(ctx, nil) },
+		Begin: func(ctx context.Context) (context.Context, *sqlx.Tx, error) {
+			tx, err := writer.BeginTxx(ctx, nil)
+			return ctx, tx, err
+		},
 		Release: release,
 		Tx:      sqlstore.TxOptions{Check: checkArgs},
 		Group:   groupCommit(opts, writer),

@@ -203,7 +203,8 @@ func openPool(tb testing.TB, database string) (*postgres.DB, *sqlx.DB) {
 
 // resolveCommitWait is the stores' Options.ResolveCommitWait: the default, or with
 // REFSET_BENCH_RESOLVE=off none (-1), so that a scratch run can measure what asking
-// for a commit's ticket costs each write transaction (one round trip on lib/pq).
+// for a commit's ticket costs each write transaction (on lib/pq an id and a WAL
+// record taken in BEGIN's round trip; on pgx a statement before COMMIT).
 func resolveCommitWait() time.Duration {
 	if os.Getenv("REFSET_BENCH_RESOLVE") == "off" {
 		return -1
