@@ -336,14 +336,25 @@ func (r *logRecorder) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// find is every record whose message is msg.
-func (r *logRecorder) find(msg string) []map[string]any {
+// records is every record written so far.
+func (r *logRecorder) records() []map[string]any {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(r.buf.String()), "\n") {
 		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// find is every record whose message is msg.
+func (r *logRecorder) find(msg string) []map[string]any {
+	var out []map[string]any
+	for _, rec := range r.records() {
+		if rec["msg"] == msg {
 			out = append(out, rec)
 		}
 	}
