@@ -63,10 +63,7 @@ func collectorProcess(dsn string) int {
 			fmt.Fprintln(os.Stderr, "collect:", err)
 			return 1
 		}
-		total.Deleted += s.Deleted
-		total.Reviewed += s.Reviewed
-		total.Postponed += s.Postponed
-		total.HoldsExpired += s.HoldsExpired
+		total.Add(s)
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(total); err != nil {
