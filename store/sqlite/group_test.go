@@ -190,11 +190,7 @@ func TestGroupCommitInvariants(t *testing.T) {
 // the group (which waits for the group's commit) would wait for ever; it is rolled
 // back instead, the unit before it commits, and InTx runs it again.
 func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	// b must join a's group however slow the machine is between them (CI saw the
-	// default 10 ms pass, and b begin a group of its own).
-	db, set := itemsDB(t, Options{groupMaxAge: time.Minute})
+	ctx, db, set := groupDB(t, Options{}, 20*time.Second)
 	bRuns := joinGroup(ctx, t, db, set, func(ctx context.Context, tx refset.Tx, run int32, aDone <-chan struct{}) error {
 		if run == 1 {
 			<-aDone // a's Add returns only once its group commits
@@ -276,11 +272,7 @@ func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
 // statement runs to its end and the unit rolls back after it. The unit before it in
 // the group commits on its first run.
 func TestGroupCommitCancelInsideStatement(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	// b must join a's group however slow the machine is between them: alone, it
-	// would test nothing of a group.
-	db, set := itemsDB(t, Options{groupMaxAge: time.Minute})
+	ctx, db, set := groupDB(t, Options{}, 20*time.Second)
 	aIn := make(chan struct{})
 	var aRuns atomic.Int32
 	var aErr, bErr error
@@ -461,9 +453,7 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			eachDriver(t, func(t *testing.T, driverName string) {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-				defer cancel()
-				db, set := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+				ctx, db, set := groupDB(t, Options{Driver: driverName, groupEvict: evict}, 2*time.Minute)
 				// long: rows enough for the statement to take three evictions here
 				// (the pure-Go driver under the race detector is a hundred times slower).
 				long := 10_000
@@ -482,6 +472,20 @@ func TestGroupCommitKeepsBusyUnit(t *testing.T) {
 	}
 }
 
+// groupDB is itemsDB for a test of units that share a group: a group takes units
+// for a minute, so that they join one however slow the machine is between them (CI
+// saw the default 10 ms pass, and the second unit begin a group of its own, testing
+// nothing of a group), and ctx ends after timeout, so that a unit waiting for ever
+// fails the test instead of hanging it.
+func groupDB(t *testing.T, opts Options, timeout time.Duration) (context.Context, *DB, *refset.RefSet[item, string]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	opts.groupMaxAge = time.Minute
+	db, set := itemsDB(t, opts)
+	return ctx, db, set
+}
+
 // unitIDs are the ids of the units table, in order.
 func unitIDs(tb testing.TB, db *DB) []string {
 	tb.Helper()
@@ -497,9 +501,7 @@ func unitIDs(tb testing.TB, db *DB) []string {
 // transaction unguarded, and what they wrote committed with the next unit.)
 func TestGroupCommitUnitHasOneDoor(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
+		ctx, db, _ := groupDB(t, Options{Driver: driverName}, 30*time.Second)
 		insert := func(tx interface {
 			ExecContext(context.Context, string, ...any) (sql.Result, error)
 		}, id string) {
@@ -578,9 +580,7 @@ func TestGroupCommitKeepsUnitBusyWithPreparedStatements(t *testing.T) {
 		// Far above the gaps between two statements of a busy loop on a loaded machine
 		// under the race detector (up to 80 ms seen).
 		const evict = 250 * time.Millisecond
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		db, set := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute, groupEvict: evict})
+		ctx, db, set := groupDB(t, Options{Driver: driverName, groupEvict: evict}, time.Minute)
 		busyUnitKept(ctx, t, db, set, func(ctx context.Context, tx refset.Tx) error {
 			p := prepare(tx)
 			for start := time.Now(); time.Since(start) < 4*evict; {
@@ -645,9 +645,7 @@ func TestGroupCommitBeginHonoursContext(t *testing.T) {
 // first unit sent after the rollback committed on its own.)
 func TestGroupCommitToldCommittedExactly(t *testing.T) {
 	eachDriver(t, func(t *testing.T, driverName string) {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-		defer cancel()
-		db, _ := itemsDB(t, Options{Driver: driverName, groupMaxAge: time.Minute})
+		ctx, db, _ := groupDB(t, Options{Driver: driverName}, 5*time.Minute)
 		count := func(like string) int {
 			var n int
 			require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM units WHERE id LIKE ?`, like).Scan(&n))
