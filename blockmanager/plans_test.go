@@ -1,7 +1,6 @@
 package blockmanager
 
 import (
-	"database/sql"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,24 +33,15 @@ func TestPlansOnLargeData(t *testing.T) {
 	}
 	const first = 50_000 // blocks of the first load; the second grows the store fivefold
 	ctx := t.Context()
-	dsn := pgtest.DSN(t)
-	log := &pgtest.PlanLog{}
-	pool := pgtest.ExplainedPool(t, dsn, log, 1)
+	// The test's own statements (loads, making entries due) go through the plain pool:
+	// they are no path of the manager's.
+	log, pool, plain := pgtest.PlanGuard(t, 1)
 	db, err := postgres.New(ctx, pool, postgres.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	m, err := Open(ctx, db, Config{ForkTTL: time.Hour, Grace: time.Hour})
 	require.NoError(t, err)
-	// The test's own statements (loads, making entries due) go through a plain pool:
-	// they are no path of the manager's, and their plans would be noise.
-	plain, err := sql.Open("postgres", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = plain.Close() })
-	exec := func(q string, args ...any) {
-		t.Helper()
-		_, err := plain.ExecContext(ctx, q, args...)
-		require.NoError(t, err, q)
-	}
+	exec := pgtest.Exec(t, plain)
 	big := map[string]bool{"blocks": true, "blocks_holds": true, "blocks_review": true,
 		"block_batches": true, "block_transactions": true}
 	for table := range big {
@@ -74,11 +64,7 @@ func TestPlansOnLargeData(t *testing.T) {
 		conn, err := plain.Conn(ctx)
 		require.NoError(t, err)
 		defer conn.Close()
-		exec := func(q string, args ...any) {
-			t.Helper()
-			_, err := conn.ExecContext(ctx, q, args...)
-			require.NoError(t, err, q)
-		}
+		exec := pgtest.Exec(t, conn)
 		exec(`SET session_replication_role = replica`)
 		defer exec(`RESET session_replication_role`)
 		exec(`INSERT INTO blocks (header_signature, previous_block_id, previous_block_ref, block_num,

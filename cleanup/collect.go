@@ -43,6 +43,18 @@ func (s Stats) String() string {
 		s.Reviewed, s.Deleted, s.Postponed, s.Refused, s.HoldsExpired, s.Batches, s.Duration.Round(time.Microsecond))
 }
 
+// Add adds o to s: the totals of several Collects, as a loop of passes reports them.
+func (s *Stats) Add(o Stats) {
+	s.Batches += o.Batches
+	s.Reviewed += o.Reviewed
+	s.Deleted += o.Deleted
+	s.Postponed += o.Postponed
+	s.Refused += o.Refused
+	s.Followed = append(s.Followed, o.Followed...)
+	s.HoldsExpired += o.HoldsExpired
+	s.Duration += o.Duration
+}
+
 // Collect deletes expired holds and every due object nothing references, batch by
 // batch, until nothing is due, and returns what it did. Holds that expire, and
 // entries that fall due, while it runs may wait for the next call. Each batch commits

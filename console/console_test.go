@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,13 +11,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/console"
 	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/require"
@@ -224,11 +223,11 @@ func TestSelectOnlyRole(t *testing.T) {
 	u, err := url.Parse(f.place.At)
 	require.NoError(t, err)
 	u.User = url.UserPassword(role, password)
-	var logs syncBuffer
+	logger, logs := testlog.New(slog.LevelInfo) // slog's default level: the sampler's warnings
 	ro, err := postgres.Open(ctx, u.String(), postgres.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { ro.Close() })
-	_, srv := serve(t, ro, console.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), SampleEvery: time.Second})
+	_, srv := serve(t, ro, console.Config{Logger: logger, SampleEvery: time.Second})
 	// The role really is read-only: a write is refused.
 	_, err = ro.Pool().ExecContext(ctx, `DELETE FROM pins`)
 	require.Error(t, err)
@@ -243,24 +242,6 @@ func TestSelectOnlyRole(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond, "the sampler samples as the role")
 	require.NotContains(t, logs.String(), password)
 	require.NotContains(t, logs.String(), "level=WARN", "the sampler failed")
-}
-
-// syncBuffer is a bytes.Buffer for a logger that writes from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // The sampler samples every SampleEvery while the console runs, and stops at Close,

@@ -35,11 +35,7 @@ func bigSet(t testing.TB, db refset.Database, plain *sql.DB, objects, blocks int
 	conn, err := plain.Conn(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
-	exec := func(q string, args ...any) {
-		t.Helper()
-		_, err := conn.ExecContext(ctx, q, args...)
-		require.NoError(t, err, q)
-	}
+	exec := pgtest.Exec(t, conn)
 	exec(`CREATE TABLE notes (id TEXT PRIMARY KEY, body TEXT NOT NULL)`)
 	exec(`CREATE TABLE pins (note_id TEXT PRIMARY KEY REFERENCES notes (id) ON DELETE RESTRICT)`)
 	_, err = store.NewStore[note, string](ctx, db, store.Config{Table: "notes"})
@@ -97,15 +93,10 @@ func TestPlans(t *testing.T) {
 	}
 	const objects, blocks = 30_000, 30_000
 	ctx := t.Context()
-	dsn := pgtest.DSN(t)
-	log := &pgtest.PlanLog{}
-	pool := pgtest.ExplainedPool(t, dsn, log, 1)
+	log, pool, plain := pgtest.PlanGuard(t, 1)
 	db, err := postgres.New(ctx, pool, postgres.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	plain, err := sql.Open("postgres", dsn)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = plain.Close() })
 	bigSet(t, db, plain, objects, blocks)
 	// The fork cache (blocks_holds) holds 30 forks: a scan of it is the planner's
 	// right choice.
@@ -115,7 +106,13 @@ func TestPlans(t *testing.T) {
 	h, err := console.New(ctx, db, console.Config{SampleEvery: time.Hour})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, h.Close()) })
-	time.Sleep(100 * time.Millisecond) // the sampler's first sample, whose plans are checked below
+	// The sampler's first sample runs before the pages are checked: its counts, which
+	// read big tables whole, are none of theirs (the sampler's own are checked below).
+	require.Eventually(t, func() bool {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/cleanup", nil))
+		return strings.Contains(rec.Body.String(), "1 samples,")
+	}, 20*time.Second, 10*time.Millisecond, "the sampler's first sample")
 	for _, p := range bigPages(objects, blocks) {
 		plans := log.PlansOf(t, func() {
 			rec := httptest.NewRecorder()

@@ -544,12 +544,7 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, call) error {
 			s, err := col.Collect(ctx)
 			stop()
 			fmt.Fprintf(c.out, "pass %d: %s\n", passes, s)
-			total.Reviewed += s.Reviewed
-			total.Deleted += s.Deleted
-			total.Postponed += s.Postponed
-			total.Refused += s.Refused
-			total.HoldsExpired += s.HoldsExpired
-			total.Duration += s.Duration
+			total.Add(s)
 			if err != nil {
 				return err
 			}

@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -65,10 +63,7 @@ func collectorProcess(dsn string) int {
 			fmt.Fprintln(os.Stderr, "collect:", err)
 			return 1
 		}
-		total.Deleted += s.Deleted
-		total.Reviewed += s.Reviewed
-		total.Postponed += s.Postponed
-		total.HoldsExpired += s.HoldsExpired
+		total.Add(s)
 		time.Sleep(5 * time.Millisecond)
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(total); err != nil {
@@ -424,8 +419,8 @@ func TestInstallWarnsOfNoActionKeys(t *testing.T) {
 	require.NoError(t, err)
 	_, err = store.NewStore[block, string](ctx, db, store.Config{Table: "things"})
 	require.NoError(t, err)
-	var logged bytes.Buffer
-	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things", Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	logs := newLogRecorder()
+	c, err := store.NewCollector(ctx, db, cleanup.Config{Table: "things", Logger: logs.logger()})
 	require.NoError(t, err)
 
 	noAction := map[string]bool{}
@@ -435,13 +430,13 @@ func TestInstallWarnsOfNoActionKeys(t *testing.T) {
 	assert.Equal(t, map[string]bool{"things.prev": true, "plain.thing_id": true, "strict.thing_id": false,
 		"deferred.thing_id": false, "things_holds.object_id": false}, noAction)
 	var warned []string
-	for _, line := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
-		if strings.Contains(line, "level=WARN") && strings.Contains(line, "ON DELETE RESTRICT") {
-			_, ref, _ := strings.Cut(line, "reference=")
+	for _, rec := range logs.records() {
+		if msg, _ := rec["msg"].(string); rec["level"] == "WARN" && strings.Contains(msg, "ON DELETE RESTRICT") {
+			ref, _ := rec["reference"].(string)
 			warned = append(warned, ref[strings.Index(ref, ".")+1:])
 		}
 	}
-	assert.ElementsMatch(t, []string{"plain.thing_id", "things.prev"}, warned, "log:\n%s", logged.String())
+	assert.ElementsMatch(t, []string{"plain.thing_id", "things.prev"}, warned, "log: %v", logs.records())
 }
 
 // A collector walking down an abandoned chain meets a block that a writer has just

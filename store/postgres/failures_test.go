@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
@@ -320,30 +320,32 @@ func testInTxRetriesSerializationFailures(t *testing.T, driver string) {
 
 // logRecorder keeps the records a test's logger writes, as decoded JSON.
 type logRecorder struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	out testlog.Buffer
 }
 
 func newLogRecorder() *logRecorder { return &logRecorder{} }
 
-func (r *logRecorder) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.buf.Write(p)
+func (r *logRecorder) logger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(&r.out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-func (r *logRecorder) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(r, &slog.HandlerOptions{Level: slog.LevelDebug}))
+// records is every record written so far.
+func (r *logRecorder) records() []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(r.out.String()), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil {
+			out = append(out, rec)
+		}
+	}
+	return out
 }
 
 // find is every record whose message is msg.
 func (r *logRecorder) find(msg string) []map[string]any {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(r.buf.String()), "\n") {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == msg {
+	for _, rec := range r.records() {
+		if rec["msg"] == msg {
 			out = append(out, rec)
 		}
 	}

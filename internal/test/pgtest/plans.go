@@ -115,6 +115,39 @@ func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
 	return pool
 }
 
+// PlanGuard opens what a plan guard needs on the test server (DSN): a pool of conns
+// sessions whose plans log collects (ExplainedPool), and a plain pool for the test's
+// own statements (loads, making rows due), which are no path under test and whose
+// plans would be noise. Both close when tb ends.
+func PlanGuard(tb testing.TB, conns int) (log *PlanLog, explained, plain *sql.DB) {
+	tb.Helper()
+	dsn := DSN(tb)
+	log = &PlanLog{}
+	explained = ExplainedPool(tb, dsn, log, conns)
+	plain, err := sql.Open("postgres", dsn)
+	if err != nil {
+		tb.Fatalf("pgtest: open a plain pool: %v", redact(err))
+	}
+	tb.Cleanup(func() { _ = plain.Close() })
+	return log, explained, plain
+}
+
+// Execer is what Exec runs statements on: an *sql.DB, *sql.Conn or *sql.Tx.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Exec returns a function that runs one of a test's own statements (a load, making
+// rows due) on e, failing tb with the statement when it fails.
+func Exec(tb testing.TB, e Execer) func(query string, args ...any) {
+	return func(query string, args ...any) {
+		tb.Helper()
+		if _, err := e.ExecContext(tb.Context(), query, args...); err != nil {
+			tb.Fatalf("%s: %v", query, err)
+		}
+	}
+}
+
 // nodes calls fn for every node of a plan tree.
 func nodes(raw json.RawMessage, fn func(node map[string]any)) {
 	var root map[string]any
