@@ -57,7 +57,7 @@ func BenchmarkPages(b *testing.B) {
 		b.Run(p, func(b *testing.B) {
 			for b.Loop() {
 				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, p, nil))
+				h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1"+p, nil))
 				if rec.Code != http.StatusOK {
 					b.Fatalf("%s: %d %s", p, rec.Code, rec.Body)
 				}

@@ -110,13 +110,13 @@ func TestPlans(t *testing.T) {
 	// read big tables whole, are none of theirs (the sampler's own are checked below).
 	require.Eventually(t, func() bool {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/cleanup", nil))
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1/cleanup", nil))
 		return strings.Contains(rec.Body.String(), "1 samples,")
 	}, 20*time.Second, 10*time.Millisecond, "the sampler's first sample")
 	for _, p := range bigPages(objects, blocks) {
 		plans := log.PlansOf(t, func() {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, p, nil))
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1"+p, nil))
 			require.Equal(t, http.StatusOK, rec.Code, "%s: %s", p, rec.Body)
 		})
 		pgtest.ReportFaults(t, p, plans, big)
@@ -124,7 +124,7 @@ func TestPlans(t *testing.T) {
 	for name, workload := range map[string]func(){
 		"/": func() {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1/", nil))
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body)
 		},
 		"sampler": func() {
