@@ -323,7 +323,7 @@ func TestInBrowser(t *testing.T) {
 			require.NoError(t, err)
 			for _, s := range st.Sets {
 				caption := eval[string](tb, `document.querySelector('section.charts[data-table="`+s.Table+`"] figcaption').textContent`)
-				require.Contains(t, caption, fmt.Sprintf("now %d.0 entries", s.Queued), s.Table)
+				require.Contains(t, caption, fmt.Sprintf("now %d entries", s.Queued), s.Table)
 			}
 			tb.screenshot("cleanup")
 		})

@@ -297,7 +297,8 @@ func parsePages() (map[string]*template.Template, error) {
 }
 
 var funcs = template.FuncMap{
-	"minus": func(a, b int64) int64 { return a - b },
+	"minus":  func(a, b int64) int64 { return a - b },
+	"amount": amount,
 	"graphOf": func(id, label, table string, g graph) graphView {
 		return graphView{ID: id, Label: label, Table: table, G: g}
 	},

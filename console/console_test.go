@@ -304,7 +304,7 @@ func TestCollectedPerMinute(t *testing.T) {
 		line, _, _ := strings.Cut(rest, "</figcaption>")
 		return line
 	}
-	require.Eventually(t, func() bool { return strings.HasPrefix(caption(), "now 0.0 objects/min, at most 0.0") }, 10*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.HasPrefix(caption(), "now 0 objects/min, at most 0") }, 10*time.Second, 100*time.Millisecond)
 	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM notes WHERE id = 'n5'`) // as Collect would: n5 is garbage
 		return err

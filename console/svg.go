@@ -3,7 +3,9 @@ package console
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +46,16 @@ const (
 	chartRight  = 630
 )
 
+// amount is a chart's value as people write it: to a tenth, without a trailing ".0"
+// (11 entries, 2.5 objects/min).
+func amount(v float64) string {
+	r := math.Round(v*10) / 10
+	if r == 0 {
+		r = 0 // not "-0"
+	}
+	return strconv.FormatFloat(r, 'f', -1, 64)
+}
+
 func lineChart(title, unit string, pts []point) chart {
 	ch := chart{Title: title, Unit: unit, Width: chartWidth, Height: chartHeight, Left: chartLeft, Bottom: chartBottom}
 	if len(pts) == 0 {
@@ -63,7 +75,7 @@ func lineChart(title, unit string, pts []point) chart {
 		}
 		y := float64(chartBottom) - float64(chartBottom-chartTop)*p.Value/top
 		fmt.Fprintf(&line, "%.1f,%.1f ", x, y)
-		ch.Dots = append(ch.Dots, dot{X: x, Y: y, Title: fmt.Sprintf("%s: %.1f %s", p.At.UTC().Format(time.TimeOnly), p.Value, unit)})
+		ch.Dots = append(ch.Dots, dot{X: x, Y: y, Title: fmt.Sprintf("%s: %s %s", p.At.UTC().Format(time.TimeOnly), amount(p.Value), unit)})
 	}
 	ch.Line = strings.TrimSpace(line.String())
 	return ch
