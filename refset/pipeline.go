@@ -15,13 +15,14 @@ import (
 // A hand-over whose commands are all Exec commands is a list of statements, and so is
 // an Add with such commands when the store can give its insert as a statement
 // (refsetdriver.Inserter). On a database whose driver can send statements before reading
-// the results of the ones before (pgx), Complete and Add hand the list to the
-// database's driver (refsetdriver.Pipeliner): BEGIN goes with the first statements and COMMIT with
-// the last, and no statement runs before the row count of the one before it was
-// checked: by the server, which refuses the count itself where the statement lets
-// it (on pgx an INSERT, UPDATE or DELETE), or by reading it before any later
-// statement is sent. A two-command hand-over takes one round trip instead of four;
-// an Add, one instead of three or more. Everything else is InTx's: the same
+// the results of the ones before (pgx; lib/pq in a simple query), Complete and Add hand
+// the list to the database's driver (refsetdriver.Pipeliner, which may refuse a list:
+// SelectivePipeliner): BEGIN goes with the first statements and COMMIT with
+// the last (on lib/pq, after them), and no statement runs before the row count of the
+// one before it was checked: by the server, which refuses the count itself where the
+// statement lets it (an INSERT, UPDATE or DELETE), or by reading it before any later
+// statement is sent. A two-command hand-over takes one round trip instead of four on
+// pgx, two on lib/pq; an Add, one or two instead of three or more. Everything else is InTx's: the same
 // translated errors (a wrong count says the count, wherever it was checked),
 // retries, logs and context errors.
 
@@ -57,6 +58,9 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 	}
 	if lead != nil {
 		stmts[0] = lead() // execs[0] is nil
+	}
+	if sp, ok := s.caps.pipe.(refsetdriver.SelectivePipeliner); ok && !sp.Pipelines(stmts) {
+		return false, nil
 	}
 	db := s.db
 	return true, runUnit(ctx, s.caps, func(ctx context.Context) error {

@@ -27,6 +27,15 @@ type Pipeliner interface {
 	RunPipeline(ctx context.Context, stmts []Statement, result ResultFunc) error
 }
 
+// SelectivePipeliner is a Pipeliner that runs only some lists of statements in fewer
+// round trips (lib/pq's, which writes their arguments into one simple query and so
+// takes only arguments it can write): refset asks Pipelines first, and a list it
+// refuses runs as any unit of work does.
+type SelectivePipeliner interface {
+	Pipeliner
+	Pipelines(stmts []Statement) bool
+}
+
 // Statement is one statement of a pipelined unit of work.
 type Statement struct {
 	Query string

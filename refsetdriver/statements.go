@@ -21,6 +21,9 @@ type SetTable struct {
 	Holds    sqlident.Ident
 	IDColumn string
 	Columns  []string // the mapped columns, in the order Insert takes them
+	// Types are the mapped columns' types as the catalog writes them, in Columns
+	// order ("bytea"); empty where the caller did not read them.
+	Types []string
 }
 
 // Statements are the dialect's SQL for one set. Each takes its arguments in this

@@ -32,11 +32,14 @@ type Table struct {
 	IDColumn string
 	IDType   string // the ID column's type as the catalog writes it
 	Mapping  *Mapping
+	// Types are the mapped columns' types as the catalog writes them, in
+	// Mapping.Columns order.
+	Types []string
 }
 
 // SetTable is the table as a dialect writes its statements for it.
 func (t Table) SetTable() refsetdriver.SetTable {
-	return refsetdriver.SetTable{Name: t.Name, Holds: t.Holds, IDColumn: t.IDColumn, Columns: t.Mapping.Columns()}
+	return refsetdriver.SetTable{Name: t.Name, Holds: t.Holds, IDColumn: t.IDColumn, Columns: t.Mapping.Columns(), Types: t.Types}
 }
 
 // Resolve checks the struct T against the columns of table: every mapped column
@@ -81,7 +84,11 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 		return Table{}, fmt.Errorf("refset: the ID field of %v has type %v, the set's ID type is %v: %w",
 			m.typ, ft, want, refset.ErrSchema)
 	}
-	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, Mapping: m}, nil
+	types := make([]string, len(m.Columns()))
+	for i, col := range m.Columns() {
+		types[i] = byName[col].Type
+	}
+	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, Mapping: m, Types: types}, nil
 }
 
 // Store is a SetStore on a SQL database, with the statements of its dialect.

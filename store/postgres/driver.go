@@ -63,10 +63,31 @@ func (d pipeliningDriver) RunPipeline(ctx context.Context, stmts []refsetdriver.
 	return d.pipeline.run(ctx, stmts, result)
 }
 
+// libpqPipeliningDriver is the driver of a database on lib/pq whose isolation level
+// lib/pq takes: it runs units of statements in fewer round trips
+// (refsetdriver.Pipeliner; see libpqPipeline).
+type libpqPipeliningDriver struct {
+	dialectDriver
+	pipeline libpqPipeline
+}
+
+func (d libpqPipeliningDriver) RunPipeline(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	return d.pipeline.run(ctx, stmts, result)
+}
+
+func (d libpqPipeliningDriver) Pipelines(stmts []refsetdriver.Statement) bool {
+	return d.pipeline.takes(stmts)
+}
+
+var _ refsetdriver.SelectivePipeliner = libpqPipeliningDriver{}
+
 // newDriver is the driver of db, opened through driverName, with binding.
 func newDriver(db *DB, driverName string, binding refsetdriver.Binding) refsetdriver.Driver {
 	d := dialectDriver{Binding: binding, db: db}
 	if driverName != DriverPgx {
+		if p, ok := newLibpqPipeline(db, db.isolation); ok {
+			return libpqPipeliningDriver{dialectDriver: d, pipeline: p}
+		}
 		return d
 	}
 	if p, ok := newPgxPipeline(db, db.isolation, binding.Unprepared()); ok {

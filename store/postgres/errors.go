@@ -172,6 +172,20 @@ func errorDetail(err error) string {
 	return err.Error()
 }
 
+// serverMessage is the server's message of err (its primary line, without the
+// driver's prefix), as lib/pq and pgx report it, or "".
+func serverMessage(err error) string {
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		return pe.Message
+	}
+	var pgxe *pgconn.PgError
+	if errors.As(err, &pgxe) {
+		return pgxe.Message
+	}
+	return ""
+}
+
 // noPrimary reports whether err is a driver's refusal of every server a DSN names
 // because none takes writes (target_session_attrs=read-write): during a failover,
 // before a standby is promoted. pgx says it with an error value; lib/pq only in

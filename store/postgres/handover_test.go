@@ -18,8 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The ways a hand-over's Exec commands reach Postgres: prepared from the statement
-// cache (lib/pq), unprepared (lib/pq with Unprepared), and pipelined (pgx).
+// The ways a hand-over's Exec commands reach Postgres: in one simple query with
+// BEGIN, their arguments written in (lib/pq, and lib/pq with Unprepared; prepared
+// from the statement cache where they cannot be written in), and pipelined (pgx).
 var handOverModes = []struct {
 	name string
 	opts Options
@@ -81,6 +82,17 @@ func (e *handOverEnv) state(t *testing.T, id string) (pending, head bool) {
 		count(t, e.db, `SELECT count(*) FROM heads WHERE block_id = '`+id+`'`) == 1
 }
 
+// completeInUnit completes acq in a unit of work of its own (refset.InTx): the way
+// of a hand-over whose statements run one by one, prepared, rather than written into
+// one simple query (libpqPipeline).
+func completeInUnit(t *testing.T, db *DB, acq *refset.Acquired[string]) {
+	t.Helper()
+	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := acq.CompleteTx(ctx, tx)
+		return err
+	}))
+}
+
 // preparedLike counts the statements prepared on db's connection (open it with
 // MaxConns 1) whose text is like pattern.
 func preparedLike(t *testing.T, db *DB, pattern string) int {
@@ -91,8 +103,9 @@ func preparedLike(t *testing.T, db *DB, pattern string) int {
 	return n
 }
 
-// The statements of Exec commands run prepared on lib/pq, once each per connection;
-// Options.Unprepared and a negative StatementCache prepare none.
+// The statements of Exec commands run prepared on lib/pq, once each per connection,
+// where they run one by one (in a unit of work; a hand-over on its own goes in one
+// simple query); Options.Unprepared and a negative StatementCache prepare none.
 func TestExecCommandsPrepared(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -109,8 +122,7 @@ func TestExecCommandsPrepared(t *testing.T) {
 			e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), tc.opts))
 			for i := range 3 {
 				id := fmt.Sprint("b", i)
-				_, err := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(t.Context())
-				require.NoError(t, err)
+				completeInUnit(t, e.db, e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}))
 				pending, head := e.state(t, id)
 				assert.False(t, pending)
 				assert.True(t, head)
@@ -131,17 +143,14 @@ func TestExecStatementsBoundedPerConnection(t *testing.T) {
 	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, Options: store.Options{StatementCache: size}}))
 	for i := range 24 {
 		id := fmt.Sprint("b", i)
-		// Each statement runs twice, and so is prepared.
+		// Each release runs twice, and so is prepared; the acquire runs every time.
 		release := refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE block_id = ? /* %d */`, i/2), 1)
-		_, err := e.acquired(t, id, []refset.Command[string]{release}, nil).Complete(t.Context())
-		require.NoError(t, err)
-		// The Exec commands' statements: these releases, and the insert of the
-		// pending row, which every Add runs.
-		assert.LessOrEqual(t, preparedLike(t, e.db, `% pending %`), size, "after %d statements", i+1)
+		completeInUnit(t, e.db, e.acquired(t, id, []refset.Command[string]{release}, []refset.Command[string]{acquireHead}))
+		assert.LessOrEqual(t, preparedLike(t, e.db, `% pending %`)+preparedLike(t, e.db, `% heads %`), size, "after %d statements", i+1)
 	}
-	assert.Equal(t, size, preparedLike(t, e.db, `% pending %`))
+	assert.Equal(t, size, preparedLike(t, e.db, `% pending %`)+preparedLike(t, e.db, `% heads %`))
 	assert.Equal(t, size, e.db.stmts.Len())
-	assert.Equal(t, 1, preparedLike(t, e.db, `INSERT INTO pending %`), "the statement used all along stays")
+	assert.Equal(t, 1, preparedLike(t, e.db, `INSERT INTO heads %`), "the statement used all along stays")
 }
 
 // A hand-over whose statement the server refuses fails the same typed way each time
@@ -493,8 +502,7 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	require.NoError(t, err)
 	e := newHandOverEnv(t, db)
 	for i := range 3 { // a statement is prepared at the Begin after its second run
-		_, err := e.acquired(t, fmt.Sprint("b", i), []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}).Complete(ctx)
-		require.NoError(t, err)
+		completeInUnit(t, db, e.acquired(t, fmt.Sprint("b", i), []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}))
 	}
 	assert.Equal(t, 1, preparedLike(t, db, `DELETE FROM pending%`))
 	assert.Zero(t, preparedLike(t, db, `%pg_current_xact_id%`), "the commit ticket, read at BEGIN, is not prepared")

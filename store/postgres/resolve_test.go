@@ -497,4 +497,19 @@ func TestTicketBeforeCommitWithoutMessagePrivilege(t *testing.T) {
 	require.NoError(t, refset.InTx(ctx, db, insert("b")), "the lost COMMIT resolved from the ticket read before it")
 	assert.Len(t, logs.find("refset/postgres: connection lost while committing; the transaction committed"), 1)
 	assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM items`))
+
+	// The same for an Add, one simple query (libpqPipeline): its ticket too is read
+	// before COMMIT.
+	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
+	require.NoError(t, err)
+	blocks, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
+	require.NoError(t, err)
+	set := refset.New(blocks)
+	_, err = set.Add(ctx, block{Hash: "a", Height: 1})
+	require.NoError(t, err)
+	proxy.CutCommitReply()
+	_, err = set.Add(ctx, block{Hash: "b", Height: 1})
+	require.NoError(t, err, "the lost COMMIT resolved from the ticket read before it")
+	assert.Len(t, logs.find("refset/postgres: connection lost while committing; the transaction committed"), 2)
+	assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM blocks`))
 }

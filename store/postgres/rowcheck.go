@@ -1,12 +1,10 @@
 package postgres
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refsetdriver"
 )
@@ -60,11 +58,41 @@ func (c *rowChecks) sent(s refsetdriver.Statement) string {
 	return q
 }
 
+// wrapped is what a simple query of libpqPipeline sends for s: the statement that
+// checks its count, if s is Checked, or else the one that returns it
+// (rowCountedSQL); "" for a statement that cannot be either, which is then sent on
+// its own, as it is.
+func (c *rowChecks) wrapped(s refsetdriver.Statement) string {
+	key := rowCheckKey{s.Query, -1}
+	if s.Checked {
+		key.want = s.Rows
+	}
+	c.mu.RLock()
+	q, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return q
+	}
+	if body, can := sqltext.Modification(s.Query); can {
+		if s.Checked {
+			q = rowCheckedSQL(body, s.Rows)
+		} else {
+			q = rowCountedSQL(body)
+		}
+	}
+	c.remember(key, q)
+	return q
+}
+
 // refuse remembers that the server cannot run s checked (Postgres refuses some
 // tables' statements as common table expressions: rowCheckedInvalid): it is sent as
 // it is from now on.
 func (c *rowChecks) refuse(s refsetdriver.Statement) {
-	c.remember(rowCheckKey{s.Query, s.Rows}, "")
+	key := rowCheckKey{s.Query, s.Rows}
+	if !s.Checked {
+		key.want = -1
+	}
+	c.remember(key, "")
 }
 
 func (c *rowChecks) remember(key rowCheckKey, q string) {
@@ -78,11 +106,10 @@ func (c *rowChecks) remember(key rowCheckKey, q string) {
 // rowCountRefused reads err, the failure of a statement of rowCheckedSQL, as the row
 // count the statement affected when that is what failed it.
 func rowCountRefused(err error) (n int64, ok bool) {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != codeInvalidTextRepresentation {
+	if sqlState(err) != codeInvalidTextRepresentation {
 		return 0, false
 	}
-	_, count, found := strings.Cut(pgErr.Message, rowCountMark)
+	_, count, found := strings.Cut(serverMessage(err), rowCountMark)
 	if !found {
 		return 0, false
 	}
@@ -100,6 +127,5 @@ func rowCountRefused(err error) (n int64, ok bool) {
 // there, DO INSTEAD NOTHING, DO ALSO, conditional ones), which the statement sent as
 // it is would not be refused for.
 func rowCheckedInvalid(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == codeFeatureNotSupported
+	return sqlState(err) == codeFeatureNotSupported
 }

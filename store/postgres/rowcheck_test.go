@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/lib/pq"
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
@@ -299,7 +300,7 @@ func TestPgxUnitLostMidBatch(t *testing.T) {
 	}
 }
 
-// rowCountRefused reads the count from the server's refusal only: a cast's failure
+// rowCountRefused reads the count from the server's refusal only (pgx's or lib/pq's): a cast's failure
 // of another text, or another error, is not a count.
 func TestRowCountRefused(t *testing.T) {
 	cases := []struct {
@@ -314,6 +315,8 @@ func TestRowCountRefused(t *testing.T) {
 		{&pgconn.PgError{Code: codeUniqueViolation, Message: rowCountMark + "1"}, 0, false},
 		{&pgconn.PgError{Code: codeInvalidTextRepresentation, Message: rowCountMark}, 0, false},
 		{errors.New(rowCountMark + "1"), 0, false},
+		{&pq.Error{Code: codeInvalidTextRepresentation, Message: `invalid input syntax for type bigint: "` + rowCountMark + `3"`}, 3, true},
+		{&pq.Error{Code: codeUniqueViolation, Message: rowCountMark + "1"}, 0, false},
 	}
 	for _, tc := range cases {
 		n, ok := rowCountRefused(tc.err)

@@ -114,10 +114,32 @@ func rowCheckedSQL(body string, want int64) string {
 		" THEN n ELSE ('" + rowCountMark + "' || n)::bigint END FROM (SELECT count(*) AS n FROM refset_rows) AS refset_count"
 }
 
+// rowCountedSQL is body, a statement sqltext.Modification takes, made to return the
+// count of rows it affected as its one row: how a statement whose count nobody checks
+// says it in a simple query (libpqPipeline), where lib/pq reports no count but the
+// last statement's.
+func rowCountedSQL(body string) string {
+	return "WITH refset_rows AS (" + body + " RETURNING 1) SELECT count(*) FROM refset_rows"
+}
+
+// beginMarkSQL follows BEGIN in a simple query that reads no commit ticket
+// (libpqPipeline, with resolution off): its one row says BEGIN ran, so that what
+// fails after it is told from BEGIN's own failure.
+const beginMarkSQL = `SELECT ''`
+
 // serverVersionSQL is the server's version as a number (150004 for 15.4).
 const serverVersionSQL = `SELECT current_setting('server_version_num')::int`
 
 type dialect struct{}
+
+// byteaCast is the cast an insert's parameter for a column of colType is written
+// with: bytea's, or none.
+func byteaCast(colType string) string {
+	if colType == "bytea" {
+		return "::bytea"
+	}
+	return ""
+}
 
 // columnsSQL reads a table's columns; to_regclass resolves an unqualified name through
 // search_path as the statements will, and yields no rows for a missing table. A
@@ -142,8 +164,12 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 	})
 }
 
+// Statements writes the cast of a bytea column's parameter into the insert
+// ($1::bytea): the parameter's type then, as the column's, but written where a
+// statement sent with its values in it (libpqPipeline) can see that a byte slice is
+// bytea's, and not text, whose literal would be another.
 func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
-	return storesql.Statements(t, func(n int) string { return "$" + strconv.Itoa(n) }, func(c string) string { return `"` + c + `"` }, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+	return storesql.Statements(t, func(n int) string { return "$" + strconv.Itoa(n) }, func(c string) string { return `"` + c + `"` }, byteaCast, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
 			VALUES ($1, $2, CASE WHEN $3::bigint > 0 THEN clock_timestamp() + $3::bigint * interval '1 millisecond' END)
 			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`, t.Holds.Quoted()))
 }

@@ -55,7 +55,7 @@ func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ide
 // renamed ID column would find nothing, where both must fail as the table no longer
 // matching the store (refset.ErrSchema), as on PostgreSQL.
 func (dialect) Statements(t refsetdriver.SetTable) refsetdriver.Statements {
-	return storesql.Statements(t, func(int) string { return "?" }, func(c string) string { return "`" + c + "`" }, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
+	return storesql.Statements(t, func(int) string { return "?" }, func(c string) string { return "`" + c + "`" }, nil, fmt.Sprintf(`INSERT INTO %s (holder, object_id, expires_at)
 			VALUES (?1, ?2, CASE WHEN ?3 > 0 THEN %s + ?3 END)
 			ON CONFLICT (object_id, holder) DO UPDATE SET expires_at = excluded.expires_at`, t.Holds.Quoted(), nowMillis))
 }

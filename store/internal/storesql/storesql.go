@@ -20,9 +20,10 @@ import (
 
 // Statements are the statements of the set on t (see refsetdriver.Statements), with
 // the dialect's placeholders, param(n) the n-th (from 1) argument's, and its quoted
-// column names, quote(name). hold is the dialect's Hold statement, whose expiry
-// follows its clock.
-func Statements(t refsetdriver.SetTable, param func(n int) string, quote func(name string) string, hold string) refsetdriver.Statements {
+// column names, quote(name). An insert's placeholder is followed by cast(type), given
+// its column's type (t.Types), if cast is not nil. hold is the dialect's Hold
+// statement, whose expiry follows its clock.
+func Statements(t refsetdriver.SetTable, param func(n int) string, quote func(name string) string, cast func(colType string) string, hold string) refsetdriver.Statements {
 	table, id := t.Name.Quoted(), quote(t.IDColumn)
 	quoted := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
@@ -43,6 +44,9 @@ func Statements(t refsetdriver.SetTable, param func(n int) string, quote func(na
 					b.WriteString(", ")
 				}
 				b.WriteString(param(r*len(t.Columns) + c + 1))
+				if cast != nil && c < len(t.Types) {
+					b.WriteString(cast(t.Types[c]))
+				}
 			}
 			b.WriteByte(')')
 		}

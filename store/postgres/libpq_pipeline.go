@@ -1,0 +1,283 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// libpqPipeline runs a unit made only of statements on lib/pq in two round trips
+// where database/sql takes one per statement and two more: the first is one simple
+// query, BEGIN, the commit's ticket (resolve.go) and the statements with their
+// arguments written in (inlined), and the second is COMMIT. Each statement in it
+// returns one row, the count of rows it affected (rowCountedSQL), or, when refset
+// checks the count, the count the server checked (rowCheckedSQL: a wrong count fails
+// the statement and aborts the transaction, so nothing after it runs and COMMIT is
+// never sent). The rows arrive in order, so an error is the statement's whose row
+// was due.
+//
+// A unit with a statement that cannot go in the simple query (an argument without a
+// literal that means what lib/pq would send, a statement that is no INSERT, UPDATE or
+// DELETE) is not taken (takes): it runs as before. One that Postgres refuses as a
+// common table expression (a table's rules) is found out when it runs: it is sent
+// on its own with its arguments from then on, after the statements before it, and
+// the ones after it go in a simple query of their own. COMMIT is sent once the
+// ticket was read, as on the path of database/sql, so a lost COMMIT is resolved the
+// same.
+type libpqPipeline struct {
+	db *DB
+	// begin is what a unit's simple query opens with, by whether it reads a ticket:
+	// BEGIN and the ticket, or BEGIN and beginMarkSQL. Either returns one row, read
+	// before the statements' rows.
+	begin [2]string
+	// checks are the statements as a simple query sends them (rowChecks.wrapped).
+	checks *rowChecks
+}
+
+// newLibpqPipeline is the pipeline of db, opened on lib/pq, whose transactions have
+// the isolation level iso, or ok false for a level lib/pq refuses (the transaction
+// then begins as before, and fails as before).
+func newLibpqPipeline(db *DB, iso sql.IsolationLevel) (libpqPipeline, bool) {
+	marked, ok := beginSQL(iso, false, false)
+	if !ok {
+		return libpqPipeline{}, false
+	}
+	withTicket, _ := beginSQL(iso, false, true)
+	return libpqPipeline{db: db, begin: [2]string{marked + "; " + beginMarkSQL, withTicket}, checks: newRowChecks()}, true
+}
+
+// takes is refsetdriver.SelectivePipeliner.Pipelines: whether every statement goes
+// in the simple query. A unit with one that does not runs as any unit of work does,
+// its statements prepared (one round trip each, where sent alone unprepared they
+// take two).
+func (p libpqPipeline) takes(stmts []refsetdriver.Statement) bool {
+	for _, s := range stmts {
+		if q := p.checks.wrapped(s); q == "" || !inlined(nil, q, s.Args) {
+			return false
+		}
+	}
+	return true
+}
+
+// run is refsetdriver.Pipeliner.RunPipeline.
+func (p libpqPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
+	var ticket *commitTicket
+	if p.db.resolveWait > 0 {
+		ticket = new(commitTicket)
+	}
+	if p.db.Closed() {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
+	}
+	conn, err := p.db.takeConn(ctx, nil)
+	if err != nil {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+	}
+	defer conn.Close()
+	err = p.runOn(ctx, conn, stmts, result, ticket)
+	for {
+		// A statement Postgres refused as a common table expression ran nothing the
+		// unit keeps, and nothing ran after it: it is sent as it is from now on, and
+		// the unit runs again.
+		var unchecked *uncheckable
+		if !errors.As(err, &unchecked) {
+			break
+		}
+		p.checks.refuse(stmts[unchecked.i])
+		if ctx.Err() != nil {
+			err = orError(result(unchecked.i, 0, unchecked.err), unchecked.err)
+			break
+		}
+		err = p.runOn(ctx, conn, stmts, result, ticket)
+	}
+	var pe *refsetdriver.PipelineError
+	if ticket != nil && ticket.read && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) && !refsetdriver.DidNotCommit(pe.Err) {
+		if err := p.db.resolveCommit(ctx, *ticket, pe.Err); err != nil {
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+		}
+		return nil
+	}
+	return err
+}
+
+// runOn runs stmts on conn, in one transaction, reading the commit's ticket into
+// ticket unless it is nil. Every way out but a commit rolls back, a panic too.
+func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
+	committed := false
+	defer func() {
+		if !committed {
+			rollbackConn(ctx, conn)
+		}
+	}()
+	// The ticket is read with BEGIN, or, where the server refuses that to the role
+	// (DB.beginTicket), just before COMMIT.
+	ticketFirst := ticket != nil && p.db.beginTicket
+	var batch strings.Builder
+	for start, first := 0, true; first || start < len(stmts); first = false {
+		batch.Reset()
+		if first {
+			batch.WriteString(p.begin[b2i(ticketFirst)])
+		}
+		end := start
+		for ; end < len(stmts); end++ {
+			q := p.checks.wrapped(stmts[end])
+			if q == "" || !inlined(nil, q, stmts[end].Args) {
+				break
+			}
+			if batch.Len() > 0 {
+				batch.WriteString("; ")
+			}
+			inlined(&batch, q, stmts[end].Args)
+		}
+		if batch.Len() > 0 {
+			if err := p.runBatch(ctx, conn, batch.String(), first, stmts, start, end, result, ticket); err != nil {
+				return err
+			}
+		}
+		if end < len(stmts) {
+			// The statement that does not go in a simple query, with its arguments.
+			res, err := conn.ExecContext(ctx, stmts[end].Query, stmts[end].Args...)
+			var n int64
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
+			if err != nil {
+				return orError(result(end, 0, err), err)
+			}
+			if err := result(end, n, nil); err != nil {
+				return err
+			}
+			end++
+		}
+		start = end
+	}
+	if err := ctx.Err(); err != nil {
+		return err // given up on before COMMIT was sent
+	}
+	if ticket != nil && !ticketFirst {
+		t, err := readTicket(conn.QueryRowContext(ctx, ticketSQL))
+		if err != nil {
+			// COMMIT was never sent: nothing committed (db.commit's ticket).
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: refsetdriver.NotCommitted(err)}
+		}
+		*ticket = t
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+	}
+	committed = true
+	return nil
+}
+
+// runBatch sends query, a simple query, and reads its rows in order: BEGIN's row (the
+// ticket's, into ticket unless it is nil, or beginMarkSQL's) if begins, then one per
+// statement of stmts[start:end], told to result.
+func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query string, begins bool, stmts []refsetdriver.Statement, start, end int, result refsetdriver.ResultFunc, ticket *commitTicket) error {
+	rows, err := conn.QueryContext(ctx, query)
+	if err != nil {
+		if begins {
+			if refusesWrites(err, codeFeatureNotSupported) {
+				// A standby refuses BEGIN READ WRITE: the connection is done.
+				markReadOnly(conn)
+			}
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+		}
+		return p.failed(stmts, start, err, result)
+	}
+	defer rows.Close()
+	if begins {
+		var raw string
+		if err := scanOne(rows, &raw); err != nil {
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+		}
+		if ticket != nil && p.db.beginTicket {
+			*ticket = commitTicket{raw: raw, read: true}
+		}
+	}
+	for i := start; i < end; i++ {
+		if begins || i > start {
+			// The end of the row before, where the server's refusal of statement i,
+			// if any, arrives; then i's row.
+			if err := nextSet(rows); err != nil {
+				return p.failed(stmts, i, err, result)
+			}
+		}
+		var n int64
+		if err := scanOne(rows, &n); err != nil {
+			return p.failed(stmts, i, err, result)
+		}
+		if err := result(i, n, nil); err != nil {
+			return err
+		}
+	}
+	if rows.Next() || rows.NextResultSet() {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: errors.New("refset/postgres: a simple query returned more rows than its statements")}
+	}
+	return rows.Err()
+}
+
+// failed is the error of stmts[i], which failed with err in a simple query: the count
+// the server refused, as a count; a statement Postgres refused as a common table
+// expression, to be sent as it is (uncheckable); or the failure.
+func (p libpqPipeline) failed(stmts []refsetdriver.Statement, i int, err error, result refsetdriver.ResultFunc) error {
+	if stmts[i].Checked {
+		if n, ok := rowCountRefused(err); ok {
+			return orError(result(i, n, nil), err)
+		}
+	}
+	if rowCheckedInvalid(err) {
+		return &uncheckable{i: i, err: err}
+	}
+	return orError(result(i, 0, err), err)
+}
+
+// scanOne reads the one row of rows' current result into dest.
+func scanOne(rows *sql.Rows, dest any) error {
+	if !rows.Next() {
+		return orError(rows.Err(), errors.New("refset/postgres: a statement of a simple query returned no row"))
+	}
+	return rows.Scan(dest)
+}
+
+// nextSet moves rows past the end of its current result, one row long, to the next:
+// the server's error, if it refused the next statement.
+func nextSet(rows *sql.Rows) error {
+	if rows.Next() {
+		return errors.New("refset/postgres: a statement of a simple query returned more than one row")
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if !rows.NextResultSet() {
+		return orError(rows.Err(), errors.New("refset/postgres: a simple query returned fewer results than its statements"))
+	}
+	return nil
+}
+
+// rollbackConn ends conn's transaction, if it has one open, even when ctx has ended
+// (waiting up to cancelGrace for the server). A connection that cannot roll back is
+// closed, so that database/sql discards it rather than lend it again inside the
+// transaction given up on.
+func rollbackConn(ctx context.Context, conn *sqlx.Conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		discard(conn)
+	}
+}
+
+// markReadOnly marks conn's lib/pq connection as one whose server takes no writes,
+// which database/sql then closes (guardedConn).
+func markReadOnly(conn *sqlx.Conn) {
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*guardedConn); ok {
+			c.readOnly.Store(true)
+		}
+		return nil
+	})
+}

@@ -1,0 +1,111 @@
+package postgres
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type (
+	namedString string
+	namedInt    int32
+)
+
+// valuer is a driver.Valuer: lib/pq sends what Value says, which a literal does not
+// know, so it is refused.
+type valuer struct{}
+
+func (valuer) Value() (any, error) { return "v", nil }
+
+// A value written into a statement as a literal stores exactly what lib/pq stores
+// when it sends the value as an argument, in both of lib/pq's modes, or is refused:
+// hostile strings stay strings, and the table they aim at stays.
+func TestLiteralStoresWhatLibPQSends(t *testing.T) {
+	allBytes := make([]byte, 256)
+	for i := range allBytes {
+		allBytes[i] = byte(i)
+	}
+	hostile := []string{
+		`'); DROP TABLE lit; --`, `' OR '1'='1`, `'`, `''`, `*/ DROP TABLE lit; /*`, `$1`, `$$ DROP TABLE lit $$`,
+		`E'`, "line\nbreak\ttab", "ünïcødé ✓ 🚀", strings.Repeat("x'", 50_000), "", " ", "NULL", "-- not a comment",
+	}
+	type value struct {
+		column string // and the cast its parameter is written with, if any
+		v      any
+	}
+	var cases []value
+	for _, s := range hostile {
+		cases = append(cases, value{"t", s}, value{"y", s})
+		if j := fmt.Sprintf(`{"s": %q}`, s); !strings.Contains(j, `\`) { // JSON's escapes are backslashes
+			cases = append(cases, value{"j", j})
+		}
+	}
+	cases = append(cases,
+		value{"i", int64(math.MaxInt64)}, value{"i", int64(math.MinInt64)}, value{"i", 0}, value{"i", int8(-1)},
+		value{"i", namedInt(7)}, value{"i", "42"}, value{"t", int64(42)},
+		value{"n", uint64(math.MaxUint64)}, value{"n", uint(3)}, value{"n", 0.1},
+		value{"f", 0.1}, value{"f", math.Copysign(0, -1)}, value{"f", 1e300}, value{"f", 5e-324},
+		value{"f", math.MaxFloat64}, value{"f", math.NaN()}, value{"f", math.Inf(1)}, value{"f", math.Inf(-1)},
+		value{"r", float32(0.1)}, value{"f", float32(0.1)},
+		value{"b", true}, value{"b", false}, value{"t", true},
+		value{"t", namedString("it's named")}, value{"t", nil}, value{"i", nil},
+		value{"y::bytea", allBytes}, value{"y::bytea", []byte{}}, value{"y::bytea", []byte(`\x00'`)},
+		value{"y", []byte(nil)}, value{"t", []byte(nil)},
+	)
+	refused := []value{
+		{"t", `back\slash`}, {"y", `\x41`}, {"t", "nul\x00"}, {"t", "\xff\xfe"},
+		{"y", []byte("bytes without a cast")}, {"t", []byte("text")},
+		{"t", time.Now()}, {"t", valuer{}}, {"t", new(string)}, {"t", []string{"a"}}, {"n", uint(math.MaxUint64)},
+	}
+
+	for _, binary := range []bool{false, true} {
+		t.Run(fmt.Sprint("binary_parameters=", binary), func(t *testing.T) {
+			ctx := t.Context()
+			dsn := pgtest.DSN(t)
+			if binary {
+				dsn += "&binary_parameters=yes"
+			}
+			pool := callersPool(t, DriverLibPQ, dsn)
+			_, err := pool.ExecContext(ctx, `CREATE TABLE lit (k int PRIMARY KEY, t text, i bigint, n numeric, f float8, r real, b bool, y bytea, j jsonb)`)
+			require.NoError(t, err)
+			failed := 0 // pairs both refused
+			for i, c := range cases {
+				column, cast, _ := strings.Cut(c.column, "::")
+				if cast != "" {
+					cast = "::" + cast
+				}
+				query := fmt.Sprintf(`INSERT INTO lit (k, %s) VALUES ($1, $2%s)`, column, cast)
+				_, sentErr := pool.ExecContext(ctx, query, 2*i, c.v)
+				var b strings.Builder
+				require.True(t, inlined(&b, query, []any{2*i + 1, c.v}), "%s %#v", c.column, c.v)
+				_, literalErr := pool.ExecContext(ctx, b.String())
+				if sentErr != nil {
+					require.Error(t, literalErr, "%s %#v: lib/pq's %v", c.column, c.v, sentErr)
+					assert.Equal(t, sqlState(sentErr), sqlState(literalErr), "%s %#v", c.column, c.v)
+					failed++
+					continue
+				}
+				require.NoError(t, literalErr, "%s %#v: %s", c.column, c.v, b.String())
+				var same bool
+				require.NoError(t, pool.QueryRowContext(ctx, fmt.Sprintf(
+					`SELECT a.%[1]s IS NOT DISTINCT FROM b.%[1]s FROM lit a, lit b WHERE a.k = $1 AND b.k = $2`, column),
+					2*i, 2*i+1).Scan(&same))
+				assert.True(t, same, "%s %#v: %s", c.column, c.v, b.String())
+			}
+			for _, c := range refused {
+				column, cast, _ := strings.Cut(c.column, "::")
+				query := fmt.Sprintf(`INSERT INTO lit (k, %s) VALUES ($1, $2%s)`, column, cast)
+				assert.False(t, inlined(nil, query, []any{-1, c.v}), "%s %#v", c.column, c.v)
+			}
+			var rows int
+			require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM lit`).Scan(&rows))
+			assert.Equal(t, 2*(len(cases)-failed), rows, "every insert stored its row, and nothing else ran")
+		})
+	}
+}
