@@ -26,10 +26,22 @@ import (
 // literals (sqltext.Inline), or reports false when one of them has no literal that
 // lib/pq's sending would equal (see literal). With b nil, it only tells.
 func inlined(b *strings.Builder, query string, args []any) bool {
-	return sqltext.Inline(b, query, func(b *strings.Builder, n int, cast string) bool {
-		// Past the arguments: the server's error, from the statement sent as it is.
-		return n <= len(args) && literal(b, args[n-1], cast)
+	// Every argument must stand in the statement, or the server refuses it when sent
+	// with them (its parameters are as many as the highest it names): a statement
+	// that names a parameter past the arguments, or leaves one out, is sent with them
+	// to be refused as before.
+	if len(args) > 64 {
+		return false
+	}
+	var used uint64
+	ok := sqltext.Inline(b, query, func(b *strings.Builder, n int, cast string) bool {
+		if n > len(args) {
+			return false
+		}
+		used |= 1 << (n - 1)
+		return literal(b, args[n-1], cast)
 	})
+	return ok && used == 1<<len(args)-1
 }
 
 // literal writes to b (unless it is nil) the SQL literal of v, an argument whose

@@ -109,3 +109,27 @@ func TestLiteralStoresWhatLibPQSends(t *testing.T) {
 		})
 	}
 }
+
+// A statement is written with its arguments only when it names each of them, as the
+// server wants when they are sent: one that names fewer or more is sent with them,
+// and refused as it always was.
+func TestInlinedTakesEveryArgument(t *testing.T) {
+	cases := []struct {
+		query string
+		args  []any
+		ok    bool
+	}{
+		{"SELECT $1", []any{1}, true},
+		{"SELECT $1, $1", []any{1}, true},
+		{"SELECT $2, $1", []any{1, 2}, true},
+		{"SELECT 1", nil, true},
+		{"SELECT $1", []any{1, 2}, false},
+		{"SELECT $2", []any{1, 2}, false},
+		{"SELECT $2", []any{1}, false},
+		{"SELECT 1", []any{1}, false},
+		{"SELECT $1", make([]any, 65), false},
+	}
+	for _, tc := range cases {
+		assert.Equal(t, tc.ok, inlined(nil, tc.query, tc.args), "%s %v", tc.query, tc.args)
+	}
+}
