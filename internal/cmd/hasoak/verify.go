@@ -8,10 +8,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/examples/custody/tokens"
-	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
 )
 
@@ -56,7 +56,7 @@ func (w *workload) verify(ctx context.Context, cfg config, ops []op) (*verdict, 
 	if err != nil {
 		return nil, err
 	}
-	st, err := readState(ctx, db, m)
+	st, err := readState(ctx, db.Pool(), m)
 	if err != nil {
 		return nil, err
 	}
@@ -90,56 +90,43 @@ type state struct {
 	created, spent, locks map[string]bool
 }
 
+// storedBlock is a row of blockmanager's blocks table.
 type storedBlock struct {
-	id, prevID string
-	prevRef    sql.NullString
-	num        int64
+	ID      string         `db:"header_signature"`
+	PrevID  string         `db:"previous_block_id"`
+	PrevRef sql.NullString `db:"previous_block_ref"`
+	Num     int64          `db:"block_num"`
 }
 
-func readState(ctx context.Context, db refset.Database, m *blockmanager.Manager) (*state, error) {
-	st := &state{blocks: map[string]storedBlock{}, pending: map[string]bool{}, forks: map[string]bool{},
-		created: map[string]bool{}, spent: map[string]bool{}, locks: map[string]bool{}}
-	q := db.Reader()
-	each := func(query string, row func(*sql.Rows) error) error {
-		rows, err := q.QueryContext(ctx, query)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := row(rows); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
+func readState(ctx context.Context, db *sqlx.DB, m *blockmanager.Manager) (*state, error) {
+	st := &state{blocks: map[string]storedBlock{}, forks: map[string]bool{}}
+	var blocks []storedBlock
+	if err := db.SelectContext(ctx, &blocks, `SELECT header_signature, previous_block_id, previous_block_ref, block_num FROM blocks`); err != nil {
+		return nil, err
 	}
-	var s string
-	set := func(m map[string]bool) func(*sql.Rows) error {
-		return func(r *sql.Rows) error { err := r.Scan(&s); m[s] = true; return err }
+	for _, b := range blocks {
+		st.blocks[b.ID] = b
 	}
-	err := each(`SELECT header_signature, previous_block_id, previous_block_ref, block_num FROM blocks`, func(r *sql.Rows) error {
-		var b storedBlock
-		err := r.Scan(&b.id, &b.prevID, &b.prevRef, &b.num)
-		st.blocks[b.id] = b
-		return err
-	})
+	if err := db.SelectContext(ctx, &st.heads, `SELECT chain_head FROM chain_heads`); err != nil {
+		return nil, err
+	}
 	for _, read := range []struct {
 		query string
-		row   func(*sql.Rows) error
+		set   *map[string]bool
 	}{
-		{`SELECT block_id FROM pending_blocks`, set(st.pending)},
-		{`SELECT chain_head FROM chain_heads`, func(r *sql.Rows) error { err := r.Scan(&s); st.heads = append(st.heads, s); return err }},
-		{`SELECT DISTINCT created_by FROM token_history WHERE NOT issued`, set(st.created)},
-		{`SELECT DISTINCT spent_by FROM token_history WHERE spent_by IS NOT NULL`, set(st.spent)},
-		{`SELECT DISTINCT substr(holder, 4) FROM token_locks WHERE holder LIKE 'tx:%'`, set(st.locks)},
+		{`SELECT block_id FROM pending_blocks`, &st.pending},
+		{`SELECT DISTINCT created_by FROM token_history WHERE NOT issued`, &st.created},
+		{`SELECT DISTINCT spent_by FROM token_history WHERE spent_by IS NOT NULL`, &st.spent},
+		{`SELECT DISTINCT substr(holder, 4) FROM token_locks WHERE holder LIKE 'tx:%'`, &st.locks},
 	} {
-		if err != nil {
-			break
+		var ids []string
+		if err := db.SelectContext(ctx, &ids, read.query); err != nil {
+			return nil, err
 		}
-		err = each(read.query, read.row)
-	}
-	if err != nil {
-		return nil, err
+		*read.set = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			(*read.set)[id] = true
+		}
 	}
 	forks, err := m.Controller().Forks(ctx)
 	for id := range forks {
@@ -223,7 +210,7 @@ func (st *state) chainProblems(ctx context.Context, m *blockmanager.Manager) []s
 		}
 	}
 	g, ok := st.blocks[genesis]
-	if !ok || g.prevRef.Valid || g.num != 0 || st.pending[genesis] {
+	if !ok || g.PrevRef.Valid || g.Num != 0 || st.pending[genesis] {
 		bad("genesis missing or changed: %+v", g)
 	}
 	extended := map[string]bool{}
@@ -233,28 +220,28 @@ func (st *state) chainProblems(ctx context.Context, m *blockmanager.Manager) []s
 			continue
 		}
 		switch {
-		case st.pending[id] && b.prevRef.Valid:
+		case st.pending[id] && b.PrevRef.Valid:
 			bad("block %s is both pending and linked", id)
-		case !st.pending[id] && !b.prevRef.Valid:
+		case !st.pending[id] && !b.PrevRef.Valid:
 			bad("block %s is neither pending nor linked: a hand-over half done", id)
 		case st.pending[id]:
-			if p, stored := st.blocks[b.prevID]; stored && !st.pending[p.id] {
-				bad("block %s waits for %s, which is stored and handed over", id, b.prevID)
+			if p, stored := st.blocks[b.PrevID]; stored && !st.pending[p.ID] {
+				bad("block %s waits for %s, which is stored and handed over", id, b.PrevID)
 			}
 		default:
-			p, stored := st.blocks[b.prevRef.String]
-			if !stored || b.prevRef.String != b.prevID || b.num != p.num+1 {
-				bad("block %s (number %d) is linked to %q, not to its predecessor %s (number %d)", id, b.num, b.prevRef.String, b.prevID, p.num)
+			p, stored := st.blocks[b.PrevRef.String]
+			if !stored || b.PrevRef.String != b.PrevID || b.Num != p.Num+1 {
+				bad("block %s (number %d) is linked to %q, not to its predecessor %s (number %d)", id, b.Num, b.PrevRef.String, b.PrevID, p.Num)
 			}
-			extended[b.prevID] = true
-			if best == nil || cmp.Or(cmp.Compare(best.num, b.num), cmp.Compare(b.id, best.id)) < 0 {
+			extended[b.PrevID] = true
+			if best == nil || cmp.Or(cmp.Compare(best.Num, b.Num), cmp.Compare(b.ID, best.ID)) < 0 {
 				best = &b
 			}
 		}
 	}
 	want := genesis
 	if best != nil {
-		want = best.id
+		want = best.ID
 	}
 	if len(st.heads) != 1 || st.heads[0] != want {
 		bad("chain heads %v; fork choice says %s", st.heads, want)
@@ -272,12 +259,12 @@ func (st *state) chainProblems(ctx context.Context, m *blockmanager.Manager) []s
 		}
 		n, next = n+1, b.PreviousBlockID
 	}
-	if head := st.blocks[want]; int64(n) != head.num+1 || next != blockmanager.NullBlockID {
-		bad("the head's branch has %d blocks down to %s; its number is %d", n, next, head.num)
+	if head := st.blocks[want]; int64(n) != head.Num+1 || next != blockmanager.NullBlockID {
+		bad("the head's branch has %d blocks down to %s; its number is %d", n, next, head.Num)
 	}
 	var tips []string
 	for id, b := range st.blocks {
-		if !st.pending[id] && !extended[id] && id != want && (b.prevRef.Valid || id == genesis) {
+		if !st.pending[id] && !extended[id] && id != want && (b.PrevRef.Valid || id == genesis) {
 			tips = append(tips, id)
 		}
 	}
