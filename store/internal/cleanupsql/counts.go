@@ -147,9 +147,14 @@ func (c counter) Read(ctx context.Context, q refset.Querier) (time.Time, []refse
 		s.HoldsExpired = refsetdriver.Count{N: expired}
 		s.HoldsLive = c.count(holds, holdsEst).Minus(expired)
 		s.Overdue = refsetdriver.Count{N: over}
+		// The entries due now are a count: the queue has at least as many, whatever
+		// older statistics say.
 		s.Queued = c.count(queued, queuedEst)
-		if s.Queued.N < over {
-			s.Queued.N = over // statistics older than the entries due now
+		switch s.Queued.Accuracy {
+		case refsetdriver.Estimated:
+			s.Queued.N = max(s.Queued.N, over)
+		case refsetdriver.MoreThan:
+			s.Queued.N = max(s.Queued.N, over-1)
 		}
 		s.OldestDue, s.Collected = readOldest(), collected
 	}
