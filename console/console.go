@@ -35,7 +35,7 @@ const (
 )
 
 // minSampleEvery is the shortest interval between samples: each one counts every
-// set, which an operator's page must not turn into a load of its own.
+// set (up to the cap), which an operator's page must not turn into a load of its own.
 const minSampleEvery = time.Second
 
 // Config configures a Console. The zero value is a sane default for a console on
@@ -48,8 +48,9 @@ type Config struct {
 	// web page whose name was rebound to 127.0.0.1 reads nothing; serve it anywhere
 	// else with a Token.
 	Token string
-	// SampleEvery is how often the sampler counts every set for the clean-up page;
-	// zero means DefaultSampleEvery, and less than a second is refused.
+	// SampleEvery is how often the sampler counts every set for the clean-up page,
+	// one statement each time; zero means DefaultSampleEvery, and less than a second
+	// is refused.
 	SampleEvery time.Duration
 	// Samples is how many samples the clean-up page keeps; zero means
 	// DefaultSamples.

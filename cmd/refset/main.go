@@ -347,7 +347,7 @@ type (
 		OldestDue       *time.Time `json:"oldest_due"` // null when the queue is empty
 		Collected       int64      `json:"collected"`
 		// Inexact names the counts above that are not counts of every row: "estimate"
-		// (the database's, from its statistics) or "more than" (a lower bound).
+		// (the database's, from its statistics) or "more_than" (a lower bound).
 		Inexact map[string]string `json:"inexact,omitempty"`
 	}
 	versionJSON struct {
@@ -403,7 +403,7 @@ func statusCommand(fs *flag.FlagSet) func(context.Context, call) error {
 					if j.Inexact == nil {
 						j.Inexact = map[string]string{}
 					}
-					j.Inexact[name] = n.Accuracy.String()
+					j.Inexact[name] = inexactJSON[n.Accuracy]
 				}
 			}
 			if !st.OldestDue.IsZero() {
@@ -418,13 +418,19 @@ func statusCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	}
 }
 
+// inexactJSON is what setJSON.Inexact says of a count that is not exact.
+var inexactJSON = map[cleanup.Accuracy]string{cleanup.Estimated: "estimate", cleanup.MoreThan: "more_than"}
+
 // count is the count of field, as the text prints it (cleanup.Count's String).
 func (st setJSON) count(field string, n int64) string {
-	return cleanup.Count{N: n, Accuracy: accuracies[st.Inexact[field]]}.String()
+	c := cleanup.Count{N: n}
+	for a, name := range inexactJSON {
+		if st.Inexact[field] == name {
+			c.Accuracy = a
+		}
+	}
+	return c.String()
 }
-
-// accuracies reads setJSON.Inexact back.
-var accuracies = map[string]cleanup.Accuracy{"": cleanup.Exact, cleanup.Estimated.String(): cleanup.Estimated, cleanup.MoreThan.String(): cleanup.MoreThan}
 
 func (doc statusJSON) text(out io.Writer) error {
 	fmt.Fprintf(out, "database clock %s\n\n", doc.Now.Format(time.RFC3339))

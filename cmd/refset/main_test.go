@@ -211,6 +211,39 @@ func TestCommands(t *testing.T) {
 			},
 		},
 		{
+			// Past --cap, the counts are the database's estimate or, without
+			// statistics, a lower bound; the entries due are counted whatever it.
+			name: "status json past the cap", args: []string{"status", "--json", "--cap", "2"},
+			json: func(t *testing.T, out []byte) {
+				var s statusJSON
+				require.NoError(t, json.Unmarshal(out, &s))
+				blocks := s.Sets[0]
+				for _, field := range []string{"objects", "holds_live", "queued"} {
+					require.Contains(t, []string{"estimate", "more_than"}, blocks.Inexact[field], field)
+				}
+				require.NotContains(t, blocks.Inexact, "overdue")
+				require.NotContains(t, blocks.Inexact, "holds_expired")
+				require.Equal(t, int64(2), blocks.Overdue)
+			},
+		},
+		{
+			name: "status text past the cap", args: []string{"status", "--cap", "2"},
+			stdout: []string{"more than N rows", "at most 2 rows of a table (--cap); --exact counts every row"},
+		},
+		{
+			name: "status --exact", args: []string{"status", "--json", "--exact", "--cap", "2"},
+			json: func(t *testing.T, out []byte) {
+				var s statusJSON
+				require.NoError(t, json.Unmarshal(out, &s))
+				s.Sets[0].OldestDue = nil
+				require.Equal(t, setJSON{Table: "blocks", Objects: 7, HoldsLive: 7, HoldsExpired: 1, Queued: 3, Overdue: 2}, s.Sets[0])
+			},
+		},
+		{
+			name: "status refuses a cap of 0", args: []string{"status", "--cap", "0"},
+			code: exitError, stderr: []string{"--cap must be positive"},
+		},
+		{
 			name: "why lists every hold, past Why's limit", args: []string{"why", "h", "--table", "blocks"},
 			stdout: []string{"blocks_holds.object_id", "'alice'", "'h6'"},
 			json:   nil,
