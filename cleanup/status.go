@@ -78,6 +78,14 @@ type StatusOptions struct {
 	Exact bool
 }
 
+// check refuses a negative Cap.
+func (o StatusOptions) check(op string) error {
+	if o.Cap < 0 {
+		return fmt.Errorf("refset/cleanup: %s: %w: StatusOptions.Cap %d is negative", op, refset.ErrInvalidConfig, o.Cap)
+	}
+	return nil
+}
+
 func (o StatusOptions) cap() int64 {
 	switch {
 	case o.Exact:
@@ -112,8 +120,12 @@ func Status(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
 // StatusOptions), so Status costs about the same on a set of a million objects as on
 // one of a thousand. It reads where Check does. Errors: refset.ErrNotFound when the
 // database has no refset tables; refset.ErrSchema when a set's table is gone;
-// refset.ErrInvalidConfig for a database of no store; the read errors of Check.
+// refset.ErrInvalidConfig for a database of no store or a negative Cap; the read
+// errors of Check.
 func StatusWith(ctx context.Context, db refset.Database, opts StatusOptions) (DatabaseStatus, error) {
+	if err := opts.check("status"); err != nil {
+		return DatabaseStatus{}, err
+	}
 	c := NewCounter(db, opts)
 	return onDatabase(ctx, db, "status", func(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
 		s, err := c.read(ctx, q, d, true)
@@ -187,8 +199,11 @@ func NewCounter(db refset.Database, opts StatusOptions) *Counter {
 	return &Counter{db: db, opts: opts}
 }
 
-// Counts reads the counts of every set. Errors: those of Status.
+// Counts reads the counts of every set. Errors: those of StatusWith.
 func (c *Counter) Counts(ctx context.Context) (DatabaseStatus, error) {
+	if err := c.opts.check("counts"); err != nil {
+		return DatabaseStatus{}, err
+	}
 	return onDatabase(ctx, c.db, "counts", func(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
 		return c.read(ctx, q, d, false)
 	})

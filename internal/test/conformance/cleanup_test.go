@@ -1453,4 +1453,8 @@ func testCountsPastTheCap(t *testing.T, h harness) {
 			assert.Equal(t, st.Sets[0].Objects, counts.Sets[0].Objects, "a Counter counts as Status does")
 		})
 	}
+	_, err := cleanup.StatusWith(ctx, e.db, cleanup.StatusOptions{Cap: -1})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	_, err = cleanup.NewCounter(e.db, cleanup.StatusOptions{Cap: -1}).Counts(ctx)
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 }
