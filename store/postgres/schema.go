@@ -9,7 +9,6 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/cleanupsql"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
@@ -57,17 +56,4 @@ func (cleanupDialect) RowAddress() string { return "ctid" }
 // Clock: refset's tables keep times as timestamptz.
 func (cleanupDialect) Clock() refsetdriver.Clock {
 	return storesql.Clock("now()", func(t time.Time) time.Time { return t })
-}
-
-// estimateSQL is the planner's estimate of a table's rows: those its last ANALYZE
-// (or VACUUM) counted per page, times the pages the table has now (the size of its
-// file, read without reading the table); NULL for a table never analyzed. The
-// relation's name is the argument.
-const estimateSQL = `(SELECT CASE WHEN c.reltuples >= 0 AND c.relpages > 0
-	THEN (c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8))::bigint END
-	FROM pg_class c WHERE c.oid = to_regclass(?))`
-
-// Estimator: the planner's estimate, which pg_class has on a standby too.
-func (cleanupDialect) Estimator(context.Context, refset.Querier) (cleanupsql.Estimate, error) {
-	return func(table sqlident.Ident) (string, []any) { return estimateSQL, []any{table.Quoted()} }, nil
 }

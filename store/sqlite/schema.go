@@ -8,7 +8,6 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store/internal/cleanupsql"
 	"github.com/refsetdb/refset/store/internal/storesql"
 )
 
@@ -46,17 +45,3 @@ func (cleanupDialect) RowAddress() string { return "rowid" }
 
 // Clock: refset's tables keep times as Unix milliseconds in INTEGER columns.
 func (cleanupDialect) Clock() refsetdriver.Clock { return storesql.Clock(nowMillis, time.UnixMilli) }
-
-// Estimator: the rows the last ANALYZE counted (sqlite_stat1's first number, the
-// rows of the table or of an index of it), when the database was ever analyzed
-// (PRAGMA optimize analyzes the tables that need it); none otherwise. Unlike
-// PostgreSQL's, nothing scales it to the table's size now.
-func (cleanupDialect) Estimator(ctx context.Context, q refset.Querier) (cleanupsql.Estimate, error) {
-	analyzed, err := tableExists(ctx, q, sqlident.Ident{Name: "sqlite_stat1"})
-	if err != nil || !analyzed {
-		return func(sqlident.Ident) (string, []any) { return "NULL", nil }, err
-	}
-	return func(table sqlident.Ident) (string, []any) {
-		return `(SELECT max(CAST(stat AS INTEGER)) FROM sqlite_stat1 WHERE tbl = ? COLLATE NOCASE)`, []any{table.Name}
-	}, nil
-}
