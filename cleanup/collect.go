@@ -217,8 +217,11 @@ func (c *Collector) batchOnce(ctx context.Context, expire bool) (expired int64, 
 				return err
 			}
 		}
-		b, err = c.dialect.CollectBatch(ctx, tx, p, c.batch)
-		return err
+		if b, err = c.dialect.CollectBatch(ctx, tx, p, c.batch); err != nil {
+			return err
+		}
+		// Counted in the transaction that deleted them: exact, whoever collects.
+		return c.dialect.AddCollected(ctx, tx, p, b.Deleted)
 	})
 	return expired, b, c.schemaError(err)
 }

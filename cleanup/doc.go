@@ -88,6 +88,18 @@
 // (refset.ErrSchema); any other failed pass goes to its callback, or, with none,
 // ends Run after MaxFailedPasses in a row, so a failing collector is never silent.
 //
+// Status (and Counts, and a Counter, which a console's sampler keeps) reports every
+// set's objects, holds and queue in one statement that reads no table whole: each
+// count stops at a cap (StatusOptions.Cap, DefaultCountCap rows) and, past it, is the
+// database's estimate from its statistics (Count, Estimated) or a lower bound where
+// it has none (MoreThan); the expired holds and the entries due now are counted over
+// their index's range, as many as clean-up has yet to do. StatusOptions.Exact counts
+// every row, reading each table whole. Collect counts the objects it deletes where it
+// deletes them: each batch adds its count to the set's in refset's own tables
+// (refset_collected, core schema version 2), in the batch's transaction, so that
+// SetStatus.Collected is exact whoever collected, and survives restarts; its rise
+// between two reads is the rate of collection.
+//
 // Sweep is the repair: a full mark from the roots, for a database whose queue was
 // lost or never installed. Check reports what Collect would never delete (objects
 // reachable from no root and no queued object) and references to missing objects;
@@ -104,7 +116,8 @@
 //     and the catalog into a plan (describe), and Install creates the triggers.
 //   - run.go is the schedule: Run, and when a failing collector gives up.
 //   - report.go and status.go are the read-only reports: Check, Why, WhyAll and Queue
-//     on one set, Status on a whole database; onReplica (report.go) says where they read.
+//     on one set, Status, Counts and Counter on a whole database; onReplica
+//     (report.go) says where they read.
 //   - collector.go holds what they share: Config, the Collector and its errors.
 //
 // None of it runs SQL of its own. A store's clean-up dialect

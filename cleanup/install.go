@@ -320,7 +320,10 @@ func locate(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *ref
 	if err != nil {
 		return reg, err
 	}
-	p.IDColumn, p.RegisteredQueue = reg.IDColumn, reg.Queue.String()
+	p.IDColumn, p.RegisteredQueue, p.RegisteredTable = reg.IDColumn, reg.Queue.String(), reg.Table.String()
+	if p.Collected, err = d.CountsCollected(ctx, q); err != nil {
+		return reg, err
+	}
 	// Resolved once, here: the triggers must name the same tables in every
 	// session, whatever its search path.
 	for _, n := range []struct {

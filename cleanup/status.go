@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
@@ -16,20 +17,83 @@ import (
 // schema versions. Like the reports on one set, it changes nothing, and its reads are
 // the dialect's.
 
-// SetStatus is the state of one set's clean-up, by the database's clock.
+// SetStatus is the state of one set's clean-up, by the database's clock. Its counts
+// of rows are exact up to the cap Status counted to (StatusOptions.Cap), estimates
+// past it (Count).
 type SetStatus struct {
 	Table        string // the object table, as its store registered it
-	Objects      int64  // rows in the object table
-	HoldsLive    int64  // holds without expiry or expiring later
-	HoldsExpired int64  // holds past their expiry that Collect has not removed yet
-	Queued       int64  // entries in the review queue
-	Overdue      int64  // entries due now: what the next Collect reviews
+	Objects      Count  // rows in the object table
+	HoldsLive    Count  // holds without expiry or expiring later
+	HoldsExpired Count  // holds past their expiry that Collect has not removed yet
+	Queued       Count  // entries in the review queue
+	Overdue      Count  // entries due now: what the next Collect reviews
 	// OldestDue is the earliest review time in the queue (zero when the queue is
 	// empty). Before DatabaseStatus.Now it says how long collection has lagged.
 	OldestDue time.Time
+	// Collected is how many objects clean-up has deleted from the set, by every
+	// collector, since the database's refset tables began to count them (core
+	// schema version 2: 0 on older ones until migrated). Each batch adds what it
+	// deleted in its own transaction, so the count is exact and survives restarts;
+	// its rise between two reads is the rate of collection.
+	Collected int64
 	// UndeclaredParts describes the keys to the set declared ON DELETE CASCADE from
 	// tables that no Install declared as parts (Config.Parts): see Report.
 	UndeclaredParts []string
+}
+
+// Waiting is the entries of the queue not yet due.
+func (s SetStatus) Waiting() Count { return s.Queued.Minus(s.Overdue.N) }
+
+// Count is a number of rows as Status read it: N rows (Exact), about N by the
+// database's statistics (Estimated), or more than N when it has none (MoreThan).
+type Count = refsetdriver.Count
+
+// Accuracy says what a Count's number is.
+type Accuracy = refsetdriver.Accuracy
+
+// The accuracies of a Count.
+const (
+	Exact     = refsetdriver.Exact
+	Estimated = refsetdriver.Estimated
+	MoreThan  = refsetdriver.MoreThan
+)
+
+// DefaultCountCap is the number of rows Status counts in a table before it takes the
+// database's estimate instead: a few milliseconds of reading, whatever the table's
+// size.
+const DefaultCountCap = 10_000
+
+// StatusOptions are how Status counts.
+type StatusOptions struct {
+	// Cap is the number of rows each count reads at most in the object table, the
+	// holds table and the review queue (0: DefaultCountCap). Past it, the count is
+	// the database's estimate from its statistics (PostgreSQL's planner's, scaled to
+	// the table's size now; SQLite's from its last ANALYZE), marked Estimated, or,
+	// without statistics, "more than Cap" (MoreThan). The expired holds and the
+	// entries due now are counted exactly whatever Cap, over the range of their
+	// index: as many rows as clean-up has yet to do.
+	Cap int64
+	// Exact counts every row of every table: it reads each whole, as an audit may
+	// need, and its cost follows the size of the sets.
+	Exact bool
+}
+
+// check refuses a negative Cap.
+func (o StatusOptions) check(op string) error {
+	if o.Cap < 0 {
+		return fmt.Errorf("refset/cleanup: %s: %w: StatusOptions.Cap %d is negative", op, refset.ErrInvalidConfig, o.Cap)
+	}
+	return nil
+}
+
+func (o StatusOptions) cap() int64 {
+	switch {
+	case o.Exact:
+		return 0
+	case o.Cap <= 0:
+		return DefaultCountCap
+	}
+	return o.Cap
 }
 
 // ComponentVersion is a schema version refset's records keep: "core" for refset's
@@ -44,15 +108,42 @@ type DatabaseStatus struct {
 	Versions []ComponentVersion
 }
 
-// Status reads, for every set registered in db (a database of store/sqlite or
-// store/postgres), its objects, holds, and review queue, and the schema versions of
-// every component. It writes nothing and installs nothing. Counting objects and
-// holds scans them: it is an audit, not something to run every second on a large
-// set. It reads where Check does. Errors: refset.ErrNotFound when the database has no
-// refset tables; refset.ErrSchema when a set's table is gone; refset.ErrInvalidConfig
-// for a database of no store; the read errors of Check.
+// Status is StatusWith's default: counts capped at DefaultCountCap.
 func Status(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
-	return onDatabase(ctx, db, "status", status)
+	return StatusWith(ctx, db, StatusOptions{})
+}
+
+// StatusWith reads, for every set registered in db (a database of store/sqlite or
+// store/postgres), its objects, holds, review queue and objects collected, and the
+// schema versions of every component. It writes nothing and installs nothing. Its
+// counts read no table whole unless opts ask for Exact: each stops at opts' cap (see
+// StatusOptions), so Status costs about the same on a set of a million objects as on
+// one of a thousand. It reads where Check does. Errors: refset.ErrNotFound when the
+// database has no refset tables; refset.ErrSchema when a set's table is gone;
+// refset.ErrInvalidConfig for a database of no store or a negative Cap; the read
+// errors of Check.
+func StatusWith(ctx context.Context, db refset.Database, opts StatusOptions) (DatabaseStatus, error) {
+	if err := opts.check("status"); err != nil {
+		return DatabaseStatus{}, err
+	}
+	c := NewCounter(db, opts)
+	return onDatabase(ctx, db, "status", func(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
+		s, err := c.read(ctx, q, d, true)
+		if err != nil {
+			return s, err
+		}
+		for i := range s.Sets {
+			table, err := sqlident.Parse(s.Sets[i].Table, true)
+			if err != nil {
+				return s, fmt.Errorf("refset_sets names %q: %w", s.Sets[i].Table, err)
+			}
+			if s.Sets[i].UndeclaredParts, err = undeclaredOf(ctx, q, d, table); err != nil {
+				return s, err
+			}
+		}
+		s.Versions, err = d.Versions(ctx, q)
+		return s, err
+	})
 }
 
 // onDatabase runs read, a report on the whole database, where Status reads, and
@@ -74,58 +165,100 @@ func onDatabase(ctx context.Context, db refset.Database, op string,
 	return s, nil
 }
 
-func status(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
-	s, err := counts(ctx, q, d)
-	if err != nil {
-		return s, err
+// Counts is Status without its reads of the catalog and the schema versions: the
+// database's clock and every set's counts (UndeclaredParts and Versions are left
+// empty). It reads where Status does. A program that asks often (a console's
+// sampler) keeps a Counter instead, which reads the list of sets once in a while
+// and the counts in one statement. Errors: those of Status.
+func Counts(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
+	return NewCounter(db, StatusOptions{}).Counts(ctx)
+}
+
+// CounterRefresh is how long a Counter uses the list of sets it read before it
+// reads it again.
+const CounterRefresh = time.Minute
+
+// A Counter reads the counts of Counts, as often as it is asked: one statement for
+// every set (the database's clock, each set's objects, holds, queue, entries due,
+// oldest review and objects collected), each count bounded as StatusOptions say.
+// It reads the list of sets, and what it needs of the catalog, when first asked,
+// then once every CounterRefresh, and again after a read that failed, so that a
+// set built since appears within that time. A Counter is safe for concurrent use.
+type Counter struct {
+	db   refset.Database
+	opts StatusOptions
+
+	mu      sync.Mutex
+	tables  []string
+	counter refsetdriver.SetCounter
+	made    time.Time
+}
+
+// NewCounter returns a Counter of the sets of db.
+func NewCounter(db refset.Database, opts StatusOptions) *Counter {
+	return &Counter{db: db, opts: opts}
+}
+
+// Counts reads the counts of every set. Errors: those of StatusWith.
+func (c *Counter) Counts(ctx context.Context) (DatabaseStatus, error) {
+	if err := c.opts.check("counts"); err != nil {
+		return DatabaseStatus{}, err
 	}
-	for i := range s.Sets {
-		table, err := sqlident.Parse(s.Sets[i].Table, true)
-		if err != nil {
-			return s, fmt.Errorf("refset_sets names %q: %w", s.Sets[i].Table, err)
-		}
-		if s.Sets[i].UndeclaredParts, err = undeclaredOf(ctx, q, d, table); err != nil {
+	return onDatabase(ctx, c.db, "counts", func(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
+		return c.read(ctx, q, d, false)
+	})
+}
+
+// read reads the counts on q; fresh reads the list of sets first, whatever its age.
+func (c *Counter) read(ctx context.Context, q refset.Querier, d refsetdriver.Driver, fresh bool) (DatabaseStatus, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var s DatabaseStatus
+	if fresh || c.counter == nil || time.Since(c.made) > CounterRefresh {
+		if err := c.prepare(ctx, q, d); err != nil {
 			return s, err
 		}
 	}
-	s.Versions, err = d.Versions(ctx, q)
-	return s, err
+	now, states, err := c.counter.Read(ctx, q)
+	if err != nil {
+		c.counter = nil // a set dropped, a table renamed: read the list again
+		return s, err
+	}
+	s.Now = now
+	for i, st := range states {
+		s.Sets = append(s.Sets, SetStatus{Table: c.tables[i], Objects: st.Objects, HoldsLive: st.HoldsLive,
+			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue,
+			Collected: st.Collected})
+	}
+	return s, nil
 }
 
-// Counts is Status without its reads of the catalog and the schema versions: the
-// database's clock and every set's counts (UndeclaredParts and Versions are left
-// empty). It reads where Status does, and costs what Status's counts cost: a
-// console's sampler calls it every few seconds. Errors: those of Status.
-func Counts(ctx context.Context, db refset.Database) (DatabaseStatus, error) {
-	return onDatabase(ctx, db, "counts", counts)
-}
-
-func counts(ctx context.Context, q refset.Querier, d refsetdriver.Driver) (DatabaseStatus, error) {
-	var s DatabaseStatus
+// prepare reads the list of sets and has the dialect write the statement that
+// counts them.
+func (c *Counter) prepare(ctx context.Context, q refset.Querier, d refsetdriver.Driver) error {
+	c.counter = nil
 	tables, err := d.Sets(ctx, q)
 	if err != nil {
-		return s, err
+		return err
 	}
-	if s.Now, err = d.Now(ctx, q); err != nil {
-		return s, err
-	}
+	regs := make([]refsetdriver.Registered, 0, len(tables))
 	for _, name := range tables {
 		table, err := sqlident.Parse(name, true)
 		if err != nil {
-			return s, fmt.Errorf("refset_sets names %q: %w", name, err)
+			return fmt.Errorf("refset_sets names %q: %w", name, err)
 		}
 		reg, err := d.SchemaSQL().Lookup(ctx, q, table)
 		if err != nil {
-			return s, err
+			return err
 		}
-		st, err := d.SetState(ctx, q, reg)
-		if err != nil {
-			return s, err
-		}
-		s.Sets = append(s.Sets, SetStatus{Table: name, Objects: st.Objects, HoldsLive: st.HoldsLive,
-			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue})
+		regs = append(regs, reg)
 	}
-	return s, nil
+	counter, err := d.Counter(ctx, q, regs, c.opts.cap())
+	if err != nil {
+		return err
+	}
+	c.tables, c.counter, c.made = tables, counter, time.Now()
+	return nil
 }
 
 // undeclaredOf describes the cascading keys to the set on table that no Install

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/console"
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/store/postgres"
@@ -20,8 +21,9 @@ import (
 //
 //	REFSET_CONSOLE_BIG=1000000 go test -run '^$' -bench BenchmarkPages -benchtime 20x ./console/
 //
-// The sets page counts every set, as refset status does; the others read by key and
-// by index (TestPlans), so their times stay flat as the set grows.
+// Every page, and the sampler's statement, reads by key, by index, or up to a cap
+// (TestPlans), so their times stay flat as the set grows: but Check, an audit, and
+// refset status --exact, which scan.
 func BenchmarkPages(b *testing.B) {
 	objects := 100_000
 	if v := os.Getenv("REFSET_CONSOLE_BIG"); v != "" {
@@ -52,6 +54,24 @@ func BenchmarkPages(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Close() })
+	// A sample of the sampler: one statement, the Counter having read the list of
+	// sets; and, beside it, the exact counts refset status --exact reads, scanning.
+	counter := cleanup.NewCounter(db, cleanup.StatusOptions{})
+	for name, read := range map[string]func() error{
+		"sampler": func() error { _, err := counter.Counts(ctx); return err },
+		"status --exact": func() error {
+			_, err := cleanup.StatusWith(ctx, db, cleanup.StatusOptions{Exact: true})
+			return err
+		},
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if err := read(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	// "/?check=notes" is Check, an audit of the whole set, as refset check is.
 	for _, p := range append([]string{"/", "/?check=notes", "/cleanup"}, bigPages(objects, blocks)...) {
 		b.Run(p, func(b *testing.B) {

@@ -18,6 +18,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/console"
 	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
 	"github.com/stretchr/testify/require"
@@ -160,6 +161,13 @@ func (tb tab) screenshot(name string) {
 	tb.t.Logf("screenshot: %s", path)
 }
 
+// countCap is where the browser test's counts stop counting: below the fixture's
+// sets, whose counts are then estimates.
+const countCap = 5
+
+// aboutText is what the pages write before a count of each accuracy.
+var aboutText = map[cleanup.Accuracy]string{cleanup.Exact: "", cleanup.Estimated: "≈ ", cleanup.MoreThan: "more than "}
+
 // TestInBrowser loads every page in chromium against a real database and checks what
 // it shows against the library's reports: the numbers of refset status and Check,
 // the chain's blocks and edges, holds, links that lead where they say, a hostile
@@ -169,7 +177,13 @@ func TestInBrowser(t *testing.T) {
 		f := newFixture(t, b)
 		ctx := t.Context()
 		const token = "s3cret token"
-		_, srv := serve(t, f.db, console.Config{Token: token, SampleEvery: time.Second})
+		// The blocks set analyzed, the notes set not: past countCap, the Sets page
+		// shows the blocks' estimate and "more than" of the notes.
+		require.NoError(t, refset.InTx(ctx, f.db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `ANALYZE blocks`)
+			return err
+		}))
+		_, srv := serve(t, f.db, console.Config{Token: token, SampleEvery: time.Second, CountCap: countCap})
 		tb := newTab(t, srv.URL)
 
 		// Without the token, nothing but the refusal.
@@ -181,22 +195,36 @@ func TestInBrowser(t *testing.T) {
 
 		t.Run("sets", func(t *testing.T) {
 			tb.t = t
-			type row struct {
-				Table                                                 string
-				Objects, HoldsLive, HoldsExpired, Queued, Overdue, Wt int64
+			// Each count's cell carries its number and accuracy; the text is the
+			// number as the pages write it.
+			type cell struct {
+				N        int64
+				Accuracy string
+				Text     string
 			}
-			got := eval[[]row](tb, `[...document.querySelectorAll("#sets tr[data-table]")].map(r => ({
-				Table: r.dataset.table,
-				Objects: +r.querySelector(".objects").textContent, HoldsLive: +r.querySelector(".holds-live").textContent,
-				HoldsExpired: +r.querySelector(".holds-expired").textContent, Queued: +r.querySelector(".queued").textContent,
-				Overdue: +r.querySelector(".overdue").textContent, Wt: +r.querySelector(".waiting").textContent}))`)
-			st, err := cleanup.Status(ctx, f.db)
+			type row struct {
+				Table                                                      string
+				Objects, HoldsLive, HoldsExpired, Queued, Overdue, Waiting cell
+				Collected                                                  int64
+			}
+			got := eval[[]row](tb, `[...document.querySelectorAll("#sets tr[data-table]")].map(r => {
+				const cell = c => { const td = r.querySelector("." + c); return {N: +td.dataset.n, Accuracy: td.dataset.accuracy, Text: td.textContent} };
+				return {Table: r.dataset.table, Objects: cell("objects"), HoldsLive: cell("holds-live"), HoldsExpired: cell("holds-expired"),
+					Queued: cell("queued"), Overdue: cell("overdue"), Waiting: cell("waiting"), Collected: +r.querySelector(".collected").dataset.n}})`)
+			st, err := cleanup.StatusWith(ctx, f.db, cleanup.StatusOptions{Cap: countCap})
 			require.NoError(t, err)
+			counted := func(c cleanup.Count) cell {
+				return cell{N: c.N, Accuracy: c.Accuracy.String(), Text: aboutText[c.Accuracy] + fmt.Sprint(c.N)}
+			}
 			var want []row
 			for _, s := range st.Sets {
-				want = append(want, row{s.Table, s.Objects, s.HoldsLive, s.HoldsExpired, s.Queued, s.Overdue, s.Queued - s.Overdue})
+				want = append(want, row{s.Table, counted(s.Objects), counted(s.HoldsLive), counted(s.HoldsExpired),
+					counted(s.Queued), counted(s.Overdue), counted(s.Waiting()), s.Collected})
 			}
 			require.Equal(t, want, got)
+			// Past the cap: the blocks set's 11 blocks, as its statistics count them.
+			require.Equal(t, cleanup.Count{N: 11, Accuracy: cleanup.Estimated}, st.Sets[0].Objects, st.Sets[0].Table)
+			require.Equal(t, cleanup.Count{N: countCap, Accuracy: cleanup.MoreThan}, st.Sets[1].Objects, "notes, never analyzed")
 			require.Len(t, got, 2)
 			versions := eval[int](tb, `document.querySelectorAll("#versions tbody tr").length`)
 			require.Equal(t, len(st.Versions), versions)
@@ -319,11 +347,11 @@ func TestInBrowser(t *testing.T) {
 				tb.open("/cleanup")
 				return eval[int](tb, `document.querySelectorAll("section.charts polyline").length`) >= 4
 			}, 30*time.Second, 500*time.Millisecond)
-			st, err := cleanup.Status(ctx, f.db)
+			st, err := cleanup.StatusWith(ctx, f.db, cleanup.StatusOptions{Cap: countCap})
 			require.NoError(t, err)
 			for _, s := range st.Sets {
 				caption := eval[string](tb, `document.querySelector('section.charts[data-table="`+s.Table+`"] figcaption').textContent`)
-				require.Contains(t, caption, fmt.Sprintf("now %d entries", s.Queued), s.Table)
+				require.Contains(t, caption, fmt.Sprintf("now %s%d entries", aboutText[s.Queued.Accuracy], s.Queued.N), s.Table)
 			}
 			tb.screenshot("cleanup")
 		})

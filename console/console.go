@@ -11,10 +11,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 )
@@ -33,7 +35,7 @@ const (
 )
 
 // minSampleEvery is the shortest interval between samples: each one counts every
-// set, which an operator's page must not turn into a load of its own.
+// set (up to the cap), which an operator's page must not turn into a load of its own.
 const minSampleEvery = time.Second
 
 // Config configures a Console. The zero value is a sane default for a console on
@@ -46,12 +48,17 @@ type Config struct {
 	// web page whose name was rebound to 127.0.0.1 reads nothing; serve it anywhere
 	// else with a Token.
 	Token string
-	// SampleEvery is how often the sampler counts every set for the clean-up page;
-	// zero means DefaultSampleEvery, and less than a second is refused.
+	// SampleEvery is how often the sampler counts every set for the clean-up page,
+	// one statement each time; zero means DefaultSampleEvery, and less than a second
+	// is refused.
 	SampleEvery time.Duration
 	// Samples is how many samples the clean-up page keeps; zero means
 	// DefaultSamples.
 	Samples int
+	// CountCap is how many rows of a table each count of the Sets page and the
+	// sampler reads at most, past which it shows the database's estimate
+	// (cleanup.StatusOptions.Cap); zero means cleanup.DefaultCountCap.
+	CountCap int64
 	// Depth is how many blocks below a chain's head the chain page draws, and how
 	// many levels of holders the object page follows; zero means DefaultDepth.
 	Depth int
@@ -86,8 +93,11 @@ func New(ctx context.Context, db refset.Database, cfg Config) (*Console, error) 
 	case cfg.SampleEvery < minSampleEvery:
 		return nil, fmt.Errorf("%w: refset/console: SampleEvery %v is below %v", refset.ErrInvalidConfig, cfg.SampleEvery, minSampleEvery)
 	}
-	if cfg.Samples < 0 || cfg.Depth < 0 {
-		return nil, fmt.Errorf("%w: refset/console: Samples and Depth must not be negative", refset.ErrInvalidConfig)
+	if cfg.Samples < 0 || cfg.Depth < 0 || cfg.CountCap < 0 {
+		return nil, fmt.Errorf("%w: refset/console: Samples, Depth and CountCap must not be negative", refset.ErrInvalidConfig)
+	}
+	if cfg.CountCap == 0 {
+		cfg.CountCap = cleanup.DefaultCountCap
 	}
 	if cfg.Samples == 0 {
 		cfg.Samples = DefaultSamples
@@ -112,7 +122,7 @@ func New(ctx context.Context, db refset.Database, cfg Config) (*Console, error) 
 	c.stopped.Add(1)
 	go func() {
 		defer c.stopped.Done()
-		c.samples.run(ctx, db, cfg.SampleEvery, log)
+		c.samples.run(ctx, cleanup.NewCounter(db, c.counting()), cfg.SampleEvery, log)
 	}()
 	return c, nil
 }
@@ -297,8 +307,12 @@ func parsePages() (map[string]*template.Template, error) {
 }
 
 var funcs = template.FuncMap{
-	"minus":  func(a, b int64) int64 { return a - b },
 	"amount": amount,
+	"digits": digits,
+	"count":  countText,
+	"cell": func(class string, c cleanup.Count) countCell {
+		return countCell{Class: class, Count: c, Note: countNote(c)}
+	},
 	"graphOf": func(id, label, table string, g graph) graphView {
 		return graphView{ID: id, Label: label, Table: table, G: g}
 	},
@@ -321,6 +335,44 @@ var funcs = template.FuncMap{
 		}
 		return "in " + (-d).String()
 	},
+}
+
+// counting is how the Sets page and the sampler count.
+func (c *Console) counting() cleanup.StatusOptions { return cleanup.StatusOptions{Cap: c.cfg.CountCap} }
+
+// countCell is a table cell of a count, as the template "count" writes it.
+type countCell struct {
+	Class string
+	Count cleanup.Count
+	Note  string // what an inexact count is, as a tooltip
+}
+
+// digits writes n with its thousands apart: 1,000,000.
+func digits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// countText is a count as the pages show it: "1,234", "≈ 1,000,000" (the database's
+// estimate), "more than 10,000" (no statistics to estimate from).
+func countText(c cleanup.Count) string { return about(c) + digits(c.N) }
+
+func countNote(c cleanup.Count) string {
+	switch c.Accuracy {
+	case cleanup.Estimated:
+		return "the database's estimate from its statistics: refset status --exact counts every row"
+	case cleanup.MoreThan:
+		return "the database has no statistics to estimate from (ANALYZE makes them): refset status --exact counts every row"
+	}
+	return ""
 }
 
 // graphView and holdsView are what the templates "graph" and "holds" draw.

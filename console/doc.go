@@ -7,11 +7,13 @@
 // (they carry none):
 //
 //   - / (Sets): every set's objects, holds and review queue (due now, waiting, oldest
-//     due) and the schema versions, as cleanup.Status reads them; ?check=TABLE adds
-//     Check's report on that set.
-//   - /cleanup: each set's review queue depth and objects collected per minute, as
-//     SVG charts of the samples the console's sampler takes while it runs
-//     (cleanup.Counts every Config.SampleEvery).
+//     due), the objects clean-up collected, and the schema versions, as
+//     cleanup.StatusWith reads them (counts past Config.CountCap are estimates, and
+//     say so); ?check=TABLE adds Check's report on that set.
+//   - /cleanup: each set's review queue depth and objects collected per minute (the
+//     rise of the count clean-up keeps where it deletes), as SVG charts of the
+//     samples the console's sampler takes while it runs (a cleanup.Counter every
+//     Config.SampleEvery: one statement a sample).
 //   - /object?table=T&id=ID: the object's row, every row that keeps it alive (Why),
 //     drawn as a graph up to the roots, and its holds with their expiry by the
 //     database's clock.
@@ -31,7 +33,9 @@
 // Bearer header or in the cookie /login?token=... sets; CheckAddr refuses to serve a
 // console on an address other than loopback without one.
 //
-// The Sets page and the sampler count every set (cleanup.Status's counts); the other
-// pages read by key and by index alone, so their cost follows what they show, not the
-// size of the set.
+// No page and no sample reads a table whole: the counts of the Sets page and the
+// sampler stop at Config.CountCap rows of a table (a LIMIT) and take the database's
+// estimate past it, and the other pages read by key and by index alone, so their cost
+// follows what they show, not the size of the set. Check, on demand, is the audit
+// that reads everything.
 package console

@@ -44,6 +44,7 @@ func isChain(table string, versions []cleanup.ComponentVersion) bool {
 
 type setsData struct {
 	Nav    string
+	Cap    int64 // where each count stops counting (cleanup.StatusOptions.Cap)
 	Status cleanup.DatabaseStatus
 	Sets   []setRow
 	Check  *checkResult
@@ -63,11 +64,11 @@ type checkResult struct {
 
 func (c *Console) setsPage(r *http.Request) (any, error) {
 	ctx := r.Context()
-	st, err := cleanup.Status(ctx, c.db)
+	st, err := cleanup.StatusWith(ctx, c.db, c.counting())
 	if err != nil {
 		return nil, err
 	}
-	d := setsData{Nav: "sets", Status: st}
+	d := setsData{Nav: "sets", Cap: c.cfg.CountCap, Status: st}
 	for _, s := range st.Sets {
 		d.Sets = append(d.Sets, setRow{SetStatus: s, Chain: isChain(s.Table, st.Versions)})
 	}
@@ -87,6 +88,7 @@ func (c *Console) setsPage(r *http.Request) (any, error) {
 
 type cleanupData struct {
 	Nav    string
+	Cap    int64
 	Every  time.Duration
 	Taken  int
 	Now    time.Time
@@ -101,7 +103,7 @@ type setCharts struct {
 
 func (c *Console) cleanupPage(*http.Request) (any, error) {
 	samples, lastErr := c.samples.list()
-	d := cleanupData{Nav: "cleanup", Every: c.cfg.SampleEvery, Taken: len(samples), Err: lastErr}
+	d := cleanupData{Nav: "cleanup", Cap: c.cfg.CountCap, Every: c.cfg.SampleEvery, Taken: len(samples), Err: lastErr}
 	if len(samples) == 0 {
 		return d, nil
 	}
@@ -122,19 +124,24 @@ func (c *Console) cleanupPage(*http.Request) (any, error) {
 			if !ok {
 				continue
 			}
-			queue = append(queue, point{At: s.At, Value: float64(cur.Queued)})
+			queue = append(queue, point{At: s.At, Value: float64(cur.Queued.N)})
 			if i == 0 {
 				continue
 			}
 			prev, ok := samples[i-1].Sets[t]
-			if dt := s.At.Sub(samples[i-1].At); ok && dt > 0 {
-				fell := max(prev.Objects-cur.Objects, 0)
-				collected = append(collected, point{At: s.At, Value: float64(fell) * float64(time.Minute) / float64(dt)})
+			// The count only grows; a fall says it began again (refset's tables
+			// migrated down and up): no point for that interval.
+			if dt := s.At.Sub(samples[i-1].At); ok && dt > 0 && cur.Collected >= prev.Collected {
+				collected = append(collected, point{At: s.At, Value: float64(cur.Collected-prev.Collected) * float64(time.Minute) / float64(dt)})
 			}
 		}
-		d.Charts = append(d.Charts, setCharts{Table: t,
+		ch := setCharts{Table: t,
 			Queue:     lineChart("review queue depth of "+t, "entries", queue),
-			Collected: lineChart("objects collected per minute in "+t, "objects/min", collected)})
+			Collected: lineChart("objects collected per minute in "+t, "objects/min", collected)}
+		if last, ok := samples[len(samples)-1].Sets[t]; ok {
+			ch.Queue.About = about(last.Queued)
+		}
+		d.Charts = append(d.Charts, ch)
 	}
 	return d, nil
 }
@@ -365,4 +372,15 @@ func unquote(lit string) string {
 		body = strings.ReplaceAll(body, `\\`, `\`)
 	}
 	return body
+}
+
+// about is what a chart's caption writes before a count that is not exact.
+func about(c cleanup.Count) string {
+	switch c.Accuracy {
+	case cleanup.Estimated:
+		return "≈ "
+	case cleanup.MoreThan:
+		return "more than "
+	}
+	return ""
 }

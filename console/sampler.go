@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
-	"github.com/refsetdb/refset/refset"
 )
 
 // sample is what the sampler read at one time: each set's counts.
@@ -17,7 +16,8 @@ type sample struct {
 }
 
 type setSample struct {
-	Objects, Queued, Overdue int64
+	Objects, Queued, Overdue cleanup.Count
+	Collected                int64 // the set's count of objects collected so far
 }
 
 // sampler keeps the latest samples, oldest first, up to max of them.
@@ -30,13 +30,14 @@ type sampler struct {
 
 func newSampler(max int) *sampler { return &sampler{max: max} }
 
-// run takes a sample at once and then every interval, until ctx ends. A failed
-// sample is logged (once per change of error) and skipped: the chart shows the gap.
-func (s *sampler) run(ctx context.Context, db refset.Database, interval time.Duration, log *slog.Logger) {
+// run takes a sample at once and then every interval, until ctx ends: one statement
+// each (cleanup.Counter), which reads no table whole. A failed sample is logged (once
+// per change of error) and skipped: the chart shows the gap.
+func (s *sampler) run(ctx context.Context, counter *cleanup.Counter, interval time.Duration, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.take(ctx, db, log)
+		s.take(ctx, counter, log)
 		select {
 		case <-ctx.Done():
 			return
@@ -45,8 +46,8 @@ func (s *sampler) run(ctx context.Context, db refset.Database, interval time.Dur
 	}
 }
 
-func (s *sampler) take(ctx context.Context, db refset.Database, log *slog.Logger) {
-	st, err := cleanup.Counts(ctx, db)
+func (s *sampler) take(ctx context.Context, counter *cleanup.Counter, log *slog.Logger) {
+	st, err := counter.Counts(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
@@ -59,7 +60,7 @@ func (s *sampler) take(ctx context.Context, db refset.Database, log *slog.Logger
 	s.lastErr = ""
 	smp := sample{At: st.Now, Sets: make(map[string]setSample, len(st.Sets))}
 	for _, set := range st.Sets {
-		smp.Sets[set.Table] = setSample{Objects: set.Objects, Queued: set.Queued, Overdue: set.Overdue}
+		smp.Sets[set.Table] = setSample{Objects: set.Objects, Queued: set.Queued, Overdue: set.Overdue, Collected: set.Collected}
 	}
 	s.samples = append(s.samples, smp)
 	if over := len(s.samples) - s.max; over > 0 {

@@ -30,6 +30,9 @@ type chart struct {
 	Dots          []dot
 	Max, Last     float64
 	From, To      time.Time
+	// About is what comes before Last in the caption when it is no count: "≈ " (an
+	// estimate), "more than ".
+	About string
 }
 
 type dot struct {

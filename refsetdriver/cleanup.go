@@ -87,9 +87,20 @@ type CleanupDialect interface {
 	// Sets lists the object table of every registered set, as its store registered
 	// it, in order; sentinel.ErrNotFound when the database has no refset tables.
 	Sets(ctx context.Context, q Querier) ([]string, error)
-	// SetState counts the objects, holds and review queue of the set reg registers.
-	// An error names the table that failed.
-	SetState(ctx context.Context, q Querier, reg Registered) (SetState, error)
+	// Counter writes the one statement that reads, with the database's clock, the
+	// counts of every set of regs (SetState, in their order): each count stops at
+	// cap+1 rows and, past cap, is the database's estimate of the table's rows from
+	// its statistics (Count); cap 0 counts every row, which scans. The counter reads
+	// as often as it is asked, with what it read of the catalog when made.
+	Counter(ctx context.Context, q Querier, regs []Registered, cap int64) (SetCounter, error)
+	// AddCollected adds n to the count of objects clean-up deleted from p's set
+	// (SetState.Collected), in tx, the transaction that deleted them. A plan whose
+	// database's refset tables are too old to keep the count (see CountsCollected)
+	// adds nothing.
+	AddCollected(ctx context.Context, tx Tx, p *Plan, n int64) error
+	// CountsCollected reports whether the database's refset tables keep the count of
+	// objects collected (their core schema version has it).
+	CountsCollected(ctx context.Context, q Querier) (bool, error)
 	// QueueState reads a review queue.
 	QueueState(ctx context.Context, q Querier, queue sqlident.Ident) (QueueState, error)
 	// Versions lists the schema version of every component refset's records know,
@@ -146,6 +157,11 @@ type Plan struct {
 	// Qualify: Name derives from it, so the names of an earlier Install's triggers
 	// and functions stay those of this one.
 	RegisteredQueue string
+	// RegisteredTable is the set's table as its store registered it (refset_sets'
+	// key), and Collected says whether the database keeps the count of objects
+	// collected there (CountsCollected), which AddCollected adds to.
+	RegisteredTable string
+	Collected       bool
 }
 
 // Name is the identifier of a trigger or function Install creates for p: derived from
@@ -239,12 +255,79 @@ type QueueState struct {
 	OldestDue time.Time
 }
 
-// SetState is a set as CleanupDialect.SetState counts it.
+// SetState is a set as a SetCounter counts it.
 type SetState struct {
-	Objects      int64 // rows in the object table
-	HoldsLive    int64 // holds without expiry or expiring later
-	HoldsExpired int64 // holds past their expiry that Collect has not removed yet
-	QueueState
+	Objects      Count // rows in the object table
+	HoldsLive    Count // holds without expiry or expiring later
+	HoldsExpired Count // holds past their expiry that Collect has not removed yet
+	Queued       Count // entries in the review queue
+	Overdue      Count // entries due now: what the next Collect reviews
+	// OldestDue is the earliest review time (zero when the queue is empty).
+	OldestDue time.Time
+	// Collected is how many objects clean-up has deleted from the set since the
+	// count began (core schema version 2; 0 on older refset tables), by every
+	// collector of the database, counted in the transactions that deleted them.
+	Collected int64
+}
+
+// SetCounter reads the counts of a list of sets in one statement (see
+// CleanupDialect.Counter).
+type SetCounter interface {
+	// Read reads the database's clock and the counts of the sets, in their order.
+	Read(ctx context.Context, q Querier) (now time.Time, sets []SetState, err error)
+}
+
+// Count is a number of rows as a report read it: exact, or, for a table larger than
+// the report counts, the database's estimate or a lower bound.
+type Count struct {
+	N        int64
+	Accuracy Accuracy
+}
+
+// Accuracy says what a Count's number is.
+type Accuracy uint8
+
+const (
+	// Exact: N rows.
+	Exact Accuracy = iota
+	// Estimated: about N rows, the database's estimate from its statistics (those of
+	// its last ANALYZE, scaled by PostgreSQL to the table's size now, as its planner
+	// does); more than the rows the report counted.
+	Estimated
+	// MoreThan: more than N rows; the database keeps no statistics to estimate from
+	// (a SQLite database never analyzed, a PostgreSQL table never analyzed).
+	MoreThan
+)
+
+// String is the count as refset status prints it: "1234", "~1234" (an estimate) or
+// ">1234" (more than).
+func (c Count) String() string {
+	switch c.Accuracy {
+	case Estimated:
+		return fmt.Sprintf("~%d", c.N)
+	case MoreThan:
+		return fmt.Sprintf(">%d", c.N)
+	}
+	return fmt.Sprint(c.N)
+}
+
+// Exact reports whether c counts every row.
+func (c Count) Exact() bool { return c.Accuracy == Exact }
+
+// Minus is c less n rows that were counted exactly: what remains of the table
+// without them, as accurate as c (never below 0).
+func (c Count) Minus(n int64) Count { return Count{N: max(c.N-n, 0), Accuracy: c.Accuracy} }
+
+func (a Accuracy) String() string {
+	switch a {
+	case Exact:
+		return "exact"
+	case Estimated:
+		return "estimate"
+	case MoreThan:
+		return "more than"
+	}
+	return fmt.Sprintf("Accuracy(%d)", uint8(a))
 }
 
 // Version is a component's schema version as refset's records keep it.

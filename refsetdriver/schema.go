@@ -11,8 +11,9 @@ import (
 // SchemaSQL is a dialect's own part of refset's schema, which package schema runs:
 // the migration files, their lock, and every statement on refset's own tables (the
 // record of versions, refset_schema_version; the registry of sets, refset_sets; the
-// sets' holds tables). store/sqlite and store/postgres implement it, each statement
-// written once for both in store/internal/refsettables.
+// sets' holds tables) but clean-up's count of objects collected (refset_collected,
+// CleanupDialect.AddCollected). store/sqlite and store/postgres implement it, each
+// statement written once for both in store/internal/refsettables.
 type SchemaSQL interface {
 	// Name names the dialect, for messages.
 	Name() string

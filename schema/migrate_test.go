@@ -119,10 +119,10 @@ var (
 
 var (
 	only     = []string{"items"}
-	refsets  = []string{"items", "refset_schema_version", "refset_sets"}
-	all      = []string{"items", "items_holds", "items_review", "refset_schema_version", "refset_sets"}
-	allFull  = []string{"held", "items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a", "things_b"}
-	upToDate = "core 0 -> 1, things 0 -> 2, set:items 0 -> 2, held 0 -> 1"
+	refsets  = []string{"items", "refset_collected", "refset_schema_version", "refset_sets"}
+	all      = []string{"items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets"}
+	allFull  = []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}
+	upToDate = "core 0 -> 2, things 0 -> 2, set:items 0 -> 2, held 0 -> 1"
 )
 
 // The migrator up, up to a target or by steps, down to a target, by one step or to 0,
@@ -142,30 +142,30 @@ func TestMigrator(t *testing.T) {
 	}
 	cases := []migratorCase{
 		{name: "up", direction: up, want: upToDate, tables: allFull, registration: false,
-			versions: []string{"0001_sets.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
+			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
 		{name: "up to a target", direction: up, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
-			want: "core 0 -> 1, things 0 -> 1", versions: []string{"0001_sets.sql", "0001_a.sql"},
-			tables: []string{"items", "refset_schema_version", "refset_sets", "things_a"}},
+			want: "core 0 -> 2, things 0 -> 1", versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql"},
+			tables: []string{"items", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "up by a step", direction: up, opts: &schema.MigrateOpts{Component: "set:items", MaxSteps: 1},
-			want: "core 0 -> 1, set:items 0 -> 1", versions: []string{"0001_sets.sql", "0001_holds.sql"}, registration: true,
-			tables: []string{"items", "items_holds", "refset_schema_version", "refset_sets"}},
+			want: "core 0 -> 2, set:items 0 -> 1", versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_holds.sql"}, registration: true,
+			tables: []string{"items", "items_holds", "refset_collected", "refset_schema_version", "refset_sets"}},
 		{name: "up to a target reached", before: true, direction: up, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
 			tables: allFull},
 		{name: "up again", before: true, direction: up, tables: allFull},
 		{name: "down to a target", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
 			want: "things 2 -> 1", versions: []string{"0002_b.down.sql"},
-			tables: []string{"held", "items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a"}},
+			tables: []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "down a step", before: true, direction: down, opts: &schema.MigrateOpts{Component: "set:items"},
 			want: "set:items 2 -> 1", versions: []string{"0002_review.down.sql"},
-			tables: []string{"held", "items", "items_holds", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
+			tables: []string{"held", "items", "items_holds", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
 		{name: "down to 0", before: true, direction: down, opts: &schema.MigrateOpts{Component: "set:items", TargetVersion: -1},
 			want: "set:items 2 -> 0", versions: []string{"0002_review.down.sql", "0001_holds.down.sql"}, registration: true,
-			tables: []string{"held", "items", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
+			tables: []string{"held", "items", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
 		{name: "down by steps to a target", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1, MaxSteps: 5},
 			want: "things 2 -> 1", versions: []string{"0002_b.down.sql"},
-			tables: []string{"held", "items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a"}},
+			tables: []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "dry run up", direction: up, opts: &schema.MigrateOpts{DryRun: true}, want: upToDate, tables: only,
-			versions: []string{"0001_sets.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
+			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
 		{name: "dry run down", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: -1, DryRun: true},
 			want: "things 2 -> 0", versions: []string{"0002_b.down.sql", "0001_a.down.sql"}, tables: allFull},
 	}
@@ -320,7 +320,7 @@ func TestValidate(t *testing.T) {
 	cases := []validateCase{
 		{name: "empty", want: upToDate, tables: only},
 		{name: "behind", before: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
-			want: "things 1 -> 2, set:items 0 -> 2, held 0 -> 1", tables: []string{"items", "refset_schema_version", "refset_sets", "things_a"}},
+			want: "things 1 -> 2, set:items 0 -> 2, held 0 -> 1", tables: []string{"items", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "a set unregistered", before: &schema.MigrateOpts{},
 			want: "set:items registration", tables: allFull},
 		{name: "up to date", before: &schema.MigrateOpts{}, tables: allFull},
@@ -362,7 +362,7 @@ func TestMigrateReports(t *testing.T) {
 
 		done, err := b.migrator(t, schema.Config{}).Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
-		assert.Equal(t, "core 0 -> 1", done.String())
+		assert.Equal(t, "core 0 -> 2", done.String())
 
 		m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
 		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
@@ -396,7 +396,7 @@ func TestDryRunScript(t *testing.T) {
 
 		p, err := m.Migrate(ctx, schema.DirectionUp, dry)
 		require.NoError(t, err)
-		assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", p.String())
+		assert.Equal(t, "core 0 -> 2, set:items 0 -> 2", p.String())
 		require.Len(t, p.Steps, 2)
 		assert.True(t, p.Steps[1].Registration)
 		assert.Equal(t, only, b.tables(t), "a dry run created nothing")
@@ -443,19 +443,19 @@ func TestMigrateDownRoundTrip(t *testing.T) {
 		}
 
 		assert.Equal(t, "set:items 2 -> 1", down("set:items", 1))
-		assert.Equal(t, []string{"items", "items_holds", "refset_schema_version", "refset_sets"}, b.tables(t))
+		assert.Equal(t, []string{"items", "items_holds", "refset_collected", "refset_schema_version", "refset_sets"}, b.tables(t))
 
 		assert.Equal(t, "set:items 1 -> 0", down("set:items", -1))
 		_, err = b.sql.Lookup(ctx, b.db.Reader(), sqlident.Ident{Name: "items"})
 		require.ErrorIs(t, err, refset.ErrNotFound, "the registration went with the set")
 
-		assert.Equal(t, "core 1 -> 0", down("core", -1))
+		assert.Equal(t, "core 2 -> 0", down("core", -1))
 		assert.Equal(t, []string{"items", "refset_schema_version"}, b.tables(t))
 		assert.Empty(t, down("core", -1), "nothing to do")
 
 		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
-		assert.Equal(t, "core 0 -> 1, set:items 0 -> 2", done.String())
+		assert.Equal(t, "core 0 -> 2, set:items 0 -> 2", done.String())
 		assert.Equal(t, all, b.tables(t))
 	})
 }
@@ -527,23 +527,23 @@ func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
 			return true
 		}
 
-		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 0 -> 2, set:items 0 -> 2")
-		assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up")
+		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 0 -> 2, set:items 0 -> 2")
+		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up")
 		assert.True(t, registered())
 
 		script(schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
-		assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 2}, versions(), "things down a step")
+		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 2}, versions(), "things down a step")
 		script(schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
-		assert.Equal(t, map[string]int{"core": 1, "things": 1, "set:items": 0}, versions(), "the set down to 0")
+		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 0}, versions(), "the set down to 0")
 		assert.False(t, registered(), "the registration went with the set")
-		script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 1 -> 0")
+		script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 2 -> 0")
 		assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
 		assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
 
-		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 1, things 1 -> 2, set:items 0 -> 2")
-		assert.Equal(t, map[string]int{"core": 1, "things": 2, "set:items": 2}, versions(), "up again")
+		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 1 -> 2, set:items 0 -> 2")
+		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up again")
 		assert.True(t, registered())
-		assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
+		assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
 		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
 		assert.Empty(t, done.Steps, "the scripts left nothing for Migrate")

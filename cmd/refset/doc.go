@@ -2,7 +2,7 @@
 // says what the sets hold and what clean-up has left to do, why an object is kept
 // alive, and whether anything leaked, without writing a line of Go.
 //
-//	refset status  [--json] --db DB                  every set: objects, holds, review queue; schema versions
+//	refset status  [--json] [--cap N | --exact] --db DB  every set: objects, holds, review queue, collected; schema versions
 //	refset why     [--json] --db DB --table T ID     every row that keeps object ID of set T alive
 //	refset check   [--json] --db DB --table T        leaked objects and dangling references of set T
 //	refset collect [--until-empty] --db DB --table T delete what nothing references

@@ -70,7 +70,7 @@ func noFlags(run func(context.Context, call) error) func(*flag.FlagSet) func(con
 }
 
 var commands = []command{
-	{name: "status", json: true, summary: "every set's objects, holds and review queue, and the schema versions", setup: noFlags(status)},
+	{name: "status", json: true, summary: "every set's objects, holds, review queue and objects collected, and the schema versions", setup: statusCommand},
 	{name: "why", args: "ID", positional: 1, set: true, json: true, summary: "every row that keeps object ID of the set on --table alive", setup: noFlags(why)},
 	{name: "check", set: true, json: true, summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: noFlags(check)},
 	{name: "collect", set: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
@@ -334,6 +334,7 @@ type (
 		Now      time.Time     `json:"now"`
 		Sets     []setJSON     `json:"sets"`
 		Versions []versionJSON `json:"schema_versions"`
+		cap      int64         // --cap, for the text's legend
 	}
 	setJSON struct {
 		Table           string     `json:"table"`
@@ -344,6 +345,10 @@ type (
 		Queued          int64      `json:"queued"`
 		Overdue         int64      `json:"overdue"`
 		OldestDue       *time.Time `json:"oldest_due"` // null when the queue is empty
+		Collected       int64      `json:"collected"`
+		// Inexact names the counts above that are not counts of every row: "estimate"
+		// (the database's, from its statistics) or "more_than" (a lower bound).
+		Inexact map[string]string `json:"inexact,omitempty"`
 	}
 	versionJSON struct {
 		Component string `json:"component"`
@@ -375,29 +380,62 @@ type (
 	}
 )
 
-func status(ctx context.Context, c call) error {
-	s, err := cleanup.Status(ctx, c.db)
-	if err != nil {
-		return err
-	}
-	doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}}
-	for _, st := range s.Sets {
-		j := setJSON{Table: st.Table, Objects: st.Objects, HoldsLive: st.HoldsLive, HoldsExpired: st.HoldsExpired,
-			Queued: st.Queued, Overdue: st.Overdue, UndeclaredParts: st.UndeclaredParts}
-		if !st.OldestDue.IsZero() {
-			j.OldestDue = &st.OldestDue
+// statusCommand prints cleanup.StatusWith's report: counts that stop at --cap rows
+// of a table, or, with --exact, that read every table whole.
+func statusCommand(fs *flag.FlagSet) func(context.Context, call) error {
+	exact := fs.Bool("exact", false, "count every row of every table: reads each table whole, a cost that follows the size of the sets")
+	limit := fs.Int64("cap", cleanup.DefaultCountCap, "the rows each count reads at most in a table; past them it is the database's estimate")
+	return func(ctx context.Context, c call) error {
+		if *limit <= 0 {
+			return fmt.Errorf("%w: --cap must be positive", refset.ErrInvalidConfig)
 		}
-		doc.Sets = append(doc.Sets, j)
+		s, err := cleanup.StatusWith(ctx, c.db, cleanup.StatusOptions{Cap: *limit, Exact: *exact})
+		if err != nil {
+			return err
+		}
+		doc := statusJSON{Now: s.Now, Sets: []setJSON{}, Versions: []versionJSON{}, cap: *limit}
+		for _, st := range s.Sets {
+			j := setJSON{Table: st.Table, Objects: st.Objects.N, HoldsLive: st.HoldsLive.N, HoldsExpired: st.HoldsExpired.N,
+				Queued: st.Queued.N, Overdue: st.Overdue.N, Collected: st.Collected, UndeclaredParts: st.UndeclaredParts}
+			for name, n := range map[string]cleanup.Count{"objects": st.Objects, "holds_live": st.HoldsLive,
+				"holds_expired": st.HoldsExpired, "queued": st.Queued, "overdue": st.Overdue} {
+				if !n.Exact() {
+					if j.Inexact == nil {
+						j.Inexact = map[string]string{}
+					}
+					j.Inexact[name] = inexactJSON[n.Accuracy]
+				}
+			}
+			if !st.OldestDue.IsZero() {
+				j.OldestDue = &st.OldestDue
+			}
+			doc.Sets = append(doc.Sets, j)
+		}
+		for _, v := range s.Versions {
+			doc.Versions = append(doc.Versions, versionJSON{Component: v.Component, Version: v.Version})
+		}
+		return c.print(doc)
 	}
-	for _, v := range s.Versions {
-		doc.Versions = append(doc.Versions, versionJSON{Component: v.Component, Version: v.Version})
+}
+
+// inexactJSON is what setJSON.Inexact says of a count that is not exact.
+var inexactJSON = map[cleanup.Accuracy]string{cleanup.Estimated: "estimate", cleanup.MoreThan: "more_than"}
+
+// count is the count of field, as the text prints it (cleanup.Count's String).
+func (st setJSON) count(field string, n int64) string {
+	c := cleanup.Count{N: n}
+	for a, name := range inexactJSON {
+		if st.Inexact[field] == name {
+			c.Accuracy = a
+		}
 	}
-	return c.print(doc)
+	return c.String()
 }
 
 func (doc statusJSON) text(out io.Writer) error {
 	fmt.Fprintf(out, "database clock %s\n\n", doc.Now.Format(time.RFC3339))
-	tw := newTable(out, "SET", "OBJECTS", "HOLDS LIVE", "HOLDS EXPIRED", "QUEUED", "OVERDUE", "OLDEST DUE")
+	tw := newTable(out, "SET", "OBJECTS", "HOLDS LIVE", "HOLDS EXPIRED", "QUEUED", "OVERDUE", "OLDEST DUE", "COLLECTED")
+	inexact := false
 	for _, st := range doc.Sets {
 		oldest := "-"
 		if st.OldestDue != nil {
@@ -406,10 +444,16 @@ func (doc statusJSON) text(out io.Writer) error {
 				oldest += fmt.Sprintf(" (%s ago)", lag.Round(time.Second))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\n", st.Table, st.Objects, st.HoldsLive, st.HoldsExpired, st.Queued, st.Overdue, oldest)
+		inexact = inexact || len(st.Inexact) > 0
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", st.Table, st.count("objects", st.Objects), st.count("holds_live", st.HoldsLive),
+			st.count("holds_expired", st.HoldsExpired), st.count("queued", st.Queued), st.count("overdue", st.Overdue), oldest, st.Collected)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if inexact {
+		fmt.Fprintf(out, "\n~N: about N rows, the database's estimate from its statistics; >N: more than N rows, where it has none.\n"+
+			"Each count reads at most %d rows of a table (--cap); --exact counts every row, reading each table whole.\n", doc.cap)
 	}
 	for _, st := range doc.Sets {
 		warnParts(out, st.Table, st.UndeclaredParts)

@@ -20,7 +20,7 @@ import (
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file
 // (PL/pgSQL trigger functions, batches locked FOR UPDATE SKIP LOCKED), and what
 // cleanupsql.Reports writes for both dialects alike from its fragments (Text,
-// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn).
+// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn, Estimator).
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
@@ -663,4 +663,17 @@ func (cleanupDialect) Text(expr string) string { return "quote_nullable((" + exp
 // SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
 	return errors.Is(translateError(err, ""), refset.ErrSchema)
+}
+
+// estimateSQL is the planner's estimate of a table's rows: those its last ANALYZE
+// (or VACUUM) counted per page, times the pages the table has now (the size of its
+// file, read without reading the table); NULL for a table never analyzed. The
+// relation's name is the argument.
+const estimateSQL = `(SELECT CASE WHEN c.reltuples >= 0 AND c.relpages > 0
+	THEN (c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8))::bigint END
+	FROM pg_class c WHERE c.oid = to_regclass(?))`
+
+// Estimator: the planner's estimate, which pg_class has on a standby too.
+func (cleanupDialect) Estimator(context.Context, refset.Querier) (cleanupsql.Estimate, error) {
+	return func(table sqlident.Ident) (string, []any) { return estimateSQL, []any{table.Quoted()} }, nil
 }

@@ -164,8 +164,8 @@ func TestReplicaReports(t *testing.T) {
 	st, err := cleanup.Status(ctx, e.db)
 	require.NoError(t, err)
 	require.Len(t, st.Sets, 1)
-	assert.Equal(t, int64(1), st.Sets[0].Objects)
-	assert.Equal(t, int64(1), st.Sets[0].HoldsLive)
+	assert.Equal(t, cleanup.Count{N: 1}, st.Sets[0].Objects)
+	assert.Equal(t, cleanup.Count{N: 1}, st.Sets[0].HoldsLive)
 	_, err = c.Why(ctx, "never stored")
 	require.ErrorIs(t, err, refset.ErrNotFound)
 	assert.Empty(t, e.obs.Take(), "every report served by the standby")
@@ -182,7 +182,7 @@ func TestReplicaReports(t *testing.T) {
 	assert.Len(t, hs, 2, "the hold made while the standby was paused")
 	st, err = cleanup.Status(ctx, short)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), st.Sets[0].HoldsLive)
+	assert.Equal(t, cleanup.Count{N: 2}, st.Sets[0].HoldsLive)
 	assert.Equal(t, map[string]int{"report/behind": 2}, obs.Take())
 }
 

@@ -24,7 +24,7 @@ import (
 // cleanupDialect is this store's refsetdriver.CleanupDialect: the SQL in this file
 // (triggers of one statement each, batches the one writer needs no locks for), and
 // what cleanupsql.Reports writes for both dialects alike from its fragments (Text,
-// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn).
+// RowAddress, Reach, Clock, InsertTriggerSQL, InstalledGraceIn, Estimator).
 type cleanupDialect struct {
 	cleanupsql.Reports[cleanupDialect]
 }
@@ -457,4 +457,18 @@ func (cleanupDialect) Text(expr string) string { return "quote(" + expr + ")" }
 // SchemaError: a table or column the collector's SQL names does not exist.
 func (cleanupDialect) SchemaError(err error) bool {
 	return errors.Is(translateError(err, ""), refset.ErrSchema)
+}
+
+// Estimator: the rows the last ANALYZE counted (sqlite_stat1's first number, the
+// rows of the table or of an index of it), when the database was ever analyzed
+// (PRAGMA optimize analyzes the tables that need it); none otherwise. Unlike
+// PostgreSQL's, nothing scales it to the table's size now.
+func (cleanupDialect) Estimator(ctx context.Context, q refset.Querier) (cleanupsql.Estimate, error) {
+	analyzed, err := tableExists(ctx, q, sqlident.Ident{Name: "sqlite_stat1"})
+	if err != nil || !analyzed {
+		return func(sqlident.Ident) (string, []any) { return "NULL", nil }, err
+	}
+	return func(table sqlident.Ident) (string, []any) {
+		return `(SELECT max(CAST(stat AS INTEGER)) FROM sqlite_stat1 WHERE tbl = ? COLLATE NOCASE)`, []any{table.Name}
+	}, nil
 }

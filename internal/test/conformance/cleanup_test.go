@@ -16,6 +16,7 @@ import (
 	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/schema"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -1293,4 +1294,167 @@ func testChainReReferencedMidCollection(t *testing.T, h harness) {
 		require.NoError(t, err)
 		require.Zero(t, e.count(t, "blocks", ""), "round %d", round)
 	}
+}
+
+// The count of objects collected that Status reports is exact: two collectors of one
+// set, each in a process of its own (a handle each) with two workers, racing through
+// small batches, add up to the objects gone, since each batch adds what it deleted in
+// the transaction that deleted them. The count is the database's: another handle,
+// as a restarted process would, reads it and adds to it.
+func testCollectedCounted(t *testing.T, h harness) {
+	e, _, ctx := newChainSet(t, h)
+	const n = 300
+	e.loose(t, "loose", n)
+	cfg := cleanup.Config{BatchSize: 7, Workers: 2}
+	collectors := []*cleanup.Collector{e.collector(t, cfg), (&env{h: h, db: h.reopen(t, e.db)}).collector(t, cfg)}
+	e.makeDue(t)
+	deleted := make([]int64, len(collectors))
+	var wg sync.WaitGroup
+	for i, c := range collectors {
+		wg.Go(func() {
+			for range 1000 {
+				s, err := c.Collect(ctx)
+				if !assert.NoError(t, err) {
+					return
+				}
+				deleted[i] += s.Deleted
+				if s.Reviewed == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, e.count(t, "blocks", ""), "everything collected")
+	require.Equal(t, int64(n), deleted[0]+deleted[1], "the collectors' own stats")
+	t.Logf("collected %d and %d", deleted[0], deleted[1])
+	collected := func(db refset.Database) int64 {
+		t.Helper()
+		e.waitReplica(t)
+		st, err := cleanup.Status(ctx, db)
+		require.NoError(t, err)
+		require.Len(t, st.Sets, 1)
+		return st.Sets[0].Collected
+	}
+	require.Equal(t, int64(n), collected(e.db))
+
+	// Another process: it reads the count, and adds to it.
+	other := &env{h: h, db: h.reopen(t, e.db)}
+	require.Equal(t, int64(n), collected(other.db))
+	e.loose(t, "later", 5)
+	e.makeDue(t)
+	s, err := other.collector(t, cleanup.Config{}).Collect(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), s.Deleted)
+	require.Equal(t, int64(n+5), collected(e.db))
+}
+
+// loose stores n blocks that nothing references, prefix-0000, prefix-0001, ...
+func (e *env) loose(tb testing.TB, prefix string, n int) {
+	tb.Helper()
+	require.NoError(tb, refset.InTx(tb.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
+		for i := range n {
+			if _, err := tx.ExecContext(ctx, e.sql(`INSERT INTO blocks (id, height) VALUES (?, ?)`), fmt.Sprintf("%s-%04d", prefix, i), int64(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	e.waitReplica(tb)
+}
+
+// A database whose refset tables are of the version before the count of objects
+// collected (core 1): Status reads it (Collected 0) and clean-up collects without
+// counting; migrated up, as the store of a program of this version does, it counts
+// from then on.
+func testCollectedCountAfterUpgrade(t *testing.T, h harness) {
+	e, _, ctx := newChainSet(t, h)
+	m, err := schema.New(e.db, schema.Config{})
+	require.NoError(t, err)
+	res, err := m.Migrate(ctx, schema.DirectionDown, &schema.MigrateOpts{Component: "core", TargetVersion: 1})
+	require.NoError(t, err)
+	require.Equal(t, "core 2 -> 1", res.String())
+	collected := func() int64 {
+		t.Helper()
+		e.waitReplica(t)
+		st, err := cleanup.Status(ctx, e.db)
+		require.NoError(t, err)
+		require.Len(t, st.Sets, 1)
+		return st.Sets[0].Collected
+	}
+	collect := func(prefix string, n int) {
+		t.Helper()
+		c := e.collector(t, cleanup.Config{})
+		e.loose(t, prefix, n)
+		e.makeDue(t)
+		s, err := c.Collect(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(n), s.Deleted)
+	}
+	collect("old", 3)
+	require.Zero(t, collected(), "no count before the upgrade")
+
+	res, err = m.Migrate(ctx, schema.DirectionUp, nil)
+	require.NoError(t, err)
+	require.Equal(t, "core 1 -> 2", res.String())
+	require.Zero(t, collected())
+	collect("new", 4)
+	require.Equal(t, int64(4), collected())
+}
+
+// Status counts the rows of a table up to its cap; past it, a count is the
+// database's estimate from its statistics, or, where it has none, "more than" the
+// cap. The expired holds and the entries due are counted whatever the cap.
+func testCountsPastTheCap(t *testing.T, h harness) {
+	e, _, ctx := newChainSet(t, h)
+	e.collector(t, cleanup.Config{})
+	e.loose(t, "o", 12)
+	e.makeDue(t)
+	for i := range 12 {
+		expiry := "NULL"
+		if i < 3 {
+			expiry = e.past()
+		}
+		e.mustExec(t, `INSERT INTO blocks_holds (holder, object_id, expires_at) VALUES ('h', ?, `+expiry+`)`, fmt.Sprintf("o-%04d", i))
+	}
+	exact, estimated, moreThan := cleanup.Exact, cleanup.Estimated, cleanup.MoreThan
+	cnt := func(n int64, a cleanup.Accuracy) cleanup.Count { return cleanup.Count{N: n, Accuracy: a} }
+	for _, c := range []struct {
+		name    string
+		analyze bool
+		opts    cleanup.StatusOptions
+		want    [5]cleanup.Count // objects, holds live, holds expired, queued, overdue
+	}{
+		{"at the cap", false, cleanup.StatusOptions{Cap: 12}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(12, exact)}},
+		{"past the cap, no statistics", false, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(11, moreThan), cnt(8, moreThan), cnt(3, exact), cnt(11, moreThan), cnt(12, exact)}},
+		{"exact", false, cleanup.StatusOptions{Cap: 1, Exact: true}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(12, exact)}},
+		{"past the cap, analyzed", true, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(12, estimated), cnt(9, estimated), cnt(3, exact), cnt(12, estimated), cnt(12, exact)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.analyze {
+				e.mustExec(t, `ANALYZE`)
+			} else if h.Postgres && c.want[0].Accuracy == moreThan {
+				// PostgreSQL promises no table stays without statistics: on the
+				// standby's cluster, blocks has them by now.
+				var analyzed bool
+				require.NoError(t, e.db.Reader().QueryRowContext(ctx,
+					`SELECT reltuples >= 0 AND relpages > 0 FROM pg_class WHERE oid = to_regclass('blocks')`).Scan(&analyzed))
+				if analyzed {
+					t.Skip("blocks has statistics already")
+				}
+			}
+			st, err := cleanup.StatusWith(ctx, e.db, c.opts)
+			require.NoError(t, err)
+			require.Len(t, st.Sets, 1)
+			s := st.Sets[0]
+			assert.Equal(t, c.want, [5]cleanup.Count{s.Objects, s.HoldsLive, s.HoldsExpired, s.Queued, s.Overdue})
+			counts, err := cleanup.NewCounter(e.db, c.opts).Counts(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, st.Sets[0].Objects, counts.Sets[0].Objects, "a Counter counts as Status does")
+		})
+	}
+	_, err := cleanup.StatusWith(ctx, e.db, cleanup.StatusOptions{Cap: -1})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	_, err = cleanup.NewCounter(e.db, cleanup.StatusOptions{Cap: -1}).Counts(ctx)
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 }

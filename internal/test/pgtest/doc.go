@@ -37,8 +37,9 @@
 // since no DSN parameter or SET can carry it through such a pooler.
 //
 // The plan guards (store/postgres's TestHotPathPlansOnLargeData, blockmanager's
-// TestPlansOnLargeData) run a path on an [ExplainedPool], whose sessions log every
-// statement's plan, nested ones included, through auto_explain, and check them with
-// [PlanFaults]: no JIT, no sequential scan of a big table, no scan that reads and
+// TestPlansOnLargeData, console's TestPlans) run a path on an [ExplainedPool], whose
+// sessions log every statement's plan, nested ones included, through auto_explain,
+// and check them with [PlanFaults]: no JIT, no sequential scan of a big table but one
+// a Limit stops, no index of one read from end to end, no scan that reads and
 // discards thousands of its rows.
 package pgtest

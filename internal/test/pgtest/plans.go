@@ -148,23 +148,35 @@ func Exec(tb testing.TB, e Execer) func(query string, args ...any) {
 	}
 }
 
-// nodes calls fn for every node of a plan tree.
-func nodes(raw json.RawMessage, fn func(node map[string]any)) {
+// nodes calls fn for every node of a plan tree, with whether a Limit bounds the rows
+// it returns: a Limit above it with nothing between but nodes that pass rows on one
+// by one (a Subquery Scan, a Result), so that the node stops once the Limit has its
+// rows. A Sort, an Aggregate or a Hash between them reads all the node's rows first;
+// a subplan is bounded by its own nodes alone.
+func nodes(raw json.RawMessage, fn func(node map[string]any, limited bool)) {
 	var root map[string]any
 	if json.Unmarshal(raw, &root) != nil {
 		return
 	}
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		fn(n)
+	var walk func(n map[string]any, limited bool)
+	walk = func(n map[string]any, limited bool) {
+		fn(n, limited)
+		switch n["Node Type"] {
+		case "Limit":
+			limited = true
+		case "Subquery Scan", "Result":
+		default:
+			limited = false
+		}
 		kids, _ := n["Plans"].([]any)
 		for _, k := range kids {
 			if m, ok := k.(map[string]any); ok {
-				walk(m)
+				sub := fmt.Sprint(m["Parent Relationship"])
+				walk(m, limited && sub != "SubPlan" && sub != "InitPlan")
 			}
 		}
 	}
-	walk(root)
+	walk(root, false)
 }
 
 // maxDiscarded is how many rows of a big table a hot path's plan may read and
@@ -192,7 +204,10 @@ var scans = map[string]bool{"Seq Scan": true, "Index Scan": true, "Index Only Sc
 
 // PlanFaults lists what is wrong with plans for a hot path: a statement the
 // executor JIT-compiled (each call pays the compilation again, milliseconds), a
-// sequential scan of one of the big tables, and a scan of one that read more than
+// sequential scan of one of the big tables (but one that a Limit stops, which reads
+// no more rows than it returns, as a count up to a cap does), an index of one read
+// from end to end (no index condition and no Limit: a count of the whole table), and
+// a scan of one that read more than
 // maxDiscarded rows it then discarded (an index read whole for a few rows, a join
 // probing a big table once per row of another), or more pages than its rows and
 // loops need (see pagesPerRow): the cost of each grows with the table, not the work. Each fault is listed once, with the statement (shortened)
@@ -214,14 +229,26 @@ func PlanFaults(plans []Plan, big map[string]bool) []string {
 		if len(p.JIT) > 0 {
 			add(fmt.Sprintf("JIT-compiled: %s (JIT %s)", q, p.JIT))
 		}
-		nodes(p.Tree, func(n map[string]any) {
+		nodes(p.Tree, func(n map[string]any, limited bool) {
 			table := fmt.Sprint(n["Relation Name"])
 			if !big[table] {
 				return
 			}
-			if n["Node Type"] == "Seq Scan" {
-				add(fmt.Sprintf("sequential scan of %v: %s", table, q))
-				return
+			_, filtered := n["Filter"]
+			_, cond := n["Index Cond"]
+			switch n["Node Type"] {
+			case "Seq Scan":
+				// Under a Limit, and returning every row it reads, it reads no more
+				// than the Limit takes (a count that stops at a cap).
+				if !limited || filtered {
+					add(fmt.Sprintf("sequential scan of %v: %s", table, q))
+					return
+				}
+			case "Index Scan", "Index Only Scan":
+				if !limited && !cond {
+					add(fmt.Sprintf("%v of %v without an index condition or a Limit reads the index whole: %s", n["Node Type"], table, q))
+					return
+				}
 			}
 			// EXPLAIN ANALYZE gives the rows a node returned and discarded per loop,
 			// BUFFERS the pages it (and the nodes under it) read over all loops.

@@ -41,6 +41,9 @@ type Fragments interface {
 	// InstalledGraceIn reads the grace period from that text, in any form an Install
 	// of this or an older version wrote it (see GraceIn).
 	InstalledGraceIn(text string) (time.Duration, bool)
+	// Estimator reads from the catalog, on q, how the database estimates a table's
+	// rows from its statistics (see Counter).
+	Estimator(ctx context.Context, q refset.Querier) (Estimate, error)
 }
 
 // Reports are the report methods of refsetdriver.CleanupDialect, written with the
@@ -164,26 +167,6 @@ func (r Reports[F]) Sets(ctx context.Context, q refset.Querier) ([]string, error
 		return nil, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
 	}
 	return Column[string](ctx, q, `SELECT table_name FROM refset_sets ORDER BY table_name`)
-}
-
-// SetState: see refsetdriver.CleanupDialect.
-func (r Reports[F]) SetState(ctx context.Context, q refset.Querier, reg refsetdriver.Registered) (refsetdriver.SetState, error) {
-	var s refsetdriver.SetState
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+reg.Table.Quoted()).Scan(&s.Objects); err != nil {
-		return s, fmt.Errorf("%s: %w", reg.Table, err)
-	}
-	// The expiry comparisons are those of ExpireHolds.
-	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT
-		coalesce(sum(CASE WHEN expires_at IS NULL OR expires_at > %[1]s THEN 1 ELSE 0 END), 0),
-		coalesce(sum(CASE WHEN expires_at <= %[1]s THEN 1 ELSE 0 END), 0)
-		FROM %[2]s`, r.fragments().Clock().Now, reg.Holds.Quoted())).Scan(&s.HoldsLive, &s.HoldsExpired)
-	if err != nil {
-		return s, fmt.Errorf("%s: %w", reg.Holds, err)
-	}
-	if s.QueueState, err = r.QueueState(ctx, q, reg.Queue); err != nil {
-		return s, fmt.Errorf("%s: %w", reg.Queue, err)
-	}
-	return s, nil
 }
 
 // QueueState: see refsetdriver.CleanupDialect. Due is the comparison CollectBatch
