@@ -52,7 +52,8 @@ type Statement struct {
 	Rows int64
 }
 
-// ResultFunc is told the outcome of statement i, in order: the rows it affected, or
+// ResultFunc is told the outcome of statement i, in order: the rows it affected (-1
+// for a statement that is not Checked whose count the Pipeliner did not read), or
 // the driver's error. A non-nil return ends the unit: the Pipeliner rolls the
 // transaction back and returns that error.
 type ResultFunc func(i int, rows int64, err error) error

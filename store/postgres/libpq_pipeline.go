@@ -117,25 +117,34 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 	// The ticket is read with BEGIN, or, where the server refuses that to the role
 	// (DB.beginTicket), just before COMMIT.
 	ticketFirst := ticket != nil && p.db.beginTicket
-	var batch strings.Builder
+	var batch, stmt strings.Builder
 	for start, first := 0, true; first || start < len(stmts); first = false {
 		batch.Reset()
 		if first {
 			batch.WriteString(p.begin[b2i(ticketFirst)])
 		}
-		end := start
+		end, plainLast := start, false
 		for ; end < len(stmts); end++ {
 			q := p.checks.wrapped(stmts[end])
-			if q == "" || !inlined(nil, q, stmts[end].Args) {
+			if q != "" && end == len(stmts)-1 && !stmts[end].Checked {
+				// The last statement needs no row to be told from the others: what
+				// fails after the rows before it is its failure.
+				q, plainLast = stmts[end].Query, true
+			}
+			// Written apart first: a value may write no literal now though it did
+			// when the unit was taken (a driver.Valuer that changed its mind).
+			stmt.Reset()
+			if q == "" || !inlined(&stmt, q, stmts[end].Args) {
+				plainLast = false
 				break
 			}
 			if batch.Len() > 0 {
 				batch.WriteString("; ")
 			}
-			inlined(&batch, q, stmts[end].Args)
+			batch.WriteString(stmt.String())
 		}
 		if batch.Len() > 0 {
-			if err := p.runBatch(ctx, conn, batch.String(), first, stmts, start, end, result, ticket); err != nil {
+			if err := p.runBatch(ctx, conn, batch.String(), first, stmts, start, end, plainLast, result, ticket); err != nil {
 				return err
 			}
 		}
@@ -176,8 +185,9 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 
 // runBatch sends query, a simple query, and reads its rows in order: BEGIN's row (the
 // ticket's, into ticket unless it is nil, or beginMarkSQL's) if begins, then one per
-// statement of stmts[start:end], told to result.
-func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query string, begins bool, stmts []refsetdriver.Statement, start, end int, result refsetdriver.ResultFunc, ticket *commitTicket) error {
+// statement of stmts[start:end], told to result, but for the last if plainLast: sent
+// as it is, it returns no row, and its count, which nobody checks, is not read (-1).
+func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query string, begins bool, stmts []refsetdriver.Statement, start, end int, plainLast bool, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	rows, err := conn.QueryContext(ctx, query)
 	if err != nil {
 		if begins {
@@ -199,7 +209,11 @@ func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query stri
 			*ticket = commitTicket{raw: raw, read: true}
 		}
 	}
-	for i := start; i < end; i++ {
+	counted := end
+	if plainLast {
+		counted--
+	}
+	for i := start; i < counted; i++ {
 		if begins || i > start {
 			// The end of the row before, where the server's refusal of statement i,
 			// if any, arrives; then i's row.
@@ -215,10 +229,22 @@ func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query stri
 			return err
 		}
 	}
-	if rows.Next() || rows.NextResultSet() {
+	if rows.Next() {
 		return &refsetdriver.PipelineError{Query: "BEGIN", Err: errors.New("refset/postgres: a simple query returned more rows than its statements")}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		if plainLast {
+			return p.failed(stmts, end-1, err, result)
+		}
+		return err
+	}
+	if rows.NextResultSet() {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: errors.New("refset/postgres: a simple query returned more results than its statements")}
+	}
+	if plainLast {
+		return result(end-1, -1, nil)
+	}
+	return nil
 }
 
 // failed is the error of stmts[i], which failed with err in a simple query: the count

@@ -47,8 +47,9 @@ func inlined(b *strings.Builder, query string, args []any) bool {
 // literal writes to b (unless it is nil) the SQL literal of v, an argument whose
 // parameter the statement casts to cast ("" if it does not), as lib/pq would send it:
 // nil, and the kinds database/sql converts to driver values without help (strings,
-// integers, floats, booleans, byte slices). It reports false for anything else (a
-// driver.Valuer, a pointer, a slice lib/pq would send as an array, a time.Time, which
+// integers, floats, booleans, byte slices), pointers to them, and the driver.Valuers
+// that give them (sql.NullString...). It reports false for anything else (a slice
+// lib/pq would send as an array, a time.Time, which
 // lib/pq writes as a setting of its own says), and for a value whose literal could
 // mean something else to the server than lib/pq's argument:
 //
@@ -85,8 +86,23 @@ func literal(b *strings.Builder, v any, cast string) bool {
 			b.WriteByte('\'')
 		}
 		return true
-	case driver.Valuer, interface{ BinaryValue() ([]byte, error) }:
-		return false
+	case interface{ BinaryValue() ([]byte, error) }:
+		return false // lib/pq sends it in binary, with binary_parameters
+	case driver.Valuer:
+		// As database/sql converts it: the value it gives, NULL for a nil pointer
+		// whose type gives values by value.
+		rv := reflect.ValueOf(v)
+		if rv.Kind() == reflect.Pointer && rv.IsNil() && rv.Type().Elem().Implements(valuerType) {
+			return null(b)
+		}
+		dv, err := v.Value()
+		if err != nil || !driver.IsValue(dv) {
+			return false // sent with its arguments, database/sql says what is wrong
+		}
+		if _, again := dv.(driver.Valuer); again {
+			return false
+		}
+		return literal(b, dv, cast)
 	}
 	var num [32]byte
 	var digits []byte
@@ -105,6 +121,12 @@ func literal(b *strings.Builder, v any, cast string) bool {
 		digits = strconv.AppendUint(num[:0], rv.Uint(), 10)
 	case reflect.Float32, reflect.Float64:
 		digits = strconv.AppendFloat(num[:0], rv.Float(), 'f', -1, 64)
+	case reflect.Pointer:
+		// database/sql sends what it points to, or NULL.
+		if rv.IsNil() {
+			return null(b)
+		}
+		return literal(b, rv.Elem().Interface(), cast)
 	default:
 		return false
 	}
@@ -117,6 +139,8 @@ func literal(b *strings.Builder, v any, cast string) bool {
 }
 
 const hexDigits = "0123456789abcdef"
+
+var valuerType = reflect.TypeFor[driver.Valuer]()
 
 // null writes NULL to b, unless it is nil.
 func null(b *strings.Builder) bool {

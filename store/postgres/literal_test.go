@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -17,11 +20,22 @@ type (
 	namedInt    int32
 )
 
-// valuer is a driver.Valuer: lib/pq sends what Value says, which a literal does not
-// know, so it is refused.
-type valuer struct{}
+func ptr[T any](v T) *T { return &v }
 
-func (valuer) Value() (any, error) { return "v", nil }
+// valuer is a driver.Valuer that gives its text, or fails for "fail".
+type valuer struct{ s string }
+
+func (v valuer) Value() (driver.Value, error) {
+	if v.s == "fail" {
+		return nil, errors.New("no value")
+	}
+	return v.s, nil
+}
+
+// timeValuer gives a time, which has no literal here.
+type timeValuer struct{}
+
+func (timeValuer) Value() (driver.Value, error) { return time.Now(), nil }
 
 // A value written into a statement as a literal stores exactly what lib/pq stores
 // when it sends the value as an argument, in both of lib/pq's modes, or is refused:
@@ -57,11 +71,16 @@ func TestLiteralStoresWhatLibPQSends(t *testing.T) {
 		value{"t", namedString("it's named")}, value{"t", nil}, value{"i", nil},
 		value{"y::bytea", allBytes}, value{"y::bytea", []byte{}}, value{"y::bytea", []byte(`\x00'`)},
 		value{"y", []byte(nil)}, value{"t", []byte(nil)},
+		value{"t", ptr("it's pointed to")}, value{"t", (*string)(nil)}, value{"i", ptr(ptr(int64(5)))},
+		value{"y::bytea", ptr([]byte{1, 2})},
+		value{"t", valuer{"it's a value"}}, value{"t", &valuer{"by pointer"}}, value{"t", (*valuer)(nil)},
+		value{"t", sql.NullString{String: "x", Valid: true}}, value{"t", sql.NullString{}},
+		value{"i", sql.NullInt64{Int64: -9, Valid: true}}, value{"f", sql.NullFloat64{Float64: 2.5, Valid: true}},
 	)
 	refused := []value{
 		{"t", `back\slash`}, {"y", `\x41`}, {"t", "nul\x00"}, {"t", "\xff\xfe"},
 		{"y", []byte("bytes without a cast")}, {"t", []byte("text")},
-		{"t", time.Now()}, {"t", valuer{}}, {"t", new(string)}, {"t", []string{"a"}}, {"n", uint(math.MaxUint64)},
+		{"t", time.Now()}, {"t", valuer{"fail"}}, {"t", valuer{`back\slash`}}, {"t", timeValuer{}}, {"t", sql.NullTime{Valid: true}}, {"t", ptr(time.Now())}, {"t", ptr(`back\slash`)}, {"t", []string{"a"}}, {"n", uint(math.MaxUint64)},
 	}
 
 	for _, binary := range []bool{false, true} {
