@@ -67,9 +67,12 @@ type Options struct {
 	// prepared (SQLite: on its writer connection; PostgreSQL on lib/pq: on every
 	// connection), so a hand-over's commands are not compiled again on every run. A
 	// statement is prepared once it has run twice; the least recently used beyond
-	// this many is closed. Zero means 64; a negative size prepares none. pgx keeps its
-	// own cache of every statement (its statement_cache_capacity), so on pgx, and
-	// with postgres.Options.Unprepared, refset adds none.
+	// this many is closed. Zero means 64; a negative size prepares none. On lib/pq,
+	// the statements of Adds and hand-overs sent in one simple query are as many
+	// more per connection at most (prepared on first use, kept until the database is
+	// closed). pgx keeps its own cache of every statement (its
+	// statement_cache_capacity), so on pgx, and with postgres.Options.Unprepared,
+	// refset adds none.
 	StatementCache int
 
 	// Observer is told what refset does in this database, for metrics: objects

@@ -148,6 +148,33 @@ type guardedConn struct {
 	// BEGIN.
 	tx  watchedTx
 	row [1]driver.Value
+	// units are the statements libpqPipeline prepared on this connection with SQL's
+	// PREPARE, by the database that prepared them and their text, named refset_u1,
+	// refset_u2, ... (unitSeq): its simple queries EXECUTE them. They are deallocated
+	// once that database is closed, when the connection is next lent (ResetSession).
+	units   map[unitKey]string
+	unitSeq int
+}
+
+// unitKey is a statement libpqPipeline prepared on a connection: the database that
+// prepared it, and its text.
+type unitKey struct {
+	db    *DB
+	query string
+}
+
+// dropClosedUnits deallocates the statements that closed databases prepared on c.
+func (c *guardedConn) dropClosedUnits(ctx context.Context) error {
+	for k, name := range c.units {
+		if !k.db.Closed() {
+			continue
+		}
+		if _, err := c.conn.ExecContext(ctx, "DEALLOCATE "+name, nil); err != nil {
+			return driver.ErrBadConn // the statement is left: the connection is not lent again
+		}
+		delete(c.units, k)
+	}
+	return nil
 }
 
 var _ libpqConn = (*guardedConn)(nil)
@@ -174,6 +201,9 @@ func (c *guardedConn) IsValid() bool { return !c.readOnly.Load() && c.conn.IsVal
 func (c *guardedConn) ResetSession(ctx context.Context) error {
 	if c.readOnly.Load() {
 		return driver.ErrBadConn
+	}
+	if err := c.dropClosedUnits(ctx); err != nil {
+		return err
 	}
 	return c.conn.ResetSession(ctx)
 }

@@ -140,6 +140,10 @@ type DB struct {
 	// (takeConn): Open's pools check them before every reuse (conns.go).
 	checksFence bool
 	unprepared  bool // Options.Unprepared: behind a pooler, sessions are not the client's
+	// unitStatements is how many statements of lib/pq's simple queries
+	// (libpqPipeline) a connection keeps prepared with SQL's PREPARE, for this
+	// database: Options.StatementCache's size, or 0 (none) on pgx and Unprepared.
+	unitStatements int
 	replica     replicaState
 	stmts       *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
@@ -418,6 +422,7 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 	if driverName == DriverLibPQ && !opts.Unprepared {
 		// pgx keeps its own cache of every statement; lib/pq none.
 		db.stmts = stmtcache.New(pool, stmtcache.Size(opts.StatementCache), isStalePlan)
+		db.unitStatements = stmtcache.Size(opts.StatementCache)
 	}
 	settings := opts.Settings()
 	settings.Unprepared = opts.Unprepared

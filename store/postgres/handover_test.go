@@ -138,6 +138,8 @@ func TestExecCommandsPrepared(t *testing.T) {
 
 // However many different statements Exec commands run, a connection holds at most
 // StatementCache of them prepared: the least recently used are closed on the server.
+// The statements lib/pq's simple queries EXECUTE (an Add's, here) are as many more at
+// most.
 func TestExecStatementsBoundedPerConnection(t *testing.T) {
 	const size = 3
 	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{MaxConns: 1, Options: store.Options{StatementCache: size}}))
@@ -146,9 +148,10 @@ func TestExecStatementsBoundedPerConnection(t *testing.T) {
 		// Each release runs twice, and so is prepared; the acquire runs every time.
 		release := refset.Exec[string](fmt.Sprintf(`DELETE FROM pending WHERE block_id = ? /* %d */`, i/2), 1)
 		completeInUnit(t, e.db, e.acquired(t, id, []refset.Command[string]{release}, []refset.Command[string]{acquireHead}))
-		assert.LessOrEqual(t, preparedLike(t, e.db, `% pending %`)+preparedLike(t, e.db, `% heads %`), size, "after %d statements", i+1)
+		assert.LessOrEqual(t, preparedLike(t, e.db, `DELETE FROM pending %`)+preparedLike(t, e.db, `INSERT INTO heads %`), size, "after %d statements", i+1)
+		assert.LessOrEqual(t, preparedLike(t, e.db, `PREPARE refset_u%`), size, "the simple queries' statements, after %d", i+1)
 	}
-	assert.Equal(t, size, preparedLike(t, e.db, `% pending %`)+preparedLike(t, e.db, `% heads %`))
+	assert.Equal(t, size, preparedLike(t, e.db, `DELETE FROM pending %`)+preparedLike(t, e.db, `INSERT INTO heads %`))
 	assert.Equal(t, size, e.db.stmts.Len())
 	assert.Equal(t, 1, preparedLike(t, e.db, `INSERT INTO heads %`), "the statement used all along stays")
 }
@@ -491,9 +494,9 @@ func TestHandOverIsolationAndSlowLog(t *testing.T) {
 }
 
 // Close of a database on the caller's pool, which stays open, closes the statements
-// refset prepared on it: Exec commands'. The commit ticket is not one of them: on
-// lib/pq it is read in BEGIN's round trip, a simple query (no statement before
-// COMMIT, prepared or parsed).
+// refset prepared on it: Exec commands', and those lib/pq's simple queries EXECUTE
+// (the commit ticket, an Add's command), each deallocated when its connection is next
+// lent.
 func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 	ctx := t.Context()
 	pool := callersPool(t, DriverLibPQ, pgtest.DSN(t))
@@ -505,11 +508,12 @@ func TestCloseFreesExecStatementsOnCallersPool(t *testing.T) {
 		completeInUnit(t, db, e.acquired(t, fmt.Sprint("b", i), []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead}))
 	}
 	assert.Equal(t, 1, preparedLike(t, db, `DELETE FROM pending%`))
-	assert.Zero(t, preparedLike(t, db, `%pg_current_xact_id%`), "the commit ticket, read at BEGIN, is not prepared")
+	assert.Equal(t, 1, preparedLike(t, db, `PREPARE refset_u% AS SELECT concat_ws('|', pg_current_xact_id()%`), "the commit ticket, EXECUTEd with BEGIN")
+	assert.Equal(t, 1, preparedLike(t, db, `PREPARE refset_u% AS WITH refset_rows AS (INSERT INTO pending %`), "an Add's command, EXECUTEd in its simple query")
 	require.NoError(t, db.Close())
 	var n int
-	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %' OR statement LIKE '%pg_current_xact_id%'`).Scan(&n))
-	assert.Zero(t, n)
+	require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '% pending %' OR statement LIKE '%pg_current_xact_id%' OR name LIKE 'refset_u%'`).Scan(&n))
+	assert.Zero(t, n, "freed when the connection is next lent")
 }
 
 // The pipeline runs in every query mode a pgx pool may be configured with (a pooler

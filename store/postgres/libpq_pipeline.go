@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -32,10 +33,11 @@ import (
 // same.
 type libpqPipeline struct {
 	db *DB
-	// begin is what a unit's simple query opens with, by whether it reads a ticket:
-	// BEGIN and the ticket, or BEGIN and beginMarkSQL. Either returns one row, read
-	// before the statements' rows.
-	begin [2]string
+	// begin is BEGIN as the unit's transactions begin. In the simple query it is
+	// followed by first[true], the ticket, or, when no ticket is read with BEGIN,
+	// first[false], beginMarkSQL: either returns one row, read before the statements'.
+	begin string
+	first [2]string
 	// checks are the statements as a simple query sends them (rowChecks.wrapped).
 	checks *rowChecks
 }
@@ -44,12 +46,11 @@ type libpqPipeline struct {
 // the isolation level iso, or ok false for a level lib/pq refuses (the transaction
 // then begins as before, and fails as before).
 func newLibpqPipeline(db *DB, iso sql.IsolationLevel) (libpqPipeline, bool) {
-	marked, ok := beginSQL(iso, false, false)
+	begin, ok := beginSQL(iso, false, false)
 	if !ok {
 		return libpqPipeline{}, false
 	}
-	withTicket, _ := beginSQL(iso, false, true)
-	return libpqPipeline{db: db, begin: [2]string{marked + "; " + beginMarkSQL, withTicket}, checks: newRowChecks()}, true
+	return libpqPipeline{db: db, begin: begin, first: [2]string{beginMarkSQL, beginTicketSQL}, checks: newRowChecks()}, true
 }
 
 // takes is refsetdriver.SelectivePipeliner.Pipelines: whether every statement goes
@@ -80,17 +81,9 @@ func (p libpqPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, 
 	}
 	defer conn.Close()
 	err = p.runOn(ctx, conn, stmts, result, ticket)
-	for {
-		// A statement Postgres refused as a common table expression ran nothing the
-		// unit keeps, and nothing ran after it: it is sent as it is from now on, and
-		// the unit runs again.
-		var unchecked *uncheckable
-		if !errors.As(err, &unchecked) {
-			break
-		}
-		p.checks.refuse(stmts[unchecked.i])
-		if ctx.Err() != nil {
-			err = orError(result(unchecked.i, 0, unchecked.err), unchecked.err)
+	for forgot := false; ; {
+		var again bool
+		if again, err = p.again(ctx, conn, stmts, result, err, &forgot); !again {
 			break
 		}
 		err = p.runOn(ctx, conn, stmts, result, ticket)
@@ -105,6 +98,36 @@ func (p libpqPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, 
 	return err
 }
 
+// again reports whether a unit that failed with err is to run again, and else the
+// error it fails with. A statement Postgres refused as a common table expression ran
+// nothing the unit keeps, and nothing ran after it: it is sent as it is from now on,
+// and the unit runs again. So does a unit whose prepared statements the server no
+// longer has (someone ran DEALLOCATE ALL on the connection): prepared again, once
+// (forgot).
+func (p libpqPipeline) again(ctx context.Context, conn *sqlx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, err error, forgot *bool) (bool, error) {
+	var unchecked *uncheckable
+	var missing *unprepared
+	switch {
+	case errors.As(err, &unchecked):
+		p.checks.refuse(stmts[unchecked.i])
+		if ctx.Err() != nil {
+			return false, orError(result(unchecked.i, 0, unchecked.err), unchecked.err)
+		}
+		return true, nil
+	case errors.As(err, &missing):
+		switch {
+		case (*forgot || ctx.Err() != nil) && missing.i < 0:
+			return false, &refsetdriver.PipelineError{Query: "BEGIN", Err: missing.err}
+		case *forgot || ctx.Err() != nil:
+			return false, orError(result(missing.i, 0, missing.err), missing.err)
+		}
+		*forgot = true
+		p.forgetPrepared(conn)
+		return true, nil
+	}
+	return false, err
+}
+
 // runOn runs stmts on conn, in one transaction, reading the commit's ticket into
 // ticket unless it is nil. Every way out but a commit rolls back, a panic too.
 func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
@@ -117,25 +140,39 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 	// The ticket is read with BEGIN, or, where the server refuses that to the role
 	// (DB.beginTicket), just before COMMIT.
 	ticketFirst := ticket != nil && p.db.beginTicket
+	// What each statement is sent as: queries[0] is what follows BEGIN, queries[i+1]
+	// stmts[i] (wrapped, or as it is if plain[i]), "" for one sent on its own.
+	queries := make([]string, len(stmts)+1)
+	plain := make([]bool, len(stmts))
+	queries[0] = p.first[b2i(ticketFirst)]
+	for i, st := range stmts {
+		queries[i+1] = p.checks.wrapped(st)
+		if queries[i+1] != "" && i == len(stmts)-1 && !st.Checked {
+			// The last statement needs no row to be told from the others: what
+			// fails after the rows before it is its failure.
+			queries[i+1], plain[i] = st.Query, true
+		}
+	}
+	names, err := p.prepared(ctx, conn, queries)
+	if err != nil {
+		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+	}
 	var batch, stmt strings.Builder
 	for start, first := 0, true; first || start < len(stmts); first = false {
 		batch.Reset()
 		if first {
-			batch.WriteString(p.begin[b2i(ticketFirst)])
-		}
-		end, plainLast := start, false
-		for ; end < len(stmts); end++ {
-			q := p.checks.wrapped(stmts[end])
-			if q != "" && end == len(stmts)-1 && !stmts[end].Checked {
-				// The last statement needs no row to be told from the others: what
-				// fails after the rows before it is its failure.
-				q, plainLast = stmts[end].Query, true
+			batch.WriteString(p.begin)
+			batch.WriteString("; ")
+			if !executed(&batch, names[0], queries[0], nil) {
+				batch.WriteString(queries[0])
 			}
+		}
+		end := start
+		for ; end < len(stmts); end++ {
 			// Written apart first: a value may write no literal now though it did
 			// when the unit was taken (a driver.Valuer that changed its mind).
-			stmt.Reset()
-			if q == "" || !inlined(&stmt, q, stmts[end].Args) {
-				plainLast = false
+			q, args := queries[end+1], stmts[end].Args
+			if q == "" || !writeStatement(&stmt, names[end+1], q, args) {
 				break
 			}
 			if batch.Len() > 0 {
@@ -144,7 +181,7 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 			batch.WriteString(stmt.String())
 		}
 		if batch.Len() > 0 {
-			if err := p.runBatch(ctx, conn, batch.String(), first, stmts, start, end, plainLast, result, ticket); err != nil {
+			if err := p.runBatch(ctx, conn, batch.String(), first, stmts, start, end, end == len(stmts) && plain[end-1], result, ticket); err != nil {
 				return err
 			}
 		}
@@ -183,6 +220,81 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 	return nil
 }
 
+// writeStatement writes to b (emptied first) the statement query as a simple query
+// sends it, with args: EXECUTE of name, if it is prepared, or query with args written
+// in; false when args cannot be written.
+func writeStatement(b *strings.Builder, name, query string, args []any) bool {
+	b.Reset()
+	if executed(b, name, query, args) {
+		return true
+	}
+	b.Reset()
+	return inlined(b, query, args)
+}
+
+// prepared is the name each of queries is prepared under on conn's connection, ""
+// for one that is not: it prepares those it can (SQL's PREPARE, a round trip each,
+// once a connection), up to DB.unitStatements on the connection, so that the simple
+// query EXECUTEs them, parsed and planned once, rather than having the server parse
+// and plan them again on every run. A PREPARE the server refuses leaves its
+// statement to be sent as text, to fail there as it always did. err is a lost
+// connection.
+func (p libpqPipeline) prepared(ctx context.Context, conn *sqlx.Conn, queries []string) ([]string, error) {
+	names := make([]string, len(queries))
+	if p.db.unitStatements <= 0 {
+		return names, nil
+	}
+	err := conn.Raw(func(dc any) error {
+		c, ok := dc.(*guardedConn)
+		if !ok {
+			return nil
+		}
+		for i, q := range queries {
+			if q == "" {
+				continue
+			}
+			key := unitKey{db: p.db, query: q}
+			if name, ok := c.units[key]; ok {
+				names[i] = name
+				continue
+			}
+			if len(c.units) >= p.db.unitStatements {
+				continue
+			}
+			name := "refset_u" + strconv.Itoa(c.unitSeq+1)
+			if _, err := c.ExecContext(ctx, "PREPARE "+name+" AS "+q, nil); err != nil {
+				if !c.conn.IsValid() {
+					return err
+				}
+				continue
+			}
+			if c.units == nil {
+				c.units = map[unitKey]string{}
+			}
+			c.unitSeq++
+			c.units[key] = name
+			names[i] = name
+		}
+		return nil
+	})
+	return names, err
+}
+
+// forgetPrepared forgets the statements prepared on conn's connection for this
+// database (a server that no longer has them: DEALLOCATE ALL, DISCARD ALL).
+func (p libpqPipeline) forgetPrepared(conn *sqlx.Conn) {
+	_ = conn.Raw(func(dc any) error {
+		if c, ok := dc.(*guardedConn); ok {
+			for k := range c.units {
+				if k.db == p.db {
+					delete(c.units, k)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // runBatch sends query, a simple query, and reads its rows in order: BEGIN's row (the
 // ticket's, into ticket unless it is nil, or beginMarkSQL's) if begins, then one per
 // statement of stmts[start:end], told to result, but for the last if plainLast: sent
@@ -190,6 +302,9 @@ func (p libpqPipeline) runOn(ctx context.Context, conn *sqlx.Conn, stmts []refse
 func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query string, begins bool, stmts []refsetdriver.Statement, start, end int, plainLast bool, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	rows, err := conn.QueryContext(ctx, query)
 	if err != nil {
+		if begins && sqlState(err) == codeInvalidSQLStatementName {
+			return &unprepared{i: -1, err: err} // the ticket's
+		}
 		if begins {
 			if refusesWrites(err, codeFeatureNotSupported) {
 				// A standby refuses BEGIN READ WRITE: the connection is done.
@@ -251,6 +366,9 @@ func (p libpqPipeline) runBatch(ctx context.Context, conn *sqlx.Conn, query stri
 // the server refused, as a count; a statement Postgres refused as a common table
 // expression, to be sent as it is (uncheckable); or the failure.
 func (p libpqPipeline) failed(stmts []refsetdriver.Statement, i int, err error, result refsetdriver.ResultFunc) error {
+	if sqlState(err) == codeInvalidSQLStatementName {
+		return &unprepared{i: i, err: err}
+	}
 	if stmts[i].Checked {
 		if n, ok := rowCountRefused(err); ok {
 			return orError(result(i, n, nil), err)
@@ -261,6 +379,16 @@ func (p libpqPipeline) failed(stmts []refsetdriver.Statement, i int, err error, 
 	}
 	return orError(result(i, 0, err), err)
 }
+
+// unprepared is the failure of stmts[i] (-1: of what follows BEGIN) whose prepared
+// statement the server did not have: the unit is to be prepared and run again (run).
+type unprepared struct {
+	i   int
+	err error
+}
+
+func (e *unprepared) Error() string { return e.err.Error() }
+func (e *unprepared) Unwrap() error { return e.err }
 
 // scanOne reads the one row of rows' current result into dest.
 func scanOne(rows *sql.Rows, dest any) error {

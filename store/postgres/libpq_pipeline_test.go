@@ -190,3 +190,63 @@ func TestLibPQPipelineRace(t *testing.T) {
 	assert.Zero(t, count(t, db, `SELECT count(*) FROM pending`))
 	assert.Equal(t, goroutines*rounds, count(t, db, `SELECT count(*) FROM heads h JOIN blocks b ON b.id = h.block_id`))
 }
+
+// The statements of lib/pq's simple queries are prepared once per connection (SQL's
+// PREPARE) and EXECUTEd after: not with Options.Unprepared (behind a pooler, a
+// session is not the client's) nor with a negative StatementCache. A unit whose
+// prepared statements the server lost (DEALLOCATE ALL on the connection) prepares them
+// again and commits; one whose statement does not prepare (a table not there yet)
+// fails as it always did, and works once the table is there; a column added since
+// the statement was prepared does not trouble it.
+func TestLibPQPreparedStatements(t *testing.T) {
+	cases := []struct {
+		name     string
+		opts     Options
+		prepared bool
+	}{
+		{"default", Options{}, true},
+		{"Unprepared", Options{Unprepared: true}, false},
+		{"StatementCache -1", Options{Options: store.Options{StatementCache: -1}}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			tc.opts.MaxConns = 1
+			db := openWith(t, pgtest.DSN(t), tc.opts)
+			e := newHandOverEnv(t, db)
+			handOver := func(id string, acquire ...refset.Command[string]) error {
+				_, err := e.acquired(t, id, []refset.Command[string]{releasePending}, acquire).Complete(ctx)
+				return err
+			}
+			require.NoError(t, handOver("a", acquireHead))
+			units := preparedLike(t, db, `PREPARE refset_u%`)
+			if !tc.prepared {
+				assert.Zero(t, units)
+				return
+			}
+			assert.Equal(t, 5, units, "the ticket, the Add's insert and command, the release, the acquire")
+
+			_, err := db.Pool().ExecContext(ctx, `DEALLOCATE ALL`)
+			require.NoError(t, err)
+			require.NoError(t, handOver("b", acquireHead), "prepared again")
+			pending, head := e.state(t, "b")
+			assert.False(t, pending)
+			assert.True(t, head)
+
+			late := refset.Exec[string](`INSERT INTO late (block_id) VALUES (?)`, 1)
+			err = handOver("c", late)
+			require.ErrorIs(t, err, refset.ErrSchema, "the table is not there")
+			pending, _ = e.state(t, "c")
+			assert.True(t, pending, "nothing was committed")
+			_, err = db.Pool().ExecContext(ctx, `CREATE TABLE late (block_id text PRIMARY KEY)`)
+			require.NoError(t, err)
+			_, err = e.acquired(t, "d", []refset.Command[string]{releasePending}, []refset.Command[string]{late}).Complete(ctx)
+			require.NoError(t, err)
+			_, err = db.Pool().ExecContext(ctx, `ALTER TABLE late ADD COLUMN note text`)
+			require.NoError(t, err)
+			_, err = e.acquired(t, "e", []refset.Command[string]{releasePending}, []refset.Command[string]{late}).Complete(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 2, count(t, db, `SELECT count(*) FROM late`))
+		})
+	}
+}

@@ -44,6 +44,53 @@ func inlined(b *strings.Builder, query string, args []any) bool {
 	return ok && used == 1<<len(args)-1
 }
 
+// executed writes to b EXECUTE name(...) with args as literals, the parameters of
+// query, prepared as name (libpqPipeline.prepared), or reports false when name is ""
+// or an argument has no literal that lib/pq's sending would equal (see literal). A
+// byte slice is bytea's only where every place of its parameter casts it to bytea.
+func executed(b *strings.Builder, name, query string, args []any) bool {
+	if name == "" || len(args) > 64 {
+		return false
+	}
+	var casts [64]string
+	var seen, mixed uint64
+	ok := sqltext.Inline(nil, query, func(_ *strings.Builder, n int, cast string) bool {
+		if n > len(args) {
+			return false
+		}
+		bit := uint64(1) << (n - 1)
+		if seen&bit != 0 && casts[n-1] != cast {
+			mixed |= bit
+		}
+		seen |= bit
+		casts[n-1] = cast
+		return true
+	})
+	if !ok || seen != 1<<len(args)-1 {
+		return false
+	}
+	b.WriteString("EXECUTE ")
+	b.WriteString(name)
+	if len(args) == 0 {
+		return true
+	}
+	b.WriteByte('(')
+	for i, a := range args {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		cast := casts[i]
+		if mixed&(1<<i) != 0 {
+			cast = ""
+		}
+		if !literal(b, a, cast) {
+			return false
+		}
+	}
+	b.WriteByte(')')
+	return true
+}
+
 // literal writes to b (unless it is nil) the SQL literal of v, an argument whose
 // parameter the statement casts to cast ("" if it does not), as lib/pq would send it:
 // nil, and the kinds database/sql converts to driver values without help (strings,

@@ -37,9 +37,10 @@ type timeValuer struct{}
 
 func (timeValuer) Value() (driver.Value, error) { return time.Now(), nil }
 
-// A value written into a statement as a literal stores exactly what lib/pq stores
-// when it sends the value as an argument, in both of lib/pq's modes, or is refused:
-// hostile strings stay strings, and the table they aim at stays.
+// A value written into a statement as a literal, or given as a literal to EXECUTE of
+// the statement prepared, stores exactly what lib/pq stores when it sends the value as
+// an argument, in both of lib/pq's modes, or is refused: hostile strings stay strings,
+// and the table they aim at stays.
 func TestLiteralStoresWhatLibPQSends(t *testing.T) {
 	allBytes := make([]byte, 256)
 	for i := range allBytes {
@@ -91,40 +92,55 @@ func TestLiteralStoresWhatLibPQSends(t *testing.T) {
 				dsn += "&binary_parameters=yes"
 			}
 			pool := callersPool(t, DriverLibPQ, dsn)
-			_, err := pool.ExecContext(ctx, `CREATE TABLE lit (k int PRIMARY KEY, t text, i bigint, n numeric, f float8, r real, b bool, y bytea, j jsonb)`)
+			conn, err := pool.Conn(ctx) // one session: its prepared statements
 			require.NoError(t, err)
-			failed := 0 // pairs both refused
+			defer conn.Close()
+			_, err = conn.ExecContext(ctx, `CREATE TABLE lit (k int PRIMARY KEY, t text, i bigint, n numeric, f float8, r real, b bool, y bytea, j jsonb)`)
+			require.NoError(t, err)
+			failed := 0 // cases refused every way
 			for i, c := range cases {
 				column, cast, _ := strings.Cut(c.column, "::")
 				if cast != "" {
 					cast = "::" + cast
 				}
 				query := fmt.Sprintf(`INSERT INTO lit (k, %s) VALUES ($1, $2%s)`, column, cast)
-				_, sentErr := pool.ExecContext(ctx, query, 2*i, c.v)
-				var b strings.Builder
-				require.True(t, inlined(&b, query, []any{2*i + 1, c.v}), "%s %#v", c.column, c.v)
-				_, literalErr := pool.ExecContext(ctx, b.String())
+				_, sentErr := conn.ExecContext(ctx, query, 3*i, c.v)
+				// Written in, and EXECUTEd with literals (what lib/pq's simple
+				// queries send: libpqPipeline).
+				var b, e strings.Builder
+				require.True(t, inlined(&b, query, []any{3*i + 1, c.v}), "%s %#v", c.column, c.v)
+				_, literalErr := conn.ExecContext(ctx, b.String())
+				name := fmt.Sprint("lit_", i)
+				_, err := conn.ExecContext(ctx, "PREPARE "+name+" AS "+query)
+				require.NoError(t, err)
+				require.True(t, executed(&e, name, query, []any{3*i + 2, c.v}), "%s %#v", c.column, c.v)
+				_, executeErr := conn.ExecContext(ctx, e.String())
 				if sentErr != nil {
 					require.Error(t, literalErr, "%s %#v: lib/pq's %v", c.column, c.v, sentErr)
+					require.Error(t, executeErr, "%s %#v: lib/pq's %v", c.column, c.v, sentErr)
 					assert.Equal(t, sqlState(sentErr), sqlState(literalErr), "%s %#v", c.column, c.v)
+					assert.Equal(t, sqlState(sentErr), sqlState(executeErr), "%s %#v", c.column, c.v)
 					failed++
 					continue
 				}
 				require.NoError(t, literalErr, "%s %#v: %s", c.column, c.v, b.String())
+				require.NoError(t, executeErr, "%s %#v: %s", c.column, c.v, e.String())
 				var same bool
-				require.NoError(t, pool.QueryRowContext(ctx, fmt.Sprintf(
-					`SELECT a.%[1]s IS NOT DISTINCT FROM b.%[1]s FROM lit a, lit b WHERE a.k = $1 AND b.k = $2`, column),
-					2*i, 2*i+1).Scan(&same))
-				assert.True(t, same, "%s %#v: %s", c.column, c.v, b.String())
+				require.NoError(t, conn.QueryRowContext(ctx, fmt.Sprintf(
+					`SELECT a.%[1]s IS NOT DISTINCT FROM b.%[1]s AND a.%[1]s IS NOT DISTINCT FROM c.%[1]s FROM lit a, lit b, lit c WHERE a.k = $1 AND b.k = $2 AND c.k = $3`, column),
+					3*i, 3*i+1, 3*i+2).Scan(&same))
+				assert.True(t, same, "%s %#v: %s; %s", c.column, c.v, b.String(), e.String())
 			}
 			for _, c := range refused {
 				column, cast, _ := strings.Cut(c.column, "::")
 				query := fmt.Sprintf(`INSERT INTO lit (k, %s) VALUES ($1, $2%s)`, column, cast)
 				assert.False(t, inlined(nil, query, []any{-1, c.v}), "%s %#v", c.column, c.v)
+				var e strings.Builder
+				assert.False(t, executed(&e, "lit_0", query, []any{-1, c.v}), "%s %#v", c.column, c.v)
 			}
 			var rows int
-			require.NoError(t, pool.QueryRowContext(ctx, `SELECT count(*) FROM lit`).Scan(&rows))
-			assert.Equal(t, 2*(len(cases)-failed), rows, "every insert stored its row, and nothing else ran")
+			require.NoError(t, conn.QueryRowContext(ctx, `SELECT count(*) FROM lit`).Scan(&rows))
+			assert.Equal(t, 3*(len(cases)-failed), rows, "every insert stored its row, and nothing else ran")
 		})
 	}
 }

@@ -26,6 +26,7 @@ const (
 	codeFeatureNotSupported       = "0A000" // also a prepared statement whose result type a migration changed
 	codeProtocolViolation         = "08P01" // also a statement bound with another number of arguments than it has
 	codeInvalidTextRepresentation = "22P02" // also a row count refused by rowCheckedSQL
+	codeInvalidSQLStatementName   = "26000" // no such prepared statement
 )
 
 // SQLSTATE classes: the first two characters of a code.
