@@ -144,8 +144,8 @@ type DB struct {
 	// (libpqPipeline) a connection keeps prepared with SQL's PREPARE, for this
 	// database: Options.StatementCache's size, or 0 (none) on pgx and Unprepared.
 	unitStatements int
-	replica     replicaState
-	stmts       *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
+	replica        replicaState
+	stmts          *stmtcache.Cache // of Exec commands' statements; nil: none (pgx, Unprepared)
 	// resolveWait is how long the outcome of a lost COMMIT is asked (resolve.go);
 	// 0: it is not, and no ticket is read.
 	resolveWait time.Duration
