@@ -34,10 +34,11 @@
 // a hand-over made only of Exec commands is sent in batches: BEGIN with the first
 // statements, COMMIT with the last, a new batch after each statement whose row count
 // refset checks. On lib/pq, such a hand-over (and an Add) goes in two round trips:
-// one simple query with BEGIN, the commit's ticket and the statements, their
-// arguments written in as literals where a literal means what lib/pq would send, and
-// COMMIT; a unit with an argument that has no such literal runs as before (see
-// docs/postgres.md). Named prepared statements
+// one simple query with BEGIN, the commit's ticket and the statements, EXECUTEd
+// (prepared once a connection with SQL's PREPARE) with their arguments as literals
+// where a literal means what lib/pq would send, and COMMIT; a unit with an argument
+// that has no such literal runs as before (see docs/postgres.md). Named prepared
+// statements
 // need a connection that stays the same server session: connect directly or through a
 // pooler in session mode, or set Options.Unprepared. A prepared read that fails is run
 // again unprepared, so a migration that changes a column's type does not break reads.
