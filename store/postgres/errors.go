@@ -161,13 +161,8 @@ func isStalePlan(err error) bool {
 
 // errorDetail is the server's DETAIL line of err, as lib/pq and pgx report it.
 func errorDetail(err error) string {
-	var pe *pq.Error
-	if errors.As(err, &pe) {
-		return pe.Detail
-	}
-	var pgxe *pgconn.PgError
-	if errors.As(err, &pgxe) {
-		return pgxe.Detail
+	if _, detail, ok := serverError(err); ok {
+		return detail
 	}
 	return err.Error()
 }
@@ -175,15 +170,22 @@ func errorDetail(err error) string {
 // serverMessage is the server's message of err (its primary line, without the
 // driver's prefix), as lib/pq and pgx report it, or "".
 func serverMessage(err error) string {
+	msg, _, _ := serverError(err)
+	return msg
+}
+
+// serverError is the message and DETAIL line of err, the server's error as lib/pq or
+// pgx reports it; ok is false for any other error.
+func serverError(err error) (message, detail string, ok bool) {
 	var pe *pq.Error
 	if errors.As(err, &pe) {
-		return pe.Message
+		return pe.Message, pe.Detail, true
 	}
 	var pgxe *pgconn.PgError
 	if errors.As(err, &pgxe) {
-		return pgxe.Message
+		return pgxe.Message, pgxe.Detail, true
 	}
-	return ""
+	return "", "", false
 }
 
 // noPrimary reports whether err is a driver's refusal of every server a DSN names

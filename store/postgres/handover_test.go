@@ -82,6 +82,23 @@ func (e *handOverEnv) state(t *testing.T, id string) (pending, head bool) {
 		count(t, e.db, `SELECT count(*) FROM heads WHERE block_id = '`+id+`'`) == 1
 }
 
+// unitOf is a unit a test counts the round trips of: an Add of id with add's
+// commands, or else the hand-over of id with release and acquire, its pending row
+// deleted first if gone.
+func (e *handOverEnv) unitOf(t *testing.T, id string, release, acquire, add []refset.Command[string], gone bool) func() error {
+	t.Helper()
+	ctx := t.Context()
+	if add != nil {
+		return func() error { _, err := e.set.Add(ctx, block{Hash: id, Height: 1}, add...); return err }
+	}
+	acq := e.acquired(t, id, release, acquire)
+	if gone {
+		_, err := e.db.Pool().ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
+		require.NoError(t, err)
+	}
+	return func() error { _, err := acq.Complete(ctx); return err }
+}
+
 // completeInUnit completes acq in a unit of work of its own (refset.InTx): the way
 // of a hand-over whose statements run one by one, prepared, rather than written into
 // one simple query (libpqPipeline).

@@ -4,12 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 )
 
@@ -68,16 +66,9 @@ func (p libpqPipeline) takes(stmts []refsetdriver.Statement) bool {
 
 // run is refsetdriver.Pipeliner.RunPipeline.
 func (p libpqPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
-	var ticket *commitTicket
-	if p.db.resolveWait > 0 {
-		ticket = new(commitTicket)
-	}
-	if p.db.Closed() {
-		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
-	}
-	conn, err := p.db.takeConn(ctx, nil)
+	conn, ticket, err := p.db.pipelineConn(ctx)
 	if err != nil {
-		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+		return err
 	}
 	defer conn.Close()
 	err = p.runOn(ctx, conn, stmts, result, ticket)

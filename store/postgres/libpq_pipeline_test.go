@@ -81,22 +81,12 @@ func TestLibPQUnitsTakeTwoRoundTrips(t *testing.T) {
 			// counted.
 			for run := range 5 {
 				id := fmt.Sprintf("b-%d", run)
-				var unit func() error
-				switch {
-				case tc.payload:
-					unit = func() error {
-						_, err := bodies.Add(ctx, payload{Key: id, Body: []byte{0, 1, 2, 0xff, '\'', '\\'}})
-						return err
-					}
-				case tc.add != nil:
-					unit = func() error { _, err := e.set.Add(ctx, block{Hash: id, Height: 1}, tc.add...); return err }
-				default:
-					acq := e.acquired(t, id, tc.release, tc.acquire)
-					if tc.moved && run == 4 {
-						_, err := db.Pool().ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
-						require.NoError(t, err)
-					}
-					unit = func() error { _, err := acq.Complete(ctx); return err }
+				unit := func() error {
+					_, err := bodies.Add(ctx, payload{Key: id, Body: []byte{0, 1, 2, 0xff, '\'', '\\'}})
+					return err
+				}
+				if !tc.payload {
+					unit = e.unitOf(t, id, tc.release, tc.acquire, tc.add, tc.moved && run == 4)
 				}
 				before := proxy.ReadyForQuery()
 				err := unit()

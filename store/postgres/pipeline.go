@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
@@ -64,18 +65,9 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipelin
 
 // run is refsetdriver.Pipeliner.RunPipeline.
 func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc) error {
-	// Where this run's commit ticket is read (see resolve.go), if lost commits are
-	// resolved: one per run, never shared between runs.
-	var ticket *commitTicket
-	if p.db.resolveWait > 0 {
-		ticket = new(commitTicket)
-	}
-	if p.db.Closed() {
-		return &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
-	}
-	conn, err := p.db.takeConn(ctx, nil)
+	conn, ticket, err := p.db.pipelineConn(ctx)
 	if err != nil {
-		return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+		return err
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
@@ -122,6 +114,24 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 		return nil
 	}
 	return err
+}
+
+// pipelineConn is the connection a pipelined unit runs on, and where its commit ticket
+// is read (see resolve.go) if lost commits are resolved, else nil: one per run, never
+// shared between runs. err is the unit's failure to begin.
+func (db *DB) pipelineConn(ctx context.Context) (*sqlx.Conn, *commitTicket, error) {
+	var ticket *commitTicket
+	if db.resolveWait > 0 {
+		ticket = new(commitTicket)
+	}
+	if db.Closed() {
+		return nil, nil, &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
+	}
+	conn, err := db.takeConn(ctx, nil)
+	if err != nil {
+		return nil, nil, &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+	}
+	return conn, ticket, nil
 }
 
 // segments runs stmts on c, segment by segment, sending sent[i] for stmts[i] (the

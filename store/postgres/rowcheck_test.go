@@ -61,17 +61,7 @@ func TestPgxUnitsTakeOneRoundTrip(t *testing.T) {
 			// succeed; the last is counted.
 			for run := range 3 {
 				id := fmt.Sprintf("b%d-%d", i, run)
-				var unit func() error
-				if tc.add != nil {
-					unit = func() error { _, err := e.set.Add(ctx, block{Hash: id, Height: 1}, tc.add...); return err }
-				} else {
-					acq := e.acquired(t, id, tc.release, tc.acquire)
-					if tc.moved && run == 2 {
-						_, err := db.Pool().ExecContext(ctx, `DELETE FROM pending WHERE block_id = $1`, id)
-						require.NoError(t, err)
-					}
-					unit = func() error { _, err := acq.Complete(ctx); return err }
-				}
+				unit := e.unitOf(t, id, tc.release, tc.acquire, tc.add, tc.moved && run == 2)
 				before := proxy.ReadyForQuery()
 				err := unit()
 				after := proxy.ReadyForQuery()
