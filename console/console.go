@@ -365,14 +365,27 @@ func digits(n int64) string {
 // estimate), "more than 10,000" (no statistics to estimate from).
 func countText(c cleanup.Count) string { return about(c) + digits(c.N) }
 
+// countNote says why a count is not exact, "" for one that is.
 func countNote(c cleanup.Count) string {
+	_, note := accuracy(c)
+	return note
+}
+
+// about is what a count that is not exact is written after ("≈ ", "more than ").
+func about(c cleanup.Count) string {
+	before, _ := accuracy(c)
+	return before
+}
+
+// accuracy is what a count that is not exact is written after, and why it is not.
+func accuracy(c cleanup.Count) (before, note string) {
 	switch c.Accuracy {
 	case cleanup.Estimated:
-		return "the database's estimate from its statistics: refset status --exact counts every row"
+		return "≈ ", "the database's estimate from its statistics: refset status --exact counts every row"
 	case cleanup.MoreThan:
-		return "the database has no statistics to estimate from (ANALYZE makes them): refset status --exact counts every row"
+		return "more than ", "the database has no statistics to estimate from (ANALYZE makes them): refset status --exact counts every row"
 	}
-	return ""
+	return "", ""
 }
 
 // graphView and holdsView are what the templates "graph" and "holds" draw.

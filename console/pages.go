@@ -373,14 +373,3 @@ func unquote(lit string) string {
 	}
 	return body
 }
-
-// about is what a chart's caption writes before a count that is not exact.
-func about(c cleanup.Count) string {
-	switch c.Accuracy {
-	case cleanup.Estimated:
-		return "≈ "
-	case cleanup.MoreThan:
-		return "more than "
-	}
-	return ""
-}
