@@ -272,7 +272,8 @@ func TestPgxUnitLostMidBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
-			e := newHandOverEnv(t, openWith(t, dsn, Options{Driver: DriverPgx}))
+			// One connection: the one the first unit prepared its statements on.
+			e := newHandOverEnv(t, openWith(t, dsn, Options{Driver: DriverPgx, MaxConns: 1}))
 			require.Positive(t, e.db.resolveWait, "resolution on")
 			// The unit once first, so the connection has its statements prepared: a
 			// loss while preparing them, before anything runs, is a loss before
