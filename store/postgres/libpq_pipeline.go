@@ -13,8 +13,9 @@ import (
 
 // libpqPipeline runs a unit made only of statements on lib/pq in two round trips
 // where database/sql takes one per statement and two more: the first is one simple
-// query, BEGIN, the commit's ticket (resolve.go) and the statements with their
-// arguments written in (inlined), and the second is COMMIT. Each statement in it
+// query, BEGIN, the commit's ticket (resolve.go) and the statements, each EXECUTEd with
+// its arguments as literals where it is prepared on the connection (prepared,
+// executed) or with them written into its text (inlined), and the second is COMMIT. Each statement in it
 // returns one row, the count of rows it affected (rowCountedSQL), or, when refset
 // checks the count, the count the server checked (rowCheckedSQL: a wrong count fails
 // the statement and aborts the transaction, so nothing after it runs and COMMIT is
@@ -32,8 +33,8 @@ import (
 type libpqPipeline struct {
 	db *DB
 	// begin is BEGIN as the unit's transactions begin. In the simple query it is
-	// followed by first[true], the ticket, or, when no ticket is read with BEGIN,
-	// first[false], beginMarkSQL: either returns one row, read before the statements'.
+	// followed by first[1], the ticket, or, when no ticket is read with BEGIN,
+	// first[0], beginMarkSQL: either returns one row, read before the statements'.
 	begin string
 	first [2]string
 	// checks are the statements as a simple query sends them (rowChecks.wrapped).
