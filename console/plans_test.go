@@ -71,7 +71,7 @@ func bigSet(t testing.TB, db refset.Database, plain *sql.DB, objects, blocks int
 		SELECT 'w-' || i, 'never-' || i FROM generate_series(0, $1::bigint - 1) i WHERE i % 10000 = 5`, blocks)
 	exec(`INSERT INTO chain_heads (chain_head) VALUES ($1)`, fmt.Sprintf("m-%d", blocks-1))
 	exec(`RESET session_replication_role`)
-	exec(`ANALYZE`)
+	pgtest.AnalyzeSchema(t, conn)
 }
 
 // bigPages are the pages of a set bigSet filled that read the database, but for the

@@ -134,18 +134,11 @@ func (e *env) grow(tb testing.TB) {
 // and pgbench's too.
 func analyzeTables(tb testing.TB, db refset.Querier, pg bool) {
 	tb.Helper()
-	ctx := context.Background()
-	stmt := `ANALYZE`
 	if pg {
-		var tables string
-		must(tb, db.QueryRowContext(ctx, `SELECT COALESCE(string_agg(quote_ident(tablename), ', '), '')
-			FROM pg_tables WHERE schemaname = current_schema()`).Scan(&tables))
-		if tables == "" {
-			return
-		}
-		stmt += " " + tables
+		pgtest.AnalyzeSchema(tb, db)
+		return
 	}
-	_, err := db.ExecContext(ctx, stmt)
+	_, err := db.ExecContext(context.Background(), `ANALYZE`)
 	must(tb, err)
 }
 

@@ -1432,15 +1432,11 @@ func testCountsPastTheCap(t *testing.T, h harness) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.analyze {
-				e.mustExec(t, `ANALYZE`)
-			} else if h.Postgres && c.want[0].Accuracy == moreThan {
-				// PostgreSQL promises no table stays without statistics: on the
-				// standby's cluster, blocks has them by now.
-				var analyzed bool
-				require.NoError(t, e.db.Reader().QueryRowContext(ctx,
-					`SELECT reltuples >= 0 AND relpages > 0 FROM pg_class WHERE oid = to_regclass('blocks')`).Scan(&analyzed))
-				if analyzed {
-					t.Skip("blocks has statistics already")
+				// The set's own tables: a bare ANALYZE would give statistics to the
+				// tables of the harnesses running beside this one, whose "no
+				// statistics" case would then find some.
+				for _, table := range []string{"blocks", "blocks_holds", "blocks_review"} {
+					e.mustExec(t, `ANALYZE `+table)
 				}
 			}
 			st, err := cleanup.StatusWith(ctx, e.db, c.opts)

@@ -213,3 +213,26 @@ func isDeadlock(err error) bool {
 	var pe *pq.Error
 	return errors.As(err, &pe) && pe.Code == "40P01"
 }
+
+// Querier is what AnalyzeSchema runs on: an *sql.DB, *sql.Conn or *sql.Tx.
+type Querier interface {
+	Execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// AnalyzeSchema updates the planner's statistics of every table in q's current schema.
+// A bare ANALYZE would go through every table of the shared server: other tests'
+// schemas too, running beside this one, whose "no statistics yet" would then be wrong.
+func AnalyzeSchema(tb testing.TB, q Querier) {
+	tb.Helper()
+	ctx := context.Background()
+	var tables string
+	err := q.QueryRowContext(ctx, `SELECT COALESCE(string_agg(quote_ident(tablename), ', '), '')
+		FROM pg_tables WHERE schemaname = current_schema()`).Scan(&tables)
+	if err == nil && tables != "" {
+		_, err = q.ExecContext(ctx, "ANALYZE "+tables)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: analyze the schema's tables: %v", err)
+	}
+}
