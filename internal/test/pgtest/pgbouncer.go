@@ -5,7 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/lib/pq"
@@ -54,7 +54,7 @@ func NewPooled(tb testing.TB) (dsn, schema string) {
 	bouncer := envDSN(tb, EnvPgBouncer, "run make test (it starts PgBouncer when the pgbouncer package is installed)")
 
 	admin := openAdmin(tb, base, EnvDSN)
-	name := schemaPrefix + randomHex(6)
+	name := schemaPrefix + randomHex(pooledRoleBytes)
 	if err := createRole(tb.Context(), admin, name); err != nil {
 		_ = admin.Close()
 		tb.Fatalf("pgtest: %v", err)
@@ -112,7 +112,15 @@ func dropOwned(tb testing.TB, admin *sql.DB, name string) {
 	}
 }
 
-// sweepRoles drops the roles of ended tests (this package's roles without their
+// pooledRole matches the names NewPooled gives its roles, and only those: a test
+// may create roles of its own named after its schema (schema+"_writer"), and the
+// sweep must never take one of those from under it.
+var pooledRole = "^" + schemaPrefix + "[0-9a-f]{" + strconv.Itoa(2*pooledRoleBytes) + "}$"
+
+// pooledRoleBytes is how many random bytes a pooled role's name carries.
+const pooledRoleBytes = 6
+
+// sweepRoles drops the roles of ended tests (NewPooled's roles without their
 // schema) that no session uses any more: PgBouncer has closed its idle server
 // connections for them (server_idle_timeout), so no cancel request is on its
 // way. It is best effort: a role it cannot drop now is dropped by a later sweep,
@@ -123,7 +131,7 @@ func sweepRoles(ctx context.Context, admin *sql.DB) {
 DECLARE r name;
 BEGIN
 	FOR r IN SELECT rolname FROM pg_roles
-		WHERE rolname LIKE '`+strings.ReplaceAll(schemaPrefix, "_", `\_`)+`%'
+		WHERE rolname ~ '`+pooledRole+`'
 		AND NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = rolname)
 		AND NOT EXISTS (SELECT FROM pg_stat_activity WHERE usename = rolname)
 	LOOP

@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"context"
 	"database/sql"
 	"sync"
 	"testing"
@@ -97,7 +98,7 @@ func TestPooledCleanupDropsSchema(t *testing.T) {
 
 // TestSweepDropsEndedTestsRoles checks that a sweep drops the role of an ended test
 // (its schema gone, no session left), and leaves a running test's role and a role
-// that still has a session.
+// that still has a session, and a role a running test created for itself.
 func TestSweepDropsEndedTestsRoles(t *testing.T) {
 	ctx := t.Context()
 	admin := open(t, baseDSN(t))
@@ -107,13 +108,20 @@ func TestSweepDropsEndedTestsRoles(t *testing.T) {
 		require.NoError(t, admin.QueryRowContext(ctx, `SELECT count(*) FROM pg_roles WHERE rolname = $1`, role).Scan(&n))
 		return n == 1
 	}
-	running, ended, connected := schemaPrefix+randomHex(6), schemaPrefix+randomHex(6), schemaPrefix+randomHex(6)
+	running, ended, connected := schemaPrefix+randomHex(pooledRoleBytes), schemaPrefix+randomHex(pooledRoleBytes), schemaPrefix+randomHex(pooledRoleBytes)
+	// A role a running test made for itself, named after its schema, has no
+	// schema of its name and no session until the test logs in as it.
+	testsOwn := running + "_writer"
 	require.NoError(t, createRole(ctx, admin, running))
 	t.Cleanup(func() { dropOwned(t, admin, running) })
-	for _, role := range []string{ended, connected} {
+	for _, role := range []string{ended, connected, testsOwn} {
 		_, err := admin.ExecContext(ctx, `CREATE ROLE `+pq.QuoteIdentifier(role)+` LOGIN`)
 		require.NoError(t, err)
 	}
+	t.Cleanup(func() {
+		_, err := admin.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+pq.QuoteIdentifier(testsOwn))
+		assert.NoError(t, err)
+	})
 	asConnected, err := asUser(baseDSN(t), connected)
 	require.NoError(t, err)
 	session := open(t, asConnected)
@@ -123,6 +131,7 @@ func TestSweepDropsEndedTestsRoles(t *testing.T) {
 	assert.True(t, exists(running), "the running test's role was dropped")
 	assert.False(t, exists(ended), "the ended test's role is still there")
 	assert.True(t, exists(connected), "the role with a session was dropped")
+	assert.True(t, exists(testsOwn), "a role a running test made for itself was dropped")
 
 	require.NoError(t, session.Close())
 	require.Eventually(t, func() bool { sweepRoles(ctx, admin); return !exists(connected) }, 10*time.Second, 50*time.Millisecond,
