@@ -17,29 +17,22 @@ import (
 // schema versions. Like the reports on one set, it changes nothing, and its reads are
 // the dialect's.
 
-// SetStatus is the state of one set's clean-up, by the database's clock. Its counts
-// of rows are exact up to the cap Status counted to (StatusOptions.Cap), estimates
-// past it (Count).
+// SetStatus is the state of one set's clean-up, by the database's clock: its table,
+// its counts (SetState: objects, holds, review queue, oldest review time, objects
+// collected) and what Report would say of its undeclared parts. Its counts of rows
+// are exact up to the cap Status counted to (StatusOptions.Cap), estimates past it
+// (Count). A OldestDue before DatabaseStatus.Now says how long collection has lagged;
+// the rise of Collected between two reads is the rate of collection.
 type SetStatus struct {
-	Table        string // the object table, as its store registered it
-	Objects      Count  // rows in the object table
-	HoldsLive    Count  // holds without expiry or expiring later
-	HoldsExpired Count  // holds past their expiry that Collect has not removed yet
-	Queued       Count  // entries in the review queue
-	Overdue      Count  // entries due now: what the next Collect reviews
-	// OldestDue is the earliest review time in the queue (zero when the queue is
-	// empty). Before DatabaseStatus.Now it says how long collection has lagged.
-	OldestDue time.Time
-	// Collected is how many objects clean-up has deleted from the set, by every
-	// collector, since the database's refset tables began to count them (core
-	// schema version 2: 0 on older ones until migrated). Each batch adds what it
-	// deleted in its own transaction, so the count is exact and survives restarts;
-	// its rise between two reads is the rate of collection.
-	Collected int64
+	Table string // the object table, as its store registered it
+	SetState
 	// UndeclaredParts describes the keys to the set declared ON DELETE CASCADE from
 	// tables that no Install declared as parts (Config.Parts): see Report.
 	UndeclaredParts []string
 }
+
+// SetState is a set's counts, as one statement reads them for every set.
+type SetState = refsetdriver.SetState
 
 // Waiting is the entries of the queue not yet due.
 func (s SetStatus) Waiting() Count { return s.Queued.Minus(s.Overdue.N) }
@@ -226,9 +219,7 @@ func (c *Counter) read(ctx context.Context, q refset.Querier, d refsetdriver.Dri
 	}
 	s.Now = now
 	for i, st := range states {
-		s.Sets = append(s.Sets, SetStatus{Table: c.tables[i], Objects: st.Objects, HoldsLive: st.HoldsLive,
-			HoldsExpired: st.HoldsExpired, Queued: st.Queued, Overdue: st.Overdue, OldestDue: st.OldestDue,
-			Collected: st.Collected})
+		s.Sets = append(s.Sets, SetStatus{Table: c.tables[i], SetState: st})
 	}
 	return s, nil
 }

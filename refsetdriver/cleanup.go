@@ -262,11 +262,12 @@ type SetState struct {
 	HoldsExpired Count // holds past their expiry that Collect has not removed yet
 	Queued       Count // entries in the review queue
 	Overdue      Count // entries due now: what the next Collect reviews
-	// OldestDue is the earliest review time (zero when the queue is empty).
+	// OldestDue is the earliest review time in the queue (zero when it is empty).
 	OldestDue time.Time
-	// Collected is how many objects clean-up has deleted from the set since the
-	// count began (core schema version 2; 0 on older refset tables), by every
-	// collector of the database, counted in the transactions that deleted them.
+	// Collected is how many objects clean-up has deleted from the set, by every
+	// collector, since the database's refset tables began to count them (core
+	// schema version 2: 0 on older ones until migrated). Each batch adds what it
+	// deleted in its own transaction, so the count is exact and survives restarts.
 	Collected int64
 }
 
