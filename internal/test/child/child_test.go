@@ -2,7 +2,6 @@ package child_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,7 +108,7 @@ func TestContextKillsChild(t *testing.T) {
 	start := time.Now()
 	err := child.Command(ctx, "sleep", "").Run()
 	require.Error(t, err)
-	require.True(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, "the context ended the child")
 	assert.Equal(t, -1, exitCode(t, err), "killed by a signal: %v", err)
 	assert.Less(t, time.Since(start), time.Minute)
 }
