@@ -3,6 +3,7 @@ package blockmanager
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -215,20 +217,16 @@ func TestForkOffDeepBlockAfterRestart(t *testing.T) {
 	})
 }
 
-// The crash test: a node process receiving blocks out of order is killed (SIGKILL)
-// at random moments, 50 times, and restarted on the same database. After every kill,
-// each stored block is either pending or the controller's, never both and never
-// neither; at the end every block has been completed.
-const (
-	nodeEnvKind = "REFSET_TEST_NODE_KIND"
-	nodeEnvAt   = "REFSET_TEST_NODE_AT"
-)
-
+// TestMain runs a node of TestHandOverSurvivesKill9 in a process started as one.
 func TestMain(m *testing.M) {
-	if kind := os.Getenv(nodeEnvKind); kind != "" {
-		os.Exit(nodeProcess(kind, os.Getenv(nodeEnvAt)))
-	}
-	os.Exit(m.Run())
+	child.Main(m, map[string]func(arg string) int{"node": nodeProcess})
+}
+
+// nodePlace is the database a node process opens, as JSON: the backend's name and
+// where the test's database is (testdb.Place).
+type nodePlace struct {
+	Backend string
+	At      string
 }
 
 // crashBlocks is what the node receives: a chain of 150 blocks with two forks,
@@ -245,10 +243,17 @@ func crashBlocks() []Block {
 	return blocks
 }
 
-func nodeProcess(kind, where string) int {
+// nodeProcess is a node: it opens the database at the nodePlace arg names and
+// receives crashBlocks, until they are all in or it is killed.
+func nodeProcess(arg string) int {
 	ctx := context.Background()
-	b, _ := testdb.Named(kind)
-	db, err := testdb.Place{Backend: b, At: where}.Dial(ctx, testdb.Options{})
+	var place nodePlace
+	if err := json.Unmarshal([]byte(arg), &place); err != nil {
+		fmt.Fprintln(os.Stderr, "node:", err)
+		return 1
+	}
+	b, _ := testdb.Named(place.Backend)
+	db, err := testdb.Place{Backend: b, At: place.At}.Dial(ctx, testdb.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -289,6 +294,10 @@ func requireHandOver(t *testing.T, m *Manager, when string) {
 	require.Zero(t, neither, "%s: blocks neither pending nor the controller's", when)
 }
 
+// The crash test: a node process receiving blocks out of order is killed (SIGKILL)
+// at random moments, 50 times, and restarted on the same database. After every kill,
+// each stored block is either pending or the controller's, never both and never
+// neither; at the end every block has been completed.
 func TestHandOverSurvivesKill9(t *testing.T) {
 	kills := 50
 	if testing.Short() {
@@ -299,9 +308,10 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 		m := openManager(t, where.Open(t, testdb.Options{}), Config{})
 		rng := rand.New(rand.NewPCG(3, 4))
 		total := len(crashBlocks())
+		place, err := json.Marshal(nodePlace{Backend: b.Name, At: where.At})
+		require.NoError(t, err)
 		for i := range kills {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), nodeEnvKind+"="+b.Name, nodeEnvAt+"="+where.At)
+			cmd := child.Command(t.Context(), "node", string(place))
 			// One writer for both: exec.Cmd then writes to it from one goroutine at a time.
 			out := &bytes.Buffer{}
 			cmd.Stdout, cmd.Stderr = out, out
@@ -317,9 +327,7 @@ func TestHandOverSurvivesKill9(t *testing.T) {
 			requireHandOver(t, m, fmt.Sprintf("after kill %d", i))
 		}
 		// A last run to the end completes every block.
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), nodeEnvKind+"="+b.Name, nodeEnvAt+"="+where.At)
-		outBytes, err := cmd.CombinedOutput()
+		outBytes, err := child.Command(t.Context(), "node", string(place)).CombinedOutput()
 		require.NoError(t, err, string(outBytes))
 		assert.Equal(t, total, count(t, m, `SELECT COUNT(*) FROM blocks`))
 		assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`))

@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
@@ -25,27 +25,28 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// childEnv, when set to a DSN, makes the test binary a collector process (see
-// TestMain) instead of running tests.
-const (
-	childEnv         = "REFSET_TEST_COLLECTOR_DSN"
-	childDurationEnv = "REFSET_TEST_COLLECTOR_SECONDS"
-)
-
 func TestMain(m *testing.M) {
-	if dsn := os.Getenv(childEnv); dsn != "" {
-		os.Exit(collectorProcess(dsn))
-	}
-	os.Exit(m.Run())
+	child.Main(m, map[string]func(arg string) int{"collector": collectorProcess})
+}
+
+// collectorRun is what a collector process is told, as JSON: its database and how long
+// it collects.
+type collectorRun struct {
+	DSN string
+	For time.Duration
 }
 
 // collectorProcess collects the "chain" set until its time is up, then prints its
 // totals as JSON.
-func collectorProcess(dsn string) int {
-	seconds, _ := strconv.ParseFloat(os.Getenv(childDurationEnv), 64)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(seconds*float64(time.Second)))
+func collectorProcess(arg string) int {
+	var run collectorRun
+	if err := json.Unmarshal([]byte(arg), &run); err != nil {
+		fmt.Fprintln(os.Stderr, "collector:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), run.For)
 	defer cancel()
-	db, err := Open(ctx, dsn, Options{MaxConns: 4})
+	db, err := Open(ctx, run.DSN, Options{MaxConns: 4})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -101,9 +102,10 @@ func TestCollectorProcessesWithWriters(t *testing.T) {
 	// The collector processes.
 	var children []*exec.Cmd
 	var outputs []*strings.Builder
+	run, err := json.Marshal(collectorRun{DSN: dsn, For: duration})
+	require.NoError(t, err)
 	for range 2 {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+dsn, childDurationEnv+"="+strconv.FormatFloat(duration.Seconds(), 'f', 3, 64))
+		cmd := child.Command(ctx, "collector", string(run))
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
 		require.NoError(t, cmd.Start())

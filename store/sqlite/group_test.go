@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/internal/engine"
+	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/refset"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -352,23 +352,20 @@ func TestGroupCommitHostileUnit(t *testing.T) {
 	assert.Equal(t, 1, count())
 }
 
-// crashChild names the database file the child process of
-// TestGroupCommitSurvivesKill writes to.
-const crashChild = "REFSET_TEST_GROUP_COMMIT_CHILD"
+func TestMain(m *testing.M) {
+	child.Main(m, map[string]func(arg string) int{"group-commit-writer": groupCommitWriter})
+}
 
 // A process killed while its units of work run in groups: every unit it was told had
 // committed is in the file when it is opened again. (A kill, not a power loss: it
 // proves that no unit is told before its group's COMMIT returned.)
 func TestGroupCommitSurvivesKill(t *testing.T) {
-	if path := os.Getenv(crashChild); path != "" {
-		runCrashChild(t, path)
-		return
-	}
 	path := filepath.Join(t.TempDir(), "x.db")
 	first, _ := itemsAt(t, path, Options{}) // the tables, before the child writes
 	require.NoError(t, first.Close())
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestGroupCommitSurvivesKill$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashChild+"="+path)
+	cmd := child.Command(t.Context(), "group-commit-writer", path)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -381,7 +378,7 @@ func TestGroupCommitSurvivesKill(t *testing.T) {
 	}
 	require.NoError(t, cmd.Process.Kill())
 	_ = cmd.Wait()
-	require.Len(t, told, 300, "the child reported its commits")
+	require.Len(t, told, 300, "the child reported its commits; it said: %s", stderr.String())
 
 	db, _ := itemsAt(t, path, Options{})
 	var n int
@@ -394,10 +391,16 @@ func TestGroupCommitSurvivesKill(t *testing.T) {
 	}
 }
 
-// runCrashChild adds items from eight goroutines until it is killed, printing each
-// one whose Add returned.
-func runCrashChild(t *testing.T, path string) {
-	_, set := itemsAt(t, path, Options{})
+// groupCommitWriter is TestGroupCommitSurvivesKill's child: it adds items to the
+// database file at path from eight goroutines until it is killed, printing each one
+// whose Add returned.
+func groupCommitWriter(path string) int {
+	ctx := context.Background()
+	_, set, err := openItems(ctx, path, Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for g := range 8 {
@@ -410,8 +413,8 @@ func runCrashChild(t *testing.T, path string) {
 					time.Sleep(time.Millisecond)
 					return nil
 				})
-				if _, err := set.Add(t.Context(), item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1), slow); err != nil {
-					t.Error(err)
+				if _, err := set.Add(ctx, item{Key: id}, refset.Exec[string](`INSERT INTO units (id) VALUES (?)`, 1), slow); err != nil {
+					fmt.Fprintln(os.Stderr, id, err)
 					return
 				}
 				mu.Lock()
@@ -421,6 +424,7 @@ func runCrashChild(t *testing.T, path string) {
 		})
 	}
 	wg.Wait()
+	return 1 // every writer failed: it runs until it is killed
 }
 
 // A unit that joined a group holding another unit's work is evicted only when it

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -98,13 +99,29 @@ func itemsDB(tb testing.TB, opts Options) (*DB, *refset.RefSet[item, string]) {
 // already (another handle on it made them).
 func itemsAt(tb testing.TB, path string, opts Options) (*DB, *refset.RefSet[item, string]) {
 	tb.Helper()
-	ctx := tb.Context()
-	db := openAt(tb, path, opts)
+	db, set, err := openItems(tb.Context(), path, opts)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { db.Close() })
+	return db, set
+}
+
+// openItems is itemsAt for a process with no test: a child process's role. The
+// caller closes the database.
+func openItems(ctx context.Context, path string, opts Options) (*DB, *refset.RefSet[item, string], error) {
+	db, err := Open(ctx, path, opts)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, q := range itemsTables {
-		_, err := db.Writer().ExecContext(ctx, q)
-		require.NoError(tb, err, q)
+		if _, err := db.Writer().ExecContext(ctx, q); err != nil {
+			db.Close()
+			return nil, nil, fmt.Errorf("%s: %w", q, err)
+		}
 	}
 	st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-	require.NoError(tb, err)
-	return db, refset.New(st)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return db, refset.New(st), nil
 }

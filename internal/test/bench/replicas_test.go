@@ -19,6 +19,7 @@ import (
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/examples/custody/tokens"
+	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
@@ -28,7 +29,7 @@ import (
 
 // The replica benchmarks measure what several replicas of a service do to one
 // PostgreSQL: each replica is an OS process of its own (this test binary, started
-// again with the replica's configuration in REFSET_BENCH_REPLICA), with a connection
+// again as a replica, told its configuration: internal/test/child), with a connection
 // pool of its own, as replicas behind a load balancer are. For 1, 2, 4, ... replicas
 // (REFSET_BENCH_REPLICAS, default 1,2,4,8,16) they share b.N operations between them,
 // each replica running REFSET_BENCH_WORKERS goroutines (default 2):
@@ -65,18 +66,13 @@ import (
 // scripts/scale-bench.sh runs them (quick: 1 and 2 replicas on small data; full: the
 // defaults).
 
-const replicaEnv = "REFSET_BENCH_REPLICA"
-
 // TestMain runs a replica when the binary was started as one, and the tests and
 // benchmarks otherwise.
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(replicaEnv); cfg != "" {
-		os.Exit(replicaMain(cfg))
-	}
-	os.Exit(m.Run())
+	child.Main(m, map[string]func(arg string) int{"replica": replicaMain})
 }
 
-// replicaConfig is what a replica process is told, as JSON in REFSET_BENCH_REPLICA.
+// replicaConfig is what a replica process is told, as JSON.
 type replicaConfig struct {
 	Role    string // "custody" or "receiver"
 	DSN     string // with application_name set to App
@@ -363,8 +359,7 @@ func startReplicas(b *testing.B, cfgs []replicaConfig) *replicaRun {
 	for _, cfg := range cfgs {
 		raw, err := json.Marshal(cfg)
 		must(b, err)
-		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
-		cmd.Env = append(os.Environ(), replicaEnv+"="+string(raw))
+		cmd := child.Command(b.Context(), "replica", string(raw))
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		must(b, err)
