@@ -88,11 +88,11 @@ type CleanupDialect interface {
 	// it, in order; sentinel.ErrNotFound when the database has no refset tables.
 	Sets(ctx context.Context, q Querier) ([]string, error)
 	// Counter writes the one statement that reads, with the database's clock, the
-	// counts of every set of regs (SetState, in their order), those what names: each
-	// count of a table stops at cap+1 rows and, past cap, is the database's estimate
-	// of the table's rows from its statistics (Count); cap 0 counts every row, which
-	// scans. The counter reads as often as it is asked, with what it read of the
-	// catalog when made.
+	// counts of every set of regs (SetState, in their order): all of them, or, as
+	// what says, the review queue's alone. Each count of a table stops at cap+1 rows
+	// and, past cap, is the database's estimate of the table's rows from its
+	// statistics (Count); cap 0 counts every row, which scans. The counter reads as
+	// often as it is asked, with what it read of the catalog when made.
 	Counter(ctx context.Context, q Querier, regs []Registered, cap int64, what Counted) (SetCounter, error)
 	// AddCollected adds n to the count of objects clean-up deleted from p's set
 	// (SetState.Collected), in tx, the transaction that deleted them. A plan whose
