@@ -113,9 +113,10 @@ func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error)
 	return queued.N, due.N, err
 }
 
-// QueueCounts counts the set's review queue on the database's reader, as Status
-// counts a set's queue, in one statement: queued is its entries, exact up to opts'
-// cap and the database's estimate past it (see StatusOptions), or every entry with
+// QueueCounts counts the set's review queue on the database's reader, with the SQL
+// Status counts a set's queue with, in one statement (SQLite's reads first whether
+// the database has statistics): queued is its entries, exact up to opts' cap and
+// the database's estimate past it (see StatusOptions), or every entry with
 // opts.Exact, which reads the queue whole; overdue is the entries due now, counted
 // exactly over the range of the queue's index whatever the cap. Errors:
 // refset.ErrInvalidConfig for a negative Cap; refset.ErrSchema when the queue is

@@ -17,7 +17,7 @@
 //	refset.queue.overdue       gauge, entries due now, attribute table (WatchQueue)
 //
 // The counters cost one instrument call on the paths of Add and Complete. The
-// gauges read the queue with one statement per collection of the meter's reader, which
+// gauges read the queue once per collection of the meter's reader, which
 // reads at most cleanup.DefaultCountCap entries and those due, however long the queue
 // (Collector.Queue): a queue whose overdue count stays above zero between collections
 // is clean-up falling behind.

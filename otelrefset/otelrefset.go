@@ -188,13 +188,14 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 
 // WatchQueue reports c's review queue in the gauges refset.queue.depth and
 // refset.queue.overdue, with attribute table, each time the meter's reader collects:
-// one statement per collection (Collector.Queue), which reads at most
-// cleanup.DefaultCountCap entries of the queue and those due, however long the queue.
-// So the depth is exact up to cleanup.DefaultCountCap and, past it, the database's
-// estimate from its statistics (or cleanup.DefaultCountCap when it has none); the
-// overdue entries are counted exactly. A failed read reports
-// nothing for that table and returns its error to the SDK, which reports it to
-// OpenTelemetry's error handler. Call it once per collector.
+// one read of the queue per collection (Collector.Queue: one statement on
+// PostgreSQL, two on SQLite), which reads at most cleanup.DefaultCountCap entries
+// and those due, however long the queue. So the depth is exact up to
+// cleanup.DefaultCountCap and, past it, the database's estimate from its statistics
+// (or cleanup.DefaultCountCap when it has none); the overdue entries are counted
+// exactly. A failed read reports nothing for that table and returns its error to
+// the SDK, which reports it to OpenTelemetry's error handler. Call it once per
+// collector.
 func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	if o = o.use(); o == nil {
 		return fmt.Errorf("refset/otel: watch queue: %w: a nil Observer; make one with otelrefset.New", refset.ErrInvalidConfig)
