@@ -1470,4 +1470,8 @@ func testCountsPastTheCap(t *testing.T, h harness) {
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, _, err = col.QueueCounts(ctx, cleanup.StatusOptions{Cap: -1})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	// A queue dropped behind the collector's back: a schema error, as before.
+	e.mustExec(t, `DROP TABLE blocks_review`)
+	_, _, err = col.Queue(ctx)
+	require.ErrorIs(t, err, refset.ErrSchema)
 }
