@@ -9,7 +9,7 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/internal/test/pgtest"
-	"github.com/refsetdb/refset/store/postgres"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,17 +28,11 @@ import (
 // stale). The same long-lived session runs all three phases, so plans cached in one
 // (pgx's prepared statements, trigger functions) meet the next.
 func TestPlansOnLargeData(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads 300,000 blocks")
-	}
 	const first = 50_000 // blocks of the first load; the second grows the store fivefold
 	ctx := t.Context()
 	// The test's own statements (loads, making entries due) go through the plain pool:
 	// they are no path of the manager's.
-	log, pool, plain := pgtest.PlanGuard(t, 1)
-	db, err := postgres.New(ctx, pool, postgres.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	log, db, plain := testdb.PlanGuard(t, "loads 300,000 blocks")
 	m, err := Open(ctx, db, Config{ForkTTL: time.Hour, Grace: time.Hour})
 	require.NoError(t, err)
 	exec := pgtest.Exec(t, plain)
@@ -112,7 +106,7 @@ func TestPlansOnLargeData(t *testing.T) {
 	}
 	round := 0
 	var session int // the explained pool's one session
-	require.NoError(t, pool.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&session))
+	require.NoError(t, db.Pool().QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&session))
 	// workload runs each path more times than the plan cache's five custom plans.
 	workload := func() {
 		t.Helper()

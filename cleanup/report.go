@@ -99,22 +99,47 @@ func (c *Collector) WhyAll(ctx context.Context, id any) ([]Holder, error) {
 	return c.why(ctx, id, 0)
 }
 
-// Queue reads the set's review queue on the database's reader: depth is its entries,
-// overdue those due now, which the next Collect reviews. Overdue that stays above zero
-// between passes says clean-up lags. It is one scan of the queue, cheap enough for a
-// metrics gauge. Errors: refset.ErrSchema when the queue is gone, and the read errors
-// of Check.
+// Queue reads the set's review queue on the database's reader, as QueueCounts does
+// with Status's default cap: depth is its entries, counted exactly up to
+// DefaultCountCap and, past it, the database's estimate from its statistics, or
+// DefaultCountCap when it has none (the queue has more); overdue is the entries due
+// now, which the next Collect reviews, counted exactly whatever the queue's size.
+// Overdue that stays above zero between passes says clean-up lags. It reads no more
+// of the queue than DefaultCountCap entries and those due: cheap enough for a metrics
+// gauge (otelrefset's WatchQueue) on a queue of millions. QueueCounts says which
+// depth is exact. Errors: those of QueueCounts.
 func (c *Collector) Queue(ctx context.Context) (depth, overdue int64, err error) {
+	queued, due, err := c.QueueCounts(ctx, StatusOptions{})
+	return queued.N, due.N, err
+}
+
+// QueueCounts counts the set's review queue on the database's reader, with the SQL
+// Status counts a set's queue with, in one statement (SQLite's reads first whether
+// the database has statistics): queued is its entries, exact up to opts' cap and
+// the database's estimate past it (see StatusOptions), or every entry with
+// opts.Exact, which reads the queue whole; overdue is the entries due now, counted
+// exactly over the range of the queue's index whatever the cap. Errors:
+// refset.ErrInvalidConfig for a negative Cap; refset.ErrSchema when the queue is
+// gone; the read errors of Check.
+func (c *Collector) QueueCounts(ctx context.Context, opts StatusOptions) (queued, overdue Count, err error) {
 	if err := c.made("queue"); err != nil {
-		return 0, 0, err
+		return Count{}, Count{}, err
+	}
+	if err := opts.check("queue"); err != nil {
+		return Count{}, Count{}, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	p := c.current()
-	qs, err := c.dialect.QueueState(ctx, refsetdriver.ReaderFor(ctx, c.db), p.Queue)
-	if err = c.readError(err); err != nil {
-		return 0, 0, fmt.Errorf("refset/cleanup: queue of %s: %w", p.Table, err)
+	p, q := c.current(), refsetdriver.ReaderFor(ctx, c.db)
+	reg := refsetdriver.Registered{Table: p.Table, IDColumn: p.IDColumn, Holds: p.Holds, Queue: p.Queue}
+	counter, err := c.dialect.Counter(ctx, q, []refsetdriver.Registered{reg}, opts.cap(), refsetdriver.QueueCounts)
+	var sets []refsetdriver.SetState
+	if err == nil {
+		_, sets, err = counter.Read(ctx, q)
 	}
-	return qs.Queued, qs.Overdue, nil
+	if err = c.readError(err); err != nil {
+		return Count{}, Count{}, fmt.Errorf("refset/cleanup: queue of %s: %w", p.Table, err)
+	}
+	return sets[0].Queued, sets[0].Overdue, nil
 }
 
 // checkSamples is how many leaked objects Check names.

@@ -56,7 +56,7 @@ const (
 // size.
 const DefaultCountCap = 10_000
 
-// StatusOptions are how Status counts.
+// StatusOptions are how Status, a Counter and Collector.QueueCounts count.
 type StatusOptions struct {
 	// Cap is the number of rows each count reads at most in the object table, the
 	// holds table and the review queue (0: DefaultCountCap). Past it, the count is
@@ -244,7 +244,7 @@ func (c *Counter) prepare(ctx context.Context, q refset.Querier, d refsetdriver.
 		}
 		regs = append(regs, reg)
 	}
-	counter, err := d.Counter(ctx, q, regs, c.opts.cap())
+	counter, err := d.Counter(ctx, q, regs, c.opts.cap(), refsetdriver.EveryCount)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,11 @@ func TestUnmadeCollector(t *testing.T) {
 			"Why":     func() error { _, err := c.Why(ctx, "a"); return err },
 			"WhyAll":  func() error { _, err := c.WhyAll(ctx, "a"); return err },
 			"Queue":   func() error { _, _, err := c.Queue(ctx); return err },
-			"Run":     func() error { return c.Run(ctx, time.Second, nil) },
+			"QueueCounts": func() error {
+				_, _, err := c.QueueCounts(ctx, cleanup.StatusOptions{})
+				return err
+			},
+			"Run": func() error { return c.Run(ctx, time.Second, nil) },
 		} {
 			t.Run(name+"/"+method, func(t *testing.T) {
 				var err error

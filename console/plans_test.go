@@ -13,9 +13,9 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/console"
 	"github.com/refsetdb/refset/internal/test/pgtest"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
-	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/require"
 )
 
@@ -91,15 +91,9 @@ func bigPages(objects, blocks int) []string {
 // reads (cleanup.Status, cleanup.Counts, exact counts aside), and for the sampler,
 // whose every sample is one statement.
 func TestPlans(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads 30,000 objects and 30,000 blocks")
-	}
 	const objects, blocks = 30_000, 30_000
 	ctx := t.Context()
-	log, pool, plain := pgtest.PlanGuard(t, 1)
-	db, err := postgres.New(ctx, pool, postgres.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
+	log, db, plain := testdb.PlanGuard(t, "loads 30,000 objects and 30,000 blocks")
 	bigSet(t, db, plain, objects, blocks)
 	// The fork cache (blocks_holds) holds 30 forks and the blocks' review queue
 	// nothing: a scan of either is the planner's right choice.

@@ -13,10 +13,12 @@
 //	refset.holds.expired       expired holds clean-up removed
 //	refset.collect.batches     histogram, batch transactions per successful Collect
 //	refset.replica.fallbacks   reads meant for the replica that the primary answered, attributes read, reason=missing|behind|failed
-//	refset.queue.depth         gauge, entries in a set's review queue, attribute table (WatchQueue)
+//	refset.queue.depth         gauge, entries in a set's review queue (exact up to cleanup.DefaultCountCap, estimated past it), attribute table (WatchQueue)
 //	refset.queue.overdue       gauge, entries due now, attribute table (WatchQueue)
 //
 // The counters cost one instrument call on the paths of Add and Complete. The
-// gauges read the queue once per collection of the meter's reader: a queue whose
-// overdue count stays above zero between collections is clean-up falling behind.
+// gauges read the queue once per collection of the meter's reader, which
+// reads at most cleanup.DefaultCountCap entries and those due, however long the queue
+// (Collector.Queue): a queue whose overdue count stays above zero between collections
+// is clean-up falling behind.
 package otelrefset

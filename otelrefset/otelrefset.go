@@ -102,7 +102,8 @@ func (o *Observer) make(meter metric.Meter) error {
 	o.expired = counter("refset.holds.expired", "{hold}", "Expired holds clean-up removed.")
 	o.fallbacks = counter("refset.replica.fallbacks", "{read}",
 		"Reads meant for the replica (a hot standby) that the primary answered, by read and reason (missing, behind, failed).")
-	o.queueDepth = gauge("refset.queue.depth", "Entries in a set's review queue.")
+	o.queueDepth = gauge("refset.queue.depth", fmt.Sprintf(
+		"Entries in a set's review queue: exact up to %d, the database's estimate past it.", cleanup.DefaultCountCap))
 	o.overdue = gauge("refset.queue.overdue", "Review queue entries due now: what the next Collect reviews.")
 	var e error
 	o.handoverS, e = meter.Float64Histogram("refset.handover.duration", metric.WithUnit("s"),
@@ -187,9 +188,14 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 
 // WatchQueue reports c's review queue in the gauges refset.queue.depth and
 // refset.queue.overdue, with attribute table, each time the meter's reader collects:
-// one read of the queue (Collector.Queue) per collection. A failed read reports
-// nothing for that table and returns its error to the SDK, which reports it to
-// OpenTelemetry's error handler. Call it once per collector.
+// one read of the queue per collection (Collector.Queue: one statement on
+// PostgreSQL, two on SQLite), which reads at most cleanup.DefaultCountCap entries
+// and those due, however long the queue. So the depth is exact up to
+// cleanup.DefaultCountCap and, past it, the database's estimate from its statistics
+// (or cleanup.DefaultCountCap when it has none); the overdue entries are counted
+// exactly. A failed read reports nothing for that table and returns its error to
+// the SDK, which reports it to OpenTelemetry's error handler. Call it once per
+// collector.
 func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	if o = o.use(); o == nil {
 		return fmt.Errorf("refset/otel: watch queue: %w: a nil Observer; make one with otelrefset.New", refset.ErrInvalidConfig)

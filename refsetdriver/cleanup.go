@@ -88,11 +88,12 @@ type CleanupDialect interface {
 	// it, in order; sentinel.ErrNotFound when the database has no refset tables.
 	Sets(ctx context.Context, q Querier) ([]string, error)
 	// Counter writes the one statement that reads, with the database's clock, the
-	// counts of every set of regs (SetState, in their order): each count stops at
-	// cap+1 rows and, past cap, is the database's estimate of the table's rows from
-	// its statistics (Count); cap 0 counts every row, which scans. The counter reads
-	// as often as it is asked, with what it read of the catalog when made.
-	Counter(ctx context.Context, q Querier, regs []Registered, cap int64) (SetCounter, error)
+	// counts of every set of regs (SetState, in their order): all of them, or, as
+	// what says, the review queue's alone. Each count of a table stops at cap+1 rows
+	// and, past cap, is the database's estimate of the table's rows from its
+	// statistics (Count); cap 0 counts every row, which scans. The counter reads as
+	// often as it is asked, with what it read of the catalog when made.
+	Counter(ctx context.Context, q Querier, regs []Registered, cap int64, what Counted) (SetCounter, error)
 	// AddCollected adds n to the count of objects clean-up deleted from p's set
 	// (SetState.Collected), in tx, the transaction that deleted them. A plan whose
 	// database's refset tables are too old to keep the count (see CountsCollected)
@@ -101,8 +102,6 @@ type CleanupDialect interface {
 	// CountsCollected reports whether the database's refset tables keep the count of
 	// objects collected (their core schema version has it).
 	CountsCollected(ctx context.Context, q Querier) (bool, error)
-	// QueueState reads a review queue.
-	QueueState(ctx context.Context, q Querier, queue sqlident.Ident) (QueueState, error)
 	// Versions lists the schema version of every component refset's records know,
 	// in order.
 	Versions(ctx context.Context, q Querier) ([]Version, error)
@@ -247,13 +246,17 @@ type Clock struct {
 	Scan func() (dest any, read func() time.Time)
 }
 
-// QueueState is a review queue as CleanupDialect.QueueState reads it.
-type QueueState struct {
-	Queued  int64 // entries
-	Overdue int64 // entries due now: what the next Collect reviews
-	// OldestDue is the earliest review time (zero when the queue is empty).
-	OldestDue time.Time
-}
+// Counted is which of a set's counts a SetCounter reads.
+type Counted uint8
+
+const (
+	// EveryCount: all of SetState.
+	EveryCount Counted = iota
+	// QueueCounts: the review queue's alone (Queued, Overdue, OldestDue), for a
+	// gauge of the queue; the statement reads no other table, and the other counts
+	// are 0.
+	QueueCounts
+)
 
 // SetState is a set as a SetCounter counts it.
 type SetState struct {

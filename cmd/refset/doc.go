@@ -13,12 +13,12 @@
 //	refset migrate down   --component C --target N   undo one component's migrations down to N
 //	refset holds ls [--json] [--expired] [--holder H] --table T   a set's holds
 //	refset holds rm --expired [--holder H] --table T delete expired holds, by the database's clock
-//	refset ui [--addr 127.0.0.1:8080] [--token T] --db DB   the web console (package console), which only reads
+//	refset ui [--addr 127.0.0.1:8080] [--token T] [--cap N] --db DB   the web console (package console), which only reads
 //
 // ui serves on a loopback address unless --addr names another, which it refuses
 // without --token (or $REFSET_UI_TOKEN): every request must then carry it, as
 // Authorization: Bearer or through the cookie that /login?token=... sets. Interrupt
-// stops it.
+// stops it. Its counts, as status's, read at most --cap rows of a table.
 //
 // migrate works on the sets named by --table (a table no store registered yet is
 // described as its store would build it by default), or on every set refset_sets

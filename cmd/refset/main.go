@@ -70,7 +70,7 @@ func noFlags(run func(context.Context, call) error) func(*flag.FlagSet) func(con
 }
 
 var commands = []command{
-	{name: "status", json: true, summary: "every set's objects, holds, review queue and objects collected, and the schema versions", setup: statusCommand},
+	{name: "status", json: true, summary: "every set's objects, holds, review queue and objects collected, and the schema versions", setup: statusCommand, check: capCheck},
 	{name: "why", args: "ID", positional: 1, set: true, json: true, summary: "every row that keeps object ID of the set on --table alive", setup: noFlags(why)},
 	{name: "check", set: true, json: true, summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: noFlags(check)},
 	{name: "collect", set: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
@@ -380,15 +380,26 @@ type (
 	}
 )
 
+// capFlag declares --cap, the rows each count of status and ui reads at most in a
+// table (cleanup.StatusOptions.Cap).
+func capFlag(fs *flag.FlagSet) *int64 {
+	return fs.Int64("cap", cleanup.DefaultCountCap, "the rows each count reads at most in a table; past them it is the database's estimate")
+}
+
+// capCheck refuses, before the database is opened, a --cap that is not positive.
+func capCheck(fs *flag.FlagSet) error {
+	if n, _ := fs.Lookup("cap").Value.(flag.Getter).Get().(int64); n <= 0 {
+		return fmt.Errorf("%w: --cap must be positive", refset.ErrInvalidConfig)
+	}
+	return nil
+}
+
 // statusCommand prints cleanup.StatusWith's report: counts that stop at --cap rows
 // of a table, or, with --exact, that read every table whole.
 func statusCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	exact := fs.Bool("exact", false, "count every row of every table: reads each table whole, a cost that follows the size of the sets")
-	limit := fs.Int64("cap", cleanup.DefaultCountCap, "the rows each count reads at most in a table; past them it is the database's estimate")
+	limit := capFlag(fs)
 	return func(ctx context.Context, c call) error {
-		if *limit <= 0 {
-			return fmt.Errorf("%w: --cap must be positive", refset.ErrInvalidConfig)
-		}
 		s, err := cleanup.StatusWith(ctx, c.db, cleanup.StatusOptions{Cap: *limit, Exact: *exact})
 		if err != nil {
 			return err

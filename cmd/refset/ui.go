@@ -17,9 +17,12 @@ import (
 // out of the process list.
 const tokenEnv = "REFSET_UI_TOKEN"
 
-// uiCheck refuses, before the database is opened, an --addr off loopback without a
-// token.
+// uiCheck refuses, before the database is opened, a --cap that is not positive and
+// an --addr off loopback without a token.
 func uiCheck(fs *flag.FlagSet) error {
+	if err := capCheck(fs); err != nil {
+		return err
+	}
 	token := fs.Lookup("token").Value.String()
 	if token == "" {
 		token = os.Getenv(tokenEnv)
@@ -31,11 +34,12 @@ func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "the address to serve on: a loopback address, or any other with --token")
 	token := fs.String("token", "", "the token every request must carry (Authorization: Bearer, or once as /login?token=...); required off loopback (default $"+tokenEnv+")")
 	every := fs.Duration("sample-every", console.DefaultSampleEvery, "how often the clean-up page's sampler counts every set (at least 1s)")
+	limit := capFlag(fs)
 	return func(ctx context.Context, c call) error {
 		if *token == "" {
 			*token = os.Getenv(tokenEnv)
 		}
-		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every})
+		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every, CountCap: *limit})
 		if err != nil {
 			return err
 		}

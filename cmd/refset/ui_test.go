@@ -20,14 +20,23 @@ import (
 )
 
 // refset ui serves the console on loopback, refuses any other address without a
-// token, and never shows a DSN's password.
+// token, counts up to --cap rows of a table (refusing a cap that is not positive
+// before it connects, as status does), and never shows a DSN's password.
 func TestUI(t *testing.T) {
 	bin := buildCLI(t)
 	db, dbArgs := backend{Backend: testdb.SQLite}.open(t)
 	prepare(t, backend{Backend: testdb.SQLite, past: sqliteNow + ` - 3600000`, future: sqliteNow + ` + 3600000`}, db)
 	const password = "pw-never-shown"
 	runCases(t, bin, []cliCase{
-		{name: "ui -h", args: []string{"ui", "-h"}, stdout: []string{"Usage: refset ui", "-addr", "-token"}},
+		{name: "ui -h", args: []string{"ui", "-h"}, stdout: []string{"Usage: refset ui", "-addr", "-token",
+			"-cap int", "the rows each count reads at most in a table; past them it is the database's estimate (default 10000)"}},
+		{name: "a negative cap", args: append([]string{"ui", "--addr", "127.0.0.1:0", "--cap", "-1"}, dbArgs...), code: exitError,
+			stderr: []string{"refset ui: invalid configuration: --cap must be positive", "Usage: refset ui"}},
+		{name: "a cap of 0", args: append([]string{"ui", "--addr", "127.0.0.1:0", "--cap", "0"}, dbArgs...), code: exitError,
+			stderr: []string{"--cap must be positive"}},
+		{name: "a cap refused before it connects", args: []string{"ui", "--addr", "127.0.0.1:0", "--cap", "-1", "--db",
+			"postgres://refset:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError,
+			stderr: []string{"--cap must be positive"}},
 		{name: "every interface without a token", args: append([]string{"ui", "--addr", "0.0.0.0:0"}, dbArgs...), code: exitError,
 			stderr: []string{`"0.0.0.0:0" is not a loopback address: give a token`}},
 		{name: "another host without a token", args: append([]string{"ui", "--addr", ":0"}, dbArgs...), code: exitError,
@@ -44,22 +53,34 @@ func TestUI(t *testing.T) {
 	_, stderr, _ := runCLI(t, bin, "ui", "--addr", "127.0.0.1:0", "--db", "postgres://refset:"+password+"@127.0.0.1:1/x?sslmode=disable&connect_timeout=2")
 	require.NotContains(t, stderr, password)
 
-	// The typed error behind the refusal.
-	fs := flag.NewFlagSet("ui", flag.ContinueOnError)
-	uiCommand(fs)
-	require.NoError(t, fs.Parse([]string{"--addr", "0.0.0.0:0"}))
-	require.ErrorIs(t, uiCheck(fs), refset.ErrInvalidConfig)
+	// The typed errors behind the refusals.
+	for name, args := range map[string][]string{"an address": {"--addr", "0.0.0.0:0"}, "a cap": {"--cap", "-1"}} {
+		fs := flag.NewFlagSet("ui", flag.ContinueOnError)
+		uiCommand(fs)
+		require.NoError(t, fs.Parse(args), name)
+		require.ErrorIs(t, uiCheck(fs), refset.ErrInvalidConfig, name)
+	}
 
 	t.Run("serves", func(t *testing.T) {
-		for name, extra := range map[string][]string{"loopback": nil, "any address with a token": {"--addr", "0.0.0.0:0", "--token", "tok"}} {
-			t.Run(name, func(t *testing.T) {
-				args := append([]string{"ui", "--addr", "127.0.0.1:0"}, extra...)
+		for _, c := range []struct {
+			name  string
+			extra []string
+			token string
+			caps  []string // what the sets page says of the counts' cap, and counts past it
+		}{
+			{"loopback", nil, "", []string{"at most 10,000 rows of a table"}},
+			{"any address with a token", []string{"--addr", "0.0.0.0:0", "--token", "tok"}, "tok", []string{"at most 10,000 rows of a table"}},
+			// blocks has 7 objects, and the SQLite file no statistics.
+			{"a cap of 2", []string{"--cap", "2"}, "", []string{"at most 2 rows of a table", `data-n="2" data-accuracy="more than"`}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				args := append([]string{"ui", "--addr", "127.0.0.1:0"}, c.extra...)
 				base, stop := startUI(t, bin, append(args, dbArgs...)...)
 				base = strings.Replace(base, "0.0.0.0", "127.0.0.1", 1)
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base, nil)
 				require.NoError(t, err)
-				if extra != nil {
-					req.Header.Set("Authorization", "Bearer tok")
+				if c.token != "" {
+					req.Header.Set("Authorization", "Bearer "+c.token)
 				}
 				resp, err := http.DefaultClient.Do(req)
 				require.NoError(t, err)
@@ -68,6 +89,9 @@ func TestUI(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 				require.Contains(t, string(body), `data-table="tokens"`)
+				for _, want := range c.caps {
+					require.Contains(t, string(body), want)
+				}
 				require.Equal(t, 0, stop(), "interrupted, it stops cleanly")
 			})
 		}

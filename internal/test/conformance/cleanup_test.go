@@ -1404,12 +1404,20 @@ func testCollectedCountAfterUpgrade(t *testing.T, h harness) {
 
 // Status counts the rows of a table up to its cap; past it, a count is the
 // database's estimate from its statistics, or, where it has none, "more than" the
-// cap. The expired holds and the entries due are counted whatever the cap.
+// cap. The expired holds and the entries due are counted whatever the cap. A
+// collector's QueueCounts (otelrefset's gauge, through Queue) counts its queue as
+// Status does, and Queue is exact below DefaultCountCap.
 func testCountsPastTheCap(t *testing.T, h harness) {
 	e, _, ctx := newChainSet(t, h)
-	e.collector(t, cleanup.Config{})
+	col := e.collector(t, cleanup.Config{})
 	e.loose(t, "o", 12)
-	e.makeDue(t)
+	// Nine of the twelve due, three waiting their grace period out: overdue is
+	// counted, not the queue's depth.
+	var due []string
+	for i := range 9 {
+		due = append(due, fmt.Sprintf("o-%04d", i))
+	}
+	e.makeDue(t, due...)
 	for i := range 12 {
 		expiry := "NULL"
 		if i < 3 {
@@ -1425,10 +1433,11 @@ func testCountsPastTheCap(t *testing.T, h harness) {
 		opts    cleanup.StatusOptions
 		want    [5]cleanup.Count // objects, holds live, holds expired, queued, overdue
 	}{
-		{"at the cap", false, cleanup.StatusOptions{Cap: 12}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(12, exact)}},
-		{"past the cap, no statistics", false, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(11, moreThan), cnt(8, moreThan), cnt(3, exact), cnt(11, moreThan), cnt(12, exact)}},
-		{"exact", false, cleanup.StatusOptions{Cap: 1, Exact: true}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(12, exact)}},
-		{"past the cap, analyzed", true, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(12, estimated), cnt(9, estimated), cnt(3, exact), cnt(12, estimated), cnt(12, exact)}},
+		{"at the cap", false, cleanup.StatusOptions{Cap: 12}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(9, exact)}},
+		{"past the cap, no statistics", false, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(11, moreThan), cnt(8, moreThan), cnt(3, exact), cnt(11, moreThan), cnt(9, exact)}},
+		{"far past the cap, no statistics", false, cleanup.StatusOptions{Cap: 2}, [5]cleanup.Count{cnt(2, moreThan), cnt(0, moreThan), cnt(3, exact), cnt(8, moreThan), cnt(9, exact)}},
+		{"exact", false, cleanup.StatusOptions{Cap: 1, Exact: true}, [5]cleanup.Count{cnt(12, exact), cnt(9, exact), cnt(3, exact), cnt(12, exact), cnt(9, exact)}},
+		{"past the cap, analyzed", true, cleanup.StatusOptions{Cap: 11}, [5]cleanup.Count{cnt(12, estimated), cnt(9, estimated), cnt(3, exact), cnt(12, estimated), cnt(9, exact)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.analyze {
@@ -1447,10 +1456,22 @@ func testCountsPastTheCap(t *testing.T, h harness) {
 			counts, err := cleanup.NewCounter(e.db, c.opts).Counts(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, st.Sets[0].Objects, counts.Sets[0].Objects, "a Counter counts as Status does")
+			queued, overdue, err := col.QueueCounts(ctx, c.opts)
+			require.NoError(t, err)
+			assert.Equal(t, [2]cleanup.Count{s.Queued, s.Overdue}, [2]cleanup.Count{queued, overdue}, "QueueCounts counts as Status does")
+			depth, due, err := col.Queue(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, [2]int64{12, 9}, [2]int64{depth, due}, "Queue is exact below DefaultCountCap")
 		})
 	}
 	_, err := cleanup.StatusWith(ctx, e.db, cleanup.StatusOptions{Cap: -1})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, err = cleanup.NewCounter(e.db, cleanup.StatusOptions{Cap: -1}).Counts(ctx)
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	_, _, err = col.QueueCounts(ctx, cleanup.StatusOptions{Cap: -1})
+	require.ErrorIs(t, err, refset.ErrInvalidConfig)
+	// A queue dropped behind the collector's back: a schema error, as before.
+	e.mustExec(t, `DROP TABLE blocks_review`)
+	_, _, err = col.Queue(ctx)
+	require.ErrorIs(t, err, refset.ErrSchema)
 }

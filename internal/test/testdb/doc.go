@@ -26,5 +26,6 @@
 // the RFC's chained block they store, and [BlocksSchema], its tables, written once
 // for every dialect with the column types of [Backend.Types]; [Column] reads a
 // query's one column; [RunCollector] runs a collector in the background and keeps
-// what its passes said.
+// what its passes said; [PlanGuard] opens a PostgreSQL database whose plans a test
+// checks (pgtest.PlanFaults).
 package testdb

@@ -49,17 +49,22 @@ func (r Reports[F]) AddCollected(ctx context.Context, tx refset.Tx, p *refsetdri
 // LIMIT stops) beside the database's estimate, which stands in for the count past
 // cap; the expired holds and the entries due now counted over their index's range
 // (as many as clean-up has yet to do); the oldest review time, the first entry of
-// that index; the objects collected, from refset_collected.
-func (r Reports[F]) Counter(ctx context.Context, q refset.Querier, regs []refsetdriver.Registered, cap int64) (refsetdriver.SetCounter, error) {
+// that index; the objects collected, from refset_collected. The counts what leaves
+// out are constants in the row, which Read reads as every row.
+func (r Reports[F]) Counter(ctx context.Context, q refset.Querier, regs []refsetdriver.Registered, cap int64, what refsetdriver.Counted) (refsetdriver.SetCounter, error) {
 	f := r.fragments()
 	c := counter{clock: f.Clock(), sets: len(regs), cap: cap}
 	if len(regs) == 0 {
 		c.query = `SELECT ` + c.clock.Now
 		return c, nil
 	}
-	collected, err := r.CountsCollected(ctx, q)
-	if err != nil {
-		return nil, err
+	every := what == refsetdriver.EveryCount
+	var collected bool
+	var err error
+	if every {
+		if collected, err = r.CountsCollected(ctx, q); err != nil {
+			return nil, err
+		}
 	}
 	estimate := func(sqlident.Ident) (string, []any) { return "NULL", nil }
 	if cap > 0 {
@@ -85,10 +90,14 @@ func (r Reports[F]) Counter(ctx context.Context, q refset.Querier, regs []refset
 		}
 		col(fmt.Sprint(i))
 		col(c.clock.Now)
-		counted(reg.Table)
-		counted(reg.Holds)
-		// The comparisons are those of ExpireHolds and CollectBatch.
-		col(fmt.Sprintf(`(SELECT count(*) FROM %s WHERE expires_at <= %s)`, reg.Holds.Quoted(), c.clock.Now))
+		if every {
+			counted(reg.Table)
+			counted(reg.Holds)
+			// The comparisons are those of ExpireHolds and CollectBatch.
+			col(fmt.Sprintf(`(SELECT count(*) FROM %s WHERE expires_at <= %s)`, reg.Holds.Quoted(), c.clock.Now))
+		} else {
+			col(`0, NULL, 0, NULL, 0`) // objects, holds and expired holds: not counted
+		}
 		counted(reg.Queue)
 		col(fmt.Sprintf(`(SELECT count(*) FROM %s WHERE review_after <= %s)`, reg.Queue.Quoted(), c.clock.Now))
 		col(`(SELECT min(review_after) FROM ` + reg.Queue.Quoted() + `)`)

@@ -169,22 +169,6 @@ func (r Reports[F]) Sets(ctx context.Context, q refset.Querier) ([]string, error
 	return Column[string](ctx, q, `SELECT table_name FROM refset_sets ORDER BY table_name`)
 }
 
-// QueueState: see refsetdriver.CleanupDialect. Due is the comparison CollectBatch
-// makes.
-func (r Reports[F]) QueueState(ctx context.Context, q refset.Querier, queue sqlident.Ident) (refsetdriver.QueueState, error) {
-	var s refsetdriver.QueueState
-	ck := r.fragments().Clock()
-	dst, read := ck.Scan()
-	err := q.QueryRowContext(ctx, fmt.Sprintf(`SELECT count(*),
-		coalesce(sum(CASE WHEN review_after <= %[1]s THEN 1 ELSE 0 END), 0), min(review_after)
-		FROM %[2]s`, ck.Now, queue.Quoted())).Scan(&s.Queued, &s.Overdue, dst)
-	if err != nil {
-		return refsetdriver.QueueState{}, err
-	}
-	s.OldestDue = read()
-	return s, nil
-}
-
 // Versions: see refsetdriver.CleanupDialect.
 func (r Reports[F]) Versions(ctx context.Context, q refset.Querier) ([]refsetdriver.Version, error) {
 	return Rows(ctx, q, `SELECT component, version FROM refset_schema_version ORDER BY component`, nil,
