@@ -32,7 +32,7 @@ const EnvPgBouncer = pgtest.EnvPgBouncer
 func PgBouncerDSN(tb testing.TB) string {
 	tb.Helper()
 	if os.Getenv(EnvPgBouncer) == "" {
-		giveUp(tb, "refsettest: "+EnvPgBouncer+" is not set; set it to the DSN of a PgBouncer in transaction mode in front of the server in "+EnvPostgres)
+		pgtest.GiveUp(tb, "refsettest: "+EnvPgBouncer+" is not set; set it to the DSN of a PgBouncer in transaction mode in front of the server in "+EnvPostgres)
 	}
 	needServer(tb)
 	return pgtest.Pooled(tb)
