@@ -74,4 +74,3 @@ func needServer(tb testing.TB) {
 		pgtest.GiveUp(tb, "refsettest: "+EnvPostgres+" is not set; set it to the DSN of a PostgreSQL server where the role may create schemas")
 	}
 }
-
