@@ -1095,9 +1095,9 @@ func testClosed(t *testing.T, h harness) {
 // testCallersPools: a database the store's New made on pools the caller opened
 // itself (testdb.Options.CallersPools) serves a set, and shares those pools with the
 // caller's own SQL, each seeing what the other wrote. Close leaves the pools the
-// caller's: refset's calls give refset.ErrClosed, closing again does nothing (as
-// Close promises: nil), and every pool still pings and still runs the caller's
-// statements.
+// caller's: refset's writes and units give refset.ErrClosed, changing nothing,
+// closing again does nothing (as Close promises: nil), and every pool still pings
+// and still runs the caller's statements.
 func testCallersPools(t *testing.T, h harness) {
 	opts := options
 	opts.CallersPools = true
@@ -1146,8 +1146,9 @@ func testCallersPools(t *testing.T, h harness) {
 	require.NoError(t, closer.Close())
 	require.NoError(t, closer.Close(), "closing again does nothing")
 	// What writes, or begins a transaction, gives ErrClosed. (Reads outside a unit of
-	// work, Get, Load and Upgrade without commands, are not checked here: they still
-	// run on the caller's pools, which stay open, after Close.)
+	// work, Get, Load and Upgrade without commands, are not checked here: on the
+	// caller's pools, which stay open, they still answer after Close, where on the
+	// pools Open made they give ErrClosed, as testClosed checks.)
 	_, err = set.Add(ctx, mkBlock("b", "", 0))
 	require.ErrorIs(t, err, refset.ErrClosed)
 	_, err = set.Upgrade(ctx, "a", set.Hold("after", 0))
