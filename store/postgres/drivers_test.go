@@ -6,7 +6,6 @@ import (
 
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,32 +33,10 @@ func openWith(tb testing.TB, dsn string, opts Options) *DB {
 	return db
 }
 
-// TestNewFromCallersPool: a pool the caller opened, with either driver, serves a set;
-// refset leaves it open on Close, and refuses what it cannot use.
+// TestNewFromCallersPool: New refuses what it cannot use, and takes the pools Open
+// makes. (That a caller's pool, of either driver, serves a set and stays open on
+// Close is the conformance suite's CallersPools, on every harness.)
 func TestNewFromCallersPool(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, driver string) {
-		ctx := t.Context()
-		pool := callersPool(t, driver, pgtest.DSN(t))
-		_, err := pool.ExecContext(ctx, `CREATE TABLE blocks (id text PRIMARY KEY, height bigint NOT NULL)`)
-		require.NoError(t, err)
-
-		db, err := New(ctx, pool, Options{})
-		require.NoError(t, err)
-		setStore, err := store.NewStore[block, string](ctx, db, store.Config{Table: "blocks"})
-		require.NoError(t, err)
-		set := refset.New(setStore)
-		tok, err := set.Add(ctx, block{Hash: "a", Height: 1}, set.Hold("me", 0))
-		require.NoError(t, err)
-		lease, err := set.Get(ctx, tok)
-		require.NoError(t, err)
-		assert.Equal(t, int64(1), lease.Value().Height)
-
-		require.NoError(t, db.Close())
-		_, err = set.Add(ctx, block{Hash: "b", Height: 2})
-		require.ErrorIs(t, err, refset.ErrClosed)
-		require.NoError(t, pool.PingContext(ctx), "the caller's pool stays open")
-	})
-
 	_, err := New(t.Context(), nil, Options{})
 	require.ErrorIs(t, err, refset.ErrInvalidConfig)
 	_, err = Open(t.Context(), "host=127.0.0.1", Options{Driver: "mysql"})

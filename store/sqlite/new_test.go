@@ -6,16 +6,16 @@ import (
 	"testing"
 
 	"github.com/refsetdb/refset/refset"
-	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const goodWriter = "?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate"
 
-// TestNewFromCallersPools: pools the caller opened serve a set when they are set up
-// as refset needs, stay open on Close, and are refused, saying what to change, when
-// they are not.
+// TestNewFromCallersPools: pools the caller opened are refused, saying what to
+// change, when they are not set up as refset needs. (That pools set up as it needs
+// serve a set and stay open on Close is the conformance suite's CallersPools, on
+// each driver.)
 func TestNewFromCallersPools(t *testing.T) { eachDriver(t, testNewFromCallersPools) }
 
 func testNewFromCallersPools(t *testing.T, driverName string) {
@@ -28,31 +28,6 @@ func testNewFromCallersPools(t *testing.T, driverName string) {
 		t.Cleanup(func() { p.Close() })
 		return p
 	}
-
-	t.Run("set up as refset needs", func(t *testing.T) {
-		file := "file:" + filepath.Join(t.TempDir(), "own.db")
-		writer := open(t, file+goodWriter, 1)
-		readers := open(t, file+"?_foreign_keys=on&_query_only=true", 4)
-		_, err := writer.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n INTEGER NOT NULL)`)
-		require.NoError(t, err)
-
-		db, err := New(ctx, writer, readers, Options{})
-		require.NoError(t, err)
-		setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-		require.NoError(t, err)
-		set := refset.New(setStore)
-		tok, err := set.Add(ctx, item{Key: "a", N: 7}, set.Hold("me", 0))
-		require.NoError(t, err)
-		lease, err := set.Get(ctx, tok)
-		require.NoError(t, err)
-		assert.Equal(t, int64(7), lease.Value().N)
-
-		require.NoError(t, db.Close())
-		_, err = set.Add(ctx, item{Key: "b", N: 1})
-		require.ErrorIs(t, err, refset.ErrClosed)
-		require.NoError(t, writer.PingContext(ctx), "the caller's writer stays open")
-		require.NoError(t, readers.PingContext(ctx), "the caller's readers stay open")
-	})
 
 	cases := []struct {
 		name          string

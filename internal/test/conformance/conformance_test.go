@@ -146,6 +146,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "MigrateTwiceAndConcurrently", testMigrate},
 	{mainSuite, "TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
 	{mainSuite, "Closed", testClosed},
+	{mainSuite, "CallersPools", testCallersPools},
 	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
 	{cleanupSuite, "GracePeriod", testGrace},
 	{cleanupSuite, "ExpiringHolds", testExpiringHolds},
@@ -309,11 +310,20 @@ func (e *env) blocks(tb testing.TB) *refset.RefSet[block, string] {
 // createBlocks creates the RFC tables only: refset's own tables are not there yet.
 func (e *env) createBlocks(tb testing.TB) {
 	tb.Helper()
+	for _, stmt := range blocksStatements() {
+		e.mustExec(tb, stmt)
+	}
+}
+
+// blocksStatements are the statements of testdb.BlocksSchema, one by one.
+func blocksStatements() []string {
+	var stmts []string
 	for _, stmt := range strings.Split(testdb.BlocksSchema, ";") {
 		if strings.TrimSpace(stmt) != "" {
-			e.mustExec(tb, stmt)
+			stmts = append(stmts, stmt)
 		}
 	}
+	return stmts
 }
 
 // openStore builds the store of a set on table with the public store.NewStore, the

@@ -6,7 +6,7 @@
 // PgBouncer with each driver):
 //
 //   - TestConformance (run_test.go): sets, tokens, hand-overs, holds, errors,
-//     migrations, races;
+//     migrations, races, a store on pools the caller opened;
 //   - TestCleanupConformance (cleanup_test.go): clean-up and its schedule;
 //   - TestPromisesConformance (promises_test.go): refset's one promise against a
 //     hostile caller.

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/migration"
+	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
 	"github.com/refsetdb/refset/sqlident"
@@ -1088,6 +1090,82 @@ func testClosed(t *testing.T, h harness) {
 	require.ErrorIs(t, err, refset.ErrClosed)
 	_, err = set.Get(ctx, tok)
 	require.ErrorIs(t, err, refset.ErrClosed)
+}
+
+// testCallersPools: a database the store's New made on pools the caller opened
+// itself (testdb.Options.CallersPools) serves a set, and shares those pools with the
+// caller's own SQL, each seeing what the other wrote. Close leaves the pools the
+// caller's: refset's writes and units give refset.ErrClosed, changing nothing,
+// closing again does nothing (as Close promises: nil), and every pool still pings
+// and still runs the caller's statements.
+func testCallersPools(t *testing.T, h harness) {
+	opts := options
+	opts.CallersPools = true
+	e := &env{h: h, db: h.Open(t, opts)}
+	pools := testdb.PoolsOf(t, e.db)
+	ctx := t.Context()
+	require.Same(t, pools.Writer, e.db.Driver().Pool(), "the database writes on the caller's pool")
+
+	// The caller makes the tables on its pool; the set is on them.
+	for _, stmt := range blocksStatements() {
+		_, err := pools.Writer.ExecContext(ctx, e.sql(stmt))
+		require.NoError(t, err)
+	}
+	e.waitReplica(t)
+	set := refset.New[block, string](openStore[block, string](t, e, "blocks"))
+	tok, err := set.Add(ctx, mkBlock("a", "", 0), set.Hold("me", 0))
+	require.NoError(t, err)
+	lease, err := set.Get(ctx, tok)
+	require.NoError(t, err)
+	assert.Equal(t, []byte("payload of a"), lease.Value().Payload)
+
+	// What the caller writes on its pool, refset reads; what refset writes, the
+	// caller reads on each of its pools.
+	_, err = pools.Writer.ExecContext(ctx, e.sql(`INSERT INTO blocks (id, prev, height) VALUES (?, ?, ?)`), "mine", "a", 1)
+	require.NoError(t, err)
+	e.waitReplica(t)
+	mine, err := set.Upgrade(ctx, "mine", set.Hold("me", 0))
+	require.NoError(t, err)
+	lease, err = set.Get(ctx, mine)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), lease.Value().Height)
+	e.waitReplica(t)
+	countHolds := e.sql(`SELECT COUNT(*) FROM blocks_holds WHERE holder = ?`)
+	holdsOn := func(pool *sql.DB) int {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRowContext(ctx, countHolds, "me").Scan(&n))
+		return n
+	}
+	for i, pool := range pools.All() {
+		assert.Equal(t, 2, holdsOn(pool), "the holds refset took, read on the caller's pool %d", i)
+	}
+
+	closer, ok := e.db.(interface{ Close() error })
+	require.True(t, ok)
+	require.NoError(t, closer.Close())
+	require.NoError(t, closer.Close(), "closing again does nothing")
+	// What writes, or begins a transaction, gives ErrClosed. (Reads outside a unit of
+	// work, Get, Load and Upgrade without commands, are not checked here: on the
+	// caller's pools, which stay open, they still answer after Close, where on the
+	// pools Open made they give ErrClosed, as testClosed checks.)
+	_, err = set.Add(ctx, mkBlock("b", "", 0))
+	require.ErrorIs(t, err, refset.ErrClosed)
+	_, err = set.Upgrade(ctx, "a", set.Hold("after", 0))
+	require.ErrorIs(t, err, refset.ErrClosed)
+	_, err = handOverOf(t, mine, set.Unhold("me")).Complete(ctx)
+	require.ErrorIs(t, err, refset.ErrClosed)
+	err = refset.InTx(ctx, e.db, func(context.Context, refset.Tx) error { return nil })
+	require.ErrorIs(t, err, refset.ErrClosed)
+	_, err = e.db.Begin(ctx)
+	require.ErrorIs(t, err, refset.ErrClosed)
+
+	for i, pool := range pools.All() {
+		require.NoError(t, pool.PingContext(ctx), "the caller's pool %d stays open", i)
+		assert.Equal(t, 2, holdsOn(pool), "the caller's pool %d still reads", i)
+	}
+	_, err = pools.Writer.ExecContext(ctx, e.sql(`DELETE FROM blocks_holds WHERE holder = ?`), "me")
+	require.NoError(t, err, "the caller's pool still writes")
 }
 
 // A refused foreign key means the same whatever the SQL looks like: deleting a

@@ -10,7 +10,9 @@
 // as a program would, and may be called again for another, independent handle, as
 // a second process would have; [Backend.Open] does both at once. [PlaceOf] finds
 // the place of a database this package opened, for tests that reopen what a suite
-// handed them.
+// handed them. With [Options.CallersPools], Place.Open opens the database instead on
+// pools the test opened itself, through the store's New, as a user would; [PoolsOf]
+// gives the test those pools.
 //
 // PostgreSQL comes from internal/test/pgtest, so the rules are its own: without
 // REFSET_TEST_POSTGRES (and REFSET_TEST_PGBOUNCER, REFSET_TEST_POSTGRES_STANDBY for

@@ -2,9 +2,7 @@ package testdb
 
 import (
 	"context"
-	"database/sql"
 	"log/slog"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -111,9 +109,14 @@ type Options struct {
 	Logger   *slog.Logger
 	// MaxConns is Postgres's pool size; zero is postgres.Open's default.
 	MaxConns int
-	// PoolOfOne opens the database on one connection, as a caller's pool of one:
-	// SQLite through sqlite.New on a pool of one that writes and reads, Postgres with
-	// MaxConns 1. Place.Open alone takes it.
+	// CallersPools opens the database on pools the test opened itself, as a user
+	// would, through the store's New (see [Pools]); the database's Close leaves them
+	// open, and the test closes them when it ends. [PoolsOf] gives them to the test.
+	// Place.Open alone takes it.
+	CallersPools bool
+	// PoolOfOne opens the database on one connection: on Postgres with MaxConns 1,
+	// and on SQLite, where Open always makes a writer and readers, on a caller's pool
+	// of one (CallersPools) that writes and reads. Place.Open alone takes it.
 	PoolOfOne bool
 	// ReplicaWait is how long a read on a Standby backend waits for the standby.
 	ReplicaWait time.Duration
@@ -125,16 +128,17 @@ type Options struct {
 func (p Place) Open(tb testing.TB, opts Options) refset.Database {
 	tb.Helper()
 	var db refset.Database
+	var pools Pools
 	var err error
-	if opts.PoolOfOne && !p.Backend.Postgres {
-		db, err = p.sqlitePoolOfOne(tb)
+	if opts.onCallersPools(p.Backend) {
+		db, pools, err = p.openOnCallersPools(tb, opts)
 	} else {
 		db, err = p.Dial(context.Background(), opts)
 	}
 	if err != nil {
 		tb.Fatalf("testdb: open %s: %v", p.Backend.Name, err)
 	}
-	places.Store(db, p)
+	places.Store(db, opened{place: p, pools: pools})
 	// Registered after pgtest's drop, so it runs before it: no connection is
 	// left open when the schema goes.
 	tb.Cleanup(func() {
@@ -151,23 +155,6 @@ func (p Place) Dial(ctx context.Context, opts Options) (refset.Database, error) 
 		return postgres.Open(ctx, p.At, p.PostgresOptions(opts))
 	}
 	return sqlite.Open(ctx, p.At, sqlite.Options{Driver: p.Backend.Driver, Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
-}
-
-// sqlitePoolOfOne opens the SQLite place on a caller's pool of one connection, the
-// writer and the reader, which tb closes.
-func (p Place) sqlitePoolOfOne(tb testing.TB) (refset.Database, error) {
-	driverName := p.Backend.Driver
-	if driverName == "" {
-		driverName = sqlite.DriverMattn
-	}
-	pool, err := sql.Open(driverName, "file:"+(&url.URL{Path: p.At}).EscapedPath()+
-		"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")
-	if err != nil {
-		return nil, err
-	}
-	pool.SetMaxOpenConns(1)
-	tb.Cleanup(func() { _ = pool.Close() }) // after the database's own Close
-	return sqlite.New(context.Background(), pool, nil, sqlite.Options{})
 }
 
 // Named returns the backend of [All], [Standby] or [SQLitePureGo] called name.
@@ -201,15 +188,28 @@ func (o Options) maxConns() int {
 	return o.MaxConns
 }
 
-// places remembers the place of each database Open opened, until its test ends.
-var places sync.Map // refset.Database -> Place
+// places remembers how Open opened each database, until its test ends.
+var places sync.Map // refset.Database -> opened
+
+// opened is how Open opened a database: its place, and the pools the test opened
+// for it (none, on the pools its store opened).
+type opened struct {
+	place Place
+	pools Pools
+}
+
+// openedAs is how this package opened db.
+func openedAs(tb testing.TB, db refset.Database) opened {
+	tb.Helper()
+	o, ok := places.Load(db)
+	if !ok {
+		tb.Fatalf("testdb: %T was not opened by testdb, or its test has ended", db)
+	}
+	return o.(opened)
+}
 
 // PlaceOf returns the place db was opened on by this package.
 func PlaceOf(tb testing.TB, db refset.Database) Place {
 	tb.Helper()
-	p, ok := places.Load(db)
-	if !ok {
-		tb.Fatalf("testdb: %T was not opened by testdb, or its test has ended", db)
-	}
-	return p.(Place)
+	return openedAs(tb, db).place
 }
