@@ -3,8 +3,10 @@ package refsetdriver
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
@@ -233,6 +235,7 @@ func (NoObserver) ReadFellBack(context.Context, string, string)                {
 type Binding struct {
 	pool     *sql.DB
 	settings Settings
+	prepared *Prepared
 }
 
 // Settings are the options of a database that every store has.
@@ -251,8 +254,12 @@ func Bind(pool *sql.DB, s Settings) Binding {
 	if s.Observer == nil {
 		s.Observer = NoObserver{}
 	}
-	return Binding{pool: pool, settings: s}
+	return Binding{pool: pool, settings: s, prepared: &Prepared{}}
 }
+
+// Prepared is the database's register of what stores prepared on its pools, which
+// its Close closes (see PreparedOf).
+func (b Binding) Prepared() *Prepared { return b.prepared }
 
 func (b Binding) Pool() *sql.DB                { return b.pool }
 func (b Binding) Unprepared() bool             { return b.settings.Unprepared }
@@ -262,4 +269,55 @@ func (b Binding) SlowStatement() time.Duration { return b.settings.SlowStatement
 func (b Binding) Observer() Observer           { return b.settings.Observer }
 func (b Binding) RetryUnavailable() time.Duration {
 	return max(b.settings.RetryUnavailable, 0)
+}
+
+// Prepared is what stores prepared on a database's pools (a set's statements), closed
+// when the database is: on pools the caller owns, which stay open after Close, it
+// would stay prepared otherwise, on the server and in the pool. A nil *Prepared keeps
+// nothing. It is safe for concurrent use.
+type Prepared struct {
+	mu      sync.Mutex
+	closed  bool
+	closers []func() error
+}
+
+// PreparedOf is d's register of prepared statements (a Driver that embeds a Binding
+// has one), or nil.
+func PreparedOf(d Driver) *Prepared {
+	if p, ok := d.(interface{ Prepared() *Prepared }); ok {
+		return p.Prepared()
+	}
+	return nil
+}
+
+// Add has Close run closer, or runs it now when the database is closed already (a
+// store prepared its statements as the database closed), returning its error.
+func (p *Prepared) Add(closer func() error) error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	if !p.closed {
+		p.closers = append(p.closers, closer)
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	return closer()
+}
+
+// Close runs every closer Add registered, once; a closer added after runs at once.
+func (p *Prepared) Close() error {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	closers := p.closers
+	p.closers, p.closed = nil, true
+	p.mu.Unlock()
+	var errs []error
+	for _, c := range closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
 }

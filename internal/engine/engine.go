@@ -143,9 +143,13 @@ func stopWatching(watch *time.Timer) {
 func (e *Engine) Closed() bool { return e != nil && e.closed.Load() }
 
 // Close closes what the database owns: its pools, or, for pools the caller owns, the
-// statements refset prepared on them. Later calls of refset on the database fail with
-// refset.ErrClosed. Closing again does nothing; closing a database that was not opened
-// fails as its other calls do (NotOpened).
+// statements refset prepared on them (Exec commands', and the sets' stores'). Later
+// calls of refset on the database fail with
+// refset.ErrClosed, on the caller's pools too, which stay open for the caller's own
+// use (the pool accessors still return them; Reader does not). A Get or Load of an
+// object that a live lease holds is served from memory, as ever, without asking the
+// database. Closing again does nothing; closing a database that was not opened fails
+// as its other calls do (NotOpened).
 func (e *Engine) Close() error {
 	if e == nil {
 		return NotOpened("close")
@@ -153,8 +157,9 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	// The caller's pools live on: free the statements refset prepared on them.
-	err := e.c.Statements.Close()
+	// The caller's pools live on: free the statements refset prepared on them, the
+	// Exec commands' and the sets'.
+	err := errors.Join(e.c.Statements.Close(), refsetdriver.PreparedOf(e.c.Driver).Close())
 	if e.c.Release != nil {
 		err = errors.Join(err, e.c.Release())
 	}
@@ -191,35 +196,54 @@ func NotOpened(op string) error {
 // Unopened is the pool a store's DB that was not opened hands out for its pools
 // (Writer, Readers, Pool, Reader): every call on it fails with NotOpened's error
 // instead of a nil pointer's panic. driverName is the sqlx driver name, which picks
-// sqlx's placeholders. There is one per name, made on first use: a pool runs a
-// goroutine of its own.
+// sqlx's placeholders.
 func Unopened(driverName string) *sqlx.DB {
-	unopenedMu.Lock()
-	defer unopenedMu.Unlock()
-	if db, ok := unopened[driverName]; ok {
+	return failingPool(driverName, NotOpened("connect"))
+}
+
+// Reading is what a store's DB hands out as its Reader, the pool refset reads on
+// outside a unit of work: pool, or, once the database is closed, a pool on which every
+// call fails with refset.ErrClosed. A pool that Open made is closed with the database
+// and refuses by itself; a pool the caller gave New stays open, and refset's reads
+// must not go on using it when Close has promised that its calls fail. driverName is
+// the sqlx driver name, as for Unopened.
+func (e *Engine) Reading(pool *sqlx.DB, driverName string) *sqlx.DB {
+	if e.Closed() {
+		return failingPool(driverName, fmt.Errorf("%s: %w", e.c.Name, sentinel.ErrClosed))
+	}
+	return pool
+}
+
+// failingPool is a pool that connects to nothing: every call on it fails with err.
+// There is one per driver name and error message, made on first use, since a pool
+// runs a goroutine of its own; errors of the same message are alike (a sentinel's
+// wrapping, written by this package).
+func failingPool(driverName string, err error) *sqlx.DB {
+	key := driverName + "\x00" + err.Error()
+	failingMu.Lock()
+	defer failingMu.Unlock()
+	if db, ok := failing[key]; ok {
 		return db
 	}
-	db := sqlx.NewDb(sql.OpenDB(notOpenedConnector{}), driverName)
-	unopened[driverName] = db
+	db := sqlx.NewDb(sql.OpenDB(failingConnector{err}), driverName)
+	failing[key] = db
 	return db
 }
 
 var (
-	unopenedMu sync.Mutex
-	unopened   = map[string]*sqlx.DB{}
+	failingMu sync.Mutex
+	failing   = map[string]*sqlx.DB{}
 )
 
-// notOpenedConnector is the connector of Unopened's pools: it connects to nothing.
-type notOpenedConnector struct{}
+// failingConnector is the connector of failingPool's pools: it connects to nothing.
+type failingConnector struct{ err error }
 
-func (notOpenedConnector) Connect(context.Context) (driver.Conn, error) {
-	return nil, NotOpened("connect")
-}
+func (c failingConnector) Connect(context.Context) (driver.Conn, error) { return nil, c.err }
 
-func (c notOpenedConnector) Driver() driver.Driver { return notOpenedDriver{} }
+func (c failingConnector) Driver() driver.Driver { return failingDriver(c) }
 
-// notOpenedDriver is notOpenedConnector's driver, which database/sql asks for by
-// name only through sql.Open, never for an OpenDB pool.
-type notOpenedDriver struct{}
+// failingDriver is failingConnector's driver, which database/sql asks for by name only
+// through sql.Open, never for an OpenDB pool.
+type failingDriver struct{ err error }
 
-func (notOpenedDriver) Open(string) (driver.Conn, error) { return nil, NotOpened("connect") }
+func (d failingDriver) Open(string) (driver.Conn, error) { return nil, d.err }

@@ -133,7 +133,18 @@ func (s *Store[T, ID]) Prepare(ctx context.Context, pool *sql.DB) error {
 		writes[query] = st
 	}
 	s.writes, s.reads, s.replicaReads = writes, readsOn(s.db.Reader()), readsOn(s.replica)
-	return nil
+	// The database's Close closes them: on the caller's pools nothing else would.
+	return refsetdriver.PreparedOf(s.drv).Add(s.closeStatements)
+}
+
+// closeStatements closes what Prepare prepared. The database is closed: what the
+// store runs after fails on its pools (ErrClosed), prepared or not.
+func (s *Store[T, ID]) closeStatements() error {
+	var errs []error
+	for _, st := range s.writes {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(append(errs, s.reads.Close(), s.replicaReads.Close())...)
 }
 
 // exec runs a writing statement on q. In a transaction this store's database began it

@@ -614,8 +614,10 @@ func (db *DB) Pool() *sqlx.DB {
 // Reads of your own may go there too: ReplicaCaughtUp says when it shows your writes.
 func (db *DB) Replica() *sqlx.DB { return db.replicaPool }
 
-// Reader is the pool, Pool (refset.Database).
-func (db *DB) Reader() refset.Querier { return db.Pool() }
+// Reader is the pool, Pool (refset.Database), on which refset reads outside a unit of
+// work; once the database is closed, every call on it fails with refset.ErrClosed, on
+// a caller's pool too, which Pool still returns open.
+func (db *DB) Reader() refset.Querier { return db.storeEngine.Reading(db.Pool(), DriverLibPQ) }
 
 // release closes the pools Open made, the replica's among them (a pool given to New
 // or in Options.Replica stays open: it is the caller's), when the database is closed.

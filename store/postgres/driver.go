@@ -30,9 +30,11 @@ var _ refsetdriver.OwnCommits = dialectDriver{}
 // Name names the dialect: the folder of per-dialect SQL files.
 func (dialectDriver) Name() string { return dialectName }
 
-// Replica is the pool on the hot standby, or nil.
+// Replica is the pool on the hot standby, or nil; nil too once the database is
+// closed, so that refset's reads go to Reader, which refuses them (a caller's replica
+// stays open after Close).
 func (d dialectDriver) Replica() refset.Querier {
-	if d.db.replicaPool == nil {
+	if d.db.replicaPool == nil || d.db.Closed() {
 		return nil // not a nil *sqlx.DB in a non-nil interface
 	}
 	return d.db.replicaPool

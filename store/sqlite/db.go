@@ -366,5 +366,7 @@ func (db *DB) Readers() *sqlx.DB {
 	return db.readers
 }
 
-// Reader is the read-only pool, Readers (refset.Database).
-func (db *DB) Reader() refset.Querier { return db.Readers() }
+// Reader is the read-only pool, Readers (refset.Database), on which refset reads
+// outside a unit of work; once the database is closed, every call on it fails with
+// refset.ErrClosed, on a caller's pool too, which Readers still returns open.
+func (db *DB) Reader() refset.Querier { return db.storeEngine.Reading(db.Readers(), "sqlite3") }

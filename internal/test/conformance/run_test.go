@@ -1095,7 +1095,7 @@ func testClosed(t *testing.T, h harness) {
 // testCallersPools: a database the store's New made on pools the caller opened
 // itself (testdb.Options.CallersPools) serves a set, and shares those pools with the
 // caller's own SQL, each seeing what the other wrote. Close leaves the pools the
-// caller's: refset's writes and units give refset.ErrClosed, changing nothing,
+// caller's: refset's reads, writes and units give refset.ErrClosed, changing nothing,
 // closing again does nothing (as Close promises: nil), and every pool still pings
 // and still runs the caller's statements.
 func testCallersPools(t *testing.T, h harness) {
@@ -1140,15 +1140,29 @@ func testCallersPools(t *testing.T, h harness) {
 	for i, pool := range pools.All() {
 		assert.Equal(t, 2, holdsOn(pool), "the holds refset took, read on the caller's pool %d", i)
 	}
+	// An object no lease holds, so that the reads below must ask the database.
+	_, err = pools.Writer.ExecContext(ctx, e.sql(`INSERT INTO blocks (id, prev, height) VALUES (?, ?, ?)`), "unread", "a", 1)
+	require.NoError(t, err)
+	e.waitReplica(t)
+	unread, err := set.Upgrade(ctx, "unread")
+	require.NoError(t, err)
 
 	closer, ok := e.db.(interface{ Close() error })
 	require.True(t, ok)
 	require.NoError(t, closer.Close())
 	require.NoError(t, closer.Close(), "closing again does nothing")
-	// What writes, or begins a transaction, gives ErrClosed. (Reads outside a unit of
-	// work, Get, Load and Upgrade without commands, are not checked here: on the
-	// caller's pools, which stay open, they still answer after Close, where on the
-	// pools Open made they give ErrClosed, as testClosed checks.)
+	// Every call of refset that asks the database gives ErrClosed: its reads outside a
+	// unit of work too, on the primary and on a replica, though the caller's pools they
+	// ran on stay open.
+	_, err = set.Get(ctx, unread)
+	require.ErrorIs(t, err, refset.ErrClosed, "Get")
+	_, err = set.Load(ctx, "unread")
+	require.ErrorIs(t, err, refset.ErrClosed, "Load")
+	_, err = set.Upgrade(ctx, "a")
+	require.ErrorIs(t, err, refset.ErrClosed, "Upgrade without commands")
+	var n int
+	err = refset.Reader(ctx, e.db).QueryRowContext(ctx, countHolds, "me").Scan(&n)
+	require.ErrorIs(t, err, refset.ErrClosed, "refset.Reader")
 	_, err = set.Add(ctx, mkBlock("b", "", 0))
 	require.ErrorIs(t, err, refset.ErrClosed)
 	_, err = set.Upgrade(ctx, "a", set.Hold("after", 0))
