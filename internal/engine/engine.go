@@ -171,10 +171,30 @@ func (e *Engine) Close() error {
 // mapping to the sentinels. nil, and an error that carries a sentinel already, pass
 // as they are. e may be nil (a DB that was not opened).
 func TranslateError(e *Engine, err error, query string, translate func(err error, query string) error) error {
-	if err != nil && !sqlstore.Translated(err) && e.Closed() {
-		return fmt.Errorf("%s: %w: %w", e.c.Name, sentinel.ErrClosed, err)
+	if err != nil && !sqlstore.Translated(err) {
+		switch {
+		case e.Closed():
+			return fmt.Errorf("%s: %w: %w", e.c.Name, sentinel.ErrClosed, err)
+		case poolClosed(err):
+			return fmt.Errorf("%s: %w: the pool the database was made on was closed before the database (close the database first): %w", e.c.Name, sentinel.ErrClosed, err)
+		}
 	}
 	return translate(err, query)
+}
+
+// poolClosedMessage is database/sql's error for a call on a closed pool, which it
+// does not export.
+const poolClosedMessage = "sql: database is closed"
+
+// poolClosed reports whether err is, or wraps, database/sql's error for a call on a
+// closed pool: a caller's pool, closed while the database made on it was in use.
+func poolClosed(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == poolClosedMessage {
+			return true
+		}
+	}
+	return false
 }
 
 // Opened is what a store's Open returned, as the refset.Database an Opener's OpenDSN

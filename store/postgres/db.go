@@ -380,7 +380,9 @@ func (r *redacted) Unwrap() error { return r.err }
 //     whose server reported that it takes no writes.
 //
 // A *sqlx.DB user passes its DB field. The pool stays the caller's: Close leaves it
-// open. opts.MaxConns and opts.Driver are not used. Errors: those of Open, and
+// open (and closes the statements refset prepared on it). Close the DB before the
+// pool: on a pool closed first, refset's calls fail with refset.ErrClosed.
+// opts.MaxConns and opts.Driver are not used. Errors: those of Open, and
 // refset.ErrInvalidConfig for a nil pool, a pool of another driver, or a lib/pq pool
 // without NewConnector's guards.
 func New(ctx context.Context, pool *sql.DB, opts Options) (*DB, error) {

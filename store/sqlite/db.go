@@ -228,7 +228,9 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 //     instead of failing with "database is locked";
 //   - the readers are on the same file.
 //
-// The pools stay the caller's: Close leaves them open. Of opts, New uses Logger,
+// The pools stay the caller's: Close leaves them open (and closes the statements
+// refset prepared on them). Close the DB before the pools: on pools closed first,
+// refset's calls fail with refset.ErrClosed. Of opts, New uses Logger,
 // SlowStatement, Observer, StatementCache and ExternalMigrations; the others set up
 // pools Open makes.
 func New(ctx context.Context, writer, readers *sql.DB, opts Options) (*DB, error) {

@@ -147,6 +147,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "TablesDroppedAndMadeAgain", testTablesDroppedAndMadeAgain},
 	{mainSuite, "Closed", testClosed},
 	{mainSuite, "CallersPools", testCallersPools},
+	{mainSuite, "CallersPoolsClosedFirst", testCallersPoolsClosedFirst},
 	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
 	{cleanupSuite, "GracePeriod", testGrace},
 	{cleanupSuite, "ExpiringHolds", testExpiringHolds},

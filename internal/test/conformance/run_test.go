@@ -1092,6 +1092,16 @@ func testClosed(t *testing.T, h harness) {
 	require.ErrorIs(t, err, refset.ErrClosed)
 }
 
+// onCallersPools opens a fresh database of h on pools the test opened itself, as a
+// caller's (testdb.Options.CallersPools), and returns it with those pools.
+func onCallersPools(t *testing.T, h harness) (*env, testdb.Pools) {
+	t.Helper()
+	opts := options
+	opts.CallersPools = true
+	e := &env{h: h, db: h.Open(t, opts)}
+	return e, testdb.PoolsOf(t, e.db)
+}
+
 // testCallersPools: a database the store's New made on pools the caller opened
 // itself (testdb.Options.CallersPools) serves a set, and shares those pools with the
 // caller's own SQL, each seeing what the other wrote. Close leaves the pools the
@@ -1099,10 +1109,7 @@ func testClosed(t *testing.T, h harness) {
 // closing again does nothing (as Close promises: nil), and every pool still pings
 // and still runs the caller's statements.
 func testCallersPools(t *testing.T, h harness) {
-	opts := options
-	opts.CallersPools = true
-	e := &env{h: h, db: h.Open(t, opts)}
-	pools := testdb.PoolsOf(t, e.db)
+	e, pools := onCallersPools(t, h)
 	ctx := t.Context()
 	require.Same(t, pools.Writer, e.db.Driver().Pool(), "the database writes on the caller's pool")
 
@@ -1180,6 +1187,54 @@ func testCallersPools(t *testing.T, h harness) {
 	}
 	_, err = pools.Writer.ExecContext(ctx, e.sql(`DELETE FROM blocks_holds WHERE holder = ?`), "me")
 	require.NoError(t, err, "the caller's pool still writes")
+}
+
+// testCallersPoolsClosedFirst: a caller that closes its pools before the database
+// made on them gets refset.ErrClosed, saying so, from every call that reaches the
+// database (not a refused statement or a schema mismatch, which database/sql's error
+// for a closed pool looked like), and the database's Close still returns nil.
+func testCallersPoolsClosedFirst(t *testing.T, h harness) {
+	e, pools := onCallersPools(t, h)
+	ctx := t.Context()
+	set := e.blocks(t)
+	_, err := set.Add(ctx, mkBlock("a", "", 0), set.Hold("me", 0))
+	require.NoError(t, err)
+	e.waitReplica(t)
+	held, err := set.Upgrade(ctx, "a")
+	require.NoError(t, err)
+
+	for _, pool := range pools.All() {
+		require.NoError(t, pool.Close())
+	}
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Add", func() error { _, err := set.Add(ctx, mkBlock("b", "", 0)); return err }},
+		{"Upgrade", func() error { _, err := set.Upgrade(ctx, "a"); return err }},
+		{"Upgrade with a command", func() error { _, err := set.Upgrade(ctx, "a", set.Hold("you", 0)); return err }},
+		{"Get", func() error { _, err := set.Get(ctx, held); return err }},
+		{"Load", func() error { _, err := set.Load(ctx, "a"); return err }},
+		{"InTx", func() error {
+			return refset.InTx(ctx, e.db, func(context.Context, refset.Tx) error { return nil })
+		}},
+		// A Row's Scan returns database/sql's own error: refset cannot wrap it.
+		{"Reader", func() error {
+			rows, err := refset.Reader(ctx, e.db).QueryContext(ctx, `SELECT COUNT(*) FROM blocks`)
+			if err == nil {
+				rows.Close()
+			}
+			return err
+		}},
+	}
+	for _, c := range calls {
+		err := c.call()
+		require.ErrorIs(t, err, refset.ErrClosed, c.name)
+		assert.Contains(t, err.Error(), "close the database first", c.name)
+	}
+	closer, ok := e.db.(interface{ Close() error })
+	require.True(t, ok)
+	require.NoError(t, closer.Close())
 }
 
 // A refused foreign key means the same whatever the SQL looks like: deleting a
