@@ -148,6 +148,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "Closed", testClosed},
 	{mainSuite, "CallersPools", testCallersPools},
 	{mainSuite, "CallersPoolsClosedFirst", testCallersPoolsClosedFirst},
+	{mainSuite, "CloseWhileInUse", testCloseWhileInUse},
 	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
 	{cleanupSuite, "GracePeriod", testGrace},
 	{cleanupSuite, "ExpiringHolds", testExpiringHolds},

@@ -1237,6 +1237,100 @@ func testCallersPoolsClosedFirst(t *testing.T, h harness) {
 	require.NoError(t, closer.Close())
 }
 
+// testCloseWhileInUse: a program that closes its database while goroutines still add,
+// hand over and read (a node shutting down) gets, from each call, its result or
+// refset.ErrClosed, never another error, a panic or a wait; and the database, opened
+// again, shows every call as it answered: an Add told done stored its block with its
+// pending row, one told closed stored nothing; a hand-over told done moved the block
+// to heads, one told closed left it pending. On the pools Open made and on the
+// caller's own.
+func testCloseWhileInUse(t *testing.T, h harness) {
+	for _, callers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("callers=%v", callers), func(t *testing.T) {
+			e := newEnv(t, h)
+			if callers {
+				e, _ = onCallersPools(t, h)
+			}
+			set := e.blocks(t)
+			ctx := t.Context()
+			const workers = 8
+			type outcome struct{ added, handed bool }
+			outcomes := make([]map[string]outcome, workers) // each worker's IDs, as its calls answered
+			errs := make([]error, workers)
+			var underWay, stopped sync.WaitGroup
+			for w := range workers {
+				outcomes[w] = map[string]outcome{}
+				underWay.Add(1)
+				stopped.Add(1)
+				go func() {
+					defer stopped.Done()
+					var once sync.Once
+					defer once.Do(underWay.Done)
+					for i := 0; ; i++ {
+						if i == 3 {
+							once.Do(underWay.Done)
+						}
+						id := fmt.Sprintf("w%d-%d", w, i)
+						outcomes[w][id] = outcome{}
+						tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
+						if err == nil {
+							outcomes[w][id] = outcome{added: true}
+							_, err = set.Get(ctx, tok)
+						}
+						if err == nil {
+							_, err = handOverOf(t, tok, e.releasePending(), e.acquireHead()).Complete(ctx)
+						}
+						if err != nil {
+							if !errors.Is(err, refset.ErrClosed) {
+								errs[w] = fmt.Errorf("%s: %w", id, err)
+							}
+							return
+						}
+						outcomes[w][id] = outcome{added: true, handed: true}
+					}
+				}()
+			}
+			underWay.Wait()
+			closer, ok := e.db.(interface{ Close() error })
+			require.True(t, ok)
+			require.NoError(t, closer.Close())
+			stopped.Wait()
+			require.NoError(t, errors.Join(errs...), "a call failed otherwise than with ErrClosed")
+
+			again := &env{h: h, db: h.reopen(t, e.db)}
+			again.waitReplica(t)
+			rows := map[string]map[string]bool{}
+			for _, table := range []string{"blocks", "pending", "heads"} {
+				rows[table] = map[string]bool{}
+				column := "block_id"
+				if table == "blocks" {
+					column = "id"
+				}
+				for _, id := range again.ids(t, table, column) {
+					rows[table][id] = true
+				}
+			}
+			answered := 0
+			for _, ids := range outcomes {
+				for id, o := range ids {
+					answered++
+					stored, pending, head := rows["blocks"][id], rows["pending"][id], rows["heads"][id]
+					switch {
+					case o.handed:
+						assert.True(t, head && !pending, "%s was told handed over: pending %v, head %v", id, pending, head)
+					case o.added:
+						assert.True(t, pending && !head, "%s was told added, its hand-over closed: pending %v, head %v", id, pending, head)
+					default:
+						assert.False(t, stored, "%s was told closed: nothing stored", id)
+					}
+				}
+			}
+			assert.Len(t, rows["blocks"], len(rows["pending"])+len(rows["heads"]), "a block half handed over")
+			t.Logf("%d Adds answered, the last of each worker's ErrClosed", answered)
+		})
+	}
+}
+
 // A refused foreign key means the same whatever the SQL looks like: deleting a
 // referenced block is refset.ErrReferenced, referencing a missing one
 // refset.ErrNotFound, however the statement is written and wherever it runs. SQLite
