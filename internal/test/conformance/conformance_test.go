@@ -149,6 +149,7 @@ var suiteTests = []suiteTest{
 	{mainSuite, "CallersPools", testCallersPools},
 	{mainSuite, "CallersPoolsClosedFirst", testCallersPoolsClosedFirst},
 	{mainSuite, "CloseWhileInUse", testCloseWhileInUse},
+	{mainSuite, "TwoDatabasesOnOnePool", testTwoDatabasesOnOnePool},
 	{cleanupSuite, "AbandonedForkGoesInOneCall", testAbandonedFork},
 	{cleanupSuite, "GracePeriod", testGrace},
 	{cleanupSuite, "ExpiringHolds", testExpiringHolds},

@@ -1096,7 +1096,12 @@ func testClosed(t *testing.T, h harness) {
 // caller's (testdb.Options.CallersPools), and returns it with those pools.
 func onCallersPools(t *testing.T, h harness) (*env, testdb.Pools) {
 	t.Helper()
-	opts := options
+	return onCallersPoolsWith(t, h, options)
+}
+
+// onCallersPoolsWith is onCallersPools with opts.
+func onCallersPoolsWith(t *testing.T, h harness, opts testdb.Options) (*env, testdb.Pools) {
+	t.Helper()
 	opts.CallersPools = true
 	e := &env{h: h, db: h.Open(t, opts)}
 	return e, testdb.PoolsOf(t, e.db)
@@ -1235,6 +1240,54 @@ func testCallersPoolsClosedFirst(t *testing.T, h harness) {
 	closer, ok := e.db.(interface{ Close() error })
 	require.True(t, ok)
 	require.NoError(t, closer.Close())
+}
+
+// testTwoDatabasesOnOnePool: two components of a program, each making its database
+// with the store's New on the same pools of the caller's, work side by side on them
+// (the same statements, prepared by each on the same connections), and one closing
+// its database leaves the other working: Close frees only what its own database
+// prepared.
+func testTwoDatabasesOnOnePool(t *testing.T, h harness) {
+	// One connection on PostgreSQL, so that both prepare theirs on it.
+	opts := options
+	opts.MaxConns = 1
+	first, _ := onCallersPoolsWith(t, h, opts)
+	ctx := t.Context()
+	sets := []*refset.RefSet[block, string]{first.blocks(t)}
+	second := &env{h: h, db: testdb.AlsoOn(t, first.db, opts)}
+	sets = append(sets, refset.New[block, string](openStore[block, string](t, second, "blocks")))
+	envs := []*env{first, second}
+	round := func(which int, id string) error {
+		e, set := envs[which], sets[which]
+		tok, err := set.Add(ctx, mkBlock(id, "", 0), e.insertPending())
+		if err != nil {
+			return err
+		}
+		if _, err := set.Get(ctx, tok); err != nil {
+			return err
+		}
+		head, err := handOverOf(t, tok, e.releasePending(), e.acquireHead()).Complete(ctx)
+		if err != nil {
+			return err
+		}
+		_, err = set.Load(ctx, head.ID())
+		return err
+	}
+	// Enough rounds each for every statement to be prepared, on the same connections.
+	for i := range 5 {
+		for which := range sets {
+			require.NoError(t, round(which, fmt.Sprintf("d%d-%d", which, i)))
+		}
+	}
+	closer, ok := first.db.(interface{ Close() error })
+	require.True(t, ok)
+	require.NoError(t, closer.Close())
+	for i := range 5 {
+		require.NoError(t, round(1, fmt.Sprintf("after-%d", i)), "the other database, after the first closed")
+	}
+	second.waitReplica(t)
+	assert.Equal(t, 15, second.count(t, "heads", ""))
+	assert.Zero(t, second.count(t, "pending", ""))
 }
 
 // testCloseWhileInUse: a program that closes its database while goroutines still add,

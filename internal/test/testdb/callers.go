@@ -57,32 +57,42 @@ func (o Options) onCallersPools(b Backend) bool {
 	return o.CallersPools || (o.PoolOfOne && !b.Postgres)
 }
 
-// openOnCallersPools opens the pools of p as [Pools] says, closed when tb ends (after
-// the database, whose Close Open registers later), and the database on them.
-func (p Place) openOnCallersPools(tb testing.TB, opts Options) (refset.Database, Pools, error) {
-	ctx := context.Background()
+// callersPools opens the pools of p as [Pools] says, closed when tb ends (after the
+// database, whose Close Open registers later).
+func (p Place) callersPools(tb testing.TB, opts Options) Pools {
 	if !p.Backend.Postgres {
-		driverName := p.Backend.Driver
-		if driverName == "" {
-			driverName = sqlite.DriverMattn
-		}
 		file := "file:" + (&url.URL{Path: p.At}).EscapedPath()
-		pools := Pools{Writer: callersPool(tb, driverName, file+"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")}
+		pools := Pools{Writer: callersPool(tb, p.sqliteDriver(), file+"?_foreign_keys=on&_journal_mode=WAL&_busy_timeout=5000&_txlock=immediate")}
 		pools.Writer.SetMaxOpenConns(1)
 		if !opts.PoolOfOne {
-			pools.Readers = callersPool(tb, driverName, file+"?_foreign_keys=on&_query_only=true")
+			pools.Readers = callersPool(tb, p.sqliteDriver(), file+"?_foreign_keys=on&_query_only=true")
 		}
-		db, err := sqlite.New(ctx, pools.Writer, pools.Readers, sqlite.Options{Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
-		return db, pools, err
+		return pools
 	}
 	pools := Pools{Writer: p.postgresPool(tb, p.At, opts)}
 	if p.StandbyAt != "" {
 		pools.Readers = p.postgresPool(tb, p.StandbyAt, opts)
 	}
+	return pools
+}
+
+// newOn makes a database of p on pools with its store's New.
+func (p Place) newOn(pools Pools, opts Options) (refset.Database, error) {
+	ctx := context.Background()
+	if !p.Backend.Postgres {
+		return sqlite.New(ctx, pools.Writer, pools.Readers, sqlite.Options{Options: store.Options{Observer: opts.Observer, Logger: opts.Logger}})
+	}
 	po := p.PostgresOptions(opts)
 	po.Replica, po.ReplicaDSN = pools.Readers, ""
-	db, err := postgres.New(ctx, pools.Writer, po)
-	return db, pools, err
+	return postgres.New(ctx, pools.Writer, po)
+}
+
+// sqliteDriver is the database/sql driver name of p's SQLite backend.
+func (p Place) sqliteDriver() string {
+	if p.Backend.Driver == "" {
+		return sqlite.DriverMattn
+	}
+	return p.Backend.Driver
 }
 
 // postgresPool is a pool of p's driver on dsn, as [Pools] says.

@@ -131,13 +131,33 @@ func (p Place) Open(tb testing.TB, opts Options) refset.Database {
 	var pools Pools
 	var err error
 	if opts.onCallersPools(p.Backend) {
-		db, pools, err = p.openOnCallersPools(tb, opts)
+		pools = p.callersPools(tb, opts)
+		db, err = p.newOn(pools, opts)
 	} else {
 		db, err = p.Dial(context.Background(), opts)
 	}
 	if err != nil {
 		tb.Fatalf("testdb: open %s: %v", p.Backend.Name, err)
 	}
+	return p.remember(tb, db, pools)
+}
+
+// AlsoOn opens another database, with the store's New, on the pools the test opened
+// for db ([Options.CallersPools]), as a second component of a program given the same
+// pools would; it is closed when tb ends.
+func AlsoOn(tb testing.TB, db refset.Database, opts Options) refset.Database {
+	tb.Helper()
+	o := openedAs(tb, db)
+	pools := PoolsOf(tb, db)
+	other, err := o.place.newOn(pools, opts)
+	if err != nil {
+		tb.Fatalf("testdb: open %s on the same pools: %v", o.place.Backend.Name, err)
+	}
+	return o.place.remember(tb, other, pools)
+}
+
+// remember keeps how db was opened, until tb ends, when it closes db.
+func (p Place) remember(tb testing.TB, db refset.Database, pools Pools) refset.Database {
 	places.Store(db, opened{place: p, pools: pools})
 	// Registered after pgtest's drop, so it runs before it: no connection is
 	// left open when the schema goes.
