@@ -106,12 +106,16 @@ func readTip(ctx context.Context, q refset.Querier, drv refsetdriver.Driver, dep
 		}
 	}
 	// The fork cache's holds, latest to expire first: those are the forks an
-	// operator still has time to look at.
+	// operator still has time to look at. Holds taken within one tick of the
+	// database's clock (a millisecond on SQLite) expire together: the one taken last
+	// comes first, then the greater ID, so that a page shows the same forks each time.
 	_, holds, err := drv.SchemaSQL().ListHolds(ctx, q, forkHolds, refsetdriver.HoldFilter{Holder: ForkHolder})
 	if err != nil {
 		return tip, err
 	}
-	slices.SortFunc(holds, func(a, b refsetdriver.Hold) int { return b.ExpiresAt.Compare(a.ExpiresAt) })
+	slices.SortFunc(holds, func(a, b refsetdriver.Hold) int {
+		return cmp.Or(b.ExpiresAt.Compare(a.ExpiresAt), b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ObjectID, a.ObjectID))
+	})
 	if len(holds) > forks {
 		tip.MoreForks, holds = len(holds)-forks, holds[:forks]
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -26,7 +27,10 @@ func TestReadTip(t *testing.T) {
 			receive(id, prev, int64(i))
 			prev = id
 		}
-		receive("f5", "c4", 5) // a fork, then another, whose hold expires later
+		receive("f5", "c4", 5) // a fork, then another, whose hold expires later:
+		// a tick of the database's clock later (a millisecond on SQLite), for within
+		// one they would expire together.
+		time.Sleep(2 * time.Millisecond)
 		receive("g7", "c6", 7)
 		receive("p12", "missing", 12)
 

@@ -107,7 +107,7 @@ func dropOwned(tb testing.TB, admin *sql.DB, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 	defer cancel()
 	stmt := "DROP OWNED BY " + pq.QuoteIdentifier(name) + " CASCADE"
-	if _, err := admin.ExecContext(ctx, stmt); err != nil {
+	if err := dropRetrying(ctx, admin, stmt); err != nil {
 		tb.Errorf("pgtest: %s (is a transaction of the test still open?): %v", stmt, err)
 	}
 }

@@ -79,18 +79,7 @@ func NewPrefixed(tb testing.TB, prefix string) (dsn, schema string) {
 		// Not tb.Context(): it is already canceled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
 		defer cancel()
-		drop := "DROP SCHEMA IF EXISTS " + pq.QuoteIdentifier(schema) + " CASCADE"
-		_, err := db.ExecContext(ctx, drop)
-		for attempt := 1; attempt < 3 && isDeadlock(err); attempt++ {
-			// The drop locks every object of the schema, in its own order, and a
-			// backend of the test still ending (a statement a closed pgx
-			// connection left running until its cancel arrives) may lock two of
-			// them in the other: the server breaks the deadlock, and a drop once
-			// that backend is gone goes through.
-			time.Sleep(100 * time.Millisecond)
-			_, err = db.ExecContext(ctx, drop)
-		}
-		if err != nil {
+		if err := dropRetrying(ctx, db, "DROP SCHEMA IF EXISTS "+pq.QuoteIdentifier(schema)+" CASCADE"); err != nil {
 			tb.Errorf("pgtest: drop schema %s (are connections still open?): %v", schema, err)
 		}
 	})
@@ -209,6 +198,21 @@ func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
 }
 
 // isDeadlock reports whether err is the server's deadlock_detected (40P01).
+// dropRetrying runs drop, a DROP of what a test made, again while the server breaks a
+// deadlock by aborting it. The drop locks every object it drops, in its own order,
+// and a backend of the test still ending (a statement a closed pgx connection left
+// running until its cancel arrives, through PgBouncer later still) may lock two of
+// them in the other: a drop once that backend is gone goes through. It tries five
+// times, waiting 100 ms, then 200, 300 and 400, and returns the last error.
+func dropRetrying(ctx context.Context, db *sql.DB, drop string) error {
+	_, err := db.ExecContext(ctx, drop)
+	for attempt := 1; attempt < 5 && isDeadlock(err); attempt++ {
+		time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+		_, err = db.ExecContext(ctx, drop)
+	}
+	return err
+}
+
 func isDeadlock(err error) bool {
 	var pe *pq.Error
 	return errors.As(err, &pe) && pe.Code == "40P01"
