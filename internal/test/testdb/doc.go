@@ -12,7 +12,8 @@
 // the place of a database this package opened, for tests that reopen what a suite
 // handed them. With [Options.CallersPools], Place.Open opens the database instead on
 // pools the test opened itself, through the store's New, as a user would; [PoolsOf]
-// gives the test those pools.
+// gives the test those pools, and [AlsoOn] opens a second database on them, as a
+// second component given the same pools would.
 //
 // PostgreSQL comes from internal/test/pgtest, so the rules are its own: without
 // REFSET_TEST_POSTGRES (and REFSET_TEST_PGBOUNCER, REFSET_TEST_POSTGRES_STANDBY for
