@@ -78,7 +78,10 @@ func InTx(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) 
 // work on db (ctx is the one InTx gave its function, or a Command got), the unit's
 // transaction, which sees what the unit wrote and takes no second connection from the
 // pool; outside any, db.Reader(). Either way, like the Tx of a unit, it writes the
-// database's placeholders for ? and translates driver errors to the sentinels.
+// database's placeholders for ? and translates the driver errors of ExecContext and
+// QueryContext to the sentinels. A QueryRowContext row's Scan returns database/sql's
+// own error, which nothing can wrap: outside a unit, db.TranslateError(err, query)
+// gives its sentinel (inside one, InTx translates what fn returns).
 func Reader(ctx context.Context, db Database) Querier {
 	return newView(refsetdriver.ReaderFor(ctx, db), db)
 }
