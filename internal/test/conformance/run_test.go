@@ -1223,13 +1223,18 @@ func testCallersPoolsClosedFirst(t *testing.T, h harness) {
 		{"InTx", func() error {
 			return refset.InTx(ctx, e.db, func(context.Context, refset.Tx) error { return nil })
 		}},
-		// A Row's Scan returns database/sql's own error: refset cannot wrap it.
 		{"Reader", func() error {
 			rows, err := refset.Reader(ctx, e.db).QueryContext(ctx, `SELECT COUNT(*) FROM blocks`)
 			if err == nil {
 				rows.Close()
 			}
 			return err
+		}},
+		// A Row's Scan returns database/sql's own error, which the database translates.
+		{"Reader's row, translated", func() error {
+			var n int
+			err := refset.Reader(ctx, e.db).QueryRowContext(ctx, `SELECT COUNT(*) FROM blocks`).Scan(&n)
+			return e.db.TranslateError(err, "")
 		}},
 	}
 	for _, c := range calls {
