@@ -69,9 +69,9 @@ func (e *PipelineError) Error() string { return e.Query + ": " + e.Err.Error() }
 func (e *PipelineError) Unwrap() error { return e.Err }
 
 // Inserter is a set's store that can give the statement that inserts an object, so
-// that an Add of the object with Exec commands is a unit of statements too: [BEGIN,
-// INSERT, the commands..., COMMIT] in one round trip when no result must be read
-// before the next statement is sent (see Statement.Checked).
+// that an Add of the object with Exec commands is a unit of statements too: [INSERT,
+// the commands...] in one transaction, one round trip on pgx when no result must be
+// read before the next statement is sent (see Statement.Checked).
 type Inserter[T any] interface {
 	InsertStatement(obj T) Statement
 }

@@ -32,9 +32,9 @@ func TestPgxPipelinesAdd(t *testing.T) {
 		batches [][]string // "insert" stands for the store's insert
 		pending bool
 	}{
-		{"no commands", nil, [][]string{{"begin", "insert", "ticket", "commit"}}, false},
-		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, [][]string{{"begin", "insert", ins, "ticket", "commit"}}, true},
-		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"begin", "insert", rowCheckedSQL(ins, 1), "ticket", "commit"}}, true},
+		{"no commands", nil, [][]string{{"insert", "ticket"}}, false},
+		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, [][]string{{"insert", ins, "ticket"}}, true},
+		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"insert", rowCheckedSQL(ins, 1), "ticket"}}, true},
 		{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

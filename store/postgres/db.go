@@ -94,8 +94,8 @@ type Options struct {
 	// each write transaction reads its id: on lib/pq with its BEGIN, in the same round
 	// trip (the id is then taken at BEGIN, even by a transaction that writes nothing,
 	// which then flushes a commit record, and a small logical decoding message is
-	// written: see resolve.go); on pgx before COMMIT, one more statement (a pipelined
-	// hand-over sends it with COMMIT).
+	// written: see resolve.go); on pgx before COMMIT, one more statement (in a
+	// pipelined hand-over or Add, in the same batch).
 	// Zero means 30 seconds; a negative value turns all of this off (ErrCommitUnknown
 	// for every lost COMMIT, and no id read). Servers before PostgreSQL 13, which lack
 	// pg_xact_status, have it off. It bounds as well how long a statement that commits

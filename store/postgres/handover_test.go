@@ -364,13 +364,13 @@ func TestPgxPipelinesHandOvers(t *testing.T) {
 		batches          [][]string
 	}{
 		{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
-			[][]string{{"begin", checkedDel, ins, "ticket", "commit"}}},
+			[][]string{{checkedDel, ins, "ticket"}}},
 		{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
-			[][]string{{"begin", checkedDel, checkedIns, "ticket", "commit"}}},
+			[][]string{{checkedDel, checkedIns, "ticket"}}},
 		{"a checked release the server cannot check", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireChecked},
 			[][]string{{"begin", delReturning}, {checkedIns, "ticket", "commit"}}},
 		{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
-			[][]string{{"begin", del, ins, "ticket", "commit"}}},
+			[][]string{{del, ins, "ticket"}}},
 		{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
 	}
 	for i, tc := range cases {
@@ -410,6 +410,8 @@ func TestHandOverInducedFailures(t *testing.T) {
 			 BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$`,
 			`CREATE CONSTRAINT TRIGGER end_backend AFTER INSERT ON doomed
 			 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_backend()`,
+			`CREATE TABLE parents (id text PRIMARY KEY)`,
+			`CREATE TABLE late_refs (parent text REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED)`,
 		} {
 			_, err := e.db.Pool().ExecContext(ctx, q)
 			require.NoError(t, err, q)
@@ -438,6 +440,10 @@ func TestHandOverInducedFailures(t *testing.T) {
 				exec(`SELECT pg_sleep(5) WHERE ?::text IS NOT NULL`)}, []error{refset.ErrTimeout}, false},
 			{"connection lost while committing", nil, []refset.Command[string]{acquireHead, exec(`INSERT INTO doomed VALUES (?)`)},
 				[]error{refset.ErrUnavailable}, false},
+			// Checked only when the transaction commits: on pgx, at the Sync of a
+			// unit sent without BEGIN and COMMIT.
+			{"a reference dangling at commit", nil, []refset.Command[string]{acquireHead, exec(`INSERT INTO late_refs VALUES (?)`)},
+				[]error{refset.ErrNotFound}, false},
 			{"deadline during a statement", shortCtx, []refset.Command[string]{acquireHead, exec(`SELECT pg_sleep(5) WHERE ?::text IS NOT NULL`)},
 				[]error{context.DeadlineExceeded}, false},
 			{"cancelled before", cancelled, []refset.Command[string]{acquireHead}, []error{context.Canceled}, false},
@@ -464,6 +470,7 @@ func TestHandOverInducedFailures(t *testing.T) {
 				assert.True(t, pending, "nothing was committed")
 				assert.False(t, head, "nothing was committed")
 				assert.Zero(t, count(t, e.db, `SELECT count(*) FROM doomed`), "nothing was committed")
+				assert.Zero(t, count(t, e.db, `SELECT count(*) FROM late_refs`), "nothing was committed")
 
 				// The Acquired was left usable: it fails the same way again, or, when
 				// it was the context that ended, succeeds with one that did not.

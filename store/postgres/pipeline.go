@@ -21,11 +21,20 @@ import (
 // each one pgx.Batch, one round trip: the first begins the transaction, the last
 // commits it, and no statement runs before the row count of the one before it was
 // checked. The server checks the counts of the statements it can (an INSERT, UPDATE
-// or DELETE: rowcheck.go), so a hand-over of those is one segment, [BEGIN, DELETE,
-// INSERT, COMMIT], where database/sql takes four round trips; a segment ends after
-// any other statement whose count is checked, read before the next is sent. The
-// statements run in the connection's own query mode, prepared through pgx's
-// statement cache by default.
+// or DELETE: rowcheck.go), so a hand-over of those is one segment, where database/sql
+// takes four round trips; a segment ends after any other statement whose count is
+// checked, read before the next is sent. The statements run in the connection's own
+// query mode, prepared through pgx's statement cache by default.
+//
+// A unit of one segment at the session's own isolation level (an Add, a hand-over of
+// INSERTs, UPDATEs and DELETEs) sends no BEGIN and no COMMIT: [DELETE, INSERT,
+// ticket], then the batch's one Sync. What a batch sends before its Sync runs as one
+// implicit transaction, which the server commits when it reaches the Sync, once every
+// statement ran, or rolls back after any failure, skipping the statements after it
+// (PostgreSQL's extended query protocol, and its simple protocol's multi-statement
+// query; pgx's SendBatch sends either so). A unit of several segments, or at another
+// level, begins and commits as database/sql would: [BEGIN ..., statements], ...,
+// [statements, ticket, COMMIT].
 //
 // The batch goes over the pool's connection itself (sql.Conn.Raw): database/sql's
 // transactions have no way to send BEGIN with the statements after it.
@@ -150,8 +159,10 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		if err := ctx.Err(); err != nil && start > 0 {
 			return err // given up on between segments: COMMIT was never sent
 		}
+		seg := segment{start: start, end: end, begins: start == 0, commits: last}
+		seg.implicit = seg.begins && seg.commits && p.opts == pgx.TxOptions{}
 		var b pgx.Batch
-		if start == 0 {
+		if seg.sendsBegin() {
 			b.BeginTx(p.opts)
 		}
 		for i := start; i < end; i++ {
@@ -161,14 +172,16 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			if ticket != nil {
 				b.Queue(ticketSQL)
 			}
-			b.Queue("commit")
+			if seg.sendsCommit() {
+				b.Queue("commit")
+			}
 		}
 		segCtx, endSegment := ctx, func() bool { return false }
 		if last {
 			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 		}
 		br := c.SendBatch(segCtx, &b)
-		err := readSegment(c, br, start == 0, stmts, sent, start, end, last, ticket, result)
+		err := readSegment(c, br, seg, stmts, sent, ticket, result)
 		if closeErr := br.Close(); err == nil && closeErr != nil {
 			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			if !last {
@@ -247,12 +260,11 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 //
 // The commit's ticket, queued before COMMIT in the same batch, has not been read
 // then: the server sends a batch's results when it reaches the batch's Sync, after
-// COMMIT, and pgx's batches send no Flush between. So resolveCommit finds no ticket,
+// COMMIT (or the Sync that commits), and pgx's batches send no Flush between. So resolveCommit finds no ticket,
 // and the outcome is ErrCommitUnknown.
 func commitGivenUp(err error) error {
 	var pe *refsetdriver.PipelineError
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Query != "COMMIT" || errors.As(pe.Err, &pgErr) {
+	if !errors.As(err, &pe) || pe.Query != "COMMIT" || isServerError(pe.Err) {
 		return err
 	}
 	// No prefix of its own: resolveCommit and refset's layers above say it.
@@ -328,12 +340,29 @@ func statementFailed(stmts []refsetdriver.Statement, sent []string, i int, err e
 	return orError(result(i, 0, err), err)
 }
 
-// readSegment reads the results of one segment in order: BEGIN's if it began the
-// transaction, those of stmts[start:end] (sent as sent[start:end]), and COMMIT's if
-// it is the last. After a statement the server refused it skipped the rest of the
-// segment, COMMIT included.
-func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdriver.Statement, sent []string, start, end int, last bool, ticket *commitTicket, result refsetdriver.ResultFunc) error {
-	if begins {
+// segment is one batch of a pipelined unit: stmts[start:end], after BEGIN if it
+// begins the transaction, followed by the commit's ticket and COMMIT if it commits
+// it; with neither BEGIN nor COMMIT if it is implicit (it both begins and commits: the
+// batch's Sync commits).
+type segment struct {
+	start, end      int
+	begins, commits bool
+	implicit        bool
+}
+
+// sendsBegin and sendsCommit report whether the segment sends BEGIN and COMMIT.
+func (s segment) sendsBegin() bool  { return s.begins && !s.implicit }
+func (s segment) sendsCommit() bool { return s.commits && !s.implicit }
+
+// readSegment reads the results of one segment in order: BEGIN's if it sent one, those
+// of stmts[seg.start:seg.end] (sent as sent[seg.start:seg.end]), and the ticket's and
+// COMMIT's if it commits. After a statement the server refused it skipped the rest of
+// the segment, COMMIT included (an implicit transaction: it rolled back at the Sync).
+// The server's answer to an implicit transaction's commit, or a commit it never
+// answered, is the batch's Close (segments).
+func readSegment(c *pgx.Conn, br pgx.BatchResults, seg segment, stmts []refsetdriver.Statement, sent []string, ticket *commitTicket, result refsetdriver.ResultFunc) error {
+	start, end, last := seg.start, seg.end, seg.commits
+	if seg.sendsBegin() {
 		if _, err := br.Exec(); err != nil {
 			// A statement that does not prepare fails the whole batch before
 			// anything runs, BEGIN's result included: it is that statement's error.
@@ -355,8 +384,16 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdr
 			if j, ok := failedToPrepare(err, sent, start, end); ok {
 				return statementFailed(stmts, sent, j, err, result)
 			}
+			if seg.implicit && i == start && !c.IsClosed() && !isServerError(err) {
+				// The first result of an implicit segment is the first of its
+				// batch: as at BEGIN's above, a failure that is not the server's and
+				// left the connection open is pgx's, before it sent anything (an
+				// argument it cannot encode, in some query modes), the batch's.
+				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+			}
 			if last && unanswered(err) {
-				// No answer, the connection lost: COMMIT was sent, and may have run.
+				// No answer, the connection lost: COMMIT was sent (or the Sync that
+				// commits), and may have run.
 				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 			}
 			return statementFailed(stmts, sent, i, err, result)
@@ -379,6 +416,9 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdr
 			}
 			*ticket = t
 		}
+		if !seg.sendsCommit() {
+			return nil
+		}
 		if _, err := br.Exec(); err != nil {
 			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 		}
@@ -386,12 +426,17 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, begins bool, stmts []refsetdr
 	return nil
 }
 
+// isServerError reports whether err is the server's answer.
+func isServerError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
 // unanswered reports whether err, the failure to read a result of a batch, is no
 // answer from the server (the connection lost, or given up on: watchCommit) once
 // the batch may have reached it.
 func unanswered(err error) bool {
-	var pgErr *pgconn.PgError
-	return !errors.As(err, &pgErr) && !pgconn.SafeToRetry(err)
+	return !isServerError(err) && !pgconn.SafeToRetry(err)
 }
 
 // failedToPrepare is the statement of sent[start:end] that err, a batch's failure

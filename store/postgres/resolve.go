@@ -35,8 +35,9 @@ import (
 //     a commit record; under REPEATABLE READ or SERIALIZABLE, its snapshot is taken
 //     at BEGIN rather than at its first statement of its own.
 //   - pgx, and lib/pq for a role refused pg_logical_emit_message: just before COMMIT
-//     (ticketSQL, one more statement; a pipelined hand-over sends it in the batch
-//     with COMMIT), where a transaction that wrote nothing has no id and takes none.
+//     (ticketSQL, one more statement; a pipelined unit sends it in its batch, before
+//     COMMIT or the Sync that commits: pipeline.go), where a transaction that wrote
+//     nothing has no id and takes none.
 //
 // An id is only a number, and a new primary may give it to another transaction: one
 // whose WAL never reached the standby it promoted, it does not know, and hands out
