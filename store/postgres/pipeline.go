@@ -258,10 +258,10 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 // as the context's end, which says nothing of whether it committed. A server's answer
 // (the transaction refused, or cancelled by the cancel request) is left as it is.
 //
-// The commit's ticket, queued before COMMIT in the same batch, has not been read
-// then: the server sends a batch's results when it reaches the batch's Sync, after
-// COMMIT (or the Sync that commits), and pgx's batches send no Flush between. So resolveCommit finds no ticket,
-// and the outcome is ErrCommitUnknown.
+// The commit's ticket, queued before COMMIT (or the Sync that commits) in the same
+// batch, has not been read then: the server sends a batch's results when it reaches
+// the batch's Sync, and pgx's batches send no Flush before it. So resolveCommit finds
+// no ticket, and the outcome is ErrCommitUnknown.
 func commitGivenUp(err error) error {
 	var pe *refsetdriver.PipelineError
 	if !errors.As(err, &pe) || pe.Query != "COMMIT" || isServerError(pe.Err) {
