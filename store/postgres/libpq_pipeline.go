@@ -361,13 +361,8 @@ func (p libpqPipeline) failed(stmts []refsetdriver.Statement, i int, err error, 
 	if sqlState(err) == codeInvalidSQLStatementName {
 		return &unprepared{i: i, err: err}
 	}
-	if stmts[i].Checked {
-		if n, ok := rowCountRefused(err); ok {
-			return orError(result(i, n, nil), err)
-		}
-	}
-	if rowCheckedInvalid(err) {
-		return &uncheckable{i: i, err: err}
+	if refused, ok := checkRefused(stmts[i].Checked, i, err, result); ok {
+		return refused
 	}
 	return orError(result(i, 0, err), err)
 }

@@ -330,14 +330,29 @@ func (e *uncheckable) Unwrap() error { return e.err }
 // server refused, as a count, or the failure.
 func statementFailed(stmts []refsetdriver.Statement, sent []string, i int, err error, result refsetdriver.ResultFunc) error {
 	if serverChecks(stmts, sent, i) {
-		if n, ok := rowCountRefused(err); ok {
-			return orError(result(i, n, nil), err)
-		}
-		if rowCheckedInvalid(err) {
-			return &uncheckable{i: i, err: err}
+		if refused, ok := checkRefused(true, i, err, result); ok {
+			return refused
 		}
 	}
 	return orError(result(i, 0, err), err)
+}
+
+// checkRefused is the error of stmts[i], which the server ran as the statement that
+// checks or returns its row count (rowChecks) and which failed with err, when the
+// failure is that statement's: the count it refused, if checked, given to result as
+// a count; or the server refusing to run it so (rowCheckedInvalid), which makes the
+// unit run again with the statement as it is (uncheckable). ok is false for any other
+// failure.
+func checkRefused(checked bool, i int, err error, result refsetdriver.ResultFunc) (refused error, ok bool) {
+	if checked {
+		if n, counted := rowCountRefused(err); counted {
+			return orError(result(i, n, nil), err), true
+		}
+	}
+	if rowCheckedInvalid(err) {
+		return &uncheckable{i: i, err: err}, true
+	}
+	return nil, false
 }
 
 // segment is one batch of a pipelined unit: stmts[start:end], after BEGIN if it
