@@ -33,7 +33,8 @@
 // only database/sql converts) is read again through database/sql, as before. On pgx,
 // a hand-over made only of Exec commands is sent in batches: BEGIN with the first
 // statements, COMMIT with the last, a new batch after each statement whose row count
-// refset checks. On lib/pq, such a hand-over (and an Add) goes in two round trips:
+// refset checks; one batch, at the default isolation level, sends neither and is
+// committed at its Sync, as an implicit transaction. On lib/pq, such a hand-over (and an Add) goes in two round trips:
 // one simple query with BEGIN, the commit's ticket and the statements, EXECUTEd
 // (prepared once a connection with SQL's PREPARE) with their arguments as literals
 // where a literal means what lib/pq would send, and COMMIT; a unit with an argument
