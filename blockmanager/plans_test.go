@@ -9,7 +9,7 @@ import (
 
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/internal/test/pgtest"
-	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/refsettest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -32,13 +32,15 @@ func TestPlansOnLargeData(t *testing.T) {
 	ctx := t.Context()
 	// The test's own statements (loads, making entries due) go through the plain pool:
 	// they are no path of the manager's.
-	log, db, plain := testdb.PlanGuard(t, "loads 300,000 blocks")
+	if testing.Short() {
+		t.Skip("loads 300,000 blocks")
+	}
+	log, db, plain := refsettest.PlanGuard(t)
 	m, err := Open(ctx, db, Config{ForkTTL: time.Hour, Grace: time.Hour})
 	require.NoError(t, err)
 	exec := pgtest.Exec(t, plain)
-	big := map[string]bool{"blocks": true, "blocks_holds": true, "blocks_review": true,
-		"block_batches": true, "block_transactions": true}
-	for table := range big {
+	big := []string{"blocks", "blocks_holds", "blocks_review", "block_batches", "block_transactions"}
+	for _, table := range big {
 		exec(`ALTER TABLE ` + table + ` SET (autovacuum_enabled = off)`)
 	}
 
@@ -216,10 +218,10 @@ func TestPlansOnLargeData(t *testing.T) {
 	check := func(phase string) {
 		t.Helper()
 		plans := log.PlansOf(t, workload)
-		require.True(t, slices.ContainsFunc(plans, func(p pgtest.Plan) bool {
+		require.True(t, slices.ContainsFunc(plans, func(p refsettest.Plan) bool {
 			return strings.Contains(p.Query, "LEFT JOIN locked")
 		}), "%s: the careful clean-up (lockedBatch) never ran", phase)
-		pgtest.ReportFaults(t, phase, plans, big)
+		refsettest.AssertPlans(t, phase, plans, big...)
 	}
 
 	load(first)

@@ -17,6 +17,7 @@ import (
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/otelrefset"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 )
@@ -237,7 +238,7 @@ func TestReplicaFallbacks(t *testing.T) {
 func TestQueueGaugesPlan(t *testing.T) {
 	const entries, due = 30_000, 30
 	ctx := t.Context()
-	log, db, plain := testdb.PlanGuard(t, "loads 30,000 objects and queue entries")
+	log, db, plain := refsettest.PlanGuard(t)
 	conn, err := plain.Conn(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -265,7 +266,7 @@ func TestQueueGaugesPlan(t *testing.T) {
 	var m map[string]metricdata.Aggregation
 	plans := log.PlansOf(t, func() { m = metrics(t, r) })
 	require.Len(t, plans, 1, "one statement a collection")
-	pgtest.ReportFaults(t, "queue gauges", plans, map[string]bool{"items": true, "items_review": true})
+	refsettest.AssertPlans(t, "queue gauges", plans, "items", "items_review")
 	require.Empty(t, log.Unparsed())
 
 	table := "table=" + c.Table()

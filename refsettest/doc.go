@@ -1,7 +1,8 @@
 // Package refsettest helps the tests of programs that use refset: a throwaway
-// PostgreSQL database, and assertions about what clean-up sees. A throwaway SQLite
-// database is in the sub-package refsettest/sqlitetest, so that this package builds
-// without cgo (CGO_ENABLED=0) for a program that uses PostgreSQL only.
+// PostgreSQL database, a guard on its query plans, and assertions about what clean-up
+// sees. A throwaway SQLite database is in the sub-package refsettest/sqlitetest, so
+// that this package builds without cgo (CGO_ENABLED=0) for a program that uses
+// PostgreSQL only.
 //
 // # Databases
 //
@@ -24,6 +25,17 @@
 // all skipped would pass in CI while testing nothing. A variable that is set but
 // names a server that does not answer always fails the test: it was set on purpose.
 // The variables are the ones refset's own suite reads, so one setting serves both.
+//
+// # Query plans
+//
+// A program's hot paths must cost in proportion to their work, not to its tables, and
+// PostgreSQL's plans decide that: a sequential scan planned while a table was small,
+// a JIT compilation paid on every call. [PlanGuard] opens a database whose every
+// statement, those inside functions and triggers included, auto_explain logs with
+// the plan the server ran; [PlanLog.PlansOf] returns the plans of a workload, and
+// [AssertPlans] reports the faults whose cost grows with a table named big. Run the
+// workload on tables as large as in service, before and after ANALYZE and after they
+// grew past their statistics: examples/custody/tokens does so for its payments.
 //
 // # Assertions
 //

@@ -35,5 +35,6 @@ func PgBouncerDSN(tb testing.TB) string {
 		pgtest.GiveUp(tb, "refsettest: "+EnvPgBouncer+" is not set; set it to the DSN of a PgBouncer in transaction mode in front of the server in "+EnvPostgres)
 	}
 	needServer(tb)
-	return pgtest.Pooled(tb)
+	dsn, _ := pgtest.NewPooled(tb)
+	return dsn
 }

@@ -149,5 +149,5 @@
 // context, a request's deadline).
 //
 // scripts/test.sh runs the conformance suites, blockmanager's and custody's through
-// PgBouncer 1.18 in transaction mode (internal/test/pgtest.Pooled).
+// PgBouncer 1.18 in transaction mode (internal/test/pgtest.NewPooled).
 package postgres

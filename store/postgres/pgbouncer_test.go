@@ -38,7 +38,8 @@ func TestPooledReadsRunTheirOwnStatements(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
-			db, err := postgres.Open(ctx, pgtest.Pooled(t), postgres.Options{Driver: driver, Unprepared: true, MaxConns: 16})
+			dsn, _ := pgtest.NewPooled(t)
+			db, err := postgres.Open(ctx, dsn, postgres.Options{Driver: driver, Unprepared: true, MaxConns: 16})
 			require.NoError(t, err)
 			t.Cleanup(func() { db.Close() })
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/refsettest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -120,14 +121,12 @@ func TestLargeWalletPaysLinearly(t *testing.T) {
 // plans (auto_explain with ANALYZE), so the bound does not depend on timing.
 func TestInsufficientClaimLocksLittle(t *testing.T) {
 	ctx := t.Context()
-	plans := &planLog{}
-	db := explainedDB(t, plans)
+	log, db, _ := refsettest.PlanGuard(t)
 	v := openVault(t, db, Config{})
 	const wallet = 5_000 // enough to tell a few rows from all; small enough for the old claim
+	explaining(t, db.Pool().DB, false)
 	balance := fillWallet(t, v, "whale", wallet)
-	pool := db.Pool().DB
-	_, err := pool.ExecContext(ctx, `SET auto_explain.log_analyze = on; SET auto_explain.log_timing = off`)
-	require.NoError(t, err)
+	explaining(t, db.Pool().DB, true)
 
 	for _, c := range []struct {
 		name string
@@ -143,9 +142,8 @@ func TestInsufficientClaimLocksLittle(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			plans.start(t, pool)
-			err := c.try()
-			logged := plans.stop(t, pool)
+			var err error
+			logged := log.PlansOf(t, func() { err = c.try() })
 			require.ErrorIs(t, err, ErrInsufficientFunds)
 			var locked float64
 			var claims int
@@ -154,9 +152,9 @@ func TestInsufficientClaimLocksLittle(t *testing.T) {
 					continue
 				}
 				claims++
-				for _, n := range p.Plan.scans() {
-					if n.NodeType == "LockRows" {
-						locked += n.ActualRows
+				for _, n := range p.Nodes() {
+					if n.Type == "LockRows" {
+						locked += n.Rows
 					}
 				}
 			}

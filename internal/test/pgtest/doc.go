@@ -30,7 +30,7 @@
 // *sql.DB after calling DSN and registers its Close with t.Cleanup has its
 // connections closed before the schema is dropped.
 //
-// [Pooled] gives the same through PgBouncer in transaction mode
+// [NewPooled] gives the same through PgBouncer in transaction mode
 // (REFSET_TEST_PGBOUNCER, which scripts/test.sh sets when it starts one in
 // front of its throwaway cluster): the tests that must survive transaction
 // pooling log in as a role of their own, whose search_path is the schema,

@@ -18,14 +18,6 @@ import (
 // role of its own.
 const EnvPgBouncer = "REFSET_TEST_PGBOUNCER"
 
-// Pooled returns a DSN through PgBouncer for a fresh schema that is dropped
-// when tb ends. See [NewPooled].
-func Pooled(tb testing.TB) string {
-	tb.Helper()
-	dsn, _ := NewPooled(tb)
-	return dsn
-}
-
 // NewPooled is [New] through the PgBouncer named by REFSET_TEST_PGBOUNCER:
 // it creates a uniquely named schema and a role of the same name that owns
 // it, and returns a DSN that logs in as that role through PgBouncer, with the

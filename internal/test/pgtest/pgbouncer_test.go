@@ -57,7 +57,8 @@ func TestPooledSchemaIsIsolated(t *testing.T) {
 // has a pool of its own, and a server connection goes back to it when a transaction
 // ends). Through a session pooler, or straight to the server, they would not be.
 func TestPooledIsTransactionPooling(t *testing.T) {
-	db := openPooled(t, Pooled(t))
+	dsn, _ := NewPooled(t)
+	db := openPooled(t, dsn)
 	ctx := t.Context()
 	backend := func() int {
 		c, err := db.Conn(ctx)

@@ -22,6 +22,26 @@ type Plan struct {
 	JIT   json.RawMessage `json:"JIT"`
 }
 
+// PlanNode is one node of a plan tree: what it does, the table it reads or writes
+// (if any), and the rows it returned over all its loops.
+type PlanNode struct {
+	Type     string
+	Relation string
+	Rows     float64
+}
+
+// Nodes are the nodes of p's tree, its root first, subplans included.
+func (p Plan) Nodes() []PlanNode {
+	var out []PlanNode
+	nodes(p.Tree, func(n map[string]any, _ bool) {
+		rows, _ := n["Actual Rows"].(float64)
+		loops, _ := n["Actual Loops"].(float64)
+		relation, _ := n["Relation Name"].(string)
+		out = append(out, PlanNode{Type: fmt.Sprint(n["Node Type"]), Relation: relation, Rows: rows * max(loops, 1)})
+	})
+	return out
+}
+
 // PlanLog collects the plans auto_explain sends a session's client as LOG
 // messages (see ExplainedPool).
 type PlanLog struct {
@@ -67,12 +87,15 @@ func (l *PlanLog) PlansOf(tb testing.TB, workload func()) []Plan {
 	return plans
 }
 
-// ReportFaults fails tb with each of PlanFaults(plans, big), naming phase.
-func ReportFaults(tb testing.TB, phase string, plans []Plan, big map[string]bool) {
+// ReportFaults fails tb with each of PlanFaults(plans, big), naming phase, and
+// returns whether there were none.
+func ReportFaults(tb testing.TB, phase string, plans []Plan, big map[string]bool) bool {
 	tb.Helper()
-	for _, f := range PlanFaults(plans, big) {
+	faults := PlanFaults(plans, big)
+	for _, f := range faults {
 		tb.Errorf("%s: %s", phase, f)
 	}
+	return len(faults) == 0
 }
 
 // Unparsed returns the messages that looked like plans but did not parse: a test
@@ -115,15 +138,14 @@ func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
 	return pool
 }
 
-// PlanGuard opens what a plan guard needs on the test server (DSN): a pool of conns
-// sessions whose plans log collects (ExplainedPool), and a plain pool for the test's
+// PlanGuard opens what a plan guard needs on the schema of dsn: a pool of one
+// session whose plans log collects (ExplainedPool), and a plain pool for the test's
 // own statements (loads, making rows due), which are no path under test and whose
 // plans would be noise. Both close when tb ends.
-func PlanGuard(tb testing.TB, conns int) (log *PlanLog, explained, plain *sql.DB) {
+func PlanGuard(tb testing.TB, dsn string) (log *PlanLog, explained, plain *sql.DB) {
 	tb.Helper()
-	dsn := DSN(tb)
 	log = &PlanLog{}
-	explained = ExplainedPool(tb, dsn, log, conns)
+	explained = ExplainedPool(tb, dsn, log, 1)
 	plain, err := sql.Open("postgres", dsn)
 	if err != nil {
 		tb.Fatalf("pgtest: open a plain pool: %v", redact(err))

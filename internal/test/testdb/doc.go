@@ -28,7 +28,7 @@
 // What the suites and benchmarks share beside their databases is here too: [Block],
 // the RFC's chained block they store, and [BlocksSchema], its tables, written once
 // for every dialect with the column types of [Backend.Types]; [Column] reads a
-// query's one column; [RunCollector] runs a collector in the background and keeps
-// what its passes said; [PlanGuard] opens a PostgreSQL database whose plans a test
-// checks (pgtest.PlanFaults).
+// query's one column and [RunCollector] runs a collector in the background and keeps
+// what its passes said. A plan guard is refsettest's (refsettest.PlanGuard), as a
+// user's tests have it.
 package testdb
