@@ -37,6 +37,13 @@
 // workload on tables as large as in service, before and after ANALYZE and after they
 // grew past their statistics: examples/custody/tokens does so for its payments.
 //
+// # Processes
+//
+// A service that runs as several replicas on one database is tested best as several
+// processes, each with its own pool, as in service. [Process] starts the test binary
+// again in a role the package's TestMain names with [Main]; custody's
+// TestTwoReplicaProcesses runs two replicas that pay against one PostgreSQL this way.
+//
 // # Assertions
 //
 // [AssertClean], [AssertHeldBy] and [AssertGone] check what a [cleanup.Collector]

@@ -8,27 +8,25 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/refsettest"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-const (
-	replicaEnvDSN     = "REFSET_TEST_CUSTODY_DSN"
-	replicaEnvSeconds = "REFSET_TEST_CUSTODY_SECONDS"
-	replicaEnvID      = "REFSET_TEST_CUSTODY_ID"
-)
-
 func TestMain(m *testing.M) {
-	if dsn := os.Getenv(replicaEnvDSN); dsn != "" {
-		os.Exit(replicaProcess(dsn))
-	}
-	os.Exit(m.Run())
+	refsettest.Main(m, map[string]func(arg string) int{"replica": replicaProcess})
+}
+
+// replicaConfig is what a replica process is told, as JSON.
+type replicaConfig struct {
+	DSN      string
+	Duration time.Duration
+	ID       string
 }
 
 // replicaResult is what a replica process reports.
@@ -41,11 +39,15 @@ var processOwners = []string{"ann", "ben", "cat", "dan", "eve"}
 
 // replicaProcess pays between random owners until its time is up, with four
 // goroutines sharing one connection pool, and prints what it did.
-func replicaProcess(dsn string) int {
-	seconds, _ := strconv.ParseFloat(os.Getenv(replicaEnvSeconds), 64)
-	id := os.Getenv(replicaEnvID)
+func replicaProcess(arg string) int {
+	var config replicaConfig
+	if err := json.Unmarshal([]byte(arg), &config); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	id := config.ID
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: 8})
+	db, err := postgres.Open(ctx, config.DSN, postgres.Options{MaxConns: 8})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -56,7 +58,7 @@ func replicaProcess(dsn string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	deadline := time.Now().Add(time.Duration(seconds * float64(time.Second)))
+	deadline := time.Now().Add(config.Duration)
 	results := make(chan replicaResult, 4)
 	for w := range 4 {
 		go func() {
@@ -118,9 +120,9 @@ func TestTwoReplicaProcesses(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []*strings.Builder
 	for p := range 2 {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), replicaEnvDSN+"="+dsn, replicaEnvSeconds+"="+strconv.FormatFloat(duration.Seconds(), 'f', 3, 64),
-			replicaEnvID+"="+fmt.Sprintf("p%d", p))
+		config, err := json.Marshal(replicaConfig{DSN: dsn, Duration: duration, ID: fmt.Sprintf("p%d", p)})
+		require.NoError(t, err)
+		cmd := refsettest.Process(t.Context(), "replica", string(config))
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
 		require.NoError(t, cmd.Start())
