@@ -108,3 +108,27 @@ func TestPlanFaultsOnServer(t *testing.T) {
 		t.Errorf("plans that did not parse: %q", bad)
 	}
 }
+
+// Nodes lists a tree root first, subplans included, with each node's rows summed over
+// its loops (EXPLAIN gives them per loop), and a node never run as none.
+func TestPlanNodes(t *testing.T) {
+	p := Plan{Tree: json.RawMessage(`{"Node Type": "Nested Loop", "Actual Rows": 600, "Actual Loops": 1, "Plans": [
+		{"Node Type": "Seq Scan", "Relation Name": "heads", "Actual Rows": 200, "Actual Loops": 1},
+		{"Node Type": "Index Scan", "Relation Name": "blocks", "Actual Rows": 3, "Actual Loops": 200},
+		{"Node Type": "LockRows", "Parent Relationship": "SubPlan", "Actual Rows": 0, "Actual Loops": 0}]}`)}
+	want := []PlanNode{
+		{Type: "Nested Loop", Rows: 600},
+		{Type: "Seq Scan", Relation: "heads", Rows: 200},
+		{Type: "Index Scan", Relation: "blocks", Rows: 600},
+		{Type: "LockRows"},
+	}
+	got := p.Nodes()
+	if len(got) != len(want) {
+		t.Fatalf("Nodes() = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("node %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
