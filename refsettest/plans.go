@@ -38,6 +38,11 @@ type PlanLog = pgtest.PlanLog
 //
 // What a plan should not do depends on the tables: [AssertPlans] checks the faults
 // whose cost grows with a big table rather than with the work.
+//
+//	log, db, plain := refsettest.PlanGuard(t)
+//	// ... create and fill the tables through plain, as large as in service ...
+//	plans := log.PlansOf(t, func() { balance(ctx, db, "whale") })
+//	refsettest.AssertPlans(t, "balance", plans, "tokens", "token_owners")
 func PlanGuard(tb testing.TB) (log *PlanLog, db *postgres.DB, plain *sql.DB) {
 	tb.Helper()
 	log, explained, plain := pgtest.PlanGuard(tb, PostgresDSN(tb))
@@ -55,10 +60,15 @@ func PlanGuard(tb testing.TB) (log *PlanLog, db *postgres.DB, plain *sql.DB) {
 // table named in big, a sequential scan (but one a Limit stops, which reads no more
 // rows than it returns), an index read from end to end, a scan that discarded more
 // than 10,000 rows over its loops, or one that read many more pages than its rows and
-// loops need. Each costs in proportion to the table, not to the work. It returns
-// whether it found none.
+// loops need. Each costs in proportion to the table, not to the work. No plans at all
+// is a failure too: a guard that saw nothing checked nothing. It returns whether it
+// found no fault.
 func AssertPlans(tb testing.TB, phase string, plans []Plan, big ...string) bool {
 	tb.Helper()
+	if len(plans) == 0 {
+		tb.Errorf("%s: no plans to check", phase)
+		return false
+	}
 	tables := make(map[string]bool, len(big))
 	for _, t := range big {
 		tables[t] = true

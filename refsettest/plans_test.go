@@ -49,6 +49,9 @@ func TestPlanGuard(t *testing.T) {
 	require.Len(t, rec.errors, 1, "one fault, reported once: %q", rec.errors)
 	assert.True(t, strings.HasPrefix(rec.errors[0], "whole: sequential scan of notes: SELECT sum(n) FROM notes WHERE n > above"), rec.errors[0])
 
+	rec, _ = run(t, func(tb testing.TB) { assert.False(t, refsettest.AssertPlans(tb, "none", nil, "notes")) })
+	assert.Equal(t, []string{"none: no plans to check"}, rec.errors)
+
 	// plain's statements are not logged: a guard that saw no plan checked nothing.
 	rec, returned = run(t, func(tb testing.TB) {
 		log.PlansOf(tb, func() {
