@@ -33,6 +33,11 @@ type PlanLog = pgtest.PlanLog
 // stops logging with `SET auto_explain.log_min_duration = -1` and starts again with
 // `= 0` (a bulk load through db logs every row's statements otherwise).
 //
+// The database is one session, as a long-lived service's connection is, so that the
+// plans one phase of a test caches (a prepared statement's, a function's) meet the
+// next; a workload that holds the connection while it asks for another (a read on db
+// outside a unit of work it has open on db) waits for itself.
+//
 // Loading auto_explain takes a superuser, as the role of [EnvPostgres] is on a
 // throwaway server. Without the variable PlanGuard skips tb, or fails it when CI=true.
 //
