@@ -1,15 +1,29 @@
 package refsettest
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
 )
+
+// assertTimeout bounds what one assertion asks the database: one that does not
+// answer fails the assertion instead of hanging the test (or its cleanup).
+const assertTimeout = time.Minute
+
+// assertContext is what an assertion asks the database with. Not tb.Context()
+// itself: a test checks what its own deferred work left from a t.Cleanup, and
+// tb.Context() is cancelled before cleanups run. assertTimeout bounds it instead.
+func assertContext(tb testing.TB) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(tb.Context()), assertTimeout)
+}
 
 // AssertClean checks that c.Check finds the set healthy: no leaked object (one no
 // root reaches, which Collect would never delete) and no dangling reference. The
@@ -17,7 +31,9 @@ import (
 // failure.
 func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
 	tb.Helper()
-	r, err := c.Check(tb.Context())
+	ctx, cancel := assertContext(tb)
+	defer cancel()
+	r, err := c.Check(ctx)
 	if err != nil {
 		tb.Errorf("refsettest: AssertClean: check: %v", err)
 		return false
@@ -35,10 +51,12 @@ func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
 //
 // A want names one row, written as "table.column" (any one row of that table that
 // references id through that column) or as Why's Holder prints it, "table.column
-// (key)", the key as Why renders it: "block_id='b1'" on text, "id=7" on a number;
-// a failure prints the holders found in that form. On Postgres, where Why names
-// tables with their schema, a want's table without a schema matches the table of
-// that name in any schema, so the same wants serve both stores. Two rows of one
+// (key)", the key's values as SQL literals: "block_id='b1'" on text, "id=7" on a
+// number; a failure prints the holders found in that form. A value matches quoted
+// or not, since the stores render them apart (PostgreSQL quotes every value, "id='7'",
+// SQLite text only), but must be the same text: "id=7" is not "id=07". On Postgres,
+// where Why names tables with their schema, a want's table without a schema matches
+// the table of that name in any schema, so the same wants serve both stores. Two rows of one
 // table are two wants. Why lists at most five rows per referencing table, so a
 // want of more than five rows of one table cannot be met.
 //
@@ -46,7 +64,9 @@ func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
 // It reports false after a failure.
 func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) bool {
 	tb.Helper()
-	holders, err := c.Why(tb.Context(), id)
+	ctx, cancel := assertContext(tb)
+	defer cancel()
+	holders, err := c.Why(ctx, id)
 	if err != nil {
 		tb.Errorf("refsettest: AssertHeldBy(%v): why: %v", id, err)
 		return false
@@ -81,7 +101,9 @@ func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) b
 // reports false after a failure.
 func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
 	tb.Helper()
-	holders, err := c.Why(tb.Context(), id)
+	ctx, cancel := assertContext(tb)
+	defer cancel()
+	holders, err := c.Why(ctx, id)
 	switch {
 	case errors.Is(err, refset.ErrNotFound):
 		return true
@@ -129,7 +151,7 @@ func parseHeldBy(s string) (heldBy, error) {
 
 // matches reports whether the row h is one w names.
 func (w heldBy) matches(h cleanup.Holder) bool {
-	if h.Column != w.column || (!w.anyKey && h.Key != w.key) {
+	if h.Column != w.column || (!w.anyKey && !sameKey(w.key, h.Key)) {
 		return false
 	}
 	t, err := sqlident.Parse(h.Table, true)
@@ -137,6 +159,83 @@ func (w heldBy) matches(h cleanup.Holder) bool {
 		return h.Table == w.table && w.schema == ""
 	}
 	return t.Name == w.table && (w.schema == "" || w.schema == t.Schema)
+}
+
+// sameKey reports whether want, a key as a test writes it, names the row whose key
+// Why rendered as got: "col=value, ..." with the same columns in the same order and
+// each value the same once unquoted (a doubled quote inside read as one), so a test
+// writes a key once for both stores. NULL unquoted is no text at all: it is not
+// 'NULL'. A key that does not read as column=value pairs must be got exactly.
+func sameKey(want, got string) bool {
+	w, okW := keyParts(want)
+	g, okG := keyParts(got)
+	if !okW || !okG {
+		return want == got
+	}
+	return slices.Equal(w, g)
+}
+
+// keyPart is one column=value of a row's key, its value unquoted.
+type keyPart struct {
+	column, value string
+	null          bool
+}
+
+// keyParts reads key, "col=value, col=value", each value an SQL literal: 'quoted'
+// (a quote in it doubled) or bare (a number, NULL). It reports false for anything
+// else.
+func keyParts(key string) ([]keyPart, bool) {
+	var parts []keyPart
+	rest := key
+	for {
+		col, after, ok := strings.Cut(rest, "=")
+		if !ok || col == "" {
+			return nil, false
+		}
+		p := keyPart{column: col}
+		var tail string
+		if quoted, ok := strings.CutPrefix(after, "'"); ok {
+			if p.value, tail, ok = cutQuoted(quoted); !ok {
+				return nil, false
+			}
+		} else {
+			p.value, tail = after, ""
+			if end := strings.Index(after, ", "); end >= 0 {
+				p.value, tail = after[:end], after[end:]
+			}
+			if p.value == "" || strings.Contains(p.value, "'") {
+				return nil, false
+			}
+			p.null = p.value == "NULL"
+		}
+		parts = append(parts, p)
+		if tail == "" {
+			return parts, true
+		}
+		if rest, ok = strings.CutPrefix(tail, ", "); !ok || rest == "" {
+			return nil, false
+		}
+	}
+}
+
+// cutQuoted reads the rest of a quoted literal, s being what follows its opening
+// quote: it returns the literal's text, with each doubled quote made one, and what
+// follows its closing quote.
+func cutQuoted(s string) (text, rest string, ok bool) {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\'' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '\'' {
+			b.WriteByte('\'')
+			i++
+			continue
+		}
+		return b.String(), s[i+1:], true
+	}
+	return "", "", false
 }
 
 // match pairs each want with a row of its own and returns the wants left without

@@ -105,6 +105,16 @@ func TestAssertions(t *testing.T) {
 					}
 				})
 			}
+			// A test checks what its own deferred work left from a t.Cleanup, where
+			// tb.Context() is cancelled: each assertion that passes above passes there
+			// too. (Registered after the world's database, so it runs before its Close.)
+			t.Cleanup(func() {
+				for _, tc := range tests {
+					if tc.wantMsg == nil && !tc.assert(t) {
+						t.Errorf("%s: failed when run from a t.Cleanup", tc.name)
+					}
+				}
+			})
 		})
 	}
 }
@@ -131,6 +141,34 @@ func TestAssertCleanFindsLeak(t *testing.T) {
 			require.Len(t, rec.errors, 1)
 			require.Contains(t, rec.errors[0], "AssertClean: the set is not clean: 1 leaked, 0 dangling")
 			require.Contains(t, rec.errors[0], "leaked 'lost'")
+		})
+	}
+}
+
+// AssertHeldBy's documentation names a row by its key as "block_id='b1'" on text and
+// "id=7" on a number; those wants, verbatim, hold on every store, though PostgreSQL
+// renders every value quoted (id='7') and SQLite a number bare (id=7).
+func TestAssertHeldByDocumentedKeys(t *testing.T) {
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			w := st.open(t)
+			exec(t, w.db, `CREATE TABLE payments (id INTEGER PRIMARY KEY, block_id TEXT NOT NULL REFERENCES blocks (id))`)
+			exec(t, w.db, `CREATE INDEX payments_block ON payments (block_id)`)
+			w.add(t, "b1", "", refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1))
+			w.add(t, "paid", "", refset.Exec[string](`INSERT INTO payments (id, block_id) VALUES (7, ?)`, 1))
+
+			require.True(t, refsettest.AssertHeldBy(t, w.collector, "b1", "chain_heads.block_id (block_id='b1')"))
+			require.True(t, refsettest.AssertHeldBy(t, w.collector, "paid", "payments.block_id (id=7)"))
+			// The key as the failure prints it, pasted back, holds too.
+			require.True(t, refsettest.AssertHeldBy(t, w.collector, "paid", "payments.block_id (id='7')"))
+
+			// Another value is another row: quoting must not make keys alike.
+			for _, want := range []string{"payments.block_id (id=8)", "payments.block_id (id='8')", "payments.block_id (id=07)", "payments.block_id (id='7 ')"} {
+				rec, _ := run(t, func(tb testing.TB) { refsettest.AssertHeldBy(tb, w.collector, "paid", want) })
+				require.Len(t, rec.errors, 1, "want %s", want)
+				require.Contains(t, rec.errors[0], `missing: "`+want+`"`)
+			}
 		})
 	}
 }

@@ -3,11 +3,14 @@ package refsettest_test
 import (
 	"context"
 	"database/sql"
+	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/lib/pq"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/refsetdb/refset/refset"
@@ -134,4 +137,80 @@ func TestPostgresDSN(t *testing.T) {
 	var left int
 	require.NoError(t, admin.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&left))
 	require.Zero(t, left, "schema dropped when the test ended")
+}
+
+// A test that leaves a transaction open on its schema (a Tx never committed, a
+// connection never closed) must not stall at its end and leave the schema behind:
+// the cleanup ends the sessions that hold the schema, fails the test naming each (its
+// pid, application, state and query, so its author finds the leak), and drops the
+// schema all the same. That holds for a pool the test opened on PostgresDSN and for
+// Postgres's own database.
+func TestLeakedTransaction(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// leak opens a transaction on a schema of tb's that it never ends, under
+		// the application name leaky, and returns the schema.
+		leak func(t *testing.T, tb testing.TB) string
+	}{
+		{"PostgresDSN", func(t *testing.T, tb testing.TB) string {
+			u, err := url.Parse(refsettest.PostgresDSN(tb))
+			require.NoError(t, err)
+			q := u.Query()
+			q.Set("application_name", "leaky")
+			u.RawQuery = q.Encode()
+			db, err := sql.Open("postgres", u.String())
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() }) // the outer test's: after the drop
+			// Not t.Context(): database/sql rolls a transaction back when its context ends.
+			tx, err := db.BeginTx(context.Background(), nil)
+			require.NoError(t, err)
+			var schema string
+			require.NoError(t, tx.QueryRowContext(t.Context(), `SELECT current_schema()`).Scan(&schema))
+			_, err = tx.ExecContext(t.Context(), `CREATE TABLE leaked (id TEXT PRIMARY KEY)`)
+			require.NoError(t, err)
+			_, err = tx.ExecContext(t.Context(), `INSERT INTO leaked VALUES ('x')`)
+			require.NoError(t, err)
+			return schema
+		}},
+		{"Postgres", func(t *testing.T, tb testing.TB) string {
+			db := refsettest.Postgres(tb, postgres.Options{})
+			exec(t, db, `CREATE TABLE leaked (id TEXT PRIMARY KEY)`)
+			_, err := db.Pool().ExecContext(t.Context(), `SET application_name = leaky`)
+			require.NoError(t, err)
+			db.Pool().SetMaxOpenConns(1) // the one session, so the SET above is the Tx's
+			tx, err := db.Begin(context.Background())
+			require.NoError(t, err)
+			var schema string
+			require.NoError(t, tx.QueryRowContext(t.Context(), `SELECT current_schema()`).Scan(&schema))
+			_, err = tx.ExecContext(t.Context(), `INSERT INTO leaked VALUES ('x')`)
+			require.NoError(t, err)
+			return schema
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var rec *recorder
+			var schema string
+			start := time.Now()
+			t.Run("inner", func(t *testing.T) {
+				rec, _ = run(t, func(tb testing.TB) { schema = tc.leak(t, tb) })
+			})
+			if schema == "" {
+				t.Fatalf("no schema: %q", rec.errors) // or skipped, outside CI
+			}
+			took := time.Since(start)
+
+			assert.Less(t, took, 10*time.Second, "the cleanup waited for the leaked transaction")
+			require.Len(t, rec.errors, 1, "%q", rec.errors)
+			for _, want := range []string{schema, "pid ", `application "leaky"`, `state "idle in transaction"`, `INSERT INTO leaked`, "Terminated so the schema could be dropped"} {
+				assert.Contains(t, rec.errors[0], want)
+			}
+			admin, err := sql.Open("postgres", os.Getenv(refsettest.EnvPostgres))
+			require.NoError(t, err)
+			defer admin.Close()
+			var left int
+			require.NoError(t, admin.QueryRowContext(t.Context(), `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&left))
+			assert.Zero(t, left, "schema %s dropped all the same", schema)
+		})
+	}
 }

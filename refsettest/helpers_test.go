@@ -79,11 +79,13 @@ func createTables(t *testing.T, db refset.Database) {
 	}
 }
 
-// exec runs one statement of the test's own in a transaction.
+// exec runs one statement of the test's own in a transaction. It works in a
+// cleanup too, where t.Context() is already cancelled.
 func exec(t *testing.T, db refset.Database, query string) {
 	t.Helper()
-	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
-		_, err := tx.ExecContext(t.Context(), query)
+	ctx := context.WithoutCancel(t.Context())
+	require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, query)
 		return err
 	}))
 }

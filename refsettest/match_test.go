@@ -76,3 +76,36 @@ func TestParseHeldBy(t *testing.T) {
 		})
 	}
 }
+
+// A key matches whether its values are quoted or not, as the stores render them
+// apart, but only the same values of the same columns.
+func TestSameKey(t *testing.T) {
+	for _, tc := range []struct {
+		want, got string
+		same      bool
+	}{
+		{"id=7", "id='7'", true},
+		{"id='7'", "id=7", true},
+		{"id=7", "id=7", true},
+		{"block_id='b1'", "block_id='b1'", true},
+		{"block_id=b1", "block_id='b1'", true},
+		{"a=1, b='x, y'", "a='1', b='x, y'", true},
+		{"name='it''s'", "name='it''s'", true},
+		{"k=NULL", "k=NULL", true},
+		{"row='(0,1)'", "row='(0,1)'", true},
+		{"id=7", "id='07'", false},
+		{"id=7", "id='7 '", false},
+		{"id=7", "ID='7'", false},
+		{"a=1, b=2", "b=2, a=1", false},
+		{"a=1", "a=1, b=2", false},
+		{"k=NULL", "k='NULL'", false},
+		{"name='it''s'", "name='its'", false},
+		{"id='7", "id='7'", false}, // not a key: compared as written
+		{"id=", "id=''", false},
+	} {
+		t.Run(tc.want+" "+tc.got, func(t *testing.T) {
+			require.Equal(t, tc.same, sameKey(tc.want, tc.got))
+			require.Equal(t, tc.same, sameKey(tc.got, tc.want), "symmetric")
+		})
+	}
+}

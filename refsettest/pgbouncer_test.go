@@ -3,6 +3,7 @@ package refsettest_test
 import (
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,6 +30,7 @@ func TestPgBouncerDSN(t *testing.T) {
 		}
 		var schema string
 		require.NoError(t, dbs[0].Pool().GetContext(t.Context(), &schema, `SELECT current_schema()`))
+		require.True(t, strings.HasPrefix(schema, refsettest.SchemaPrefix), "schema %s", schema)
 		schemas = append(schemas, schema)
 		exec(t, dbs[0], `CREATE TABLE t (id TEXT PRIMARY KEY)`)
 		exec(t, dbs[0], `INSERT INTO t (id) VALUES ('`+schema+`')`)
@@ -65,6 +67,23 @@ func TestPgBouncerDSNWithoutPooler(t *testing.T) {
 			require.Equal(t, !tc.wantSkip, rec.fatal, "failed")
 			require.Len(t, rec.errors, 1)
 			require.Contains(t, rec.errors[0], refsettest.EnvPgBouncer+" is not set")
+		})
+	}
+}
+
+// A PgBouncer that does not answer, named on purpose, fails the test at once, saying
+// which, as a server that does not answer does: it is no reason to skip.
+func TestPgBouncerDSNDeadPooler(t *testing.T) {
+	for _, ci := range []string{"", "true"} {
+		t.Run("CI="+ci, func(t *testing.T) {
+			t.Setenv("CI", ci)
+			// Port 1 on loopback refuses at once.
+			t.Setenv(refsettest.EnvPgBouncer, "postgres://postgres@127.0.0.1:1/refset_test?sslmode=disable")
+			rec, returned := run(t, func(tb testing.TB) { refsettest.PgBouncerDSN(tb) })
+			require.False(t, returned, "PgBouncerDSN returned a DSN")
+			require.True(t, rec.fatal, "failed: %q", rec.errors)
+			require.Len(t, rec.errors, 1)
+			require.Contains(t, rec.errors[0], "cannot reach the PgBouncer in "+refsettest.EnvPgBouncer)
 		})
 	}
 }

@@ -51,7 +51,9 @@ type PlanLog = pgtest.PlanLog
 func PlanGuard(tb testing.TB) (log *PlanLog, db *postgres.DB, plain *sql.DB) {
 	tb.Helper()
 	log, explained, plain := pgtest.PlanGuard(tb, PostgresDSN(tb))
-	db, err := postgres.New(tb.Context(), explained, postgres.Options{})
+	ctx, cancel := setupContext(tb)
+	defer cancel()
+	db, err := postgres.New(ctx, explained, postgres.Options{})
 	if err != nil {
 		tb.Fatalf("refsettest: open the explained session (auto_explain needs a superuser): %v", err)
 	}
@@ -68,6 +70,15 @@ func PlanGuard(tb testing.TB) (log *PlanLog, db *postgres.DB, plain *sql.DB) {
 // loops need. Each costs in proportion to the table, not to the work. No plans at all
 // is a failure too: a guard that saw nothing checked nothing. It returns whether it
 // found no fault.
+//
+// big names tables as SQL does: a bare name folds to lower case (Tokens is tokens), a
+// "quoted" one keeps its case, "ledger.tokens" is that schema's table only, and a
+// partition of a partitioned table named big is big too (with plans from
+// [PlanLog.PlansOf], which asks the catalog). A name that is not a table's name
+// fails, and so does one that no plan reads and that names no table of the database
+// either (a misspelt name would otherwise pass, having checked nothing); the failure
+// lists the tables the plans read. A big table that this workload does not read is no
+// failure, so one list of a program's big tables serves all its workloads.
 func AssertPlans(tb testing.TB, phase string, plans []Plan, big ...string) bool {
 	tb.Helper()
 	if len(plans) == 0 {

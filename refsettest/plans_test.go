@@ -63,3 +63,79 @@ func TestPlanGuard(t *testing.T) {
 	assert.True(t, rec.fatal, "PlansOf of a workload that ran nothing on db: %q", rec.errors)
 	assert.Empty(t, log.Unparsed())
 }
+
+// AssertPlans reads the names in big as PostgreSQL reads a table's name in SQL:
+// unquoted ones fold to lower case, quoted ones keep theirs, a schema qualifies one,
+// and a partition is read as its partitioned table. A name no plan reads that names
+// no table either (a typo, a case PostgreSQL folds, another schema) is a failure,
+// not a pass: it checked nothing. A big table this workload does not read passes.
+func TestAssertPlansNames(t *testing.T) {
+	ctx := t.Context()
+	log, db, plain := refsettest.PlanGuard(t)
+	for _, q := range []string{
+		`CREATE TABLE notes (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
+		`INSERT INTO notes SELECT 'n-' || i, i FROM generate_series(1, 20000) i`,
+		`CREATE TABLE "Ledger" (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
+		`INSERT INTO "Ledger" SELECT 'l-' || i, i FROM generate_series(1, 20000) i`,
+		`CREATE TABLE events (id BIGINT NOT NULL, n BIGINT NOT NULL) PARTITION BY RANGE (id)`,
+		`CREATE TABLE events_low PARTITION OF events FOR VALUES FROM (0) TO (10000)`,
+		`CREATE TABLE events_high PARTITION OF events FOR VALUES FROM (10000) TO (MAXVALUE)`,
+		`INSERT INTO events SELECT i, i FROM generate_series(1, 20000) i`,
+		`CREATE TABLE quiet (id TEXT PRIMARY KEY)`,
+		`ANALYZE notes`, `ANALYZE "Ledger"`, `ANALYZE events`,
+	} {
+		_, err := plain.ExecContext(ctx, q)
+		require.NoError(t, err, q)
+	}
+	var schema string
+	require.NoError(t, plain.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
+	pool := db.Pool().DB
+	// Each statement reads its table whole: a fault on any table named big.
+	plans := log.PlansOf(t, func() {
+		for _, q := range []string{`SELECT sum(n) FROM notes WHERE n > 0`, `SELECT sum(n) FROM "Ledger" WHERE n > 0`, `SELECT sum(n) FROM events WHERE n > 0`} {
+			var sum float64
+			require.NoError(t, pool.QueryRowContext(ctx, q).Scan(&sum), q)
+		}
+	})
+
+	for _, tc := range []struct {
+		big  string
+		want string // the start of the first failure; "" to pass
+	}{
+		{"notes", "names: sequential scan of notes:"},
+		{"NOTES", "names: sequential scan of notes:"},
+		{`"notes"`, "names: sequential scan of notes:"},
+		{schema + ".notes", "names: sequential scan of notes:"},
+		{`"` + schema + `"."notes"`, "names: sequential scan of notes:"},
+		{`"Ledger"`, "names: sequential scan of Ledger:"},
+		{"events", "names: sequential scan of events_"},
+		{"events_low", "names: sequential scan of events_low"},
+		// A big table of the program that this workload does not read.
+		{"quiet", ""},
+		{schema + ".quiet", ""},
+		// No plan reads these, and no table has their name: a typo, a name
+		// PostgreSQL folds, another schema.
+		{"notse", `names: big table "notse" names no table of the database, and no plan reads it`},
+		{"Ledger", `names: big table "Ledger" names no table of the database, and no plan reads it`},
+		{`"Notes"`, `names: big table "\"Notes\"" names no table of the database, and no plan reads it`},
+		{"public.notes", `names: big table "public.notes" names no table of the database, and no plan reads it`},
+		// Not a name at all.
+		{"notes;", `names: big table "notes;" is not a table's name`},
+		{`"notes`, `names: big table "\"notes" is not a table's name`},
+		{"a.b.notes", `names: big table "a.b.notes" is not a table's name`},
+	} {
+		t.Run(tc.big, func(t *testing.T) {
+			var ok bool
+			rec, returned := run(t, func(tb testing.TB) { ok = refsettest.AssertPlans(tb, "names", plans, tc.big) })
+			require.True(t, returned)
+			if tc.want == "" {
+				assert.True(t, ok)
+				assert.Empty(t, rec.errors)
+				return
+			}
+			require.False(t, ok, "AssertPlans passed")
+			require.NotEmpty(t, rec.errors)
+			assert.True(t, strings.HasPrefix(rec.errors[0], tc.want), "first failure: %q", rec.errors[0])
+		})
+	}
+}

@@ -27,6 +27,12 @@ func Main(m *testing.M, roles map[string]func(arg string) int) {
 // [Main]. The process inherits the test's environment and is killed when ctx is done
 // first, as with [exec.CommandContext]; it runs none of the package's tests. Start it
 // and Wait for it as any command; what it prints to standard output is its report.
+//
+// The package's TestMain must call Main. In a binary whose TestMain does not (the
+// package has none, or it runs m.Run itself), the process fails: it exits 2, saying
+// on standard error that TestMain must call refsettest.Main, rather than run no
+// test, print PASS and exit 0 as if its role had done its work. (It is started
+// with -test.parallel=0, a flag Main never reads and m.Run refuses.)
 func Process(ctx context.Context, role, arg string) *exec.Cmd {
-	return child.Command(ctx, role, arg)
+	return child.CommandFor(ctx, "refsettest.Main", role, arg)
 }

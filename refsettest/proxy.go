@@ -8,11 +8,36 @@ import (
 
 // Proxy stands between a test and its PostgreSQL server, passing everything through
 // until armed to lose a connection at the moment a crash or a failover would hurt
-// most: CutCommitReply (the transaction commits, its client hears only the loss),
-// CutReplyTo (a statement that commits on its own runs to its end, its client hears
-// only the loss), CutAfterCommitSent and CutAfterSent (the server runs the statement
-// with no client left to tell), Refuse (no server to reach). With it a test checks what its code
-// does with refset.ErrUnavailable and refset.ErrCommitUnknown on a real server.
+// most. With it a test checks what its code does with refset.ErrUnavailable and
+// refset.ErrCommitUnknown on a real server. Each Cut method arms it for one
+// statement, on whichever connection runs it first; arming again replaces an arming
+// no statement took yet.
+//
+//   - CutCommitReply(): the next COMMIT commits, and its client hears only the
+//     connection's loss, never the answer.
+//   - CutAfterCommitSent(): the next COMMIT's client is cut off just before the
+//     COMMIT goes on to the server, which runs it with no client left to tell.
+//   - CutReplyTo(needle): the next statement that holds needle runs to its end (one
+//     outside a transaction commits), and its client hears only the loss.
+//   - CutAfterSent(needle): the next statement that holds needle has its client cut
+//     off just before it goes on to the server, which runs it with no client left to
+//     tell.
+//   - DropCancels(): cancel requests are dropped, so a statement cut off is left to
+//     run (pgx sends one after it lost a connection mid-statement).
+//   - Refuse(true): new connections are refused, no server to reach, until
+//     Refuse(false).
+//   - ReadyForQuery(): the round trips the server has answered, on all connections.
+//
+// A COMMIT is a statement that is COMMIT or END alone (with WORK or TRANSACTION or
+// not, in any case, a semicolon after it or not): one that only names a commit, in a
+// table's name, a string or an argument, is not. A statement holds needle, in any
+// case, in its SQL text (a simple query's whole text) or in one of the arguments it
+// runs with. Either is matched where a connection runs it: a simple query, or the run
+// of a prepared statement, prepared then or earlier on that connection (as pgx's
+// statement cache and database/sql's Stmt do), never its preparing alone. The cut
+// comes at the end of the statement's round trip: the simple query, or the Sync that
+// follows the statement (alone, or in a batch); CutReplyTo and CutCommitReply pass
+// the answers to statements before it in that round trip.
 type Proxy = pgtest.Proxy
 
 // PostgresProxy starts a Proxy to the server of dsn (say, [PostgresDSN]'s) and

@@ -67,12 +67,13 @@ func TestRoleRuns(t *testing.T) {
 	}
 }
 
-// The child is started with the flags that run no test and no benchmark, so a binary
-// whose TestMain forgot Main runs nothing rather than its tests (and their children).
+// The child is started with the flags that run no test and no benchmark, and that
+// m.Run refuses, so a binary whose TestMain forgot Main fails rather than run its
+// tests (and their children) or pass having run nothing.
 func TestChildRunsNoTest(t *testing.T) {
 	out, err := child.Command(t.Context(), "args", "").Output()
 	require.NoError(t, err)
-	assert.Equal(t, "-test.run=^$\n-test.bench=^$\n", string(out))
+	assert.Equal(t, "-test.run=^$\n-test.bench=^$\n-test.parallel=0\n", string(out))
 }
 
 // The process exits with the code its role returned.

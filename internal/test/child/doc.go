@@ -20,7 +20,10 @@
 // and returns the process's exit code. It runs in place of the tests, with no
 // testing.T: it reports on standard output and standard error, as a program does.
 //
-// The environment tells a child its role and argument, in two variables that only
-// this package names. The package imports none of refset's, so every package's tests
-// may use it.
+// The environment tells a child its role and argument, in variables that only this
+// package names. A binary whose TestMain does not call Main (it has none, or runs
+// m.Run itself) would run no test in the child and pass; the child is started with
+// -test.parallel=0, which Main never reads and m.Run refuses, so it fails instead,
+// exiting 2 and saying TestMain must call Main. The package imports none of
+// refset's, so every package's tests may use it.
 package child

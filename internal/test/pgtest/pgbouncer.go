@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"testing"
 
@@ -37,8 +38,17 @@ const EnvPgBouncer = "REFSET_TEST_PGBOUNCER"
 //
 // If REFSET_TEST_PGBOUNCER (or REFSET_TEST_POSTGRES, which the schema and
 // role are created through) is not set, NewPooled skips tb, or fails it when
-// CI=true.
+// CI=true. If it is set but no PgBouncer answers there, as the role, NewPooled
+// always fails tb.
 func NewPooled(tb testing.TB) (dsn, schema string) {
+	tb.Helper()
+	return NewPooledPrefixed(tb, schemaPrefix)
+}
+
+// NewPooledPrefixed is [NewPooled] with a schema (and role) whose name starts with
+// prefix, for a fixture of users' tests (refsettest) whose schemas are told apart
+// from refset's own.
+func NewPooledPrefixed(tb testing.TB, prefix string) (dsn, schema string) {
 	tb.Helper()
 	base := baseDSN(tb)
 	// The pooled suites are how CI knows refset survives transaction pooling:
@@ -46,8 +56,10 @@ func NewPooled(tb testing.TB) (dsn, schema string) {
 	bouncer := envDSN(tb, EnvPgBouncer, "run make test (it starts PgBouncer when the pgbouncer package is installed)")
 
 	admin := openAdmin(tb, base, EnvDSN)
-	name := schemaPrefix + randomHex(pooledRoleBytes)
-	if err := createRole(tb.Context(), admin, name); err != nil {
+	name := prefix + randomHex(pooledRoleBytes)
+	ctx, cancel := setupContext(tb)
+	defer cancel()
+	if err := createRole(ctx, admin, prefix, name); err != nil {
 		_ = admin.Close()
 		tb.Fatalf("pgtest: %v", err)
 	}
@@ -60,14 +72,35 @@ func NewPooled(tb testing.TB) (dsn, schema string) {
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
+	pingBouncer(tb, dsn)
 	return dsn, name
+}
+
+// pingBouncer fails tb unless the PgBouncer of dsn lets the test's role in and
+// reaches the server: a variable set on purpose that names no working PgBouncer is
+// a broken setup, which must fail the test here, not later in whatever first
+// connects, nor skip it.
+func pingBouncer(tb testing.TB, dsn string) {
+	tb.Helper()
+	db, err := sql.Open("postgres", dsn)
+	if err == nil {
+		defer db.Close()
+		ctx, cancel := setupContext(tb)
+		defer cancel()
+		err = db.PingContext(ctx)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: cannot reach the PgBouncer in %s, as the test's role (it must be running, in front of the server in %s, "+
+			"and find the server's roles with auth_user and auth_query): %v", EnvPgBouncer, EnvDSN, redact(err))
+	}
 }
 
 // createRole creates role name, its schema of the same name and its
 // search_path, in one transaction: a role of this package without its schema
-// is one whose test has ended, which sweepRoles drops. It sweeps first.
-func createRole(ctx context.Context, admin *sql.DB, name string) error {
-	sweepRoles(ctx, admin)
+// is one whose test has ended, which sweepRoles drops. It sweeps the ended
+// roles named with prefix first.
+func createRole(ctx context.Context, admin *sql.DB, prefix, name string) error {
+	sweepRoles(ctx, admin, prefix)
 	tx, err := admin.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -93,47 +126,49 @@ func createRole(ctx context.Context, admin *sql.DB, name string) error {
 // and PgBouncer opens a server connection as the client's role to pass it on.
 // Were the role gone, that login would fail, the cancel request would hang, and
 // PgBouncer 1.18 crashes when its client then gives up (pgbouncer#801).
+//
+// A transaction the test left open is ended first, as for [New]'s schema (see
+// dropAtEnd): the schema is the role's name.
 func dropOwned(tb testing.TB, admin *sql.DB, name string) {
 	tb.Helper()
-	// Not tb.Context(): it is already canceled when cleanups run.
-	ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
-	defer cancel()
-	stmt := "DROP OWNED BY " + pq.QuoteIdentifier(name) + " CASCADE"
-	if err := dropRetrying(ctx, admin, stmt); err != nil {
-		tb.Errorf("pgtest: %s (is a transaction of the test still open?): %v", stmt, err)
-	}
+	dropAtEnd(tb, admin, name, "DROP OWNED BY "+pq.QuoteIdentifier(name)+" CASCADE")
 }
 
-// pooledRole matches the names NewPooled gives its roles, and only those: a test
-// may create roles of its own named after its schema (schema+"_writer"), and the
-// sweep must never take one of those from under it.
-var pooledRole = "^" + schemaPrefix + "[0-9a-f]{" + strconv.Itoa(2*pooledRoleBytes) + "}$"
+// pooledRole matches the names NewPooledPrefixed gives its roles with prefix, and
+// only those: a test may create roles of its own named after its schema
+// (schema+"_writer"), and the sweep must never take one of those from under it.
+func pooledRole(prefix string) string {
+	return "^" + regexp.QuoteMeta(prefix) + "[0-9a-f]{" + strconv.Itoa(2*pooledRoleBytes) + "}$"
+}
 
 // pooledRoleBytes is how many random bytes a pooled role's name carries.
 const pooledRoleBytes = 6
 
-// sweepRoles drops the roles of ended tests (NewPooled's roles without their
-// schema) that no session uses any more: PgBouncer has closed its idle server
-// connections for them (server_idle_timeout), so no cancel request is on its
-// way. It is best effort: a role it cannot drop now is dropped by a later sweep,
-// and roles left over when the server goes (scripts/test.sh deletes its cluster)
-// cost nothing.
-func sweepRoles(ctx context.Context, admin *sql.DB) {
-	_, _ = admin.ExecContext(ctx, `DO $$
-DECLARE r name;
-BEGIN
-	FOR r IN SELECT rolname FROM pg_roles
-		WHERE rolname ~ '`+pooledRole+`'
+// sweepRoles drops the roles of ended tests (NewPooledPrefixed's roles named with
+// prefix, without their schema) that no session uses any more: PgBouncer has
+// closed its idle server connections for them (server_idle_timeout), so no cancel
+// request is on its way. It is best effort: a role it cannot drop now (another
+// sweep's, or in use again) is dropped by a later sweep, and roles left over when
+// the server goes (scripts/test.sh deletes its cluster) cost nothing.
+func sweepRoles(ctx context.Context, admin *sql.DB, prefix string) {
+	rows, err := admin.QueryContext(ctx, `SELECT rolname FROM pg_roles
+		WHERE rolname ~ $1
 		AND NOT EXISTS (SELECT FROM pg_namespace WHERE nspname = rolname)
-		AND NOT EXISTS (SELECT FROM pg_stat_activity WHERE usename = rolname)
-	LOOP
-		BEGIN
-			EXECUTE format('DROP ROLE IF EXISTS %I', r);
-		EXCEPTION WHEN OTHERS THEN
-			NULL; -- another sweep's, or still in use: a later sweep's
-		END;
-	END LOOP;
-END $$`)
+		AND NOT EXISTS (SELECT FROM pg_stat_activity WHERE usename = rolname)`, pooledRole(prefix))
+	if err != nil {
+		return
+	}
+	var ended []string
+	for rows.Next() {
+		var r string
+		if rows.Scan(&r) == nil {
+			ended = append(ended, r)
+		}
+	}
+	_ = rows.Close()
+	for _, r := range ended {
+		_, _ = admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+pq.QuoteIdentifier(r))
+	}
 }
 
 // asUser returns dsn with its user replaced by user and no password (PgBouncer

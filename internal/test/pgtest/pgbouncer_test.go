@@ -113,7 +113,7 @@ func TestSweepDropsEndedTestsRoles(t *testing.T) {
 	// A role a running test made for itself, named after its schema, has no
 	// schema of its name and no session until the test logs in as it.
 	testsOwn := running + "_writer"
-	require.NoError(t, createRole(ctx, admin, running))
+	require.NoError(t, createRole(ctx, admin, schemaPrefix, running))
 	t.Cleanup(func() { dropOwned(t, admin, running) })
 	for _, role := range []string{ended, connected, testsOwn} {
 		_, err := admin.ExecContext(ctx, `CREATE ROLE `+pq.QuoteIdentifier(role)+` LOGIN`)
@@ -128,14 +128,14 @@ func TestSweepDropsEndedTestsRoles(t *testing.T) {
 	session := open(t, asConnected)
 	require.NoError(t, session.PingContext(ctx), "a session of %s", connected)
 
-	sweepRoles(ctx, admin)
+	sweepRoles(ctx, admin, schemaPrefix)
 	assert.True(t, exists(running), "the running test's role was dropped")
 	assert.False(t, exists(ended), "the ended test's role is still there")
 	assert.True(t, exists(connected), "the role with a session was dropped")
 	assert.True(t, exists(testsOwn), "a role a running test made for itself was dropped")
 
 	require.NoError(t, session.Close())
-	require.Eventually(t, func() bool { sweepRoles(ctx, admin); return !exists(connected) }, 10*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { sweepRoles(ctx, admin, schemaPrefix); return !exists(connected) }, 10*time.Second, 50*time.Millisecond,
 		"a later sweep drops the role once its session is gone")
 }
 

@@ -31,7 +31,8 @@ const (
 	pingTimeout = 10 * time.Second
 	// dropTimeout bounds the cleanup; a DROP blocked by a connection the
 	// test leaked should fail loudly rather than hang until go test's
-	// global timeout.
+	// global timeout. (The cleanup ends such connections first, when the
+	// role may: see dropAtEnd.)
 	dropTimeout = 30 * time.Second
 )
 
@@ -67,7 +68,7 @@ func NewPrefixed(tb testing.TB, prefix string) (dsn, schema string) {
 		tb.Fatalf("pgtest: %v", err)
 	}
 	db := openAdmin(tb, base, EnvDSN)
-	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
+	ctx, cancel := setupContext(tb)
 	defer cancel()
 	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+pq.QuoteIdentifier(schema)); err != nil {
 		_ = db.Close()
@@ -76,14 +77,16 @@ func NewPrefixed(tb testing.TB, prefix string) (dsn, schema string) {
 
 	tb.Cleanup(func() {
 		defer db.Close()
-		// Not tb.Context(): it is already canceled when cleanups run.
-		ctx, cancel := context.WithTimeout(context.Background(), dropTimeout)
-		defer cancel()
-		if err := dropRetrying(ctx, db, "DROP SCHEMA IF EXISTS "+pq.QuoteIdentifier(schema)+" CASCADE"); err != nil {
-			tb.Errorf("pgtest: drop schema %s (are connections still open?): %v", schema, err)
-		}
+		dropAtEnd(tb, db, schema, "DROP SCHEMA IF EXISTS "+pq.QuoteIdentifier(schema)+" CASCADE")
 	})
 	return dsn, schema
+}
+
+// setupContext is what a fixture sets up a test's schema with: tb's context, but
+// not cancelled with it, since a test may call a fixture from a t.Cleanup
+// (tb.Context() is cancelled before cleanups run); pingTimeout bounds it instead.
+func setupContext(tb testing.TB) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(tb.Context()), pingTimeout)
 }
 
 // baseDSN returns the server DSN from the environment (see [envDSN]).
@@ -188,7 +191,7 @@ func openAdmin(tb testing.TB, dsn, env string) *sql.DB {
 	// One connection is all the admin work needs; keeping the pool at one avoids
 	// eating into max_connections when many tests run in parallel.
 	db.SetMaxOpenConns(1)
-	ctx, cancel := context.WithTimeout(tb.Context(), pingTimeout)
+	ctx, cancel := setupContext(tb)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()

@@ -1,10 +1,13 @@
 package pgtest
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,20 @@ type Plan struct {
 	Query string          `json:"Query Text"`
 	Tree  json.RawMessage `json:"Plan"`
 	JIT   json.RawMessage `json:"JIT"`
+
+	// catalog is where the plan's tables are, when PlansOf had one to ask (a
+	// PlanGuard's log); roots are the partitioned tables of the partitions the
+	// plan reads, by partition, read there.
+	catalog *sql.DB
+	roots   map[tableName]tableName
+}
+
+// root is the partitioned table t is a partition of, or t itself.
+func (p Plan) root(t tableName) tableName {
+	if r, ok := p.roots[t]; ok {
+		return r
+	}
+	return t
 }
 
 // PlanNode is one node of a plan tree: what it does, the table it reads or writes
@@ -48,6 +65,10 @@ type PlanLog struct {
 	mu    sync.Mutex
 	plans []Plan
 	bad   []string // messages that looked like plans but did not parse
+
+	// catalog, when set, is where PlansOf asks which partitioned table each
+	// partition the plans read belongs to: a pool whose own plans are not logged.
+	catalog *sql.DB
 }
 
 func (l *PlanLog) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
@@ -75,7 +96,8 @@ func (l *PlanLog) Take() []Plan {
 }
 
 // PlansOf runs workload and returns the plans it logged, failing tb when it logged
-// none (a guard that saw no plan checked nothing).
+// none (a guard that saw no plan checked nothing). With a catalog (PlanGuard's
+// log), the plans know the partitioned table of each partition they read.
 func (l *PlanLog) PlansOf(tb testing.TB, workload func()) []Plan {
 	tb.Helper()
 	l.Take()
@@ -84,18 +106,90 @@ func (l *PlanLog) PlansOf(tb testing.TB, workload func()) []Plan {
 	if len(plans) == 0 {
 		tb.Fatal("auto_explain logged no plan")
 	}
+	if l.catalog != nil {
+		// Not tb.Context() itself: PlansOf may run in a t.Cleanup.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(tb.Context()), pingTimeout)
+		defer cancel()
+		roots, err := partitionRoots(ctx, l.catalog, plans)
+		if err != nil {
+			tb.Fatalf("pgtest: read the partitioned tables of the partitions the plans read: %v", err)
+		}
+		for i := range plans {
+			plans[i].catalog, plans[i].roots = l.catalog, roots
+		}
+	}
 	return plans
 }
 
-// ReportFaults fails tb with each of PlanFaults(plans, big), naming phase, and
-// returns whether there were none.
+// ReportFaults fails tb, each failure prefixed with phase, with each of
+// PlanFaults(plans, big), with each name of big that is no table's name, and with
+// each that names no table at all: a misspelt name (a case PostgreSQL folds, a
+// table of another schema) would otherwise pass while checking nothing. A table of
+// big that these plans do not read is no failure, since one list of a program's big
+// tables serves all its workloads; but a name no plan reads must name a table of the
+// database the plans ran on (PlanGuard's), or, for plans from elsewhere, which
+// cannot be asked, it fails. It returns whether there were none.
 func ReportFaults(tb testing.TB, phase string, plans []Plan, big map[string]bool) bool {
 	tb.Helper()
-	faults := PlanFaults(plans, big)
+	tables, bad := parseBig(big)
+	for _, b := range bad {
+		tb.Errorf("%s: %s", phase, b)
+	}
+	faults := planFaults(plans, tables)
 	for _, f := range faults {
 		tb.Errorf("%s: %s", phase, f)
 	}
-	return len(faults) == 0
+	unknown, err := unknownTables(tb, plans, tables)
+	if err != nil {
+		tb.Errorf("%s: pgtest: look up the big tables no plan reads: %v", phase, err)
+	}
+	for _, u := range unknown {
+		tb.Errorf("%s: %s", phase, u)
+	}
+	return len(bad) == 0 && len(faults) == 0 && len(unknown) == 0 && err == nil
+}
+
+// unknownTables says which of big no node of plans reads and the plans' catalog
+// does not have either (all that no plan reads, when they have no catalog), with
+// the tables the plans do read, to show the name the test meant.
+func unknownTables(tb testing.TB, plans []Plan, big bigTables) ([]string, error) {
+	read := map[string]bool{}   // big's names, as written, that a plan reads
+	tables := map[string]bool{} // every table a plan reads
+	var catalog *sql.DB
+	for _, p := range plans {
+		catalog = cmp.Or(catalog, p.catalog)
+		nodes(p.Tree, func(n map[string]any, _ bool) {
+			if t, ok := nodeTable(n); ok {
+				tables[t.String()] = true
+				for _, written := range big.matching(t, p.root(t)) {
+					read[written] = true
+				}
+			}
+		})
+	}
+	// Not tb.Context() itself: a test may check plans in a t.Cleanup.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(tb.Context()), pingTimeout)
+	defer cancel()
+	var unknown []string
+	for _, written := range slices.Sorted(maps.Keys(big)) {
+		if read[written] {
+			continue
+		}
+		why := "is read by no plan"
+		if catalog != nil {
+			found, err := tableExists(ctx, catalog, big[written])
+			if err != nil {
+				return unknown, err
+			}
+			if found {
+				continue // a big table of the program that this workload does not read
+			}
+			why = "names no table of the database, and no plan reads it"
+		}
+		unknown = append(unknown, fmt.Sprintf("big table %q %s: a misspelt name checks nothing (the plans read %s)",
+			written, why, strings.Join(slices.Sorted(maps.Keys(tables)), ", ")))
+	}
+	return unknown, nil
 }
 
 // Unparsed returns the messages that looked like plans but did not parse: a test
@@ -111,7 +205,9 @@ func (l *PlanLog) Unparsed() []string {
 // function's, a foreign key's check) included, is explained by auto_explain and its
 // plan handed to log: what the server really planned and executed, with the JIT
 // section when it compiled the statement, and the rows and pages each node read
-// (ANALYZE and BUFFERS, without timing, which would cost more than the statements). auto_explain is loaded per session, which
+// (ANALYZE and BUFFERS, without timing, which would cost more than the statements),
+// each table with its schema (VERBOSE, for PlanFaults to tell tables of one name
+// apart and PlansOf to find a partition's table). auto_explain is loaded per session, which
 // needs a superuser, as the test cluster's is. A session stops explaining with
 // `SET auto_explain.log_min_duration = -1` (a bulk load's plans would be noise).
 func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
@@ -128,6 +224,7 @@ func ExplainedPool(tb testing.TB, dsn string, log *PlanLog, conns int) *sql.DB {
 			SET auto_explain.log_analyze = on;
 			SET auto_explain.log_buffers = on;
 			SET auto_explain.log_timing = off;
+			SET auto_explain.log_verbose = on;
 			SET auto_explain.log_format = json;
 			SET client_min_messages = log`)
 		return err
@@ -151,6 +248,7 @@ func PlanGuard(tb testing.TB, dsn string) (log *PlanLog, explained, plain *sql.D
 		tb.Fatalf("pgtest: open a plain pool: %v", redact(err))
 	}
 	tb.Cleanup(func() { _ = plain.Close() })
+	log.catalog = plain
 	return log, explained, plain
 }
 
@@ -234,7 +332,18 @@ var scans = map[string]bool{"Seq Scan": true, "Index Scan": true, "Index Only Sc
 // probing a big table once per row of another), or more pages than its rows and
 // loops need (see pagesPerRow): the cost of each grows with the table, not the work. Each fault is listed once, with the statement (shortened)
 // that has it.
+//
+// big names the tables as SQL does (see parseTableName): Tokens is tokens, "Tokens"
+// keeps its case, ledger.tokens is that schema's only. A partition is big when its
+// partitioned table is (see Plan.roots). A name that is no table's name is no table
+// here: ReportFaults reports it.
 func PlanFaults(plans []Plan, big map[string]bool) []string {
+	tables, _ := parseBig(big)
+	return planFaults(plans, tables)
+}
+
+// planFaults is PlanFaults on the big tables parsed.
+func planFaults(plans []Plan, tables bigTables) []string {
 	var faults []string
 	seen := map[string]bool{}
 	add := func(f string) {
@@ -252,9 +361,13 @@ func PlanFaults(plans []Plan, big map[string]bool) []string {
 			add(fmt.Sprintf("JIT-compiled: %s (JIT %s)", q, p.JIT))
 		}
 		nodes(p.Tree, func(n map[string]any, limited bool) {
-			table := fmt.Sprint(n["Relation Name"])
-			if !big[table] {
+			t, ok := nodeTable(n)
+			if !ok || len(tables.matching(t, p.root(t))) == 0 {
 				return
+			}
+			table := t.name
+			if root := p.root(t); root != t {
+				table += " (a partition of " + root.name + ")"
 			}
 			_, filtered := n["Filter"]
 			_, cond := n["Index Cond"]

@@ -132,3 +132,49 @@ func TestPlanNodes(t *testing.T) {
 		}
 	}
 }
+
+// Names of big tables read as PostgreSQL reads a table's name, and print back in a
+// form that reads as the same table.
+func TestParseTableName(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want tableName
+		err  bool
+	}{
+		{in: "tokens", want: tableName{name: "tokens"}},
+		{in: "Tokens", want: tableName{name: "tokens"}},
+		{in: `"Tokens"`, want: tableName{name: "Tokens"}},
+		{in: `"to""kens"`, want: tableName{name: `to"kens`}},
+		{in: `"a.b"`, want: tableName{name: "a.b"}},
+		{in: "Ledger.Tokens", want: tableName{schema: "ledger", name: "tokens"}},
+		{in: `"Ledger".tokens`, want: tableName{schema: "Ledger", name: "tokens"}},
+		{in: "t$1", want: tableName{name: "t$1"}},
+		{in: "Été", want: tableName{name: "Été"}}, // only ASCII folds, as in UTF-8
+		{in: strings.Repeat("a", 70), want: tableName{name: strings.Repeat("a", 63)}},
+		{in: "", err: true},
+		{in: "a.b.c", err: true},
+		{in: "a.", err: true},
+		{in: ".a", err: true},
+		{in: "1a", err: true},
+		{in: `""`, err: true},
+		{in: `"a`, err: true},
+		{in: "a b", err: true},
+		{in: "a;", err: true},
+	} {
+		t.Run(c.in, func(t *testing.T) {
+			got, err := parseTableName(c.in)
+			if c.err {
+				if err == nil {
+					t.Fatalf("parseTableName(%q) = %+v, want an error", c.in, got)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("parseTableName(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+			}
+			if back, err := parseTableName(got.String()); err != nil || back != got {
+				t.Errorf("%+v prints as %q, which reads back as %+v, %v", got, got.String(), back, err)
+			}
+		})
+	}
+}

@@ -13,16 +13,44 @@ import (
 )
 
 // Proxy is a TCP proxy in front of the test server that loses a connection at the
-// moment a failover or a crash would hurt most: around COMMIT. It reads the
-// PostgreSQL protocol's message frames (the DSN it gives has sslmode=disable, so
-// they are in the clear) and passes everything through until armed.
+// moment a failover or a crash would hurt most: around COMMIT, or around a statement
+// that commits on its own. It reads the PostgreSQL protocol's messages (the DSN it
+// gives has sslmode=disable, so they are in the clear) and passes everything through
+// until armed. Each Cut* method arms it for one statement: the first connection to
+// run a statement that matches takes the arming, and the proxy passes everything
+// through again; arming anew replaces an arming no statement took yet.
+//
+// A statement matches when a connection runs it: in a simple query (Query), or by a
+// Bind of a prepared statement, prepared in the same round trip or any time before on
+// that connection (pgx's statement cache and database/sql's Stmt send the text once,
+// in a Parse, then only its name). Preparing a statement (Parse, Describe, Sync) runs
+// nothing and matches nothing.
+//
+//   - CutCommitReply and CutAfterCommitSent wait for a COMMIT: a statement that is
+//     COMMIT or END alone, with WORK or TRANSACTION or not, in any case, with a
+//     semicolon after it or not. A statement that only names a commit (a table
+//     commits, a string 'commit', an argument) is none, nor COMMIT AND CHAIN, COMMIT
+//     PREPARED or a simple query of several statements.
+//   - CutAfterSent and CutReplyTo wait for a statement that holds their needle, in any
+//     case: in its SQL text (a simple query's whole text), or in one of the arguments
+//     its Bind sends, as sent (text, or a binary value's bytes).
+//
+// The statement's round trip ends with the message the server answers with
+// ReadyForQuery: the simple query itself, or the Sync after the Bind. CutAfterSent
+// and CutAfterCommitSent end the client's connection before that message goes on to
+// the server, and then send it: the server runs the statement to its end (it commits,
+// when it is COMMIT or commits on its own at the Sync) with no client to tell, and
+// the client hears only the loss, never the answer. CutCommitReply and CutReplyTo let
+// the round trip through and drop the server's answer to it from the statement's on
+// (answers to statements before it in the same round trip pass), then end the
+// connection at the round trip's ReadyForQuery: the statement ran to its end while
+// its client hears only the loss.
 type Proxy struct {
 	ln       net.Listener
 	target   string
-	cut      atomic.Int32 // a Cut* armed: cutReply or cutAfterSend
+	armed    atomic.Pointer[cut] // what the proxy waits for; nil: nothing
 	refusing atomic.Bool
-	noCancel atomic.Bool // drop cancel requests
-	needle   atomic.Pointer[string]
+	noCancel atomic.Bool  // drop cancel requests
 	ready    atomic.Int64 // the server's ReadyForQuery messages
 	wg       sync.WaitGroup
 
@@ -30,14 +58,18 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 }
 
+// A cut is one arming of the proxy: the statement it waits for and where it cuts.
+// Arming stores a new one, never changes one, and the connection that cuts takes it
+// by compare-and-swap: two connections never cut for one arming, and a connection
+// that matched an arming since replaced does not take the new one.
+type cut struct {
+	commit    bool   // wait for COMMIT (isCommit); else for a statement that holds needle
+	needle    []byte // lower-cased
+	afterSent bool   // cut the client off as the round trip goes on; else drop its answer
+}
+
 // cancelRequestCode opens the startup-format message of a cancel request.
 const cancelRequestCode = 80877102
-
-const (
-	cutReply     = 1 // drop the server's reply to the next COMMIT
-	cutAfterSend = 2 // end the connection once the next COMMIT is sent
-	cutReplyTo   = 3 // drop the server's reply to the next statement holding the needle
-)
 
 // NewProxy starts a proxy to the server of dsn (a DSN of DSN or New) and returns the
 // same DSN through the proxy. The proxy stops when tb ends.
@@ -63,31 +95,30 @@ func NewProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	return p, u.String()
 }
 
-// CutCommitReply arms the proxy: the server's reply to the next COMMIT (of any
-// connection) is dropped and that connection ended, so the transaction commits while
-// its client hears only the connection's loss.
-func (p *Proxy) CutCommitReply() { p.cut.Store(cutReply) }
+// CutCommitReply arms the proxy: the server's answer to the next COMMIT (of any
+// connection) is dropped and that connection ended once the server answered it, so
+// the transaction commits while its client hears only the connection's loss.
+func (p *Proxy) CutCommitReply() { p.armed.Store(&cut{commit: true}) }
 
-// CutAfterCommitSent arms the proxy: the next connection that sends COMMIT is ended
-// right after the server got it, so the server runs the COMMIT with no one to tell.
-func (p *Proxy) CutAfterCommitSent() { p.CutAfterSent("commit") }
+// CutAfterCommitSent arms the proxy: the next connection that sends COMMIT loses its
+// client just before the COMMIT goes on to the server, so the server runs the COMMIT
+// with no one to tell.
+func (p *Proxy) CutAfterCommitSent() { p.armed.Store(&cut{commit: true, afterSent: true}) }
 
-// CutAfterSent arms the proxy: the next connection that sends a statement whose
-// text or arguments hold needle (a query, or a Parse or Bind of the extended
-// protocol, up to its Sync) is ended right after the server got it.
+// CutAfterSent arms the proxy: the next connection that runs a statement whose SQL
+// text or arguments hold needle (in any case) loses its client just before the
+// message that ends the statement's round trip goes on to the server, so the server
+// runs the statement with no one to tell.
 func (p *Proxy) CutAfterSent(needle string) {
-	p.needle.Store(&needle)
-	p.cut.Store(cutAfterSend)
+	p.armed.Store(&cut{needle: bytes.ToLower([]byte(needle)), afterSent: true})
 }
 
-// CutReplyTo arms the proxy: the next connection that sends a statement whose text
-// or arguments hold needle has the server's answer to it dropped, once complete
-// (ReadyForQuery: a statement outside a transaction has committed), and is ended:
-// the statement ran to its end while its client hears only the connection's loss.
-func (p *Proxy) CutReplyTo(needle string) {
-	p.needle.Store(&needle)
-	p.cut.Store(cutReplyTo)
-}
+// CutReplyTo arms the proxy: the next connection that runs a statement whose SQL text
+// or arguments hold needle (in any case) has the server's answer to it dropped, once
+// complete (ReadyForQuery: a statement outside a transaction has committed), and is
+// ended: the statement ran to its end while its client hears only the connection's
+// loss.
+func (p *Proxy) CutReplyTo(needle string) { p.armed.Store(&cut{needle: bytes.ToLower([]byte(needle))}) }
 
 // DropCancels makes the proxy drop cancel requests: pgx sends one after it lost a
 // connection mid-statement, which would end a COMMIT that CutAfterCommitSent leaves
@@ -120,108 +151,210 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.track(client, server)
+		c := &conn{p: p, client: client, server: server, statements: map[string][]byte{}}
 		p.wg.Add(2)
-		sent := new(atomic.Bool) // the client sent the statement whose reply CutReplyTo drops
-		go p.pipe(client, server, true, p.fromClient(sent))
-		go p.pipe(server, client, false, func(frame []byte, first bool) (send, goOn bool) {
-			return p.fromServer(frame, sent)
-		})
+		go c.fromClient()
+		go c.fromServer()
 	}
 }
 
-// pipe copies frames from src to dst until either ends; keep decides, for each
-// frame, whether it goes through and whether the connection goes on after it. The
-// client's first frame, its startup message, has no type byte (untypedFirst).
-//
-// A cut on the client's side ends only the client's connection: the server reads
-// and runs what it was sent, and its side ends when its reply finds no one (closed
-// at once, the server's socket could be reset before the server read the COMMIT).
-func (p *Proxy) pipe(src, dst net.Conn, untypedFirst bool, keep func(frame []byte, first bool) (send, goOn bool)) {
-	defer p.wg.Done()
-	ends := []net.Conn{src, dst}
-	defer func() { p.end(ends...) }()
-	for first := true; ; first = false {
-		frame, err := readFrame(src, first && untypedFirst)
+// conn is one client's connection through the proxy. fromClient reads the client's
+// messages and fromServer the server's, each on a goroutine of its own; they share
+// only the atomics that say where the connection is cut, which fromClient sets before
+// the round trip it cuts goes on to the server, so before any answer to it can come.
+type conn struct {
+	p              *Proxy
+	client, server net.Conn
+
+	// fromClient's alone.
+	statements map[string][]byte // the SQL text of the statements prepared, by name ("": the unnamed one)
+	sending    roundTrip         // the round trip being sent
+	rounds     int64             // the round trips sent, the startup's first: each one's number
+
+	cutRound   atomic.Int64 // the round trip cut, counted as rounds; 0: none
+	cutAnswers atomic.Int64 // how many of its statements' answers pass (CutReplyTo, CutCommitReply)
+	clientGone atomic.Bool  // the client is cut off: nothing more goes to it
+}
+
+// roundTrip is what fromClient learnt of a round trip it sends.
+type roundTrip struct {
+	executes int64 // its Execute messages so far: the statements run in it
+	match    *cut  // the arming one of its statements matched; nil: none
+	before   int64 // the statements run in it before the one that matched
+}
+
+// fromClient passes the client's messages on to the server, and cuts the connection
+// when a round trip runs the statement the proxy waits for, just before the message
+// that ends that round trip goes on.
+func (c *conn) fromClient() {
+	defer c.p.wg.Done()
+	ends := []net.Conn{c.client, c.server}
+	defer func() { c.p.end(ends...) }()
+
+	// The first message, a startup message or a cancel request, has no type byte.
+	frame, err := readFrame(c.client, true)
+	if err != nil || isCancelRequest(frame) && c.p.noCancel.Load() {
+		return
+	}
+	c.rounds = 1 // the startup, which the server ends with ReadyForQuery too
+	if _, err := c.server.Write(frame); err != nil {
+		return
+	}
+	for {
+		frame, err := readFrame(c.client, false)
 		if err != nil {
 			return
 		}
-		send, goOn := keep(frame, first)
-		if send {
-			if _, err := dst.Write(frame); err != nil {
-				return
-			}
+		if c.note(frame) && c.endRound() {
+			// The client is cut off already, so no answer can reach it, and the
+			// server now gets the round trip and runs it with no one to tell. Its
+			// side ends once it answered (fromServer): closed now, its socket could
+			// be reset before the server read the round trip.
+			c.server.Write(frame)
+			ends = ends[:1]
+			return
 		}
-		if !goOn {
-			if untypedFirst {
-				ends = ends[:1]
-			}
+		if _, err := c.server.Write(frame); err != nil {
 			return
 		}
 	}
 }
 
-// fromClient is what passes a connection's client frames: all of them, but armed
-// with cutAfterSend, the connection ends after the one that makes the server run the
-// statement that holds the needle: a simple query, or the Sync after an extended
-// protocol's Parse or Bind of it. The first frame, the startup message, has no type
-// byte.
-func (p *Proxy) fromClient(sent *atomic.Bool) func(frame []byte, first bool) (send, goOn bool) {
-	marked := false
-	return func(frame []byte, first bool) (send, goOn bool) {
-		if first {
-			cancel := len(frame) == 16 && binary.BigEndian.Uint32(frame[4:]) == cancelRequestCode
-			return !cancel || !p.noCancel.Load(), true
+// note learns what one of the client's messages does: it keeps the SQL text of the
+// statements a Parse prepares until a Close ends them, matches each statement a Query
+// or a Bind runs against the proxy's arming, and reports whether the message ends a
+// round trip (the server answers it with ReadyForQuery).
+func (c *conn) note(frame []byte) (endsRound bool) {
+	armed := c.p.armed.Load()
+	m := message{rest: frame[5:]}
+	switch frame[0] {
+	case 'Q': // Query: the SQL text
+		sql := m.cString()
+		delete(c.statements, "") // a simple query ends the unnamed statement
+		c.matched(armed, armed != nil && armed.matchesSQL(sql))
+		return true
+	case 'P': // Parse: the statement's name, its SQL text, its parameters' types
+		name, sql := m.cString(), m.cString()
+		c.statements[string(name)] = sql
+	case 'B': // Bind: the portal's name, the statement's, the arguments' formats, the arguments
+		m.cString()
+		matches := armed != nil && armed.matchesSQL(c.statements[string(m.cString())])
+		m.next(2 * m.uint16())
+		for n := m.uint16(); n > 0 && armed != nil && !matches; n-- {
+			matches = armed.matchesArgument(m.next(m.int32())) // -1, NULL, reads nothing
 		}
-		if p.cut.Load() == cutReplyTo && (frame[0] == 'P' || frame[0] == 'B' || frame[0] == 'Q') && p.holdsNeedle(frame) &&
-			p.cut.CompareAndSwap(cutReplyTo, 0) {
-			sent.Store(true)
+		c.matched(armed, matches)
+	case 'E': // Execute
+		c.sending.executes++
+	case 'C': // Close: 'S' and a statement's name, or 'P' and a portal's
+		if kind := m.next(1); string(kind) == "S" {
+			delete(c.statements, string(m.cString()))
 		}
-		if p.cut.Load() != cutAfterSend {
-			return true, true
+	case 'S', 'F': // Sync, FunctionCall
+		return true
+	}
+	return false
+}
+
+// matched notes that the round trip being sent runs a statement that matches armed,
+// if it matches and is the first of the round trip to.
+func (c *conn) matched(armed *cut, matches bool) {
+	if matches && c.sending.match == nil {
+		c.sending.match, c.sending.before = armed, c.sending.executes
+	}
+}
+
+// endRound ends the round trip being sent, whose last message is not yet forwarded.
+// When it runs the statement the proxy waits for and the arming is still there, the
+// connection is cut: from this round trip on, fromServer drops the answer it should;
+// a CutAfter*Sent cuts the client off at once, and cutOff is true.
+func (c *conn) endRound() (cutOff bool) {
+	c.rounds++
+	r := c.sending
+	c.sending = roundTrip{}
+	if r.match == nil || !c.p.armed.CompareAndSwap(r.match, nil) {
+		return false
+	}
+	c.cutAnswers.Store(r.before)
+	c.cutRound.Store(c.rounds)
+	if r.match.afterSent {
+		c.clientGone.Store(true)
+		c.p.end(c.client)
+	}
+	return r.match.afterSent
+}
+
+// fromServer passes the server's messages on to the client, but those the
+// connection's cut drops: all of them once the client is cut off, or the answer to
+// the cut round trip from its statement's on. It ends the connection at that round
+// trip's ReadyForQuery, when the server has run it to its end.
+func (c *conn) fromServer() {
+	defer c.p.wg.Done()
+	defer c.p.end(c.server, c.client)
+	// round is the round trip the server answers (counted as fromClient's rounds),
+	// answered the statements of it answered so far: each gets one CommandComplete,
+	// EmptyQueryResponse or PortalSuspended, or an ErrorResponse that ends the rest.
+	round, answered := int64(1), int64(0)
+	for {
+		frame, err := readFrame(c.server, false)
+		if err != nil {
+			return
 		}
+		cutting := round == c.cutRound.Load()
+		drop := c.clientGone.Load() || cutting && answered >= c.cutAnswers.Load()
 		switch frame[0] {
-		case 'P', 'B':
-			marked = marked || p.holdsNeedle(frame)
-			return true, true
-		case 'Q':
-			if !p.holdsNeedle(frame) {
-				return true, true
+		case 'C', 'I', 's', 'E':
+			answered++
+		case 'Z':
+			c.p.ready.Add(1) // before the client can hear it, and read the count
+			if cutting {
+				return
 			}
-		case 'S':
-			if !marked {
-				return true, true
-			}
-		default:
-			return true, true
+			round, answered = round+1, 0
 		}
-		return true, !p.cut.CompareAndSwap(cutAfterSend, 0)
+		if drop {
+			continue
+		}
+		// A write that fails once the client was cut off is a dropped message: the
+		// server's side stays until the cut round trip's end.
+		if _, err := c.client.Write(frame); err != nil && !c.clientGone.Load() {
+			return
+		}
 	}
 }
 
-// fromServer passes the server's frames; armed with cutReply, it drops a
-// CommandComplete of COMMIT and ends the connection; once the client sent the
-// statement CutReplyTo waits for, it drops the server's next ReadyForQuery and ends
-// the connection.
-func (p *Proxy) fromServer(frame []byte, sent *atomic.Bool) (send, goOn bool) {
-	if frame[0] == 'Z' {
-		p.ready.Add(1)
+// matchesSQL reports whether a statement run with the SQL text sql is the one c waits
+// for.
+func (c *cut) matchesSQL(sql []byte) bool {
+	if c.commit {
+		return isCommit(sql)
 	}
-	if frame[0] == 'Z' && sent.Load() {
-		return false, false
-	}
-	if p.cut.Load() != cutReply || frame[0] != 'C' || !bytes.HasPrefix(frame[5:], []byte("COMMIT\x00")) {
-		return true, true
-	}
-	if !p.cut.CompareAndSwap(cutReply, 0) {
-		return true, true
-	}
-	return false, false
+	return bytes.Contains(bytes.ToLower(sql), c.needle)
 }
 
-// holdsNeedle reports whether a client's frame holds the armed needle, in any case.
-func (p *Proxy) holdsNeedle(frame []byte) bool {
-	needle := p.needle.Load()
-	return needle != nil && bytes.Contains(bytes.ToLower(frame[5:]), bytes.ToLower([]byte(*needle)))
+// matchesArgument reports whether an argument a statement runs with makes it the one
+// c waits for: one holding the needle does; COMMIT takes no arguments, and a word
+// commit in one is no COMMIT.
+func (c *cut) matchesArgument(arg []byte) bool {
+	return !c.commit && bytes.Contains(bytes.ToLower(arg), c.needle)
+}
+
+// isCommit reports whether sql is a COMMIT alone: COMMIT or END, with WORK or
+// TRANSACTION or not, in any case, with white space and a semicolon after it or not.
+func isCommit(sql []byte) bool {
+	words := bytes.Fields(bytes.TrimSuffix(bytes.TrimSpace(sql), []byte(";")))
+	if len(words) == 0 || len(words) > 2 {
+		return false
+	}
+	if !bytes.EqualFold(words[0], []byte("commit")) && !bytes.EqualFold(words[0], []byte("end")) {
+		return false
+	}
+	return len(words) == 1 || bytes.EqualFold(words[1], []byte("work")) || bytes.EqualFold(words[1], []byte("transaction"))
+}
+
+// isCancelRequest reports whether a client's first message is a cancel request.
+func isCancelRequest(frame []byte) bool {
+	return len(frame) == 16 && binary.BigEndian.Uint32(frame[4:]) == cancelRequestCode
 }
 
 // readFrame reads one protocol message: a type byte and a length that counts
@@ -242,6 +375,46 @@ func readFrame(r io.Reader, untyped bool) ([]byte, error) {
 	frame = append(frame, make([]byte, n-4)...)
 	_, err := io.ReadFull(r, frame[head:])
 	return frame, err
+}
+
+// message reads the fields of a message's body in order. A message cut short reads
+// as empty fields from there: the server refuses it anyway, and the proxy need not.
+type message struct{ rest []byte }
+
+// next reads the next n bytes, or what is left; a negative n (a NULL's length) reads
+// nothing.
+func (m *message) next(n int) []byte {
+	n = max(0, min(n, len(m.rest)))
+	field := m.rest[:n]
+	m.rest = m.rest[n:]
+	return field
+}
+
+// cString reads a string ended by a zero byte, which it drops.
+func (m *message) cString() []byte {
+	n := bytes.IndexByte(m.rest, 0)
+	if n < 0 {
+		return m.next(len(m.rest))
+	}
+	s := m.next(n)
+	m.next(1)
+	return s
+}
+
+func (m *message) uint16() int {
+	b := m.next(2)
+	if len(b) < 2 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint16(b))
+}
+
+func (m *message) int32() int {
+	b := m.next(4)
+	if len(b) < 4 {
+		return 0
+	}
+	return int(int32(binary.BigEndian.Uint32(b)))
 }
 
 func (p *Proxy) track(conns ...net.Conn) {
