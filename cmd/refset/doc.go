@@ -29,28 +29,50 @@
 //
 // --table names a set's object table with its schema or without, whichever way its
 // store was configured: public.notes or notes on PostgreSQL, main.notes or notes on
-// SQLite.
+// SQLite; in the case its store registered it (a name that differs only by case is
+// refused, naming the set's table).
+//
+// why says, of an object nothing references, whether it is in the clean-up queue,
+// which deletes it once it is due, or leaked: not queued, so that clean-up never
+// finds it, and only a sweep deletes it (--json: "queued", "leaked").
 //
 // --db is a SQLite file path or file: URL (file:ledger.db, file:///var/lib/app/ledger.db,
 // without parameters: refset sets the connections' own), or a PostgreSQL DSN (a
 // postgres:// or postgresql:// URL, or key=value pairs): the forms store.Open takes;
-// --driver pgx|postgres picks the Postgres driver (lib/pq by default). A SQLite file that does not exist is an error, never created. --replica
-// names a hot standby of a PostgreSQL --db: status, why and check read it once it has
-// replayed what the primary had committed when they began (the primary otherwise),
-// so an audit of a large set loads the standby instead; everything else uses --db.
-// --unprepared makes the tool prepare no statements on a PostgreSQL --db, as
-// postgres.Options.Unprepared does: needed behind a pooler in transaction mode (PgBouncer
-// before 1.21), which may run a prepared statement on a server connection that never
-// saw it.
-// Every command takes -h.
+// --driver pgx|postgres picks the Postgres driver (lib/pq by default). A SQLite file
+// that does not exist, is empty, or is no SQLite database is refused, naming it:
+// refset never creates one. A connection to PostgreSQL gives up after 10 seconds
+// when neither the DSN nor $PGCONNECT_TIMEOUT sets connect_timeout (set it to wait
+// longer). --replica names a hot standby of a PostgreSQL --db: status, why and check
+// read it once it has replayed what the primary had committed when they began (the
+// primary otherwise), so an audit of a large set loads the standby instead;
+// everything else uses --db. --unprepared makes the tool prepare no statements on a
+// PostgreSQL --db, as postgres.Options.Unprepared does: needed behind a pooler in
+// transaction mode (PgBouncer before 1.21), which may run a prepared statement on a
+// server connection that never saw it. Every command takes -h, and so do migrate and
+// holds, listing theirs.
 //
 // status, why, check, migrate status, migrate sql, holds ls and ui only read, and install
 // no clean-up triggers (those carry the grace period of the program that owns the set,
-// which a tool must not change). collect and sweep install clean-up as the program
-// does (cleanup.Install), to follow references added since, with the grace period the
-// set's triggers already apply (cleanup.Installed), or --grace if given.
+// which a tool must not change). They open a SQLite file read-only
+// (sqlite.Options.ReadOnly) and leave it as they found it, byte for byte, in its
+// journal mode (SQLite may create the -wal and -shm files beside a file in WAL mode,
+// as any reader does). In a directory the user may not write, where SQLite cannot
+// create the -shm file, a file in WAL mode without a -wal file beside it (nothing has
+// it open, so everything committed is in the file) is read without locks
+// (sqlite.Options.Immutable), which they say on stderr: safe while no program starts
+// writing it, which one could only do as a user with the rights this one lacks. ui,
+// which reads for as long as it serves, refuses instead. collect, sweep, migrate up,
+// migrate down and holds rm write: on a file or directory that is read-only they say
+// so. collect and sweep install clean-up as the program does (cleanup.Install), to
+// follow references added since, with the grace period the set's triggers already
+// apply (cleanup.Installed), or --grace if given. Every command but migrate's refuses
+// a database without refset's tables (refset_sets), which migrate up creates.
+//
+// An interrupt (Ctrl-C) stops a command as soon as it can, an open of the database
+// included; a second one ends the process at once.
 //
 // Exit codes: 0 success; 1 check found leaked objects or dangling references; 2 the
 // command could not do its job (bad usage, an unreachable database, an unknown set or
-// object, any database error).
+// object, any database error, an interrupt, output that could not be written).
 package main

@@ -15,23 +15,21 @@ import (
 // holdsTable finds the holds table of the set on --table in the registry of sets, and
 // the dialect's SQL on refset's tables that reads and deletes its holds.
 func holdsTable(ctx context.Context, c call) (refsetdriver.SchemaSQL, sqlident.Ident, error) {
-	d := c.db.Driver().SchemaSQL()
+	reg, err := c.registration(ctx)
+	return c.db.Driver().SchemaSQL(), reg.Holds, err
+}
+
+// registration is the set on --table as the registry of sets records it: its tables.
+func (c call) registration(ctx context.Context) (refsetdriver.Registered, error) {
 	t, err := sqlident.Parse(c.table, true)
 	if err != nil {
-		return nil, sqlident.Ident{}, err
+		return refsetdriver.Registered{}, err
 	}
-	has, err := d.HasSetTable(ctx, c.db.Reader())
-	if err != nil {
-		return nil, sqlident.Ident{}, c.db.TranslateError(err, "")
-	}
-	if !has {
-		return nil, sqlident.Ident{}, fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it", refset.ErrNotFound)
-	}
-	reg, err := d.Lookup(ctx, c.db.Reader(), t)
+	reg, err := c.db.Driver().SchemaSQL().Lookup(ctx, c.db.Reader(), t)
 	if err != nil && !refset.IsSentinel(err) {
 		err = c.db.TranslateError(err, "")
 	}
-	return d, reg.Holds, err
+	return reg, err
 }
 
 type (

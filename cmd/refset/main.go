@@ -16,10 +16,8 @@ import (
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
-	"github.com/refsetdb/refset/store"
-	"github.com/refsetdb/refset/store/postgres"
-	"github.com/refsetdb/refset/store/sqlite"
 	_ "github.com/refsetdb/refset/store/sqlite/modernc" // modernc.org/sqlite (pure Go)
 )
 
@@ -31,10 +29,20 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := interruptible()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// interruptible is the context of a command, which the first interrupt (Ctrl-C)
+// cancels, so that the command stops as soon as it can. The interrupt is caught no
+// more from then on: a second one ends the process at once, whatever the command
+// still waits for.
+func interruptible() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
 }
 
 // command is one subcommand. The flags of its own are declared on fs by setup, which
@@ -44,7 +52,15 @@ type command struct {
 	positional          int  // how many arguments besides the flags
 	set                 bool // works on one set, named by --table (required)
 	json                bool // takes --json, to print its document as JSON instead of text
-	setup               func(fs *flag.FlagSet) func(context.Context, call) error
+	// writes changes the database. A command that does not opens a SQLite file
+	// read-only, and leaves it as it found it.
+	writes bool
+	// migrates works on a database without refset's tables, which it creates or
+	// describes; every other command refuses one.
+	migrates bool
+	// serves runs until interrupted, reading all the while (ui).
+	serves bool
+	setup  func(fs *flag.FlagSet) func(context.Context, call) error
 	// check, when not nil, checks the parsed flags before the database is opened, so
 	// that a command refused for its flags never connects.
 	check func(fs *flag.FlagSet) error
@@ -73,44 +89,93 @@ var commands = []command{
 	{name: "status", json: true, summary: "every set's objects, holds, review queue and objects collected, and the schema versions", setup: statusCommand, check: capCheck},
 	{name: "why", args: "ID", positional: 1, set: true, json: true, summary: "every row that keeps object ID of the set on --table alive", setup: noFlags(why)},
 	{name: "check", set: true, json: true, summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: noFlags(check)},
-	{name: "collect", set: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
-	{name: "sweep", set: true, summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
-	{name: "migrate status", json: true, summary: "each component's recorded and available schema version, and what is pending", setup: onSets(migration.status)},
-	{name: "migrate up", summary: "apply the pending migrations of refset's tables and print what was done", setup: onSets(migration.up)},
-	{name: "migrate sql", summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
-	{name: "migrate down", summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
+	{name: "collect", set: true, writes: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
+	{name: "sweep", set: true, writes: true, summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
+	{name: "migrate status", json: true, migrates: true, summary: "each component's recorded and available schema version, and what is pending", setup: onSets(migration.status)},
+	{name: "migrate up", writes: true, migrates: true, summary: "apply the pending migrations of refset's tables and print what was done", setup: onSets(migration.up)},
+	{name: "migrate sql", migrates: true, summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
+	{name: "migrate down", writes: true, migrates: true, summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
 	{name: "holds ls", set: true, json: true, summary: "list the holds of the set on --table", setup: holdsListCommand},
-	{name: "holds rm", set: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
-	{name: "ui", summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand, check: uiCheck},
+	{name: "holds rm", set: true, writes: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
+	{name: "ui", serves: true, summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand, check: uiCheck},
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintf(w, "Usage: refset <command> [flags]\n\nCommands:\n")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+// usage lists the commands whose names start with group ("migrate"), or every
+// command when group is "".
+func usage(w io.Writer, group string) {
+	name := "<command>"
+	if group != "" {
+		name = group + " <command>"
 	}
-	fmt.Fprintf(w, "\nrefset <command> -h shows a command's flags.\n"+
-		"Exit codes: 0 success, 1 check found leaked or dangling objects, 2 usage, connection or database error.\n")
+	fmt.Fprintf(w, "Usage: refset %s [flags]\n\nCommands:\n", name)
+	for _, c := range commands {
+		if g, _, _ := strings.Cut(c.name, " "); group == "" || g == group {
+			fmt.Fprintf(w, "  %-15s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprintf(w, "\nrefset %s -h shows a command's flags.\n"+
+		"Exit codes: 0 success, 1 check found leaked or dangling objects, 2 usage, connection or database error, "+
+		"an interrupt, or output that could not be written.\n", name)
 }
 
-// run is the whole program but for the process: it returns the exit code.
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// run is the whole program but for the process: it returns the exit code. Every
+// command prints through one output, so that a write that failed (a full disk, a
+// closed pipe), whichever print met it, fails the command.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		usage(stderr)
+	out := &output{w: stdout}
+	code := runCommand(ctx, args, out, stderr)
+	if out.err != nil {
+		fmt.Fprintf(stderr, "refset: writing the output: %v\n", out.err)
 		return exitError
 	}
-	if a := args[0]; a == "-h" || a == "-help" || a == "--help" || a == "help" {
-		usage(stdout)
+	return code
+}
+
+// output is a command's standard output, which keeps the error of the first write
+// that failed; the writes after it write nothing.
+type output struct {
+	w   io.Writer
+	err error
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	if o.err != nil {
+		return 0, o.err
+	}
+	n, err := o.w.Write(p)
+	o.err = err
+	return n, err
+}
+
+// runCommand is run, printing to stdout.
+func runCommand(ctx context.Context, args []string, stdout *output, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr, "")
+		return exitError
+	}
+	if isHelp(args[0]) {
+		usage(stdout, "")
 		return exitOK
 	}
 	cmd, words := lookup(args)
 	if cmd == nil {
-		if subs := subcommands(args[0]); len(subs) > 0 {
+		subs := subcommands(args[0])
+		switch {
+		case len(subs) > 0 && len(args) > 1 && isHelp(args[1]):
+			usage(stdout, args[0])
+			return exitOK
+		case len(subs) > 0:
 			fmt.Fprintf(stderr, "refset %s: want one of %s\n\n", args[0], strings.Join(subs, ", "))
-		} else {
+			usage(stderr, args[0])
+		default:
 			fmt.Fprintf(stderr, "refset: unknown command %q\n\n", args[0])
+			usage(stderr, "")
 		}
-		usage(stderr)
 		return exitError
 	}
 
@@ -157,27 +222,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 
-	db, err := open(ctx, connection{dsn: *dbFlag, driver: *driverFlag, replica: *replicaFlag, unprepared: *unpreparedFlag})
-	if err != nil {
-		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
+	conn := connection{dsn: *dbFlag, driver: *driverFlag, replica: *replicaFlag, unprepared: *unpreparedFlag,
+		readOnly: !cmd.writes, lockless: !cmd.writes && !cmd.serves, notices: stderr}
+	fail := func(err error) int {
+		if stdout.err != nil && errors.Is(err, stdout.err) {
+			return exitError // run says that the output failed
+		}
+		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, explain(ctx, err, cmd, conn))
 		return exitError
 	}
+	db, err := open(ctx, conn)
+	if err != nil {
+		return fail(err)
+	}
 	defer db.Close()
+	if !cmd.migrates {
+		if err := hasSchema(ctx, db); err != nil {
+			return fail(err)
+		}
+	}
 	c.db, c.args, c.out = db, pos, stdout
 	if cmd.set {
 		if c.table, err = registeredTable(ctx, db, c.table); err != nil {
-			fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
-			return exitError
+			return fail(err)
 		}
 	}
 	switch err := exec(ctx, c); {
 	case errors.Is(err, errFindings):
 		return exitFindings
 	case err != nil:
-		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, err)
-		return exitError
+		return fail(err)
 	}
 	return exitOK
+}
+
+// errNoSchema is the error of a command on a database without refset's tables.
+var errNoSchema = fmt.Errorf("%w: no refset tables (refset_sets) in this database: no store was built on it "+
+	"(refset migrate up creates them)", refset.ErrNotFound)
+
+// hasSchema refuses a database without refset's tables, which every command but
+// migrate's needs: no store was built on it, or --db names another database.
+func hasSchema(ctx context.Context, db refset.Database) error {
+	has, err := db.Driver().SchemaSQL().HasSetTable(ctx, db.Reader())
+	if err != nil {
+		return db.TranslateError(err, "")
+	}
+	if !has {
+		return errNoSchema
+	}
+	return nil
 }
 
 // lookup finds the command args start with, a name of one word (status) or two
@@ -224,47 +317,12 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// connection is what the flags say of the database to open.
-type connection struct {
-	dsn, driver, replica string
-	unprepared           bool
-}
-
-// open opens the database c.dsn names, of either store (store.Open tells them apart
-// by the DSN's form).
-func open(ctx context.Context, c connection) (refset.Database, error) {
-	lite := sqlite.Options{Readers: 2}
-	dialect, err := store.DSNDialect(c.dsn)
-	if err != nil {
-		return nil, err
-	}
-	if dialect == lite.Dialect() {
-		for _, f := range []struct {
-			name string
-			set  bool
-		}{{"--driver", c.driver != ""}, {"--replica", c.replica != ""}, {"--unprepared", c.unprepared}} {
-			if f.set {
-				return nil, fmt.Errorf("%w: %s is for PostgreSQL, and %q names a SQLite file", refset.ErrInvalidConfig, f.name, c.dsn)
-			}
-		}
-		// sqlite.Open creates a missing file; a tool that reads must not. The file
-		// is the one store.Open would open, whichever form names it.
-		path, err := sqlite.FilePath(c.dsn)
-		if err != nil {
-			return nil, err
-		}
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%w: SQLite database %s: %w", refset.ErrInvalidConfig, c.dsn, err)
-		}
-	}
-	return store.Open(ctx, c.dsn, lite, postgres.Options{Driver: c.driver, MaxConns: 4, ReplicaDSN: c.replica, Unprepared: c.unprepared})
-}
-
 // registeredTable is the object table of the set that name names, as its store
 // registered it, so that --table takes the table with its schema or without
 // (public.notes for a set on notes, or notes for one on public.notes, on Postgres;
 // main.notes on SQLite). A name that no registered set's table resolves to is
-// returned as it is, but for SQLite's main, which it drops.
+// returned as it is, but for SQLite's main, which it drops; one that differs from a
+// set's table only by case is refused, naming that table (refset.ErrNotFound).
 func registeredTable(ctx context.Context, db refset.Database, name string) (string, error) {
 	given, err := sqlident.Parse(name, true)
 	if err != nil {
@@ -281,12 +339,33 @@ func registeredTable(ctx context.Context, db refset.Database, name string) (stri
 			return "", db.TranslateError(err, "")
 		}
 	}
+	table := resolveTable(ctx, d, q, given, tables)
+	if slices.Contains(tables, table) {
+		return table, nil
+	}
+	// refset quotes the names it registered, so a set's table is named in its case,
+	// though SQLite compares names without it and Postgres folds an unquoted one to
+	// lower case: a name that differs only by case means that table, most likely,
+	// and is refused saying so, not taken for a table no store registered.
+	for _, t := range tables {
+		if strings.EqualFold(t, table) || strings.EqualFold(t, name) {
+			return "", fmt.Errorf("%w: no set on table %s; the set on %s differs only by case, and --table names a table "+
+				"as its store registered it", refset.ErrNotFound, name, t)
+		}
+	}
+	return table, nil
+}
+
+// resolveTable is the table among tables, the sets' as their stores registered
+// them, that given names, with its schema or without: given as it is (less SQLite's
+// main) when none.
+func resolveTable(ctx context.Context, d refsetdriver.Driver, q refset.Querier, given sqlident.Ident, tables []string) string {
 	if slices.Contains(tables, given.String()) {
-		return given.String(), nil
+		return given.String()
 	}
 	want, err := d.Qualify(ctx, q, given)
 	if err != nil {
-		return name, nil // no such table: the command says so
+		return given.String() // no such table: the command says so
 	}
 	for _, t := range tables {
 		id, err := sqlident.Parse(t, true)
@@ -294,13 +373,13 @@ func registeredTable(ctx context.Context, db refset.Database, name string) (stri
 			continue
 		}
 		if got, err := d.Qualify(ctx, q, id); err == nil && got == want {
-			return t, nil
+			return t
 		}
 	}
 	if want.Schema == "" && given.Schema != "" {
-		return want.String(), nil
+		return want.String()
 	}
-	return name, nil
+	return given.String()
 }
 
 // inspect is a collector of the set on --table that installs nothing (cleanup.Inspect).
@@ -358,6 +437,12 @@ type (
 		Table   string       `json:"table"`
 		ID      string       `json:"id"`
 		Holders []holderJSON `json:"holders"` // empty: the object is garbage
+		// Queued says the clean-up queue has an entry for the object: clean-up
+		// reviews it once it is due, and deletes it if nothing holds it then.
+		Queued bool `json:"queued"`
+		// Leaked is garbage that is not queued: clean-up never finds it, and only
+		// a sweep deletes it.
+		Leaked bool `json:"leaked"`
 		// MissingIndexes are the CREATE INDEX statements that clean-up needs before
 		// it collects again; why answers without them.
 		MissingIndexes []string `json:"missing_indexes,omitempty"`
@@ -490,13 +575,36 @@ func why(ctx context.Context, c call) error {
 	for _, h := range hs {
 		doc.Holders = append(doc.Holders, holderJSON(h))
 	}
+	// Garbage is deleted only if the queue leads clean-up to it.
+	if doc.Queued, err = c.queued(ctx, c.args[0]); err != nil {
+		return err
+	}
+	doc.Leaked = len(doc.Holders) == 0 && !doc.Queued
 	return c.print(doc)
 }
 
+// queued reports whether the clean-up queue of the set on --table has an entry for
+// the object id.
+func (c call) queued(ctx context.Context, id string) (bool, error) {
+	reg, err := c.registration(ctx)
+	if err != nil {
+		return false, err
+	}
+	var n int
+	q := c.db.Driver().Rebind(fmt.Sprintf(`SELECT count(*) FROM %s WHERE object_id = ?`, reg.Queue.Quoted()))
+	if err := c.db.Reader().QueryRowContext(ctx, q, refset.Arg(id)).Scan(&n); err != nil {
+		return false, c.db.TranslateError(err, q)
+	}
+	return n > 0, nil
+}
+
 func (doc whyJSON) text(out io.Writer) error {
-	if len(doc.Holders) == 0 {
-		_, err := fmt.Fprintf(out, "%s: nothing references it; clean-up deletes it once it is due\n", doc.ID)
-		return err
+	switch {
+	case doc.Leaked:
+		fmt.Fprintf(out, "%s: nothing references it, and it is not in the clean-up queue: it leaked, and clean-up never deletes it; "+
+			"refset sweep --table %s queues and deletes every such object\n", doc.ID, doc.Table)
+	case len(doc.Holders) == 0:
+		fmt.Fprintf(out, "%s: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due\n", doc.ID)
 	}
 	for _, h := range doc.Holders {
 		fmt.Fprintln(out, cleanup.Holder(h))
@@ -620,6 +728,9 @@ func collectCommand(fs *flag.FlagSet) func(context.Context, call) error {
 // isTerminal reports whether out is a terminal, where progress may redraw a line;
 // piped output gets plain lines only.
 func isTerminal(out io.Writer) bool {
+	if o, ok := out.(*output); ok {
+		out = o.w
+	}
 	f, ok := out.(*os.File)
 	if !ok {
 		return false

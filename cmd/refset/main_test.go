@@ -145,11 +145,21 @@ func buildCLI(t *testing.T) string {
 // runCLI runs the binary and returns its stdout, stderr and exit code.
 func runCLI(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runCLIWith(t, nil, bin, args...)
+}
+
+// runCLIWith is runCLI, with setup (if not nil) making the process ready before it
+// starts.
+func runCLIWith(t *testing.T, setup func(*exec.Cmd), bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var o, e bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
+	if setup != nil {
+		setup(cmd)
+	}
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -272,17 +282,35 @@ func TestCommands(t *testing.T) {
 			},
 		},
 		{
-			name: "why of garbage", args: []string{"why", "x", "--table", "blocks"},
-			stdout: []string{"x: nothing references it"},
+			name: "why of queued garbage", args: []string{"why", "x", "--table", "blocks"},
+			stdout: []string{"x: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due"},
 		},
 		{
-			name: "why of garbage json", args: []string{"why", "--json", "x", "--table", "blocks"},
-			json: func(t *testing.T, out []byte) {
-				var w whyJSON
-				require.NoError(t, json.Unmarshal(out, &w))
-				require.NotNil(t, w.Holders)
-				require.Empty(t, w.Holders)
-			},
+			name: "why of queued garbage json", args: []string{"why", "--json", "x", "--table", "blocks"},
+			json: whyIs(0, true, false),
+		},
+		{
+			// y is in no queue: clean-up never finds it.
+			name: "why of a leaked object", args: []string{"why", "y", "--table", "blocks"},
+			stdout: []string{"y: nothing references it, and it is not in the clean-up queue: it leaked, and clean-up never deletes it; " +
+				"refset sweep --table blocks queues and deletes every such object"},
+		},
+		{
+			name: "why of a leaked object json", args: []string{"why", "--json", "y", "--table", "blocks"},
+			json: whyIs(0, false, true),
+		},
+		{
+			// b is referenced, and queued: clean-up will review it, and keep it.
+			name: "why of a held object that is queued", args: []string{"why", "--json", "b", "--table", "blocks"},
+			json: whyIs(1, true, false),
+		},
+		{
+			name: "a table named in another case", args: []string{"check", "--table", "BLOCKS"},
+			code: exitError, stderr: []string{"no set on table BLOCKS; the set on blocks differs only by case"},
+		},
+		{
+			name: "a table named in another case, for why", args: []string{"why", "h", "--table", "Blocks"},
+			code: exitError, stderr: []string{"no set on table Blocks; the set on blocks differs only by case"},
 		},
 		{
 			name: "why of a missing object", args: []string{"why", "nope", "--table", "blocks"},
@@ -444,6 +472,11 @@ func TestUsage(t *testing.T) {
 		{name: "migrate down -h", args: []string{"migrate", "down", "-h"}, stdout: []string{"Usage: refset migrate down", "-component", "-target"}},
 		{name: "holds ls -h", args: []string{"holds", "ls", "-h"}, stdout: []string{"Usage: refset holds ls", "-expired", "-holder", "-json"}},
 		{name: "holds rm -h", args: []string{"holds", "rm", "-h"}, stdout: []string{"Usage: refset holds rm", "-expired"}},
+		{name: "migrate -h", args: []string{"migrate", "-h"}, stdout: []string{"Usage: refset migrate <command> [flags]", "migrate status ", "migrate down ",
+			"refset migrate <command> -h shows a command's flags"}},
+		{name: "migrate --help", args: []string{"migrate", "--help"}, stdout: []string{"Usage: refset migrate <command> [flags]"}},
+		{name: "holds --help", args: []string{"holds", "--help"}, stdout: []string{"Usage: refset holds <command> [flags]", "holds ls ", "holds rm "}},
+		{name: "holds -h", args: []string{"holds", "-h"}, stdout: []string{"Usage: refset holds <command> [flags]"}},
 		{name: "migrate without an action", args: []string{"migrate"}, code: exitError, stderr: []string{"refset migrate: want one of status, up, sql, down"}},
 		{name: "holds with an unknown action", args: []string{"holds", "frob"}, code: exitError, stderr: []string{"refset holds: want one of ls, rm"}},
 		{name: "unknown flag", args: []string{"status", "--frob"}, code: exitError, stderr: []string{"flag provided but not defined: -frob", "Usage: refset status"}},
@@ -459,17 +492,32 @@ func TestUsage(t *testing.T) {
 	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")
 }
 
-// TestStatusWithoutRefset: a database no store was built on is an error (exit 2),
-// not an empty report.
-func TestStatusWithoutRefset(t *testing.T) {
+// TestCommandsWithoutRefset: on a database that no store was built on (the
+// program's own table alone), every command but migrate's fails (exit 2) with one
+// message, which says what migrate up does; migrate status describes what it would
+// create.
+func TestCommandsWithoutRefset(t *testing.T) {
 	bin := buildCLI(t)
-	path := filepath.Join(t.TempDir(), "empty.db")
-	db, err := sqlite.Open(t.Context(), path, sqlite.Options{})
-	require.NoError(t, err)
-	require.NoError(t, db.Close())
-	_, stderr, code := runCLI(t, bin, "status", "--db", path)
-	require.Equal(t, exitError, code)
-	require.True(t, strings.Contains(stderr, "no refset tables"), stderr)
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE blocks (id TEXT PRIMARY KEY)`)
+			return err
+		}))
+		for _, args := range [][]string{
+			{"status"}, {"why", "x", "--table", "blocks"}, {"check", "--table", "blocks"}, {"collect", "--table", "blocks"},
+			{"sweep", "--table", "blocks"}, {"holds", "ls", "--table", "blocks"}, {"holds", "rm", "--expired", "--table", "blocks"},
+			{"ui", "--addr", "127.0.0.1:0"},
+		} {
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				_, stderr, code := runCLI(t, bin, append(args, dbArgs...)...)
+				require.Equal(t, exitError, code, stderr)
+				require.Equal(t, "refset "+args[0], stderr[:len("refset "+args[0])])
+				require.Contains(t, stderr, ": not found: no refset tables (refset_sets) in this database: no store was built on it "+
+					"(refset migrate up creates them)\n")
+			})
+		}
+		require.Contains(t, cli(t, bin, dbArgs, exitOK, "migrate", "status", "--table", "blocks"), "pending: core 0 -> 2, set:blocks 0 -> 2")
+	})
 }
 
 // cli runs the binary on one backend's database and fails the test unless it exits
@@ -822,4 +870,17 @@ func TestReportsFollowTheSchema(t *testing.T) {
 		require.Contains(t, out, "not declared a part", "status warns of the cascading key")
 		require.Contains(t, out, "notes")
 	})
+}
+
+// whyIs checks why's JSON: how many holders it lists (an empty list, never null, for
+// garbage), and whether the object is queued for clean-up or leaked.
+func whyIs(holders int, queued, leaked bool) func(t *testing.T, out []byte) {
+	return func(t *testing.T, out []byte) {
+		var w whyJSON
+		require.NoError(t, json.Unmarshal(out, &w))
+		require.NotNil(t, w.Holders)
+		require.Len(t, w.Holders, holders)
+		require.Equal(t, queued, w.Queued, "queued")
+		require.Equal(t, leaked, w.Leaked, "leaked")
+	}
 }

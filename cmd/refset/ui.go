@@ -55,7 +55,10 @@ func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
 			_ = srv.Shutdown(shutdown)
 		})
 		defer stopped()
-		fmt.Fprintf(c.out, "refset ui: serving http://%s/ (interrupt to stop)\n", ln.Addr())
+		if _, err := fmt.Fprintf(c.out, "refset ui: serving http://%s/ (interrupt to stop)\n", ln.Addr()); err != nil {
+			ln.Close()
+			return err // whoever started it cannot learn where it serves
+		}
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}

@@ -102,6 +102,23 @@ func TestUI(t *testing.T) {
 // line, and a function that interrupts it and returns its exit code.
 func startUI(t *testing.T, bin string, args ...string) (string, func() int) {
 	t.Helper()
+	base, cmd, stderr := startUIProcess(t, bin, args...)
+	return base, func() int {
+		require.NoError(t, cmd.Process.Signal(os.Interrupt))
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return exit.ExitCode()
+		}
+		require.NoError(t, err, "stderr: %s", stderr.String())
+		return 0
+	}
+}
+
+// startUIProcess starts the binary and returns the address it serves, read from its
+// first line, the process, and its stderr (the process's to write until it ends).
+func startUIProcess(t *testing.T, bin string, args ...string) (string, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -118,14 +135,5 @@ func startUI(t *testing.T, bin string, args ...string) (string, func() int) {
 	_, rest, ok := strings.Cut(line, "serving ")
 	require.True(t, ok, line)
 	base, _, _ := strings.Cut(rest, " ")
-	return base, func() int {
-		require.NoError(t, cmd.Process.Signal(os.Interrupt))
-		err := cmd.Wait()
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			return exit.ExitCode()
-		}
-		require.NoError(t, err, "stderr: %s", stderr.String())
-		return 0
-	}
+	return base, cmd, &stderr
 }

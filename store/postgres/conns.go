@@ -71,7 +71,8 @@ var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
 // makes: sql.OpenDB(connector) is a lib/pq pool that New takes. Its connections never
 // run a statement again after the connection was lost while it ran (database/sql
 // would, on lib/pq: a payment made twice), and are dropped once their server refuses
-// writes (a fenced primary, a standby). dsn is what Open takes, several hosts
+// writes (a fenced primary, a standby); a connection is waited for only as long as
+// the context of the call that needs it. dsn is what Open takes, several hosts
 // included. The pool is the caller's, to size and close; the guards cost nothing on
 // a connection that is not lost.
 func NewConnector(dsn string) (driver.Connector, error) {
@@ -86,13 +87,14 @@ func NewConnector(dsn string) (driver.Connector, error) {
 	return connector, nil
 }
 
-// newGuardedConnector is the guarded lib/pq connector of cfg.
+// newGuardedConnector is the guarded lib/pq connector of cfg, whose connections
+// also end their startup with the context of Connect (startup.go).
 func newGuardedConnector(cfg pq.Config) (driver.Connector, error) {
 	connector, err := pq.NewConnectorConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return guardedConnector{connector}, nil
+	return guardedConnector{withStartupContext(connector)}, nil
 }
 
 // guardedConnector makes the lib/pq connections of a pool that Open made, or that

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -172,7 +173,11 @@ const (
 
 // Open connects to the database named by dsn (a connection string or URL that both
 // lib/pq and pgx understand; it may name several hosts, in either form, for a
-// high-availability cluster: see "Failover" in the package doc) through opts.Driver. Errors: refset.ErrUnavailable (the
+// high-availability cluster: see "Failover" in the package doc) through opts.Driver.
+// On either driver a connection, Open's first or one the pool makes later, is
+// waited for until its context ends or the DSN's connect_timeout passes, whichever
+// comes first: a server that accepts the connection and never answers holds it no
+// longer. Errors: refset.ErrUnavailable (the
 // server cannot be reached), refset.ErrInvalidConfig (a malformed DSN, an unknown
 // driver, a role, password or database the server refuses), the context's error.
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
@@ -255,14 +260,19 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 }
 
 // libpqConnector is lib/pq's connector of dsn (see libpqConfig), with
-// binary_parameters when unprepared (see openPool).
-func libpqConnector(dsn string, unprepared bool) (*pq.Connector, error) {
+// binary_parameters when unprepared (see openPool), whose connections end their
+// startup with the context of Connect (startup.go).
+func libpqConnector(dsn string, unprepared bool) (driver.Connector, error) {
 	cfg, err := libpqConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.BinaryParameters = cfg.BinaryParameters || unprepared
-	return pq.NewConnectorConfig(cfg)
+	c, err := pq.NewConnectorConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return withStartupContext(c), nil
 }
 
 // pgxConfig is pgx's configuration of dsn, in QueryExecModeExec when unprepared

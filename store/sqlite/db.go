@@ -50,6 +50,24 @@ type Options struct {
 	// its own, as before group commit: see "Group commit" in the package doc.
 	NoGroupCommit bool
 
+	// ReadOnly opens the file for reading only (SQLite's mode=ro), for a program that
+	// must leave it as it is, such as a report: the file must exist (Open creates
+	// none), its journal mode stays what it is (Open otherwise switches it to WAL),
+	// and every write fails with refset.ErrInvalidConfig. Open reads the file once,
+	// so that one it cannot read as a database fails Open, not the first call. In WAL
+	// mode SQLite still keeps its -wal and -shm files beside the file, creating them
+	// if the directory lets it; where it does not, and they are not there, Open fails
+	// (refset.ErrInvalidConfig), unless Immutable.
+	ReadOnly bool
+
+	// Immutable, with ReadOnly, reads the file without locks and without its -wal
+	// and -shm files (SQLite's immutable=1): for a file nothing writes while it is
+	// open, on read-only media or in a directory where SQLite cannot create the
+	// -shm file it reads a database in WAL mode with. What a -wal file holds is not
+	// read, and a file that does change while it is open gives wrong answers or
+	// errors of a corrupt database.
+	Immutable bool
+
 	// groupMaxAge, for this package's tests, is how long a group may take units
 	// (zero: the engine's default): a test that needs two units in one group must not
 	// see it close because a loaded machine was slow between them.
@@ -86,10 +104,11 @@ type DB struct {
 // field out of the DB's API.
 type storeEngine = engine.Engine
 
-// Open opens (creating if needed) the SQLite database file at path, a file path or
-// a file: URL naming one ("file:ledger.db", "file:///var/lib/app/ledger.db"). A URL
-// carries no parameters (refset.ErrInvalidConfig): Open sets the connections' own
-// (write-ahead logging, foreign keys, the busy timeout), and Options the rest.
+// Open opens (creating if needed, unless Options.ReadOnly) the SQLite database file
+// at path, a file path or a file: URL naming one ("file:ledger.db",
+// "file:///var/lib/app/ledger.db"). A URL carries no parameters
+// (refset.ErrInvalidConfig): Open sets the connections' own (write-ahead logging,
+// foreign keys, the busy timeout), and Options the rest.
 func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	path, err := FilePath(path)
 	if err != nil {
@@ -120,11 +139,26 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 		readers = max(4, runtime.GOMAXPROCS(0))
 	}
 
+	if opts.Immutable && !opts.ReadOnly {
+		return nil, fmt.Errorf("refset/sqlite: open %q: %w: Immutable is for a file opened ReadOnly", path, refset.ErrInvalidConfig)
+	}
+
 	// Every connection enforces foreign keys and waits for locks; the writer also
 	// switches the file to WAL and begins its transactions IMMEDIATE. Both drivers
 	// read these parameters alike.
 	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
-	writer, err := sqlx.Open(driverName, file+"&_journal_mode=WAL&_synchronous="+sync+"&_txlock=immediate")
+	writing := "&_journal_mode=WAL&_synchronous=" + sync + "&_txlock=immediate"
+	if opts.ReadOnly {
+		// SQLite opens the file read-only, so that it creates none and refuses every
+		// write, and the writer sets nothing that writes: the journal mode stays the
+		// file's, and a transaction begins DEFERRED (IMMEDIATE takes the write lock).
+		file += "&mode=ro"
+		if opts.Immutable {
+			file += "&immutable=1"
+		}
+		writing = ""
+	}
+	writer, err := sqlx.Open(driverName, file+writing)
 	if err != nil {
 		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}
@@ -132,8 +166,14 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	writer.SetMaxIdleConns(1)
 	writer.SetConnMaxLifetime(0)
 	writer.SetConnMaxIdleTime(0)
-	// The writer connects first: it is what switches the file to WAL.
-	if err := writer.PingContext(ctx); err != nil {
+	// The writer connects first: it is what switches the file to WAL. A file opened
+	// read-only is read once, which a connection alone may not do.
+	err = writer.PingContext(ctx)
+	if err == nil && opts.ReadOnly {
+		var version int64
+		err = writer.QueryRowContext(ctx, "PRAGMA schema_version").Scan(&version)
+	}
+	if err != nil {
 		writer.Close()
 		return nil, sentinel.Wrap(msgPrefix, "open "+path, openError(err))
 	}

@@ -190,6 +190,8 @@ func TestTranslateCodes(t *testing.T) {
 		{"no memory", codeNoMem, refset.ErrUnavailable},
 		{"protocol", codeProtocol, refset.ErrUnavailable},
 		{"not a database", codeNotADB, refset.ErrUnavailable},
+		{"read-only", codeReadOnly, refset.ErrInvalidConfig},
+		{"read-only directory", codeReadOnly | 6<<8, refset.ErrInvalidConfig},
 		{"interrupt", codeInterrupt, context.Canceled},
 		{"unique", codeConstraintUnique, refset.ErrDuplicate},
 		{"primary key", codeConstraintPrimaryKey, refset.ErrDuplicate},

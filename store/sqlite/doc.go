@@ -8,7 +8,8 @@
 // with "database is locked", and readers never wait for them. New takes pools the
 // caller opened instead, and checks each of these settings, refusing with
 // refset.ErrInvalidConfig that names the DSN parameter to add. store.Open opens a
-// path or file: URL here when given this package's Options.
+// path or file: URL here when given this package's Options. Options.ReadOnly opens a
+// file as it is, and changes nothing of it: for a report on a program's database.
 //
 // store.NewStore maps a struct to an existing table through its `db` tags, checks
 // both against the catalog, and creates the set's holds table beside it; it and

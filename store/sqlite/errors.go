@@ -60,6 +60,11 @@ func translateCode(err error, code int, msg, query string) error {
 		return wrap(refset.ErrConflict)
 	case codeConstraint:
 		return wrap(refset.ErrConstraint)
+	case codeReadOnly:
+		// The database refused a write: it was opened read-only, or the process may
+		// not write its file, or its directory, where SQLite creates the -wal and
+		// -shm files. The setup's mistake, not the statement's.
+		return sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, &readOnlyError{err})
 	case codeInterrupt:
 		// A driver interrupts a statement whose context ended; refset learns from
 		// the context whether its deadline or a cancel did it.
@@ -85,6 +90,7 @@ const (
 	codeBusy       = 5
 	codeLocked     = 6
 	codeNoMem      = 7
+	codeReadOnly   = 8
 	codeInterrupt  = 9
 	codeIOErr      = 10
 	codeCorrupt    = 11
@@ -102,6 +108,17 @@ const (
 	codeConstraintUnique     = codeConstraint | 8<<8
 	codeConstraintDataType   = codeConstraint | 12<<8
 )
+
+// readOnlyError is a driver's SQLITE_READONLY, saying what SQLite's words ("attempt
+// to write a readonly database") leave out: what may be read-only.
+type readOnlyError struct{ err error }
+
+func (e *readOnlyError) Error() string {
+	return "the database is read-only (opened ReadOnly, or its file or its directory, where SQLite keeps the -wal " +
+		"and -shm files, may not be written): " + e.err.Error()
+}
+
+func (e *readOnlyError) Unwrap() error { return e.err }
 
 // checkArgs refuses a statement given another number of arguments than SQLite binds
 // for it: go-sqlite3 refuses too few, but runs a statement given too many and drops
