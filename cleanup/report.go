@@ -99,6 +99,14 @@ func (c *Collector) WhyAll(ctx context.Context, id any) ([]Holder, error) {
 	return c.why(ctx, id, 0)
 }
 
+// WhyUpTo is Why listing up to perTable rows per referencing table (all of them
+// when perTable is 0 or less, as WhyAll), for a page that shows a bounded list: ask
+// for one more than it shows, and a table with more rows than it shows says the
+// list was cut there. Errors: those of Why.
+func (c *Collector) WhyUpTo(ctx context.Context, id any, perTable int) ([]Holder, error) {
+	return c.why(ctx, id, max(0, perTable))
+}
+
 // Queue reads the set's review queue on the database's reader, as QueueCounts does
 // with Status's default cap: depth is its entries, counted exactly up to
 // DefaultCountCap and, past it, the database's estimate from its statistics, or

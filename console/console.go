@@ -2,8 +2,10 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
@@ -78,6 +80,11 @@ type Console struct {
 	samples *sampler
 	stop    context.CancelFunc
 	stopped sync.WaitGroup
+
+	// tokenDigest is what /login's cookie holds: the hex of the token's SHA-256.
+	tokenDigest string
+	// checking holds the one check that may run at a time (mayCheck).
+	checking chan struct{}
 }
 
 // New returns the console of db (a database of store/sqlite or store/postgres) and
@@ -116,7 +123,11 @@ func New(ctx context.Context, db refset.Database, cfg Config) (*Console, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Console{db: db, cfg: cfg, log: log, pages: pages, samples: newSampler(cfg.Samples)}
+	c := &Console{db: db, cfg: cfg, log: log, pages: pages, samples: newSampler(cfg.Samples), checking: make(chan struct{}, 1)}
+	if cfg.Token != "" {
+		digest := sha256.Sum256([]byte(cfg.Token))
+		c.tokenDigest = hex.EncodeToString(digest[:])
+	}
 	c.routes()
 	ctx, c.stop = context.WithCancel(ctx)
 	c.stopped.Add(1)
@@ -205,15 +216,27 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 			http.Error(w, "wrong token", http.StatusUnauthorized)
 			return false
 		}
-		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: r.URL.Query().Get("token"), Path: "/",
+		// The cookie holds the token's digest, not the token: a cookie carries only
+		// some characters (net/http drops the others, and a token with them could
+		// never log in), and the token itself stays out of the browser's store. No
+		// Path: the browser scopes the cookie to the directory of this URL, which is
+		// the console's, wherever it is mounted.
+		http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: c.tokenDigest,
 			HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-		http.Redirect(w, r, "./", http.StatusSeeOther)
+		// Relative, for the browser to resolve against the URL it asked for: under a
+		// prefix a handler never sees (http.StripPrefix), http.Redirect would resolve
+		// it against the stripped path, and send the browser to the host's root.
+		w.Header().Set("Location", "./")
+		w.WriteHeader(http.StatusSeeOther)
 		return false
 	}
-	if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.validToken(bearer) {
+	// The scheme's name is case-insensitive (RFC 7235).
+	if scheme, bearer, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") &&
+		c.validToken(strings.TrimSpace(bearer)) {
 		return true
 	}
-	if ck, err := r.Cookie(tokenCookie); err == nil && c.validToken(ck.Value) {
+	if ck, err := r.Cookie(tokenCookie); err == nil &&
+		subtle.ConstantTimeCompare([]byte(ck.Value), []byte(c.tokenDigest)) == 1 {
 		return true
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="refset console"`)
@@ -228,12 +251,23 @@ func (c *Console) validToken(got string) bool {
 func (c *Console) routes() {
 	c.mux = http.NewServeMux()
 	static, _ := fs.Sub(staticFiles, "static")
-	c.mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	c.mux.Handle("GET /static/", http.StripPrefix("/static/", filesOnly(http.FileServerFS(static))))
 	c.mux.HandleFunc("GET /{$}", c.page("sets", c.setsPage))
 	c.mux.HandleFunc("GET /cleanup", c.page("cleanup", c.cleanupPage))
 	c.mux.HandleFunc("GET /object", c.page("object", c.objectPage))
 	c.mux.HandleFunc("GET /chain", c.page("chain", c.chainPage))
 	c.mux.HandleFunc("GET /holds", c.page("holds", c.holdsPage))
+}
+
+// filesOnly serves the files of h, and no listing of its folders: 404.
+func filesOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // page serves one page: read gathers its data, which the page's template renders.
@@ -249,8 +283,11 @@ func (c *Console) page(name string, read func(r *http.Request) (any, error)) htt
 }
 
 // errBadRequest is a request the console cannot answer as asked (a parameter
-// missing): 400.
-var errBadRequest = errors.New("bad request")
+// missing): 400. errForbidden is one it will not answer: 403.
+var (
+	errBadRequest = errors.New("bad request")
+	errForbidden  = errors.New("forbidden")
+)
 
 // fail answers a page's error: the error's text (refset's errors name no
 // password), with the status it calls for.
@@ -261,6 +298,10 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err 
 		status = http.StatusBadRequest
 	case errors.Is(err, refset.ErrNotFound):
 		status = http.StatusNotFound
+	case errors.Is(err, errForbidden):
+		status = http.StatusForbidden
+	case errors.Is(err, errBusy):
+		status = http.StatusTooManyRequests
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		return // the browser went away
 	}
@@ -316,9 +357,11 @@ var funcs = template.FuncMap{
 	"graphOf": func(id, label, table string, g graph) graphView {
 		return graphView{ID: id, Label: label, Table: table, G: g}
 	},
-	"holdsOf": func(id, table string, now time.Time, holds []refsetdriver.Hold) holdsView {
-		return holdsView{ID: id, Table: table, Now: now, Holds: holds}
+	"holdsOf": func(id, table string, now time.Time, holds []refsetdriver.Hold, cut bool) holdsView {
+		return holdsView{ID: id, Table: table, Now: now, Holds: holds, Cut: cut}
 	},
+	"holdersShown": func() int { return objectHolders },
+	"holdsShown":   func() int { return objectHolds },
 	"clock": func(t time.Time) string {
 		if t.IsZero() {
 			return "-"
@@ -398,5 +441,6 @@ type (
 		ID, Table string
 		Now       time.Time
 		Holds     []refsetdriver.Hold
+		Cut       bool // there are more than Holds
 	}
 )

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"html"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/internal/test/testlog"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/require"
 )
@@ -130,6 +133,9 @@ func TestToken(t *testing.T) {
 	for _, p := range pages {
 		code, _ := get(t, srv, p, bearer(token))
 		require.Equal(t, http.StatusOK, code, p)
+		// The scheme's name is case-insensitive (RFC 7235).
+		code, _ = get(t, srv, p, http.Header{"Authorization": {"bearer " + token}})
+		require.Equal(t, http.StatusOK, code, p)
 	}
 	code, _ := get(t, srv, "/login?token=wrong", nil)
 	require.Equal(t, http.StatusUnauthorized, code)
@@ -147,6 +153,51 @@ func TestToken(t *testing.T) {
 	require.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
 	code, _ = get(t, srv, "/", http.Header{"Cookie": {(&http.Cookie{Name: cookies[0].Name, Value: cookies[0].Value}).String()}})
 	require.Equal(t, http.StatusOK, code)
+}
+
+// A browser logs in with /login?token=... and lands on the console's sets, whatever
+// the token holds (characters a cookie cannot carry included) and wherever the
+// console is mounted (under a prefix, as docs/console.md shows); the cookie goes
+// back to the console alone, not to the rest of the host's site.
+func TestLoginAsABrowser(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	for _, token := range []string{"the token", `a;b"c\d,e`, "tök en"} {
+		for _, mount := range []string{"", "/refset"} {
+			t.Run(token+" at "+mount+"/", func(t *testing.T) {
+				h, err := console.New(t.Context(), f.db, console.Config{Token: token})
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, h.Close()) })
+				mux := http.NewServeMux()
+				mux.Handle(mount+"/", http.StripPrefix(mount, h))
+				mux.HandleFunc("/elsewhere", func(w http.ResponseWriter, r *http.Request) {
+					_, err := r.Cookie("refset_console_token")
+					fmt.Fprint(w, "cookie sent: ", err == nil)
+				})
+				srv := httptest.NewServer(mux)
+				t.Cleanup(srv.Close)
+				jar, err := cookiejar.New(nil)
+				require.NoError(t, err)
+				client := &http.Client{Jar: jar}
+
+				resp, err := client.Get(srv.URL + mount + "/login?" + url.Values{"token": {token}}.Encode())
+				require.NoError(t, err)
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.NoError(t, err)
+				require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+				require.Equal(t, mount+"/", resp.Request.URL.Path, "where /login sent the browser")
+				require.Contains(t, string(body), "notes")
+
+				if mount != "" {
+					resp, err := client.Get(srv.URL + "/elsewhere")
+					require.NoError(t, err)
+					body, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					require.Equal(t, "cookie sent: false", string(body), "the console's cookie went to the rest of the site")
+				}
+			})
+		}
+	}
 }
 
 // The console answers GET and HEAD alone, and each page's errors with their status.
@@ -170,6 +221,10 @@ func TestRequests(t *testing.T) {
 		{objectPath("no_such_set", "n1"), http.StatusNotFound},
 		{objectPath(`bad"name`, "n1"), http.StatusBadRequest},
 		{"/chain?table=notes", http.StatusNotFound},
+		{"/chain?table=nosuch.blocks", http.StatusNotFound},
+		{"/chain?table=bad%22name", http.StatusBadRequest},
+		{"/chain", http.StatusOK},
+		{"/chain?table=blocks", http.StatusOK},
 		{"/holds?table=no_such_set", http.StatusNotFound},
 		{"/?check=no_such_set", http.StatusNotFound},
 		{"/no-such-page", http.StatusNotFound},
@@ -280,6 +335,22 @@ func TestSamplerStops(t *testing.T) {
 	}
 }
 
+// A console closed while its first sample is under way (as one is, right after New)
+// says nothing failed: stopping is no failure.
+func TestCloseIsNoFailure(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	for range 10 {
+		h, err := console.New(t.Context(), f.db, console.Config{})
+		require.NoError(t, err)
+		require.NoError(t, h.Close())
+		srv := httptest.NewServer(h)
+		code, body := get(t, srv, "/cleanup", nil)
+		srv.Close()
+		require.Equal(t, http.StatusOK, code)
+		require.NotContains(t, body, "failed")
+	}
+}
+
 // With a hot standby as the database's replica (postgres.Options.ReplicaDSN, refset
 // ui's --replica), every page answers, reading the standby first.
 func TestStandby(t *testing.T) {
@@ -333,4 +404,194 @@ func TestCollectedPerMinute(t *testing.T) {
 	st, err := cleanup.Status(ctx, f.db)
 	require.NoError(t, err)
 	require.Equal(t, stats.Deleted, st.Sets[1].Collected, "notes")
+}
+
+// The object page's cost follows what it shows, however many rows and holds keep the
+// object alive: it lists the first of each and says the rest are there.
+func TestObjectPageIsBounded(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+		for _, q := range []string{
+			`CREATE TABLE tags (id INTEGER PRIMARY KEY, note_id TEXT NOT NULL REFERENCES notes (id))`,
+			`CREATE INDEX tags_note ON tags (note_id)`,
+			`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+				INSERT INTO tags (note_id) SELECT 'n5' FROM n`,
+			`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+				INSERT INTO notes_holds (holder, object_id) SELECT 'holder-' || i, 'n5' FROM n`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	_, srv := serve(t, f.db, console.Config{})
+	code, body := get(t, srv, objectPath("notes", "n5"), nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, 100, strings.Count(body, `<li data-table="tags">`), "rows of tags listed")
+	require.Contains(t, body, "More rows of tags keep it alive than the first 100 listed here")
+	require.Contains(t, body, `id="holds-cut"`)
+	require.Less(t, len(body), 200_000, "the page's size")
+}
+
+// item is an object whose id is a number: the id column is BIGINT.
+type item struct {
+	Key int64 `db:"id"`
+}
+
+func (i item) ID() int64 { return i.Key }
+
+// A parameter no id or holder column can hold is the visitor's mistake: 400, on each
+// store, never a 500 and an error in the operator's log.
+func TestUnreadableParameters(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		f := newFixture(t, b)
+		require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE items (id BIGINT PRIMARY KEY)`)
+			return err
+		}))
+		_, err := store.NewStore[item, int64](t.Context(), f.db, store.Config{Table: "items"})
+		require.NoError(t, err)
+		logs := &strings.Builder{}
+		h, err := console.New(t.Context(), f.db, console.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		require.NoError(t, err)
+		srv := httptest.NewServer(h)
+		t.Cleanup(func() {
+			srv.Close()
+			require.NoError(t, h.Close())
+		})
+		paths := []string{
+			objectPath("notes", "\x00"), objectPath("notes", "n\x001"), objectPath("notes", "\xff"),
+			"/holds?table=notes&holder=%00", "/holds?table=notes&holder=%ff",
+		}
+		if b != testdb.SQLite { // SQLite keeps any value in any column
+			paths = append(paths, objectPath("items", "abc"), objectPath("items", "99999999999999999999"))
+		}
+		for _, p := range paths {
+			code, body := get(t, srv, p, nil)
+			require.Equal(t, http.StatusBadRequest, code, "%s: %s", p, body)
+		}
+		require.NotContains(t, logs.String(), "level=ERROR")
+	})
+}
+
+// On a database with no blockmanager, the chain page says there is no chain: 404, not
+// a server error.
+func TestNoChain(t *testing.T) {
+	db := testdb.SQLite.Open(t, testdb.Options{})
+	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE items (id BIGINT PRIMARY KEY)`)
+		return err
+	}))
+	_, err := store.NewStore[item, int64](t.Context(), db, store.Config{Table: "items"})
+	require.NoError(t, err)
+	_, srv := serve(t, db, console.Config{})
+	for _, p := range []string{"/chain", "/chain?table=blocks", "/chain?table=items"} {
+		code, body := get(t, srv, p, nil)
+		require.Equal(t, http.StatusNotFound, code, p)
+		require.Contains(t, body, "no blockmanager chain in this database", p)
+	}
+}
+
+// The holds page lists the first of each list and says when there are more: by
+// holder, expiring soonest, expired, and one holder's.
+func TestHoldsPageSaysWhenCut(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+		for _, q := range []string{
+			// 300 holders of n5: 150 expired, 150 expiring in an hour.
+			`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300)
+				INSERT INTO notes_holds (holder, object_id, expires_at)
+				SELECT 'h' || i, 'n5', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) + (CASE WHEN i % 2 = 0 THEN -1 ELSE 1 END) * 3600000 FROM n`,
+			// 250 holds of dave.
+			`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 250)
+				INSERT INTO notes (id, body) SELECT 'd' || i, '' FROM n`,
+			`INSERT INTO notes_holds (holder, object_id) SELECT 'dave', id FROM notes WHERE id LIKE 'd%'`,
+		} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	_, srv := serve(t, f.db, console.Config{})
+	code, body := get(t, srv, "/holds?table=notes&holder=dave", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	for _, list := range []string{"holders", "soonest", "expired", "of-holder"} {
+		require.Contains(t, body, `id="`+list+`-cut"`, list)
+	}
+	code, body = get(t, srv, "/holds?table=notes&holder=alice", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	require.NotContains(t, body, `id="of-holder-cut"`, "alice's one hold")
+}
+
+// On a database where no store was built yet the pages say there are no sets, as
+// refset status does, instead of answering with an error.
+func TestNoSetsYet(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		_, srv := serve(t, b.Open(t, testdb.Options{}), console.Config{})
+		for _, p := range []string{"/", "/holds"} {
+			code, body := get(t, srv, p, nil)
+			require.Equal(t, http.StatusOK, code, "%s: %s", p, body)
+			require.Contains(t, body, `id="no-sets"`, p)
+		}
+	})
+}
+
+// A check reads the set's tables whole: another site's page may not start one (an
+// <img> pointed at the console), and one runs at a time (429 for the others); the
+// console's own pages, a typed address and a client that is no browser run it.
+func TestCheckIsGuarded(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{})
+	for site, want := range map[string]int{
+		"":            http.StatusOK,
+		"same-origin": http.StatusOK,
+		"none":        http.StatusOK,
+		"same-site":   http.StatusForbidden,
+		"cross-site":  http.StatusForbidden,
+	} {
+		code, body := get(t, srv, "/?check=notes", http.Header{"Sec-Fetch-Site": {site}})
+		require.Equal(t, want, code, "Sec-Fetch-Site %q: %s", site, body)
+	}
+
+	require.NoError(t, refset.InTx(t.Context(), f.db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000)
+			INSERT INTO notes (id, body) SELECT 'bulk' || i, '' FROM n`)
+		return err
+	}))
+	codes := make(chan int, 8)
+	start := make(chan struct{})
+	for range cap(codes) {
+		go func() {
+			<-start
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/?check=notes", nil)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	close(start)
+	seen := map[int]int{}
+	for range cap(codes) {
+		seen[<-codes]++
+	}
+	require.Equal(t, cap(codes), seen[http.StatusOK]+seen[http.StatusTooManyRequests], "every check ran or was turned away: %v", seen)
+	require.Positive(t, seen[http.StatusOK], "%v", seen)
+	require.Positive(t, seen[http.StatusTooManyRequests], "checks at once: %v", seen)
+}
+
+// /static/ serves the console's files, and no listing of them.
+func TestStaticFilesOnly(t *testing.T) {
+	f := newFixture(t, testdb.SQLite)
+	_, srv := serve(t, f.db, console.Config{})
+	code, _ := get(t, srv, "/static/console.css", nil)
+	require.Equal(t, http.StatusOK, code)
+	code, body := get(t, srv, "/static/", nil)
+	require.Equal(t, http.StatusNotFound, code)
+	require.NotContains(t, body, "console.css")
 }

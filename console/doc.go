@@ -14,12 +14,14 @@
 //     rise of the count clean-up keeps where it deletes), as SVG charts of the
 //     samples the console's sampler takes while it runs (a cleanup.Counter every
 //     Config.SampleEvery: one statement a sample).
-//   - /object?table=T&id=ID: the object's row, every row that keeps it alive (Why),
-//     drawn as a graph up to the roots, and its holds with their expiry by the
-//     database's clock.
+//   - /object?table=T&id=ID: the object's row, the rows that keep it alive (the
+//     first 100 of each table, Collector.WhyUpTo), drawn as a graph up to the roots,
+//     and its holds with their expiry by the database's clock (the first 100); a list
+//     cut short says so.
 //   - /chain?table=blocks: a blockmanager chain's tip (blockmanager.ReadTip): the
 //     committed head, the forks and the blocks waiting for a predecessor, drawn as a
-//     tree whose every block links to its object page.
+//     tree whose every block links to its object page; a table that is not the
+//     database's blockmanager chain is 404.
 //   - /holds?table=T[&holder=H]: the set's holders, the holds expiring soonest, the
 //     expired ones clean-up has not removed yet, and one holder's holds.
 //
@@ -30,8 +32,11 @@
 // escaping, and its Content-Security-Policy lets no script run.
 //
 // With Config.Token set, every request must carry the token, as an Authorization
-// Bearer header or in the cookie /login?token=... sets; CheckAddr refuses to serve a
-// console on an address other than loopback without one.
+// Bearer header or in the cookie /login?token=... sets (scoped to the console's path,
+// wherever it is mounted); CheckAddr refuses to serve a console on an address other
+// than loopback without one. ?check=TABLE, which reads the set whole, runs one at a
+// time (429 for another) and never for a request a browser says another site made
+// (Sec-Fetch-Site: 403).
 //
 // No page and no sample reads a table whole: the counts of the Sets page and the
 // sampler stop at Config.CountCap rows of a table (a LIMIT) and take the database's

@@ -2,11 +2,13 @@ package console
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/refsetdb/refset/blockmanager"
 	"github.com/refsetdb/refset/cleanup"
@@ -48,6 +50,8 @@ type setsData struct {
 	Status cleanup.DatabaseStatus
 	Sets   []setRow
 	Check  *checkResult
+	// NoTables says the database has no refset tables yet.
+	NoTables bool
 }
 
 type setRow struct {
@@ -65,6 +69,11 @@ type checkResult struct {
 func (c *Console) setsPage(r *http.Request) (any, error) {
 	ctx := r.Context()
 	st, err := cleanup.StatusWith(ctx, c.db, c.counting())
+	if errors.Is(err, refset.ErrNotFound) && r.URL.Query().Get("check") == "" {
+		// No refset tables: no store was built on this database yet. The page says
+		// so, as refset status does, rather than fail.
+		return setsData{Nav: "sets", Cap: c.cfg.CountCap, NoTables: true}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +82,10 @@ func (c *Console) setsPage(r *http.Request) (any, error) {
 		d.Sets = append(d.Sets, setRow{SetStatus: s, Chain: isChain(s.Table, st.Versions)})
 	}
 	if table := r.URL.Query().Get("check"); table != "" {
+		if err := c.mayCheck(r); err != nil {
+			return nil, err
+		}
+		defer func() { <-c.checking }()
 		col, err := cleanup.Inspect(ctx, c.db, cleanup.Config{Table: table})
 		if err != nil {
 			return nil, err
@@ -84,6 +97,30 @@ func (c *Console) setsPage(r *http.Request) (any, error) {
 		d.Check = &checkResult{Table: table, Report: rep, OK: rep.OK()}
 	}
 	return d, nil
+}
+
+// errBusy is a request the console turns away for now: 429.
+var errBusy = errors.New("busy")
+
+// mayCheck takes the console's one check slot for r, or says why r may not run a
+// check. A check reads the set's tables whole, so a page of another site (an <img>
+// pointed at the console on 127.0.0.1) must not start one, nor may checks pile up:
+// one runs at a time. A browser says where a request comes from (Sec-Fetch-Site): a
+// check is run for the console's own pages and for an address typed or bookmarked,
+// and for a client that is no browser.
+func (c *Console) mayCheck(r *http.Request) error {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return fmt.Errorf("%w: a check is started from the console's own page, not from another site's (Sec-Fetch-Site: %s)",
+			errForbidden, r.Header.Get("Sec-Fetch-Site"))
+	}
+	select {
+	case c.checking <- struct{}{}:
+		return nil
+	default:
+		return fmt.Errorf("%w: another check is running; try again once it is done", errBusy)
+	}
 }
 
 type cleanupData struct {
@@ -155,6 +192,10 @@ type objectData struct {
 	Graph     graph
 	Holds     []refsetdriver.Hold
 	Unindexed []string
+	// HoldersCut names the tables with more rows holding the object than the page
+	// lists (objectHolders); HoldsCut says it has more holds than it lists.
+	HoldersCut []string
+	HoldsCut   bool
 }
 
 // whyNodes bounds the graph of holders the object page draws: each node is one Why.
@@ -166,17 +207,29 @@ func (c *Console) objectPage(r *http.Request) (any, error) {
 	if table == "" || id == "" {
 		return nil, fmt.Errorf("%w: the object page needs ?table=...&id=...", errBadRequest)
 	}
+	if err := checkText("id", id); err != nil {
+		return nil, err
+	}
 	col, err := cleanup.Inspect(ctx, c.db, cleanup.Config{Table: table})
 	if err != nil {
 		return nil, err
 	}
 	d := objectData{Nav: "sets", Table: table, ID: id, Unindexed: col.Unindexed()}
 	if d.Fields, err = col.Object(ctx, id); err != nil {
+		if errors.Is(err, refset.ErrStatement) {
+			// The statement is the library's own: what the database refused is the id
+			// (abc, or 99999999999999999999, for a BIGINT id column).
+			return nil, fmt.Errorf("%w: %s's id column cannot hold the id %q: %v", errBadRequest, table, id, err)
+		}
 		return nil, err
 	}
-	if d.Holders, err = col.WhyAll(ctx, id); err != nil {
+	// One more than shown, per table: a table that has it held more than that says
+	// so rather than fill the page.
+	holders, err := col.WhyUpTo(ctx, id, objectHolders+1)
+	if err != nil {
 		return nil, err
 	}
+	d.Holders, d.HoldersCut = cutPerTable(holders, objectHolders)
 	reg, err := c.lookup(ctx, table)
 	if err != nil {
 		return nil, err
@@ -189,14 +242,39 @@ func (c *Console) objectPage(r *http.Request) (any, error) {
 		list []refsetdriver.Hold
 	}
 	h, err := read(ctx, c.db, func(q refset.Querier) (holds, error) {
-		now, list, err := c.db.Driver().SchemaSQL().ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Object: id})
+		now, list, err := c.db.Driver().SchemaSQL().ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Object: id, Limit: objectHolds + 1})
 		return holds{now, list}, err
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.Now, d.Holds = h.now, h.list
+	d.Holds, d.HoldsCut = firstOf(d.Holds, objectHolds)
 	return d, nil
+}
+
+// The object page lists at most objectHolders rows of each table that references the
+// object, and objectHolds holds of it: its cost follows what it shows, however many
+// hold it (refset why lists them all).
+const (
+	objectHolders = 100
+	objectHolds   = 100
+)
+
+// cutPerTable keeps the first n holders of each table, in order, and names the
+// tables it cut.
+func cutPerTable(holders []cleanup.Holder, n int) (kept []cleanup.Holder, cut []string) {
+	count := map[string]int{}
+	for _, h := range holders {
+		count[h.Table]++
+		switch {
+		case count[h.Table] <= n:
+			kept = append(kept, h)
+		case count[h.Table] == n+1:
+			cut = append(cut, h.Table)
+		}
+	}
+	return kept, cut
 }
 
 // lookup is the registration of the set on table.
@@ -281,22 +359,62 @@ const (
 )
 
 func (c *Console) chainPage(r *http.Request) (any, error) {
-	table := r.URL.Query().Get("table")
-	if table == "" {
-		table = "blocks"
-	}
-	id, err := sqlident.Parse(table, true)
+	ctx := r.Context()
+	table, err := c.chainTable(ctx, r.URL.Query().Get("table"))
 	if err != nil {
 		return nil, err
 	}
-	if id.Name != "blocks" {
-		return nil, fmt.Errorf("%w: %s is not a blockmanager's blocks table", refset.ErrNotFound, table)
-	}
-	tip, err := blockmanager.ReadTip(r.Context(), c.db, c.cfg.Depth, chainForks, chainPending)
+	tip, err := blockmanager.ReadTip(ctx, c.db, c.cfg.Depth, chainForks, chainPending)
 	if err != nil {
 		return nil, err
 	}
 	return chainData{Nav: "sets", Table: table, Tip: tip, Tree: chainTree(tip)}, nil
+}
+
+// chainTable is the set's table the chain page asked for (asked, the database's one
+// chain when it names none) as refset's records name it, once it is sure it is a
+// blockmanager's chain: a page must not draw the chain under another table's name.
+// Errors: refset.ErrNotFound, naming the chains there are.
+func (c *Console) chainTable(ctx context.Context, asked string) (string, error) {
+	var want sqlident.Ident
+	if asked != "" {
+		var err error
+		if want, err = sqlident.Parse(asked, true); err != nil {
+			return "", err
+		}
+	}
+	chains, err := read(ctx, c.db, func(q refset.Querier) ([]string, error) {
+		sets, err := c.db.Driver().Sets(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		versions, err := c.db.Driver().Versions(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		var chains []string
+		for _, s := range sets {
+			if isChain(s, versions) {
+				chains = append(chains, s)
+			}
+		}
+		return chains, nil
+	})
+	if err != nil {
+		return "", err
+	}
+	for _, chain := range chains {
+		got, _ := sqlident.Parse(chain, true) // isChain parsed it
+		// A name without its schema (the default "blocks") names the chain of that
+		// name in whichever schema refset's records put it.
+		if asked == "" || got == want || want.Schema == "" && got.Name == want.Name {
+			return chain, nil
+		}
+	}
+	if len(chains) == 0 {
+		return "", fmt.Errorf("%w: no blockmanager chain in this database", refset.ErrNotFound)
+	}
+	return "", fmt.Errorf("%w: %s is not a blockmanager's chain (the chain here: %s)", refset.ErrNotFound, asked, strings.Join(chains, ", "))
 }
 
 type holdsData struct {
@@ -310,6 +428,8 @@ type holdsData struct {
 	Expired  []refsetdriver.Hold
 	OfHolder []refsetdriver.Hold
 	Most     int64
+	// Each list's Cut says it holds more than the page lists.
+	HoldersCut, SoonestCut, ExpiredCut, OfHolderCut bool
 }
 
 // Bounds of the holds page's lists.
@@ -323,7 +443,13 @@ const (
 func (c *Console) holdsPage(r *http.Request) (any, error) {
 	ctx := r.Context()
 	d := holdsData{Nav: "holds", Table: r.URL.Query().Get("table"), Holder: r.URL.Query().Get("holder"), Most: holdsCounted}
+	if err := checkText("holder", d.Holder); err != nil {
+		return nil, err
+	}
 	tables, err := read(ctx, c.db, func(q refset.Querier) ([]string, error) { return c.db.Driver().Sets(ctx, q) })
+	if errors.Is(err, refset.ErrNotFound) && d.Table == "" {
+		return d, nil // no refset tables, so no sets to choose from: the page says so
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -341,21 +467,34 @@ func (c *Console) holdsPage(r *http.Request) (any, error) {
 	sql := c.db.Driver().SchemaSQL()
 	_, err = read(ctx, c.db, func(q refset.Querier) (struct{}, error) {
 		var err error
-		if d.Holders, err = sql.HolderCounts(ctx, q, reg.Holds, holdersListed, holdsCounted); err != nil {
+		// Each list is read one longer than it is shown, to say whether it is cut.
+		if d.Holders, err = sql.HolderCounts(ctx, q, reg.Holds, holdersListed+1, holdsCounted); err != nil {
 			return struct{}{}, err
 		}
-		if d.Now, d.Soonest, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Expiring: true, Soonest: true, Limit: holdsListed}); err != nil {
+		if d.Now, d.Soonest, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Expiring: true, Soonest: true, Limit: holdsListed + 1}); err != nil {
 			return struct{}{}, err
 		}
-		if _, d.Expired, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Expired: true, Soonest: true, Limit: holdsListed}); err != nil {
+		if _, d.Expired, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Expired: true, Soonest: true, Limit: holdsListed + 1}); err != nil {
 			return struct{}{}, err
 		}
 		if d.Holder != "" {
-			_, d.OfHolder, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Holder: d.Holder, Limit: holderListed})
+			_, d.OfHolder, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Holder: d.Holder, Limit: holderListed + 1})
 		}
 		return struct{}{}, err
 	})
+	d.Holders, d.HoldersCut = firstOf(d.Holders, holdersListed)
+	d.Soonest, d.SoonestCut = firstOf(d.Soonest, holdsListed)
+	d.Expired, d.ExpiredCut = firstOf(d.Expired, holdsListed)
+	d.OfHolder, d.OfHolderCut = firstOf(d.OfHolder, holderListed)
 	return d, err
+}
+
+// firstOf is the first n of list, and whether list had more.
+func firstOf[T any](list []T, n int) ([]T, bool) {
+	if len(list) > n {
+		return list[:n], true
+	}
+	return list, false
 }
 
 // unquote is the value of a SQL literal as Why writes a holder's key (quote() on
@@ -372,4 +511,14 @@ func unquote(lit string) string {
 		body = strings.ReplaceAll(body, `\\`, `\`)
 	}
 	return body
+}
+
+// checkText refuses a parameter no text column holds (PostgreSQL refuses a NUL
+// character and bytes that are not UTF-8), so that such a request is the visitor's
+// mistake, answered 400, not the database's error.
+func checkText(name, value string) error {
+	if !utf8.ValidString(value) || strings.ContainsRune(value, 0) {
+		return fmt.Errorf("%w: the %s %q is not text (UTF-8 without NUL characters)", errBadRequest, name, value)
+	}
+	return nil
 }

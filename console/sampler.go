@@ -37,7 +37,7 @@ func (s *sampler) run(ctx context.Context, counter *cleanup.Counter, interval ti
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.take(ctx, counter, log)
+		s.take(ctx, counter, interval, log)
 		select {
 		case <-ctx.Done():
 			return
@@ -46,12 +46,21 @@ func (s *sampler) run(ctx context.Context, counter *cleanup.Counter, interval ti
 	}
 }
 
-func (s *sampler) take(ctx context.Context, counter *cleanup.Counter, log *slog.Logger) {
-	st, err := counter.Counts(ctx)
+// take takes one sample. It gives it until the next is due: a database that does not
+// answer fails the sample, rather than holding the sampler (and Close) until it does.
+// A sample cut short because the sampler stopped is no failure, and leaves the last
+// error as it was.
+func (s *sampler) take(ctx context.Context, counter *cleanup.Counter, interval time.Duration, log *slog.Logger) {
+	sampleCtx, cancel := context.WithTimeout(ctx, interval)
+	defer cancel()
+	st, err := counter.Counts(sampleCtx)
+	if ctx.Err() != nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		if ctx.Err() == nil && err.Error() != s.lastErr {
+		if err.Error() != s.lastErr {
 			log.Warn("refset console: sampling failed", "error", err)
 		}
 		s.lastErr = err.Error()
