@@ -72,9 +72,10 @@ var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
 // run a statement again after the connection was lost while it ran (database/sql
 // would, on lib/pq: a payment made twice), and are dropped once their server refuses
 // writes (a fenced primary, a standby); a connection is waited for only as long as
-// the context of the call that needs it. dsn is what Open takes, several hosts
-// included. The pool is the caller's, to size and close; the guards cost nothing on
-// a connection that is not lost.
+// the context of the call that needs it, and a call on one only a second longer
+// than its context, when the server does not answer (watch.go). dsn is what Open
+// takes, several hosts included. The pool is the caller's, to size and close; the
+// guards cost next to nothing on a connection that is not lost.
 func NewConnector(dsn string) (driver.Connector, error) {
 	cfg, err := libpqConfig(dsn)
 	var connector driver.Connector
@@ -90,23 +91,27 @@ func NewConnector(dsn string) (driver.Connector, error) {
 // newGuardedConnector is the guarded lib/pq connector of cfg, whose connections
 // also end their startup with the context of Connect (startup.go).
 func newGuardedConnector(cfg pq.Config) (driver.Connector, error) {
-	connector, err := pq.NewConnectorConfig(cfg)
+	connector, err := withStartupContext(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return guardedConnector{withStartupContext(connector)}, nil
+	return guardedConnector{startupConnector: connector}, nil
 }
 
 // guardedConnector makes the lib/pq connections of a pool that Open made, or that
-// NewConnector's connector opens, guardedConns.
-type guardedConnector struct{ driver.Connector }
+// NewConnector's connector opens, guardedConns. Those of the replica's pool that
+// Open makes only read: they are watched, and nothing more (replica).
+type guardedConnector struct {
+	startupConnector
+	replica bool
+}
 
 func (c guardedConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
+	conn, l, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &guardedConn{conn: conn.(libpqConn)}, nil
+	return &guardedConn{conn: conn.(libpqConn), l: l, replica: c.replica}, nil
 }
 
 // lostDuring is the error of a statement whose connection was lost while it ran.
@@ -135,10 +140,23 @@ type libpqConn interface {
 
 // guardedConn is a lib/pq connection that reports a connection lost during a
 // statement as lostDuring, and turns invalid, so that database/sql closes it, once
-// the server refused one of its statements as read-only.
+// the server refused one of its statements as read-only, or once a call's context
+// ended and the server did not answer (watch.go).
 type guardedConn struct {
 	conn     libpqConn
 	readOnly atomic.Bool
+	// l is the connection's line, which a watch cuts.
+	l *line
+	// replica is set on a connection of the replica's pool, which only reads: a
+	// read lost there may run again (database/sql's retry, on lib/pq's ErrBadConn),
+	// and nothing of its server's refusals is noted.
+	replica bool
+	// idle are the watchers kept for the next calls; txDone is the Done channel of
+	// the context of the open transaction, whose watch is kept in tx; rows are the
+	// rows of a query, kept here, reused, rather than allocated on every query.
+	idle   []*watcher
+	txDone <-chan struct{}
+	rows   guardedRows
 	// kept are the statements prepared once on this connection for statements
 	// that commit on their own (keepPrepared): database/sql, which serialises a
 	// connection's use, is their only user.
@@ -171,7 +189,7 @@ func (c *guardedConn) dropClosedUnits(ctx context.Context) error {
 		if !k.db.Closed() {
 			continue
 		}
-		if _, err := c.conn.ExecContext(ctx, "DEALLOCATE "+name, nil); err != nil {
+		if _, err := c.ExecContext(ctx, "DEALLOCATE "+name, nil); err != nil {
 			return driver.ErrBadConn // the statement is left: the connection is not lent again
 		}
 		delete(c.units, k)
@@ -184,6 +202,9 @@ var _ libpqConn = (*guardedConn)(nil)
 // seen notes err, the error of a statement that began on a connection that was
 // sound or not, and returns it: as lostDuring if a sound connection was lost.
 func (c *guardedConn) seen(sound bool, err error) error {
+	if c.replica {
+		return err
+	}
 	if refusesWrites(err, codeReadOnlySQLTransaction) {
 		c.readOnly.Store(true)
 	}
@@ -198,10 +219,12 @@ func refusesWrites(err error, code string) bool {
 	return err != nil && sqlState(err) == code
 }
 
-func (c *guardedConn) IsValid() bool { return !c.readOnly.Load() && c.conn.IsValid() }
+func (c *guardedConn) IsValid() bool {
+	return !c.readOnly.Load() && !c.l.isCut.Load() && c.conn.IsValid()
+}
 
 func (c *guardedConn) ResetSession(ctx context.Context) error {
-	if c.readOnly.Load() {
+	if c.readOnly.Load() || c.l.isCut.Load() {
 		return driver.ErrBadConn
 	}
 	if err := c.dropClosedUnits(ctx); err != nil {
@@ -211,18 +234,29 @@ func (c *guardedConn) ResetSession(ctx context.Context) error {
 }
 
 // The statements' calls note whether the connection was sound before them (see
-// seen). No closure: these run on every statement.
+// seen, and cutShort), and are watched (watch.go). No closure: these run on every
+// statement.
 
 func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	sound := c.conn.IsValid()
+	sound, uncut := c.conn.IsValid(), !c.l.isCut.Load()
+	w := c.watch(ctx)
 	r, err := c.conn.ExecContext(ctx, query, args)
+	c.unwatch(w)
+	if err != nil {
+		err = c.cutShort(err, uncut, isCommit(query))
+	}
 	return r, c.seen(sound, err)
 }
 
 func (c *guardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	sound := c.conn.IsValid()
+	w := c.watch(ctx)
 	r, err := c.conn.QueryContext(ctx, query, args)
-	return r, c.seen(sound, err)
+	if err != nil {
+		c.unwatch(w)
+		return nil, c.seen(sound, c.cutShort(err, false, false))
+	}
+	return c.watchedRows(r, w), nil
 }
 
 // PrepareContext prepares query; preparing runs nothing, so a connection lost
@@ -235,9 +269,11 @@ func (c *guardedConn) PrepareContext(ctx context.Context, query string) (driver.
 	if s := c.kept[query]; keep && s != nil {
 		return s, nil
 	}
+	w := c.watch(ctx)
 	s, err := c.conn.PrepareContext(ctx, query)
+	c.unwatch(w)
 	if err != nil {
-		return nil, c.seen(false, err)
+		return nil, c.seen(false, c.cutShort(err, false, false))
 	}
 	gs := &guardedStmt{Stmt: s, conn: c, kept: keep}
 	if keep {
@@ -282,14 +318,27 @@ func (c *guardedConn) Prepare(query string) (driver.Stmt, error) {
 // a watch called twice panics. The watch here is the BEGIN query's own, which lib/pq
 // ends when its rows are closed: they are kept open until the transaction ends
 // (watchedTx), as lib/pq's BeginTx keeps its watch.
+//
+// refset watches the transaction too, from BEGIN to its end, with the context it
+// began with (watch.go), as database/sql ends the transaction with that context.
 func (c *guardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	w := c.watch(ctx)
 	tx, err := c.begin(ctx, opts)
-	if refusesWrites(err, codeFeatureNotSupported) {
-		// lib/pq begins READ WRITE, which a standby refuses: "cannot set
-		// transaction read-write mode during recovery".
-		c.readOnly.Store(true)
+	if err == nil && tx != &c.tx {
+		c.unwatch(w) // lib/pq's own (none, as lib/pq refuses what begin leaves to it)
+		return tx, nil
 	}
-	return tx, c.seen(false, err)
+	if err != nil {
+		c.unwatch(w)
+		if refusesWrites(err, codeFeatureNotSupported) && !c.replica {
+			// lib/pq begins READ WRITE, which a standby refuses: "cannot set
+			// transaction read-write mode during recovery".
+			c.readOnly.Store(true)
+		}
+		return nil, c.seen(false, c.cutShort(err, false, false))
+	}
+	c.tx.w, c.txDone = w, ctx.Done()
+	return tx, nil
 }
 
 // begin is BeginTx's BEGIN, and its ticket's.
@@ -310,13 +359,16 @@ func (c *guardedConn) begin(ctx context.Context, opts driver.TxOptions) (driver.
 		}
 	}
 	if err == nil {
-		c.tx = watchedTx{tx: tx, watch: rows}
+		c.tx = watchedTx{tx: tx, watch: rows, c: c}
 		return &c.tx, nil
 	}
-	if t != nil && c.conn.IsValid() {
+	if t != nil && c.conn.IsValid() && !c.l.isCut.Load() {
 		// BEGIN may have run and the ticket failed: the transaction, open on the
-		// server, ends here (outside one, the server only warns).
-		_, _ = c.conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK", nil)
+		// server, ends here (outside one, the server only warns), even once ctx
+		// ended, while the server answers.
+		rollback, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+		defer cancel()
+		_, _ = c.ExecContext(rollback, "ROLLBACK", nil)
 	}
 	return nil, err
 }
@@ -345,23 +397,35 @@ func (c *guardedConn) scanTicket(rows driver.Rows, t *commitTicket) error {
 	}
 }
 
-// watchedTx is a transaction a guardedConn began: lib/pq's, and the watch of its
-// context, which ends with it.
+// watchedTx is a transaction a guardedConn began: lib/pq's, and the watches of its
+// context, lib/pq's (watch) and refset's (w), which end with it.
 type watchedTx struct {
 	tx    driver.Tx
 	watch driver.Rows
+	c     *guardedConn
+	w     *watcher
 }
 
+// Commit commits. A COMMIT cut short by the watch may have reached the server: it
+// is a lost connection, whose outcome refset asks (resolve.go).
 func (tx *watchedTx) Commit() error {
+	uncut := !tx.c.l.isCut.Load()
 	err := tx.tx.Commit()
 	_ = tx.watch.Close() // read to their end already: no round trip
-	return err
+	return tx.c.ended(err, uncut, true)
 }
 
 func (tx *watchedTx) Rollback() error {
 	err := tx.tx.Rollback()
 	_ = tx.watch.Close()
-	return err
+	return tx.c.ended(err, false, false)
+}
+
+// ended ends the watch of c's transaction, which ended with err.
+func (c *guardedConn) ended(err error, sound, commit bool) error {
+	c.unwatch(c.tx.w)
+	c.tx.w, c.txDone = nil, nil
+	return c.cutShort(err, sound, commit)
 }
 
 // Begin is driver.Conn's; database/sql calls BeginTx.
@@ -369,8 +433,14 @@ func (c *guardedConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-func (c *guardedConn) Close() error                   { return c.conn.Close() }
-func (c *guardedConn) Ping(ctx context.Context) error { return c.conn.Ping(ctx) }
+func (c *guardedConn) Close() error { return c.conn.Close() }
+
+func (c *guardedConn) Ping(ctx context.Context) error {
+	w := c.watch(ctx)
+	err := c.conn.Ping(ctx)
+	c.unwatch(w)
+	return c.cutShort(err, false, false)
+}
 func (c *guardedConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.conn.CheckNamedValue(nv)
 }
@@ -391,23 +461,35 @@ func (s *guardedStmt) Close() error {
 }
 
 func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {
-	sound := s.conn.conn.IsValid()
+	c := s.conn
+	sound := c.conn.IsValid()
+	w := c.watch(ctx)
 	if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
 		r, err = ec.ExecContext(ctx, args)
 	} else {
 		r, err = s.Stmt.Exec(values(args)) //nolint:staticcheck // a statement without the context form (lib/pq's COPY)
 	}
-	return r, s.conn.seen(sound, err)
+	c.unwatch(w)
+	if err != nil {
+		err = c.cutShort(err, false, false)
+	}
+	return r, c.seen(sound, err)
 }
 
 func (s *guardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (r driver.Rows, err error) {
-	sound := s.conn.conn.IsValid()
+	c := s.conn
+	sound := c.conn.IsValid()
+	w := c.watch(ctx)
 	if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
 		r, err = qc.QueryContext(ctx, args)
 	} else {
 		r, err = s.Stmt.Query(values(args)) //nolint:staticcheck // as ExecContext
 	}
-	return r, s.conn.seen(sound, err)
+	if err != nil {
+		c.unwatch(w)
+		return nil, c.seen(sound, c.cutShort(err, false, false))
+	}
+	return c.watchedRows(r, w), nil
 }
 
 // values are args' values, for a statement that takes them without names.

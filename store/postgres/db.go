@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net"
@@ -249,7 +248,7 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		return sql.OpenDB(guardedConnector{connector}), nil
+		return sql.OpenDB(guardedConnector{startupConnector: connector}), nil
 	default: // DriverPgx
 		cfg, err := pgxConfig(dsn, unprepared)
 		if err != nil {
@@ -262,17 +261,13 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 // libpqConnector is lib/pq's connector of dsn (see libpqConfig), with
 // binary_parameters when unprepared (see openPool), whose connections end their
 // startup with the context of Connect (startup.go).
-func libpqConnector(dsn string, unprepared bool) (driver.Connector, error) {
+func libpqConnector(dsn string, unprepared bool) (startupConnector, error) {
 	cfg, err := libpqConfig(dsn)
 	if err != nil {
-		return nil, err
+		return startupConnector{}, err
 	}
 	cfg.BinaryParameters = cfg.BinaryParameters || unprepared
-	c, err := pq.NewConnectorConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return withStartupContext(c), nil
+	return withStartupContext(cfg)
 }
 
 // pgxConfig is pgx's configuration of dsn, in QueryExecModeExec when unprepared

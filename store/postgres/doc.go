@@ -7,6 +7,14 @@
 // store.Open dials a postgres:// URL or key=value DSN here when given this package's
 // Options. Errors are translated by SQLSTATE in one place, the same on both drivers.
 //
+// A call waits about as long as its context, on either driver, even on a server that
+// accepted the connection and then stopped answering (a hung host, a proxy whose
+// backend froze): pgx closes the connection when the context ends; on the lib/pq
+// connections of Open's pools and NewConnector's, lib/pq's cancel request has a
+// second to end the statement, and then the connection is closed. The call returns
+// the context's error; a COMMIT given up on so may still run on the server, and is
+// resolved as a lost one (Options.ResolveCommitWait).
+//
 // Several processes may share one database: nothing here relies on in-process state
 // for correctness. Foreign keys with ON DELETE RESTRICT make the database refuse to
 // delete a referenced object; inserting a reference takes a KEY SHARE lock on the

@@ -32,6 +32,12 @@ func translateError(err error, query string) error {
 		// deadline exceeded"): said as every driver's is.
 		return sentinel.Wrap(msgPrefix, "", ctxerr.Interrupted(err))
 	}
+	if _, ok := err.(*cutOff); ok {
+		// A lib/pq call whose server had not answered a second after its context
+		// ended (watch.go): it matches the context's error, and is said as every
+		// driver's is.
+		return sentinel.Wrap(msgPrefix, "", err)
+	}
 	if err == nil || sqlstore.Translated(err) {
 		return err
 	}

@@ -33,14 +33,16 @@ const defaultReplicaWait = time.Second
 // openReplicaPool opens the pool on a hot standby that Open dials
 // (Options.ReplicaDSN) as openPool opens the primary's: a DSN of either form naming
 // one host or several, and unprepared behind a pooler. It does without the primary's
-// checks that a connection's server still takes writes: a standby never does.
+// checks that a connection's server still takes writes: a standby never does. On
+// lib/pq its calls are watched, as the primary's are (watch.go): a standby that
+// stops answering holds a read only about as long as its context.
 func openReplicaPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	if driver == DriverLibPQ {
 		connector, err := libpqConnector(dsn, unprepared)
 		if err != nil {
 			return nil, err
 		}
-		return sql.OpenDB(connector), nil
+		return sql.OpenDB(guardedConnector{startupConnector: connector, replica: true}), nil
 	}
 	cfg, err := pgxConfig(dsn, unprepared)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/refsetdb/refset/internal/ctxerr"
 	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
@@ -178,11 +179,26 @@ func (db *DB) commit(ctx context.Context, tx *sql.Tx) error {
 			return tx.Commit()
 		}
 	}
+	sent := ctx.Err() == nil // else database/sql refuses to commit, sending nothing
 	err := tx.Commit()
+	if err != nil && sent && db.pool.DriverName() == DriverPgx && pgxGaveUp(err) {
+		err = sentinel.New("", "", refset.ErrUnavailable, fmt.Errorf("the context ended while COMMIT awaited its answer, and pgx closed the connection: %w", err))
+	}
 	if err == nil || !lostConnection(err) {
 		return err
 	}
 	return db.resolveCommit(ctx, t, err)
+}
+
+// pgxGaveUp reports whether err, the error of a COMMIT sent on pgx, is pgx giving up
+// on the answer because the transaction's context ended: pgx then closes the
+// connection, and, unless it says COMMIT was not sent (safe to retry), the server
+// may run it. So its outcome is asked, as a lost COMMIT's is, rather than reported
+// as the context's end, which says nothing of whether it committed (as for a
+// pipelined unit: commitGivenUp). pgx reports a deadline as a timeout, and a cancel
+// as the context's error itself.
+func pgxGaveUp(err error) bool {
+	return (pgconn.Timeout(err) || errors.Is(err, context.Canceled)) && !pgconn.SafeToRetry(err)
 }
 
 // ticketRow reads ticketSQL in tx: prepared if it is (db.ticket).

@@ -38,6 +38,12 @@
 // pooling log in as a role of their own, whose search_path is the schema,
 // since no DSN parameter or SET can carry it through such a pooler.
 //
+// Servers that fail on cue: a [Proxy] loses a connection at the worst moment (its
+// client cut as a COMMIT or a chosen statement goes on, or the server's answer
+// dropped); a [Freezer] hangs, holding every connection open and passing nothing on
+// (FreezeAtCommit: just before a COMMIT reaches the server) until it thaws; a
+// [SilentServer] accepts connections and never answers them.
+//
 // The plan guards (store/postgres's TestHotPathPlansOnLargeData, blockmanager's
 // TestPlansOnLargeData, console's TestPlans) run a path on an [ExplainedPool], whose
 // sessions log every statement's plan, nested ones included, through auto_explain,

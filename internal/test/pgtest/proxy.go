@@ -75,24 +75,34 @@ const cancelRequestCode = 80877102
 // same DSN through the proxy. The proxy stops when tb ends.
 func NewProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	tb.Helper()
+	ln, target, through := inFrontOf(tb, "proxy", dsn)
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(p.close)
+	return p, through
+}
+
+// inFrontOf listens for a forwarder (what) to the server of dsn, a DSN of DSN or
+// New, and returns the listener, the server's address, and the DSN through the
+// forwarder: with sslmode=disable, so that it reads the protocol's messages.
+func inFrontOf(tb testing.TB, what, dsn string) (ln net.Listener, target, through string) {
+	tb.Helper()
 	asURL, _ := Forms(tb, dsn)
 	u, err := url.Parse(asURL)
 	if err != nil {
-		tb.Fatalf("pgtest: proxy: read the DSN: %v", err)
+		tb.Fatalf("pgtest: %s: read the DSN: %v", what, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("pgtest: proxy: listen: %v", err)
+		tb.Fatalf("pgtest: %s: listen: %v", what, err)
 	}
-	p := &Proxy{ln: ln, target: u.Host, conns: map[net.Conn]struct{}{}}
+	target = u.Host
 	q := u.Query()
 	q.Set("sslmode", "disable")
 	u.RawQuery = q.Encode()
 	u.Host = ln.Addr().String()
-	p.wg.Add(1)
-	go p.accept()
-	tb.Cleanup(p.close)
-	return p, u.String()
+	return ln, target, u.String()
 }
 
 // CutCommitReply arms the proxy: the server's answer to the next COMMIT (of any
