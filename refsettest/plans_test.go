@@ -1,6 +1,7 @@
 package refsettest_test
 
 import (
+	"database/sql"
 	"strings"
 	"testing"
 
@@ -15,18 +16,13 @@ import (
 func TestPlanGuard(t *testing.T) {
 	ctx := t.Context()
 	log, db, plain := refsettest.PlanGuard(t)
-	for _, q := range []string{
-		`CREATE TABLE notes (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
-		`INSERT INTO notes SELECT 'n-' || i, i FROM generate_series(1, 20000) i`,
+	withNotes(t, plain,
 		`CREATE TABLE tags (id TEXT PRIMARY KEY)`,
 		`INSERT INTO tags VALUES ('a'), ('b')`,
 		// A function's statements are nested: the guard sees them too.
 		`CREATE FUNCTION sum_above(above BIGINT) RETURNS NUMERIC LANGUAGE sql AS 'SELECT sum(n) FROM notes WHERE n > above'`,
-		`ANALYZE notes`, `ANALYZE tags`,
-	} {
-		_, err := plain.ExecContext(ctx, q)
-		require.NoError(t, err, q)
-	}
+		`ANALYZE tags`,
+	)
 	pool := db.Pool().DB
 
 	byKey := log.PlansOf(t, func() {
@@ -72,9 +68,7 @@ func TestPlanGuard(t *testing.T) {
 func TestAssertPlansNames(t *testing.T) {
 	ctx := t.Context()
 	log, db, plain := refsettest.PlanGuard(t)
-	for _, q := range []string{
-		`CREATE TABLE notes (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
-		`INSERT INTO notes SELECT 'n-' || i, i FROM generate_series(1, 20000) i`,
+	withNotes(t, plain,
 		`CREATE TABLE "Ledger" (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
 		`INSERT INTO "Ledger" SELECT 'l-' || i, i FROM generate_series(1, 20000) i`,
 		`CREATE TABLE events (id BIGINT NOT NULL, n BIGINT NOT NULL) PARTITION BY RANGE (id)`,
@@ -82,11 +76,8 @@ func TestAssertPlansNames(t *testing.T) {
 		`CREATE TABLE events_high PARTITION OF events FOR VALUES FROM (10000) TO (MAXVALUE)`,
 		`INSERT INTO events SELECT i, i FROM generate_series(1, 20000) i`,
 		`CREATE TABLE quiet (id TEXT PRIMARY KEY)`,
-		`ANALYZE notes`, `ANALYZE "Ledger"`, `ANALYZE events`,
-	} {
-		_, err := plain.ExecContext(ctx, q)
-		require.NoError(t, err, q)
-	}
+		`ANALYZE "Ledger"`, `ANALYZE events`,
+	)
 	var schema string
 	require.NoError(t, plain.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema))
 	pool := db.Pool().DB
@@ -137,5 +128,19 @@ func TestAssertPlansNames(t *testing.T) {
 			require.NotEmpty(t, rec.errors)
 			assert.True(t, strings.HasPrefix(rec.errors[0], tc.want), "first failure: %q", rec.errors[0])
 		})
+	}
+}
+
+// withNotes makes the guard's big table, notes (20,000 rows, analyzed), on plain,
+// then runs the test's own statements there.
+func withNotes(t *testing.T, plain *sql.DB, statements ...string) {
+	t.Helper()
+	for _, q := range append([]string{
+		`CREATE TABLE notes (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`,
+		`INSERT INTO notes SELECT 'n-' || i, i FROM generate_series(1, 20000) i`,
+		`ANALYZE notes`,
+	}, statements...) {
+		_, err := plain.ExecContext(t.Context(), q)
+		require.NoError(t, err, q)
 	}
 }

@@ -58,6 +58,14 @@ packages=(./...)
 if [[ -n ${REFSET_TEST_PACKAGES:-} ]]; then
 	read -r -a packages <<<"$REFSET_TEST_PACKAGES"
 fi
+# go test runs its packages -p (the cores) at a time in the order it is given them,
+# so the full run names its longest ones first: started last, the conformance suite
+# alone would run on after everything else is done, one core of two idle. ./...
+# still brings all the rest, each once.
+test_packages=("${packages[@]}")
+if [[ -z ${REFSET_TEST_PACKAGES:-} ]]; then
+	test_packages=(./internal/test/conformance ./examples/custody/tokens ./blockmanager ./store/postgres ./...)
+fi
 
 # ---------------------------------------------------------------- gofmt, vet
 # Static checks run before any server starts: they fail fast and do not need
@@ -228,7 +236,7 @@ step "go test"
 # go test's own, kept in a file as well for the summary line at the end.
 out=$(mktemp "${TMPDIR:-/tmp}/refset-test.XXXXXX")
 status=0
-go test -race -count=1 -timeout 30m "$@" "${packages[@]}" 2>&1 | tee "$out" || status=$?
+go test -race -count=1 -timeout 30m "$@" "${test_packages[@]}" 2>&1 | tee "$out" || status=$?
 # The program of a user outside refset's module (testdata/external, a module of its
 # own that ./... does not reach): it builds on refset's exported names alone, and its
 # tests run on SQLite, lib/pq and pgx. Only the full run takes it.

@@ -318,7 +318,11 @@ write_pgbouncer_ini() {
 	# max_connections beside the direct tests. A pool that would pass it
 	# waits until idle server connections of other pools close, so
 	# server_idle_timeout is short; it also closes those of ended tests
-	# soon, after which pgtest drops their roles.
+	# soon, after which pgtest drops their roles. After a failed login (the
+	# tests open a database that does not exist on purpose) PgBouncer holds the
+	# next clients of that pool until it tries again, server_login_retry later
+	# (15 s by default, and a client stuck behind failures waits up to
+	# query_wait_timeout, 120 s): the tests want the failure at once.
 	cat >"$bouncer_dir/pgbouncer.ini" <<-EOF
 		[databases]
 		* = host=127.0.0.1 port=$cluster_port
@@ -335,6 +339,7 @@ write_pgbouncer_ini() {
 		default_pool_size = 20
 		max_db_connections = 120
 		server_idle_timeout = 2
+		server_login_retry = 1
 		log_connections = 0
 		log_disconnections = 0
 		logfile = $2
