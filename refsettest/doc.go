@@ -65,6 +65,14 @@
 // (refset.ErrUnavailable, refset.ErrCommitUnknown) against what the database holds.
 // examples/custody/tokens loses a payment's connection this way.
 //
+// A server can also hang: keep its connections open and answer nothing. A call that
+// waits on it for ever holds its caller (a request, a payment, a node's loop) for
+// ever. [PostgresFreezer] puts a [Freezer] between a test and its server, which
+// hangs when told, or just before a COMMIT reaches the server; the test then checks
+// that its code gives up within its deadline, and that what it returned agrees with
+// what the database holds once the freezer thaws. examples/custody/tokens pays on a
+// hung server this way.
+//
 // # Assertions
 //
 // [AssertClean], [AssertHeldBy] and [AssertGone] check what a [cleanup.Collector]

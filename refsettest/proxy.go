@@ -47,3 +47,30 @@ func PostgresProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	tb.Helper()
 	return pgtest.NewProxy(tb, dsn)
 }
+
+// Freezer is a TCP forwarder to a PostgreSQL server that can hang as a server does
+// that stopped answering with its connections open (a hung host, a proxy whose
+// backend froze): frozen, it passes nothing on, either way, closes nothing, and
+// accepts new connections (a startup, a cancel request) only to hold them too.
+// Thawed, it passes on what it held, in order. A program's calls are then to end with
+// their contexts, as refset's do on both drivers, rather than wait for ever.
+//
+//   - Freeze(): hang now.
+//   - FreezeAtCommit(): hang as the next COMMIT arrives, before it goes on to the
+//     server, which holds the transaction open and uncommitted until the thaw.
+//   - Thaw(): pass on what was held, and everything after it.
+//   - Frozen(): whether it hangs.
+//   - Caught(): how many connections sent something while it hung, and how many of
+//     those their clients have closed since (a client that gave up on the server
+//     closes its connection, and never lends it again).
+//   - Close(): close every connection, as the server's end would: it frees a call
+//     that still waits, so that a test that gave up on it can end.
+type Freezer = pgtest.Freezer
+
+// PostgresFreezer starts a Freezer in front of the server of dsn (say,
+// [PostgresDSN]'s) and returns the same DSN through it, with sslmode=disable. The
+// freezer stops when tb ends.
+func PostgresFreezer(tb testing.TB, dsn string) (*Freezer, string) {
+	tb.Helper()
+	return pgtest.NewFreezer(tb, dsn)
+}

@@ -1,6 +1,7 @@
 package tokens
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -58,6 +59,17 @@ func (k poolKind) open(tb testing.TB, dsn string, opts postgres.Options) *postgr
 	return db
 }
 
+// aliceVault opens dsn as k says, with opts, and a vault there in which alice holds
+// 10 GBP.
+func (k poolKind) aliceVault(t *testing.T, dsn string, opts postgres.Options) (*postgres.DB, *Vault) {
+	t.Helper()
+	db := k.open(t, dsn, opts)
+	v, err := Open(t.Context(), db, Config{})
+	require.NoError(t, err)
+	issue(t, v, "alice", 10)
+	return db, v
+}
+
 // TestLostPaymentIsSettled: a payment is one statement that commits on its own. When
 // its connection is lost once it was sent, Pay waits until it can no longer commit
 // and reads the history: nil, with what it spent and created, when the payment
@@ -89,11 +101,8 @@ func TestLostPaymentIsSettled(t *testing.T) {
 					ctx := t.Context()
 					direct := refsettest.PostgresDSN(t)
 					proxy, dsn := refsettest.PostgresProxy(t, direct)
-					db := k.open(t, dsn, postgres.Options{ResolveCommitWait: 2 * time.Second})
-					v, err := Open(ctx, db, Config{})
-					require.NoError(t, err)
+					db, v := k.aliceVault(t, dsn, postgres.Options{ResolveCommitWait: 2 * time.Second})
 					require.True(t, v.fast, "the fast paths run on Postgres")
-					issue(t, v, "alice", 10)
 					output := gbp("bob", 4)
 					output.TokenID = "lost-output"
 
@@ -158,6 +167,60 @@ func TestLostPaymentIsSettled(t *testing.T) {
 	}
 }
 
+// TestPayOnAHungServer: on a server that stops answering with its connections open (a
+// hung host, a proxy whose backend froze), Pay gives up soon after its context ends,
+// on every pool, Open's and the caller's, lib/pq and pgx, with the context's error; it
+// does not wait for the server. Whether the payment was made is then unknown to Pay
+// (the freezer passes on what it held as it thaws, and a driver that had sent the
+// whole statement would have it run): the books balance either way, it is made once
+// at most, bob holds it if the history says so, and the pool pays again on a
+// connection of its own.
+func TestPayOnAHungServer(t *testing.T) {
+	const deadline = time.Second
+	for _, k := range poolKinds {
+		t.Run(k.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			freezer, dsn := refsettest.PostgresFreezer(t, refsettest.PostgresDSN(t))
+			db, v := k.aliceVault(t, dsn, postgres.Options{})
+
+			freezer.Freeze()
+			payCtx, cancel := context.WithTimeout(ctx, deadline)
+			defer cancel()
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := v.Pay(payCtx, "tx-hung", "alice", gbp("bob", 4))
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(deadline + 10*time.Second):
+				freezer.Close() // frees the call, so that the test can end
+				t.Fatalf("Pay still waits for the hung server %s after it began, its deadline %s", deadline+10*time.Second, deadline)
+			}
+			t.Logf("Pay after %s: %v", time.Since(start).Round(time.Millisecond), err)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			caught, _ := freezer.Caught()
+			require.Positive(t, caught, "the payment reached the hung server")
+
+			freezer.Thaw()
+			_, _, err = v.Pay(ctx, newTx(), "alice", gbp("carol", 1))
+			require.NoError(t, err, "a payment once the server answers again")
+			time.Sleep(300 * time.Millisecond) // what the freezer held reaches the server
+			var runs int
+			require.NoError(t, db.Pool().QueryRowContext(ctx, `SELECT count(*) FROM token_history WHERE created_by = 'tx-hung' AND owner = 'bob'`).Scan(&runs))
+			t.Logf("payments made: %d", runs)
+			assert.LessOrEqual(t, runs, 1, "the payment was made once at most")
+			bob, _, err := v.Balance(ctx, "bob", "GBP")
+			require.NoError(t, err)
+			assert.EqualValues(t, 4*runs, bob, "bob holds what the history says was paid him")
+			assert.EqualValues(t, 10, audit(t, v).Remaining, "value is conserved")
+		})
+	}
+}
+
 // TestFencedPoolDialsAgain: a connection to a server that takes no writes
 // (default_transaction_read_only, as an operator fences a primary, here for the
 // pool's one session) is dropped, on every pool, so that payments go on on a new
@@ -167,14 +230,11 @@ func TestFencedPoolDialsAgain(t *testing.T) {
 	for _, k := range poolKinds {
 		t.Run(k.name, func(t *testing.T) {
 			ctx := t.Context()
-			db := k.open(t, refsettest.PostgresDSN(t), postgres.Options{MaxConns: 1})
+			db, v := k.aliceVault(t, refsettest.PostgresDSN(t), postgres.Options{MaxConns: 1})
 			db.Pool().SetMaxOpenConns(1)
-			v, err := Open(ctx, db, Config{})
-			require.NoError(t, err)
-			issue(t, v, "alice", 10)
 			var fenced int
 			require.NoError(t, db.Pool().QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&fenced))
-			_, err = db.Pool().ExecContext(ctx, `SET default_transaction_read_only = on`)
+			_, err := db.Pool().ExecContext(ctx, `SET default_transaction_read_only = on`)
 			require.NoError(t, err)
 
 			_, _, err = v.Pay(ctx, newTx(), "alice", gbp("bob", 4))
@@ -204,10 +264,7 @@ func TestLostSelectAndSpendAreSettled(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			ctx := t.Context()
 			proxy, dsn := refsettest.PostgresProxy(t, refsettest.PostgresDSN(t))
-			db := k.open(t, dsn, postgres.Options{})
-			v, err := Open(ctx, db, Config{})
-			require.NoError(t, err)
-			issue(t, v, "alice", 10)
+			_, v := k.aliceVault(t, dsn, postgres.Options{})
 
 			proxy.CutReplyTo("tx-settled")
 			locked, err := v.Select(ctx, "tx-settled", "alice", 7, Filter{Identifier: "GBP"}, time.Minute)
