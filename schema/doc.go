@@ -52,6 +52,12 @@
 // nothing to do. A dry run reads each set's ID type from the catalog, so a set's
 // object table must exist before one, even where a Component would create it.
 //
+// A Component's versions need not follow each other (a gap, where a migration was
+// dropped, is fine, up and down), but each is used once, none is above 2147483647
+// (what refset_schema_version records: not a timestamp), and no file is empty (one
+// meant to do nothing says so in a comment); New refuses a folder that breaks one of
+// these, or has a down file without its up one, before anything runs.
+//
 // Each migration may have a down one beside it, NNNN_name.down.sql, which undoes it.
 // DirectionDown runs them for one component (MigrateOpts.Component), to a
 // TargetVersion or by MaxSteps (one step by default), to undo a release or remove

@@ -63,6 +63,17 @@ func catalog(db *sql.DB, query string) func(t *testing.T) []string {
 	}
 }
 
+// runDryRun runs the script of a dry run of direction and o on b's database, as a DBA
+// would, after checking that the dry run says want.
+func runDryRun(t *testing.T, b backend, m *schema.Migrator, direction schema.Direction, o schema.MigrateOpts, want string) {
+	t.Helper()
+	o.DryRun = true
+	p, err := m.Migrate(t.Context(), direction, &o)
+	require.NoError(t, err)
+	require.Equal(t, want, p.String())
+	runScript(t, b.raw, p.SQL())
+}
+
 // runScript runs a DBA's script in one transaction, outside refset.
 func runScript(t *testing.T, db *sql.DB, script string) {
 	t.Helper()
@@ -497,16 +508,6 @@ func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend) {
 		ctx := t.Context()
 		m := b.migrator(t, cfg)
-		// script runs the dry run's script of direction and o, and checks it ran
-		// what the dry run said.
-		script := func(direction schema.Direction, o schema.MigrateOpts, want string) {
-			t.Helper()
-			o.DryRun = true
-			p, err := m.Migrate(ctx, direction, &o)
-			require.NoError(t, err)
-			require.Equal(t, want, p.String())
-			runScript(t, b.raw, p.SQL())
-		}
 		versions := func() map[string]int {
 			t.Helper()
 			got := map[string]int{}
@@ -527,20 +528,20 @@ func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
 			return true
 		}
 
-		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 0 -> 2, set:items 0 -> 2")
+		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 0 -> 2, set:items 0 -> 2")
 		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up")
 		assert.True(t, registered())
 
-		script(schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
+		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
 		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 2}, versions(), "things down a step")
-		script(schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
+		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
 		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 0}, versions(), "the set down to 0")
 		assert.False(t, registered(), "the registration went with the set")
-		script(schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 2 -> 0")
+		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 2 -> 0")
 		assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
 		assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
 
-		script(schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 1 -> 2, set:items 0 -> 2")
+		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 1 -> 2, set:items 0 -> 2")
 		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up again")
 		assert.True(t, registered())
 		assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -80,9 +81,10 @@ type MigrateOpts struct {
 	// a target at or below its version does nothing. Down, -1 means 0, which removes
 	// the component's tables (for a set, its registration too).
 	TargetVersion int
-	// MaxSteps bounds how many of Component's versions run: 0 means no bound up, and
-	// one step down unless TargetVersion says where to stop (with both, it stops at
-	// whichever comes first).
+	// MaxSteps bounds how many of Component's migrations run (its files, not the
+	// numbers between them: across a gap in the versions, a step is the next file):
+	// 0 means no bound up, and one step down unless TargetVersion says where to stop
+	// (with both, it stops at whichever comes first).
 	MaxSteps int
 	// DryRun changes nothing: the result lists what would run, with its SQL, read
 	// without a lock. Its SQL() is the script a DBA runs where the application's role
@@ -95,7 +97,9 @@ type MigrateOpts struct {
 // with refset.ErrInvalidConfig); it is safe for concurrent use,
 // and so are several Migrators, in several processes, on one database: an advisory
 // lock on PostgreSQL and SQLite's single writer serialise them, and a version
-// recorded is never applied again.
+// recorded is never applied again, whatever the isolation of the database's
+// transactions (postgres.Options.Isolation): one that waited for the lock while
+// another migrated starts over when its snapshot missed what the other committed.
 type Migrator struct {
 	db    refset.Database
 	drv   refsetdriver.Driver
@@ -108,8 +112,8 @@ type unit struct {
 	component string
 	kind      unitKind
 	set       setSpec               // a set's
-	fsys      fs.FS                 // a Component's
 	up        []migration.Migration // core's and a Component's up migrations
+	down      []migration.Migration // a Component's down migrations
 }
 
 type unitKind int
@@ -132,8 +136,12 @@ type setSpec struct {
 //
 // Errors, changing nothing: refset.ErrInvalidConfig for a database that is not a
 // store's, a component without a name or files, with a name taken or reserved, or
-// with a file not named NNNN_name.sql (or NNNN_name.down.sql), and for a set given
-// twice; refset.ErrInvalidIdentifier for a name that is not an SQL identifier.
+// with a file not named NNNN_name.sql (or NNNN_name.down.sql), two files of one
+// version (up or down), a version above 2147483647 (what refset_schema_version
+// records; not a timestamp), a file with nothing but white space in it (one meant to
+// do nothing says so in a comment) or a down file whose version has no up one, and
+// for a set given twice; refset.ErrInvalidIdentifier for a name that is not an SQL
+// identifier. The versions need not follow each other: a gap is fine.
 func New(db refset.Database, cfg Config) (*Migrator, error) {
 	drv, err := refsetdriver.Of(db)
 	if err != nil {
@@ -192,8 +200,24 @@ func filesUnit(c Component, seen map[string]bool) (unit, error) {
 	if err != nil {
 		return unit{}, fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
 	}
+	// The down files are checked now too: a mistake in them would otherwise surface
+	// only when an operator needs them.
+	downs, err := migration.Read(c.Migrations, true)
+	if err != nil {
+		return unit{}, fmt.Errorf("%w: %w", refset.ErrInvalidConfig, err)
+	}
+	ups := map[int]bool{}
+	for _, mig := range ms {
+		ups[mig.Version] = true
+	}
+	for _, d := range downs {
+		if !ups[d.Version] {
+			return unit{}, fmt.Errorf("%w: %s undoes version %d, which has no up migration (NNNN_name.sql)",
+				refset.ErrInvalidConfig, d.Name, d.Version)
+		}
+	}
 	seen[c.Name] = true
-	return unit{component: c.Name, kind: kindFiles, fsys: c.Migrations, up: ms}, nil
+	return unit{component: c.Name, kind: kindFiles, up: ms, down: downs}, nil
 }
 
 // setComponent is the component under which a set's versions are recorded.
@@ -218,7 +242,9 @@ func setComponent(table sqlident.Ident) string { return "set:" + table.String() 
 // MaxSteps without one, a down migration without one, a target beyond the latest
 // version, a down target above the version, a version with no down file);
 // refset.ErrSchema for a set whose object table is missing or has no one-column
-// primary key; refset.ErrReferenced for taking the core to 0 while sets are
+// primary key, and for taking down a component from a version this program does not
+// know (above its latest: a newer release migrated it, and only that one has the
+// down files); refset.ErrReferenced for taking the core to 0 while sets are
 // recorded; refset.ErrNotFound for taking down a set that is not registered; and the
 // database's errors, as refset.InTx returns them.
 func (m *Migrator) Migrate(ctx context.Context, direction Direction, opts *MigrateOpts) (*MigrateResult, error) {
@@ -250,25 +276,84 @@ func (m *Migrator) Migrate(ctx context.Context, direction Direction, opts *Migra
 		return nil, fmt.Errorf("refset/schema: %w", err)
 	}
 	var res *MigrateResult
-	err = refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
-		// Held to the end of the transaction: a second process waits here, then finds
-		// everything applied.
-		if err := m.sql.LockMigrations(ctx, tx); err != nil {
-			return err
-		}
-		if direction == DirectionUp {
-			if _, err := tx.ExecContext(ctx, m.sql.VersionTable()); err != nil {
+	for starts := 1; ; starts++ {
+		err = refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+			// Held to the end of the transaction: a second process waits here, then finds
+			// everything applied.
+			if err := m.sql.LockMigrations(ctx, tx); err != nil {
 				return err
 			}
+			if direction == DirectionUp {
+				if _, err := tx.ExecContext(ctx, m.sql.VersionTable()); err != nil {
+					return err
+				}
+			}
+			if err := m.touch(ctx, tx); err != nil {
+				return err
+			}
+			var err error
+			res, err = run(tx, tx) // a retried transaction starts over
+			return err
+		})
+		var stale *staleError
+		if !errors.As(err, &stale) || ctx.Err() != nil || starts == maxStarts {
+			break
 		}
-		var err error
-		res, err = run(tx, tx) // a retried transaction starts over
-		return err
-	})
+		// Another migration committed while this one waited for the lock, after its
+		// snapshot: start over, with a snapshot that sees it.
+	}
 	if err != nil {
+		if stale := (*staleError)(nil); errors.As(err, &stale) { // ctx ended, or maxStarts
+			err = refsetdriver.ContextError(ctx, stale.err)
+		}
 		return nil, err
 	}
 	return res, nil
+}
+
+// touch rewrites the record of core's version as it stands, in a migration's
+// transaction, just after the lock. Every migration does, so that one which waited
+// for the lock while another ran and committed finds out, whatever the isolation of
+// the database's transactions: under REPEATABLE READ or SERIALIZABLE
+// (postgres.Options.Isolation) the snapshot it reads was taken when it asked for the
+// lock, before the other committed, and it would run the other's migrations again.
+// Rewriting a row that the other rewrote since fails with a serialization failure,
+// which touch returns as a *staleError, on which Migrate starts over. Under READ
+// COMMITTED (and on SQLite) each statement sees what committed before it, and the
+// rewrite changes nothing.
+func (m *Migrator) touch(ctx context.Context, tx refset.Tx) error {
+	if has, err := m.sql.HasVersionTable(ctx, tx); err != nil || !has {
+		return err
+	}
+	v, err := m.sql.Version(ctx, tx, "core")
+	if err != nil || v == 0 {
+		// No core recorded (as far as this snapshot sees): core migrates first, and
+		// its record, written by another since, fails that write instead.
+		return err
+	}
+	if err := m.sql.SetVersion(ctx, tx, "core", v); err != nil {
+		if errors.Is(err, refset.ErrConflict) {
+			return &staleError{err: err}
+		}
+		return err
+	}
+	return nil
+}
+
+// maxStarts bounds how many times Migrate starts over after a *staleError: each
+// time, another migration ran to its end, so only as many replicas as this,
+// migrating at once, could keep one starting over.
+const maxStarts = 1000
+
+// staleError says a migration's snapshot missed another migration that committed
+// while it waited for the lock. It matches no sentinel, so that InTx, whose retries
+// of a conflict are bounded, hands it back to Migrate, which starts over for as long
+// as its context lets it (and maxStarts): each time, another migration ran to its
+// end.
+type staleError struct{ err error }
+
+func (e *staleError) Error() string {
+	return "refset/schema: another migration committed while this one waited for the lock: " + e.err.Error()
 }
 
 // check refuses a direction and options that cannot work, and returns the unit
@@ -311,7 +396,10 @@ func (m *Migrator) check(direction Direction, o MigrateOpts) (*unit, error) {
 // Validate reports whether the database is at the versions this code needs: nil,
 // or a *PendingError (refset.ErrSchema) whose Plan is what an up migration would
 // run, with its script. It changes nothing and takes no lock: it is what a store
-// does at NewStore instead of migrating when its database has ExternalMigrations.
+// does at NewStore instead of migrating when its database has ExternalMigrations. A
+// component at a version above the latest this code knows (a newer release of the
+// program migrated it, as in a rolling deployment) is up to date for it, and Migrate
+// up leaves it, and its record, as it is.
 func (m *Migrator) Validate(ctx context.Context) error {
 	plan, err := m.Migrate(ctx, DirectionUp, &MigrateOpts{DryRun: true})
 	if err != nil {

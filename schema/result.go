@@ -104,13 +104,18 @@ func (r *MigrateResult) SQL() string {
 }
 
 // statement ends a migration's text with a semicolon, so the next one starts a new
-// statement.
+// statement. The semicolon goes on a line of its own: a text whose last line is a
+// comment would take one written after it into the comment, and the statement before
+// would run into the next one.
 func statement(text string) string {
 	text = strings.TrimSpace(text)
-	if !strings.HasSuffix(text, ";") {
-		text += ";"
+	if strings.HasSuffix(text, ";") {
+		return text
 	}
-	return text
+	if last := text[strings.LastIndex(text, "\n")+1:]; strings.Contains(last, "--") || strings.HasSuffix(text, "*/") {
+		return text + "\n;"
+	}
+	return text + ";"
 }
 
 // PendingError says a database lacks schema this code needs (Validate), where the

@@ -165,7 +165,10 @@ func (m *Migrator) gone(ctx context.Context, q refset.Querier, u unit) (bool, er
 	return false, nil
 }
 
-// down takes u down as o says.
+// down takes u down as o says. It undoes u's migrations from its version down, in
+// turn, each with its down file: the versions its up files have, which need not be
+// every number (a version a program dropped leaves a gap), so MaxSteps counts
+// migrations, as up.
 func (m *Migrator) down(ctx context.Context, q refset.Querier, tx refset.Tx, u *unit, o MigrateOpts) (*MigrateResult, error) {
 	res := &MigrateResult{Direction: DirectionDown, DryRun: tx == nil, sql: m.sql}
 	current := 0
@@ -176,19 +179,47 @@ func (m *Migrator) down(ctx context.Context, q refset.Querier, tx refset.Tx, u *
 			return nil, err
 		}
 	}
-	target := 0 // TargetVersion -1
+	floor := 0 // TargetVersion -1, or a number of steps
 	if o.TargetVersion > 0 {
-		target = o.TargetVersion
+		floor = o.TargetVersion
 	}
-	if o.MaxSteps > 0 || o.TargetVersion == 0 {
-		target = max(target, current-max(o.MaxSteps, 1))
-	}
-	if target > current {
+	if floor > current {
 		return nil, fmt.Errorf("refset/schema: %w: %s is at version %d, below target %d (a down migration only goes down; DirectionUp goes up)",
-			refset.ErrInvalidConfig, u.component, current, target)
+			refset.ErrInvalidConfig, u.component, current, floor)
 	}
-	if target == current {
+	if floor == current {
 		return res, nil
+	}
+	known, err := m.upVersions(u)
+	if err != nil {
+		return nil, err
+	}
+	if latest := known[len(known)-1]; current > latest {
+		return nil, fmt.Errorf("refset/schema: %s is at version %d, which this program does not know (its latest is %d): "+
+			"a newer one migrated it, and only that one has the down migrations to undo it: %w",
+			u.component, current, latest, refset.ErrSchema)
+	}
+	// The versions to undo, from the highest: those at or below current and above
+	// floor, one by default, MaxSteps of them with it, all of them with a target.
+	var undo []int
+	for i := len(known) - 1; i >= 0 && known[i] > floor; i-- {
+		if known[i] <= current {
+			undo = append(undo, known[i])
+		}
+	}
+	if steps := max(o.MaxSteps, 1); (o.MaxSteps > 0 || o.TargetVersion == 0) && len(undo) > steps {
+		undo = undo[:steps]
+	}
+	if len(undo) == 0 {
+		return res, nil // a version between two of its migrations, above floor: nothing to undo
+	}
+	// Recorded afterwards: the version below the last one undone, or floor, which a
+	// target names.
+	target := floor
+	for _, v := range known {
+		if v < undo[len(undo)-1] {
+			target = max(target, v)
+		}
 	}
 	downs, err := m.downFiles(ctx, q, u, target)
 	if err != nil {
@@ -200,7 +231,7 @@ func (m *Migrator) down(ctx context.Context, q refset.Querier, tx refset.Tx, u *
 	}
 	// Every file found before any runs: a missing one refuses the whole step.
 	var run []migration.Migration
-	for v := current; v > target; v-- {
+	for _, v := range undo {
 		d, ok := byVersion[v]
 		if !ok {
 			return nil, fmt.Errorf("refset/schema: %w: %s has no down migration for version %d (NNNN_name%s)",
@@ -233,6 +264,22 @@ func (m *Migrator) down(ctx context.Context, q refset.Querier, tx refset.Tx, u *
 	return res, nil
 }
 
+// upVersions are the versions of u's up migrations, in order.
+func (m *Migrator) upVersions(u *unit) ([]int, error) {
+	ms := u.up
+	if u.kind == kindSet {
+		var err error
+		if ms, err = migration.Dialect(m.sql, "set", false); err != nil {
+			return nil, err
+		}
+	}
+	vs := make([]int, len(ms))
+	for i, mig := range ms {
+		vs[i] = mig.Version
+	}
+	return vs, nil
+}
+
 // downFiles are the down migrations of u, which goes down to target.
 func (m *Migrator) downFiles(ctx context.Context, q refset.Querier, u *unit, target int) ([]migration.Migration, error) {
 	switch u.kind {
@@ -257,11 +304,7 @@ func (m *Migrator) downFiles(ctx context.Context, q refset.Querier, u *unit, tar
 		rs := resolvedSet{Registered: r}
 		return rs.migrations(m.sql, true)
 	}
-	ms, err := migration.Read(u.fsys, true)
-	if err != nil {
-		return nil, fmt.Errorf("refset/schema: %s: %w", u.component, err)
-	}
-	return ms, nil
+	return u.down, nil // read and checked by New
 }
 
 // resolvedSet is a set as its migrations are written for it.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,9 +30,16 @@ type Migration struct {
 // up migration NNNN of the same folder.
 const DownSuffix = ".down.sql"
 
+// MaxVersion is the highest version a migration may have: what the version column
+// of refset_schema_version (an INTEGER, 32 bits on PostgreSQL) records.
+const MaxVersion = math.MaxInt32
+
 // Read reads the up migrations (down false), the files NNNN_name.sql at the root of
 // fsys, at least one, or the down ones beside them, NNNN_name.down.sql, in version
 // order. Any other file is an error: a misnamed migration would otherwise never run.
+// So is a version given twice, one above MaxVersion (a timestamp, say), which could
+// not be recorded, and a file with nothing in it but white space, which would be
+// recorded as run, having run nothing: one meant to do nothing says so in a comment.
 func Read(fsys fs.FS, down bool) ([]Migration, error) {
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -43,8 +51,11 @@ func Read(fsys fs.FS, down bool) ([]Migration, error) {
 		name := e.Name()
 		num, _, ok := strings.Cut(name, "_")
 		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("bad migration file name %s (want NNNN_name.sql or NNNN_name%s, NNNN from 1)", name, DownSuffix)
+		if !ok || err != nil || !digits(num) || v < 1 || !strings.HasSuffix(name, ".sql") || e.IsDir() {
+			return nil, fmt.Errorf("bad migration file name %s (want a file NNNN_name.sql or NNNN_name%s, NNNN from 1)", name, DownSuffix)
+		}
+		if v > MaxVersion {
+			return nil, fmt.Errorf("migration %s: version %d is above %d, the highest refset_schema_version records", name, v, MaxVersion)
 		}
 		if strings.HasSuffix(name, DownSuffix) != down {
 			continue
@@ -57,6 +68,9 @@ func Read(fsys fs.FS, down bool) ([]Migration, error) {
 		if err != nil {
 			return nil, err
 		}
+		if strings.TrimSpace(string(body)) == "" {
+			return nil, fmt.Errorf("migration %s is empty (one meant to do nothing says so in an SQL comment)", name)
+		}
 		ms = append(ms, Migration{Version: v, Name: name, SQL: string(body)})
 	}
 	if len(ms) == 0 && !down {
@@ -64,6 +78,16 @@ func Read(fsys fs.FS, down bool) ([]Migration, error) {
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
+}
+
+// digits reports whether s is ASCII digits only: "+1" is not a version.
+func digits(s string) bool {
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // Dialect reads a dialect's own migrations of one kind, "core" (refset's tables) or

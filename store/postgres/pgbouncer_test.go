@@ -3,10 +3,14 @@ package postgres_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
@@ -152,6 +156,68 @@ func TestOpenUnpreparedConfiguresDriver(t *testing.T) {
 			again, err := postgres.New(context.Background(), db.Pool().DB, postgres.Options{Unprepared: true})
 			require.NoError(t, err, "Open's pool passes New's check")
 			require.NoError(t, again.Close())
+		})
+	}
+}
+
+// A database that does not exist, named through PgBouncer as a user PgBouncer knows
+// itself (its auth_file): the server refuses the login, and PgBouncer 1.18 passes that
+// on as a protocol violation (08P01), which refset reads as ErrUnavailable; releases
+// that forward the server's own code (pgbouncer/pgbouncer#814) give ErrInvalidConfig,
+// as a direct connection does (TestOpenFailures). Either way the message is the
+// server's, naming the database. (For a user PgBouncer looks up with its auth_query,
+// in the database the client named, it holds the client instead: see
+// TestMissingDatabaseEndsWithContext.)
+func TestMissingDatabaseThroughPgBouncer(t *testing.T) {
+	pgtest.NewPooled(t) // skips, or fails under CI, without a PgBouncer
+	for i, driver := range []string{postgres.DriverLibPQ, postgres.DriverPgx} {
+		t.Run(driver, func(t *testing.T) {
+			// A name of its own, so that no other test's failed login makes
+			// PgBouncer hold this one for server_login_retry.
+			name := fmt.Sprintf("refset_no_such_database_%d_%d", time.Now().UnixNano(), i)
+			u, err := url.Parse(os.Getenv(pgtest.EnvPgBouncer))
+			require.NoError(t, err)
+			u.Path = "/" + name
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			db, err := postgres.Open(ctx, u.String(), postgres.Options{Driver: driver, Unprepared: true})
+			if err == nil {
+				db.Close()
+			}
+			require.Error(t, err)
+			if !errors.Is(err, refset.ErrUnavailable) && !errors.Is(err, refset.ErrInvalidConfig) {
+				t.Fatalf("open: %v, want ErrUnavailable (PgBouncer 1.18) or ErrInvalidConfig", err)
+			}
+			assert.Contains(t, err.Error(), `database "`+name+`" does not exist`)
+			assert.NoError(t, ctx.Err(), "the refusal came before the context's end")
+		})
+	}
+}
+
+// A database that does not exist, named through PgBouncer as a user it looks up with
+// its auth_query: PgBouncer runs that query in the database the client named, cannot,
+// and holds the client until its query_wait_timeout (two minutes by default), then
+// refuses it with 08P01 "query_wait_timeout". Open returns when its context ends, with
+// the context's error.
+func TestMissingDatabaseEndsWithContext(t *testing.T) {
+	for i, driver := range []string{postgres.DriverLibPQ, postgres.DriverPgx} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			dsn, _ := pgtest.NewPooled(t) // a role of the test's own, not in PgBouncer's auth_file
+			u, err := url.Parse(dsn)
+			require.NoError(t, err)
+			u.Path = fmt.Sprintf("/refset_no_such_database_%d_%d", time.Now().UnixNano(), i)
+			const deadline = time.Second
+			ctx, cancel := context.WithTimeout(t.Context(), deadline)
+			defer cancel()
+			start := time.Now()
+			db, err := postgres.Open(ctx, u.String(), postgres.Options{Driver: driver, Unprepared: true})
+			took := time.Since(start)
+			if err == nil {
+				db.Close()
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Less(t, took, deadline+3*time.Second, "Open waits past its context")
 		})
 	}
 }
