@@ -6,12 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/refsetdb/refset/refset"
 )
 
 // NullBlockID is the predecessor of a genesis block. It always counts as present.
 const NullBlockID = "0000000000000000"
 
-// Block is a block of a chain, stored in the blocks table.
+// Block is a block of a chain, stored in the blocks table. Put and Receive refuse
+// (refset.ErrInvalidID) a block whose header signature or previous block ID is
+// empty, one named NullBlockID, and IDs (its own, its predecessor's, its batches'
+// and transactions') that are not valid UTF-8 or hold a NUL, which no database
+// would store as given.
 type Block struct {
 	HeaderSignature string `db:"header_signature"`
 	PreviousBlockID string `db:"previous_block_id"`
@@ -80,6 +87,59 @@ var (
 	// refset.ErrNotFound.
 	ErrUnknownBlock = errors.New("blockmanager: unknown block")
 )
+
+// checkBlock refuses, before anything is read or written, a block that no chain can
+// hold: refset.ErrInvalidID for an empty header signature or predecessor, a block
+// named NullBlockID (which names no block: it is genesis's predecessor), or an ID
+// (the block's, its predecessor's, a batch's or a transaction's) that is not valid
+// UTF-8 or holds a NUL, which PostgreSQL's text refuses and SQLite's JSON lists would
+// change; ErrBrokenChain for a block that is its own predecessor, a genesis block not
+// numbered 0, or any other block numbered below 1, which no block can precede.
+func checkBlock(b Block) error {
+	id := b.HeaderSignature
+	switch {
+	case id == "":
+		return fmt.Errorf("blockmanager: %w: a block's header signature is empty (its previous block is %q, its number %d)",
+			refset.ErrInvalidID, b.PreviousBlockID, b.BlockNum)
+	case id == NullBlockID:
+		return fmt.Errorf("blockmanager: %w: block %q: NullBlockID is the predecessor of genesis and names no block", refset.ErrInvalidID, id)
+	case b.PreviousBlockID == "":
+		return fmt.Errorf("blockmanager: %w: block %q: its previous block ID is empty (a genesis block follows NullBlockID)", refset.ErrInvalidID, id)
+	}
+	if err := checkText("header signature", id, id); err != nil {
+		return err
+	}
+	if err := checkText("previous block ID", id, b.PreviousBlockID); err != nil {
+		return err
+	}
+	for _, list := range []struct {
+		what string
+		ids  IDs
+	}{{"batch ID", b.BatchIDs}, {"transaction ID", b.TransactionIDs}} {
+		for _, s := range list.ids {
+			if err := checkText(list.what, id, s); err != nil {
+				return err
+			}
+		}
+	}
+	switch {
+	case b.PreviousBlockID == id:
+		return fmt.Errorf("%w: %q is its own previous block", ErrBrokenChain, id)
+	case b.PreviousBlockID == NullBlockID && b.BlockNum != 0:
+		return fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, id, b.BlockNum)
+	case b.PreviousBlockID != NullBlockID && b.BlockNum < 1:
+		return fmt.Errorf("%w: %s has number %d, which no block can precede, but follows %s", ErrBrokenChain, id, b.BlockNum, b.PreviousBlockID)
+	}
+	return nil
+}
+
+// checkText refuses an ID of block id that the databases cannot store as it is.
+func checkText(what, id, s string) error {
+	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+		return fmt.Errorf("blockmanager: %w: block %q: %s %q is not valid UTF-8 text without NUL", refset.ErrInvalidID, id, what, s)
+	}
+	return nil
+}
 
 // plainList decodes the common case of a JSON array of strings without escapes or
 // spaces, as Value writes IDs, without the reflection of encoding/json: walks decode

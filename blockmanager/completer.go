@@ -18,7 +18,10 @@ import (
 // predecessor arrives, every block waiting for it is linked and handed over: the
 // release command deletes its pending row and the controller's acquire command
 // records it, in one transaction, so a block is always either pending or the
-// controller's, never both and never neither, whenever the process stops.
+// controller's, never both and never neither, whenever the process stops. A waiting
+// block that cannot follow its predecessor once that one is stored (its number is
+// not one more) can never be completed: it waits no more (Outcome.Discarded) and
+// clean-up takes it, so it never holds up its predecessor's arrival.
 type Completer struct {
 	m  *Manager
 	cc *ChainController
@@ -38,14 +41,25 @@ func (c *Completer) manager() *Manager {
 // Outcome is what Receive did with a block.
 type Outcome struct {
 	Duplicate bool // the block was stored already; nothing changed
-	Pending   bool // its predecessor is missing; it waits
+	Pending   bool // its predecessor is missing, or itself waits; it waits
 	Completed int  // blocks handed to the controller: this one and those that waited for it
+	// Discarded are blocks that waited for this one, or for one it completed, but
+	// do not follow it (their number is wrong), so they can never be completed: they
+	// wait no more, and clean-up takes them. A block that does not follow its
+	// predecessor never holds up the predecessor's arrival.
+	Discarded []string
 }
 
-// Receive takes one block, in one transaction. Errors: ErrBrokenChain (a block whose
-// number does not follow its stored predecessor's), and those of refset.InTx.
+// Receive takes one block, in one transaction. Errors: refset.ErrInvalidID (an empty
+// or malformed ID, see Block), ErrBrokenChain (a block that is its own predecessor, a
+// genesis block not numbered 0, any other numbered below 1, or a block whose number
+// does not follow its stored predecessor's, whether that one is complete or still
+// waits), changing nothing; and those of refset.InTx.
 func (c *Completer) Receive(ctx context.Context, b Block) (Outcome, error) {
 	if err := c.manager().opened("receive"); err != nil {
+		return Outcome{}, err
+	}
+	if err := checkBlock(b); err != nil {
 		return Outcome{}, err
 	}
 	var out Outcome
@@ -63,18 +77,15 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if err := m.lock(ctx, tx, b.HeaderSignature); err != nil {
 		return Outcome{}, err
 	}
-	stored, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature})
+	already, err := m.storedIDs(ctx, tx, []string{b.HeaderSignature})
 	if err != nil {
 		return Outcome{}, err
 	}
-	if stored[b.HeaderSignature] {
+	if already[b.HeaderSignature] {
 		return Outcome{Duplicate: true}, nil
 	}
 	b.PreviousBlockRef = nil
-	if b.PreviousBlockID == NullBlockID && b.BlockNum != 0 {
-		return Outcome{}, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum)
-	}
-	prev, waiting, err := c.mustWait(ctx, tx, b)
+	prev, stored, waiting, err := c.mustWait(ctx, tx, b)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -85,7 +96,7 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		if err := m.passGate(ctx, tx, true); err != nil {
 			return Outcome{}, err
 		}
-		if prev, waiting, err = c.mustWait(ctx, tx, b); err != nil {
+		if prev, stored, waiting, err = c.mustWait(ctx, tx, b); err != nil {
 			return Outcome{}, err
 		}
 	} else if err := m.passGate(ctx, tx, false); err != nil {
@@ -93,21 +104,31 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		// controller's lock), so no lock waits behind it in a circle.
 		return Outcome{}, err
 	}
+	// A stored predecessor, complete or waiting, has the number b must follow.
+	if stored {
+		if err := follows(b, b.PreviousBlockID, prev.num); err != nil {
+			return Outcome{}, err
+		}
+	}
 	if waiting {
 		// Wait for the predecessor, held by the pending row, in a segment of its
 		// own until it is linked.
 		if err := m.insertBlocks(ctx, tx, []storedBlock{{Block: b, Segment: newSegment()}}); err != nil {
 			return Outcome{}, err
 		}
-		_, err := tx.ExecContext(ctx, m.sql(`INSERT INTO pending_blocks (block_id, pending_previous_block_id) VALUES (?, ?)`),
-			b.HeaderSignature, b.PreviousBlockID)
-		return Outcome{Pending: true}, err
-	}
-	segment := newSegment()
-	if b.PreviousBlockID != NullBlockID {
-		if err := follows(b, b.PreviousBlockID, prev.num); err != nil {
+		if _, err := tx.ExecContext(ctx, m.sql(`INSERT INTO pending_blocks (block_id, pending_previous_block_id) VALUES (?, ?)`),
+			b.HeaderSignature, b.PreviousBlockID); err != nil {
 			return Outcome{}, err
 		}
+		// Blocks that waited for b but do not follow it can never be completed: so
+		// no block waits behind a predecessor it cannot follow, and none waits in a
+		// circle (each block of one would have to be numbered one more than the
+		// one before it).
+		discarded, err := c.discardStrays(ctx, tx, b.HeaderSignature, b.BlockNum)
+		return Outcome{Pending: true, Discarded: discarded}, err
+	}
+	segment := newSegment()
+	if stored {
 		ref := b.PreviousBlockID
 		b.PreviousBlockRef = &ref
 		segment = prev.joins
@@ -123,83 +144,124 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 	if err := c.handOver(ctx, tx, tok); err != nil {
 		return Outcome{}, err
 	}
-	waited, err := c.completeWaiting(ctx, tx, []string{b.HeaderSignature})
+	waited, discarded, err := c.completeWaiting(ctx, tx, []string{b.HeaderSignature})
 	if err != nil {
 		return Outcome{}, err
 	}
-	return Outcome{Completed: 1 + waited}, nil
+	return Outcome{Completed: 1 + waited, Discarded: discarded}, nil
 }
 
-// mustWait reports whether b must wait for its predecessor, which is missing or
-// itself waiting, and otherwise the predecessor's number. The predecessor is locked
-// against collection while this transaction links to it; if a collector took it
-// first, the block waits for it like any other.
-func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prev predecessor, waiting bool, err error) {
+// mustWait reports whether b's predecessor is stored and, if so, its number, and
+// whether b must wait for it, because it is missing or itself waiting. The
+// predecessor is locked against collection while this transaction links to it; if
+// a collector took it first, the block waits for it like any other.
+func (c *Completer) mustWait(ctx context.Context, tx refset.Tx, b Block) (prev predecessor, stored, waiting bool, err error) {
 	if b.PreviousBlockID == NullBlockID {
-		return prev, false, nil
+		return prev, false, false, nil
 	}
 	prev, err = c.m.keepPredecessor(ctx, tx, b.PreviousBlockID, false)
 	if errors.Is(err, refset.ErrNotFound) {
-		return prev, true, nil
+		return prev, false, true, nil
 	}
 	if err != nil {
-		return prev, false, err
+		return prev, false, false, err
 	}
 	// A predecessor that is stored but itself waits is not complete either.
 	var n int
 	err = tx.QueryRowContext(ctx, c.m.sql(`SELECT COUNT(*) FROM pending_blocks WHERE block_id = ?`), b.PreviousBlockID).Scan(&n)
-	return prev, n > 0, err
+	return prev, true, n > 0, err
+}
+
+// strayWaitersSQL reads the blocks that wait for a block (the first parameter) but
+// are not numbered one more than it (the second minus one).
+const strayWaitersSQL = `SELECT p.block_id FROM pending_blocks p
+	WHERE p.pending_previous_block_id = ?
+	AND (SELECT b.block_num FROM blocks b WHERE b.header_signature = p.block_id) <> ?
+	ORDER BY p.block_id`
+
+// discardStrays ends the wait of the blocks that wait for id, numbered num, but do
+// not follow it, and returns them: nothing keeps them any more, and clean-up takes
+// them.
+func (c *Completer) discardStrays(ctx context.Context, tx refset.Tx, id string, num int64) ([]string, error) {
+	strays, err := queryStrings(ctx, tx, c.m.sql(strayWaitersSQL), id, num+1)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range strays {
+		if err := c.discard(ctx, tx, s); err != nil {
+			return nil, err
+		}
+	}
+	return strays, nil
+}
+
+// discard ends the wait of a pending block.
+func (c *Completer) discard(ctx context.Context, tx refset.Tx, id string) error {
+	_, err := tx.ExecContext(ctx, c.m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), id)
+	return err
 }
 
 // completeWaiting links every block that waits for one of arrived (blocks tx has
 // just stored, linked and not pending, lower blocks first) and hands it over, then
 // does the same for whatever waited for those, and returns how many it handed over.
 // Put does the same through complete, for the blocks it stores: a block is complete
-// once its predecessor is, whoever stored the predecessor.
-func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived []string) (int, error) {
+// once its predecessor is, whoever stored the predecessor. It also returns the
+// waiting blocks it discarded (see complete).
+func (c *Completer) completeWaiting(ctx context.Context, tx refset.Tx, arrived []string) (int, []string, error) {
 	m := c.m
 	// A receiver deciding that a child of one of the arrived blocks must wait holds
 	// the gate exclusive until it commits: passing it here means that child is seen
 	// below, or the receiver sees the arrived blocks (see passGate).
 	if err := m.passGate(ctx, tx, false); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	waiting, err := c.waitingFor(ctx, tx, arrived)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return c.complete(ctx, tx, waiting)
+	return c.complete(ctx, tx, waiting, nil)
 }
 
 // complete links and hands over the blocks of waiting (blocks that wait for one tx
 // has just stored, in the order waitingFor returns them), then does the same for
-// whatever waited for those, and returns how many it handed over. tx has passed the
-// arrivals gate.
-func (c *Completer) complete(ctx context.Context, tx refset.Tx, waiting []waitingBlock) (int, error) {
+// whatever waited for those, and returns how many it handed over. A waiting block
+// that does not follow the block it waited for can never be completed: unless it is
+// one of keep (the blocks of the branch a Put stores, which must chain: an error), it
+// waits no more, is left to clean-up, and is returned among the discarded. tx has
+// passed the arrivals gate.
+func (c *Completer) complete(ctx context.Context, tx refset.Tx, waiting []waitingBlock, keep map[string]bool) (int, []string, error) {
 	m := c.m
 	completed := 0
+	var discarded []string
 	for len(waiting) > 0 {
 		var parents []string
 		for _, w := range waiting {
 			if err := c.link(ctx, tx, w.child, w.parent); err != nil {
-				return 0, err
+				if !errors.Is(err, ErrBrokenChain) || keep[w.child] {
+					return 0, nil, err
+				}
+				if err := c.discard(ctx, tx, w.child); err != nil {
+					return 0, nil, err
+				}
+				discarded = append(discarded, w.child)
+				continue
 			}
 			tok, err := m.blocks.UpgradeTx(ctx, tx, w.child)
 			if err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			if err := c.handOver(ctx, tx, tok, refset.Exec[string](m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), 1)); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			completed++
 			parents = append(parents, w.child)
 		}
 		var err error
 		if waiting, err = c.waitingFor(ctx, tx, parents); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return completed, nil
+	return completed, discarded, nil
 }
 
 // handOver releases tok with the completer's commands and has the controller

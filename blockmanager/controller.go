@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -75,6 +76,9 @@ func (c *ChainController) accept(ctx context.Context, tx refset.Tx, id string) e
 	head, headNum, err := c.head(ctx, tx)
 	if err != nil {
 		return err
+	}
+	if id == head {
+		return nil // committed already (Commit took it as the head): no fork
 	}
 	if head == "" || num > headNum || (num == headNum && id < head) {
 		return c.commit(ctx, tx, id, head, headNum, prev.Valid && prev.String == head)
@@ -185,15 +189,34 @@ func (c *ChainController) Head(ctx context.Context) (_ string, err error) {
 // Commit makes a stored block the committed head (a node's consensus may decide
 // against fork choice). When the block extends the old head, the old head is simply
 // committed history; otherwise the old head's chain was abandoned and becomes a
-// fork, which the fork cache keeps for ForkTTL. Errors: ErrUnknownBlock, and those
-// of refset.InTx.
+// fork, which the fork cache keeps for ForkTTL. Only a complete block can be
+// committed: one linked to its predecessor, down to genesis. Errors, changing
+// nothing: refset.ErrInvalidID (an empty id), ErrUnknownBlock (id is not stored),
+// ErrMissingPredecessor (id is stored but not linked to its predecessor: it waits
+// in the Completer), and those of refset.InTx.
 func (c *ChainController) Commit(ctx context.Context, id string) error {
 	if err := c.manager().opened("commit"); err != nil {
 		return err
 	}
+	if id == "" {
+		return fmt.Errorf("blockmanager: commit: %w: the empty block ID names no block", refset.ErrInvalidID)
+	}
 	return refset.InTx(ctx, c.m.db, func(ctx context.Context, tx refset.Tx) error {
-		if err := c.m.lock(ctx, tx, "chain-controller"); err != nil {
+		m := c.m
+		if err := m.lock(ctx, tx, "chain-controller"); err != nil {
 			return err
+		}
+		var prevID string
+		var prev sql.NullString
+		if err := scanBlock(ctx, tx, m.sql(`SELECT previous_block_id, previous_block_ref FROM blocks WHERE header_signature = ?`),
+			[]any{id}, &prevID, &prev); err != nil {
+			return err
+		}
+		if !prev.Valid && prevID != NullBlockID {
+			// Committed, it would be both the Completer's and the controller's, and
+			// the head of a chain that does not reach genesis.
+			return fmt.Errorf("%w: cannot commit %s: it is not linked to its predecessor %s (it waits in the Completer): %w",
+				ErrMissingPredecessor, id, prevID, refset.ErrNotFound)
 		}
 		head, headNum, err := c.head(ctx, tx)
 		if err != nil {
@@ -202,7 +225,12 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 		if head == id {
 			return nil
 		}
-		return c.commit(ctx, tx, id, head, headNum, false)
+		err = c.commit(ctx, tx, id, head, headNum, false)
+		if errors.Is(err, refset.ErrNotFound) && !errors.Is(err, ErrUnknownBlock) {
+			// chain_heads' foreign key: a collector deleted the block since.
+			err = fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, err)
+		}
+		return err
 	})
 }
 

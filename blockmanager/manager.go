@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
@@ -203,43 +204,112 @@ func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) er
 // tip in the same transaction (hold it there: a branch nothing references is
 // collected after the grace period). Blocks already stored are kept as they are, so
 // Put is idempotent and a branch may overlap what is stored, the Completer's pending
-// blocks included. A block that waited in the Completer for a block Put stores is
-// linked to it and handed to the ChainController in the same transaction, as the
-// Completer does when a predecessor arrives, and so is whatever waited for that
-// block; otherwise it would wait for a block that will never arrive again. It fails
-// with ErrEmptyBranch, ErrMissingPredecessor (the first block's predecessor is not
-// stored; NullBlockID always is) or ErrBrokenChain, and then stores nothing; and
-// with the errors of refset.InTx (ErrConflict after retries, ErrUnavailable,
-// ErrTimeout, ErrClosed, the context's error, what a command returned). A command
-// that panics rolls the Put back and the panic goes on.
+// blocks included, even while other callers store the same blocks. A block that
+// waited in the Completer for a block Put stores is linked to it and handed to the
+// ChainController in the same transaction, as the Completer does when a predecessor
+// arrives, and so is whatever waited for that block; otherwise it would wait for a
+// block that will never arrive again. A waiting block that is not in the branch and
+// does not follow the block it waited for (its number is wrong) is no longer pending,
+// and left to clean-up, rather than fail the Put. It fails with ErrEmptyBranch,
+// refset.ErrInvalidID (an empty or malformed ID, see Block), ErrMissingPredecessor
+// (the first block's predecessor is not stored; NullBlockID always is) or
+// ErrBrokenChain (a block does not follow the one before it, is its own predecessor,
+// or is in the branch twice), and then stores nothing; and with the errors of
+// refset.InTx (ErrConflict after retries, ErrUnavailable, ErrTimeout, ErrClosed, the
+// context's error, what a command returned). A command that panics rolls the Put
+// back and the panic goes on.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	if err := m.opened("put"); err != nil {
 		return nil, err
 	}
 	var tip *refset.RefToken[string]
-	err := refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+	full := false
+	put := func(ctx context.Context, tx refset.Tx) error {
 		var err error
-		tip, err = m.PutTx(ctx, tx, branch, cmds...)
+		tip, err = m.putTx(ctx, tx, branch, full, cmds)
+		// A block found stored when written: look for the blocks stored among every
+		// block when InTx runs the Put again (see insertBlocks).
+		full = full || errors.Is(err, errStoredMeanwhile)
 		return err
-	})
+	}
+	err := refset.InTx(ctx, m.db, put)
+	// Each time a block is found stored when written, another transaction stored
+	// it, and committed: the next run finds it stored, and one block fewer to write.
+	// So callers racing to store one branch all get through, however many they are,
+	// where InTx's few retries of a conflict would leave some failing.
+	for range branch {
+		if !errors.Is(err, errStoredMeanwhile) || ctx.Err() != nil {
+			break
+		}
+		err = refset.InTx(ctx, m.db, put)
+	}
 	return tip, err
 }
 
 // PutTx is Put inside the caller's transaction. Errors: those of Put, and
 // refset.ErrInvalidTx when tx is nil or a connection pool. After any error but
-// ErrEmptyBranch, ErrMissingPredecessor and ErrBrokenChain, which PutTx finds
-// before it writes, roll tx back: part of the branch may be written in it.
+// ErrEmptyBranch, ErrInvalidID, ErrMissingPredecessor and ErrBrokenChain, which
+// PutTx finds before it writes, roll tx back: part of the branch may be written in
+// it. ErrConflict says another transaction stored one of the branch's blocks first:
+// run the transaction again (refset.InTx does).
 func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	if err := m.opened("put"); err != nil {
 		return nil, err
 	}
-	if len(branch) == 0 {
-		return nil, ErrEmptyBranch
+	return m.putTx(ctx, tx, branch, false, cmds)
+}
+
+// checkTx refuses what is not a transaction, as refset's *Tx calls do: nil (a nil
+// pointer too), and a connection pool or connection, on which each statement would
+// commit on its own.
+func checkTx(op string, tx refset.Tx) error {
+	switch tx.(type) {
+	case nil:
+		return fmt.Errorf("blockmanager: %s: %w: nil transaction", op, refset.ErrInvalidTx)
+	case interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}:
+		return fmt.Errorf("blockmanager: %s: %w: %T is a connection pool, not a transaction: pass the *sql.Tx you began on it", op, refset.ErrInvalidTx, tx)
 	}
-	for i := 1; i < len(branch); i++ {
-		if err := follows(branch[i], branch[i-1].HeaderSignature, branch[i-1].BlockNum); err != nil {
-			return nil, err
+	if v := reflect.ValueOf(tx); v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("blockmanager: %s: %w: nil %T", op, refset.ErrInvalidTx, tx)
+	}
+	return nil
+}
+
+// checkBranch refuses, before anything is read or written, a branch no chain can
+// hold: each block must pass checkBlock, follow the one before it, and be in the
+// branch once.
+func checkBranch(branch []Block) error {
+	if len(branch) == 0 {
+		return ErrEmptyBranch
+	}
+	seen := make(map[string]int, len(branch))
+	for i, b := range branch {
+		if err := checkBlock(b); err != nil {
+			return err
 		}
+		if j, ok := seen[b.HeaderSignature]; ok {
+			return fmt.Errorf("%w: %s is in the branch twice, at %d and %d", ErrBrokenChain, b.HeaderSignature, j, i)
+		}
+		seen[b.HeaderSignature] = i
+		if i > 0 {
+			if err := follows(b, branch[i-1].HeaderSignature, branch[i-1].BlockNum); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putTx is PutTx; with full, it looks for the branch's stored blocks among every
+// block, not only the pending ones, even when its first block is new (see lookUp).
+func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full bool, cmds []refset.Command[string]) (*refset.RefToken[string], error) {
+	if err := checkTx("put", tx); err != nil {
+		return nil, err
+	}
+	if err := checkBranch(branch); err != nil {
+		return nil, err
 	}
 	// An arrival passes the arrivals gate (see passGate) before it looks for what
 	// waits for its blocks, and before it takes any other lock: with the first
@@ -247,9 +317,6 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 	first := branch[0]
 	segment := newSegment()
 	if first.PreviousBlockID == NullBlockID {
-		if first.BlockNum != 0 {
-			return nil, fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, first.HeaderSignature, first.BlockNum)
-		}
 		if err := m.passGate(ctx, tx, false); err != nil {
 			return nil, err
 		}
@@ -267,10 +334,12 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 		segment = prev.joins
 	}
 	ids := make([]string, len(branch))
+	inBranch := make(map[string]bool, len(branch))
 	for i, b := range branch {
 		ids[i] = b.HeaderSignature
+		inBranch[b.HeaderSignature] = true
 	}
-	seen, err := m.lookUp(ctx, tx, ids)
+	seen, err := m.lookUp(ctx, tx, ids, full)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +369,7 @@ func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds 
 	if err := m.insertBlocks(ctx, tx, fresh); err != nil {
 		return nil, err
 	}
-	if _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived)); err != nil {
+	if _, _, err := m.Completer().complete(ctx, tx, waitingFor(seen.waiting, arrived), inBranch); err != nil {
 		return nil, err
 	}
 	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
@@ -326,8 +395,10 @@ const lookUpSQL = `SELECT block_id, pending_previous_block_id FROM (SELECT block
 // (a block waits only while its predecessor is missing), so one query reads them
 // all with the first block's row, and only when there are more than the branch has
 // blocks does a second look them up by ID. tx has passed the arrivals gate, so no
-// block can start waiting for one of ids before tx ends.
-func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branchLookUp, error) {
+// block can start waiting for one of ids before tx ends. With full, it looks among
+// every block whether the first is stored or not: a Put run again after it found one
+// of its blocks stored when it wrote it (see insertBlocks).
+func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string, full bool) (branchLookUp, error) {
 	var l branchLookUp
 	waiting, firstStored, err := m.scanPending(ctx, tx, m.stmt.lookUp, len(ids)+1, ids[0])
 	if err != nil {
@@ -341,7 +412,7 @@ func (m *Manager) lookUp(ctx context.Context, tx refset.Tx, ids []string) (branc
 		}
 	}
 	l.waiting = waiting
-	if firstStored {
+	if firstStored || full {
 		// The branch overlaps what is stored: look among every block.
 		l.stored, err = m.storedIDs(ctx, tx, ids)
 		return l, err
@@ -397,6 +468,10 @@ func follows(b Block, prevID string, prevNum int64) error {
 	return nil
 }
 
+// errStoredMeanwhile is in insertBlocks' error when a block it was to store was
+// stored already, with refset.ErrConflict, so that the transaction runs again.
+var errStoredMeanwhile = errors.New("one of them was stored meanwhile")
+
 // insertBlocks stores new blocks, each in its segment, and their batch and
 // transaction index rows. It writes through a store of the set's table, with the
 // set's statements and one more column, and tells the database's observer the
@@ -407,6 +482,13 @@ func (m *Manager) insertBlocks(ctx context.Context, tx refset.Tx, blocks []store
 		return nil
 	}
 	if err := m.writes.PersistAll(ctx, tx, blocks); err != nil {
+		if errors.Is(err, refset.ErrDuplicate) {
+			// The caller found none of them stored, in tx: another transaction stored
+			// one since (on Postgres, where writers run side by side), or it is stored
+			// where the caller did not look (lookUp). Either way, running tx again
+			// finds it stored and keeps it as it is.
+			return fmt.Errorf("blockmanager: storing %d blocks: %w: %w: %w", len(blocks), refset.ErrConflict, errStoredMeanwhile, err)
+		}
 		return fmt.Errorf("blockmanager: storing %d blocks: %w", len(blocks), err)
 	}
 	m.drv.Observer().Added(ctx, len(blocks))
@@ -461,11 +543,21 @@ func queryStrings(ctx context.Context, q refset.Querier, query string, args ...a
 // holders returns the blocks that hold any of ids in an index table (block_batches
 // or block_transactions, with its ID column), and the lowest of their heights. Each
 // height is a subquery, one lookup by key, not a join: Postgres planned the join,
-// before the tables' first ANALYZE, as a hash of the whole blocks table.
+// before the tables' first ANALYZE, as a hash of the whole blocks table. Where the
+// list is a table expression (PostgreSQL's unnest), the index table is read once an
+// ID of it, one lookup by key: compared with the list (= ANY), a validator's thousands of
+// batch IDs were planned as a scan of the whole index table before its first ANALYZE,
+// and as a bitmap of thousands of pages after (TestPlansOnLargeData).
 func (m *Manager) holders(ctx context.Context, q refset.Querier, table, column string, ids []string) (blocks []string, oldest int64, err error) {
-	rows, err := q.QueryContext(ctx, m.sql(fmt.Sprintf(`SELECT x.block_id,
-		(SELECT b.block_num FROM blocks b WHERE b.header_signature = x.block_id) FROM %s x WHERE %s`,
-		table, m.drv.ColumnIn("x."+column))), m.stmt.list(ids))
+	from := fmt.Sprintf(`%s x WHERE %s`, table, m.drv.ColumnIn("x."+column))
+	if bulk, ok := m.drv.(refsetdriver.BulkWrites); ok {
+		// OFFSET 0 keeps the subquery from being flattened into a join, which the
+		// planner, before the first ANALYZE, guessed a match of hundreds of rows an ID
+		// and made a hash of the whole table.
+		from = fmt.Sprintf(`%s AS l (id), LATERAL (SELECT block_id FROM %s WHERE %s = l.id OFFSET 0) x`, bulk.Unnest(1), table, column)
+	}
+	rows, err := q.QueryContext(ctx, m.sql(`SELECT x.block_id,
+		(SELECT b.block_num FROM blocks b WHERE b.header_signature = x.block_id) FROM `+from), m.stmt.list(ids))
 	if err != nil {
 		return nil, 0, err
 	}

@@ -20,7 +20,9 @@ import (
 // with a replica it reads the replica, and carries on from the primary wherever the
 // walk would end short of genesis there: at a tip, link, block or segment the
 // replica has not replayed yet. A walk right after a Put of its tip therefore
-// yields the whole branch. An unknown tip yields ErrUnknownBlock; a failed read
+// yields the whole branch. An unknown tip yields ErrUnknownBlock, and so does a
+// block of the branch that clean-up deletes during the walk (a branch nothing
+// holds), rather than end the walk short of where the branch ends; a failed read
 // yields the errors of Get, and ends the walk.
 func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, error] {
 	return func(yield func(*Block, error) bool) {
@@ -46,7 +48,8 @@ func (m *Manager) Branch(ctx context.Context, tip string) iter.Seq2[*Block, erro
 // first, down to (not including) their common ancestor. It walks the higher branch
 // down to the other's height first, then both together, reading the replica as
 // Branch does, and the primary for whatever the replica lacks. Errors:
-// ErrUnknownBlock (either tip is not stored), and those of Get.
+// ErrUnknownBlock (either tip is not stored, or a block of either branch was deleted
+// during the walk, as Branch says), and those of Get.
 func (m *Manager) BranchDiff(ctx context.Context, tip, exclude string) ([]*Block, error) {
 	diff, _, err := m.diverge(ctx, tip, exclude)
 	return diff, refsetdriver.ContextError(ctx, err)
@@ -255,8 +258,11 @@ func (w *walker) fill() error {
 		if !w.found {
 			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
 		}
-		w.from = "" // a link to a block that is gone: the branch ends
-		return nil
+		// A link to a block that is gone: the foreign key keeps a linked block while
+		// the block linking to it is stored, so clean-up deleted the branch under the
+		// walk (nothing held it). Its end is not the branch's end.
+		return fmt.Errorf("%w: %s, linked from a block this walk passed, was deleted during the walk (hold a branch to walk it): %w",
+			ErrUnknownBlock, w.from, refset.ErrNotFound)
 	}
 	w.found = true
 	yielded := w.follow(rows)
