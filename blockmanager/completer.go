@@ -44,9 +44,11 @@ type Outcome struct {
 	Pending   bool // its predecessor is missing, or itself waits; it waits
 	Completed int  // blocks handed to the controller: this one and those that waited for it
 	// Discarded are blocks that waited for this one, or for one it completed, but
-	// do not follow it (their number is wrong), so they can never be completed: they
-	// wait no more, and clean-up takes them. A block that does not follow its
-	// predecessor never holds up the predecessor's arrival.
+	// do not follow it (their number is wrong), so they can never be completed, and
+	// the blocks that waited for those: they wait no more, and clean-up takes them.
+	// This block is among them (and not Pending) when it waits for one of them, as
+	// it does when it closes a circle of blocks waiting for each other. A block that
+	// does not follow its predecessor never holds up the predecessor's arrival.
 	Discarded []string
 }
 
@@ -123,9 +125,9 @@ func (c *Completer) receive(ctx context.Context, tx refset.Tx, b Block) (Outcome
 		// Blocks that waited for b but do not follow it can never be completed: so
 		// no block waits behind a predecessor it cannot follow, and none waits in a
 		// circle (each block of one would have to be numbered one more than the
-		// one before it).
+		// one before it): b itself, when it closed one, waits no more either.
 		discarded, err := c.discardStrays(ctx, tx, b.HeaderSignature, b.BlockNum)
-		return Outcome{Pending: true, Discarded: discarded}, err
+		return Outcome{Pending: !slices.Contains(discarded, b.HeaderSignature), Discarded: discarded}, err
 	}
 	segment := newSegment()
 	if stored {
@@ -187,18 +189,34 @@ func (c *Completer) discardStrays(ctx context.Context, tx refset.Tx, id string, 
 	if err != nil {
 		return nil, err
 	}
+	var discarded []string
 	for _, s := range strays {
-		if err := c.discard(ctx, tx, s); err != nil {
+		gone, err := c.discard(ctx, tx, s)
+		if err != nil {
 			return nil, err
 		}
+		discarded = append(discarded, gone...)
 	}
-	return strays, nil
+	return discarded, nil
 }
 
-// discard ends the wait of a pending block.
-func (c *Completer) discard(ctx context.Context, tx refset.Tx, id string) error {
-	_, err := tx.ExecContext(ctx, c.m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), id)
-	return err
+// discard ends the wait of a pending block that can never be completed, and of every
+// block that waits for it, directly or through others, since none of them can be
+// either; it returns them all, id first. Nothing keeps them any more, and clean-up
+// takes them.
+func (c *Completer) discard(ctx context.Context, tx refset.Tx, id string) ([]string, error) {
+	gone := []string{id}
+	for i := 0; i < len(gone); i++ {
+		if _, err := tx.ExecContext(ctx, c.m.sql(`DELETE FROM pending_blocks WHERE block_id = ?`), gone[i]); err != nil {
+			return nil, err
+		}
+		behind, err := queryStrings(ctx, tx, c.m.sql(`SELECT block_id FROM pending_blocks WHERE pending_previous_block_id = ? ORDER BY block_id`), gone[i])
+		if err != nil {
+			return nil, err
+		}
+		gone = append(gone, behind...)
+	}
+	return gone, nil
 }
 
 // completeWaiting links every block that waits for one of arrived (blocks tx has
@@ -240,10 +258,11 @@ func (c *Completer) complete(ctx context.Context, tx refset.Tx, waiting []waitin
 				if !errors.Is(err, ErrBrokenChain) || keep[w.child] {
 					return 0, nil, err
 				}
-				if err := c.discard(ctx, tx, w.child); err != nil {
+				gone, err := c.discard(ctx, tx, w.child)
+				if err != nil {
 					return 0, nil, err
 				}
-				discarded = append(discarded, w.child)
+				discarded = append(discarded, gone...)
 				continue
 			}
 			tok, err := m.blocks.UpgradeTx(ctx, tx, w.child)

@@ -145,7 +145,8 @@ func TestPutTxRefusesWhatIsNoTransaction(t *testing.T) {
 // A peer may send a block that names a real block as its predecessor with a number
 // that cannot follow it. It waits for that predecessor; when the predecessor
 // arrives, by Receive or by Put, the predecessor is stored and completed all the
-// same, and the stray waits no more (Outcome.Discarded) and is collected. Before,
+// same, and the stray, and what waits behind it, wait no more (Outcome.Discarded)
+// and are collected. Before,
 // the stray failed every arrival of its predecessor with ErrBrokenChain, for ever: a
 // peer stalled the chain with one block.
 func TestStrayWaiterDoesNotBlockItsPredecessor(t *testing.T) {
@@ -185,21 +186,27 @@ func TestStrayWaiterDoesNotBlockItsPredecessor(t *testing.T) {
 				prefix := fmt.Sprintf("m%d-", i)
 				main := chain(prefix, NullBlockID, 0, 3)
 				stray := Block{HeaderSignature: prefix + "stray", PreviousBlockID: main[1].HeaderSignature, BlockNum: 40}
-				out, err := c.Receive(ctx, stray)
-				require.NoError(t, err)
-				require.True(t, out.Pending)
+				// And a block that follows the stray: it can never be completed either.
+				behind := Block{HeaderSignature: prefix + "behind", PreviousBlockID: stray.HeaderSignature, BlockNum: 41}
+				for _, b := range []Block{stray, behind} {
+					out, err := c.Receive(ctx, b)
+					require.NoError(t, err)
+					require.True(t, out.Pending)
+				}
 				discarded := tc.arrive(t, main)
 				if discarded != nil {
-					assert.Equal(t, []string{stray.HeaderSignature}, discarded)
+					assert.Equal(t, []string{stray.HeaderSignature, behind.HeaderSignature}, discarded)
 				}
 				assert.Zero(t, count(t, m, `SELECT COUNT(*) FROM pending_blocks`), "nothing waits for ever")
 				assert.Equal(t, 1, count(t, m, `SELECT COUNT(*) FROM blocks WHERE header_signature = ? AND previous_block_ref IS NOT NULL`,
 					main[2].HeaderSignature), "the chain is complete")
 				collect(t, m)
-				found, err := m.Contains(ctx, stray.HeaderSignature)
-				require.NoError(t, err)
-				assert.False(t, found, "the stray is collected")
-				found, err = m.Contains(ctx, main[2].HeaderSignature)
+				for _, id := range []string{stray.HeaderSignature, behind.HeaderSignature} {
+					found, err := m.Contains(ctx, id)
+					require.NoError(t, err)
+					assert.False(t, found, "%s is collected", id)
+				}
+				found, err := m.Contains(ctx, main[2].HeaderSignature)
 				require.NoError(t, err)
 				assert.True(t, found)
 			})
@@ -209,9 +216,9 @@ func TestStrayWaiterDoesNotBlockItsPredecessor(t *testing.T) {
 
 // Receive checks a block's number against its stored predecessor even while that
 // one waits, as its doc says (ErrBrokenChain, nothing changed); and a block that
-// arrives and waits drops the blocks that wait for it but cannot follow it. So no
-// two blocks wait for each other in a circle, where before both waited for ever
-// and Pending asked peers for nothing.
+// arrives and waits drops the blocks that wait for it but cannot follow it, and
+// those behind them. So no two blocks wait for each other in a circle, where before
+// both waited for ever and Pending asked peers for nothing.
 func TestReceiveRefusesWhatCannotFollowAWaitingPredecessor(t *testing.T) {
 	eachDB(t, Config{}, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
@@ -225,19 +232,25 @@ func TestReceiveRefusesWhatCannotFollowAWaitingPredecessor(t *testing.T) {
 		requireRefused(t, m, before, err, "w9 has number 9 after w5's 5", ErrBrokenChain)
 
 		// a waits for b; b arrives saying it follows a. Each is numbered one more than
-		// the other: a cannot follow b, and waits no more.
+		// the other: a cannot follow b, so b, waiting for a, can never be completed
+		// either, and neither waits any more. Peers are not asked for either.
 		out, err = c.Receive(ctx, Block{HeaderSignature: "a", PreviousBlockID: "b", BlockNum: 5})
 		require.NoError(t, err)
 		require.True(t, out.Pending)
 		out, err = c.Receive(ctx, Block{HeaderSignature: "b", PreviousBlockID: "a", BlockNum: 6})
 		require.NoError(t, err)
-		assert.True(t, out.Pending)
-		assert.Equal(t, []string{"a"}, out.Discarded)
+		assert.False(t, out.Pending, "b closed a circle")
+		assert.Equal(t, []string{"a", "b"}, out.Discarded)
 		collect(t, m)
 		waiting, missing, err := c.Pending(ctx)
 		require.NoError(t, err)
-		assert.Equal(t, 2, waiting, "w5 and b")
-		assert.Equal(t, []string{"a", "w4"}, missing, "a, gone, is asked for again")
+		assert.Equal(t, 1, waiting, "w5")
+		assert.Equal(t, []string{"w4"}, missing)
+		for _, id := range []string{"a", "b"} {
+			found, err := m.Contains(ctx, id)
+			require.NoError(t, err)
+			assert.False(t, found, "%s is collected", id)
+		}
 	})
 }
 
