@@ -105,39 +105,53 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	// workCtx also ends when one worker fails, to stop the others.
 	workCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for range c.workers {
-		wg.Go(func() {
-			for workCtx.Err() == nil {
-				expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
-				if err == nil && expired < int64(c.batch) {
-					holdsDone.Store(true)
-				}
-				mu.Lock()
-				if err != nil {
-					if first == nil {
-						first = err
-						cancel()
-					}
-					mu.Unlock()
-					return
-				}
-				total.Batches++
-				total.HoldsExpired += expired
-				total.Reviewed += b.Reviewed
-				total.Deleted += b.Deleted
-				total.Postponed += b.Postponed
-				total.Refused += b.Refused
-				mu.Unlock()
-				// Done when a batch found nothing due, or could only put what it found
-				// back for later (objects busy or refused, which a short RetryDelay or
-				// Grace may make due again at once): going on could review them again
-				// and again. What else is due, the other workers or the next call take.
-				if expired == 0 && b.Reviewed == b.Postponed+b.Refused {
-					return
-				}
-			}
-		})
+	// Workers start one at a time: another only once a batch came back full, so
+	// that there may be more due than one worker takes. A queue with little due
+	// costs a batch or two, however many Workers the Config allows.
+	var (
+		started atomic.Int64
+		work    func()
+	)
+	more := func() {
+		if started.Add(1) <= int64(c.workers) {
+			wg.Go(work)
+		}
 	}
+	work = func() {
+		for workCtx.Err() == nil {
+			expired, b, err := c.batchOnce(workCtx, !holdsDone.Load())
+			if err == nil && expired < int64(c.batch) {
+				holdsDone.Store(true)
+			}
+			if err == nil && (expired >= int64(c.batch) || b.Reviewed >= int64(c.batch)) {
+				more()
+			}
+			mu.Lock()
+			if err != nil {
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+				return
+			}
+			total.Batches++
+			total.HoldsExpired += expired
+			total.Reviewed += b.Reviewed
+			total.Deleted += b.Deleted
+			total.Postponed += b.Postponed
+			total.Refused += b.Refused
+			mu.Unlock()
+			// Done when a batch found nothing due, or could only put what it found
+			// back for later (objects busy or refused, which a short RetryDelay or
+			// Grace may make due again at once): going on could review them again
+			// and again. What else is due, the other workers or the next call take.
+			if expired == 0 && b.Reviewed == b.Postponed+b.Refused {
+				return
+			}
+		}
+	}
+	more()
 	wg.Wait()
 	if first == nil {
 		// The workers stopped between batches (or never began) because ctx ended: the

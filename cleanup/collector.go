@@ -29,7 +29,8 @@ type Config struct {
 	// review queue).
 	Table string
 	// Grace is how long a new object may stay unreferenced before it is collected.
-	// Zero means DefaultGrace.
+	// Zero means DefaultGrace; it is kept in whole milliseconds, and one below a
+	// millisecond is one.
 	Grace time.Duration
 	// BatchSize bounds the queue entries (and expired holds) one transaction handles,
 	// and the objects it deletes: the garbage it claimed and what that alone kept
@@ -39,8 +40,10 @@ type Config struct {
 	// RetryDelay is how far an object is postponed when another transaction held a
 	// lock on it during its review. Zero means DefaultRetryDelay.
 	RetryDelay time.Duration
-	// Workers is how many batches one Collect call runs at once, each in its own
-	// transaction; entries one has claimed the others skip. Zero means 2. (SQLite has
+	// Workers is how many batches one Collect call runs at most at once, each in its
+	// own transaction; entries one has claimed the others skip. A Collect starts with
+	// one, and starts another only when a batch came back full, so a queue with
+	// little due costs a batch or two whatever Workers is. Zero means 2. (SQLite has
 	// one writer, so there they take turns.)
 	Workers int
 	// Parts names the tables whose foreign keys to the set are declared ON DELETE
@@ -124,6 +127,11 @@ func newCollector(db refset.Database, cfg Config) (*Collector, error) {
 	}
 	if cfg.Grace < 0 || cfg.BatchSize < 0 || cfg.RetryDelay < 0 || cfg.Workers < 0 {
 		return nil, fmt.Errorf("refset/cleanup: %w: negative Grace, BatchSize, RetryDelay or Workers in %+v", refset.ErrInvalidConfig, cfg)
+	}
+	if cfg.Grace > 0 && cfg.Grace < time.Millisecond {
+		// The trigger keeps the grace in whole milliseconds: it would install 0,
+		// which reads as no grace installed.
+		cfg.Grace = time.Millisecond
 	}
 	p := &refsetdriver.Plan{Table: table, Grace: cmp.Or(cfg.Grace, DefaultGrace), RetryDelay: cmp.Or(cfg.RetryDelay, DefaultRetryDelay)}
 	log := cmp.Or(cfg.Logger, d.Logger()).With(slog.String("table", table.String()))

@@ -87,7 +87,9 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // as the catalog has it now, one without an index (Unindexed) or added since Install
 // included. None means it is garbage: Collect will
 // delete it once it is due. It reads where Check does. ErrNotFound if there is no
-// such object; otherwise the errors of Check.
+// such object; refset.ErrInvalidID for an id the driver cannot send as the ID
+// column's value (a struct, a map, a number for a text column on pgx); otherwise the
+// errors of Check.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 	return c.why(ctx, id, whyLimit)
 }
@@ -218,10 +220,21 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		}
 		return hs, nil
 	})
-	if err = c.readError(err); err != nil {
+	if err = c.idError(c.readError(err), id); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
+}
+
+// idError types an error a read with the caller's id as its argument returned and
+// that no sentinel matches: the driver could not send id (a Go type it does not
+// take, or one the ID column's type does not), before the database saw the
+// statement. It is refset.ErrInvalidID, naming id's type.
+func (c *Collector) idError(err error, id any) error {
+	if err == nil || refset.IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: an ID of type %T is not a value of the ID column %s.%s: %w", refset.ErrInvalidID, id, c.current().Table, c.current().IDColumn, err)
 }
 
 // catalog is the collector's plan with the references the catalog has now, read on q,
@@ -256,8 +269,8 @@ type Field struct {
 const fieldMax = 256
 
 // Object reads the row of the object with that ID, its columns in the table's order.
-// It reads where Check does. ErrNotFound if there is no such object; otherwise the
-// errors of Check.
+// It reads where Check does. ErrNotFound if there is no such object;
+// refset.ErrInvalidID for an id Why refuses; otherwise the errors of Check.
 func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 	if err := c.made("object"); err != nil {
 		return nil, err
@@ -294,7 +307,7 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 		}
 		return fields, rows.Err()
 	})
-	if err = c.readError(err); err != nil {
+	if err = c.idError(c.readError(err), id); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: object %v: %w", id, err)
 	}
 	return fields, nil

@@ -22,8 +22,10 @@ const MaxFailedPasses = 5
 // when ctx ends rolls back; nothing is left half done.
 //
 // onPass, if not nil, is called after every pass with its result, for logging and
-// metrics; it runs between passes, never inside a transaction, so a panic in it
-// leaves nothing open (and goes on up through Run). With onPass, Run carries on
+// metrics (a pass that ctx cut short after some of its batches committed too, with
+// those batches' stats and ctx's error, so that no deletion goes untold); it runs
+// between passes, never inside a transaction, so a panic in it leaves nothing open
+// (and goes on up through Run). With onPass, Run carries on
 // through failing passes: the callback sees each, and may cancel ctx. Without it, Run
 // returns the error of the MaxFailedPasses-th failed pass in a row.
 //
@@ -45,6 +47,11 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration, onPass func
 	for {
 		s, err := c.Collect(ctx)
 		if ctx.Err() != nil {
+			// A pass that ctx cut short still committed its batches: the callback
+			// hears of them, with ctx's error, so that its totals add up.
+			if onPass != nil && s.Batches > 0 {
+				onPass(s, err)
+			}
 			return nil
 		}
 		if onPass != nil {

@@ -42,7 +42,9 @@ var (
 	// already ended (or, on Postgres, that an earlier failed statement aborted).
 	ErrInvalidTx = sentinel.ErrInvalidTx
 
-	// ErrInvalidID: the zero value of the ID type, which never names an object.
+	// ErrInvalidID: the zero value of the ID type, which never names an object, or
+	// a value that cannot be an ID of the table (where any value is taken, as by
+	// cleanup's Why and Object: a struct, or a number for a text column).
 	ErrInvalidID = sentinel.ErrInvalidID
 
 	// ErrInvalidIdentifier: a table or column name that is not a plain SQL identifier.

@@ -24,9 +24,12 @@ import (
 // taken; tokens whose lock has expired are, and the expired lock goes with them.
 //
 // It fails with ErrInvalid (no transaction ID or payer, no output, outputs of more than
-// one kind, amounts that overflow), ErrInsufficientFunds (from's tokens of the kind,
+// one kind, amounts that overflow, texts ErrInvalid names, an output's ID taken, that
+// also beside refset.ErrDuplicate), ErrInsufficientFunds (from's tokens of the kind,
 // locked or not, do not cover the sum) or, once Config.LockWait has passed, ErrLocked
 // (they do, but locks of other transactions hold too much); it then changes nothing.
+// A transaction ID whose Select holds locks may pay: Pay takes other tokens and
+// leaves those locks for the transaction's Spend.
 // It never reports ErrInsufficientFunds because of payments in flight: it tells funds
 // missing from funds being spent by others by a fresh look at the books, and waits for
 // the latter.
@@ -60,7 +63,7 @@ func (v *Vault) Pay(ctx context.Context, txID, from string, outputs ...Token) (s
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, takenID(err)
 	}
 	if change.Amount = changeOf(spent, amount); change.Amount > 0 {
 		created = append(created, change)
@@ -72,6 +75,9 @@ func (v *Vault) Pay(ctx context.Context, txID, from string, outputs ...Token) (s
 func checkPayment(txID, from string, outputs []Token) (int64, error) {
 	if txID == "" || from == "" || len(outputs) == 0 {
 		return 0, fmt.Errorf("%w: Pay needs a transaction ID, a payer and at least one output", ErrInvalid)
+	}
+	if err := checkText("payer", from); err != nil {
+		return 0, err
 	}
 	var sum int64
 	for _, t := range outputs {
@@ -127,7 +133,10 @@ func (v *Vault) payStepwise(ctx context.Context, txID, from string, amount int64
 		Predicate: func(t Token) bool { return kindOf(t) == k }} // empty fields must match too
 	var spent []Token
 	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
-		chosen, _, err := v.selectOnce(ctx, tx, txID, from, amount, exact, time.Minute)
+		// Its own holder, not txID's: locks an earlier Select of txID holds are not
+		// this payment's to spend (custody_pay leaves them alone too).
+		holder := "pay:" + txID
+		chosen, _, err := v.selectOnce(ctx, tx, holder, from, amount, exact, time.Minute)
 		if err != nil {
 			return err
 		}
@@ -135,7 +144,7 @@ func (v *Vault) payStepwise(ctx context.Context, txID, from string, amount int64
 		if change.Amount = changeOf(chosen, amount); change.Amount > 0 {
 			all = append(outputs[:len(outputs):len(outputs)], change)
 		}
-		spent, err = v.spendStepwise(ctx, tx, txID, all)
+		spent, err = v.spendStepwise(ctx, tx, holder, txID, all)
 		return err
 	})
 	return spent, err

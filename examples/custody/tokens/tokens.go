@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
@@ -75,9 +76,49 @@ var (
 	// transaction took the token over: less is locked than the outputs were made for.
 	ErrUnbalanced = errors.New("tokens: outputs do not balance the inputs")
 	// ErrInvalid: a malformed request (empty owner or transaction ID, a non-positive
-	// amount, a token with no owner).
+	// amount, a token with no owner, an ID, owner, type, identifier, issuer or notary
+	// that is not valid UTF-8, holds a NUL or is longer than MaxText bytes, two tokens
+	// of one request with one ID, an output whose ID another token has).
 	ErrInvalid = errors.New("tokens: invalid request")
 )
+
+// MaxText is the longest transaction ID, token ID, owner, type, identifier, issuer or
+// notary, in bytes. PostgreSQL indexes the owner, the identifier and the ID together,
+// and refuses an index row of more than about 2.7 kB.
+const MaxText = 512
+
+// checkText refuses what a text column cannot keep on every database alike: invalid
+// UTF-8 and NUL (PostgreSQL refuses both; SQLite would keep them), and more than
+// MaxText bytes.
+func checkText(what, s string) error {
+	switch {
+	case len(s) > MaxText:
+		return fmt.Errorf("%w: %s of %d bytes, more than %d", ErrInvalid, what, len(s), MaxText)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8", ErrInvalid, what, s)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s %q holds a NUL", ErrInvalid, what, s)
+	}
+	return nil
+}
+
+// checkTexts is checkText of each pair of what and s.
+func checkTexts(pairs ...string) error {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if err := checkText(pairs[i], pairs[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takenID is err, and ErrInvalid beside it when a token ID the caller gave is taken.
+func takenID(err error) error {
+	if errors.Is(err, refset.ErrDuplicate) && !errors.Is(err, ErrInvalid) {
+		return fmt.Errorf("%w: a token ID is taken: %w", ErrInvalid, err)
+	}
+	return err
+}
 
 // lockHolder is the holder of txID's locks.
 func lockHolder(txID string) string { return "tx:" + txID }
@@ -239,7 +280,10 @@ func (v *Vault) Issue(ctx context.Context, txID string, toks ...Token) ([]Token,
 		}
 		return err
 	})
-	return out, err
+	if err != nil {
+		return nil, takenID(err)
+	}
+	return out, nil
 }
 
 // prepare checks new tokens and gives an ID to each that has none.
@@ -247,14 +291,26 @@ func prepare(txID string, toks []Token) ([]Token, error) {
 	if txID == "" {
 		return nil, fmt.Errorf("%w: empty transaction ID", ErrInvalid)
 	}
+	if err := checkText("transaction ID", txID); err != nil {
+		return nil, err
+	}
 	out := make([]Token, len(toks))
+	ids := make(map[string]bool, len(toks))
 	for i, t := range toks {
 		if t.Owner == "" || t.Amount <= 0 || t.Identifier == "" {
 			return nil, fmt.Errorf("%w: token %+v needs an owner, an identifier and a positive amount", ErrInvalid, t)
 		}
+		if err := checkTexts("token ID", t.TokenID, "owner", t.Owner, "type", t.Type, "identifier", t.Identifier,
+			"issuer", t.Issuer, "notary", t.Notary); err != nil {
+			return nil, err
+		}
 		if t.TokenID == "" {
 			t.TokenID = NewID()
 		}
+		if ids[t.TokenID] {
+			return nil, fmt.Errorf("%w: two tokens with ID %q", ErrInvalid, t.TokenID)
+		}
+		ids[t.TokenID] = true
 		out[i] = t
 	}
 	return out, nil
@@ -322,6 +378,10 @@ func (v *Vault) SelectUntil(ctx context.Context, txID, owner string, amount int6
 	if txID == "" || owner == "" || amount <= 0 || ttl <= 0 {
 		return nil, time.Time{}, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
 	}
+	if err := checkTexts("transaction ID", txID, "owner", owner, "type", f.Type, "identifier", f.Identifier,
+		"issuer", f.Issuer, "notary", f.Notary); err != nil {
+		return nil, time.Time{}, err
+	}
 	err = v.retry(ctx, func() (err error) {
 		locked, expires, err = v.selectAttempt(ctx, txID, owner, amount, f, ttl)
 		return err
@@ -338,14 +398,15 @@ func (v *Vault) SelectUntil(ctx context.Context, txID, owner string, amount int6
 // once, after a jittered pause so racing replicas fall out of step; after
 // MaxAttempts of those, or when funds are locked by committed transactions
 // (ErrLocked), it waits with jittered exponential back-off, until LockWait has
-// passed.
+// passed. A duplicate key is a race only where selectOnce says so (a lock's): one of
+// an output's ID is the caller's, and trying again would meet it again.
 func (v *Vault) retry(ctx context.Context, attempt func() error) error {
 	deadline := time.Now().Add(v.lockWait)
 	wait := time.Millisecond
 	for races := 0; ; {
 		v.attempts.Add(1)
 		err := attempt()
-		race := errors.Is(err, errRace) || errors.Is(err, refset.ErrDuplicate) || errors.Is(err, refset.ErrConflict)
+		race := errors.Is(err, errRace) || errors.Is(err, refset.ErrConflict)
 		if race {
 			v.lost.Add(1)
 			races++
@@ -387,7 +448,7 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 	var expires time.Time
 	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
-		got, expires, err = v.selectOnce(ctx, tx, txID, owner, amount, f, ttl)
+		got, expires, err = v.selectOnce(ctx, tx, lockHolder(txID), owner, amount, f, ttl)
 		return err
 	})
 	// A panic of the caller's Predicate rolls the transaction back (refset.InTx does
@@ -398,7 +459,8 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 // errRace: the tokens chosen were being locked by another transaction.
 var errRace = errors.New("tokens: lost a race for a token")
 
-func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
+// selectOnce locks, in tx, tokens of owner matching f that cover amount, for holder.
+func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
 	where, args := []string{"t.owner = ?"}, []any{owner}
 	for _, c := range []struct{ col, val string }{
 		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
@@ -518,7 +580,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 	lockArgs := make([]any, 0, 2*len(chosen))
 	values := make([]string, len(chosen))
 	for i, t := range chosen {
-		lockArgs = append(lockArgs, t.TokenID, lockHolder(txID))
+		lockArgs = append(lockArgs, t.TokenID, holder)
 		values[i] = "(?, ?, " + expiry + ")"
 	}
 	var expires time.Time
@@ -534,6 +596,9 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, txID, owner string
 		}
 		return nil
 	})
+	if errors.Is(err, refset.ErrDuplicate) { // another transaction locked one first
+		return nil, time.Time{}, fmt.Errorf("%w: %v", errRace, err)
+	}
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -615,6 +680,9 @@ func eachRow(rows *sql.Rows, err error, row func(*sql.Rows) error) error {
 // transaction has taken over since (after it expired) is not txID's any more and is
 // left alone.
 func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
+	if err := checkText("transaction ID", txID); err != nil {
+		return 0, err
+	}
 	return v.exec(ctx, `DELETE FROM token_locks WHERE holder = ?`, lockHolder(txID))
 }
 
@@ -634,8 +702,10 @@ func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, e
 // and the tokens, records them spent by txID, and creates outputs (change included),
 // each held by its owner. The outputs must balance the inputs for every kind of token
 // (type, identifier, issuer, notary), or it fails with ErrUnbalanced and changes
-// nothing. It returns the spent tokens and the outputs as created. A connection lost
-// once PostgreSQL's fast path sent its statement is settled as Pay's is; the spent
+// nothing. An output whose ID another token has fails with ErrInvalid (beside
+// refset.ErrDuplicate) and changes nothing. It returns the spent tokens and the
+// outputs as created. A connection lost once PostgreSQL's fast path sent its
+// statement is settled as Pay's is; the spent
 // tokens are then read back from the history, which keeps no type, issuer or notary:
 // those are the outputs' of the same identifier (empty where outputs of one
 // identifier are of several kinds).
@@ -647,12 +717,12 @@ func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent,
 		spent, err = v.spendFast(ctx, txID, created)
 	} else {
 		err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
-			spent, err = v.spendStepwise(ctx, tx, txID, created)
+			spent, err = v.spendStepwise(ctx, tx, lockHolder(txID), txID, created)
 			return err
 		})
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, takenID(err)
 	}
 	return spent, created, nil
 }
@@ -690,11 +760,12 @@ func balanced(inputs, outputs []Token) error {
 	return nil
 }
 
-// spendStepwise spends statement by statement (SQLite): the locks, then the owners'
-// holds and the tokens, the history, then the outputs.
-func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, outputs []Token) ([]Token, error) {
-	// The locks go first: what this returns is exactly what txID still holds.
-	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), lockHolder(txID))
+// spendStepwise spends statement by statement (SQLite) the tokens holder has locked,
+// for txID: the locks, then the owners' holds and the tokens, the history, then the
+// outputs.
+func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID string, outputs []Token) ([]Token, error) {
+	// The locks go first: what this returns is exactly what holder still holds.
+	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), holder)
 	var ids []any
 	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
@@ -743,6 +814,9 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, txID string, ou
 
 // Balance is what an owner has of an identifier: in all, and not locked.
 func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, unlocked int64, err error) {
+	if err := checkTexts("owner", owner, "identifier", identifier); err != nil {
+		return 0, 0, err
+	}
 	err = refset.Reader(ctx, v.db).QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
 		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id
 			AND l.expires_at > `+v.drv.Clock().Now+`) THEN 0 ELSE t.amount END), 0)

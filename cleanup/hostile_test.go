@@ -1,0 +1,294 @@
+package cleanup_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/refsetdb/refset/cleanup"
+	"github.com/refsetdb/refset/internal/test/testdb"
+	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests use clean-up as a hostile caller or a careless operator would.
+
+// hostileSet opens a database of b with a set on notes (id TEXT), and a table plain
+// that is no set.
+func hostileSet(tb testing.TB, b testdb.Backend) refset.Database {
+	tb.Helper()
+	db := b.Open(tb, testdb.Options{})
+	hexec(tb, db, `CREATE TABLE notes (id TEXT PRIMARY KEY)`, `CREATE TABLE plain (id TEXT PRIMARY KEY)`)
+	_, err := store.NewStore[item, string](tb.Context(), db, store.Config{Table: "notes"})
+	require.NoError(tb, err)
+	return db
+}
+
+// hexec runs stmts in one transaction.
+func hexec(tb testing.TB, db refset.Database, stmts ...string) {
+	tb.Helper()
+	require.NoError(tb, refset.InTx(tb.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return nil
+	}))
+}
+
+// hpast is a time in the past, as the review queue keeps time.
+func hpast(b testdb.Backend) string {
+	if b.Postgres {
+		return "now() - interval '1 second'"
+	}
+	return "0" // SQLite keeps Unix milliseconds
+}
+
+// hcount counts the rows of table that where selects.
+func hcount(tb testing.TB, db refset.Database, table, where string) int64 {
+	tb.Helper()
+	var n int64
+	require.NoError(tb, db.Reader().QueryRowContext(tb.Context(), "SELECT count(*) FROM "+table+" WHERE "+where).Scan(&n))
+	return n
+}
+
+// collectedCount is what refset_collected says was collected.
+func collectedCount(tb testing.TB, db refset.Database) int64 {
+	tb.Helper()
+	var n int64
+	require.NoError(tb, db.Reader().QueryRowContext(tb.Context(), `SELECT coalesce(sum(collected), 0) FROM refset_collected`).Scan(&n))
+	return n
+}
+
+// loose stores n objects prefix0000.. that nothing references, and makes every
+// queued review due.
+func loose(tb testing.TB, b testdb.Backend, db refset.Database, prefix string, n int) {
+	tb.Helper()
+	var stmts []string
+	for i := range n {
+		stmts = append(stmts, fmt.Sprintf(`INSERT INTO notes (id) VALUES ('%s%04d')`, prefix, i))
+	}
+	hexec(tb, db, append(stmts, "UPDATE notes_review SET review_after = "+hpast(b))...)
+}
+
+// slowDeletes makes every delete of a note take a few milliseconds (Postgres).
+func slowDeletes(tb testing.TB, db refset.Database) {
+	tb.Helper()
+	hexec(tb, db, `CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.005); RETURN OLD; END $$`,
+		`CREATE TRIGGER slow_delete BEFORE DELETE ON notes FOR EACH ROW EXECUTE FUNCTION slow_delete()`)
+}
+
+// Workers bounds how many batches run at once; it does not make a Collect run that
+// many: with little due, a Collect costs a batch or two whatever Workers says, and
+// with much due, every due object still goes in one call.
+func TestHostileManyWorkers(t *testing.T) {
+	cases := []struct {
+		name       string
+		cfg        cleanup.Config
+		due        int
+		maxBatches int
+	}{
+		{"nothing due", cleanup.Config{Workers: 4096}, 0, 2},
+		{"a few due", cleanup.Config{Workers: 4096}, 3, 2},
+		{"many batches due", cleanup.Config{Workers: 4096, BatchSize: 10}, 95, 30},
+		{"one worker", cleanup.Config{Workers: 1, BatchSize: 10}, 95, 11},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				db := hostileSet(t, b)
+				tc.cfg.Table = "notes"
+				c, err := cleanup.Install(t.Context(), db, tc.cfg)
+				require.NoError(t, err)
+				loose(t, b, db, "n", tc.due)
+				s, err := c.Collect(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, int64(tc.due), s.Deleted, "%v", s)
+				assert.LessOrEqual(t, s.Batches, tc.maxBatches, "%v", s)
+				assert.Zero(t, hcount(t, db, "notes", "true"), "every due object went in one Collect")
+			})
+		}
+	})
+}
+
+// A pass that Run's context cut short, after some of its batches committed, is
+// reported to the callback: the callback's totals are what was collected.
+func TestHostileRunReportsInterruptedPass(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		db := hostileSet(t, b)
+		c, err := cleanup.Install(t.Context(), db, cleanup.Config{Table: "notes", BatchSize: 10, Workers: 1})
+		require.NoError(t, err)
+		loose(t, b, db, "n", 200)
+		slowDeletes(t, db) // 200 deletes take a second, the context 300ms
+
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		var told cleanup.Stats
+		var errs []error
+		require.NoError(t, c.Run(ctx, time.Hour, func(s cleanup.Stats, err error) {
+			told.Add(s)
+			errs = append(errs, err)
+		}))
+		gone := 200 - hcount(t, db, "notes", "true")
+		require.Positive(t, gone, "the pass committed batches before the context ended")
+		assert.Less(t, gone, int64(200), "the context ended mid-pass")
+		assert.Equal(t, gone, told.Deleted, "the callback was told of every deletion")
+		assert.Equal(t, gone, collectedCount(t, db))
+		for _, err := range errs {
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+		}
+	})
+}
+
+// A Collect whose context ends mid-batch leaves nothing half done: what it says it
+// deleted is gone and counted, every object left is still queued (Check finds nothing
+// leaked), and the next Collect finishes the work.
+func TestHostileCollectCancelledMidBatch(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		db := hostileSet(t, b)
+		c, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", BatchSize: 20, Workers: 2})
+		require.NoError(t, err)
+		loose(t, b, db, "n", 200)
+		slowDeletes(t, db)
+
+		short, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		defer cancel()
+		s, err := c.Collect(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		left := hcount(t, db, "notes", "true")
+		assert.Equal(t, 200-s.Deleted, left, "the stats are those of the batches that committed: %v", s)
+		assert.Equal(t, s.Deleted, collectedCount(t, db))
+		assert.Equal(t, left, hcount(t, db, "notes_review", "true"), "every object left is still queued")
+		r, err := c.Check(ctx)
+		require.NoError(t, err)
+		assert.True(t, r.OK(), "%+v", r)
+
+		s2, err := c.Collect(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, left, s2.Deleted)
+		assert.Zero(t, hcount(t, db, "notes", "true"))
+		assert.Equal(t, int64(200), collectedCount(t, db))
+	})
+}
+
+// Two collectors, each on its own pool, collect one set at once: nothing held is
+// deleted, nothing twice, and their totals are what went.
+func TestHostileRacingCollectors(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		db := hostileSet(t, b)
+		other := testdb.PlaceOf(t, db).Open(t, testdb.Options{})
+		var cs []*cleanup.Collector
+		for i, on := range []refset.Database{db, other} {
+			c, err := cleanup.Install(ctx, on, cleanup.Config{Table: "notes", BatchSize: 5 + i, Workers: 3})
+			require.NoError(t, err)
+			cs = append(cs, c)
+		}
+		loose(t, b, db, "n", 400)
+		var holds []string
+		for i := 0; i < 400; i += 4 {
+			holds = append(holds, fmt.Sprintf(`INSERT INTO notes_holds (holder, object_id) VALUES ('h%d', 'n%04d')`, i, i))
+		}
+		hexec(t, db, holds...)
+
+		var wg sync.WaitGroup
+		totals := make([]cleanup.Stats, len(cs))
+		errs := make([]error, len(cs))
+		for i, c := range cs {
+			wg.Go(func() {
+				for range 3 {
+					s, err := c.Collect(ctx)
+					totals[i].Add(s)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		assert.Equal(t, int64(100), hcount(t, db, "notes", "true"), "the held objects, and only they, are left")
+		assert.Equal(t, int64(100), hcount(t, db, "notes", "id IN (SELECT object_id FROM notes_holds)"))
+		assert.Equal(t, int64(300), totals[0].Deleted+totals[1].Deleted, "nothing was counted twice")
+		assert.Equal(t, int64(300), collectedCount(t, db))
+	})
+}
+
+// Why, WhyAll and Object given an ID the driver cannot send (a type it does not
+// take, or, on pgx, one the text column does not) fail with refset.ErrInvalidID,
+// naming the type; an ID of a type it takes that names nothing is ErrNotFound.
+func TestHostileWhyBadID(t *testing.T) {
+	cases := []struct {
+		name string
+		id   any
+		pgx  error // pgx refuses to encode a number for a text column
+		want error
+	}{
+		{"struct", struct{}{}, refset.ErrInvalidID, refset.ErrInvalidID},
+		{"map", map[string]int{}, refset.ErrInvalidID, refset.ErrInvalidID},
+		{"number", 42, refset.ErrInvalidID, refset.ErrNotFound},
+		{"no such text", "nosuch", refset.ErrNotFound, refset.ErrNotFound},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		db := hostileSet(t, b)
+		c, err := cleanup.Install(t.Context(), db, cleanup.Config{Table: "notes"})
+		require.NoError(t, err)
+		for _, tc := range cases {
+			want := tc.want
+			if b == testdb.Pgx {
+				want = tc.pgx
+			}
+			for name, call := range map[string]func() error{
+				"Why":    func() error { _, err := c.Why(t.Context(), tc.id); return err },
+				"WhyAll": func() error { _, err := c.WhyAll(t.Context(), tc.id); return err },
+				"Object": func() error { _, err := c.Object(t.Context(), tc.id); return err },
+			} {
+				t.Run(tc.name+"/"+name, func(t *testing.T) {
+					err := call()
+					require.ErrorIs(t, err, want)
+					if want == refset.ErrInvalidID {
+						assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id))
+					}
+				})
+			}
+		}
+	})
+}
+
+// A configuration that cannot work is refused with ErrInvalidConfig, saying what was
+// wrong, and installs nothing; a Grace below the millisecond the trigger keeps it in
+// is one millisecond, where it was installed as 0, which reads as no grace at all.
+func TestHostileConfigs(t *testing.T) {
+	db := hostileSet(t, testdb.SQLite)
+	for _, tc := range []struct {
+		name string
+		cfg  cleanup.Config
+	}{
+		{"negative grace", cleanup.Config{Table: "notes", Grace: -time.Second}},
+		{"negative batch", cleanup.Config{Table: "notes", BatchSize: -1}},
+		{"negative workers", cleanup.Config{Table: "notes", Workers: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cleanup.Install(t.Context(), db, tc.cfg)
+			require.ErrorIs(t, err, refset.ErrInvalidConfig)
+			assert.Contains(t, err.Error(), "negative")
+			assert.Zero(t, hcount(t, db, "sqlite_master", "type = 'trigger'"), "nothing installed")
+		})
+	}
+	t.Run("grace below a millisecond", func(t *testing.T) {
+		_, err := cleanup.Install(t.Context(), db, cleanup.Config{Table: "notes", Grace: time.Microsecond})
+		require.NoError(t, err)
+		cfg, err := cleanup.Installed(t.Context(), db, "notes")
+		require.NoError(t, err)
+		assert.Equal(t, time.Millisecond, cfg.Grace, "the grace installed")
+	})
+}
