@@ -31,10 +31,12 @@ var (
 	// ErrInvalidToken: a nil token, or a token that belongs to another set.
 	ErrInvalidToken = sentinel.ErrInvalidToken
 
-	// ErrInvalidCommand: a nil command in a release or acquire list, or a statement
-	// that would end or begin a transaction (COMMIT, ROLLBACK, END, BEGIN, ...) run
-	// by a Command or a function given to InTx. Only refset ends a transaction it
-	// began; the unit of work is rolled back.
+	// ErrInvalidCommand: a nil command in a release or acquire list or given to Add
+	// or Upgrade (a nil interface, a nil CommandFunc, a nil pointer), a nil function
+	// given to InTx or RetryConflicts, or a statement that would end or begin a
+	// transaction (COMMIT, ROLLBACK, END, BEGIN, ...) run by a Command or a function
+	// given to InTx. Only refset ends a transaction it began; the unit of work is
+	// rolled back.
 	ErrInvalidCommand = sentinel.ErrInvalidCommand
 
 	// ErrInvalidTx: a nil transaction or database where one is required, a

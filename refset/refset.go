@@ -375,6 +375,10 @@ func (s *RefSet[T, ID]) Unhold(holder string) Command[ID] {
 
 func (s *RefSet[T, ID]) observer() Observer { return s.caps.obs }
 
+func (s *RefSet[T, ID]) undoScope(ctx context.Context, tx Tx) *undoScope {
+	return undoScopeOf(ctx, s.joined(ctx, tx))
+}
+
 // runCommands runs a hand-over's commands: in a new transaction when tx is nil,
 // pipelined when they are all Exec commands and the database can pipeline them,
 // otherwise under a savepoint of tx. A panicking command rolls back and goes on

@@ -3,6 +3,7 @@ package refset
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 )
@@ -43,6 +44,14 @@ func (l *lineage) advance(from, to step) bool {
 	return true
 }
 
+// end makes the lineage unusable, whatever step it stands at: its token came from a
+// hand-over that was undone.
+func (l *lineage) end() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.step = stepDone
+}
+
 func (l *lineage) is(s step) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -53,6 +62,9 @@ func (l *lineage) is(s step) bool {
 type completer[ID comparable] interface {
 	runCommands(ctx context.Context, tx Tx, id ID, cmds []Command[ID]) error
 	observer() Observer
+	// undoScope is the scope of the unit of work refset began that a hand-over run
+	// with ctx and tx (as runCommands takes them) joined, or nil.
+	undoScope(ctx context.Context, tx Tx) *undoScope
 }
 
 // ref is what a token and each step of its hand-over carry.
@@ -155,8 +167,12 @@ func (a *Acquired[ID]) Complete(ctx context.Context) (*RefToken[ID], error) {
 // CompleteTx runs the commands inside the caller's transaction tx, under a savepoint:
 // if a command fails or panics only the hand-over is undone, tx stays usable, and the
 // Acquired stays usable. Errors: those of Complete, and ErrInvalidTx when tx is nil
-// or a connection pool. On success the token is consumed at once, whether or not tx commits
-// later; if tx rolls back, Upgrade the ID again for a new token.
+// or a connection pool. On success in a transaction of the caller's own (a *sql.Tx) the
+// token is consumed at once, whether or not tx commits later; if tx rolls back, Upgrade
+// the ID again for a new token. In the Tx a unit of work gave (InTx's), as for Complete
+// with the unit's context, the hand-over stands or falls with the unit: if the unit
+// rolls back (or InTx runs its function again), the Acquired is usable again and the
+// token Complete returned is spent.
 func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], error) {
 	if err := checkTx(tx); err != nil {
 		return nil, err
@@ -183,14 +199,37 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 	}
 	done = true
 	a.lin.advance(stepCompleting, stepDone)
-	return newToken(a.id, a.set), nil
+	tok := newToken(a.id, a.set)
+	if u := a.set.undoScope(ctx, tx); u != nil {
+		// In a unit of work refset began, the hand-over stands only if the unit
+		// commits: if it rolls back, the Acquired is usable again, and the token it
+		// gave names a hand-over that did not happen.
+		u.onRollback(func() {
+			tok.lin.end()
+			a.lin.advance(stepDone, stepAcquired)
+		})
+	}
+	return tok, nil
 }
 
 func checkCommands[ID comparable](cmds []Command[ID]) error {
 	for i, c := range cmds {
-		if c == nil {
+		if isNil(c) {
 			return opError(fmt.Sprintf("command %d is nil", i), ErrInvalidCommand, nil)
 		}
 	}
 	return nil
+}
+
+// isNil reports whether c is nil: a nil interface, or one that holds a nil function
+// (CommandFunc(nil)) or a nil pointer, which would panic when it ran.
+func isNil(c any) bool {
+	if c == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(c); v.Kind() {
+	case reflect.Func, reflect.Pointer:
+		return v.IsNil()
+	}
+	return false
 }

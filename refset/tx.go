@@ -59,14 +59,17 @@ const maxAttempts = 6
 // QueryContext to the refset sentinels; an error from a QueryRowContext row's Scan is
 // translated when fn returns it.
 //
-// Errors: ErrInvalidTx (a nil db), ErrInvalidCommand (fn ran a statement that would
-// end the transaction), ErrConflict (still aborted after the retries), ErrUnavailable
+// Errors: ErrInvalidTx (a nil db), ErrInvalidCommand (a nil fn, or fn ran a statement
+// that would end the transaction), ErrConflict (still aborted after the retries), ErrUnavailable
 // (with ErrCommitUnknown when the connection was lost while committing), ErrTimeout,
 // ErrClosed, the context's error when ctx ended, and whatever fn returned (translated
 // to a sentinel when it is a driver's error).
 func InTx(ctx context.Context, db Database, fn func(ctx context.Context, tx Tx) error) error {
 	if db == nil {
 		return opError("in transaction", ErrInvalidTx, errors.New("nil database"))
+	}
+	if fn == nil {
+		return opError("in transaction", ErrInvalidCommand, errors.New("nil function"))
 	}
 	if tx, ok := refsetdriver.UnitTx(ctx, db); ok {
 		return inSavepoint(ctx, db, tx, fn)
@@ -185,8 +188,11 @@ func mayRunAgain(err error) bool {
 // db is the database fn works on: each retry, and a conflict that outlasts them, is
 // logged to its logger and told to its Observer (Retried, Conflicted), as for InTx,
 // so metrics count this work's conflicts beside the units of work's. A nil db tells
-// nobody.
+// nobody. A nil fn fails with ErrInvalidCommand.
 func RetryConflicts(ctx context.Context, db Database, fn func() error) error {
+	if fn == nil {
+		return opError("retry conflicts", ErrInvalidCommand, errors.New("nil function"))
+	}
 	return retryConflicts(ctx, capabilitiesOf(db), fn) // a nil db tells nobody
 }
 
@@ -243,8 +249,17 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	}()
 	view := newView(raw, db)
 	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
-	committed := false
-	defer func() { endUnit(committed) }()
+	unitCtx, undo := withUndo(unitCtx, view)
+	committed, mayHaveCommitted := false, false
+	defer func() {
+		// A unit that did not commit (an error, a panic, a failed commit, a conflict
+		// that runs fn again) undoes what its calls did in memory: the hand-overs it
+		// completed are usable again. One whose COMMIT may have committed
+		// (ErrCommitUnknown) keeps them spent: a hand-over that may have happened is
+		// not offered twice.
+		undo.end(committed || mayHaveCommitted, nil)
+		endUnit(committed)
+	}()
 	// fn runs in a frame a store finds on this goroutine's stack: a call fn makes with
 	// a context that carries no unit is refused rather than left to wait for the
 	// writer this unit holds (refsetdriver.OutsideItsUnit).
@@ -254,7 +269,9 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	}
 	ended = true // whether it succeeds or not, Commit ends the transaction
 	if err := raw.Commit(); err != nil {
-		return commitError(db, err)
+		err = commitError(db, err)
+		mayHaveCommitted = errors.Is(err, ErrCommitUnknown)
+		return err
 	}
 	committed = true
 	return nil
@@ -351,10 +368,18 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Co
 			_ = undo()
 		}
 	}()
+	// What fn's calls undo in memory if the savepoint rolls back, or, once it is
+	// released, if the unit of work around it does (none when tx is the caller's own
+	// transaction, whose end refset does not see).
+	outer := undoScopeOf(ctx, tx)
 	view := newView(tx, db)
 	unitCtx, endUnit := refsetdriver.WithUnit(ctx, db, view)
+	unitCtx, undone := withUndo(unitCtx, view)
 	kept := false
-	defer func() { endUnit(kept && joined) }()
+	defer func() {
+		undone.end(kept, outer)
+		endUnit(kept && joined)
+	}()
 	if err := refusedOr(view, fn(unitCtx, view)); err != nil {
 		return ctxerr.Wrap(ctx, errors.Join(db.TranslateError(err, ""), undo()))
 	}

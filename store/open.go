@@ -64,6 +64,8 @@ var (
 // with a scheme of two letters or more and a colon ("sqlserver:...") fail with
 // refset.ErrInvalidConfig naming the forms accepted. A SQLite file whose name has
 // '=' or ':' in it is written as a path with a directory ("./a=b.db") or a file: URL.
+// Spaces and newlines around the DSN are not part of it (Open leaves them out too);
+// a file whose name starts or ends with one is a file: URL ("file:%20a.db").
 // The error never quotes the DSN, which may hold a password.
 func DSNDialect(dsn string) (string, error) {
 	s := strings.TrimSpace(dsn)
@@ -99,6 +101,9 @@ func Open(ctx context.Context, dsn string, stores ...Opener) (refset.Database, e
 	if err != nil {
 		return nil, err
 	}
+	// The store gets the DSN DSNDialect read: a path read from a file or the
+	// environment with a newline after it names the file without one.
+	dsn = strings.TrimSpace(dsn)
 	var opener Opener
 	for _, o := range stores {
 		if o == nil {

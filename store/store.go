@@ -16,14 +16,19 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/dblog"
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Config names the table a set lives in. The table must exist; refset does not
@@ -113,13 +118,19 @@ func (o Options) Settings() refsetdriver.Settings {
 // in cfg, checks that each `db`-tagged field of T has a column, that each NOT NULL
 // column without a default (nor an identity, generated or rowid column) has a field,
 // and that the primary key is mapped to a field of type ID (refset.ErrSchema
-// otherwise, naming the column and the `db` tag to add), and creates the
+// otherwise, naming the column and the `db` tag to add), refuses a HoldsTable that
+// is the set's object table or review queue (refset.ErrInvalidConfig) or a table
+// that is there and is no holds table (refset.ErrSchema) before it creates or
+// records anything, and creates the
 // holds table and review queue if they do not exist, also when refset's records say
 // it made them before: tables dropped and made again (by hand, or by DROP SCHEMA ...
 // CASCADE while refset_schema_version lives in another schema) get a working set.
 // With the database's ExternalMigrations option it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError) when the schema is behind.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (refset.SetStore[T, ID], error) {
+	if err := checkHolds(ctx, db, cfg); err != nil {
+		return nil, err
+	}
 	s, err := sqlstore.Open[T, ID](ctx, db, sqlstore.Config(cfg))
 	if err != nil {
 		return nil, err // not a nil *Store in a non-nil interface
@@ -130,6 +141,50 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 		}
 	}
 	return s, nil
+}
+
+// holdsColumns are the columns of every holds table refset makes.
+var holdsColumns = []string{"holder", "object_id", "expires_at", "created_at"}
+
+// checkHolds refuses, before NewStore runs any DDL or records the set, a holds table
+// that cannot be one: the object table itself or its review queue
+// (refset.ErrInvalidConfig), or a table of the database that is not a holds table
+// (refset.ErrSchema). On a set refset made before, the migrations have nothing left
+// to run, so only the statements NewStore prepares afterwards would find the holds
+// table wrong, once the set's record already names it. Any other error is left to
+// sqlstore.Open, which says it in its own words.
+func checkHolds(ctx context.Context, db refset.Database, cfg Config) error {
+	d, err := refsetdriver.Of(db)
+	if err != nil || refsetdriver.RefuseUnit(ctx, db, "NewStore") != nil {
+		return nil
+	}
+	table, holds, queue, err := migration.SetTables(cfg.Table, cfg.HoldsTable)
+	if err != nil {
+		return nil
+	}
+	cols, err := d.Columns(ctx, db.Reader(), holds)
+	if err != nil {
+		return nil // a closed database, an ended context: sqlstore.Open says it
+	}
+	for _, t := range []struct {
+		ident sqlident.Ident
+		what  string
+	}{{table, "the set's object table"}, {queue, "the set's review queue"}} {
+		if strings.EqualFold(holds.String(), t.ident.String()) {
+			return fmt.Errorf("refset: new store of %s: %w: HoldsTable %s is %s; name a table of its own, or leave it empty for %s_holds",
+				table, refset.ErrInvalidConfig, holds, t.what, table.Name)
+		}
+	}
+	if len(cols) == 0 {
+		return nil // none yet: NewStore creates it
+	}
+	for _, want := range holdsColumns {
+		if !slices.ContainsFunc(cols, func(c refsetdriver.Column) bool { return strings.EqualFold(c.Name, want) }) {
+			return fmt.Errorf("refset: new store of %s: table %s, its holds table, is not one (it has no column %q): %w; name another with HoldsTable",
+				table, holds, want, refset.ErrSchema)
+		}
+	}
+	return nil
 }
 
 // NewCollector installs clean-up of cfg's set in db (see cleanup.Config), a database

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"runtime"
 	"strconv"
@@ -32,7 +33,9 @@ type Options struct {
 	Readers int
 
 	// BusyTimeout is how long a connection waits for a lock held by another process
-	// before failing with refset.ErrConflict. Zero means 5 seconds.
+	// before failing with refset.ErrConflict. Zero means 5 seconds; a negative value
+	// is refused (refset.ErrInvalidConfig). SQLite counts it in whole milliseconds, so
+	// it is rounded up to one, and it is at most 2³¹-1 ms (about 24.8 days).
 	BusyTimeout time.Duration
 
 	// Synchronous is SQLite's synchronous setting: "FULL" (the default: a committed
@@ -117,9 +120,9 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	if path == "" || path == ":memory:" {
 		return nil, fmt.Errorf("refset/sqlite: open %q: %w: a database file is needed (write-ahead logging and the separate reader pool need one; use a temporary directory for throwaway databases)", path, refset.ErrInvalidConfig)
 	}
-	busy := opts.BusyTimeout
-	if busy == 0 {
-		busy = 5 * time.Second
+	busy, err := busyMillis(opts.BusyTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("refset/sqlite: open %q: %w", path, err)
 	}
 	sync := opts.Synchronous
 	switch sync {
@@ -146,7 +149,7 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	// Every connection enforces foreign keys and waits for locks; the writer also
 	// switches the file to WAL and begins its transactions IMMEDIATE. Both drivers
 	// read these parameters alike.
-	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy.Milliseconds(), 10)
+	file := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_foreign_keys=on&_busy_timeout=" + strconv.FormatInt(busy, 10)
 	writing := "&_journal_mode=WAL&_synchronous=" + sync + "&_txlock=immediate"
 	if opts.ReadOnly {
 		// SQLite opens the file read-only, so that it creates none and refuses every
@@ -193,12 +196,41 @@ func Open(ctx context.Context, path string, opts Options) (*DB, error) {
 	return newDB(writer, reader, true, opts), nil
 }
 
+// busyMillis is BusyTimeout as SQLite's busy_timeout takes it, in whole milliseconds
+// of a C int: zero is the default, 5 s; a positive duration under a millisecond is
+// one (SQLite would read 0 as "never wait"), and one past what an int holds (about
+// 24.8 days) is that much, not a number that wraps to a negative one, which SQLite
+// also reads as "never wait". A negative duration is refused.
+func busyMillis(d time.Duration) (int64, error) {
+	switch {
+	case d == 0:
+		return (5 * time.Second).Milliseconds(), nil
+	case d < 0:
+		return 0, fmt.Errorf("%w: BusyTimeout %v is negative; want a positive duration, or zero for 5s", refset.ErrInvalidConfig, d)
+	case d >= math.MaxInt32*time.Millisecond:
+		return math.MaxInt32, nil
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond), nil // rounded up: never 0
+}
+
 // FilePath is the file that dsn, a path or a file: URL, names as Open reads it
 // (SQLite's URI filenames: an empty or "localhost" authority, the path
-// percent-encoded); a path is its own. A URL Open refuses (with parameters, or of
-// another host) is refused here alike, with refset.ErrInvalidConfig. For a tool that
-// must find the file before Open, which creates one that is missing.
+// percent-encoded); a path is its own. A DSN Open refuses (a URL with parameters or
+// of another host, a name with a NUL byte, which SQLite would cut short to another
+// file's) is refused here alike, with refset.ErrInvalidConfig. For a tool that must
+// find the file before Open, which creates one that is missing.
 func FilePath(dsn string) (string, error) {
+	path, err := filePath(dsn)
+	if err == nil && strings.ContainsRune(path, 0) {
+		// SQLite reads a C string: the file would be the name up to the NUL, another
+		// file than the one named.
+		return "", fmt.Errorf("refset/sqlite: open %q: %w: a file name holds no NUL byte", dsn, refset.ErrInvalidConfig)
+	}
+	return path, err
+}
+
+// filePath is FilePath but for the NUL bytes it refuses.
+func filePath(dsn string) (string, error) {
 	if !strings.HasPrefix(dsn, "file:") {
 		return dsn, nil
 	}

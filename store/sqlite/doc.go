@@ -19,8 +19,6 @@
 //
 // # Drivers
 //
-// # Drivers
-//
 // The store links no SQLite driver of its own: a program links the one it uses, as
 // database/sql programs choose theirs, by importing its package for its side effect:
 //
