@@ -219,7 +219,7 @@ func TestForkOffDeepBlockAfterRestart(t *testing.T) {
 
 // TestMain runs a node of TestHandOverSurvivesKill9 in a process started as one.
 func TestMain(m *testing.M) {
-	child.Main(m, map[string]func(arg string) int{"node": nodeProcess})
+	child.Main(m, map[string]func(arg string) int{"node": child.JSON(nodeProcess)})
 }
 
 // nodePlace is the database a node process opens, as JSON: the backend's name and
@@ -243,15 +243,10 @@ func crashBlocks() []Block {
 	return blocks
 }
 
-// nodeProcess is a node: it opens the database at the nodePlace arg names and
+// nodeProcess is a node: it opens the database at place and
 // receives crashBlocks, until they are all in or it is killed.
-func nodeProcess(arg string) int {
+func nodeProcess(place nodePlace) int {
 	ctx := context.Background()
-	var place nodePlace
-	if err := json.Unmarshal([]byte(arg), &place); err != nil {
-		fmt.Fprintln(os.Stderr, "node:", err)
-		return 1
-	}
 	b, _ := testdb.Named(place.Backend)
 	db, err := testdb.Place{Backend: b, At: place.At}.Dial(ctx, testdb.Options{})
 	if err != nil {

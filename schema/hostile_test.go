@@ -26,7 +26,7 @@ import (
 
 // TestMain runs a replica of TestReplicasMigrateAtOnce in a process started as one.
 func TestMain(m *testing.M) {
-	child.Main(m, map[string]func(arg string) int{"replica": replicaProcess})
+	child.Main(m, map[string]func(arg string) int{"replica": child.JSON(replicaProcess)})
 }
 
 // slowSQL is a statement (PostgreSQL's if postgres) that takes a while: about d there,
@@ -78,13 +78,8 @@ func openReplica(ctx context.Context, a replicaArg) (refset.Database, error) {
 
 // replicaProcess is a replica starting: it opens the database, says "ready", waits
 // for a line on its standard input, migrates up, and prints what it ran.
-func replicaProcess(arg string) int {
+func replicaProcess(a replicaArg) int {
 	ctx := context.Background()
-	var a replicaArg
-	if err := json.Unmarshal([]byte(arg), &a); err != nil {
-		fmt.Fprintln(os.Stderr, "replica:", err)
-		return 1
-	}
 	db, err := openReplica(ctx, a)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replica:", err)

@@ -26,7 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	child.Main(m, map[string]func(arg string) int{"collector": collectorProcess})
+	child.Main(m, map[string]func(arg string) int{"collector": child.JSON(collectorProcess)})
 }
 
 // collectorRun is what a collector process is told, as JSON: its database and how long
@@ -38,12 +38,7 @@ type collectorRun struct {
 
 // collectorProcess collects the "chain" set until its time is up, then prints its
 // totals as JSON.
-func collectorProcess(arg string) int {
-	var run collectorRun
-	if err := json.Unmarshal([]byte(arg), &run); err != nil {
-		fmt.Fprintln(os.Stderr, "collector:", err)
-		return 1
-	}
+func collectorProcess(run collectorRun) int {
 	ctx, cancel := context.WithTimeout(context.Background(), run.For)
 	defer cancel()
 	db, err := Open(ctx, run.DSN, Options{MaxConns: 4})

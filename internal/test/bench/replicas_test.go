@@ -69,7 +69,7 @@ import (
 // TestMain runs a replica when the binary was started as one, and the tests and
 // benchmarks otherwise.
 func TestMain(m *testing.M) {
-	child.Main(m, map[string]func(arg string) int{"replica": replicaMain})
+	child.Main(m, map[string]func(arg string) int{"replica": child.JSON(replicaMain)})
 }
 
 // replicaConfig is what a replica process is told, as JSON.
@@ -103,12 +103,7 @@ type replicaReport struct {
 
 // replicaMain is a replica process: it prepares, prints "ready", waits for a line on
 // standard input, does its share, and prints its report.
-func replicaMain(raw string) int {
-	var cfg replicaConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "replica:", err)
-		return 2
-	}
+func replicaMain(cfg replicaConfig) int {
 	rep, err := runReplica(cfg, os.Stdin, os.Stdout)
 	if err != nil {
 		rep.Err = err.Error()

@@ -3,6 +3,7 @@ package child
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -61,6 +62,20 @@ func Main(m *testing.M, roles map[string]func(arg string) int) {
 		os.Exit(2)
 	}
 	os.Exit(run(os.Getenv(argVar)))
+}
+
+// JSON is a role whose argument is the JSON of an In, as a test encodes its
+// configuration for a process: run gets it decoded. An argument that does not decode
+// ends the process with code 2, the role's In and the error said on standard error.
+func JSON[In any](run func(in In) int) func(arg string) int {
+	return func(arg string) int {
+		var in In
+		if err := json.Unmarshal([]byte(arg), &in); err != nil {
+			fmt.Fprintf(os.Stderr, "child: the argument is not the JSON of a %T: %v\n", in, err)
+			return 2
+		}
+		return run(in)
+	}
 }
 
 // Command returns the command that runs this test binary again as role, given arg;

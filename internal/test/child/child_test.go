@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 			}
 			return code
 		},
+		"json": child.JSON(func(in struct{ Name string }) int { // prints the Name it was given
+			fmt.Print(in.Name)
+			return 0
+		}),
 		"sleep": func(string) int { // waits until it is killed
 			time.Sleep(time.Hour)
 			return 0
@@ -97,7 +101,7 @@ func TestUnknownRoleFails(t *testing.T) {
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			assert.Equal(t, 2, exitCode(t, cmd.Run()))
 			assert.Empty(t, stdout.String())
-			assert.Equal(t, fmt.Sprintf("child: this test binary has no role %q; its roles: args, echo, exit, sleep\n", role), stderr.String())
+			assert.Equal(t, fmt.Sprintf("child: this test binary has no role %q; its roles: args, echo, exit, json, sleep\n", role), stderr.String())
 		})
 	}
 }
@@ -112,4 +116,31 @@ func TestContextKillsChild(t *testing.T) {
 	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, "the context ended the child")
 	assert.Equal(t, -1, exitCode(t, err), "killed by a signal: %v", err)
 	assert.Less(t, time.Since(start), time.Minute)
+}
+
+// A JSON role gets its argument decoded; one that does not decode ends the child
+// with code 2, saying what the role takes, before the role runs.
+func TestJSONRole(t *testing.T) {
+	for _, tc := range []struct {
+		name, arg   string
+		code        int
+		out, stderr string
+	}{
+		{"decoded", `{"Name":"ann"}`, 0, "ann", ""},
+		{"not JSON", `ann`, 2, "", "child: the argument is not the JSON of a struct { Name string }"},
+		{"of another shape", `["ann"]`, 2, "", "child: the argument is not the JSON of a struct { Name string }"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := child.Command(t.Context(), "json", tc.arg)
+			var stdout, stderr strings.Builder
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			assert.Equal(t, tc.code, exitCode(t, cmd.Run()))
+			assert.Equal(t, tc.out, stdout.String())
+			if tc.stderr == "" {
+				assert.Empty(t, stderr.String())
+			} else {
+				assert.Contains(t, stderr.String(), tc.stderr)
+			}
+		})
+	}
 }
