@@ -165,6 +165,12 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	}
 	total.Duration = time.Since(start)
 	if first != nil {
+		if total.Batches > 0 {
+			// What the batches committed is gone and counted in refset_collected,
+			// whatever ended the call: an Observer's totals must not fall short of it.
+			// Its context is the call's without the end, which came from elsewhere.
+			c.obs.Collected(context.WithoutCancel(ctx), total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
+		}
 		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, first)
 	}
 	level := slog.LevelDebug

@@ -21,7 +21,13 @@ import (
 // that is no set.
 func hostileSet(tb testing.TB, b testdb.Backend) refset.Database {
 	tb.Helper()
-	db := b.Open(tb, testdb.Options{})
+	return hostileSetWith(tb, b, testdb.Options{})
+}
+
+// hostileSetWith is hostileSet on a database opened with opts.
+func hostileSetWith(tb testing.TB, b testdb.Backend, opts testdb.Options) refset.Database {
+	tb.Helper()
+	db := b.Open(tb, opts)
 	hexec(tb, db, `CREATE TABLE notes (id TEXT PRIMARY KEY)`, `CREATE TABLE plain (id TEXT PRIMARY KEY)`)
 	_, err := store.NewStore[item, string](tb.Context(), db, store.Config{Table: "notes"})
 	require.NoError(tb, err)
@@ -174,6 +180,60 @@ func TestHostileCollectCancelledMidBatch(t *testing.T) {
 		assert.Equal(t, left, s2.Deleted)
 		assert.Zero(t, hcount(t, db, "notes", "true"))
 		assert.Equal(t, int64(200), collectedCount(t, db))
+	})
+}
+
+// collectedObserver adds up what the database's Observer is told clean-up collected.
+type collectedObserver struct {
+	refset.NoObserver
+	mu                    sync.Mutex
+	deleted, holdsExpired int64
+	batches, calls        int
+	ctxErr                error
+}
+
+func (o *collectedObserver) Collected(ctx context.Context, deleted, holdsExpired int64, batches int, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.deleted += deleted
+	o.holdsExpired += holdsExpired
+	o.batches += batches
+	o.calls++
+	o.ctxErr = ctx.Err()
+}
+
+// An Observer's totals are what clean-up deleted, also when a Collect's context
+// ended after some of its batches committed (otelrefset's refset.collected must not
+// fall short of refset_collected), and a Collect that committed nothing tells it
+// nothing.
+func TestHostileObserverHearsCutShortCollect(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		obs := &collectedObserver{}
+		db := hostileSetWith(t, b, testdb.Options{Observer: obs})
+		c, err := cleanup.Install(t.Context(), db, cleanup.Config{Table: "notes", BatchSize: 10, Workers: 1})
+		require.NoError(t, err)
+		loose(t, b, db, "n", 200)
+		slowDeletes(t, db) // 200 deletes take a second, the context 300ms
+
+		ended, cancel := context.WithCancel(t.Context())
+		cancel()
+		_, err = c.Collect(ended)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.Zero(t, obs.calls, "a Collect that committed nothing told the Observer")
+
+		short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		s, err := c.Collect(short)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Positive(t, s.Deleted, "the Collect committed batches before its context ended")
+		assert.Equal(t, collectedCount(t, db), obs.deleted, "the Observer was told of every deletion")
+		assert.Equal(t, s.Batches, obs.batches)
+		assert.NoError(t, obs.ctxErr, "the Observer is not handed the ended context")
+
+		_, err = c.Collect(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, int64(200), obs.deleted)
+		assert.Equal(t, 2, obs.calls)
 	})
 }
 

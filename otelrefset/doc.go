@@ -11,7 +11,7 @@
 //	refset.conflicts           conflicts that outlasted the retries
 //	refset.collected           objects clean-up deleted
 //	refset.holds.expired       expired holds clean-up removed
-//	refset.collect.batches     histogram, batch transactions per successful Collect
+//	refset.collect.batches     histogram, batch transactions per Collect that committed any
 //	refset.replica.fallbacks   reads meant for the replica that the primary answered, attributes read, reason=missing|behind|failed
 //	refset.queue.depth         gauge, entries in a set's review queue (exact up to cleanup.DefaultCountCap, estimated past it), attribute table (WatchQueue)
 //	refset.queue.overdue       gauge, entries due now, attribute table (WatchQueue)

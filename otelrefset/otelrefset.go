@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -36,6 +37,9 @@ type Observer struct {
 	fallbacks  metric.Int64Counter
 	queueDepth metric.Int64ObservableGauge
 	overdue    metric.Int64ObservableGauge
+
+	watchMu sync.Mutex
+	watched map[string]*atomic.Pointer[cleanup.Collector] // WatchQueue's, by table
 }
 
 var _ refset.Observer = (*Observer)(nil)
@@ -112,7 +116,7 @@ func (o *Observer) make(meter metric.Meter) error {
 		o.handoverS = noop.Float64Histogram{}
 	}
 	o.batches, e = meter.Int64Histogram("refset.collect.batches", metric.WithUnit("{batch}"),
-		metric.WithDescription("Batch transactions per successful Collect."))
+		metric.WithDescription("Batch transactions per Collect that committed any."))
 	if err = errors.Join(err, e); o.batches == nil {
 		o.batches = noop.Int64Histogram{}
 	}
@@ -194,8 +198,13 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 // cleanup.DefaultCountCap and, past it, the database's estimate from its statistics
 // (or cleanup.DefaultCountCap when it has none); the overdue entries are counted
 // exactly. A failed read reports nothing for that table and returns its error to
-// the SDK, which reports it to OpenTelemetry's error handler. Call it once per
-// collector.
+// the SDK, which reports it to OpenTelemetry's error handler.
+//
+// A table has one series: WatchQueue of a collector whose table is watched already
+// makes it the one read, in place of the other (a database opened again after a
+// restart). Once the collector's database is closed, its table reports nothing and
+// no error. Two databases with a table of the same name need an Observer each, on
+// meters whose readers tell them apart.
 func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	if o = o.use(); o == nil {
 		return fmt.Errorf("refset/otel: watch queue: %w: a nil Observer; make one with otelrefset.New", refset.ErrInvalidConfig)
@@ -203,9 +212,20 @@ func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	if c.Table() == "" {
 		return fmt.Errorf("refset/otel: watch queue: %w: the Collector was not made by cleanup.Install, cleanup.Inspect or store.NewCollector", refset.ErrInvalidConfig)
 	}
+	o.watchMu.Lock()
+	defer o.watchMu.Unlock()
+	if w, ok := o.watched[c.Table()]; ok {
+		w.Store(c)
+		return nil
+	}
+	w := new(atomic.Pointer[cleanup.Collector])
+	w.Store(c)
 	table := metric.WithAttributeSet(attribute.NewSet(attribute.String("table", c.Table())))
 	_, err := o.meter.RegisterCallback(func(ctx context.Context, m metric.Observer) error {
-		depth, overdue, err := c.Queue(ctx)
+		depth, overdue, err := w.Load().Queue(ctx)
+		if errors.Is(err, refset.ErrClosed) {
+			return nil // the service closed the database: no queue left to report
+		}
 		if err != nil {
 			return err
 		}
@@ -216,5 +236,9 @@ func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	if err != nil {
 		return fmt.Errorf("refset/otel: watch queue of %s: %w", c.Table(), err)
 	}
+	if o.watched == nil {
+		o.watched = map[string]*atomic.Pointer[cleanup.Collector]{}
+	}
+	o.watched[c.Table()] = w
 	return nil
 }

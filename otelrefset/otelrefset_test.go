@@ -61,6 +61,18 @@ func open(t *testing.T, b testdb.Backend, obs refset.Observer) fixture {
 	return fixture{db: db, set: refset.New(set), c: c, table: table}
 }
 
+// newObserver is an Observer on a meter provider of its own, read by the returned
+// reader, shut down when the test ends.
+func newObserver(t *testing.T) (*otelrefset.Observer, *sdkmetric.ManualReader) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	obs, err := otelrefset.New(mp.Meter("refset-test"))
+	require.NoError(t, err)
+	return obs, r
+}
+
 // metrics is what r holds now, by instrument name.
 func metrics(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
 	t.Helper()
@@ -117,11 +129,7 @@ func TestMetricsAfterKnownWork(t *testing.T) {
 	for _, b := range []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx} {
 		t.Run(b.Name, func(t *testing.T) {
 			ctx := t.Context()
-			r := sdkmetric.NewManualReader()
-			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-			t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-			obs, err := otelrefset.New(mp.Meter("refset-test"))
-			require.NoError(t, err)
+			obs, r := newObserver(t)
 			f := open(t, b, obs)
 			require.NoError(t, obs.WatchQueue(f.c))
 			set := f.set
@@ -206,11 +214,9 @@ func TestMetricsAfterKnownWork(t *testing.T) {
 // by read and reason.
 func TestReplicaFallbacks(t *testing.T) {
 	ctx := t.Context()
-	r := sdkmetric.NewManualReader()
-	obs, err := otelrefset.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(r)).Meter("test"))
-	require.NoError(t, err)
+	obs, r := newObserver(t)
 	db := testdb.Standby.Open(t, testdb.Options{Observer: obs, ReplicaWait: 2 * time.Minute}).(*postgres.DB)
-	_, err = db.Pool().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+	_, err := db.Pool().ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
 	require.NoError(t, err)
 	setStore, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	require.NoError(t, err)
@@ -257,11 +263,7 @@ func TestQueueGaugesPlan(t *testing.T) {
 	exec(`RESET session_replication_role`)
 	pgtest.AnalyzeSchema(t, conn)
 
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	obs, err := otelrefset.New(mp.Meter("refset-test"))
-	require.NoError(t, err)
+	obs, r := newObserver(t)
 	require.NoError(t, obs.WatchQueue(c))
 	var m map[string]metricdata.Aggregation
 	plans := log.PlansOf(t, func() { m = metrics(t, r) })

@@ -206,8 +206,12 @@ type Observer interface {
 	Retried(ctx context.Context, cause error)
 	// Conflicted is a conflict that outlasted the retries: the caller gets err.
 	Conflicted(ctx context.Context, err error)
-	// Collected is a clean-up Collect that returned nil: objects deleted, expired
-	// holds removed, the batch transactions it ran, and how long it took.
+	// Collected is what a clean-up Collect committed: objects deleted, expired holds
+	// removed, the batch transactions it ran, and how long it took. It is told of
+	// every Collect that returned nil, and of one that returned an error (its context
+	// ended, a later batch failed) after some of its batches committed, with theirs:
+	// the totals it is told add up to what clean-up deleted (SetStatus.Collected).
+	// A Collect that committed nothing and failed is not told.
 	Collected(ctx context.Context, deleted, holdsExpired int64, batches int, took time.Duration)
 	// ReadFellBack is a read outside a transaction that went to the database's replica
 	// (a hot standby, postgres.Options.Replica) and was then made on the primary.
