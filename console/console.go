@@ -244,8 +244,12 @@ func (c *Console) authorized(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
+// validToken compares the digests of the tokens, which are as long as each other
+// whatever the tokens' lengths: subtle.ConstantTimeCompare returns at once for inputs
+// of different lengths, which would tell the token's length to whoever times it.
 func (c *Console) validToken(got string) bool {
-	return subtle.ConstantTimeCompare([]byte(got), []byte(c.cfg.Token)) == 1
+	digest := sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare([]byte(hex.EncodeToString(digest[:])), []byte(c.tokenDigest)) == 1
 }
 
 func (c *Console) routes() {
@@ -294,7 +298,10 @@ var (
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err error) {
 	status := http.StatusInternalServerError
 	switch {
-	case errors.Is(err, errBadRequest), errors.Is(err, refset.ErrInvalidIdentifier), errors.Is(err, refset.ErrInvalidConfig):
+	case errors.Is(err, errBadRequest), errors.Is(err, refset.ErrInvalidIdentifier):
+		// Not refset.ErrInvalidConfig: no request makes one. It is the database's
+		// word for a role that may not log in, or a database that is gone, which the
+		// operator must hear of (500, logged), not the visitor's mistake.
 		status = http.StatusBadRequest
 	case errors.Is(err, refset.ErrNotFound):
 		status = http.StatusNotFound

@@ -25,6 +25,15 @@
 //   - /holds?table=T[&holder=H]: the set's holders, the holds expiring soonest, the
 //     expired ones clean-up has not removed yet, and one holder's holds.
 //
+// A page's table parameter (table, check) names a set's object table with its schema
+// or without, whichever way its store registered it, as refset --table does
+// (public.notes or notes on PostgreSQL, main.notes or notes on SQLite). A parameter
+// the console cannot use is the visitor's mistake, answered 400 (an id the set's id
+// column cannot hold among them); a table that is no set's, an object that is not
+// there, 404; what the database refuses otherwise (a role that may not read a table,
+// or log in), or a database that is closed or gone, is the operator's to hear of:
+// 500, and a line in the log.
+//
 // The console only reads: it serves GET and HEAD alone, runs no statement that
 // writes, installs nothing, and runs on a database role that may only SELECT. Its
 // reads are the library's reports, on the database's replica first where it has one

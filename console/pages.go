@@ -86,6 +86,9 @@ func (c *Console) setsPage(r *http.Request) (any, error) {
 			return nil, err
 		}
 		defer func() { <-c.checking }()
+		if table, err = c.setTable(ctx, table); err != nil {
+			return nil, err
+		}
 		col, err := cleanup.Inspect(ctx, c.db, cleanup.Config{Table: table})
 		if err != nil {
 			return nil, err
@@ -210,15 +213,20 @@ func (c *Console) objectPage(r *http.Request) (any, error) {
 	if err := checkText("id", id); err != nil {
 		return nil, err
 	}
+	table, err := c.setTable(ctx, table)
+	if err != nil {
+		return nil, err
+	}
 	col, err := cleanup.Inspect(ctx, c.db, cleanup.Config{Table: table})
 	if err != nil {
 		return nil, err
 	}
 	d := objectData{Nav: "sets", Table: table, ID: id, Unindexed: col.Unindexed()}
 	if d.Fields, err = col.Object(ctx, id); err != nil {
-		if errors.Is(err, refset.ErrStatement) {
-			// The statement is the library's own: what the database refused is the id
-			// (abc, or 99999999999999999999, for a BIGINT id column).
+		if errors.Is(err, refset.ErrStatement) && dataException(err) {
+			// The statement is the library's own: what the database refused as data is
+			// the id (abc, or 99999999999999999999, for a BIGINT id column). Any other
+			// refusal (permission denied for the table) is the server's to fix: 500.
 			return nil, fmt.Errorf("%w: %s's id column cannot hold the id %q: %v", errBadRequest, table, id, err)
 		}
 		return nil, err
@@ -275,6 +283,43 @@ func cutPerTable(holders []cleanup.Holder, n int) (kept []cleanup.Holder, cut []
 		}
 	}
 	return kept, cut
+}
+
+// setTable is the object table of the set that asked names, as its store registered
+// it (and as the console's links name it): asked itself, or the registered name of
+// the same table with its schema or without (public.notes for a set on notes, or
+// notes for one on public.notes, on PostgreSQL; main.notes on SQLite), as refset
+// --table takes them. A name that no set's table resolves to is returned as it is,
+// for the page's read to say there is no such set.
+func (c *Console) setTable(ctx context.Context, asked string) (string, error) {
+	want, err := sqlident.Parse(asked, true)
+	if err != nil {
+		return "", err
+	}
+	d := c.db.Driver()
+	return read(ctx, c.db, func(q refset.Querier) (string, error) {
+		sets, err := d.Sets(ctx, q)
+		if errors.Is(err, refset.ErrNotFound) {
+			return asked, nil // no refset tables: the page says so
+		}
+		if err != nil || slices.Contains(sets, want.String()) {
+			return want.String(), err
+		}
+		qualified, err := d.Qualify(ctx, q, want)
+		if err != nil {
+			return asked, nil // no such table: the page says there is no set on it
+		}
+		for _, s := range sets {
+			id, err := sqlident.Parse(s, true)
+			if err != nil {
+				continue
+			}
+			if got, err := d.Qualify(ctx, q, id); err == nil && got == qualified {
+				return s, nil
+			}
+		}
+		return asked, nil
+	})
 }
 
 // lookup is the registration of the set on table.
@@ -360,7 +405,14 @@ const (
 
 func (c *Console) chainPage(r *http.Request) (any, error) {
 	ctx := r.Context()
-	table, err := c.chainTable(ctx, r.URL.Query().Get("table"))
+	table := r.URL.Query().Get("table")
+	if table != "" {
+		var err error
+		if table, err = c.setTable(ctx, table); err != nil {
+			return nil, err
+		}
+	}
+	table, err := c.chainTable(ctx, table)
 	if err != nil {
 		return nil, err
 	}
@@ -460,6 +512,9 @@ func (c *Console) holdsPage(r *http.Request) (any, error) {
 	if d.Table == "" {
 		return d, nil
 	}
+	if d.Table, err = c.setTable(ctx, d.Table); err != nil {
+		return nil, err
+	}
 	reg, err := c.lookup(ctx, d.Table)
 	if err != nil {
 		return nil, err
@@ -521,4 +576,12 @@ func checkText(name, value string) error {
 		return fmt.Errorf("%w: the %s %q is not text (UTF-8 without NUL characters)", errBadRequest, name, value)
 	}
 	return nil
+}
+
+// dataException reports whether err is the database's refusal of a value
+// (SQLSTATE class 22, data exception: invalid input syntax, out of range), as lib/pq's
+// and pgx's errors say it.
+func dataException(err error) bool {
+	var se interface{ SQLState() string }
+	return errors.As(err, &se) && strings.HasPrefix(se.SQLState(), "22")
 }

@@ -18,7 +18,9 @@
 // ui serves on a loopback address unless --addr names another, which it refuses
 // without --token (or $REFSET_UI_TOKEN): every request must then carry it, as
 // Authorization: Bearer or through the cookie that /login?token=... sets. Interrupt
-// stops it. Its counts, as status's, read at most --cap rows of a table.
+// stops it. Its counts, as status's, read at most --cap rows of a table. What fails
+// while it serves (a page's server error, a sample of the clean-up page) it logs on
+// stderr.
 //
 // migrate works on the sets named by --table (a table no store registered yet is
 // described as its store would build it by default), or on every set refset_sets
@@ -69,10 +71,19 @@
 // apply (cleanup.Installed), or --grace if given. Every command but migrate's refuses
 // a database without refset's tables (refset_sets), which migrate up creates.
 //
+// The text output prints a value read from the database (an object ID, a holder, a
+// row's key) as it is when every character of it prints, and quoted with Go's escapes
+// (strconv.Quote) otherwise, or when it begins with a quote: a newline, tab or
+// terminal escape sequence in a value forges no line of the report, shifts no column,
+// and reaches no terminal. --json prints each value JSON-escaped.
+//
 // An interrupt (Ctrl-C) stops a command as soon as it can, an open of the database
 // included; a second one ends the process at once.
 //
-// Exit codes: 0 success; 1 check found leaked objects or dangling references; 2 the
-// command could not do its job (bad usage, an unreachable database, an unknown set or
-// object, any database error, an interrupt, output that could not be written).
+// Exit codes: 0 success (ui too, stopped by an interrupt, which is how it stops); 1
+// check found leaked objects or dangling references; 2 the command could not do its
+// job (bad usage, an unreachable database, an unknown set or object, any database
+// error, an interrupt, output that could not be written). Output to a pipe whose
+// reader is gone (refset status | head -1) ends the command as it ends any Unix tool:
+// by SIGPIPE, which a shell reports as 141.
 package main

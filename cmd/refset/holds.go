@@ -82,7 +82,7 @@ func (doc holdsJSON) text(out io.Writer) error {
 				expires += " (expired)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.ObjectID, h.Holder, expires, h.CreatedAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", printable(h.ObjectID), printable(h.Holder), expires, h.CreatedAt.Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

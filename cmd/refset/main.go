@@ -69,11 +69,13 @@ type command struct {
 // call is what a command runs with: the database, its positional arguments, where it
 // prints, and the flags several commands share.
 type call struct {
-	db    refset.Database
-	args  []string
-	out   io.Writer
-	table string // --table, of a command on one set
-	json  bool   // --json
+	db   refset.Database
+	args []string
+	out  io.Writer
+	// stderr is where a command that serves (ui) logs what goes wrong meanwhile.
+	stderr io.Writer
+	table  string // --table, of a command on one set
+	json   bool   // --json
 }
 
 // errFindings is a command's error when it did its job and found what exit code 1
@@ -114,8 +116,8 @@ func usage(w io.Writer, group string) {
 		}
 	}
 	fmt.Fprintf(w, "\nrefset %s -h shows a command's flags.\n"+
-		"Exit codes: 0 success, 1 check found leaked or dangling objects, 2 usage, connection or database error, "+
-		"an interrupt, or output that could not be written.\n", name)
+		"Exit codes: 0 success (and ui stopped by an interrupt), 1 check found leaked or dangling objects, "+
+		"2 usage, connection or database error, an interrupt, or output that could not be written.\n", name)
 }
 
 // isHelp reports whether arg asks for help.
@@ -241,7 +243,7 @@ func runCommand(ctx context.Context, args []string, stdout *output, stderr io.Wr
 			return fail(err)
 		}
 	}
-	c.db, c.args, c.out = db, pos, stdout
+	c.db, c.args, c.out, c.stderr = db, pos, stdout, stderr
 	if cmd.set {
 		if c.table, err = registeredTable(ctx, db, c.table); err != nil {
 			return fail(err)
@@ -602,12 +604,12 @@ func (doc whyJSON) text(out io.Writer) error {
 	switch {
 	case doc.Leaked:
 		fmt.Fprintf(out, "%s: nothing references it, and it is not in the clean-up queue: it leaked, and clean-up never deletes it; "+
-			"refset sweep --table %s queues and deletes every such object\n", doc.ID, doc.Table)
+			"refset sweep --table %s queues and deletes every such object\n", printable(doc.ID), doc.Table)
 	case len(doc.Holders) == 0:
-		fmt.Fprintf(out, "%s: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due\n", doc.ID)
+		fmt.Fprintf(out, "%s: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due\n", printable(doc.ID))
 	}
 	for _, h := range doc.Holders {
-		fmt.Fprintln(out, cleanup.Holder(h))
+		fmt.Fprintln(out, printable(cleanup.Holder(h).String()))
 	}
 	warnIndexes(out, doc.MissingIndexes)
 	return nil
@@ -653,7 +655,7 @@ func check(ctx context.Context, c call) error {
 func (doc checkJSON) text(out io.Writer) error {
 	fmt.Fprintf(out, "%s: %d leaked, %d dangling\n", doc.Table, doc.Leaked, doc.Dangling)
 	for _, s := range doc.Samples {
-		fmt.Fprintf(out, "  %s\n", s)
+		fmt.Fprintf(out, "  %s\n", printable(s))
 	}
 	if doc.Leaked > 0 {
 		fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")

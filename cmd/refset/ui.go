@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -39,7 +40,11 @@ func uiCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		if *token == "" {
 			*token = os.Getenv(tokenEnv)
 		}
-		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every, CountCap: *limit})
+		// The console's failures (a page's server error, a sample that failed) go to
+		// stderr: the operator who runs ui hears of them there, not only the
+		// browser that met one.
+		logger := slog.New(slog.NewTextHandler(c.stderr, nil))
+		h, err := console.New(ctx, c.db, console.Config{Token: *token, SampleEvery: *every, CountCap: *limit, Logger: logger})
 		if err != nil {
 			return err
 		}
