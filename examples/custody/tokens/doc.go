@@ -16,21 +16,24 @@
 // order until they cover the amount, and locks them in one transaction; any failure
 // releases every lock it took. It tells ErrInsufficientFunds (the owner has too
 // little) from ErrLocked (enough, but locked by other transactions). Spend deletes
-// the transaction's locks and the locked tokens and adds the outputs, change
+// the transaction's live locks and the locked tokens and adds the outputs, change
 // included, in one transaction; a history table records every token created and the
 // one transaction that spent it. Release drops a transaction's locks, and unlocking a
 // lock that another transaction has since taken does nothing.
 //
-// A lock whose time-to-live has passed by the database's clock is no lock: the next
-// Select may take its token at once, on either database and on either path below,
-// without waiting for clean-up (Collect, which removes the expired locks no Select took). The
+// A lock whose time-to-live has passed by the database's clock is no lock: its
+// transaction can no longer spend it (Spend refuses, whether or not the token was
+// taken since), and the next Select may take its token at once, on either database
+// and on either path below, without waiting for clean-up (Collect, which removes the
+// expired locks no Select took). The
 // takeover replaces the old lock in the statement or transaction that inserts the
 // new one, and only if the old one is still expired when that statement meets it
 // (compare-and-swap on the lock's primary key), so a token never has two locks, and a
 // lock taken over is live again and cannot be taken over in turn.
 //
 // A lock's time-to-live starts when the lock is written, by the database's clock,
-// not when the call began: a Select slowed by a large claim, by a wait for another
+// not when the call began, in whole milliseconds rounded up (a ttl under one is one,
+// never zero): a Select slowed by a large claim, by a wait for another
 // transaction's row lock or by a loaded server still returns locks that live ttl less
 // only the commit and the way back. SelectUntil says when they expire.
 //
@@ -43,7 +46,9 @@
 // cost more than the work. They run through the Driver's refsetdriver.OwnCommits: on
 // one connection, never twice, and, when the connection is lost once the statement
 // was sent, settled (the database waits until it can no longer commit, and custody
-// reads the books to tell whether it did) rather than left unknown. Select and Pay call plpgsql functions
+// reads the books to tell whether it did: the history records the call that spent
+// each token, so it reads this call's outcome, not another's of the same transaction
+// ID) rather than left unknown. Select and Pay call plpgsql functions
 // (sql/postgres/tables/0006_holders.sql) that claim tokens row by row: from a random
 // point of the owner's tokens, each row no live lock holds is locked FOR UPDATE SKIP
 // LOCKED as a cursor reaches it, until the rows cover the amount. A token another
@@ -63,7 +68,7 @@
 // call. A Select with a Predicate goes to the general path, a transaction of several
 // statements, which SQLite always takes; LockStats.General counts those. The spend
 // deletes, records, creates and checks in one statement, in a plpgsql function too
-// (custody_spend, sql/postgres/tables/0006_holders.sql), so that it is planned once per
+// (custody_spend, sql/postgres/tables/0010_own_outcome.sql), so that it is planned once per
 // session and by key; a refusal (nothing locked, unbalanced outputs) is raised inside
 // it, so it changes nothing. These functions run with jit off and with the planner
 // settings that keep every step an index lookup (sql/postgres/tables/0007_service.sql):

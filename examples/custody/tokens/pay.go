@@ -34,12 +34,21 @@ import (
 // missing from funds being spent by others by a fresh look at the books, and waits for
 // the latter.
 //
+// A transaction ID may name several payments (this one beside its own Select and
+// Spend, or a caller's two Pays): each is a payment of its own, and custody does not
+// refuse the ID again, so it is no idempotency key (a Pay made again with it pays
+// again). The history records each token spent by its transaction and by the call
+// that spent it, so what a call reports is its own payment, never another of the same
+// ID, even once its connection was lost (below).
+//
 // If the connection is lost once PostgreSQL's fast path sent its statement (which
 // commits on its own), Pay waits until the statement can no longer commit and reads
-// the history: it returns as if it had heard the answer (what it spent, read back from
-// the history, and what it created) when the payment was made, and
-// refset.ErrUnavailable, having changed nothing, when it was not; the error matches
-// refset.ErrCommitUnknown, beside ErrUnavailable, only when no primary answered within
+// the history for what this very call did: it returns as if it had heard the answer
+// (what it spent, read back from the history, and what it created) when the payment
+// was made, and refset.ErrUnavailable, having changed nothing, when it was not (an
+// earlier payment of the same transaction ID, even one that created the very outputs
+// given, is not this one: this call's statement, refused on their IDs, did not pay);
+// the error matches refset.ErrCommitUnknown, beside ErrUnavailable, only when no primary answered within
 // postgres.Options.ResolveCommitWait (or, behind a pooler, never asked). If the
 // context ends while the statement runs, the payment may or may not have been made,
 // and the error is the context's. The books balance either way, and the history

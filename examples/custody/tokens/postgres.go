@@ -33,9 +33,9 @@ import (
 // postgres.Options.Unprepared, behind a pooler), never run twice, and, when the
 // connection is lost once it was sent, settled: the database waits until the
 // statement can no longer commit, then the call's settled query reads from the
-// books whether it did (a payment's txID in the history, a selection's locks), and
-// the call returns as if it had seen the statement's answer, or ErrUnavailable
-// (nothing changed). refset.ErrCommitUnknown (beside ErrUnavailable) only when no
+// books whether it did (the tokens a payment's own call spent, in the history; a
+// selection's locks), and the call returns as if it had seen the statement's answer,
+// or ErrUnavailable (nothing changed). refset.ErrCommitUnknown (beside ErrUnavailable) only when no
 // primary answered within postgres.Options.ResolveCommitWait.
 type statements struct {
 	db                  refset.Database // for the unit of work a call's context carries
@@ -102,7 +102,7 @@ func (v *Vault) selectFast(ctx context.Context, txID, owner string, amount int64
 				Issuer: *issuer, Notary: *notary, Amount: *amt})
 		}
 		return nil
-	}, selected, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), ttl.Milliseconds())
+	}, selected, owner, orNull(f.Type), orNull(f.Identifier), orNull(f.Issuer), orNull(f.Notary), amount, NewID(), lockHolder(txID), lockMillis(ttl))
 	if err != nil {
 		return nil, time.Time{}, v.db.TranslateError(err, v.stmts.selects.query)
 	}
@@ -181,10 +181,13 @@ func (v *Vault) spendFastOnce(ctx context.Context, txID string, outputs []Token)
 	for _, c := range cols {
 		args = append(args, pq.Array(c))
 	}
-	args = append(args, pq.Array(amounts), txID)
+	// The call's own ID, recorded with each token it spends: what settling a lost
+	// connection reads back (paidFromHistory), whatever else txID has paid.
+	call := NewID()
+	args = append(args, pq.Array(amounts), txID, call)
 	var spent []Token
 	settled := func(ctx context.Context, tx refsetdriver.Tx) (bool, error) {
-		paid, err := v.paidFromHistory(ctx, tx, txID, outputs)
+		paid, err := v.paidFromHistory(ctx, tx, txID, call, outputs)
 		if paid != nil {
 			spent = paid
 		}
@@ -238,8 +241,12 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 	k := kindOf(outputs[0])
 	var verdict, covered string
 	var spent []Token
+	// The claim's pivot, a fresh ID per call, is also the call's own ID, which
+	// custody_pay records with each token it spends: what settling a lost connection
+	// reads back (paidFromHistory), whatever else txID has paid.
+	call := NewID()
 	settled := func(ctx context.Context, tx refsetdriver.Tx) (bool, error) {
-		paid, err := v.paidFromHistory(ctx, tx, txID, outputs)
+		paid, err := v.paidFromHistory(ctx, tx, txID, call, outputs)
 		if paid != nil {
 			verdict, spent = "paid", paid
 		}
@@ -256,7 +263,7 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 				Issuer: k.issuer, Notary: k.notary, Amount: *amt})
 		}
 		return nil
-	}, settled, from, k.typ, k.identifier, k.issuer, k.notary, NewID(), txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
+	}, settled, from, k.typ, k.identifier, k.issuer, k.notary, call, txID, pq.Array(ids), pq.Array(owners), pq.Array(amounts), changeID, amount)
 	if err != nil {
 		return nil, v.refusal(err, &v.stmts.pay)
 	}
@@ -269,13 +276,18 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 	return spent, nil
 }
 
-// paidFromHistory reads, in tx, what a payment or a spend of txID with outputs left in
-// the history once it can no longer commit (its connection was lost once it was
-// sent): the tokens it spent, or nil if it did not commit. The history keeps a
+// paidFromHistory reads, in tx, what the payment or spend call (its own ID) of txID
+// with outputs left in the history once it can no longer commit (its connection was
+// lost once it was sent): the tokens it spent, or nil if it did not commit. The
+// history records the call that spent each token, so this is the call's own outcome,
+// never that of another payment of txID: a transaction ID may name several payments
+// (a Pay beside its Select and Spend, a caller that uses one twice), and one whose
+// outputs' IDs are taken by an earlier payment of txID did not commit, whatever that
+// one did. The history keeps a
 // token's owner, identifier and amount; its type, issuer and notary are those of the
 // outputs of its identifier, which balance the spent tokens per kind (left empty
 // when outputs of one identifier are of several kinds).
-func (v *Vault) paidFromHistory(ctx context.Context, tx refsetdriver.Tx, txID string, outputs []Token) ([]Token, error) {
+func (v *Vault) paidFromHistory(ctx context.Context, tx refsetdriver.Tx, txID, call string, outputs []Token) ([]Token, error) {
 	kinds := map[string]kind{}
 	for _, o := range outputs {
 		k, seen := kinds[o.Identifier]
@@ -287,7 +299,7 @@ func (v *Vault) paidFromHistory(ctx context.Context, tx refsetdriver.Tx, txID st
 		kinds[o.Identifier] = k
 	}
 	var spent []Token
-	rows, err := tx.QueryContext(ctx, v.stmts.paid, txID, outputs[0].TokenID)
+	rows, err := tx.QueryContext(ctx, v.stmts.paid, txID, outputs[0].TokenID, call)
 	err = eachRow(rows, err, func(rows *sql.Rows) error {
 		var t Token
 		if err := rows.Scan(&t.TokenID, &t.Owner, &t.Identifier, &t.Amount); err != nil {

@@ -68,12 +68,14 @@ var (
 	// ErrLocked: the owner has enough, but other transactions hold locks on too much
 	// of it; it may succeed later.
 	ErrLocked = errors.New("tokens: funds sufficient but locked by other transactions")
-	// ErrNothingLocked: Spend found no token locked by the transaction (its locks
-	// expired and were taken, or it never selected any).
+	// ErrNothingLocked: Spend found no token locked by the transaction: its locks
+	// expired (whether or not another transaction has taken their tokens since), it
+	// released or spent them, or it never selected any.
 	ErrNothingLocked = errors.New("tokens: no token locked by the transaction")
 	// ErrUnbalanced: a spend's outputs do not add up to its inputs, per kind of token.
-	// It is also what a spend meets when one of its locks expired and another
-	// transaction took the token over: less is locked than the outputs were made for.
+	// It is also what a spend meets when some of its locks expired (taken over by
+	// another transaction or not: an expired lock is no lock): less is locked than the
+	// outputs were made for.
 	ErrUnbalanced = errors.New("tokens: outputs do not balance the inputs")
 	// ErrInvalid: a malformed request (empty owner or transaction ID, a non-positive
 	// amount, a token with no owner, an ID, owner, type, identifier, issuer or notary
@@ -356,7 +358,14 @@ func list(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ",
 // Select locks tokens of owner matching f until they cover amount, for txID, each
 // lock expiring ttl after it is taken, by the database's clock. It returns the locked
 // tokens (their sum may exceed amount: Spend gives the change back). It fails with
-// ErrInsufficientFunds or ErrLocked, and then holds no lock it took. A connection
+// ErrInsufficientFunds or ErrLocked, and then holds no lock it took.
+//
+// The databases keep a lock's expiry in whole milliseconds, and ttl is rounded up to
+// them, so that a lock lives at least ttl: a positive ttl under a millisecond makes a
+// lock of one millisecond (not one expired as it is written). Every positive
+// time.Duration, up to the largest (about 292 years), is honoured on every database.
+// A ttl of zero or less fails with ErrInvalid and changes nothing.
+// A connection
 // lost once PostgreSQL's fast path sent its statement is settled as Pay's is: Select
 // returns txID's live locks on matching tokens if they cover amount (those of an
 // earlier Select of txID among them), refset.ErrUnavailable otherwise. SelectUntil
@@ -376,7 +385,7 @@ func (v *Vault) Select(ctx context.Context, txID, owner string, amount int64, f 
 // still has.
 func (v *Vault) SelectUntil(ctx context.Context, txID, owner string, amount int64, f Filter, ttl time.Duration) (locked []Token, expires time.Time, err error) {
 	if txID == "" || owner == "" || amount <= 0 || ttl <= 0 {
-		return nil, time.Time{}, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl", ErrInvalid)
+		return nil, time.Time{}, fmt.Errorf("%w: Select needs a transaction ID, an owner, a positive amount and a positive ttl (%v)", ErrInvalid, ttl)
 	}
 	if err := checkTexts("transaction ID", txID, "owner", owner, "type", f.Type, "identifier", f.Identifier,
 		"issuer", f.Issuer, "notary", f.Notary); err != nil {
@@ -390,6 +399,19 @@ func (v *Vault) SelectUntil(ctx context.Context, txID, owner string, amount int6
 		return nil, time.Time{}, err
 	}
 	return locked, expires, nil
+}
+
+// lockMillis is a lock's time-to-live ttl, positive, in the whole milliseconds the
+// databases keep expiries in, rounded up: a lock lives at least ttl. (Rounded down,
+// as time.Duration.Milliseconds rounds, a ttl under a millisecond was 0, a lock that
+// had expired when it was written.) The largest time.Duration is some 9.2e12 ms, which
+// neither database's arithmetic on the clock overflows.
+func lockMillis(ttl time.Duration) int64 {
+	ms := int64(ttl / time.Millisecond)
+	if ttl%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // retry runs attempt until it succeeds or fails for good, and counts the attempts
@@ -576,7 +598,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
 	// another transaction won the race. The dialect's Expiry reads the clock as the
 	// rows are written, so the ttl starts now, not when the transaction began.
-	expiry := v.drv.Expiry(strconv.FormatInt(ttl.Milliseconds(), 10))
+	expiry := v.drv.Expiry(strconv.FormatInt(lockMillis(ttl), 10))
 	lockArgs := make([]any, 0, 2*len(chosen))
 	values := make([]string, len(chosen))
 	for i, t := range chosen {
@@ -704,11 +726,21 @@ func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, e
 // (type, identifier, issuer, notary), or it fails with ErrUnbalanced and changes
 // nothing. An output whose ID another token has fails with ErrInvalid (beside
 // refset.ErrDuplicate) and changes nothing. It returns the spent tokens and the
-// outputs as created. A connection lost once PostgreSQL's fast path sent its
-// statement is settled as Pay's is; the spent
-// tokens are then read back from the history, which keeps no type, issuer or notary:
-// those are the outputs' of the same identifier (empty where outputs of one
-// identifier are of several kinds).
+// outputs as created.
+//
+// Only live locks are spent: a lock whose time-to-live has passed by the database's
+// clock is no lock, whether or not another transaction has taken its token over yet.
+// A Spend whose locks have all expired fails with ErrNothingLocked, one with some
+// expired with ErrUnbalanced (the live ones do not cover the outputs), on every
+// database alike, and changes nothing; the expired locks stay until a Select takes
+// their tokens, Release drops them or Collect removes them. A transaction that may
+// run late selects again first (SelectUntil says until when its locks hold).
+//
+// A connection lost once PostgreSQL's fast path sent its statement is settled as
+// Pay's is, by what this very call did (never by another spend or payment of txID);
+// the spent tokens are then read back from the history, which keeps no type, issuer
+// or notary: those are the outputs' of the same identifier (empty where outputs of
+// one identifier are of several kinds).
 func (v *Vault) Spend(ctx context.Context, txID string, outputs []Token) (spent, created []Token, err error) {
 	if created, err = prepare(txID, outputs); err != nil {
 		return nil, nil, err
@@ -764,8 +796,11 @@ func balanced(inputs, outputs []Token) error {
 // for txID: the locks, then the owners' holds and the tokens, the history, then the
 // outputs.
 func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID string, outputs []Token) ([]Token, error) {
-	// The locks go first: what this returns is exactly what holder still holds.
-	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? RETURNING token_id`), holder)
+	// The live locks go first: what this returns is exactly what holder still holds.
+	// A lock past its time-to-live is none: it stays, for a Select to take over, a
+	// Release to drop or clean-up to remove.
+	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? AND expires_at > `+
+		v.drv.Clock().Now+` RETURNING token_id`), holder)
 	var ids []any
 	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
@@ -776,7 +811,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID st
 		return nil, err
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrNothingLocked, txID)
+		return nil, fmt.Errorf("%w: %s%s", ErrNothingLocked, txID, v.lapsed(ctx, tx, holder))
 	}
 	inputs, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 		FROM tokens t WHERE t.id IN (`+list(len(ids))+`)`, ids...)
@@ -785,7 +820,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID st
 	}
 	// Unbalanced outputs fail before anything else is written.
 	if err := balanced(inputs, outputs); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w%s", err, v.lapsed(ctx, tx, holder))
 	}
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM token_owners WHERE token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, err
@@ -810,6 +845,17 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID st
 		return nil, err
 	}
 	return inputs, nil
+}
+
+// lapsed says, for a refused spend's error, how many of holder's locks have expired
+// (and so were not spent), if any; empty otherwise, or if it cannot tell.
+func (v *Vault) lapsed(ctx context.Context, tx refset.Tx, holder string) string {
+	var n int64
+	if err := tx.QueryRowContext(ctx, v.sql(`SELECT COUNT(*) FROM token_locks WHERE holder = ? AND expires_at <= `+
+		v.drv.Clock().Now), holder).Scan(&n); err != nil || n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d of its locks had expired and were not spent)", n)
 }
 
 // Balance is what an owner has of an identifier: in all, and not locked.

@@ -1,11 +1,12 @@
 -- Spend's fast path spends what a transaction has locked and creates the outputs, in
--- one statement committed on its own: custody_spend (../tables/0006_holders.sql), a
+-- one statement committed on its own: custody_spend (../tables/0010_own_outcome.sql), a
 -- function so that the statement is planned once per session rather than on every
--- call. It deletes the tokens the transaction's locks ($1) are on, then their locks and
--- their owners' holds; records them spent ($9; only history rows not spent yet: a
--- token is spent once); and inserts the outputs ($2..$8, one array per column), their
--- owners' holds and their history rows. Last it checks what it did, and custody_refuse
--- (../tables/0002_spend_refusal.sql) undoes the whole statement if there was nothing
+-- call. It deletes the tokens the transaction's live locks ($1) are on (a lock past
+-- its time-to-live is none), then their locks and their owners' holds; records them
+-- spent by the transaction ($9) in this call ($10, the call's own ID; only history rows
+-- not spent yet: a token is spent once); and inserts the outputs ($2..$8, one array per
+-- column), their owners' holds and their history rows. Last it checks what it did, and
+-- custody_refuse (../tables/0002_spend_refusal.sql) undoes the whole statement if there was nothing
 -- locked, if the outputs do not balance the inputs per kind of token (or a lock expired
 -- and was taken over while the statement ran, which leaves less locked than the outputs
 -- were made for, as a takeover before it would), or if the counts disagree. It returns
@@ -23,4 +24,4 @@
 -- earlier steps' results: the planner cannot estimate a step's result, and with a join
 -- it hashes whole tables; with an array it looks each row up in the index.
 SELECT tok_id, tok_owner, tok_type, tok_identifier, tok_issuer, tok_notary, tok_amount
-FROM custody_spend($1, $2, $3, $4, $5, $6, $7, $8, $9)
+FROM custody_spend($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
