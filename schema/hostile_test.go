@@ -654,3 +654,34 @@ func TestDryRunScriptOfCommentedMigrations(t *testing.T) {
 		assert.Zero(t, recorded(t, b.raw)["commented"])
 	})
 }
+
+// A set refset recorded with one holds table is not moved to another by a Migrate
+// naming it (schema.Set.HoldsTable): the holds in the recorded one would be left to
+// nobody. The Migrate, dry or not, fails with refset.ErrInvalidConfig naming the
+// recorded table and changes nothing; HoldsTable "" or the recorded name migrate.
+func TestSetKeepsItsHoldsTable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		_, err := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items", HoldsTable: "items_kept"}}}).
+			Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		before, versions := b.tables(t), recorded(t, b.raw)
+
+		for _, holds := range []string{"items_holds", "elsewhere"} {
+			for _, dry := range []bool{false, true} {
+				_, err := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items", HoldsTable: holds}}}).
+					Migrate(ctx, schema.DirectionUp, &schema.MigrateOpts{DryRun: dry})
+				require.ErrorIs(t, err, refset.ErrInvalidConfig, "%s, dry run %v", holds, dry)
+				assert.ErrorContains(t, err, "items_kept")
+			}
+		}
+		assert.Equal(t, before, b.tables(t), "nothing changed")
+		assert.Equal(t, versions, recorded(t, b.raw))
+		for _, holds := range []string{"", "items_kept"} {
+			_, err := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items", HoldsTable: holds}}}).
+				Migrate(ctx, schema.DirectionUp, nil)
+			require.NoError(t, err, "HoldsTable %q", holds)
+		}
+		assert.Equal(t, before, b.tables(t))
+	})
+}

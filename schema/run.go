@@ -314,25 +314,30 @@ type resolvedSet struct {
 }
 
 // resolve reads from the catalog (and from the registry, for what s leaves out)
-// what the migrations of s are written for.
+// what the migrations of s are written for. A HoldsTable other than the one the
+// registry records for the set is refused (refset.ErrInvalidConfig): migrating would
+// repoint the set's record to the new table, and leave the holds in the recorded one
+// to nobody (the set could no longer release them, nor clean-up expire them).
 func (m *Migrator) resolve(ctx context.Context, q refset.Querier, s setSpec) (resolvedSet, error) {
 	rs := resolvedSet{Registered: refsetdriver.Registered{Table: s.table, IDColumn: s.idColumn, Holds: s.holds, Queue: s.queue}}
-	if s.idColumn == "" || !s.holdsGiven {
-		if has, err := m.sql.HasSetTable(ctx, q); err != nil {
-			return rs, err
-		} else if has {
-			r, err := m.sql.Lookup(ctx, q, s.table)
-			switch {
-			case err == nil:
-				if s.idColumn == "" {
-					rs.IDColumn = r.IDColumn
-				}
-				if !s.holdsGiven {
-					rs.Holds = r.Holds
-				}
-			case !errors.Is(err, refset.ErrNotFound):
-				return rs, err
+	if has, err := m.sql.HasSetTable(ctx, q); err != nil {
+		return rs, err
+	} else if has {
+		r, err := m.sql.Lookup(ctx, q, s.table)
+		switch {
+		case err == nil:
+			if s.idColumn == "" {
+				rs.IDColumn = r.IDColumn
 			}
+			if !s.holdsGiven {
+				rs.Holds = r.Holds
+			} else if !m.sameTable(s.holds, r.Holds) {
+				return rs, fmt.Errorf("refset/schema: set %s: %w: HoldsTable %s is not the set's holds table: refset recorded the set with %s, "+
+					"whose holds would be left to nobody; name %s, or leave HoldsTable empty",
+					s.table, refset.ErrInvalidConfig, s.holds, r.Holds, r.Holds.Name)
+			}
+		case !errors.Is(err, refset.ErrNotFound):
+			return rs, err
 		}
 	}
 	cols, err := m.drv.Columns(ctx, q, s.table)
@@ -349,6 +354,16 @@ func (m *Migrator) resolve(ctx context.Context, q refset.Querier, s setSpec) (re
 	}
 	rs.IDColumn, rs.IDType = id.Name, id.Type
 	return rs, nil
+}
+
+// sameTable reports whether a and b may name one table: when one of them leaves
+// the schema to the search path, their names alone are compared; on SQLite, whose
+// names ignore case, case is ignored.
+func (m *Migrator) sameTable(a, b sqlident.Ident) bool {
+	if a.Schema == "" || b.Schema == "" {
+		a.Schema, b.Schema = "", ""
+	}
+	return a == b || m.drv.Name() == "sqlite" && strings.EqualFold(a.String(), b.String())
 }
 
 // migrations are the dialect's set migrations (the down ones if down) written for s.

@@ -16,6 +16,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/dblog"
 	"github.com/refsetdb/refset/internal/migration"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/internal/sqlstore"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
@@ -40,8 +42,10 @@ type Config struct {
 	// IDColumn is the column of the objects' IDs; "" means the table's primary key,
 	// which it must be in any case.
 	IDColumn string
-	// HoldsTable names the set's holds table; "" means Table + "_holds", in the same
-	// schema.
+	// HoldsTable names the set's holds table; "" means the one refset recorded the
+	// set with when a store was built on it before (as schema.Set's HoldsTable), or
+	// else Table + "_holds", in the same schema. A set recorded with another holds
+	// table is refused (refset.ErrInvalidConfig): its holds would be left behind.
 	HoldsTable string
 }
 
@@ -118,16 +122,25 @@ func (o Options) Settings() refsetdriver.Settings {
 // in cfg, checks that each `db`-tagged field of T has a column, that each NOT NULL
 // column without a default (nor an identity, generated or rowid column) has a field,
 // and that the primary key is mapped to a field of type ID (refset.ErrSchema
-// otherwise, naming the column and the `db` tag to add), refuses a HoldsTable that
-// is the set's object table or review queue (refset.ErrInvalidConfig) or a table
-// that is there and is no holds table (refset.ErrSchema) before it creates or
-// records anything, and creates the
+// otherwise, naming the column and the `db` tag to add) whose Go type can hold the
+// column's SQL type (refset.ErrSchema otherwise, naming the column, its type and ID:
+// a string on an integer key, an integer on a text one; on SQLite by the column's
+// affinity, any ID on a column declared BLOB or without a type; a type implementing
+// sql.Scanner or driver.Valuer on any column), refuses a HoldsTable that
+// is the set's object table or review queue (refset.ErrInvalidConfig), a table
+// that is there and is no holds table (refset.ErrSchema), or another table than the
+// one refset recorded the set with (refset.ErrInvalidConfig, naming that one) before
+// it creates or records anything, and creates the
 // holds table and review queue if they do not exist, also when refset's records say
 // it made them before: tables dropped and made again (by hand, or by DROP SCHEMA ...
 // CASCADE while refset_schema_version lives in another schema) get a working set.
 // With the database's ExternalMigrations option it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError) when the schema is behind.
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (refset.SetStore[T, ID], error) {
+	cfg, err := recordedHolds(ctx, db, cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkHolds(ctx, db, cfg); err != nil {
 		return nil, err
 	}
@@ -141,6 +154,49 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 		}
 	}
 	return s, nil
+}
+
+// recordedHolds is cfg with HoldsTable, when it is "", filled in with the holds
+// table refset's registry of sets (refset_sets) records for the set, if it records
+// one: as schema.Set's HoldsTable "" means the one the set is registered with, a
+// program that leaves it empty builds its store on the holds the set already has,
+// wherever they are. (A HoldsTable other than the recorded one is refused by the
+// migrator, before anything changes.) Whatever keeps cfg from being read (a bad
+// name, no store's database, a call in a unit of work) is left to sqlstore.Open,
+// which says it in its own words; a registry that cannot be read fails NewStore,
+// since building the store without it would make the set another holds table.
+func recordedHolds(ctx context.Context, db refset.Database, cfg Config) (Config, error) {
+	if cfg.HoldsTable != "" {
+		return cfg, nil
+	}
+	d, err := refsetdriver.Of(db)
+	if err != nil || refsetdriver.RefuseUnit(ctx, db, "NewStore") != nil {
+		return cfg, nil
+	}
+	table, _, _, err := migration.SetTables(cfg.Table, cfg.HoldsTable)
+	if err != nil {
+		return cfg, nil
+	}
+	reading := func(err error) error {
+		return sentinel.Wrap("refset", fmt.Sprintf("new store of %s: reading refset's record of the set", table), db.TranslateError(err, ""))
+	}
+	sq := d.SchemaSQL()
+	has, err := sq.HasSetTable(ctx, db.Reader())
+	if err != nil {
+		return cfg, reading(err)
+	}
+	if !has {
+		return cfg, nil // no set recorded yet
+	}
+	r, err := sq.Lookup(ctx, db.Reader(), table)
+	switch {
+	case errors.Is(err, refset.ErrNotFound):
+		return cfg, nil
+	case err != nil:
+		return cfg, reading(err)
+	}
+	cfg.HoldsTable = r.Holds.Name
+	return cfg, nil
 }
 
 // holdsColumns are the columns of every holds table refset makes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/internal/sentinel"
@@ -16,10 +17,11 @@ import (
 type Config struct {
 	Table      string // the object table, optionally schema-qualified (Postgres)
 	IDColumn   string // "" means the table's primary key
-	HoldsTable string // "" means Table + "_holds", in the same schema
+	HoldsTable string // "" means Table + "_holds", in the same schema (store.NewStore puts the recorded one here)
 }
 
-// Open checks cfg and the struct T against the catalog, creates the set's holds table
+// Open checks cfg and the struct T against the catalog (the ID type against the ID
+// column's SQL type too, CheckIDType), creates the set's holds table
 // and review queue if needed (package schema's migrator, as a program would run it),
 // and returns the store. With d.ExternalMigrations it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError, which carries the SQL to run) if the schema
@@ -42,6 +44,9 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	}
 	t, err := Resolve[T, ID](table, cfg.IDColumn, cols)
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckIDType(d.Name(), table, t.IDColumn, t.IDType, reflect.TypeFor[ID]()); err != nil {
 		return nil, err
 	}
 	t.Holds = holds
