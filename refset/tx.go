@@ -49,8 +49,21 @@ const maxAttempts = 6
 // of package analysis/unitctx (cmd/refsetvet, for go vet -vettool) reports such calls
 // in the source. The unit is fn's goroutine's: its transaction is one connection, so
 // a call made with fn's ctx while another runs in the unit fails at once with
-// ErrInvalidTx. Once InTx returns, its context carries the unit no more: a goroutine
-// that outlives fn and calls with it runs on its own.
+// ErrInvalidTx. So does a statement run on the Tx (ExecContext, QueryContext,
+// QueryRowContext's Scan, or those of a Tx that a call inside the unit gave a Command
+// or a nested InTx, or a read of refset's in the unit) while another of the unit's
+// is in flight: from its start until its call returns, and for a query until its
+// rows are closed (read to the end, or Close); two sent at once would interleave on
+// the one connection, and lib/pq then loses it with the whole unit. The refused
+// statement is not sent and changes nothing, and the unit stays usable: fn decides
+// what the error means, as with a statement the database refused, and if fn returns
+// nil the unit commits what its other statements did. The rule cannot tell
+// goroutines apart, so fn's own goroutine too closes a query's rows before its next
+// statement, as PostgreSQL's drivers require anyway. refset's own writes in the unit
+// (the statements of Add, Complete and a nested InTx's savepoint, but not their
+// Commands') do not go through the Tx, and a statement on the Tx is not refused
+// while one runs on another goroutine: keep them on fn's goroutine. Once InTx returns, its context carries the unit no more: a
+// goroutine that outlives fn and calls with it runs on its own.
 //
 // The Tx cannot end the transaction: a statement such as COMMIT or ROLLBACK fails with
 // ErrInvalidCommand, and InTx then rolls back and returns that error whatever fn
@@ -292,15 +305,21 @@ func commitError(db Database, err error) error {
 // newView is the Tx that Commands and units of work get of raw: statements only,
 // driver errors translated, transaction-ending statements refused.
 func newView(raw Querier, db Database) *txview.View {
+	return txview.New(raw, viewOptions(db))
+}
+
+// viewOptions are the txview.Options of db's Views.
+func viewOptions(db Database) txview.Options {
 	translate := func(err error, query string) error { return translateStatement(db, err, query) }
 	caps := capabilitiesOf(db)
-	return txview.New(raw, txview.Options{
+	return txview.Options{
 		Translate: translate,
 		Refuse:    func(err error) error { return opError("statement", ErrInvalidCommand, err) },
+		Overlap:   func(err error) error { return opError("statement", ErrInvalidTx, err) },
 		Rebind:    caps.rebind,
 		Log:       caps.log,
 		Slow:      caps.slow,
-	})
+	}
 }
 
 // translateStatement is the error of a statement that failed with err. An error

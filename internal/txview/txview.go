@@ -39,9 +39,18 @@ var ErrEndsTransaction = errors.New("the statement would end the transaction; on
 // A refused statement is remembered: whatever the code does with the error (a
 // Command may swallow it), Refused reports it, and refset then rolls the unit of work
 // back instead of committing what a caller meant to commit early.
+//
+// A View runs one statement of its transaction at a time, with every View of the
+// same transaction (New): one that starts while another is in flight (see gate for
+// when that is) is not sent, and fails with an error wrapping ErrInFlight. That
+// refusal is not remembered: nothing was sent, the transaction is as it was, and the
+// caller, who has the error, decides (a unit of work that returns nil commits what
+// its statements did, without the refused one), as with a statement the database
+// refused.
 type View struct {
 	raw Querier
 	Options
+	gate *gate // shared by the Views of raw
 
 	mu      sync.Mutex
 	refused error
@@ -53,6 +62,9 @@ type Options struct {
 	Translate func(err error, query string) error
 	// Refuse wraps ErrEndsTransaction for a refused statement.
 	Refuse func(error) error
+	// Overlap wraps the error (ErrInFlight) of a statement that was not sent because
+	// another of the transaction was in flight; nil leaves it as it is.
+	Overlap func(error) error
 	// Rebind rewrites ? placeholders to the database's own ($1 on Postgres): the
 	// database's refsetdriver.Driver; nil leaves every statement as it is.
 	Rebind Rebinder
@@ -73,12 +85,13 @@ func (f RebindFunc) Rebind(query string) string { return f(query) }
 
 // New returns a view of raw for one unit of work or savepoint. raw may itself be a
 // View (a savepoint inside a unit of work): the new view runs on the same
-// transaction and remembers its own refusals.
+// transaction, lets one statement at a time in with raw (they share one connection),
+// and remembers its own refusals.
 func New(raw Querier, opts Options) *View {
 	if v, ok := raw.(*View); ok {
-		raw = v.raw
+		return &View{raw: v.raw, Options: opts, gate: v.gate}
 	}
-	return &View{raw: raw, Options: opts}
+	return &View{raw: raw, Options: opts, gate: new(gate)}
 }
 
 // Refused is the error of the first statement the view refused, or nil.
@@ -159,6 +172,10 @@ func (v *View) ExecCommand(ctx context.Context, query string, args ...any) (sql.
 
 // QueryContext runs query in the transaction, refusing one that would end it, with
 // the database's placeholders (Bind).
+//
+// The statement stays in flight until its rows are closed: until then no other
+// statement of the transaction is sent, from any goroutine (ErrInFlight). Read
+// them to the end, or close them, before the next statement.
 func (v *View) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	query = v.Bind(query, args)
 	return run(ctx, v, query, func() (*sql.Rows, error) { return v.raw.QueryContext(ctx, query, args...) })
@@ -173,31 +190,62 @@ func run[R any](ctx context.Context, v *View, query string, send func() (R, erro
 	if err := v.check(query); err != nil {
 		return none, err
 	}
+	leave, err := v.enter(query)
+	if err != nil {
+		return none, err
+	}
 	start := time.Now()
 	res, err := send()
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
+	rows, _ := any(res).(*sql.Rows)
+	leave(rows) // rows keep the statement in flight until they are closed
 	if err != nil {
 		return none, ctxerr.Wrap(ctx, v.Translate(err, query))
 	}
 	return res, nil
 }
 
+// enter lets query in through the transaction's gate, or is the error, wrapped by
+// Overlap, of a statement that may not be sent now.
+func (v *View) enter(query string) (leave func(*sql.Rows), err error) {
+	if v.gate == nil { // a View made without New, as tests make one
+		return func(*sql.Rows) {}, nil
+	}
+	leave, err = v.gate.enter(query)
+	if err != nil && v.Overlap != nil {
+		err = v.Overlap(err)
+	}
+	return leave, err
+}
+
 // QueryRowContext runs query in the transaction, with the database's placeholders
 // (Bind). A query that would end the
-// transaction is not sent: its row's Scan fails with context.Canceled, the one error
-// database/sql lets a caller put in a Row, and the refusal is remembered (Refused), so
-// the unit of work fails with it whatever the caller does with the Scan error.
+// transaction is not sent: its row's Scan fails with context.Canceled, and the
+// refusal is remembered (Refused), so the unit of work fails with it whatever the
+// caller does with the Scan error.
+//
+// The row is read before QueryRowContext returns, the statement in flight all the
+// while (a *sql.Row would hold the rest of the answer on the connection until Scan,
+// unseen): its Scan returns what it would have, the driver's values or errors, and
+// one that may not be sent now fails, unsent, with the ErrInFlight of QueryContext.
 func (v *View) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	query = v.Bind(query, args)
 	if err := v.check(query); err != nil {
-		// database/sql gives no way to build a Row holding an error of one's own; a
-		// context already cancelled makes it hold context.Canceled without touching
-		// the transaction.
+		// A context already cancelled makes the Row hold context.Canceled without
+		// touching the transaction.
 		dead, cancel := context.WithCancel(ctx)
 		cancel()
 		return v.raw.QueryRowContext(dead, query, args...)
 	}
-	return v.raw.QueryRowContext(ctx, query, args...)
+	leave, err := v.enter(query)
+	if err != nil {
+		return (&answer{err: err}).row(ctx)
+	}
+	start := time.Now()
+	a := readRow(v.raw.QueryContext(ctx, query, args...))
+	dblog.Slow(ctx, v.Log, v.Slow, query, start)
+	leave(nil)
+	return a.row(ctx)
 }
 
 func (v *View) check(query string) error {
