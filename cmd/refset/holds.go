@@ -51,6 +51,9 @@ func holdsListCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "only holds past their expiry, by the database's clock")
 	holder := fs.String("holder", "", "only the holds of this holder")
 	return func(ctx context.Context, c call) error {
+		if err := checkHolder(fs, *holder); err != nil {
+			return err
+		}
 		d, holds, err := holdsTable(ctx, c)
 		if err != nil {
 			return err
@@ -91,12 +94,27 @@ func (doc holdsJSON) text(out io.Writer) error {
 	return err
 }
 
+// checkHolder refuses a --holder given empty (refset.ErrInvalidConfig): left out,
+// the flag means every holder, and `--holder "$HOLDER"` with the variable unset must
+// not quietly mean that too.
+func checkHolder(fs *flag.FlagSet, holder string) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "holder" })
+	if given && holder == "" {
+		return fmt.Errorf("%w: --holder is empty; name a holder, or leave the flag out for every holder", refset.ErrInvalidConfig)
+	}
+	return nil
+}
+
 func holdsRemoveCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	expired := fs.Bool("expired", false, "delete the holds past their expiry, by the database's clock (required: live holds are never deleted)")
 	holder := fs.String("holder", "", "only the expired holds of this holder")
 	return func(ctx context.Context, c call) error {
 		if !*expired {
 			return fmt.Errorf("%w: holds rm deletes expired holds only: give --expired (a live hold is its holder's to unhold)", refset.ErrInvalidConfig)
+		}
+		if err := checkHolder(fs, *holder); err != nil {
+			return err
 		}
 		d, holds, err := holdsTable(ctx, c)
 		if err != nil {

@@ -119,3 +119,39 @@ func TestUILogsFailures(t *testing.T) {
 		require.Contains(t, logged, want)
 	}
 }
+
+// A --holder given empty is refused (exit 2), changing nothing: left out, the flag
+// means every holder, and a script's `--holder "$HOLDER"` with the variable unset
+// must not delete every holder's expired holds.
+func TestHostileEmptyHolder(t *testing.T) {
+	bin := buildCLI(t)
+	for _, b := range backends()[:2] { // SQLite, PostgreSQL
+		t.Run(b.Name, func(t *testing.T) {
+			db, dbArgs := b.open(t)
+			ctx := t.Context()
+			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `CREATE TABLE notes (id TEXT PRIMARY KEY)`)
+				return err
+			}))
+			s, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
+			require.NoError(t, err)
+			set := refset.New(s)
+			_, err = set.Add(ctx, object{Key: "n1"}, set.Hold("brief", time.Millisecond))
+			require.NoError(t, err)
+			time.Sleep(5 * time.Millisecond)
+
+			for _, args := range [][]string{
+				{"holds", "rm", "--expired", "--holder", "", "--table", "notes"},
+				{"holds", "rm", "--expired", "--holder=", "--table", "notes"},
+				{"holds", "ls", "--holder", "", "--table", "notes"},
+			} {
+				stdout, stderr, code := runCLI(t, bin, append(args, dbArgs...)...)
+				require.Equal(t, exitError, code, "%q\nstdout:\n%s\nstderr:\n%s", args, stdout, stderr)
+				require.Contains(t, stderr, "--holder is empty")
+			}
+			stdout, stderr, code := runCLI(t, bin, append([]string{"holds", "ls", "--expired", "--table", "notes"}, dbArgs...)...)
+			require.Equal(t, exitOK, code, stderr)
+			require.Contains(t, stdout, "1 holds in ", "the expired hold is still there")
+		})
+	}
+}
