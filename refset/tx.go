@@ -62,8 +62,11 @@ const maxAttempts = 6
 // statement, as PostgreSQL's drivers require anyway. refset's own writes in the unit
 // (the statements of Add, Complete and a nested InTx's savepoint, but not their
 // Commands') do not go through the Tx, and a statement on the Tx is not refused
-// while one runs on another goroutine: keep them on fn's goroutine. Once InTx returns, its context carries the unit no more: a
-// goroutine that outlives fn and calls with it runs on its own.
+// while one runs on another goroutine: keep them on fn's goroutine. Nor could it be
+// made safe: a statement another goroutine runs while a savepoint of the unit is
+// open (a call of refset's in the unit, a nested InTx) is part of that savepoint,
+// and undone with it if it rolls back. Once InTx returns, its context carries the
+// unit no more: a goroutine that outlives fn and calls with it runs on its own.
 //
 // The Tx cannot end the transaction: a statement such as COMMIT or ROLLBACK fails with
 // ErrInvalidCommand, and InTx then rolls back and returns that error whatever fn
