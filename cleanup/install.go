@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -40,17 +41,13 @@ func (e *UnindexedError) Error() string {
 func (e *UnindexedError) Is(target error) bool { return target == ErrUnindexed }
 
 // indexStatement is the CREATE INDEX that makes a review of r an index probe. The
-// index is named, as SQLite requires; Postgres puts it in its table's schema.
+// index is named, as SQLite requires, after its table and column, in a name that
+// PostgreSQL keeps whole (it would cut a longer one, perhaps to another index's name);
+// Postgres puts it in its table's schema.
 func indexStatement(r Reference) string {
-	name := r.Table.Name + "_" + r.Column + "_idx"
-	if len(name) > maxIdentLen {
-		name = name[:maxIdentLen]
-	}
+	name, _ := migration.IndexName("postgres", r.Table.Name, r.Column+"_idx")
 	return fmt.Sprintf(`CREATE INDEX "%s" ON %s ("%s")`, name, r.Table.Quoted(), r.Column)
 }
-
-// maxIdentLen is the longest name Postgres keeps whole (NAMEDATALEN-1).
-const maxIdentLen = 63
 
 // Install reads the references of the set's table from the catalog, creates the
 // review queue's triggers on every referencing table (replacing those of an earlier

@@ -9,7 +9,7 @@
 //		Sets:       []schema.Set{{Table: "notes"}},
 //	})
 //	res, err := m.Migrate(ctx, schema.DirectionUp, nil)
-//	log.Printf("migrated: %s", res) // "core 0 -> 2, myapp 0 -> 3, set:notes 0 -> 2"
+//	log.Printf("migrated: %s", res) // "core 0 -> 2, myapp 0 -> 3, set:notes 0 -> 3"
 //
 // Three kinds of component are recorded, each with its version, in
 // refset_schema_version. refset's core ("core") creates the tables refset needs once

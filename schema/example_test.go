@@ -66,12 +66,13 @@ func Example() {
 		}
 	}
 	// Output:
-	// migrated: "core 0 -> 2, notes-app 0 -> 1, set:notes 0 -> 2"
+	// migrated: "core 0 -> 2, notes-app 0 -> 1, set:notes 0 -> 3"
 	//   core 0001_sets.sql
 	//   core 0002_collected.sql
 	//   notes-app 0001_notes.sql
 	//   set:notes 0001_holds.sql
 	//   set:notes 0002_review.sql
+	//   set:notes 0003_index_names.sql
 	// migrated: ""
 }
 
@@ -108,7 +109,7 @@ func ExampleMigrator_Migrate_dryRun() {
 	_, err = store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 	fmt.Println("after the DBA:", err, m.Validate(ctx))
 	// Output:
-	// pending: core 0 -> 2, set:items 0 -> 2
+	// pending: core 0 -> 2, set:items 0 -> 3
 	// before the DBA, refset.ErrSchema: true
 	// after the DBA: <nil> <nil>
 }

@@ -196,7 +196,7 @@ func TestReplicasMigrateAtOnce(t *testing.T) {
 			raw := setup.Driver().Pool()
 			_, err := raw.ExecContext(t.Context(), `CREATE TABLE items (id TEXT PRIMARY KEY)`)
 			require.NoError(t, err)
-			want := "core 0 -> 2, release 0 -> 4, set:items 0 -> 2"
+			want := "core 0 -> 2, release 0 -> 4, set:items 0 -> 3"
 			if !c.fresh { // the release before this one
 				m, err := schema.New(setup, schema.Config{Sets: []schema.Set{{Table: "items"}}})
 				require.NoError(t, err)
@@ -216,7 +216,7 @@ func TestReplicasMigrateAtOnce(t *testing.T) {
 			assert.Equal(t, []string{want}, did, "one replica migrated, the others found nothing to do")
 			rows, err := raw.QueryContext(t.Context(), `SELECT migration FROM release_runs`)
 			assert.Equal(t, []string{"0002"}, testdb.Column[string](t, rows, err), "each migration ran once")
-			assert.Equal(t, map[string]int{"core": 2, "release": 4, "set:items": 2}, recorded(t, raw))
+			assert.Equal(t, map[string]int{"core": 2, "release": 4, "set:items": 3}, recorded(t, raw))
 			m, err := schema.New(setup, release(c.backend.Postgres))
 			require.NoError(t, err)
 			require.NoError(t, m.Validate(t.Context()))
@@ -683,5 +683,107 @@ func TestSetKeepsItsHoldsTable(t *testing.T) {
 			require.NoError(t, err, "HoldsTable %q", holds)
 		}
 		assert.Equal(t, before, b.tables(t))
+	})
+}
+
+// setIndexes are the columns of each index but primary keys on a set's holds table
+// and review queue, by index name, as the database's catalog has them.
+func setIndexes(t *testing.T, b backend, holds, queue string) map[string]string {
+	t.Helper()
+	query := `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename IN ($1, $2) AND indexname NOT LIKE '%pkey'`
+	if b.db.Driver().Name() == "sqlite" {
+		query = `SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name IN (?, ?) AND sql IS NOT NULL`
+	}
+	rows, err := b.raw.QueryContext(t.Context(), query, holds, queue)
+	require.NoError(t, err)
+	defer rows.Close()
+	got := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		require.NoError(t, rows.Scan(&name, &def))
+		_, cols, _ := strings.Cut(def[strings.LastIndex(def, " ON "):], "(")
+		got[name], _, _ = strings.Cut(cols, ")")
+	}
+	require.NoError(t, rows.Err())
+	return got
+}
+
+// A set whose holds table or review queue has a long name gets its three indexes
+// (holds by holder, holds by expiry, the queue by due time) under names the database
+// keeps whole. PostgreSQL cuts a name past 63 bytes short, silently: for a table of
+// 56 characters (the longest whose review queue's name fits) or a holds table of 62
+// or 63 the cut names were one another's or the table's own, and the indexes were
+// never made. A set migrated before (version 2) gets what it lacks, and
+// its indexes made under cut names are renamed, when it migrates to version 3.
+func TestLongSetNames(t *testing.T) {
+	cases := []struct {
+		table, holds string
+	}{
+		{table: strings.Repeat("a", 40)},
+		{table: strings.Repeat("b", 52)},
+		{table: strings.Repeat("c", 56)},
+		{table: "e", holds: strings.Repeat("h", 62)},
+		{table: "f", holds: strings.Repeat("i", 63)},
+	}
+	eachBackend(t, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		postgres := b.db.Driver().Name() == "postgres"
+		for _, c := range cases {
+			holds := c.holds
+			if holds == "" {
+				holds = c.table + "_holds"
+			}
+			queue := c.table + "_review"
+			_, err := b.raw.ExecContext(ctx, `CREATE TABLE `+c.table+` (id TEXT PRIMARY KEY)`)
+			require.NoError(t, err)
+			set := schema.Config{Sets: []schema.Set{{Table: c.table, HoldsTable: c.holds}}}
+			want := map[string]string{}
+			check := func(when string) {
+				t.Helper()
+				got := setIndexes(t, b, holds, queue)
+				cols := map[string]int{}
+				for name, col := range got {
+					if postgres {
+						assert.LessOrEqual(t, len(name), 63, "%s %s: index %s", c.table, when, name)
+					}
+					cols[col]++
+				}
+				assert.Equal(t, map[string]int{"holder": 1, "expires_at": 1, "review_after": 1}, cols,
+					"%s %s: each index once: %v", c.table, when, got)
+				if len(want) == 0 {
+					want = got
+				}
+				assert.Equal(t, want, got, "%s %s: the same names", c.table, when)
+			}
+
+			_, err = b.migrator(t, set).Migrate(ctx, schema.DirectionUp, nil)
+			require.NoError(t, err)
+			check("made now")
+			if !postgres {
+				continue // SQLite keeps every name whole: nothing was ever cut
+			}
+
+			// As the migrations before version 3 left it: the indexes made under the
+			// names PostgreSQL cut (CREATE INDEX IF NOT EXISTS skipping those whose cut
+			// name was taken), at version 2.
+			_, err = b.migrator(t, set).Migrate(ctx, schema.DirectionDown, &schema.MigrateOpts{Component: "set:" + c.table, TargetVersion: 2})
+			require.NoError(t, err)
+			for name := range want {
+				_, err = b.raw.ExecContext(ctx, `DROP INDEX "`+name+`"`)
+				require.NoError(t, err)
+			}
+			for _, q := range []string{
+				`CREATE INDEX IF NOT EXISTS "` + holds + `_holder" ON "` + holds + `" (holder)`,
+				`CREATE INDEX IF NOT EXISTS "` + holds + `_expires" ON "` + holds + `" (expires_at) WHERE expires_at IS NOT NULL`,
+				`CREATE INDEX IF NOT EXISTS "` + queue + `_due" ON "` + queue + `" (review_after)`,
+			} {
+				_, err = b.raw.ExecContext(ctx, q)
+				require.NoError(t, err)
+			}
+			t.Logf("%s at version 2: %v", c.table, setIndexes(t, b, holds, queue))
+			_, err = b.migrator(t, set).Migrate(ctx, schema.DirectionUp, nil)
+			require.NoError(t, err)
+			check("migrated from version 2")
+		}
 	})
 }

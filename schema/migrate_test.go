@@ -133,7 +133,7 @@ var (
 	refsets  = []string{"items", "refset_collected", "refset_schema_version", "refset_sets"}
 	all      = []string{"items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets"}
 	allFull  = []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}
-	upToDate = "core 0 -> 2, things 0 -> 2, set:items 0 -> 2, held 0 -> 1"
+	upToDate = "core 0 -> 2, things 0 -> 2, set:items 0 -> 3, held 0 -> 1"
 )
 
 // The migrator up, up to a target or by steps, down to a target, by one step or to 0,
@@ -153,7 +153,7 @@ func TestMigrator(t *testing.T) {
 	}
 	cases := []migratorCase{
 		{name: "up", direction: up, want: upToDate, tables: allFull, registration: false,
-			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
+			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0003_index_names.sql", "0001_held.sql"}},
 		{name: "up to a target", direction: up, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
 			want: "core 0 -> 2, things 0 -> 1", versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql"},
 			tables: []string{"items", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
@@ -167,16 +167,18 @@ func TestMigrator(t *testing.T) {
 			want: "things 2 -> 1", versions: []string{"0002_b.down.sql"},
 			tables: []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "down a step", before: true, direction: down, opts: &schema.MigrateOpts{Component: "set:items"},
-			want: "set:items 2 -> 1", versions: []string{"0002_review.down.sql"},
+			want: "set:items 3 -> 2", versions: []string{"0003_index_names.down.sql"}, tables: allFull},
+		{name: "down to a set's target", before: true, direction: down, opts: &schema.MigrateOpts{Component: "set:items", TargetVersion: 1},
+			want: "set:items 3 -> 1", versions: []string{"0003_index_names.down.sql", "0002_review.down.sql"},
 			tables: []string{"held", "items", "items_holds", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
 		{name: "down to 0", before: true, direction: down, opts: &schema.MigrateOpts{Component: "set:items", TargetVersion: -1},
-			want: "set:items 2 -> 0", versions: []string{"0002_review.down.sql", "0001_holds.down.sql"}, registration: true,
+			want: "set:items 3 -> 0", versions: []string{"0003_index_names.down.sql", "0002_review.down.sql", "0001_holds.down.sql"}, registration: true,
 			tables: []string{"held", "items", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}},
 		{name: "down by steps to a target", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: 1, MaxSteps: 5},
 			want: "things 2 -> 1", versions: []string{"0002_b.down.sql"},
 			tables: []string{"held", "items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "dry run up", direction: up, opts: &schema.MigrateOpts{DryRun: true}, want: upToDate, tables: only,
-			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0001_held.sql"}},
+			versions: []string{"0001_sets.sql", "0002_collected.sql", "0001_a.sql", "0002_b.sql", "0001_holds.sql", "0002_review.sql", "0003_index_names.sql", "0001_held.sql"}},
 		{name: "dry run down", before: true, direction: down, opts: &schema.MigrateOpts{Component: "things", TargetVersion: -1, DryRun: true},
 			want: "things 2 -> 0", versions: []string{"0002_b.down.sql", "0001_a.down.sql"}, tables: allFull},
 	}
@@ -331,7 +333,7 @@ func TestValidate(t *testing.T) {
 	cases := []validateCase{
 		{name: "empty", want: upToDate, tables: only},
 		{name: "behind", before: &schema.MigrateOpts{Component: "things", TargetVersion: 1},
-			want: "things 1 -> 2, set:items 0 -> 2, held 0 -> 1", tables: []string{"items", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
+			want: "things 1 -> 2, set:items 0 -> 3, held 0 -> 1", tables: []string{"items", "refset_collected", "refset_schema_version", "refset_sets", "things_a"}},
 		{name: "a set unregistered", before: &schema.MigrateOpts{},
 			want: "set:items registration", tables: allFull},
 		{name: "up to date", before: &schema.MigrateOpts{}, tables: allFull},
@@ -378,7 +380,7 @@ func TestMigrateReports(t *testing.T) {
 		m := b.migrator(t, schema.Config{Sets: []schema.Set{{Table: "items"}}})
 		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
-		assert.Equal(t, "set:items 0 -> 2", done.String())
+		assert.Equal(t, "set:items 0 -> 3", done.String())
 		assert.Equal(t, all, b.tables(t))
 
 		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
@@ -390,7 +392,7 @@ func TestMigrateReports(t *testing.T) {
 		done, err = m.Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
 		require.Len(t, done.Steps, 1)
-		assert.Equal(t, schema.Step{Component: "set:items", From: 0, To: 2, Versions: done.Steps[0].Versions}, done.Steps[0],
+		assert.Equal(t, schema.Step{Component: "set:items", From: 0, To: 3, Versions: done.Steps[0].Versions}, done.Steps[0],
 			"a lost table's migrations run again")
 		assert.Equal(t, all, b.tables(t))
 	})
@@ -407,7 +409,7 @@ func TestDryRunScript(t *testing.T) {
 
 		p, err := m.Migrate(ctx, schema.DirectionUp, dry)
 		require.NoError(t, err)
-		assert.Equal(t, "core 0 -> 2, set:items 0 -> 2", p.String())
+		assert.Equal(t, "core 0 -> 2, set:items 0 -> 3", p.String())
 		require.Len(t, p.Steps, 2)
 		assert.True(t, p.Steps[1].Registration)
 		assert.Equal(t, only, b.tables(t), "a dry run created nothing")
@@ -434,7 +436,7 @@ func TestDryRunScript(t *testing.T) {
 		require.NoError(t, err)
 		p, err = m.Migrate(ctx, schema.DirectionUp, dry)
 		require.NoError(t, err)
-		assert.Equal(t, "set:items 0 -> 2", p.String())
+		assert.Equal(t, "set:items 0 -> 3", p.String())
 		assert.False(t, p.Steps[0].Registration, "still registered")
 	})
 }
@@ -453,7 +455,7 @@ func TestMigrateDownRoundTrip(t *testing.T) {
 			return res.String()
 		}
 
-		assert.Equal(t, "set:items 2 -> 1", down("set:items", 1))
+		assert.Equal(t, "set:items 3 -> 1", down("set:items", 1))
 		assert.Equal(t, []string{"items", "items_holds", "refset_collected", "refset_schema_version", "refset_sets"}, b.tables(t))
 
 		assert.Equal(t, "set:items 1 -> 0", down("set:items", -1))
@@ -466,7 +468,7 @@ func TestMigrateDownRoundTrip(t *testing.T) {
 
 		done, err := m.Migrate(ctx, schema.DirectionUp, nil)
 		require.NoError(t, err)
-		assert.Equal(t, "core 0 -> 2, set:items 0 -> 2", done.String())
+		assert.Equal(t, "core 0 -> 2, set:items 0 -> 3", done.String())
 		assert.Equal(t, all, b.tables(t))
 	})
 }
@@ -528,21 +530,21 @@ func TestScriptsDownAndUpKeepTheRecord(t *testing.T) {
 			return true
 		}
 
-		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 0 -> 2, set:items 0 -> 2")
-		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up")
+		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 0 -> 2, set:items 0 -> 3")
+		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 3}, versions(), "up")
 		assert.True(t, registered())
 
 		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "things"}, "things 2 -> 1")
-		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 2}, versions(), "things down a step")
-		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 2 -> 0")
+		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 3}, versions(), "things down a step")
+		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "set:items", TargetVersion: -1}, "set:items 3 -> 0")
 		assert.Equal(t, map[string]int{"core": 2, "things": 1, "set:items": 0}, versions(), "the set down to 0")
 		assert.False(t, registered(), "the registration went with the set")
 		runDryRun(t, b, m, schema.DirectionDown, schema.MigrateOpts{Component: "core", TargetVersion: -1}, "core 2 -> 0")
 		assert.Equal(t, map[string]int{"core": 0, "things": 1, "set:items": 0}, versions(), "core down to 0")
 		assert.Equal(t, []string{"items", "refset_schema_version", "things_a"}, b.tables(t))
 
-		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 1 -> 2, set:items 0 -> 2")
-		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 2}, versions(), "up again")
+		runDryRun(t, b, m, schema.DirectionUp, schema.MigrateOpts{}, "core 0 -> 2, things 1 -> 2, set:items 0 -> 3")
+		assert.Equal(t, map[string]int{"core": 2, "things": 2, "set:items": 3}, versions(), "up again")
 		assert.True(t, registered())
 		assert.Equal(t, []string{"items", "items_holds", "items_review", "refset_collected", "refset_schema_version", "refset_sets", "things_a", "things_b"}, b.tables(t))
 		done, err := m.Migrate(ctx, schema.DirectionUp, nil)

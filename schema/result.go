@@ -47,7 +47,7 @@ type MigrateVersion struct {
 	Duration time.Duration
 }
 
-// String names each step, as "core 0 -> 2, set:items 0 -> 2" (or "set:items
+// String names each step, as "core 0 -> 2, set:items 0 -> 3" (or "set:items
 // registration" for a registration alone); "" when nothing ran.
 func (r *MigrateResult) String() string {
 	if r == nil {

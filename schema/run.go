@@ -55,7 +55,7 @@ func (m *Migrator) upUnit(ctx context.Context, q refset.Querier, tx refset.Tx, u
 		if err != nil {
 			return nil, err
 		}
-		if ms, err = rs.migrations(m.sql, false); err != nil {
+		if ms, err = rs.migrations(m.sql, m.drv.Name(), false); err != nil {
 			return nil, err
 		}
 		set = &rs
@@ -302,7 +302,7 @@ func (m *Migrator) downFiles(ctx context.Context, q refset.Querier, u *unit, tar
 			return nil, err
 		}
 		rs := resolvedSet{Registered: r}
-		return rs.migrations(m.sql, true)
+		return rs.migrations(m.sql, m.drv.Name(), true)
 	}
 	return u.down, nil // read and checked by New
 }
@@ -366,20 +366,39 @@ func (m *Migrator) sameTable(a, b sqlident.Ident) bool {
 	return a == b || m.drv.Name() == "sqlite" && strings.EqualFold(a.String(), b.String())
 }
 
-// migrations are the dialect's set migrations (the down ones if down) written for s.
-func (s resolvedSet) migrations(d refsetdriver.SchemaSQL, down bool) ([]migration.Migration, error) {
+// migrations are the dialect's set migrations (the down ones if down) written for s,
+// on a database of dialect (its Driver's Name).
+func (s resolvedSet) migrations(d refsetdriver.SchemaSQL, dialect string, down bool) ([]migration.Migration, error) {
 	ms, err := migration.Dialect(d, "set", down)
 	if err != nil {
 		return nil, err
 	}
 	data := map[string]string{
-		"Table":     s.Table.Quoted(),
-		"IDColumn":  `"` + s.IDColumn + `"`,
-		"IDType":    s.IDType,
-		"Holds":     s.Holds.Quoted(),
-		"HoldsName": s.Holds.Name,
-		"Queue":     s.Queue.Quoted(),
-		"QueueName": s.Queue.Name,
+		"Table":    s.Table.Quoted(),
+		"IDColumn": `"` + s.IDColumn + `"`,
+		"IDType":   s.IDType,
+		"Holds":    s.Holds.Quoted(),
+		"Queue":    s.Queue.Quoted(),
+	}
+	for _, ix := range []struct {
+		key   string
+		table sqlident.Ident
+		label string
+	}{
+		{"HolderIndex", s.Holds, "holder"},
+		{"ExpiresIndex", s.Holds, "expires"},
+		{"DueIndex", s.Queue, "due"},
+	} {
+		name, legacy := migration.IndexName(dialect, ix.table.Name, ix.label)
+		data[ix.key] = name
+		data["Legacy"+ix.key] = ""
+		if legacy != "" && legacy != s.Table.Name && legacy != s.Holds.Name && legacy != s.Queue.Name {
+			// The name PostgreSQL made of the one too long for it, which may hold the
+			// index, to be given the name that fits (0003_index_names.sql).
+			if q, err := ix.table.WithName(legacy); err == nil {
+				data["Legacy"+ix.key] = q.Quoted()
+			}
+		}
 	}
 	for i, mig := range ms {
 		var b bytes.Buffer

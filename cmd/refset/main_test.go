@@ -217,7 +217,7 @@ func TestCommands(t *testing.T) {
 				blocks.OldestDue = nil
 				require.Equal(t, setJSON{Table: "blocks", Objects: 7, HoldsLive: 7, HoldsExpired: 1, Queued: 3, Overdue: 2}, blocks)
 				require.Equal(t, setJSON{Table: "tokens", Objects: 1, HoldsLive: 1}, tokens)
-				require.Equal(t, []versionJSON{{"core", 2}, {"set:blocks", 2}, {"set:tokens", 2}}, s.Versions)
+				require.Equal(t, []versionJSON{{"core", 2}, {"set:blocks", 3}, {"set:tokens", 3}}, s.Versions)
 			},
 		},
 		{
@@ -404,8 +404,8 @@ func TestCommands(t *testing.T) {
 				require.NoError(t, json.Unmarshal(out, &m))
 				require.Equal(t, migrateStatusJSON{Components: []componentJSON{
 					{Component: "core", Recorded: 2, Available: 2},
-					{Component: "set:blocks", Recorded: 2, Available: 2},
-					{Component: "set:tokens", Recorded: 2, Available: 2},
+					{Component: "set:blocks", Recorded: 3, Available: 3},
+					{Component: "set:tokens", Recorded: 3, Available: 3},
 				}}, m)
 			},
 		},
@@ -516,7 +516,7 @@ func TestCommandsWithoutRefset(t *testing.T) {
 					"(refset migrate up creates them)\n")
 			})
 		}
-		require.Contains(t, cli(t, bin, dbArgs, exitOK, "migrate", "status", "--table", "blocks"), "pending: core 0 -> 2, set:blocks 0 -> 2")
+		require.Contains(t, cli(t, bin, dbArgs, exitOK, "migrate", "status", "--table", "blocks"), "pending: core 0 -> 2, set:blocks 0 -> 3")
 	})
 }
 
@@ -566,9 +566,9 @@ func TestMigrate(t *testing.T) {
 
 		require.Equal(t, migrateStatusJSON{Components: []componentJSON{
 			{Component: "core", Available: 2, Pending: true},
-			{Component: "set:blocks", Available: 2, Pending: true, Register: true},
-			{Component: "set:tokens", Available: 2, Pending: true, Register: true},
-		}, Pending: "core 0 -> 2, set:blocks 0 -> 2, set:tokens 0 -> 2"}, migrateStatus(t, bin, dbArgs, sets...))
+			{Component: "set:blocks", Available: 3, Pending: true, Register: true},
+			{Component: "set:tokens", Available: 3, Pending: true, Register: true},
+		}, Pending: "core 0 -> 2, set:blocks 0 -> 3, set:tokens 0 -> 3"}, migrateStatus(t, bin, dbArgs, sets...))
 		require.Contains(t, cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "status"}, sets...)...), "pending: core 0 -> 2")
 
 		script := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "sql"}, sets...)...)
@@ -583,22 +583,22 @@ func TestMigrate(t *testing.T) {
 		require.Len(t, refsetTables(), 6)
 		require.Equal(t, migrateStatusJSON{Components: []componentJSON{
 			{Component: "core", Recorded: 2, Available: 2},
-			{Component: "set:blocks", Recorded: 2, Available: 2},
-			{Component: "set:tokens", Recorded: 2, Available: 2},
+			{Component: "set:blocks", Recorded: 3, Available: 3},
+			{Component: "set:tokens", Recorded: 3, Available: 3},
 		}}, migrateStatus(t, bin, dbArgs), "every set the script registered, nothing pending")
 		require.Equal(t, "nothing to do: every component is up to date\n", cli(t, bin, dbArgs, exitOK, "migrate", "up"))
 		require.Equal(t, "-- refset schema: nothing pending.\n", cli(t, bin, dbArgs, exitOK, "migrate", "sql"))
 
 		// Down and up again.
-		require.Equal(t, "applied set:tokens 2 -> 0\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:tokens", "--target", "0"))
+		require.Equal(t, "applied set:tokens 3 -> 0\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:tokens", "--target", "0"))
 		require.Equal(t, []string{"refset_schema_version", "refset_sets", "blocks_holds", "blocks_review"}, refsetTables())
 		require.Len(t, migrateStatus(t, bin, dbArgs).Components, 2, "tokens is no set any more")
-		require.Equal(t, "applied set:blocks 2 -> 1\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:blocks", "--target", "1"))
-		require.Equal(t, componentJSON{Component: "set:blocks", Recorded: 1, Available: 2, Pending: true},
+		require.Equal(t, "applied set:blocks 3 -> 1\n", cli(t, bin, dbArgs, exitOK, "migrate", "down", "--component", "set:blocks", "--target", "1"))
+		require.Equal(t, componentJSON{Component: "set:blocks", Recorded: 1, Available: 3, Pending: true},
 			migrateStatus(t, bin, dbArgs).Components[1])
 		out := cli(t, bin, dbArgs, exitOK, append([]string{"migrate", "up"}, sets...)...)
-		require.Contains(t, out, "applied set:blocks 0 -> 2", "its queue was gone, so its migrations ran again")
-		require.Contains(t, out, "applied set:tokens 0 -> 2")
+		require.Contains(t, out, "applied set:blocks 0 -> 3", "its queue was gone, so its migrations ran again")
+		require.Contains(t, out, "applied set:tokens 0 -> 3")
 		require.Len(t, refsetTables(), 6)
 		require.Empty(t, migrateStatus(t, bin, dbArgs, sets...).Pending)
 

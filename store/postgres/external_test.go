@@ -94,7 +94,7 @@ func TestExternalMigrations(t *testing.T) {
 			require.ErrorIs(t, err, refset.ErrSchema)
 			var pe *schema.PendingError
 			require.ErrorAs(t, err, &pe)
-			assert.Contains(t, err.Error(), "core 0 -> 2, set:things 0 -> 2")
+			assert.Contains(t, err.Error(), "core 0 -> 2, set:things 0 -> 3")
 			assert.Equal(t, before, relations(), "nothing created")
 
 			m, err := schema.New(app, schema.Config{Sets: []schema.Set{{Table: "things"}}})

@@ -42,7 +42,7 @@ func TestExternalMigrations(t *testing.T) {
 	require.ErrorIs(t, err, refset.ErrSchema)
 	var pe *schema.PendingError
 	require.ErrorAs(t, err, &pe)
-	assert.Contains(t, err.Error(), "core 0 -> 2, set:things 0 -> 2")
+	assert.Contains(t, err.Error(), "core 0 -> 2, set:things 0 -> 3")
 	assert.Equal(t, []string{"things"}, tables(), "nothing created")
 
 	m, err := schema.New(db, schema.Config{Sets: []schema.Set{{Table: "things"}}})

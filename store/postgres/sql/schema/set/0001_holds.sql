@@ -10,5 +10,5 @@ CREATE TABLE IF NOT EXISTS {{.Holds}} (
 );
 -- Releasing everything a holder has (a transaction's locks) and finding expired holds
 -- must not scan the table.
-CREATE INDEX IF NOT EXISTS "{{.HoldsName}}_holder" ON {{.Holds}} (holder);
-CREATE INDEX IF NOT EXISTS "{{.HoldsName}}_expires" ON {{.Holds}} (expires_at) WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS "{{.HolderIndex}}" ON {{.Holds}} (holder);
+CREATE INDEX IF NOT EXISTS "{{.ExpiresIndex}}" ON {{.Holds}} (expires_at) WHERE expires_at IS NOT NULL;

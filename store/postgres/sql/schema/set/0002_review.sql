@@ -7,4 +7,4 @@ CREATE TABLE IF NOT EXISTS {{.Queue}} (
     review_after timestamptz NOT NULL,
     version      bigint NOT NULL DEFAULT 1
 );
-CREATE INDEX IF NOT EXISTS "{{.QueueName}}_due" ON {{.Queue}} (review_after);
+CREATE INDEX IF NOT EXISTS "{{.DueIndex}}" ON {{.Queue}} (review_after);

@@ -7,4 +7,4 @@ CREATE TABLE IF NOT EXISTS {{.Queue}} (
     review_after INTEGER NOT NULL,
     version      INTEGER NOT NULL DEFAULT 1
 );
-CREATE INDEX IF NOT EXISTS "{{.QueueName}}_due" ON {{.Queue}} (review_after);
+CREATE INDEX IF NOT EXISTS "{{.DueIndex}}" ON {{.Queue}} (review_after);
