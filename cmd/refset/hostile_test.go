@@ -33,13 +33,8 @@ func TestHostileValuesInText(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			db, dbArgs := b.open(t)
 			ctx := t.Context()
-			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-				_, err := tx.ExecContext(ctx, `CREATE TABLE notes (id TEXT PRIMARY KEY)`)
-				return err
-			}))
-			_, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
-			require.NoError(t, err)
-			_, err = cleanup.Install(ctx, db, cleanup.Config{Table: "notes"})
+			notesSet(t, db)
+			_, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes"})
 			require.NoError(t, err)
 			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 				for _, q := range []struct {
@@ -120,6 +115,18 @@ func TestUILogsFailures(t *testing.T) {
 	}
 }
 
+// notesSet makes a table notes (id TEXT) in db and the set on it.
+func notesSet(t *testing.T, db refset.Database) *refset.RefSet[object, string] {
+	t.Helper()
+	require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE notes (id TEXT PRIMARY KEY)`)
+		return err
+	}))
+	s, err := store.NewStore[object, string](t.Context(), db, store.Config{Table: "notes"})
+	require.NoError(t, err)
+	return refset.New(s)
+}
+
 // A --holder given empty is refused (exit 2), changing nothing: left out, the flag
 // means every holder, and a script's `--holder "$HOLDER"` with the variable unset
 // must not delete every holder's expired holds.
@@ -129,14 +136,8 @@ func TestHostileEmptyHolder(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			db, dbArgs := b.open(t)
 			ctx := t.Context()
-			require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-				_, err := tx.ExecContext(ctx, `CREATE TABLE notes (id TEXT PRIMARY KEY)`)
-				return err
-			}))
-			s, err := store.NewStore[object, string](ctx, db, store.Config{Table: "notes"})
-			require.NoError(t, err)
-			set := refset.New(s)
-			_, err = set.Add(ctx, object{Key: "n1"}, set.Hold("brief", time.Millisecond))
+			set := notesSet(t, db)
+			_, err := set.Add(ctx, object{Key: "n1"}, set.Hold("brief", time.Millisecond))
 			require.NoError(t, err)
 			time.Sleep(5 * time.Millisecond)
 
