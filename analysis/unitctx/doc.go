@@ -22,18 +22,29 @@
 //     (refset.CommandFunc);
 //   - a method Execute(ctx context.Context, tx refset.Tx, id ID) (a refset.Command).
 //
-// A function literal is checked where it is written; a named function or method
-// only when the package that declares it is the one that passes it (a function of
-// another package given to InTx is not checked).
+// The function may be written in the call, named (a function or method, generic
+// ones instantiated too), held in a variable of the package (work :=
+// func(ctx context.Context, tx refset.Tx) error {...}; refset.InTx(ctx, db, work)),
+// or converted to a function type of the program's. A function literal is checked
+// where it is written; a named function or method only when the package that
+// declares it is the one that passes it (a function of another package given to
+// InTx is not checked).
 //
 // Inside such a function, every call of a function or method of a package of
 // refset's module (refset, store/..., blockmanager, cleanup, schema,
-// examples/custody/tokens, ...) whose first parameter is a context.Context must pass
-// the function's own context parameter, or a context made from it: a variable every
-// assignment of which is that parameter or made from it, or a call whose first
-// argument is one (context.WithTimeout(ctx, d), a tracer's Start(ctx, name)). A
-// function whose context parameter is _ or unnamed has no context of its own to
-// pass, so every such call in it is reported. Calls told where their statements run
+// examples/custody/tokens, ...) whose first parameter is a context.Context, called
+// by its name or through a variable of the package every value of which is that
+// function (add := set.Add), must pass the function's own context, or a context
+// made from it: its context parameter, as long as every value assigned to the
+// parameter later is made from it too; a variable declared in the function every
+// value of which (given by =, := or var, in any branch or loop; var v
+// context.Context gives none) is the unit's context or made from it; or a call
+// whose first argument is one (context.WithTimeout(ctx, d), context.WithoutCancel(ctx),
+// a tracer's Start(ctx, name)). A variable assigned in a way not followed (a range,
+// or through a pointer: one whose address is taken), a variable declared outside
+// the function and a struct's field hold no context of the unit's. A function
+// whose context parameter is _ or unnamed has no context of its own to pass, so
+// every such call in it is reported. Calls told where their statements run
 // are left alone, whatever their context: a method of a transaction or a pool (the
 // unit's Tx's ExecContext) and a call given one (AddTx, a Command's Execute). So are
 // functions declared in test files (a test's helpers).
@@ -46,12 +57,22 @@
 // belongs after InTx returns. A function literal inside that has a context parameter
 // of its own may use that one when it is called elsewhere (a retry helper's
 // callback): what it is given is not known here. One called where it is written
-// (go func(ctx context.Context) {...}(ctx)) holds what it is called with. The
-// analyzer does not follow calls into other functions: a helper declared elsewhere
-// is checked only if it is itself a unit's function.
+// (go func(ctx context.Context) {...}(ctx)), or held in a variable that the
+// function only calls (save := func(ctx context.Context, key string) error {...};
+// save(ctx, "a")), holds what it is called with. The analyzer does not follow calls
+// into other functions: a helper declared elsewhere is checked only if it is itself
+// a unit's function.
+//
+// InTx called inside a unit's function runs its own function in a unit of its own
+// (a savepoint of the enclosing one), which is checked on its own: it must use its
+// own context, not the enclosing function's, whose unit is busy with the savepoint
+// while it runs (a call made with that context then fails with refset.ErrInvalidTx).
 //
 // A call meant to run outside the unit (a test of what such a call does) says so
-// with a comment that begins with //unitctx:outside, on its line or the line above.
+// with a comment that begins with //unitctx:outside (then a space, or nothing):
+// after the call, on the line the call begins on or on the line of its context
+// argument, or alone on the line above one of those. A directive after code covers
+// that line only, not the next.
 //
 // Run it with go vet:
 //
