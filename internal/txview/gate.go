@@ -38,25 +38,28 @@ type gate struct {
 }
 
 // enter lets query in, or says, unsent, which statement of the transaction is in
-// flight. leave is called once the statement's call returned, with the rows it
-// returned if it was a query that succeeded: they keep the gate until closed.
-func (g *gate) enter(query string) (leave func(rows *sql.Rows), err error) {
+// flight. leave is to be called once the statement's call returned.
+func (g *gate) enter(query string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if err := g.busy(quote(query)); err != nil {
-		return nil, err
+	if err := g.busy(query); err != nil {
+		return err
 	}
 	g.inFlight = query
-	return func(rows *sql.Rows) {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		g.inFlight, g.rows = "", rows
-	}, nil
+	return nil
 }
 
-// busy is the error of what (a quoted statement), unsent,
-// when the gate cannot let it in now; g.mu is held.
-func (g *gate) busy(what string) error {
+// leave ends the statement enter let in, with the rows it returned if it was a query
+// that succeeded: they keep the gate until closed.
+func (g *gate) leave(rows *sql.Rows) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inFlight, g.rows = "", rows
+}
+
+// busy is the error of query, unsent, when the gate cannot let it in now; g.mu is
+// held.
+func (g *gate) busy(query string) error {
 	if g.rows != nil {
 		// Columns fails once the rows are closed: database/sql documents it so, and
 		// it is the one thing it says of a Rows' state.
@@ -66,9 +69,9 @@ func (g *gate) busy(what string) error {
 	}
 	switch {
 	case g.inFlight != "":
-		return fmt.Errorf("%w: %s was refused, unsent, while %s ran", ErrInFlight, what, quote(g.inFlight))
+		return fmt.Errorf("%w: %s was refused, unsent, while %s ran", ErrInFlight, quote(query), quote(g.inFlight))
 	case g.rows != nil:
-		return fmt.Errorf("%w: %s was refused, unsent, while the rows of an earlier query were open (close them, or read them to the end, first)", ErrInFlight, what)
+		return fmt.Errorf("%w: %s was refused, unsent, while the rows of an earlier query were open (close them, or read them to the end, first)", ErrInFlight, quote(query))
 	}
 	return nil
 }

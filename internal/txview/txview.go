@@ -190,15 +190,14 @@ func run[R any](ctx context.Context, v *View, query string, send func() (R, erro
 	if err := v.check(query); err != nil {
 		return none, err
 	}
-	leave, err := v.enter(query)
-	if err != nil {
+	if err := v.enter(query); err != nil {
 		return none, err
 	}
 	start := time.Now()
 	res, err := send()
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
 	rows, _ := any(res).(*sql.Rows)
-	leave(rows) // rows keep the statement in flight until they are closed
+	v.leave(rows) // rows keep the statement in flight until they are closed
 	if err != nil {
 		return none, ctxerr.Wrap(ctx, v.Translate(err, query))
 	}
@@ -206,16 +205,24 @@ func run[R any](ctx context.Context, v *View, query string, send func() (R, erro
 }
 
 // enter lets query in through the transaction's gate, or is the error, wrapped by
-// Overlap, of a statement that may not be sent now.
-func (v *View) enter(query string) (leave func(*sql.Rows), err error) {
+// Overlap, of a statement that may not be sent now. A statement let in leaves once
+// its call returned.
+func (v *View) enter(query string) error {
 	if v.gate == nil { // a View made without New, as tests make one
-		return func(*sql.Rows) {}, nil
+		return nil
 	}
-	leave, err = v.gate.enter(query)
+	err := v.gate.enter(query)
 	if err != nil && v.Overlap != nil {
 		err = v.Overlap(err)
 	}
-	return leave, err
+	return err
+}
+
+// leave ends the statement enter let in; rows, a query's, keep the gate until closed.
+func (v *View) leave(rows *sql.Rows) {
+	if v.gate != nil {
+		v.gate.leave(rows)
+	}
 }
 
 // QueryRowContext runs query in the transaction, with the database's placeholders
@@ -237,14 +244,13 @@ func (v *View) QueryRowContext(ctx context.Context, query string, args ...any) *
 		cancel()
 		return v.raw.QueryRowContext(dead, query, args...)
 	}
-	leave, err := v.enter(query)
-	if err != nil {
+	if err := v.enter(query); err != nil {
 		return (&answer{err: err}).row(ctx)
 	}
 	start := time.Now()
 	a := readRow(v.raw.QueryContext(ctx, query, args...))
 	dblog.Slow(ctx, v.Log, v.Slow, query, start)
-	leave(nil)
+	v.leave(nil)
 	return a.row(ctx)
 }
 
