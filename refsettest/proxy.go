@@ -1,6 +1,10 @@
 package refsettest
 
 import (
+	"net"
+	"net/url"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/refsetdb/refset/internal/test/pgtest"
@@ -43,9 +47,15 @@ type Proxy = pgtest.Proxy
 // PostgresProxy starts a Proxy to the server of dsn (say, [PostgresDSN]'s) and
 // returns the same DSN through it, with sslmode=disable: the proxy reads the
 // protocol's frames. The proxy stops when tb ends.
+//
+// The proxy reaches one server over TCP: the one dsn's host (or hostaddr) and port
+// name, or, as libpq, lib/pq and pgx read a DSN, PGHOST and PGPORT when dsn names
+// none, then localhost and 5432. A dsn it cannot reach so (a list of hosts, a Unix
+// socket's directory) fails tb at once, saying why without quoting dsn (it may hold
+// a password), rather than give a DSN whose every connection is lost.
 func PostgresProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	tb.Helper()
-	return pgtest.NewProxy(tb, dsn)
+	return pgtest.NewProxy(tb, overTCP(tb, "PostgresProxy", dsn))
 }
 
 // Freezer is a TCP forwarder to a PostgreSQL server that can hang as a server does
@@ -69,8 +79,66 @@ type Freezer = pgtest.Freezer
 
 // PostgresFreezer starts a Freezer in front of the server of dsn (say,
 // [PostgresDSN]'s) and returns the same DSN through it, with sslmode=disable. The
-// freezer stops when tb ends.
+// freezer stops when tb ends. It reaches the server as [PostgresProxy] does: one
+// host over TCP, PGHOST and PGPORT or localhost and 5432 when dsn names none; a dsn
+// it cannot reach so fails tb at once.
 func PostgresFreezer(tb testing.TB, dsn string) (*Freezer, string) {
 	tb.Helper()
-	return pgtest.NewFreezer(tb, dsn)
+	return pgtest.NewFreezer(tb, overTCP(tb, "PostgresFreezer", dsn))
+}
+
+// overTCP returns dsn as a URL that names the one server a forwarder (fn names it)
+// dials over TCP in its host and port, with the defaults a client would use
+// (PGHOST, PGPORT, localhost, 5432) filled in and a hostaddr moved there, so that
+// the DSN through the forwarder reaches the forwarder, and the forwarder the server
+// dsn names. It fails tb, without quoting dsn, when dsn names no one TCP server.
+func overTCP(tb testing.TB, fn, dsn string) string {
+	tb.Helper()
+	asURL, _ := pgtest.Forms(tb, dsn)
+	authority, _, _ := strings.Cut(strings.TrimPrefix(asURL, "postgres://"), "/")
+	if _, hostPort, _ := strings.Cut(authority, "@"); strings.HasPrefix(hostPort, "%2F") || strings.HasPrefix(authority, "%2F") {
+		// Forms writes a host that is a directory with its slashes escaped.
+		tb.Fatalf("refsettest: %s: the DSN names a Unix socket; it reaches the server over TCP: give its host and port", fn)
+	}
+	u, err := url.Parse(asURL)
+	if err != nil {
+		tb.Fatalf("refsettest: %s: the DSN does not name one server over TCP (one host, a port or none): %v", fn, redact(err))
+	}
+	q := u.Query()
+	host, port := u.Hostname(), u.Port()
+	if addr := q.Get("hostaddr"); addr != "" {
+		// libpq connects to hostaddr, not host: so must the forwarder, and the DSN
+		// through it must not name the server's address.
+		host = addr
+		q.Del("hostaddr")
+	}
+	if host == "" {
+		host = os.Getenv("PGHOST")
+	}
+	if host == "" {
+		host = "localhost"
+	}
+	if port == "" {
+		port = os.Getenv("PGPORT")
+	}
+	if port == "" {
+		port = "5432"
+	}
+	switch {
+	case strings.Contains(host, ",") || strings.Contains(port, ","):
+		tb.Fatalf("refsettest: %s: the DSN names a list of hosts or ports; it takes one server, over TCP", fn)
+	case strings.HasPrefix(host, "/") || strings.HasPrefix(host, "@"):
+		tb.Fatalf("refsettest: %s: the DSN names a Unix socket; it reaches the server over TCP: give its host and port", fn)
+	}
+	u.Host = net.JoinHostPort(host, port)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// redact drops the URL (and any password in it) from a *url.Error.
+func redact(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return ue.Err
+	}
+	return err
 }
