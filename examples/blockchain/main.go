@@ -7,7 +7,8 @@
 // committed head (longest chain, then lowest ID) and a fork cache whose stale heads
 // expire; clean-up, running in the background, prunes abandoned forks down to the
 // committed chain. At the end it checks every invariant and exits non-zero if one
-// fails.
+// fails (exit status 1; 2 for a flag out of range, 130 when interrupted, after it
+// has removed the temporary file or dropped the PostgreSQL schema it made).
 //
 //	go run ./examples/blockchain                       # a SQLite file in a temporary directory
 //	go run ./examples/blockchain -db node.db           # a SQLite file of your choice
@@ -22,10 +23,12 @@ import (
 	"log"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/refsetdb/refset/blockmanager"
@@ -45,12 +48,12 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.db, "db", "", "the database: a SQLite file (default: a new file in a temporary directory), or a PostgreSQL URL or key=value DSN, whose node's tables go in a new schema, dropped at the end")
-	flag.IntVar(&o.peers, "peers", 4, "simulated peers, each sending every block in its own order")
-	flag.IntVar(&o.blocks, "blocks", 3000, "blocks to send, forks included")
+	flag.IntVar(&o.peers, "peers", 4, "simulated peers, each sending every block in its own order (at least 1)")
+	flag.IntVar(&o.blocks, "blocks", 3000, "blocks to send, forks included (at least 50)")
 	flag.IntVar(&o.receivers, "receivers", 0, "goroutines receiving blocks (default 1 on SQLite, 4 on Postgres)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the simulation")
-	flag.DurationVar(&o.forkTTL, "fork-ttl", time.Second, "how long a fork that stops growing is kept")
-	flag.DurationVar(&o.grace, "grace", 300*time.Millisecond, "how long a new block is safe from clean-up before anything references it")
+	flag.DurationVar(&o.forkTTL, "fork-ttl", time.Second, "how long a fork that stops growing is kept (more than 0)")
+	flag.DurationVar(&o.grace, "grace", 300*time.Millisecond, "how long a new block is safe from clean-up before anything references it (more than 0)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "%s\n\nUsage: %s [flags]\n", `blockchain runs a ledger node's block handling on refset: simulated peers send
 blocks with forks, out of order and with duplicates; the completer holds blocks whose
@@ -61,13 +64,52 @@ table and exits non-zero if an invariant fails.`, os.Args[0])
 	}
 	flag.Parse()
 	log.SetFlags(0)
-	ok, err := run(context.Background(), o)
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(flag.CommandLine.Output(), "blockchain:", err)
+		flag.Usage()
+		os.Exit(2)
+	}
+	// Ctrl-C or a SIGTERM cancels the run, whose deferred clean-up then removes the
+	// temporary file or drops the schema, instead of the signal killing the process
+	// and leaving them behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	table, ok, err := run(ctx, o)
+	interrupted := ctx.Err() != nil
+	stop()
+	if interrupted {
+		log.Print("blockchain: interrupted")
+		os.Exit(130)
+	}
 	if err != nil {
 		log.Fatal("blockchain: ", err)
 	}
+	// Printed after run has closed the database and removed what it made, so that a
+	// closed stdout (| head -1), whose SIGPIPE kills the process, leaves nothing behind.
+	os.Stdout.WriteString(table)
 	if !ok {
 		os.Exit(1)
 	}
+}
+
+// minBlocks is the fewest blocks simulate makes a main chain and forks of: the
+// forks branch off more than 40 blocks below the main chain's tip.
+const minBlocks = 50
+
+// validate rejects the flags the simulation cannot run with.
+func (o options) validate() error {
+	switch {
+	case o.blocks < minBlocks:
+		return fmt.Errorf("-blocks %d: want at least %d", o.blocks, minBlocks)
+	case o.peers < 1:
+		return fmt.Errorf("-peers %d: want at least 1", o.peers)
+	case o.receivers < 0:
+		return fmt.Errorf("-receivers %d: want 0 (the default) or more", o.receivers)
+	case o.forkTTL <= 0:
+		return fmt.Errorf("-fork-ttl %v: want more than 0", o.forkTTL)
+	case o.grace <= 0:
+		return fmt.Errorf("-grace %v: want more than 0", o.grace)
+	}
+	return nil
 }
 
 // simulation is the blocks the peers send: a main chain and forks off it that the
@@ -126,16 +168,21 @@ func peerOrder(all []blockmanager.Block, rng *rand.Rand) []blockmanager.Block {
 	return order
 }
 
-func run(ctx context.Context, o options) (bool, error) {
+// run runs the simulation and returns the summary table, and whether every
+// invariant held.
+func run(ctx context.Context, o options) (table string, ok bool, err error) {
+	if err := o.validate(); err != nil {
+		return "", false, err
+	}
 	start := time.Now()
 	demo, err := exampledb.New(ctx, "blockchain", o.db)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	defer demo.Close()
 	db, err := demo.Open(ctx, 0)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	receivers := o.receivers
 	if receivers <= 0 {
@@ -146,7 +193,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	}
 	m, err := blockmanager.Open(ctx, db, blockmanager.Config{ForkTTL: o.forkTTL, Grace: o.grace})
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	sim := simulate(o.blocks, rand.New(rand.NewPCG(o.seed, 0)))
 
@@ -209,7 +256,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	close(errs)
 	for err := range errs {
 		stopCollecting()
-		return false, err
+		return "", false, err
 	}
 
 	// Ask the peers for the predecessors still missing, as a node's completer does:
@@ -222,7 +269,7 @@ func run(ctx context.Context, o options) (bool, error) {
 	for range 1000 {
 		_, missing, err := m.Completer().Pending(ctx)
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
 		if len(missing) == 0 {
 			break
@@ -230,7 +277,7 @@ func run(ctx context.Context, o options) (bool, error) {
 		for _, id := range missing {
 			out, err := m.Completer().Receive(ctx, byID[id])
 			if err != nil {
-				return false, fmt.Errorf("receiving the requested %s: %w", id, err)
+				return "", false, fmt.Errorf("receiving the requested %s: %w", id, err)
 			}
 			requested++
 			completed.Add(int64(out.Completed))
@@ -239,14 +286,18 @@ func run(ctx context.Context, o options) (bool, error) {
 
 	// Let the fork cache expire the forks and the newest blocks' grace period end,
 	// then collect what is left.
-	time.Sleep(max(o.forkTTL, o.grace) + 200*time.Millisecond)
+	select {
+	case <-time.After(max(o.forkTTL, o.grace) + 200*time.Millisecond):
+	case <-ctx.Done():
+		return "", false, ctx.Err()
+	}
 	stopCollecting()
 	if err := <-collecting; err != nil {
-		return false, err
+		return "", false, err
 	}
 	s, err := m.Collector().Collect(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	pruned.Add(s.Deleted)
 
@@ -254,29 +305,29 @@ func run(ctx context.Context, o options) (bool, error) {
 	c := m.Completer()
 	waiting, _, err := c.Pending(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	headID, err := m.Controller().Head(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	forks, err := m.Controller().Forks(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	var stored, height int
 	if err := db.Reader().QueryRowContext(ctx, `SELECT COUNT(*) FROM blocks`).Scan(&stored); err != nil {
-		return false, err
+		return "", false, err
 	}
 	for _, err := range m.Branch(ctx, headID) {
 		if err != nil {
-			return false, err
+			return "", false, err
 		}
 		height++
 	}
 	report, err := m.Collector().Check(ctx)
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	var problems []string
 	check := func(ok bool, format string, args ...any) {
@@ -312,14 +363,15 @@ func run(ctx context.Context, o options) (bool, error) {
 		{"integrity check", integrity},
 		{"elapsed", time.Since(start).Round(time.Millisecond).String()},
 	}
-	fmt.Println()
+	var b strings.Builder
+	b.WriteString("\n")
 	for _, r := range rows {
-		fmt.Printf("  %-34s %s\n", r[0], r[1])
+		fmt.Fprintf(&b, "  %-34s %s\n", r[0], r[1])
 	}
 	for _, p := range problems {
-		fmt.Println("  FAILED:", p)
+		fmt.Fprintln(&b, "  FAILED:", p)
 	}
-	return len(problems) == 0, nil
+	return b.String(), len(problems) == 0, nil
 }
 
 // progress draws a bar on stderr while blocks arrive, if stderr is a terminal.
