@@ -45,9 +45,13 @@ func (e *UnindexedError) Is(target error) bool { return target == ErrUnindexed }
 // PostgreSQL keeps whole (it would cut a longer one, perhaps to another index's name);
 // Postgres puts it in its table's schema.
 func indexStatement(r Reference) string {
-	name, _ := migration.IndexName("postgres", r.Table.Name, r.Column+"_idx")
+	name, _ := migration.IndexName(maxIdentLen, r.Table.Name, r.Column+"_idx")
 	return fmt.Sprintf(`CREATE INDEX "%s" ON %s ("%s")`, name, r.Table.Quoted(), r.Column)
 }
+
+// maxIdentLen is the longest name PostgreSQL keeps whole (NAMEDATALEN-1); SQLite
+// takes such a name as well.
+const maxIdentLen = 63
 
 // Install reads the references of the set's table from the catalog, creates the
 // review queue's triggers on every referencing table (replacing those of an earlier

@@ -3,6 +3,7 @@ package refsetdriver
 import (
 	"context"
 	"io/fs"
+	"reflect"
 	"time"
 
 	"github.com/refsetdb/refset/sqlident"
@@ -26,6 +27,20 @@ type SchemaSQL interface {
 	// TableExists looks table up as the statements that use it will (on Postgres an
 	// unqualified name through search_path).
 	TableExists(ctx context.Context, q Querier, table sqlident.Ident) (bool, error)
+	// SameTable reports whether a and b may name one table: as the dialect compares
+	// names (SQLite without regard to case), and by their names alone when one of
+	// them leaves the schema to the search path.
+	SameTable(a, b sqlident.Ident) bool
+	// IndexName is the name of the index label of a set's table (its holds table's
+	// "holder" index, its review queue's "due"): table + "_" + label where the dialect
+	// keeps that whole, otherwise one that it does, apart from every other. legacy is
+	// what the dialect made of the long name before (PostgreSQL cut it at 63 bytes),
+	// "" where the name is unchanged.
+	IndexName(table, label string) (name, legacy string)
+	// CheckIDType refuses (refset.ErrSchema) an ID Go type id that cannot hold the
+	// values of the set's ID column, named column, of SQL type typ as the dialect's
+	// catalog writes it; table names the set, for the message.
+	CheckIDType(table sqlident.Ident, column, typ string, id reflect.Type) error
 
 	// The record of versions: one version per component ("core", "set:<table>", or
 	// the Name of a schema.Component).

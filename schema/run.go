@@ -55,7 +55,7 @@ func (m *Migrator) upUnit(ctx context.Context, q refset.Querier, tx refset.Tx, u
 		if err != nil {
 			return nil, err
 		}
-		if ms, err = rs.migrations(m.sql, m.drv.Name(), false); err != nil {
+		if ms, err = rs.migrations(m.sql, false); err != nil {
 			return nil, err
 		}
 		set = &rs
@@ -302,7 +302,7 @@ func (m *Migrator) downFiles(ctx context.Context, q refset.Querier, u *unit, tar
 			return nil, err
 		}
 		rs := resolvedSet{Registered: r}
-		return rs.migrations(m.sql, m.drv.Name(), true)
+		return rs.migrations(m.sql, true)
 	}
 	return u.down, nil // read and checked by New
 }
@@ -331,7 +331,7 @@ func (m *Migrator) resolve(ctx context.Context, q refset.Querier, s setSpec) (re
 			}
 			if !s.holdsGiven {
 				rs.Holds = r.Holds
-			} else if !m.sameTable(s.holds, r.Holds) {
+			} else if !m.sql.SameTable(s.holds, r.Holds) {
 				return rs, fmt.Errorf("refset/schema: set %s: %w: HoldsTable %s is not the set's holds table: refset recorded the set with %s, "+
 					"whose holds would be left to nobody; name %s, or leave HoldsTable empty",
 					s.table, refset.ErrInvalidConfig, s.holds, r.Holds, r.Holds.Name)
@@ -356,19 +356,8 @@ func (m *Migrator) resolve(ctx context.Context, q refset.Querier, s setSpec) (re
 	return rs, nil
 }
 
-// sameTable reports whether a and b may name one table: when one of them leaves
-// the schema to the search path, their names alone are compared; on SQLite, whose
-// names ignore case, case is ignored.
-func (m *Migrator) sameTable(a, b sqlident.Ident) bool {
-	if a.Schema == "" || b.Schema == "" {
-		a.Schema, b.Schema = "", ""
-	}
-	return a == b || m.drv.Name() == "sqlite" && strings.EqualFold(a.String(), b.String())
-}
-
-// migrations are the dialect's set migrations (the down ones if down) written for s,
-// on a database of dialect (its Driver's Name).
-func (s resolvedSet) migrations(d refsetdriver.SchemaSQL, dialect string, down bool) ([]migration.Migration, error) {
+// migrations are the dialect's set migrations (the down ones if down) written for s.
+func (s resolvedSet) migrations(d refsetdriver.SchemaSQL, down bool) ([]migration.Migration, error) {
 	ms, err := migration.Dialect(d, "set", down)
 	if err != nil {
 		return nil, err
@@ -389,7 +378,7 @@ func (s resolvedSet) migrations(d refsetdriver.SchemaSQL, dialect string, down b
 		{"ExpiresIndex", s.Holds, "expires"},
 		{"DueIndex", s.Queue, "due"},
 	} {
-		name, legacy := migration.IndexName(dialect, ix.table.Name, ix.label)
+		name, legacy := d.IndexName(ix.table.Name, ix.label)
 		data[ix.key] = name
 		data["Legacy"+ix.key] = ""
 		if legacy != "" && legacy != s.Table.Name && legacy != s.Holds.Name && legacy != s.Queue.Name {

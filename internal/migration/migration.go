@@ -159,26 +159,22 @@ func IDColumn(table sqlident.Ident, idColumn string, cols []refsetdriver.Column)
 	return pk[0], nil
 }
 
-// maxPostgresName is the longest name PostgreSQL keeps whole (NAMEDATALEN-1): it cuts
-// a longer one to this many bytes, silently.
-const maxPostgresName = 63
-
-// IndexName is the name of the index label of a set's table named table (its holds
-// table's holder index, its review queue's due index), on a database of dialect:
-// table + "_" + label, as refset always named them, when that fits; on PostgreSQL, a
-// name longer than 63 bytes becomes the head of table, a hash of the whole name, and
-// label, so that it fits and stays apart from every other. PostgreSQL would cut it to
-// its first 63 bytes, which may be the table's own name (the index is then never
-// made: CREATE INDEX IF NOT EXISTS finds the table) or the name it cut another index
-// of the table to (made once, for the first). legacy is that cut name where the name
-// changes (an index a set made before may have it), "" otherwise.
-func IndexName(dialect, table, label string) (name, legacy string) {
+// IndexName is the name of the index label of a table named table, on a database
+// that keeps names of at most limit bytes whole (0: any): table + "_" + label, as
+// refset always named a set's indexes, when that fits; otherwise the head of table,
+// a hash of the whole name, and label, so that it fits and stays apart from every
+// other. PostgreSQL would cut it to its first 63 bytes, which may be the table's own
+// name (the index is then never made: CREATE INDEX IF NOT EXISTS finds the table) or
+// the name it cut another index of the table to (made once, for the first). legacy is
+// that cut name where the name changes (an index made before may have it), ""
+// otherwise.
+func IndexName(limit int, table, label string) (name, legacy string) {
 	name = table + "_" + label
-	if dialect != "postgres" || len(name) <= maxPostgresName {
+	if limit <= 0 || len(name) <= limit {
 		return name, ""
 	}
 	h := sha256.Sum256([]byte(name))
 	tail := "_" + hex.EncodeToString(h[:4]) + "_" + label
 	// Names are ASCII (sqlident): a byte is a character.
-	return table[:maxPostgresName-len(tail)] + tail, name[:maxPostgresName]
+	return table[:limit-len(tail)] + tail, name[:limit]
 }

@@ -104,28 +104,30 @@ func TestReadRefusesMisnamedFiles(t *testing.T) {
 }
 
 // IndexName keeps a name that fits as refset always wrote it, and makes one that
-// PostgreSQL would cut short fit, apart from the table's own name and from every
-// other index's (which PostgreSQL's cut does not); SQLite keeps every name whole.
+// PostgreSQL would cut short (at 63 bytes) fit, apart from the table's own name and
+// from every other index's (which PostgreSQL's cut does not); with no limit (SQLite)
+// every name is kept whole.
 func TestIndexName(t *testing.T) {
 	long := strings.Repeat("t", 56) + "_holds"
 	cases := []struct {
-		dialect, table, label string
-		name, legacy          string
+		limit        int
+		table, label string
+		name, legacy string
 	}{
-		{"postgres", "items_holds", "holder", "items_holds_holder", ""},
-		{"sqlite", long, "expires", long + "_expires", ""},
-		{"postgres", strings.Repeat("t", 52), "expires", strings.Repeat("t", 52) + "_expires", ""}, // 61 bytes: fits
+		{63, "items_holds", "holder", "items_holds_holder", ""},
+		{0, long, "expires", long + "_expires", ""},
+		{63, strings.Repeat("t", 52), "expires", strings.Repeat("t", 52) + "_expires", ""}, // 61 bytes: fits
 	}
 	for _, c := range cases {
-		name, legacy := IndexName(c.dialect, c.table, c.label)
+		name, legacy := IndexName(c.limit, c.table, c.label)
 		if name != c.name || legacy != c.legacy {
-			t.Errorf("IndexName(%s, %s, %s) = %q, %q; want %q, %q", c.dialect, c.table, c.label, name, legacy, c.name, c.legacy)
+			t.Errorf("IndexName(%d, %s, %s) = %q, %q; want %q, %q", c.limit, c.table, c.label, name, legacy, c.name, c.legacy)
 		}
 	}
 	seen := map[string]string{}
 	for _, table := range []string{long, strings.Repeat("t", 62), strings.Repeat("t", 63)} {
 		for _, label := range []string{"holder", "expires", "due", "block_id_one_idx", "block_id_two_idx"} {
-			name, legacy := IndexName("postgres", table, label)
+			name, legacy := IndexName(63, table, label)
 			if len(name) > 63 || name == table || !strings.HasSuffix(name, "_"+label) {
 				t.Errorf("IndexName(%s, %s) = %q: longer than 63 bytes, the table's name, or not ending in the label", table, label, name)
 			}

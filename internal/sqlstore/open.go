@@ -21,7 +21,7 @@ type Config struct {
 }
 
 // Open checks cfg and the struct T against the catalog (the ID type against the ID
-// column's SQL type too, CheckIDType), creates the set's holds table
+// column's SQL type too, SchemaSQL.CheckIDType), creates the set's holds table
 // and review queue if needed (package schema's migrator, as a program would run it),
 // and returns the store. With d.ExternalMigrations it creates nothing and fails with
 // refset.ErrSchema (a *schema.PendingError, which carries the SQL to run) if the schema
@@ -46,7 +46,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
-	if err := CheckIDType(d.Name(), table, t.IDColumn, t.IDType, reflect.TypeFor[ID]()); err != nil {
+	if err := d.SchemaSQL().CheckIDType(table, t.IDColumn, t.IDType, reflect.TypeFor[ID]()); err != nil {
 		return nil, err
 	}
 	t.Holds = holds

@@ -28,7 +28,12 @@ func rebind(query string) string { return sqltext.Dollar(query) }
 
 // theSchemaSQL is this store's part of refset's schema.
 var theSchemaSQL = storesql.NewSchema(storesql.SchemaDialect{Name: dialectName, Files: schemaFiles,
-	Rebind: rebind, Clock: cleanupDialect{}.Clock(), LockMigrations: lockMigrations, TableExists: tableExists})
+	Rebind: rebind, Clock: cleanupDialect{}.Clock(), LockMigrations: lockMigrations, TableExists: tableExists,
+	KeyType: storesql.PostgresKeyType, MaxName: maxName})
+
+// maxName is the longest name PostgreSQL keeps whole (NAMEDATALEN-1); it cuts a
+// longer one short, silently.
+const maxName = 63
 
 // lockMigrations takes a transaction-scoped advisory lock: a second process waits
 // here, then finds everything applied.

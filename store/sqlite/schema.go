@@ -25,7 +25,8 @@ func rebind(query string) string { return query }
 // migrations: the write transaction itself (BEGIN IMMEDIATE) already excludes every
 // other writer.
 var theSchemaSQL = storesql.NewSchema(storesql.SchemaDialect{Name: dialectName, Files: schemaFiles,
-	Rebind: rebind, Clock: cleanupDialect{}.Clock(), TableExists: tableExists})
+	Rebind: rebind, Clock: cleanupDialect{}.Clock(), TableExists: tableExists,
+	KeyType: storesql.SQLiteKeyType, FoldsCase: true})
 
 func tableExists(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error) {
 	var found bool

@@ -9,9 +9,11 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"strings"
 	"time"
 
+	"github.com/refsetdb/refset/internal/migration"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/sqlident"
@@ -82,9 +84,12 @@ func Clock[T any](now string, at func(T) time.Time) refsetdriver.Clock {
 // and clock).
 type Schema struct {
 	refsettables.Tables
-	name  string
-	files fs.FS
-	lock  func(ctx context.Context, tx refset.Tx) error
+	name    string
+	files   fs.FS
+	lock    func(ctx context.Context, tx refset.Tx) error
+	keyType func(typ string) KeyType
+	maxName int
+	fold    bool
 }
 
 // SchemaDialect is what a store's Schema is made of.
@@ -97,6 +102,14 @@ type SchemaDialect struct {
 	// write transaction itself does.
 	LockMigrations func(ctx context.Context, tx refset.Tx) error
 	TableExists    func(ctx context.Context, q refset.Querier, table sqlident.Ident) (bool, error)
+	// KeyType judges a key column's SQL type, as the dialect's catalog writes it,
+	// for the ID types that can hold it (SQLiteKeyType, PostgresKeyType).
+	KeyType func(typ string) KeyType
+	// MaxName is the longest name the dialect keeps whole (it cuts a longer one
+	// short, silently); 0: no limit.
+	MaxName int
+	// FoldsCase says the dialect's names compare without regard to case.
+	FoldsCase bool
 }
 
 // NewSchema is the Schema of d.
@@ -109,7 +122,26 @@ func NewSchema(d SchemaDialect) Schema {
 	if lock == nil {
 		lock = func(context.Context, refset.Tx) error { return nil }
 	}
-	return Schema{Tables: refsettables.New(d.Rebind, d.TableExists, d.Clock), name: d.Name, files: files, lock: lock}
+	return Schema{Tables: refsettables.New(d.Rebind, d.TableExists, d.Clock), name: d.Name, files: files, lock: lock,
+		keyType: d.KeyType, maxName: d.MaxName, fold: d.FoldsCase}
+}
+
+// CheckIDType: see refsetdriver.SchemaSQL.
+func (s Schema) CheckIDType(table sqlident.Ident, column, typ string, id reflect.Type) error {
+	return checkIDType(s.keyType, table, column, typ, id)
+}
+
+// IndexName: see refsetdriver.SchemaSQL.
+func (s Schema) IndexName(table, label string) (name, legacy string) {
+	return migration.IndexName(s.maxName, table, label)
+}
+
+// SameTable: see refsetdriver.SchemaSQL.
+func (s Schema) SameTable(a, b sqlident.Ident) bool {
+	if a.Schema == "" || b.Schema == "" {
+		a.Schema, b.Schema = "", ""
+	}
+	return a == b || s.fold && strings.EqualFold(a.String(), b.String())
 }
 
 func (s Schema) Name() string                                           { return s.name }
