@@ -283,6 +283,13 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	if err := refusedOr(view, err); err != nil {
 		return db.TranslateError(err, "")
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while fn ran, and fn did not say so: the unit rolls back,
+		// on every database alike. (A transaction's COMMIT is not always sent with the
+		// caller's context: a group commit's shared one is not, and a driver may run a
+		// statement whose context has already ended.)
+		return fmt.Errorf("refset: in transaction: %w", err)
+	}
 	ended = true // whether it succeeds or not, Commit ends the transaction
 	if err := raw.Commit(); err != nil {
 		err = commitError(db, err)
