@@ -300,7 +300,7 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err 
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, refset.ErrInvalidIdentifier):
 		// Not refset.ErrInvalidConfig: no request makes one. It is the database's
-		// word for a role that may not log in, or a database that is gone, which the
+		// word for a setting that cannot work (a read-only file written), which the
 		// operator must hear of (500, logged), not the visitor's mistake.
 		status = http.StatusBadRequest
 	case errors.Is(err, refset.ErrNotFound):

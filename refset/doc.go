@@ -157,8 +157,12 @@
 // whatever the caller did with that error. A Command or function that panics rolls
 // back what it was part of (the transaction, or a *Tx call's savepoint), its
 // connection goes back to the pool, the token or Acquired is left as it was before the
-// call, and the panic then goes on with its own value. A pool passed where a
-// transaction is required is refused with ErrInvalidTx.
+// call, and the panic then goes on with its own value. A Command of a call that runs
+// under a savepoint (a *Tx call, or one that joined a unit of work) cannot reach
+// that savepoint by name, and one that swallows the error of a statement the
+// database refused fails its call on PostgreSQL, which aborts the savepoint then,
+// with ErrInvalidTx: the call is undone alone and the transaction stays usable. A
+// pool passed where a transaction is required is refused with ErrInvalidTx.
 //
 // # Errors
 //

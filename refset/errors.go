@@ -72,7 +72,8 @@ var (
 	// ErrUnavailable: the database could not be reached, or the connection was lost
 	// during the call (a server restart or shutdown, a failover, a network failure, a
 	// terminated backend, too many connections, a server that takes no writes, a
-	// SQLite file that cannot be opened or read). Nothing the call did was committed,
+	// SQLite file that cannot be opened or read, a PostgreSQL server that refused a
+	// connection the pool made after Open: a login or database it took then). Nothing the call did was committed,
 	// unless the error also matches ErrCommitUnknown: on PostgreSQL, a COMMIT that lost
 	// its connection is asked about on a new one, and is ErrUnavailable alone only
 	// when the server said it did not commit (a call whose commit the server said went
@@ -96,7 +97,7 @@ var (
 
 	// ErrInvalidConfig: an option or connection setting that cannot work: a SQLite
 	// path that names no file, an unknown option value, a Postgres role or password
-	// the server refuses, a database that does not exist.
+	// the server refuses at Open, a database that does not exist then.
 	ErrInvalidConfig = sentinel.ErrInvalidConfig
 
 	// ErrStatement: the database refused a statement for a reason no other sentinel

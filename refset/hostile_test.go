@@ -32,8 +32,14 @@ func hostileBackends() []testdb.Backend {
 
 func openHostile(tb testing.TB, b testdb.Backend) *hostile {
 	tb.Helper()
+	return openHostileWith(tb, b, testdb.Options{})
+}
+
+// openHostileWith is openHostile on a database opened with opts.
+func openHostileWith(tb testing.TB, b testdb.Backend, opts testdb.Options) *hostile {
+	tb.Helper()
 	ctx := tb.Context()
-	db := b.Open(tb, testdb.Options{})
+	db := b.Open(tb, opts)
 	err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 		for _, q := range strings.Split(b.Types().In(testdb.BlocksSchema), ";") {
 			if strings.TrimSpace(q) == "" {
@@ -541,6 +547,301 @@ func TestHostileUnitReturnsNilAfterItsContextEnded(t *testing.T) {
 		}
 		if _, err := h.set.Load(t.Context(), "late"); !errors.Is(err, refset.ErrNotFound) {
 			t.Fatalf("Load of what the unit added: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// A Tx is the unit's while the unit runs, and no longer: a Command or an InTx
+// function that keeps its Tx (or the Querier Reader gave it) and runs a statement
+// after its unit ended is refused with ErrInvalidTx and writes nothing, even while
+// another unit is running (on SQLite, whose units of work share the writer's
+// transaction, in the transaction that unit is in).
+func TestHostileTxKeptPastItsUnit(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		ctx := t.Context()
+		var kept []refset.Querier
+		keep := refset.CommandFunc[string](func(_ context.Context, tx refset.Tx, _ string) error {
+			kept = append(kept, tx)
+			return nil
+		})
+		tok := h.pending(t)
+		if _, err := h.handOver(t, tok, keep).Complete(ctx); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		if _, err := h.set.Add(ctx, testdb.Block{Hash: "kept", Height: 1}, keep); err != nil {
+			t.Fatalf("Add: %v", err)
+		}
+		err := refset.InTx(ctx, h.db, func(ctx context.Context, tx refset.Tx) error {
+			kept = append(kept, tx, refset.Reader(ctx, h.db))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+		// Another unit holds its transaction open while the kept Txs are tried.
+		holding, release := make(chan struct{}), make(chan struct{})
+		other := make(chan error, 1)
+		go func() {
+			other <- refset.InTx(ctx, h.db, func(ctx context.Context, tx refset.Tx) error {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO pending (block_id) VALUES (?)`, "kept"); err != nil {
+					return err
+				}
+				close(holding)
+				<-release
+				return nil
+			})
+		}()
+		<-holding
+		for i, q := range kept {
+			_, err := q.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES (?)`, "kept")
+			if !errors.Is(err, refset.ErrInvalidTx) {
+				t.Errorf("statement on kept Tx %d after its unit ended: %v, want ErrInvalidTx", i, err)
+			}
+		}
+		close(release)
+		if err := <-other; err != nil {
+			t.Fatalf("the other unit: %v", err)
+		}
+		if n := h.count(t, "heads", "kept"); n != 0 {
+			t.Fatalf("%d heads rows written through kept Txs, want none", n)
+		}
+	})
+}
+
+// A nested InTx is a savepoint of the unit around it and runs its function once:
+// retries are the outermost unit's. A conflict the inner function returns and the
+// outer one swallows runs nothing again; one the outer function returns runs the
+// whole unit again, a bounded number of times, and then InTx returns ErrConflict
+// having committed nothing.
+func TestHostileNestedUnitLeavesRetriesToTheOutermost(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		ctx := t.Context()
+		for _, passOn := range []bool{false, true} {
+			var outer, inner int
+			err := refset.InTx(ctx, h.db, func(ctx context.Context, tx refset.Tx) error {
+				outer++
+				err := refset.InTx(ctx, h.db, func(ctx context.Context, tx refset.Tx) error {
+					inner++
+					if _, err := h.set.Add(ctx, testdb.Block{Hash: fmt.Sprintf("nested-%v", passOn), Height: 1}); err != nil {
+						return err
+					}
+					return fmt.Errorf("hostile: %w", refset.ErrConflict)
+				})
+				if !errors.Is(err, refset.ErrConflict) {
+					return fmt.Errorf("nested InTx: %v, want ErrConflict", err)
+				}
+				if passOn {
+					return err
+				}
+				return nil
+			})
+			want, wantErr := 1, error(nil)
+			if passOn {
+				want, wantErr = 6, refset.ErrConflict // InTx's bound
+			}
+			if !errors.Is(err, wantErr) || (wantErr == nil && err != nil) {
+				t.Fatalf("passOn %v: InTx: %v, want %v", passOn, err, wantErr)
+			}
+			if outer != want || inner != want {
+				t.Fatalf("passOn %v: outer function ran %d times, inner %d, want %d each", passOn, outer, inner, want)
+			}
+			if _, err := h.set.Load(ctx, fmt.Sprintf("nested-%v", passOn)); !errors.Is(err, refset.ErrNotFound) {
+				t.Fatalf("passOn %v: Load of what the undone savepoint added: %v, want ErrNotFound", passOn, err)
+			}
+		}
+	})
+}
+
+// A Command that runs under a savepoint of refset's (an Add or a Complete that joined
+// a unit of work, a *Tx call in the caller's own transaction) cannot undermine it:
+// whatever it does with the savepoint statements it may run, the call's error says
+// what happened (nil: the object is stored, or the hand-over made; an error: nothing
+// of the call is), and the transaction around it stays usable. On PostgreSQL a failed
+// statement whose error the Command swallows aborts the savepoint; a Command that
+// names refset's savepoint (as the source spells it) must not reach it.
+func TestHostileCommandsThatUndermineTheSavepoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cmd  refset.CommandFunc[string]
+	}{
+		{"swallows a failed statement", func(ctx context.Context, tx refset.Tx, _ string) error {
+			_, _ = tx.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES (?)`, "ghost") // no such block
+			return nil
+		}},
+		{"rolls back refset's savepoint", func(ctx context.Context, tx refset.Tx, _ string) error {
+			_, _ = tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT refset_savepoint`)
+			return nil
+		}},
+		{"releases refset's savepoint, then fails", func(ctx context.Context, tx refset.Tx, id string) error {
+			_, _ = tx.ExecContext(ctx, `RELEASE SAVEPOINT refset_savepoint`)
+			return errHostile
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+				h := openHostile(t, b)
+				ctx := t.Context()
+				for _, call := range []struct {
+					name string
+					// run makes the call with the hostile command, for the new object
+					// id, in tx, a unit's or the caller's own; then another call, which
+					// must succeed: the transaction is usable.
+					run   func(ctx context.Context, tx refset.Tx, id string) error
+					ownTx bool // in a transaction of the caller's own (db.Begin)
+				}{
+					{name: "Add in a unit", run: func(ctx context.Context, _ refset.Tx, id string) error {
+						_, err := h.set.Add(ctx, testdb.Block{Hash: id, Height: 1}, tc.cmd)
+						return err
+					}},
+					{name: "AddTx in the caller's transaction", ownTx: true, run: func(ctx context.Context, tx refset.Tx, id string) error {
+						_, err := h.set.AddTx(ctx, tx, testdb.Block{Hash: id, Height: 1}, tc.cmd)
+						return err
+					}},
+					{name: "CompleteTx in a unit", run: func(ctx context.Context, tx refset.Tx, id string) error {
+						if _, err := h.set.AddTx(ctx, tx, testdb.Block{Hash: id, Height: 1}); err != nil {
+							return fmt.Errorf("hostile: the Add before the hand-over: %v", err)
+						}
+						tok, err := h.set.UpgradeTx(ctx, tx, id)
+						if err != nil {
+							return fmt.Errorf("hostile: upgrade: %v", err)
+						}
+						rel, _ := tok.Release()
+						acq, _ := rel.Acquire(refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1), tc.cmd)
+						_, err = acq.CompleteTx(ctx, tx)
+						if err != nil {
+							// Only the hand-over is undone: drop the object, as a caller would.
+							_, _ = tx.ExecContext(ctx, `DELETE FROM blocks WHERE id = ?`, id)
+						}
+						return err
+					}},
+				} {
+					id := fmt.Sprintf("sp%d", h.n.Add(1))
+					var callErr error
+					body := func(ctx context.Context, tx refset.Tx) error {
+						callErr = call.run(ctx, tx, id)
+						_, err := h.set.AddTx(ctx, tx, testdb.Block{Hash: id + "-after", Height: 1})
+						return err
+					}
+					var err error
+					if call.ownTx {
+						tx, berr := h.db.Begin(ctx)
+						if berr != nil {
+							t.Fatalf("begin: %v", berr)
+						}
+						if err = body(ctx, tx); err == nil {
+							err = tx.Commit()
+						} else {
+							_ = tx.Rollback()
+						}
+					} else {
+						err = refset.InTx(ctx, h.db, body)
+					}
+					if err != nil {
+						t.Fatalf("%s: the transaction after the call (which returned %v): %v, want it usable and committed", call.name, callErr, err)
+					}
+					_, loadErr := h.set.Load(ctx, id)
+					switch {
+					case callErr == nil && loadErr != nil:
+						t.Fatalf("%s: the call returned nil, and Load of its object: %v", call.name, loadErr)
+					case callErr != nil && !errors.Is(loadErr, refset.ErrNotFound):
+						t.Fatalf("%s: the call failed (%v), and Load of its object: %v, want ErrNotFound", call.name, callErr, loadErr)
+					case callErr != nil && !errors.Is(callErr, errHostile) && !refset.IsSentinel(callErr):
+						t.Fatalf("%s: the call failed with %v, which matches no sentinel", call.name, callErr)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A token is its set's: another RefSet, even of the same table, refuses it with
+// ErrInvalidToken (its instance would bypass the other set's cache). An AddAll whose
+// list names one ID twice is ErrDuplicate and stores none of the list.
+func TestHostileOtherSetsTokenAndRepeatedIDs(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		ctx := t.Context()
+		st, err := store.NewStore[testdb.Block, string](ctx, h.db, store.Config{Table: "blocks"})
+		if err != nil {
+			t.Fatalf("new store: %v", err)
+		}
+		other := refset.New(st)
+		tok := h.pending(t)
+		if _, err := other.Get(ctx, tok); !errors.Is(err, refset.ErrInvalidToken) {
+			t.Fatalf("Get of another set's token: %v, want ErrInvalidToken", err)
+		}
+		err = refset.InTx(ctx, h.db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := other.GetTx(ctx, tx, tok)
+			return err
+		})
+		if !errors.Is(err, refset.ErrInvalidToken) {
+			t.Fatalf("GetTx of another set's token: %v, want ErrInvalidToken", err)
+		}
+		toks, err := h.set.AddAll(ctx, []testdb.Block{{Hash: "r1", Height: 1}, {Hash: "r2", Height: 1}, {Hash: "r1", Height: 2}})
+		if !errors.Is(err, refset.ErrDuplicate) || toks != nil {
+			t.Fatalf("AddAll naming r1 twice: %v, %d tokens, want ErrDuplicate and none", err, len(toks))
+		}
+		for _, id := range []string{"r1", "r2"} {
+			if _, err := h.set.Load(ctx, id); !errors.Is(err, refset.ErrNotFound) {
+				t.Fatalf("Load %s after the refused AddAll: %v, want ErrNotFound", id, err)
+			}
+		}
+	})
+}
+
+// addedCounter is an Observer that counts the objects Added tells it of.
+type addedCounter struct {
+	refset.NoObserver
+	added atomic.Int64
+}
+
+func (c *addedCounter) Added(_ context.Context, n int) { c.added.Add(int64(n)) }
+
+// The Observer's Added is told of objects a committed Add or AddAll stored: an Add
+// or AddAll that joined a unit of work is told once the unit commits, and not at all
+// if it rolls back (an error, a panic, or a run InTx makes again after a conflict).
+func TestHostileAddedIsToldOfCommittedObjects(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		obs := &addedCounter{}
+		h := openHostileWith(t, b, testdb.Options{Observer: obs})
+		ctx := t.Context()
+		runs := 0
+		add := func(ctx context.Context, id string) error {
+			if _, err := h.set.Add(ctx, testdb.Block{Hash: id, Height: 1}); err != nil {
+				return err
+			}
+			_, err := h.set.AddAll(ctx, []testdb.Block{{Hash: id + "-a", Height: 1}, {Hash: id + "-b", Height: 1}})
+			return err
+		}
+		err := refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+			if err := add(ctx, "rolled-back"); err != nil {
+				return err
+			}
+			return errHostile
+		})
+		if !errors.Is(err, errHostile) {
+			t.Fatalf("InTx: %v, want errHostile", err)
+		}
+		if n := obs.added.Load(); n != 0 {
+			t.Fatalf("Added told of %d objects of a unit that rolled back, want 0", n)
+		}
+		err = refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+			runs++
+			if err := add(ctx, fmt.Sprintf("run%d", runs)); err != nil {
+				return err
+			}
+			if runs == 1 {
+				return fmt.Errorf("hostile: %w", refset.ErrConflict)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+		if n := obs.added.Load(); n != 3 {
+			t.Fatalf("Added told of %d objects after a unit that ran twice and committed 3, want 3", n)
 		}
 	})
 }

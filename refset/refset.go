@@ -88,12 +88,24 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 	if err := checkCall("add", inTx, tx, id, cmds); err != nil {
 		return nil, err
 	}
-	tx = s.joined(ctx, tx)
-	if err := s.persist(ctx, tx, id, obj, cmds); err != nil {
+	joined := s.joined(ctx, tx)
+	if err := s.persist(ctx, joined, id, obj, cmds); err != nil {
 		return nil, wrapOp(fmt.Sprintf("add %v", id), err)
 	}
-	s.caps.obs.Added(ctx, 1)
+	s.added(ctx, tx == nil && joined != nil, 1)
 	return newToken[ID](id, s), nil
+}
+
+// added tells the Observer of n objects stored by an Add or AddAll: Added is told of
+// committed objects, so one that joined a unit of work (inUnit) is told once the
+// unit commits, and never if it rolls back; one in a transaction of its own has
+// committed, and one in the caller's (the Tx forms, whose commit refset does not
+// see) is told at once.
+func (s *RefSet[T, ID]) added(ctx context.Context, inUnit bool, n int) {
+	if inUnit && refsetdriver.AfterCommit(ctx, s.db, func() { s.caps.obs.Added(ctx, n) }) {
+		return
+	}
+	s.caps.obs.Added(ctx, n)
 }
 
 // persist inserts obj and runs cmds for it: in a new transaction when tx is nil,
@@ -144,11 +156,12 @@ func (s *RefSet[T, ID]) addAll(ctx context.Context, tx Tx, objs []T) ([]*RefToke
 	if len(objs) == 0 {
 		return toks, nil
 	}
-	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
+	joined := s.joined(ctx, tx)
+	err := s.within(ctx, joined, func(ctx context.Context, tx Tx) error { return s.store.PersistAll(ctx, tx, objs) })
 	if err != nil {
 		return nil, wrapOp(fmt.Sprintf("add %d objects", len(objs)), err)
 	}
-	s.caps.obs.Added(ctx, len(objs))
+	s.added(ctx, tx == nil && joined != nil, len(objs))
 	return toks, nil
 }
 

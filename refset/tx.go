@@ -357,8 +357,14 @@ func refusedOr(view *txview.View, err error) error {
 	return errors.Join(refused, err)
 }
 
-// savepoint is the name refset gives the savepoint of a *Tx call.
-const savepoint = "refset_savepoint"
+// savepoint is the name refset gives the savepoint of a *Tx call (and of a call, or a
+// nested InTx, that joins a unit of work). The Tx that Commands and InTx functions get
+// runs savepoint statements of their own, so the name is one they cannot know: a
+// Command that ran ROLLBACK TO (or RELEASE) a savepoint named as refset's would undo
+// the Add it is part of and let it return a token for an object not stored, or leave
+// a failed call's writes in the unit. Chosen once per process, the statements'
+// text stays the same from call to call.
+var savepoint = fmt.Sprintf("refset_savepoint_%016x", rand.Uint64())
 
 // inSavepoint runs fn inside the caller's transaction so that, if fn fails or
 // panics, only what fn did is undone and the caller's transaction stays usable
@@ -414,7 +420,11 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Co
 	}
 	released = true
 	if _, err := raw.ExecContext(ctx, "RELEASE SAVEPOINT "+savepoint); err != nil {
-		return ctxerr.Wrap(ctx, db.TranslateError(err, "RELEASE"))
+		// The savepoint is still open: on PostgreSQL a statement of fn's that failed,
+		// its error swallowed (by a Command that returned nil), aborted it, and the
+		// RELEASE is refused. Roll back to it, as for any failure of fn, so that only
+		// what fn did is undone and tx stays usable.
+		return ctxerr.Wrap(ctx, errors.Join(db.TranslateError(err, "RELEASE"), undo()))
 	}
 	kept = true
 	return nil

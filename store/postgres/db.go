@@ -179,6 +179,9 @@ const (
 // longer. Errors: refset.ErrUnavailable (the
 // server cannot be reached), refset.ErrInvalidConfig (a malformed DSN, an unknown
 // driver, a role, password or database the server refuses), the context's error.
+// Once open, a connection the pool makes later that the server refuses so (a
+// password rotated, a LOGIN revoked, the database dropped or renamed) fails its call
+// with refset.ErrUnavailable, as a server that cannot be reached does.
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	driver := opts.Driver
 	switch driver {
@@ -602,6 +605,11 @@ func libpqBinaryParameters(ctx context.Context, pool *sql.DB) (fix string, err e
 // connection as a sentinel, and anything else (lib/pq's complaints about the DSN
 // itself) as ErrInvalidConfig.
 func openError(err error) error {
+	if _, ok := refusedLogin(err); ok {
+		// Open's first connection: the role, password or database of the caller's
+		// DSN (later, a connection of the pool refused so is ErrUnavailable).
+		return sentinel.New("", "", refset.ErrInvalidConfig, err)
+	}
 	if err = translateError(err, ""); sqlstore.Translated(err) {
 		return err
 	}

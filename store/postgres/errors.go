@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"errors"
 	"reflect"
 	"strings"
@@ -45,6 +46,12 @@ func translateError(err error, query string) error {
 	if errors.Is(err, pgconn.ErrConnClosed) {
 		// pgx's word for a connection it had closed, after losing it.
 		return sentinel.New(msgPrefix, "", refset.ErrUnavailable, err)
+	}
+	if errors.Is(err, pq.ErrInFailedTransaction) || errors.Is(err, pgx.ErrTxCommitRollback) {
+		// Each driver's word for a COMMIT of a transaction a refused statement had
+		// aborted (a caller that swallowed the statement's error went on): the server
+		// rolled it back, as 25P02 says of a statement sent after.
+		return sentinel.New(msgPrefix, "", refset.ErrInvalidTx, err)
 	}
 	var se sqlStater
 	if !errors.As(err, &se) || len(se.SQLState()) != 5 {
@@ -118,10 +125,63 @@ func translateError(err error, query string) error {
 	case classConnectionException, classInsufficientResource, classSystemError:
 		return wrap(refset.ErrUnavailable)
 	case classInvalidAuthorization, classInvalidCatalogName:
-		return wrap(refset.ErrInvalidConfig)
+		if what, ok := refusedLogin(err); ok {
+			// The server refused a new connection of a store that opened: its role,
+			// password or database changed since (a rotated password, a revoked LOGIN,
+			// a database dropped or renamed, a pg_hba.conf edited). That is no mistake
+			// of the caller's, whose replicas retry on ErrUnavailable until an operator
+			// puts it right; at Open it is the DSN's (openError says ErrInvalidConfig).
+			return sentinel.New(msgPrefix, "", refset.ErrUnavailable, &quiet{msg: what + ": " + err.Error(), err: err})
+		}
+		// A statement that names a database there is not (ALTER DATABASE,
+		// pg_database_size): the statement's mistake.
+		return wrap(refset.ErrStatement)
 	}
 	return wrap(refset.ErrStatement)
 }
+
+// refusedLogin reports whether err is the server's refusal of a connection's login:
+// SQLSTATE class 28 (invalid authorization: a wrong password, a role without LOGIN,
+// pg_hba.conf), which nothing else raises, or 3D (no such database) when the server
+// ended the session with it, and says what it refused.
+func refusedLogin(err error) (what string, ok bool) {
+	var se sqlStater
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	switch code := se.SQLState(); {
+	case strings.HasPrefix(code, classInvalidAuthorization):
+		return "the server refused a new connection's login, which it took when the store opened", true
+	case strings.HasPrefix(code, classInvalidCatalogName) && atStartup(err):
+		return "the server refused a new connection: the store's database is gone (dropped or renamed since it opened)", true
+	}
+	return "", false
+}
+
+// atStartup reports whether err, the server's, ended a connection's session: pgx's
+// error of a connection it could not make, lib/pq's of one refset's connectors could
+// not make (startupError), or any error of severity FATAL (as a pooler passes on its
+// server's refusal to a client it had let in). lib/pq reads the severity in the
+// server's language alone.
+func atStartup(err error) bool {
+	var ce *pgconn.ConnectError
+	var se *startupError
+	if errors.As(err, &ce) || errors.As(err, &se) {
+		return true
+	}
+	var pe *pq.Error
+	if errors.As(err, &pe) {
+		return pe.Fatal()
+	}
+	var pgxe *pgconn.PgError
+	return errors.As(err, &pgxe) && cmp.Or(pgxe.SeverityUnlocalized, pgxe.Severity) == "FATAL"
+}
+
+// startupError is the server's error that refused a connection lib/pq was making
+// for refset's connectors (startupConnector): it reads as the driver's error.
+type startupError struct{ error }
+
+func (e *startupError) Unwrap() error { return e.error }
 
 // msgPrefix starts the messages of this store's errors.
 const msgPrefix = "refset/postgres"

@@ -156,6 +156,87 @@ func testOpenFailures(t *testing.T, driver string) {
 	}
 }
 
+// TestLoginRefusedAfterOpen: the server's refusal of a connection's login (SQLSTATE
+// 28000: a role whose LOGIN was revoked) or of its database (3D000: renamed) is the
+// caller's DSN at Open, ErrInvalidConfig, but on a store that opened it is a change
+// under the running service: a call that needs a new connection fails with
+// ErrUnavailable, which replicas retry on, saying the server's code and words, and
+// goes through once the operator puts it right.
+func TestLoginRefusedAfterOpen(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		ctx := t.Context()
+		asURL, _ := pgtest.Forms(t, pgtest.DSN(t))
+		admin, err := sql.Open(DriverLibPQ, asURL)
+		require.NoError(t, err)
+		t.Cleanup(func() { admin.Close() })
+		name := fmt.Sprintf("refset_login_%s_%d", driver, time.Now().UnixNano())
+		exec := func(q string) {
+			t.Helper()
+			_, err := admin.ExecContext(ctx, q)
+			require.NoError(t, err, q)
+		}
+		exec(`CREATE ROLE ` + name + ` LOGIN PASSWORD 'pw1'`)
+		exec(`CREATE DATABASE ` + name)
+		t.Cleanup(func() { // after the store's pool closed (cleanups run last first)
+			for _, q := range []string{`DROP DATABASE IF EXISTS ` + name + ` WITH (FORCE)`,
+				`DROP DATABASE IF EXISTS ` + name + `_moved WITH (FORCE)`, `DROP ROLE IF EXISTS ` + name} {
+				_, err := admin.ExecContext(context.Background(), q)
+				assert.NoError(t, err, q)
+			}
+		})
+		u, err := url.Parse(asURL)
+		require.NoError(t, err)
+		u.User, u.Path = url.UserPassword(name, "pw1"), "/"+name
+		u.RawQuery = url.Values{"sslmode": {u.Query().Get("sslmode")}}.Encode()
+		db := openWith(t, u.String(), Options{Driver: driver})
+		db.Pool().SetMaxIdleConns(0) // every call dials anew
+		unit := func() error {
+			return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `SELECT 1`)
+				return err
+			})
+		}
+		require.NoError(t, unit())
+
+		for _, tc := range []struct {
+			name, refuse, allow, code, words string
+		}{
+			{"LOGIN revoked", `ALTER ROLE ` + name + ` NOLOGIN PASSWORD 'pw2'`, `ALTER ROLE ` + name + ` LOGIN PASSWORD 'pw1'`,
+				"28000", "is not permitted to log in"},
+			{"database renamed", `ALTER DATABASE ` + name + ` RENAME TO ` + name + `_moved`, `ALTER DATABASE ` + name + `_moved RENAME TO ` + name,
+				"3D000", "does not exist"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				exec(tc.refuse)
+				allowed := false
+				defer func() { // a failed check leaves the next case its login
+					if !allowed {
+						_, _ = admin.ExecContext(context.Background(), tc.allow)
+					}
+				}()
+				err := unit()
+				require.ErrorIs(t, err, refset.ErrUnavailable, "a running store's new connection refused")
+				require.NotErrorIs(t, err, refset.ErrInvalidConfig)
+				assert.Contains(t, err.Error(), "refused a new connection")
+				assert.Contains(t, err.Error(), tc.code, "the SQLSTATE")
+				assert.Contains(t, err.Error(), tc.words, "the server's words")
+				assert.Equal(t, tc.code, sqlState(err), "the driver's error stays in the chain")
+
+				// At Open, and at New's first connection, the DSN is wrong.
+				_, err = Open(ctx, u.String(), Options{Driver: driver})
+				require.ErrorIs(t, err, refset.ErrInvalidConfig, "Open")
+				require.NotErrorIs(t, err, refset.ErrUnavailable, "Open")
+				_, err = New(ctx, callersPool(t, driver, u.String()), Options{})
+				require.ErrorIs(t, err, refset.ErrInvalidConfig, "New")
+
+				exec(tc.allow)
+				allowed = true
+				require.NoError(t, unit(), "the same store goes on once the operator put it right")
+			})
+		}
+	})
+}
+
 // TestTranslateSQLStates: every server error maps to a sentinel, by SQLSTATE, for the
 // codes that the server sends in situations no test here can stage (a restart, a
 // crash, a full disk).
@@ -184,8 +265,10 @@ func TestTranslateSQLStates(t *testing.T) {
 		{"42P01", `relation "x" does not exist`, refset.ErrSchema},
 		{"23502", "null value in column", refset.ErrConstraint},
 		{"23514", "new row violates check constraint", refset.ErrConstraint},
-		{"28P01", "password authentication failed", refset.ErrInvalidConfig},
-		{"3D000", `database "x" does not exist`, refset.ErrInvalidConfig},
+		// A new connection's login refused (TestLoginRefusedAfterOpen; Open's first
+		// is ErrInvalidConfig), or a statement that names no database.
+		{"28P01", "password authentication failed", refset.ErrUnavailable},
+		{"3D000", `database "x" does not exist`, refset.ErrStatement},
 		{"42601", "syntax error", refset.ErrStatement},
 		{"22P02", "invalid input syntax for type integer", refset.ErrStatement},
 		{"P0001", "raised by a trigger", refset.ErrStatement},
@@ -205,6 +288,19 @@ func TestTranslateSQLStates(t *testing.T) {
 	// is elsewhere.
 	readWrite := &pq.Error{Code: "0A000", Message: "cannot set transaction read-write mode during recovery"}
 	require.ErrorIs(t, translateError(readWrite, "BEGIN"), refset.ErrUnavailable)
+	// The server ends the session with 3D000 when a connection's database is gone,
+	// and with class 28 when its login is refused: the DSN's mistake at Open only.
+	for _, err := range []error{
+		&pq.Error{Severity: "FATAL", Code: "3D000", Message: `database "x" does not exist`},
+		&pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "3D000", Message: `database "x" does not exist`},
+		&pgconn.PgError{Severity: "FATAL", Code: "28000", Message: `role "x" is not permitted to log in`},
+		// lib/pq reads the severity in the server's lc_messages: refset's connector
+		// marks a refusal of the connections it makes.
+		&startupError{&pq.Error{Severity: "ВАЖНО", Code: "3D000", Message: `база данных "x" не существует`}},
+	} {
+		require.ErrorIs(t, translateError(err, ""), refset.ErrUnavailable, err.Error())
+		require.ErrorIs(t, openError(err), refset.ErrInvalidConfig, err.Error())
+	}
 	for _, tc := range cases {
 		t.Run(tc.code+" "+tc.msg, func(t *testing.T) {
 			driverErr := &pq.Error{Code: pq.ErrorCode(tc.code), Message: tc.msg}
@@ -214,6 +310,29 @@ func TestTranslateSQLStates(t *testing.T) {
 			require.True(t, errors.As(err, &pe), "the driver's error stays reachable")
 		})
 	}
+}
+
+// TestCommitOfAnAbortedUnit: a unit whose function swallowed the error of a statement
+// the server refused, and returned nil, commits nothing, and InTx says why with
+// ErrInvalidTx, on each driver (each has its own word for the COMMIT the server turned
+// into a rollback).
+func TestCommitOfAnAbortedUnit(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		db := openWith(t, pgtest.DSN(t), Options{Driver: driver})
+		ctx := t.Context()
+		_, err := db.Pool().ExecContext(ctx, `CREATE TABLE t (v text PRIMARY KEY)`)
+		require.NoError(t, err)
+		err = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO t VALUES ('kept?')`); err != nil {
+				return err
+			}
+			_, _ = tx.ExecContext(ctx, `INSERT INTO t VALUES (NULL)`) // refused; swallowed
+			return nil
+		})
+		require.ErrorIs(t, err, refset.ErrInvalidTx)
+		assert.True(t, refset.IsSentinel(err), "%v", err)
+		assert.Equal(t, 0, count(t, db, `SELECT count(*) FROM t`), "nothing committed")
+	})
 }
 
 func count(t *testing.T, db *DB, q string) int {

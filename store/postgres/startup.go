@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,10 @@ func (c startupConnector) connect(ctx context.Context) (driver.Conn, *line, erro
 	}
 	if err != nil {
 		l.close() // lib/pq closed them, but for the one of sslmode=prefer's first try
+		var pe *pq.Error
+		if errors.As(err, &pe) {
+			err = &startupError{err} // the server's refusal (errors.go)
+		}
 		return nil, nil, err
 	}
 	l.made()
