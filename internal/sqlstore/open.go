@@ -11,6 +11,7 @@ import (
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/sqlident"
 )
 
 // Config names a set's table. The store packages document it to users.
@@ -49,6 +50,9 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err := d.SchemaSQL().CheckIDType(table, t.IDColumn, t.IDType, reflect.TypeFor[ID]()); err != nil {
 		return nil, err
 	}
+	if c, ok := d.SchemaSQL().(idChecker); ok {
+		t.CheckID = c.IDCheck(table, t.IDColumn, t.IDType, reflect.TypeFor[ID]())
+	}
 	t.Holds = holds
 	m, err := schema.New(db, schema.Config{Sets: []schema.Set{{Table: table.String(), IDColumn: t.IDColumn, HoldsTable: holds.Name}}})
 	if err != nil {
@@ -62,6 +66,14 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 		return nil, sentinel.Wrap("refset", fmt.Sprintf("creating the holds table of %s", table), err)
 	}
 	return New[T, ID](db, t, d.Statements(t.SetTable())), nil
+}
+
+// idChecker is a dialect's SchemaSQL that checks the IDs a set's store sends to its
+// ID column (store/internal/storesql's Schema): IDCheck is the check of each ID of
+// type id, for the column named column of SQL type typ, or nil when every ID is kept
+// as written (see Table.CheckID).
+type idChecker interface {
+	IDCheck(table sqlident.Ident, column, typ string, id reflect.Type) func(id any) error
 }
 
 // Translated reports whether err already carries a refset sentinel or the context's

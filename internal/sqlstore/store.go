@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/refsetdb/refset/internal/dblog"
@@ -35,6 +36,12 @@ type Table struct {
 	// Types are the mapped columns' types as the catalog writes them, in
 	// Mapping.Columns order.
 	Types []string
+	// CheckID refuses (refset.ErrInvalidID) an ID the ID column would not keep as
+	// written: on SQLite, a string that a key of NUMERIC affinity (declared UUID,
+	// NUMERIC, DECIMAL, BOOLEAN, ...) would store as a number ("0012" as 12). nil, as for every
+	// other column, checks nothing, at no cost. The store runs it on every ID it
+	// sends, before the statement: see Store.refuse.
+	CheckID func(id any) error
 }
 
 // SetTable is the table as a dialect writes its statements for it.
@@ -110,6 +117,8 @@ type Store[T refset.Identifiable[ID], ID comparable] struct {
 	// database/sql reads it.
 	rowRead refsetdriver.RowReader
 	drv     refsetdriver.Driver
+	// idAt is the ID column's place among the mapped columns (Mapping.Columns).
+	idAt int
 }
 
 // Prepare makes the store run its statements prepared: reads outside a transaction on
@@ -226,7 +235,29 @@ func (s *Store[T, ID]) preparedOn(q refset.Querier) *stmtcache.Cache {
 func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Table, stmt refsetdriver.Statements) *Store[T, ID] {
 	drv := db.Driver()
 	rowRead, _ := drv.(refsetdriver.RowReader)
-	return &Store[T, ID]{db: db, drv: drv, table: table, stmt: stmt, replica: refsetdriver.ReplicaOf(drv), rowRead: rowRead}
+	return &Store[T, ID]{db: db, drv: drv, table: table, stmt: stmt, replica: refsetdriver.ReplicaOf(drv), rowRead: rowRead,
+		idAt: slices.Index(table.Mapping.Columns(), table.IDColumn)}
+}
+
+// refuse is the error of an ID the table's CheckID refuses, or nil. Every method
+// that sends an ID to the database calls it first (Persist and PersistAll with the
+// ID field's value, which is what the insert writes, refusedRow): a refused ID
+// reaches no table, and a look-up by it reads nothing. InsertStatement cannot fail,
+// and does not check: only a database that pipelines its statements (PostgreSQL)
+// asks a store for it, and only SQLite's keys have a check.
+func (s *Store[T, ID]) refuse(id ID) error {
+	if s.table.CheckID == nil {
+		return nil
+	}
+	return s.table.CheckID(id)
+}
+
+// refusedRow is refuse for the insert arguments of a row (Mapping.Values).
+func (s *Store[T, ID]) refusedRow(args []any) error {
+	if s.table.CheckID == nil || s.idAt < 0 {
+		return nil
+	}
+	return s.table.CheckID(args[s.idAt])
 }
 
 // Database is the database the set lives in.
@@ -237,7 +268,11 @@ func (s *Store[T, ID]) Table() Table { return s.table }
 
 // Persist inserts obj.
 func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) error {
-	if _, err := s.exec(ctx, q, s.stmt.Insert, s.table.Mapping.Values(reflect.ValueOf(obj))...); err != nil {
+	args := s.table.Mapping.Values(reflect.ValueOf(obj))
+	if err := s.refusedRow(args); err != nil {
+		return err
+	}
+	if _, err := s.exec(ctx, q, s.stmt.Insert, args...); err != nil {
 		return s.failed(err, s.stmt.Insert)
 	}
 	return nil
@@ -265,7 +300,11 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 		}
 		args := make([]any, 0, len(chunk)*cols)
 		for _, o := range chunk {
-			args = append(args, s.table.Mapping.Values(reflect.ValueOf(o))...)
+			row := s.table.Mapping.Values(reflect.ValueOf(o))
+			if err := s.refusedRow(row); err != nil {
+				return err
+			}
+			args = append(args, row...)
 		}
 		if _, err := s.exec(ctx, q, stmt, args...); err != nil {
 			return s.failed(err, stmt)
@@ -277,6 +316,9 @@ func (s *Store[T, ID]) PersistAll(ctx context.Context, q refset.Querier, objs []
 // Get loads the object with that ID.
 func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, error) {
 	var obj T
+	if err := s.refuse(id); err != nil {
+		return obj, err
+	}
 	found, err := s.readRow(ctx, q, s.stmt.Select, []any{refset.Arg(id)}, func(r refsetdriver.Row) error {
 		return s.table.Mapping.Scan(r, reflect.ValueOf(&obj))
 	})
@@ -298,6 +340,9 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 
 // Has reports whether an object with that ID is stored.
 func (s *Store[T, ID]) Has(ctx context.Context, q refset.Querier, id ID) (bool, error) {
+	if err := s.refuse(id); err != nil {
+		return false, err
+	}
 	found, err := s.readRow(ctx, q, s.stmt.Exists, []any{refset.Arg(id)}, nil)
 	if err != nil {
 		return false, s.failed(err, s.stmt.Exists)
@@ -366,6 +411,9 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 	if ttl > 0 && ms == 0 {
 		ms = 1 // a positive ttl under a millisecond still expires
 	}
+	if err := s.refuse(id); err != nil {
+		return err
+	}
 	if _, err := s.exec(ctx, q, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
 		return sentinel.Wrap("refset", fmt.Sprintf("hold %v for %q", id, holder), s.failed(err, s.stmt.Hold))
 	}
@@ -374,6 +422,9 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 
 // Unhold removes holder's hold on the object; ErrNotFound if there was none.
 func (s *Store[T, ID]) Unhold(ctx context.Context, q refset.Querier, id ID, holder string) error {
+	if err := s.refuse(id); err != nil {
+		return err
+	}
 	res, err := s.exec(ctx, q, s.stmt.Unhold, holder, refset.Arg(id))
 	if err != nil {
 		return s.failed(err, s.stmt.Unhold)

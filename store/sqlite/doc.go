@@ -12,8 +12,19 @@
 // file as it is, and changes nothing of it: for a report on a program's database.
 //
 // store.NewStore maps a struct to an existing table through its `db` tags, checks
-// both against the catalog, and creates the set's holds table beside it; it and
-// store.NewCollector take a *DB as they take any store's database. Options embeds
+// both against the catalog (the ID type against the key column's affinity: a string
+// type for TEXT, an integer type for INTEGER), and creates the set's holds table
+// beside it, its object_id declared as the key is. Declare a string key TEXT. A key of
+// NUMERIC affinity (declared UUID, NUMERIC, DECIMAL, BOOLEAN, ...) takes a string ID
+// type too, but SQLite stores a string that reads as a number ("0012", "+12", " 12",
+// "1e5", "12.0", 20 digits) in it as that number, which reads back as another string,
+// and two IDs could become one: every call that sends such an ID to the table (Add,
+// AddAll, Upgrade, Get, Load, a hold) refuses it with refset.ErrInvalidID, before it
+// writes anything. The one such string taken is a 64-bit integer as strconv writes it
+// ("12", "-7"), which reads back the same, but on a key declared BOOLEAN, which
+// go-sqlite3 reads as a bool. A key declared DATE, DATETIME or TIMESTAMP, which both
+// drivers read as a time, takes no string ID type (refset.ErrSchema). store.NewStore
+// and store.NewCollector take a *DB as they take any store's database. Options embeds
 // store.Options, the options every store takes (logging, metrics, the statement
 // cache, external migrations), beside SQLite's own.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +209,136 @@ func TestMultiRowInsertsOnEachDriver(t *testing.T) {
 		assert.Equal(t, 1000, n)
 		assert.Equal(t, 999*1000/2, sum, "every row with its own values")
 	})
+}
+
+// numericKeyIDs are string IDs and whether a key column of SQLite's NUMERIC affinity
+// changes them: stores them as a number other than a 64-bit integer as written, which
+// reads back as another string, or as a REAL, which may ("12.5") or may not
+// ("1234567.5") read back as written. TestNumericKeyKeepsStringIDs checks this
+// against SQLite itself, on each driver.
+var numericKeyIDs = []struct {
+	id      string
+	changed bool
+}{
+	// Stored as a number that does or may read back otherwise: refused.
+	{"0012", true}, {"00", true}, {"+12", true}, {"-0", true},
+	{" 12", true}, {"12 ", true}, {"  12 ", true}, {"\t12\n", true}, {"\v12\f\r", true},
+	{"12\x00", true}, {"12\x00abc", true}, // the text ends at NUL: "abc" would be lost
+	{"1e5", true}, {"1E5", true}, {"1.e5", true}, {"0001e2", true}, {"1.5e3", true}, {"0e0", true},
+	{"1.", true}, {".5", true}, {"12.0", true}, {"-.5e-3", true}, {"1234567.5", true},
+	{"12.5", true}, {"0.1", true}, // REALs that read back as written, but a REAL may not
+	{"1e999", true}, {"-1e999", true}, {"1e-400", true},
+	{"9223372036854775808", true}, {"-9223372036854775809", true},
+	{"12345678901234567890", true}, {"12345678901234567891", true}, // one REAL: the same object
+	// Read back as written: taken. A 64-bit integer as strconv writes it is stored as
+	// that INTEGER and reads back the same; everything else stays text.
+	{"12", false}, {"-12", false}, {"0", false},
+	{"9223372036854775807", false}, {"-9223372036854775808", false},
+	{"0x10", false}, {"0X10", false}, {"1e", false}, {"1e+", false}, {".", false}, {"+", false}, {"-", false},
+	{"--1", false}, {"+-1", false}, {"1 2", false}, {"12 a", false}, {"1.2.3", false}, {"1e5.5", false},
+	{"inf", false}, {"Infinity", false}, {"NaN", false}, {"1_000", false}, {"12abc", false},
+	{"\x0012", false}, {"1e\x005", false}, {" ", false}, {"\u00a012", false}, {"١٢", false}, {"１２", false},
+	{"0b7e5c4e-8f6a-4b8e-9f3e-1c2d3e4f5a6b", false}, {"2024-01-02", false},
+}
+
+// A key of SQLite's NUMERIC affinity (declared UUID, NUMERIC, DECIMAL, BOOLEAN)
+// takes a string ID type, but stores a string that reads as a number ("0012", "1e5",
+// " 12", 20 digits) as that number: the object would read back under another ID, and
+// two IDs would name one object. Each such ID is refused with refset.ErrInvalidID,
+// saying to declare the key TEXT, by every call that sends an ID, before it writes
+// anything; every other string is kept as written, in the object's table and its
+// holds table alike. What SQLite changes is asked of SQLite itself (the expectations
+// in numericKeyIDs are checked against it), on each driver. A TEXT key keeps every
+// string. A key declared DATE, DATETIME or TIMESTAMP, which the drivers read as a
+// time, takes no string ID type.
+func TestNumericKeyKeepsStringIDs(t *testing.T) {
+	eachDriver(t, func(t *testing.T, driverName string) {
+		for _, declared := range []string{"UUID", "NUMERIC", "DECIMAL(20,0)", "BOOLEAN", "TEXT"} {
+			t.Run(declared, func(t *testing.T) { testNumericKeyKeepsStringIDs(t, driverName, declared) })
+		}
+		for _, declared := range []string{"DATE", "datetime", "TIMESTAMP"} {
+			t.Run(declared, func(t *testing.T) {
+				ctx := t.Context()
+				db := openDB(t, Options{Driver: driverName})
+				_, err := db.Writer().ExecContext(ctx, fmt.Sprintf(`CREATE TABLE objs (id %s PRIMARY KEY, n INTEGER NOT NULL)`, declared))
+				require.NoError(t, err)
+				_, err = db.Writer().ExecContext(ctx, `INSERT INTO objs VALUES ('2024-01-02', 0)`)
+				require.NoError(t, err)
+				var back string
+				require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT id FROM objs`).Scan(&back))
+				require.NotEqual(t, "2024-01-02", back, "the driver reads the text back as a time")
+				_, err = store.NewStore[item, string](ctx, db, store.Config{Table: "objs"})
+				require.ErrorIs(t, err, refset.ErrSchema)
+				require.ErrorContains(t, err, "read as a time")
+			})
+		}
+	})
+}
+
+func testNumericKeyKeepsStringIDs(t *testing.T, driverName, declared string) {
+	ctx := t.Context()
+	db := openDB(t, Options{Driver: driverName})
+	for _, q := range []string{
+		fmt.Sprintf(`CREATE TABLE objs (id %s PRIMARY KEY, n INTEGER NOT NULL)`, declared),
+		fmt.Sprintf(`CREATE TABLE probe (x %s)`, declared),
+	} {
+		_, err := db.Writer().ExecContext(ctx, q)
+		require.NoError(t, err)
+	}
+	st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "objs"})
+	require.NoError(t, err, "a string ID type is taken on a %s key", declared)
+	set := refset.New(st)
+	numeric := declared != "TEXT"
+	stored := func(query string) []string {
+		var got []string
+		require.NoError(t, db.Readers().SelectContext(ctx, &got, query))
+		return got
+	}
+
+	var kept []string
+	for i, c := range numericKeyIDs {
+		// What SQLite makes of the string in such a column, as a driver reads it back.
+		_, err := db.Writer().ExecContext(ctx, `DELETE FROM probe; INSERT INTO probe VALUES (?)`, c.id)
+		require.NoError(t, err)
+		var typ, back string
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT typeof(x), x FROM probe`).Scan(&typ, &back))
+		refused, changed := c.changed && numeric, typ == "real" || back != c.id
+		if declared == "BOOLEAN" {
+			// go-sqlite3 reads an INTEGER in it as a bool: every number is refused.
+			refused, changed = typ != "text", typ != "text"
+			require.True(t, refused || !c.changed, "%q", c.id)
+		}
+		require.Equal(t, refused, changed, "%q is stored in a %s column as the %s %q", c.id, declared, typ, back)
+
+		tok, err := set.Add(ctx, item{Key: c.id, N: int64(i)}, set.Hold("keeper", 0))
+		if !refused {
+			require.NoError(t, err, "%q is kept as written", c.id)
+			lease, err := set.Get(ctx, tok)
+			require.NoError(t, err)
+			require.Equal(t, item{Key: c.id, N: int64(i)}, *lease.Value(), "%q reads back as added", c.id)
+			kept = append(kept, c.id)
+			continue
+		}
+		require.ErrorIs(t, err, refset.ErrInvalidID, "%q", c.id)
+		for _, want := range []string{fmt.Sprintf("%q", c.id), `"id"`, declared, "NUMERIC affinity", "declare the column TEXT"} {
+			require.ErrorContains(t, err, want, "the error says which ID, which column, why and what to do")
+		}
+		// Every other call that sends the ID refuses it too, sending nothing.
+		_, err = set.AddAll(ctx, []item{{Key: "fine" + strconv.Itoa(i)}, {Key: c.id}})
+		require.ErrorIs(t, err, refset.ErrInvalidID, "AddAll %q", c.id)
+		_, err = set.Upgrade(ctx, c.id)
+		require.ErrorIs(t, err, refset.ErrInvalidID, "Upgrade %q", c.id)
+		_, err = set.Upgrade(ctx, c.id, set.Hold("keeper", 0))
+		require.ErrorIs(t, err, refset.ErrInvalidID, "Upgrade %q with a command", c.id)
+		_, err = set.Load(ctx, c.id)
+		require.ErrorIs(t, err, refset.ErrInvalidID, "Load %q", c.id)
+		_, err = st.Get(ctx, db.Readers(), c.id)
+		require.ErrorIs(t, err, refset.ErrInvalidID, "the store's Get %q", c.id)
+		_, err = st.Has(ctx, db.Readers(), c.id)
+		require.ErrorIs(t, err, refset.ErrInvalidID, "the store's Has %q", c.id)
+		require.ErrorIs(t, st.Hold(ctx, db.Writer(), c.id, "keeper", 0), refset.ErrInvalidID, "the store's Hold %q", c.id)
+		require.ErrorIs(t, st.Unhold(ctx, db.Writer(), c.id, "keeper"), refset.ErrInvalidID, "the store's Unhold %q", c.id)
+	}
+	require.Equal(t, kept, stored(`SELECT id FROM objs ORDER BY n`), "the objects' IDs, each as added, and no other")
+	require.ElementsMatch(t, kept, stored(`SELECT object_id FROM objs_holds`), "the holds' IDs, each as added, and no other")
 }

@@ -5,9 +5,11 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/sqlident"
 )
@@ -69,6 +71,9 @@ type KeyType struct {
 	takes []goKind
 	what  string // e.g. "SQLite's INTEGER affinity"
 	want  string // the Go types it takes, for the message
+	// changes reports whether the column stores the string s as a value that reads
+	// back, or may, as another string; nil: it keeps every string as written.
+	changes func(s string) bool
 }
 
 var (
@@ -82,8 +87,18 @@ var (
 // INT is INTEGER; CHAR, CLOB or TEXT is TEXT; BLOB or none is BLOB; REAL, FLOA or
 // DOUB is REAL; anything else NUMERIC. A BLOB column stores each value as given, so
 // takes any ID. A NUMERIC one stores text that reads as a number as that number, and
-// other text as text: a string ID is taken (a UUID declared "UUID" is NUMERIC), as
-// are numbers, booleans (stored 0/1) and times (stored as text the drivers parse back).
+// other text as text: a string ID type is taken (a UUID declared "UUID" is NUMERIC),
+// as are numbers, booleans (stored 0/1) and times (stored as text the drivers parse
+// back), but each string ID must then pass sqliteNumericChanges (see idCheck).
+//
+// The drivers also read a column by its declared type, whatever its affinity: both
+// read a value in a column declared exactly DATE, DATETIME or TIMESTAMP as a time
+// (go-sqlite3 every value, the zero time for text that is not one; modernc.org/sqlite
+// an INTEGER, and text that parses as one), so a string ID there would read back as a
+// time's text ("2024-01-02" as "2024-01-02T00:00:00Z"), and such a key takes no
+// string type; and go-sqlite3 reads an INTEGER in a column declared BOOLEAN as a bool,
+// so a string ID there is refused if SQLite would store it as any number (sqliteNumber),
+// "12" too.
 func SQLiteKeyType(typ string) KeyType {
 	u := strings.ToUpper(typ)
 	has := func(subs ...string) bool {
@@ -96,16 +111,104 @@ func SQLiteKeyType(typ string) KeyType {
 	}
 	switch {
 	case has("INT"):
-		return KeyType{[]goKind{goInt, goBool}, "SQLite's INTEGER affinity", intWant}
+		return KeyType{takes: []goKind{goInt, goBool}, what: "SQLite's INTEGER affinity", want: intWant}
 	case has("CHAR", "CLOB", "TEXT"):
-		return KeyType{[]goKind{goString}, "SQLite's TEXT affinity", textWant}
+		return KeyType{takes: []goKind{goString}, what: "SQLite's TEXT affinity", want: textWant}
 	case u == "" || has("BLOB"):
 		return anyColumn
 	case has("REAL", "FLOA", "DOUB"):
-		return KeyType{[]goKind{goFloat}, "SQLite's REAL affinity", "a float type (float64, float32)"}
+		return KeyType{takes: []goKind{goFloat}, what: "SQLite's REAL affinity", want: "a float type (float64, float32)"}
 	}
-	return KeyType{[]goKind{goString, goInt, goFloat, goBool, goTime}, "SQLite's NUMERIC affinity",
-		"a string, number, bool or time.Time type"}
+	switch strings.TrimSpace(u) {
+	case "DATE", "DATETIME", "TIMESTAMP":
+		return KeyType{takes: []goKind{goInt, goFloat, goBool, goTime}, what: "SQLite's NUMERIC affinity, " +
+			"which both drivers read as a time: go-sqlite3 reads every text in it as a time, the zero time if it does not parse",
+			want: "time.Time (or declare the column TEXT for string IDs)"}
+	case "BOOLEAN":
+		// go-sqlite3 reads an INTEGER in it as a bool: "12" would read back "true".
+		return KeyType{takes: []goKind{goString, goInt, goFloat, goBool, goTime}, what: "SQLite's NUMERIC affinity",
+			want: "a string, number, bool or time.Time type", changes: sqliteNumber}
+	}
+	return KeyType{takes: []goKind{goString, goInt, goFloat, goBool, goTime}, what: "SQLite's NUMERIC affinity",
+		want: "a string, number, bool or time.Time type", changes: sqliteNumericChanges}
+}
+
+// sqliteNumericChanges reports whether a column of SQLite's NUMERIC affinity stores
+// the text s as a number that may read back as another string. As SQLite documents
+// (section 3 of https://www.sqlite.org/datatype3.html), it stores text that is a
+// well-formed integer or real literal as an INTEGER, or as a REAL when it has a
+// fraction or exponent that leaves one, or does not fit 64 bits, and such a value
+// reads back in its own spelling. As SQLite 3.53 does, on both drivers
+// (store/sqlite's TestNumericKeyKeepsStringIDs checks this against SQLite itself),
+// the literal:
+//
+//   - ends at the first NUL byte: "12\x00abc" is stored as 12, its tail lost;
+//   - may have SQLite's white space (space, \t, \n, \v, \f, \r) before and after
+//     it: "  12 " is 12;
+//   - is an optional sign, decimal digits with an optional '.' (".5", "1.", "12.0"),
+//     and an optional exponent with at least one digit ("1e5", "1.5E-3"); leading
+//     zeros are no bar ("0012" is 12), a real that is a whole number in 64 bits
+//     becomes an INTEGER ("12.0" and "1e5" read back as "12" and "100000"), and one
+//     past a REAL's range becomes infinity ("1e999" reads "+Inf");
+//   - is never hexadecimal ("0x10"), "inf", "NaN", digits with '_', or non-ASCII
+//     digits or spaces: those stay text.
+//
+// The one literal taken is the canonical decimal spelling of a 64-bit integer ("12",
+// "-12", "0"; not "+12", "012", "-0", " 12"): stored as that INTEGER, it reads back
+// as the same digits, and no other string the check takes is stored as the same
+// value. Taking it keeps the objects a set stored with such IDs before this check
+// existed within reach. Every REAL is refused, though some read back as written
+// ("12.5"): whether one does hangs on how a driver formats a float ("1234567.5"
+// reads back "1.2345675e+06") and on SQLite's rounding of the text, which a check in
+// Go cannot promise to follow.
+func sqliteNumericChanges(s string) bool {
+	return sqliteNumber(s) && !canonicalInt64(s)
+}
+
+// sqliteNumber reports whether a column of SQLite's NUMERIC affinity stores the text
+// s as a number, INTEGER or REAL (see sqliteNumericChanges).
+func sqliteNumber(s string) bool {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.Trim(s, " \t\n\v\f\r")
+	if s != "" && (s[0] == '+' || s[0] == '-') {
+		s = s[1:]
+	}
+	digits := func() int {
+		n := 0
+		for n < len(s) && '0' <= s[n] && s[n] <= '9' {
+			n++
+		}
+		d := n
+		s = s[n:]
+		return d
+	}
+	mantissa := digits()
+	if s != "" && s[0] == '.' {
+		s = s[1:]
+		mantissa += digits()
+	}
+	if mantissa == 0 {
+		return false
+	}
+	if s != "" && (s[0] == 'e' || s[0] == 'E') {
+		s = s[1:]
+		if s != "" && (s[0] == '+' || s[0] == '-') {
+			s = s[1:]
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return s == ""
+}
+
+// canonicalInt64 reports whether s is a 64-bit integer as strconv.FormatInt writes
+// it, which is how the drivers' INTEGER reads back into a string.
+func canonicalInt64(s string) bool {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && strconv.FormatInt(n, 10) == s
 }
 
 // PostgresKeyType is the kind of a column of type typ, as PostgreSQL's format_type
@@ -115,26 +218,26 @@ func PostgresKeyType(typ string) KeyType {
 	t := strings.ToLower(strings.TrimSpace(typ))
 	base, _, _ := strings.Cut(t, "(") // character varying(64), numeric(20,0), timestamp(3) with time zone
 	base = strings.TrimSpace(base)
-	text := KeyType{[]goKind{goString}, "a text type", textWant}
+	text := KeyType{takes: []goKind{goString}, what: "a text type", want: textWant}
 	switch {
 	case base == "text", base == "character varying", base == "character", base == "varchar",
 		base == "bpchar", base == "name", base == "citext", strings.HasSuffix(base, ".citext"):
 		return text
 	case base == "uuid":
-		return KeyType{[]goKind{goString}, "a uuid (the drivers read it as text)", textWant}
+		return KeyType{takes: []goKind{goString}, what: "a uuid (the drivers read it as text)", want: textWant}
 	case base == "smallint", base == "integer", base == "bigint":
-		return KeyType{[]goKind{goInt}, "an integer type", intWant}
+		return KeyType{takes: []goKind{goInt}, what: "an integer type", want: intWant}
 	case base == "numeric":
-		return KeyType{[]goKind{goInt, goFloat, goString}, "a numeric type (the drivers read it as text)",
-			"an integer, float or string type"}
+		return KeyType{takes: []goKind{goInt, goFloat, goString}, what: "a numeric type (the drivers read it as text)",
+			want: "an integer, float or string type"}
 	case base == "real", base == "double precision":
-		return KeyType{[]goKind{goFloat}, "a floating-point type", "a float type (float64, float32)"}
+		return KeyType{takes: []goKind{goFloat}, what: "a floating-point type", want: "a float type (float64, float32)"}
 	case base == "boolean":
-		return KeyType{[]goKind{goBool}, "a boolean", "a bool type"}
+		return KeyType{takes: []goKind{goBool}, what: "a boolean", want: "a bool type"}
 	case base == "bytea":
-		return KeyType{[]goKind{goBytes}, "a bytea", "a byte array type ([32]byte, ...)"}
+		return KeyType{takes: []goKind{goBytes}, what: "a bytea", want: "a byte array type ([32]byte, ...)"}
 	case base == "date", strings.HasPrefix(base, "timestamp"):
-		return KeyType{[]goKind{goTime}, "a date or timestamp", "time.Time"}
+		return KeyType{takes: []goKind{goTime}, what: "a date or timestamp", want: "time.Time"}
 	}
 	return anyColumn
 }
@@ -163,4 +266,62 @@ func checkIDType(keyType func(typ string) KeyType, table sqlident.Ident, column,
 	return fmt.Errorf("refset: new store of %s: the ID column %q has SQL type %s (%s), which the set's ID type %v cannot hold: %w; "+
 		"make the ID %s, give it a type implementing sql.Scanner and driver.Valuer, or change the column's type",
 		table, column, typ, c.what, id, refset.ErrSchema, c.want)
+}
+
+// idCheck is the check of each ID of type id that a set's statements send to its ID
+// column, named column, of type typ as the dialect's catalog writes it, which keyType
+// judges; nil when there is nothing to check, which is every ID type on every column
+// but a string type on one that changes some strings (SQLite's NUMERIC affinity).
+// The store then runs no check at all: a TEXT or BLOB key costs nothing.
+//
+// The check refuses, with refset.ErrInvalidID, a string ID that the column would
+// store as another value ("0012" as the INTEGER 12, which reads back as "12"): the
+// object would come back under another ID, and two IDs could become one, the second
+// Add failing as a duplicate of an object it never added. It is refused before any
+// statement runs: the store checks every ID it sends (an object's ID column on
+// insert, and the ID of a look-up, an existence check, a hold and an unhold), so no
+// such ID reaches the table, its holds table or its review queue (both declared with
+// the key's type, so of the same affinity), and a token, which is made only once its
+// ID was added or found, never carries one to a command. A type implementing
+// sql.Scanner or driver.Valuer is not checked: what it writes is its own affair, as
+// for checkIDType.
+func idCheck(keyType func(typ string) KeyType, table sqlident.Ident, column, typ string, id reflect.Type) func(id any) error {
+	if keyType == nil || kindOf(id) != goString {
+		return nil
+	}
+	c := keyType(typ)
+	if c.changes == nil {
+		return nil
+	}
+	return func(id any) error {
+		s, ok := stringOf(id)
+		if !ok || !c.changes(s) {
+			return nil
+		}
+		return sentinel.New("refset", fmt.Sprintf("the ID %q of %s", s, table), refset.ErrInvalidID,
+			fmt.Errorf("the ID column %q has SQL type %s (%s), which stores a string that reads as a number "+
+				"(with a sign, leading zeros, spaces, a fraction or exponent, or past 64 bits) as that number: "+
+				"the ID would read back changed, and could name another ID's object; nothing was sent: "+
+				"declare the column TEXT to keep every string ID as written, or use IDs that are not such numbers",
+				column, typ, c.what))
+	}
+}
+
+// stringOf is the string that database/sql sends for id, an ID of a string type
+// (named, or behind pointers); ok is false for a nil pointer.
+func stringOf(id any) (s string, ok bool) {
+	if s, ok := id.(string); ok {
+		return s, true
+	}
+	v := reflect.ValueOf(id)
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return "", false
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.String {
+		return "", false
+	}
+	return v.String(), true
 }

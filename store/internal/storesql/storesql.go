@@ -131,6 +131,13 @@ func (s Schema) CheckIDType(table sqlident.Ident, column, typ string, id reflect
 	return checkIDType(s.keyType, table, column, typ, id)
 }
 
+// IDCheck is the check the set's store runs on each ID it sends to the set's ID
+// column (see idCheck), or nil when there is none. internal/sqlstore's Open finds it
+// on the dialect's SchemaSQL.
+func (s Schema) IDCheck(table sqlident.Ident, column, typ string, id reflect.Type) func(id any) error {
+	return idCheck(s.keyType, table, column, typ, id)
+}
+
 // IndexName: see refsetdriver.SchemaSQL.
 func (s Schema) IndexName(table, label string) (name, legacy string) {
 	return migration.IndexName(s.maxName, table, label)
