@@ -26,6 +26,7 @@ import (
 //   - CutAfterSent(needle): the next statement that holds needle has its client cut
 //     off just before it goes on to the server, which runs it with no client left to
 //     tell.
+//   - Disarm(): take back an arming no statement took; it says whether there was one.
 //   - DropCancels(): cancel requests are dropped, so a statement cut off is left to
 //     run (pgx sends one after it lost a connection mid-statement).
 //   - Refuse(true): new connections are refused, no server to reach, until
@@ -40,8 +41,15 @@ import (
 // of a prepared statement, prepared then or earlier on that connection (as pgx's
 // statement cache and database/sql's Stmt do), never its preparing alone. The cut
 // comes at the end of the statement's round trip: the simple query, or the Sync that
-// follows the statement (alone, or in a batch); CutReplyTo and CutCommitReply pass
-// the answers to statements before it in that round trip.
+// follows the statement (alone, or in a batch). CutReplyTo and CutCommitReply drop
+// what the server had not sent when the statement ran: PostgreSQL holds its answers
+// until the round trip's end or a Flush message, so the answers to statements before
+// it in the round trip pass only when a Flush came between them and it, as a crash
+// would lose them.
+//
+// A proxy still armed when the test ends (no statement took the arming) fails the
+// test: the loss it was armed for never came. Disarm takes back an arming that may
+// rightly go untaken.
 type Proxy = pgtest.Proxy
 
 // PostgresProxy starts a Proxy to the server of dsn (say, [PostgresDSN]'s) and

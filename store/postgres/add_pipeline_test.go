@@ -14,12 +14,18 @@ import (
 )
 
 // On pgx, an Add whose commands are all Exec commands is one unit of statements: the
-// store's insert goes with BEGIN, the commands after it, and COMMIT with the last,
-// in one batch, the server checking the counts of checked commands. An Add with a
-// command of the caller's own (Hold is one) takes the ordinary path.
+// store's insert and the commands after it in one batch, the server checking the
+// counts of checked commands, as a hand-over's (TestPgxPipelinesHandOvers). An Add
+// with a command of the caller's own (Hold is one) takes the ordinary path.
 func TestPgxPipelinesAdd(t *testing.T) {
+	for _, resolves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxPipelinesAdd(t, resolves) })
+	}
+}
+
+func testPgxPipelinesAdd(t *testing.T, resolves bool) {
 	ctx := t.Context()
-	db, tracer := tracedPgx(t)
+	db, tracer := tracedPgx(t, resolvingOrNot(resolves))
 	e := newHandOverEnv(t, db)
 
 	const ins = `INSERT INTO pending (block_id) VALUES ($1)`
@@ -32,9 +38,9 @@ func TestPgxPipelinesAdd(t *testing.T) {
 		batches [][]string // "insert" stands for the store's insert
 		pending bool
 	}{
-		{"no commands", nil, [][]string{{"insert", "ticket"}}, false},
-		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, [][]string{{"insert", ins, "ticket"}}, true},
-		{"a checked command", []refset.Command[string]{pendingChecked}, [][]string{{"insert", rowCheckedSQL(ins, 1), "ticket"}}, true},
+		{"no commands", nil, committing(resolves, []string{"insert"}), false},
+		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, committing(resolves, []string{"insert", ins}), true},
+		{"a checked command", []refset.Command[string]{pendingChecked}, committing(resolves, []string{"insert", rowCheckedSQL(ins, 1)}), true},
 		{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,19 +121,26 @@ func TestAddStatementErrors(t *testing.T) {
 // A pipelined unit whose context ends while its COMMIT segment runs: on a direct
 // connection a cancel request stops the statement and the unit rolls back; with
 // Unprepared (behind a pooler, which may mishandle cancel requests) none is sent,
-// the statement runs to its end and the unit commits. Either way the caller learns
-// the truth: an error exactly when nothing was stored.
+// the statement runs to its end and the unit commits. Where lost commits are resolved
+// (the default), the statements run in a batch before COMMIT's: a context that ends
+// there ends the unit before COMMIT is sent, and nothing commits either way. Always
+// the caller learns the truth: an error exactly when nothing was stored.
 func TestPipelineCancelsOnlyWithoutPooler(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		unprepared bool
+		resolves   bool
 		committed  bool
 	}{
-		{"direct: a cancel request", false, false},
-		{"unprepared: no cancel request", true, true},
+		{"direct: a cancel request", false, false, false},
+		{"unprepared: no cancel request", true, false, true},
+		{"direct, resolving: before COMMIT", false, true, false},
+		{"unprepared, resolving: before COMMIT", true, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := Open(t.Context(), pgtest.DSN(t), Options{Driver: DriverPgx, Unprepared: tc.unprepared})
+			opts := resolvingOrNot(tc.resolves)
+			opts.Driver, opts.Unprepared = DriverPgx, tc.unprepared
+			db, err := Open(t.Context(), pgtest.DSN(t), opts)
 			require.NoError(t, err)
 			t.Cleanup(func() { db.Close() })
 			e := newHandOverEnv(t, db)

@@ -40,9 +40,14 @@
 // database/sql's conversions; anything that fails there (a broken connection, a value
 // only database/sql converts) is read again through database/sql, as before. On pgx,
 // a hand-over made only of Exec commands is sent in batches: BEGIN with the first
-// statements, COMMIT with the last, a new batch after each statement whose row count
-// refset checks; one batch, at the default isolation level, sends neither and is
-// committed at its Sync, as an implicit transaction. On lib/pq, such a hand-over (and an Add) goes in two round trips:
+// statements, a new batch after each statement whose row count refset checks, and,
+// where lost commits are resolved (Options.ResolveCommitWait, on by default), the
+// commit's ticket at the end of the last and COMMIT in a batch of its own once the
+// ticket is read (a server sends a batch's answers only at its end: a ticket sent with
+// COMMIT is lost with COMMIT's answer); a hand-over is then two round trips. Without
+// resolution, COMMIT goes with the last statements, and one batch at the default
+// isolation level sends neither BEGIN nor COMMIT and is committed at its Sync, as an
+// implicit transaction: one round trip. On lib/pq, such a hand-over (and an Add) goes in two round trips:
 // one simple query with BEGIN, the commit's ticket and the statements, EXECUTEd
 // (prepared once a connection with SQL's PREPARE) with their arguments as literals
 // where a literal means what lib/pq would send, and COMMIT; a unit with an argument

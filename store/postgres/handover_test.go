@@ -303,21 +303,21 @@ func (r *batchTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEn
 
 // tracedPgx is a database on a pgx pool of its own whose batches and lone
 // statements the returned tracer records.
-func tracedPgx(t *testing.T) (*DB, *batchTracer) {
+func tracedPgx(t *testing.T, opts Options) (*DB, *batchTracer) {
 	t.Helper()
 	tracer := &batchTracer{}
-	return openTracedPgx(t, tracer), tracer
+	return openTracedPgx(t, tracer, opts), tracer
 }
 
 // openTracedPgx is a database on a pgx pool of its own that tells tracer what it runs.
-func openTracedPgx(t *testing.T, tracer pgx.QueryTracer) *DB {
+func openTracedPgx(t *testing.T, tracer pgx.QueryTracer, opts Options) *DB {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	cfg.Tracer = tracer
 	pool := stdlib.OpenDB(*cfg)
 	t.Cleanup(func() { pool.Close() })
-	db, err := New(t.Context(), pool, Options{})
+	db, err := New(t.Context(), pool, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	return db
@@ -339,14 +339,23 @@ func (r *batchTracer) reset() (batches [][]string, alone []string) {
 	return batches, alone
 }
 
-// On pgx, a hand-over of Exec commands goes in one batch: BEGIN, the statements,
-// COMMIT (and the ticket read before it: resolve.go), the server checking the counts
-// of INSERT, UPDATE and DELETE statements (rowCheckedSQL). Another checked statement
-// (here one with RETURNING) ends its batch, read before the next is sent. A hand-over
-// with a command of the caller's own takes the ordinary path.
+// On pgx, a hand-over of Exec commands goes in one batch, the server checking the
+// counts of INSERT, UPDATE and DELETE statements (rowCheckedSQL): the statements in an
+// implicit transaction, which the batch's Sync commits; where lost commits are
+// resolved (the default), BEGIN, the statements and the commit's ticket, then COMMIT
+// alone once the ticket is read, as a server sends a batch's answers only at its end
+// (resolve.go). Another checked statement (here one with RETURNING) ends its batch,
+// read before the next is sent. A hand-over with a command of the caller's own takes
+// the ordinary path.
 func TestPgxPipelinesHandOvers(t *testing.T) {
+	for _, resolves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxPipelinesHandOvers(t, resolves) })
+	}
+}
+
+func testPgxPipelinesHandOvers(t *testing.T, resolves bool) {
 	ctx := t.Context()
-	db, tracer := tracedPgx(t)
+	db, tracer := tracedPgx(t, resolvingOrNot(resolves))
 	e := newHandOverEnv(t, db)
 
 	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
@@ -364,13 +373,13 @@ func TestPgxPipelinesHandOvers(t *testing.T) {
 		batches          [][]string
 	}{
 		{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
-			[][]string{{checkedDel, ins, "ticket"}}},
+			committing(resolves, []string{checkedDel, ins})},
 		{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
-			[][]string{{checkedDel, checkedIns, "ticket"}}},
+			committing(resolves, []string{checkedDel, checkedIns})},
 		{"a checked release the server cannot check", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireChecked},
-			[][]string{{"begin", delReturning}, {checkedIns, "ticket", "commit"}}},
+			committing(resolves, []string{"begin", delReturning}, []string{checkedIns})},
 		{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
-			[][]string{{del, ins, "ticket"}}},
+			committing(resolves, []string{del, ins})},
 		{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
 	}
 	for i, tc := range cases {
@@ -392,6 +401,33 @@ func TestPgxPipelinesHandOvers(t *testing.T) {
 			assert.True(t, head)
 		})
 	}
+}
+
+// resolvingOrNot are the options of a database that resolves lost commits, or not.
+func resolvingOrNot(resolves bool) Options {
+	if resolves {
+		return Options{}
+	}
+	return Options{ResolveCommitWait: -1}
+}
+
+// committing are the batches of a pipelined unit whose statements go in segments:
+// the last one's read the commit's ticket and COMMIT goes alone after it when lost
+// commits are resolved; otherwise the last one commits, with COMMIT, or, when it is
+// the only one, as an implicit transaction.
+func committing(resolves bool, segments ...[]string) [][]string {
+	last := len(segments) - 1
+	switch {
+	case resolves && last == 0:
+		segments[0] = append([]string{"begin"}, append(segments[0], "ticket")...)
+		return append(segments, []string{"commit"})
+	case resolves:
+		segments[last] = append(segments[last], "ticket")
+		return append(segments, []string{"commit"})
+	case last > 0:
+		segments[last] = append(segments[last], "commit")
+	}
+	return segments
 }
 
 // A pipelined hand-over fails as the ordinary one does when the server fails it:

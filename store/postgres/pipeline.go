@@ -26,15 +26,26 @@ import (
 // checked, read before the next is sent. The statements run in the connection's own
 // query mode, prepared through pgx's statement cache by default.
 //
-// A unit of one segment at the session's own isolation level (an Add, a hand-over of
-// INSERTs, UPDATEs and DELETEs) sends no BEGIN and no COMMIT: [DELETE, INSERT,
-// ticket], then the batch's one Sync. What a batch sends before its Sync runs as one
-// implicit transaction, which the server commits when it reaches the Sync, once every
-// statement ran, or rolls back after any failure, skipping the statements after it
-// (PostgreSQL's extended query protocol, and its simple protocol's multi-statement
-// query; pgx's SendBatch sends either so). A unit of several segments, or at another
-// level, begins and commits as database/sql would: [BEGIN ..., statements], ...,
-// [statements, ticket, COMMIT].
+// Where lost commits are resolved (Options.ResolveCommitWait, on by default), the
+// commit's ticket (resolve.go) must reach refset before the transaction commits: a
+// server sends a batch's answers only when it reaches the batch's Sync (pgx's batches
+// send no Flush before it), so a ticket read in the batch that commits is lost with
+// the commit's answer, and the lost commit could never be resolved. So the last
+// segment ends with the ticket, [statements, ticket], and COMMIT goes alone in a batch
+// of its own once the ticket is read: [BEGIN, DELETE, INSERT, ticket], [COMMIT] for a
+// hand-over, one round trip more than without resolution. A connection lost before
+// that COMMIT was sent lost a transaction that did not commit (ErrUnavailable); one
+// lost after it is resolved with the ticket.
+//
+// Without resolution, a unit of one segment at the session's own isolation level (an
+// Add, a hand-over of INSERTs, UPDATEs and DELETEs) sends no BEGIN and no COMMIT:
+// [DELETE, INSERT], then the batch's one Sync. What a batch sends before its Sync
+// runs as one implicit transaction, which the server commits when it reaches the
+// Sync, once every statement ran, or rolls back after any failure, skipping the
+// statements after it (PostgreSQL's extended query protocol, and its simple
+// protocol's multi-statement query; pgx's SendBatch sends either so). A unit of
+// several segments, or at another level, begins and commits as database/sql would:
+// [BEGIN ..., statements], ..., [statements, COMMIT].
 //
 // The batch goes over the pool's connection itself (sql.Conn.Raw): database/sql's
 // transactions have no way to send BEGIN with the statements after it.
@@ -159,7 +170,9 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		if err := ctx.Err(); err != nil && start > 0 {
 			return err // given up on between segments: COMMIT was never sent
 		}
-		seg := segment{start: start, end: end, begins: start == 0, commits: last}
+		// The last segment commits, or, to resolve a lost commit, reads the ticket
+		// and leaves COMMIT to a batch of its own (see pgxPipeline).
+		seg := segment{start: start, end: end, begins: start == 0, commits: last && ticket == nil, ticket: last && ticket != nil}
 		seg.implicit = seg.begins && seg.commits && p.opts == pgx.TxOptions{}
 		var b pgx.Batch
 		if seg.sendsBegin() {
@@ -168,36 +181,35 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		for i := start; i < end; i++ {
 			b.Queue(sent[i], stmts[i].Args...)
 		}
-		if last {
-			if ticket != nil {
-				b.Queue(ticketSQL)
-			}
-			if seg.sendsCommit() {
-				b.Queue("commit")
-			}
+		if seg.ticket {
+			b.Queue(ticketSQL)
 		}
-		segCtx, endSegment := ctx, func() bool { return false }
-		if last {
-			segCtx, endSegment = watchCommit(ctx, c, p.cancels)
+		if seg.sendsCommit() {
+			b.Queue("commit")
 		}
-		br := c.SendBatch(segCtx, &b)
-		err := readSegment(c, br, seg, stmts, sent, ticket, result)
-		if closeErr := br.Close(); err == nil && closeErr != nil {
-			err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
-			if !last {
-				err = orError(result(end-1, 0, closeErr), closeErr)
+		err := p.send(ctx, c, &b, seg.commits, func(br pgx.BatchResults) error {
+			return readSegment(c, br, seg, stmts, sent, ticket, result)
+		}, func(closeErr error) error {
+			if seg.commits {
+				return &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 			}
-		}
-		if endSegment() {
-			// A cancel request went out, and could reach the server late, when the
-			// connection runs someone else's statement (or, without cancels, the
-			// segment may have been cut short): the connection is done.
-			rollback(ctx, c)
-			_ = c.Close(context.WithoutCancel(ctx))
-			if last {
-				err = commitGivenUp(err)
+			if seg.ticket {
+				return &refsetdriver.PipelineError{Query: "BEGIN", Err: closeErr}
 			}
-			err = givenUp(ctx, err)
+			return orError(result(end-1, 0, closeErr), closeErr)
+		})
+		if err == nil && seg.ticket {
+			if err = ctx.Err(); err != nil {
+				return err // given up on before COMMIT was sent
+			}
+			var commit pgx.Batch
+			commit.Queue("commit")
+			err = p.send(ctx, c, &commit, true, func(br pgx.BatchResults) error {
+				if _, err := br.Exec(); err != nil {
+					return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+				}
+				return nil
+			}, func(closeErr error) error { return &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr} })
 		}
 		if err != nil {
 			return err
@@ -208,6 +220,34 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		}
 		start = end
 	}
+}
+
+// send sends b on c and reads its results with read; closed is the error of a batch
+// whose results read well but whose close failed. A batch that commits runs watched
+// (watchCommit): given up on, its connection is closed, and a COMMIT it may have run is
+// resolved as a lost one.
+func (p pgxPipeline) send(ctx context.Context, c *pgx.Conn, b *pgx.Batch, commits bool, read func(pgx.BatchResults) error, closed func(error) error) error {
+	segCtx, endSegment := ctx, func() bool { return false }
+	if commits {
+		segCtx, endSegment = watchCommit(ctx, c, p.cancels)
+	}
+	br := c.SendBatch(segCtx, b)
+	err := read(br)
+	if closeErr := br.Close(); err == nil && closeErr != nil {
+		err = closed(closeErr)
+	}
+	if endSegment() {
+		// A cancel request went out, and could reach the server late, when the
+		// connection runs someone else's statement (or, without cancels, the
+		// segment may have been cut short): the connection is done.
+		rollback(ctx, c)
+		_ = c.Close(context.WithoutCancel(ctx))
+		if commits {
+			err = commitGivenUp(err)
+		}
+		err = givenUp(ctx, err)
+	}
+	return err
 }
 
 // cancelGrace is how long the segment that carries COMMIT waits for the server to
@@ -257,11 +297,8 @@ func watchCommit(ctx context.Context, c *pgx.Conn, cancels bool) (segCtx context
 // commit is as lost as if the server had gone, and so resolved (runOn), not reported
 // as the context's end, which says nothing of whether it committed. A server's answer
 // (the transaction refused, or cancelled by the cancel request) is left as it is.
-//
-// The commit's ticket, queued before COMMIT (or the Sync that commits) in the same
-// batch, has not been read then: the server sends a batch's results when it reaches
-// the batch's Sync, and pgx's batches send no Flush before it. So resolveCommit finds
-// no ticket, and the outcome is ErrCommitUnknown.
+// The commit's ticket was read before COMMIT was sent (see pgxPipeline), so the
+// commit is resolved; without resolution, the outcome is ErrCommitUnknown.
 func commitGivenUp(err error) error {
 	var pe *refsetdriver.PipelineError
 	if !errors.As(err, &pe) || pe.Query != "COMMIT" || isServerError(pe.Err) {
@@ -356,12 +393,13 @@ func checkRefused(checked bool, i int, err error, result refsetdriver.ResultFunc
 }
 
 // segment is one batch of a pipelined unit: stmts[start:end], after BEGIN if it
-// begins the transaction, followed by the commit's ticket and COMMIT if it commits
-// it; with neither BEGIN nor COMMIT if it is implicit (it both begins and commits: the
-// batch's Sync commits).
+// begins the transaction, followed by COMMIT if it commits it, or by the commit's
+// ticket if it is the last, COMMIT then sent alone; with neither BEGIN nor COMMIT if
+// it is implicit (it both begins and commits: the batch's Sync commits).
 type segment struct {
 	start, end      int
 	begins, commits bool
+	ticket          bool // it ends with the commit's ticket (and does not commit)
 	implicit        bool
 }
 
@@ -370,8 +408,8 @@ func (s segment) sendsBegin() bool  { return s.begins && !s.implicit }
 func (s segment) sendsCommit() bool { return s.commits && !s.implicit }
 
 // readSegment reads the results of one segment in order: BEGIN's if it sent one, those
-// of stmts[seg.start:seg.end] (sent as sent[seg.start:seg.end]), and the ticket's and
-// COMMIT's if it commits. After a statement the server refused it skipped the rest of
+// of stmts[seg.start:seg.end] (sent as sent[seg.start:seg.end]), the ticket's if it
+// reads it, and COMMIT's if it commits. After a statement the server refused it skipped the rest of
 // the segment, COMMIT included (an implicit transaction: it rolled back at the Sync).
 // The server's answer to an implicit transaction's commit, or a commit it never
 // answered, is the batch's Close (segments).
@@ -384,7 +422,7 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, seg segment, stmts []refsetdr
 			if i, ok := failedToPrepare(err, sent, start, end); ok {
 				return statementFailed(stmts, sent, i, err, result)
 			}
-			if last && unanswered(err) && c.IsClosed() {
+			if last && unanswered(c, err) && c.IsClosed() {
 				// The segment carries COMMIT too, and was sent: it may have run. (A
 				// failure that left the connection open is pgx's before it sent
 				// anything: an argument it cannot encode, in some query modes.)
@@ -406,7 +444,7 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, seg segment, stmts []refsetdr
 				// argument it cannot encode, in some query modes), the batch's.
 				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 			}
-			if last && unanswered(err) {
+			if last && unanswered(c, err) {
 				// No answer, the connection lost: COMMIT was sent (or the Sync that
 				// commits), and may have run.
 				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
@@ -421,22 +459,19 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, seg segment, stmts []refsetdr
 			return err
 		}
 	}
-	if last {
-		if ticket != nil {
-			t, err := readTicket(br.QueryRow())
-			if err != nil {
-				// Refused, the transaction is aborted and COMMIT rolls it back; lost,
-				// COMMIT was sent and the outcome is unknown.
-				return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
-			}
-			*ticket = t
+	if seg.ticket {
+		t, err := readTicket(br.QueryRow())
+		if err != nil {
+			// COMMIT was not sent: the transaction did not commit.
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 		}
-		if !seg.sendsCommit() {
-			return nil
-		}
-		if _, err := br.Exec(); err != nil {
-			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
-		}
+		*ticket = t
+	}
+	if !seg.sendsCommit() {
+		return nil
+	}
+	if _, err := br.Exec(); err != nil {
+		return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
 	}
 	return nil
 }
@@ -447,11 +482,15 @@ func isServerError(err error) bool {
 	return errors.As(err, &pgErr)
 }
 
-// unanswered reports whether err, the failure to read a result of a batch, is no
+// unanswered reports whether err, the failure to read a result of a batch on c, is no
 // answer from the server (the connection lost, or given up on: watchCommit) once
-// the batch may have reached it.
-func unanswered(err error) bool {
-	return !isServerError(err) && !pgconn.SafeToRetry(err)
+// the batch may have reached it. pgx's word that it sent nothing (SafeToRetry) is
+// taken only while c is open: pgx v5.12, reading a simple protocol's answer (the
+// batch of a pool in simple_protocol mode) from a connection that was lost, reports
+// the connection it then closed as "conn closed", safe to retry, though the batch was
+// sent.
+func unanswered(c *pgx.Conn, err error) bool {
+	return !isServerError(err) && (c.IsClosed() || !pgconn.SafeToRetry(err))
 }
 
 // failedToPrepare is the statement of sent[start:end] that err, a batch's failure

@@ -36,8 +36,9 @@ import (
 //     a commit record; under REPEATABLE READ or SERIALIZABLE, its snapshot is taken
 //     at BEGIN rather than at its first statement of its own.
 //   - pgx, and lib/pq for a role refused pg_logical_emit_message: just before COMMIT
-//     (ticketSQL, one more statement; a pipelined unit sends it in its batch, before
-//     COMMIT or the Sync that commits: pipeline.go), where a transaction that wrote
+//     (ticketSQL, one more statement; a pipelined unit sends it at the end of its last
+//     batch, and COMMIT in a batch of its own once it is read, since a server sends a
+//     batch's answers only at its end: pipeline.go), where a transaction that wrote
 //     nothing has no id and takes none.
 //
 // An id is only a number, and a new primary may give it to another transaction: one

@@ -24,8 +24,16 @@ import (
 // is read before the next is sent, one more; a hand-over refused for its count takes
 // its batch alone, rolled back at its Sync with no ROLLBACK after it. (pgx then forgets
 // the batch's prepared statements, as it does after any failed batch: the next unit
-// prepares them again.)
+// prepares them again.) Where lost commits are resolved (the default), COMMIT goes in
+// a round trip of its own, after the ticket is read, and a refused hand-over's
+// transaction, begun with BEGIN, is rolled back in one: one round trip more.
 func TestPgxUnitsTakeOneRoundTrip(t *testing.T) {
+	for _, resolves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxUnitsTakeOneRoundTrip(t, resolves) })
+	}
+}
+
+func testPgxUnitsTakeOneRoundTrip(t *testing.T, resolves bool) {
 	ctx := t.Context()
 	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
 	cfg, err := pgx.ParseConfig(dsn)
@@ -34,11 +42,15 @@ func TestPgxUnitsTakeOneRoundTrip(t *testing.T) {
 	pool := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
 	pool.SetMaxOpenConns(1)
 	t.Cleanup(func() { pool.Close() })
-	db, err := New(ctx, pool, Options{})
+	db, err := New(ctx, pool, resolvingOrNot(resolves))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	require.Positive(t, db.resolveWait, "resolution on: the ticket rides with COMMIT")
+	require.Equal(t, resolves, db.resolveWait > 0)
 	e := newHandOverEnv(t, db)
+	more := int64(0)
+	if resolves {
+		more = 1
+	}
 
 	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
 	releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
@@ -72,7 +84,7 @@ func TestPgxUnitsTakeOneRoundTrip(t *testing.T) {
 					require.NoError(t, err)
 				}
 				if run == 2 {
-					assert.Equal(t, tc.roundTrips, after-before, "round trips")
+					assert.Equal(t, tc.roundTrips+more, after-before, "round trips")
 				}
 			}
 		})
@@ -250,13 +262,21 @@ func TestHandOverCancelledMidBatch(t *testing.T) {
 	})
 }
 
-// A pgx unit whose connection is lost once its one batch was sent, COMMIT in it,
-// may have committed, and says so (ErrCommitUnknown): the ticket it would be
-// resolved with comes back with COMMIT's reply, which never came. The server did
+// A pgx unit whose connection is lost once its one batch was sent, COMMIT in it
+// (lost commits not resolved: no ticket is read, and the batch is an implicit
+// transaction), may have committed, and says so (ErrCommitUnknown). The server did
 // commit. The claim is never the opposite, ErrUnavailable alone (nothing committed),
-// which only a batch whose COMMIT was never sent may say: a hand-over, and an Add
-// with no commands, one batch before the server checked counts too.
+// which only a batch whose COMMIT was never sent may say: as where lost commits are
+// resolved (the default), where the statements' batch ends with the ticket and COMMIT
+// waits for it, so the server, its client gone, rolls the unit back. A hand-over, and
+// an Add with no commands, one batch before the server checked counts too.
 func TestPgxUnitLostMidBatch(t *testing.T) {
+	for _, resolves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxUnitLostMidBatch(t, resolves) })
+	}
+}
+
+func testPgxUnitLostMidBatch(t *testing.T, resolves bool) {
 	for _, tc := range []struct {
 		name string
 		unit func(t *testing.T, e *handOverEnv, id string) (run func() error, committed func() bool)
@@ -274,8 +294,9 @@ func TestPgxUnitLostMidBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
 			// One connection: the one the first unit prepared its statements on.
-			e := newHandOverEnv(t, openWith(t, dsn, Options{Driver: DriverPgx, MaxConns: 1}))
-			require.Positive(t, e.db.resolveWait, "resolution on")
+			opts := resolvingOrNot(resolves)
+			opts.Driver, opts.MaxConns = DriverPgx, 1
+			e := newHandOverEnv(t, openWith(t, dsn, opts))
 			// The unit once first, so the connection has its statements prepared: a
 			// loss while preparing them, before anything runs, is a loss before
 			// COMMIT was sent.
@@ -286,6 +307,11 @@ func TestPgxUnitLostMidBatch(t *testing.T) {
 			proxy.CutAfterSent("lost") // the ID, in the statements' arguments
 			err := run()
 			require.ErrorIs(t, err, refset.ErrUnavailable)
+			if resolves {
+				require.NotErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was not sent")
+				require.Never(t, committed, time.Second, 50*time.Millisecond, "the server, its client gone, rolled back")
+				return
+			}
 			require.ErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was sent with the statements")
 			require.Eventually(t, committed, 10*time.Second, 50*time.Millisecond, "the server committed what it got")
 		})

@@ -21,7 +21,7 @@ import (
 func TestPgxReadsLookupsDirectly(t *testing.T) {
 	ctx := t.Context()
 	tracer := &argsTracer{}
-	db := openTracedPgx(t, tracer)
+	db := openTracedPgx(t, tracer, Options{})
 	e := newHandOverEnv(t, db)
 	_, err := e.set.Add(ctx, block{Hash: "a", Height: 7})
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestPgxLookupSurvivesAnEndedConnection(t *testing.T) {
 // and with none once it is cached: counted at pgx, under database/sql and refset.
 func TestLoadSendsOneStatement(t *testing.T) {
 	ctx := t.Context()
-	db, tracer := tracedPgx(t)
+	db, tracer := tracedPgx(t, Options{})
 	e := newHandOverEnv(t, db)
 	for _, id := range []string{"a", "b"} {
 		_, err := e.set.Add(ctx, block{Hash: id, Height: 1})

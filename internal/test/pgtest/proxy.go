@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/url"
@@ -41,10 +42,13 @@ import (
 // the server, and then send it: the server runs the statement to its end (it commits,
 // when it is COMMIT or commits on its own at the Sync) with no client to tell, and
 // the client hears only the loss, never the answer. CutCommitReply and CutReplyTo let
-// the round trip through and drop the server's answer to it from the statement's on
-// (answers to statements before it in the same round trip pass), then end the
-// connection at the round trip's ReadyForQuery: the statement ran to its end while
-// its client hears only the loss.
+// the round trip through and drop the server's answer to it, then end the connection
+// at the round trip's ReadyForQuery: the statement ran to its end while its client
+// hears only the loss. What is dropped is what the server had not sent when the
+// statement ran: a PostgreSQL server holds its answers until the round trip's end
+// (the Sync, or a simple query's last statement) or a Flush message, so the answers
+// to statements before it in the round trip pass only when a Flush was sent between
+// them and it; the others are lost with its own, as a crash would lose them.
 type Proxy struct {
 	ln       net.Listener
 	target   string
@@ -68,6 +72,18 @@ type cut struct {
 	afterSent bool   // cut the client off as the round trip goes on; else drop its answer
 }
 
+// String says what c waits for and where it cuts, as an error names it.
+func (c *cut) String() string {
+	what := "COMMIT"
+	if !c.commit {
+		what = fmt.Sprintf("statement holding %q", c.needle)
+	}
+	if c.afterSent {
+		return "cut the client of the next " + what + " off before it reaches the server"
+	}
+	return "drop the server's answer to the next " + what
+}
+
 // cancelRequestCode opens the startup-format message of a cancel request.
 const cancelRequestCode = 80877102
 
@@ -79,7 +95,14 @@ func NewProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
-	tb.Cleanup(p.close)
+	tb.Cleanup(func() {
+		p.close()
+		// An arming no statement took means the test never lost the connection it
+		// meant to: whatever it asserted afterwards held without the loss.
+		if a := p.armed.Load(); a != nil && !tb.Failed() {
+			tb.Errorf("pgtest: the proxy was armed to %s, and no statement took it before the test ended: the connection was never lost (call Disarm where an arming may rightly go untaken)", a)
+		}
+	})
 	return p, through
 }
 
@@ -129,6 +152,11 @@ func (p *Proxy) CutAfterSent(needle string) {
 // ended: the statement ran to its end while its client hears only the connection's
 // loss.
 func (p *Proxy) CutReplyTo(needle string) { p.armed.Store(&cut{needle: bytes.ToLower([]byte(needle))}) }
+
+// Disarm takes back an arming no statement took, and says whether there was one. A
+// test ends in error when its proxy is still armed (the loss it armed for never came),
+// so one whose arming may rightly go untaken disarms it before it ends.
+func (p *Proxy) Disarm() (wasArmed bool) { return p.armed.Swap(nil) != nil }
 
 // DropCancels makes the proxy drop cancel requests: pgx sends one after it lost a
 // connection mid-statement, which would end a COMMIT that CutAfterCommitSent leaves
@@ -189,8 +217,9 @@ type conn struct {
 // roundTrip is what fromClient learnt of a round trip it sends.
 type roundTrip struct {
 	executes int64 // its Execute messages so far: the statements run in it
+	flushed  int64 // the statements run in it before its last Flush message
 	match    *cut  // the arming one of its statements matched; nil: none
-	before   int64 // the statements run in it before the one that matched
+	before   int64 // the statements whose answers the server flushed before the one that matched
 }
 
 // fromClient passes the client's messages on to the server, and cuts the connection
@@ -256,6 +285,8 @@ func (c *conn) note(frame []byte) (endsRound bool) {
 		c.matched(armed, matches)
 	case 'E': // Execute
 		c.sending.executes++
+	case 'H': // Flush: the server sends what it has answered so far
+		c.sending.flushed = c.sending.executes
 	case 'C': // Close: 'S' and a statement's name, or 'P' and a portal's
 		if kind := m.next(1); string(kind) == "S" {
 			delete(c.statements, string(m.cString()))
@@ -270,7 +301,7 @@ func (c *conn) note(frame []byte) (endsRound bool) {
 // if it matches and is the first of the round trip to.
 func (c *conn) matched(armed *cut, matches bool) {
 	if matches && c.sending.match == nil {
-		c.sending.match, c.sending.before = armed, c.sending.executes
+		c.sending.match, c.sending.before = armed, c.sending.flushed
 	}
 }
 

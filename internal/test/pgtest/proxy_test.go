@@ -207,4 +207,97 @@ func TestProxyForgetsAClosedStatement(t *testing.T) {
 	proxy.CutAfterSent("needle")
 	res := conn.ExecPrepared(ctx, "s", nil, nil, nil).Read()
 	require.NoError(t, res.Err, "s is SELECT 1 now")
+	require.True(t, proxy.Disarm(), "no statement took the arming")
+}
+
+// TestProxyDropsWhatTheServerHadNotSent: CutReplyTo drops the answers of its round
+// trip that the server had not sent when the statement ran. PostgreSQL sends a
+// round trip's answers at its Sync, or at a Flush message: without a Flush the
+// answer to a statement before the cut one is lost with it (a test must not learn
+// from the proxy what a crash would have kept from it); after a Flush it arrives.
+func TestProxyDropsWhatTheServerHadNotSent(t *testing.T) {
+	for _, flush := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flush=%v", flush), func(t *testing.T) {
+			proxy, dsn := NewProxy(t, DSN(t))
+			ctx := t.Context()
+			conn, err := pgconn.Connect(ctx, dsn)
+			require.NoError(t, err)
+			defer conn.Close(context.Background())
+			proxy.CutReplyTo("needle")
+			p := conn.StartPipeline(ctx)
+			p.SendQueryParams(`SELECT 'first'`, nil, nil, nil, nil)
+			if flush {
+				p.SendFlushRequest()
+			}
+			p.SendQueryParams(`SELECT 'needle'`, nil, nil, nil, nil)
+			require.NoError(t, p.Sync())
+			res, err := p.GetResults()
+			if !flush {
+				require.Error(t, err, "the first answer is lost with the cut one")
+				return
+			}
+			require.NoError(t, err)
+			rows, err := res.(*pgconn.ResultReader).Close()
+			require.NoError(t, err, "the first answer was flushed before the cut one ran")
+			assert.Equal(t, "SELECT 1", rows.String())
+			_, err = p.GetResults()
+			require.Error(t, err, "the cut one's answer is lost")
+		})
+	}
+}
+
+// armedTB is a testing.TB whose cleanups and errors the test reads itself.
+type armedTB struct {
+	testing.TB
+	cleanups []func()
+	errors   []string
+}
+
+func (tb *armedTB) Cleanup(f func())          { tb.cleanups = append(tb.cleanups, f) }
+func (tb *armedTB) Errorf(f string, a ...any) { tb.errors = append(tb.errors, fmt.Sprintf(f, a...)) }
+func (tb *armedTB) Failed() bool              { return len(tb.errors) > 0 }
+
+// TestProxyStillArmedFailsTheTest: a test whose arming no statement took fails,
+// saying what was armed; one that disarmed, or whose arming was taken, does not.
+func TestProxyStillArmedFailsTheTest(t *testing.T) {
+	cases := []struct {
+		name string
+		use  func(t *testing.T, p *Proxy, db *sql.DB)
+		want string // in the error; "" for none
+	}{
+		{"untaken", func(t *testing.T, p *Proxy, db *sql.DB) { p.CutCommitReply() },
+			"the proxy was armed to drop the server's answer to the next COMMIT, and no statement took it"},
+		{"untaken needle", func(t *testing.T, p *Proxy, db *sql.DB) { p.CutAfterSent("never sent") },
+			`the proxy was armed to cut the client of the next statement holding "never sent" off`},
+		{"disarmed", func(t *testing.T, p *Proxy, db *sql.DB) {
+			p.CutCommitReply()
+			assert.True(t, p.Disarm())
+			assert.False(t, p.Disarm(), "nothing left to take back")
+		}, ""},
+		{"taken", func(t *testing.T, p *Proxy, db *sql.DB) {
+			p.CutReplyTo("SELECT 'taken'")
+			_, err := db.ExecContext(t.Context(), `SELECT 'taken', $1::int`, 1)
+			require.Error(t, err, "cut")
+			assert.False(t, p.Disarm(), "the statement took the arming")
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := &armedTB{TB: t}
+			proxy, dsn := NewProxy(tb, DSN(t))
+			db, err := sql.Open("pgx", dsn)
+			require.NoError(t, err)
+			tc.use(t, proxy, db)
+			db.Close()
+			for i := len(tb.cleanups) - 1; i >= 0; i-- {
+				tb.cleanups[i]()
+			}
+			if tc.want == "" {
+				assert.Empty(t, tb.errors)
+				return
+			}
+			require.Len(t, tb.errors, 1)
+			assert.Contains(t, tb.errors[0], tc.want)
+		})
+	}
 }
