@@ -33,7 +33,7 @@ import (
 // cannot. lead, if not nil, gives the store's own statement (the insert of an Add),
 // run first (execs[i] is nil for it), whose errors are translated as the store's are
 // and whose row count is not checked. The statements run in one transaction, as a unit of work of InTx's.
-func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func() refsetdriver.Statement, cmds []Command[ID]) (ran bool, err error) {
+func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func() (refsetdriver.Statement, error), cmds []Command[ID]) (ran bool, err error) {
 	if tx != nil || s.caps.pipe == nil {
 		return false, nil
 	}
@@ -57,7 +57,9 @@ func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func()
 		stmts = append(stmts, refsetdriver.Statement{Query: q, Args: e.argsFor(id), Checked: e.wantRows >= 0, Rows: e.wantRows})
 	}
 	if lead != nil {
-		stmts[0] = lead() // execs[0] is nil
+		if stmts[0], err = lead(); err != nil { // execs[0] is nil
+			return true, err // refused before anything was sent
+		}
 	}
 	if sp, ok := s.caps.pipe.(refsetdriver.SelectivePipeliner); ok && !sp.Pipelines(stmts) {
 		return false, nil

@@ -113,7 +113,7 @@ func (s *RefSet[T, ID]) added(ctx context.Context, inUnit bool, n int) {
 // them and the store give its insert as a statement, otherwise under a savepoint of tx.
 func (s *RefSet[T, ID]) persist(ctx context.Context, tx Tx, id ID, obj T, cmds []Command[ID]) error {
 	if ins, ok := s.store.(refsetdriver.Inserter[T]); ok {
-		insert := func() refsetdriver.Statement { return ins.InsertStatement(obj) }
+		insert := func() (refsetdriver.Statement, error) { return ins.InsertStatement(obj) }
 		if ran, err := s.pipelined(ctx, tx, id, insert, cmds); ran {
 			return err
 		}

@@ -71,9 +71,11 @@ func (e *PipelineError) Unwrap() error { return e.Err }
 // Inserter is a set's store that can give the statement that inserts an object, so
 // that an Add of the object with Exec commands is a unit of statements too: [INSERT,
 // the commands...] in one transaction, one round trip on pgx when no result must be
-// read before the next statement is sent (see Statement.Checked).
+// read before the next statement is sent (see Statement.Checked). An error refuses
+// obj before anything is sent, as Persist would (an ID its key would store as another
+// value): the Add fails with it.
 type Inserter[T any] interface {
-	InsertStatement(obj T) Statement
+	InsertStatement(obj T) (Statement, error)
 }
 
 // RowReader is a Driver that reads the one row of a lookup by key (a cache miss, an

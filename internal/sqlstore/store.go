@@ -240,11 +240,9 @@ func New[T refset.Identifiable[ID], ID comparable](db refset.Database, table Tab
 }
 
 // refuse is the error of an ID the table's CheckID refuses, or nil. Every method
-// that sends an ID to the database calls it first (Persist and PersistAll with the
-// ID field's value, which is what the insert writes, refusedRow): a refused ID
-// reaches no table, and a look-up by it reads nothing. InsertStatement cannot fail,
-// and does not check: only a database that pipelines its statements (PostgreSQL)
-// asks a store for it, and only SQLite's keys have a check.
+// that sends an ID to the database calls it first (Persist, PersistAll and
+// InsertStatement with the ID field's value, which is what the insert writes,
+// refusedRow): a refused ID reaches no table, and a look-up by it reads nothing.
 func (s *Store[T, ID]) refuse(id ID) error {
 	if s.table.CheckID == nil {
 		return nil
@@ -279,9 +277,13 @@ func (s *Store[T, ID]) Persist(ctx context.Context, q refset.Querier, obj T) err
 }
 
 // InsertStatement is Persist's statement for obj, for a pipelined Add
-// (refsetdriver.Inserter).
-func (s *Store[T, ID]) InsertStatement(obj T) refsetdriver.Statement {
-	return refsetdriver.Statement{Query: s.stmt.Insert, Args: s.table.Mapping.Values(reflect.ValueOf(obj))}
+// (refsetdriver.Inserter), or the error of an ID the table's CheckID refuses.
+func (s *Store[T, ID]) InsertStatement(obj T) (refsetdriver.Statement, error) {
+	args := s.table.Mapping.Values(reflect.ValueOf(obj))
+	if err := s.refusedRow(args); err != nil {
+		return refsetdriver.Statement{}, err
+	}
+	return refsetdriver.Statement{Query: s.stmt.Insert, Args: args}, nil
 }
 
 // PersistAll inserts objs with multi-row inserts.

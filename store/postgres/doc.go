@@ -24,9 +24,19 @@
 // store.NewStore maps a struct to an existing table (optionally schema-qualified)
 // through its `db` tags, checks both against the catalog, and creates the set's holds
 // table beside it; it and store.NewCollector take a *DB as they take any store's
-// database. Options embeds store.Options, the options every store takes
-// (logging, metrics, the statement cache, external migrations), beside PostgreSQL's
-// own.
+// database. Declare a string key text (or varchar without a length). A key of type
+// numeric, uuid, char(n), bpchar, varchar(n), name or citext takes a string ID type
+// too, but stores some strings as another value, or holds two equal: numeric reads
+// "0012", "+12", "1e5" back as "12" or "100000", and numeric(10,2) "12" as "12.00"
+// and "12.345" as "12.35", rounded; numeric holds "12.0" equal to "12"; uuid reads
+// upper case back lower case; char(4) pads "ab" to "ab  "; varchar(4) cuts "abcd "
+// to "abcd" silently; name cuts past 63 bytes; bpchar holds "a " equal to "a", and
+// citext "AB" equal to "ab". Each call that sends such an ID refuses it with
+// refset.ErrInvalidID before it writes anything; an ID spelled as the key writes it
+// back ("12", "12.35" in numeric(10,2), "NaN", a lower-case uuid, four characters in
+// char(4), a lower-case citext) is taken. Options embeds store.Options, the options
+// every store takes (logging, metrics, the statement cache, external migrations),
+// beside PostgreSQL's own.
 //
 // A store runs its own statements prepared (database/sql prepares each once per pooled
 // connection): its reads outside a transaction (a cache miss, Has), and its inserts,

@@ -72,8 +72,12 @@ type KeyType struct {
 	what  string // e.g. "SQLite's INTEGER affinity"
 	want  string // the Go types it takes, for the message
 	// changes reports whether the column stores the string s as a value that reads
-	// back, or may, as another string; nil: it keeps every string as written.
+	// back, or may, as another string, or that compares equal to another string the
+	// check takes; nil: it keeps every string as written.
 	changes func(s string) bool
+	// For the message of a refused ID: what the column does with such a string
+	// ("stores a string that reads as a number ... as that number"), and what to do.
+	rewrites, instead string
 }
 
 var (
@@ -127,11 +131,19 @@ func SQLiteKeyType(typ string) KeyType {
 	case "BOOLEAN":
 		// go-sqlite3 reads an INTEGER in it as a bool: "12" would read back "true".
 		return KeyType{takes: []goKind{goString, goInt, goFloat, goBool, goTime}, what: "SQLite's NUMERIC affinity",
-			want: "a string, number, bool or time.Time type", changes: sqliteNumber}
+			want: "a string, number, bool or time.Time type", changes: sqliteNumber, rewrites: sqliteRewrites, instead: sqliteInstead}
 	}
 	return KeyType{takes: []goKind{goString, goInt, goFloat, goBool, goTime}, what: "SQLite's NUMERIC affinity",
-		want: "a string, number, bool or time.Time type", changes: sqliteNumericChanges}
+		want: "a string, number, bool or time.Time type", changes: sqliteNumericChanges, rewrites: sqliteRewrites, instead: sqliteInstead}
 }
+
+// What a key of SQLite's NUMERIC affinity does with a string ID it refuses, and what
+// to do instead, for the message.
+const (
+	sqliteRewrites = "stores a string that reads as a number (with a sign, leading zeros, spaces, a fraction or exponent, " +
+		"or past 64 bits) as that number"
+	sqliteInstead = "declare the column TEXT to keep every string ID as written, or use IDs that are not such numbers"
+)
 
 // sqliteNumericChanges reports whether a column of SQLite's NUMERIC affinity stores
 // the text s as a number that may read back as another string. As SQLite documents
@@ -214,22 +226,30 @@ func canonicalInt64(s string) bool {
 // PostgresKeyType is the kind of a column of type typ, as PostgreSQL's format_type
 // writes it. Types it does not know (domains, enums, extensions' types but citext,
 // arrays, network addresses) take any ID: a driver may read them as anything.
+//
+// A type that takes a string ID type but would store some strings as another value,
+// or compare one equal to another, checks each string ID (see idCheck and
+// postgresStringCheck): numeric, uuid, character(n) and bpchar, character
+// varying(n), name and citext. text and character varying without a length keep
+// every string, and check nothing.
 func PostgresKeyType(typ string) KeyType {
 	t := strings.ToLower(strings.TrimSpace(typ))
-	base, _, _ := strings.Cut(t, "(") // character varying(64), numeric(20,0), timestamp(3) with time zone
+	base, mod, _ := strings.Cut(t, "(") // character varying(64), numeric(20,0), timestamp(3) with time zone
 	base = strings.TrimSpace(base)
+	mod, _, _ = strings.Cut(mod, ")")
 	text := KeyType{takes: []goKind{goString}, what: "a text type", want: textWant}
 	switch {
 	case base == "text", base == "character varying", base == "character", base == "varchar",
 		base == "bpchar", base == "name", base == "citext", strings.HasSuffix(base, ".citext"):
-		return text
+		return postgresStringCheck(text, base, mod)
 	case base == "uuid":
-		return KeyType{takes: []goKind{goString}, what: "a uuid (the drivers read it as text)", want: textWant}
+		return postgresStringCheck(KeyType{takes: []goKind{goString}, what: "a uuid (the drivers read it as text)", want: textWant},
+			base, mod)
 	case base == "smallint", base == "integer", base == "bigint":
 		return KeyType{takes: []goKind{goInt}, what: "an integer type", want: intWant}
 	case base == "numeric":
-		return KeyType{takes: []goKind{goInt, goFloat, goString}, what: "a numeric type (the drivers read it as text)",
-			want: "an integer, float or string type"}
+		return postgresStringCheck(KeyType{takes: []goKind{goInt, goFloat, goString},
+			what: "a numeric type (the drivers read it as text)", want: "an integer, float or string type"}, base, mod)
 	case base == "real", base == "double precision":
 		return KeyType{takes: []goKind{goFloat}, what: "a floating-point type", want: "a float type (float64, float32)"}
 	case base == "boolean":
@@ -271,11 +291,13 @@ func checkIDType(keyType func(typ string) KeyType, table sqlident.Ident, column,
 // idCheck is the check of each ID of type id that a set's statements send to its ID
 // column, named column, of type typ as the dialect's catalog writes it, which keyType
 // judges; nil when there is nothing to check, which is every ID type on every column
-// but a string type on one that changes some strings (SQLite's NUMERIC affinity).
-// The store then runs no check at all: a TEXT or BLOB key costs nothing.
+// but a string type on one that changes some strings (SQLite's NUMERIC affinity;
+// PostgreSQL's numeric, uuid, character(n), bpchar, character varying(n), name and
+// citext). The store then runs no check at all: a TEXT or BLOB key costs nothing.
 //
 // The check refuses, with refset.ErrInvalidID, a string ID that the column would
-// store as another value ("0012" as the INTEGER 12, which reads back as "12"): the
+// store as another value ("0012" as the INTEGER 12, which reads back as "12"), or
+// as a value equal to another string's (citext's "ABC" and "abc"): the
 // object would come back under another ID, and two IDs could become one, the second
 // Add failing as a duplicate of an object it never added. It is refused before any
 // statement runs: the store checks every ID it sends (an object's ID column on
@@ -299,11 +321,9 @@ func idCheck(keyType func(typ string) KeyType, table sqlident.Ident, column, typ
 			return nil
 		}
 		return sentinel.New("refset", fmt.Sprintf("the ID %q of %s", s, table), refset.ErrInvalidID,
-			fmt.Errorf("the ID column %q has SQL type %s (%s), which stores a string that reads as a number "+
-				"(with a sign, leading zeros, spaces, a fraction or exponent, or past 64 bits) as that number: "+
-				"the ID would read back changed, and could name another ID's object; nothing was sent: "+
-				"declare the column TEXT to keep every string ID as written, or use IDs that are not such numbers",
-				column, typ, c.what))
+			fmt.Errorf("the ID column %q has SQL type %s (%s), which %s: "+
+				"the ID would read back changed, or name another ID's object; nothing was sent: %s",
+				column, typ, c.what, c.rewrites, c.instead))
 	}
 }
 
