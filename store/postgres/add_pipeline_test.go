@@ -18,55 +18,51 @@ import (
 // counts of checked commands, as a hand-over's (TestPgxPipelinesHandOvers). An Add
 // with a command of the caller's own (Hold is one) takes the ordinary path.
 func TestPgxPipelinesAdd(t *testing.T) {
-	for _, resolves := range []bool{true, false} {
-		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxPipelinesAdd(t, resolves) })
-	}
-}
+	forResolvingOrNot(t, func(t *testing.T, resolves bool) {
+		ctx := t.Context()
+		db, tracer := tracedPgx(t, resolvingOrNot(resolves))
+		e := newHandOverEnv(t, db)
 
-func testPgxPipelinesAdd(t *testing.T, resolves bool) {
-	ctx := t.Context()
-	db, tracer := tracedPgx(t, resolvingOrNot(resolves))
-	e := newHandOverEnv(t, db)
-
-	const ins = `INSERT INTO pending (block_id) VALUES ($1)`
-	pendingUnchecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, -1)
-	pendingChecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
-	hold := e.set.Hold("completer", 0)
-	for i, tc := range []struct {
-		name    string
-		cmds    []refset.Command[string]
-		batches [][]string // "insert" stands for the store's insert
-		pending bool
-	}{
-		{"no commands", nil, committing(resolves, []string{"insert"}), false},
-		{"an unchecked command", []refset.Command[string]{pendingUnchecked}, committing(resolves, []string{"insert", ins}), true},
-		{"a checked command", []refset.Command[string]{pendingChecked}, committing(resolves, []string{"insert", rowCheckedSQL(ins, 1)}), true},
-		{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			id := fmt.Sprint("a", i)
-			tracer.reset()
-			_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, tc.cmds...)
-			require.NoError(t, err)
-			batches, alone := tracer.reset()
-			for _, b := range batches {
-				for j, q := range b {
-					if strings.HasPrefix(q, "INSERT INTO") && strings.Contains(q, "blocks") {
-						b[j] = "insert"
+		const ins = `INSERT INTO pending (block_id) VALUES ($1)`
+		pendingUnchecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, -1)
+		pendingChecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+		hold := e.set.Hold("completer", 0)
+		for i, tc := range []struct {
+			name    string
+			cmds    []refset.Command[string]
+			batches [][]string // "insert" stands for the store's insert
+			pending bool
+		}{
+			{"no commands", nil, committing(resolves, []string{"insert"}), false},
+			{"an unchecked command", []refset.Command[string]{pendingUnchecked}, committing(resolves, []string{"insert", ins}), true},
+			{"a checked command", []refset.Command[string]{pendingChecked}, committing(resolves, []string{"insert", rowCheckedSQL(ins, 1)}), true},
+			{"a command of refset's own", []refset.Command[string]{pendingChecked, hold}, nil, true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id := fmt.Sprint("a", i)
+				tracer.reset()
+				_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, tc.cmds...)
+				require.NoError(t, err)
+				batches, alone := tracer.reset()
+				for _, b := range batches {
+					for j, q := range b {
+						if strings.HasPrefix(q, "INSERT INTO") && strings.Contains(q, "blocks") {
+							b[j] = "insert"
+						}
 					}
 				}
-			}
-			assert.Equal(t, tc.batches, batches)
-			if tc.batches != nil {
-				assert.Empty(t, alone, "nothing but the batches")
-			} else {
-				assert.NotEmpty(t, alone)
-			}
-			assert.Equal(t, 1, count(t, db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`))
-			pending, _ := e.state(t, id)
-			assert.Equal(t, tc.pending, pending)
-		})
-	}
+				assert.Equal(t, tc.batches, batches)
+				if tc.batches != nil {
+					assert.Empty(t, alone, "nothing but the batches")
+				} else {
+					assert.NotEmpty(t, alone)
+				}
+				assert.Equal(t, 1, count(t, db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`))
+				pending, _ := e.state(t, id)
+				assert.Equal(t, tc.pending, pending)
+			})
+		}
+	})
 }
 
 // A failed Add stores nothing and leaves its connection usable, whichever statement
@@ -121,10 +117,10 @@ func TestAddStatementErrors(t *testing.T) {
 // A pipelined unit whose context ends while its COMMIT segment runs: on a direct
 // connection a cancel request stops the statement and the unit rolls back; with
 // Unprepared (behind a pooler, which may mishandle cancel requests) none is sent,
-// the statement runs to its end and the unit commits. Where lost commits are resolved
-// (the default), the statements run in a batch before COMMIT's: a context that ends
-// there ends the unit before COMMIT is sent, and nothing commits either way. Always
-// the caller learns the truth: an error exactly when nothing was stored.
+// the statement runs to its end and the unit commits. The same whether lost commits
+// are resolved (COMMIT after the ticket, in the same round trip) or not (an implicit
+// transaction). Either way the caller learns the truth: an error exactly when nothing
+// was stored.
 func TestPipelineCancelsOnlyWithoutPooler(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -134,8 +130,8 @@ func TestPipelineCancelsOnlyWithoutPooler(t *testing.T) {
 	}{
 		{"direct: a cancel request", false, false, false},
 		{"unprepared: no cancel request", true, false, true},
-		{"direct, resolving: before COMMIT", false, true, false},
-		{"unprepared, resolving: before COMMIT", true, true, false},
+		{"direct, resolving: a cancel request", false, true, false},
+		{"unprepared, resolving: no cancel request", true, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := resolvingOrNot(tc.resolves)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
 	"github.com/refsetdb/refset/refset"
@@ -37,15 +38,17 @@ import (
 // caller's pool can have only through its connector: New refuses one that sql.Open
 // made and names NewConnector, which makes the connector Open's pools use (see
 // guardedLibPQ in db.go for why it refuses rather than work around it). A caller's
-// pgx pool cannot be told to check its connections before reuse, so refset checks
+// pgx pool checks its connections before reuse only if its connector does
+// (NewPgxConnector's, NewPgxPoolConnector's), which New cannot tell, so refset checks
 // each connection it takes for a unit of work or a statement that commits on its
 // own itself (takeConn): one whose server reported that it takes no writes is
 // discarded, and another taken. Reads outside a unit of work go to the pool as
 // database/sql lends them: a read changes nothing, and a fenced server answers
 // it as of its last write.
 
-// takesWrites is pgx's check, before a connection of a pool that Open made is
-// reused: a connection whose server says it is a standby, or read-only, is dropped.
+// takesWrites is pgx's check, before a connection of a pool that Open made (or of
+// NewPgxConnector's) is reused: a connection whose server says it is a standby, or
+// read-only, is dropped.
 func takesWrites(_ context.Context, c *pgx.Conn) error {
 	pc := c.PgConn()
 	if pc.ParameterStatus("in_hot_standby") == "on" || pc.ParameterStatus("default_transaction_read_only") == "on" {
@@ -54,8 +57,12 @@ func takesWrites(_ context.Context, c *pgx.Conn) error {
 	return nil
 }
 
-// pgxOptions are the options of the pgx pools Open makes.
-var pgxOptions = []stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}
+// withTakesWrites is opts after the check that drops, before reuse, a connection
+// whose server takes no writes (takesWrites): an OptionResetSession of opts
+// replaces it.
+func withTakesWrites(opts []stdlib.OptionOpenDB) []stdlib.OptionOpenDB {
+	return append([]stdlib.OptionOpenDB{stdlib.OptionResetSession(takesWrites)}, opts...)
+}
 
 // A statement sent on a connection that is then lost may have run, and, outside a
 // transaction, committed. lib/pq reports such a loss (the server's end of file, a
@@ -114,6 +121,147 @@ func (c guardedConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return &guardedConn{conn: conn.(libpqConn), l: l, replica: c.replica}, nil
 }
 
+// pgx's stdlib reports a statement it sent as driver.ErrBadConn too, when the
+// connection was lost before the answer came: pgx v5.12 reads the answer to a
+// statement sent in the simple protocol (every statement without arguments, and
+// every statement of a pool in simple_protocol mode) without heeding the read's
+// error, closes the connection, and then calls it "conn closed", safe to retry;
+// stdlib turns that into ErrBadConn, and database/sql runs the statement again on
+// another connection. So the connections of the pgx pools Open makes, and of
+// NewPgxConnector's and NewPgxPoolConnector's, are wrapped (pgxGuardedConn): an
+// ErrBadConn from a statement that began on a connection pgx held open, with a
+// context that had not ended, is lostDuring, as on lib/pq. One that pgx knew closed
+// before the statement, or whose context had already ended, sent nothing: stdlib's
+// ErrBadConn stays, and database/sql's retry on another connection with it.
+
+// NewPgxConnector is pgx's stdlib connector of cfg with opts
+// (stdlib.GetConnector), whose connections report a statement whose connection
+// was lost after it was sent as the loss it is (refset.ErrUnavailable once
+// translated), which database/sql does not run again, as the pgx pools Open makes
+// do: sql.OpenDB(connector) is then a pgx pool on which the caller's own statements
+// never run twice (stdlib.OpenDB's would, for a statement without arguments, or
+// any in simple_protocol mode: see New). Its connections, lent through
+// sql.Conn.Raw, are not *stdlib.Conn, but have its Conn() *pgx.Conn method. As on
+// Open's pools, a connection whose server reported that it takes no writes (a
+// fenced primary, a standby) is dropped before it is lent again, unless opts has
+// an OptionResetSession of its own, which replaces that check. The pool is the
+// caller's, to size and close; the guard costs next to nothing.
+func NewPgxConnector(cfg *pgx.ConnConfig, opts ...stdlib.OptionOpenDB) driver.Connector {
+	return pgxGuardedConnector{Connector: stdlib.GetConnector(*cfg, withTakesWrites(opts)...)}
+}
+
+// NewPgxPoolConnector is NewPgxConnector for a pgxpool user: stdlib's connector of
+// pool (stdlib.GetPoolConnector) with the same guard. As stdlib.OpenDBFromPool
+// does, set the *sql.DB's idle connections to zero (SetMaxIdleConns(0)), so that
+// the pgxpool manages them.
+func NewPgxPoolConnector(pool *pgxpool.Pool, opts ...stdlib.OptionOpenDB) driver.Connector {
+	return pgxGuardedConnector{Connector: stdlib.GetPoolConnector(pool, withTakesWrites(opts)...)}
+}
+
+// pgxGuardedConnector is a connector of pgx's stdlib whose connections it wraps in
+// pgxGuardedConn. Its Driver is stdlib's, so that the pool is pgx's to New.
+type pgxGuardedConnector struct{ driver.Connector }
+
+func (c pgxGuardedConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxGuardedConn{stdlibConn: dc.(*stdlib.Conn)}, nil // stdlib's connectors make no other
+}
+
+// stdlibConn is stdlib.Conn under a name that, embedded, leaves its Conn method
+// promoted (a field named Conn would hide it).
+type stdlibConn = stdlib.Conn
+
+// pgxGuardedConn is a connection of pgx's stdlib that reports a connection lost
+// during a statement as lostDuring (see above). Embedding keeps what stdlib's
+// connection offers database/sql (sessions reset, named values, transactions) and
+// the Conn() *pgx.Conn method the package's pgx paths use (pgxConnOf).
+type pgxGuardedConn struct{ *stdlibConn }
+
+// sound reports whether a statement that begins now on c with ctx may be sent: pgx
+// holds the connection open, and ctx has not ended (pgx sends nothing on a context
+// already ended, and calls that safe to retry too).
+func (c *pgxGuardedConn) sound(ctx context.Context) bool {
+	return ctx.Err() == nil && !c.Conn().IsClosed()
+}
+
+// seen is err, the error of a statement that began on c sound or not: lostDuring if
+// stdlib called the loss of a sound connection nothing sent (ErrBadConn).
+func (c *pgxGuardedConn) seen(sound bool, err error) error {
+	if sound && errors.Is(err, driver.ErrBadConn) {
+		return &lostDuring{err: err}
+	}
+	return err
+}
+
+func (c *pgxGuardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	sound := c.sound(ctx)
+	r, err := c.stdlibConn.ExecContext(ctx, query, args)
+	return r, c.seen(sound, err)
+}
+
+func (c *pgxGuardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	sound := c.sound(ctx)
+	r, err := c.stdlibConn.QueryContext(ctx, query, args)
+	return r, c.seen(sound, err)
+}
+
+// PrepareContext prepares query (which runs nothing: its errors stay stdlib's); the
+// statement runs guarded, since stdlib's runs on stdlib's connection, not on c.
+func (c *pgxGuardedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	s, err := c.stdlibConn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &pgxGuardedStmt{Stmt: s.(*stdlib.Stmt), c: c}, nil
+}
+
+func (c *pgxGuardedConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+// IsValid lets database/sql close at once a connection pgx closed (a lost one),
+// rather than find it closed when it next lends it.
+func (c *pgxGuardedConn) IsValid() bool { return !c.Conn().IsClosed() }
+
+// pgxGuardedStmt is a statement prepared on a pgxGuardedConn, run guarded.
+type pgxGuardedStmt struct {
+	*stdlib.Stmt
+	c *pgxGuardedConn
+}
+
+func (s *pgxGuardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	sound := s.c.sound(ctx)
+	r, err := s.Stmt.ExecContext(ctx, args)
+	return r, s.c.seen(sound, err)
+}
+
+func (s *pgxGuardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	sound := s.c.sound(ctx)
+	r, err := s.Stmt.QueryContext(ctx, args)
+	return r, s.c.seen(sound, err)
+}
+
+// stdlibOf is the connection of pgx's stdlib that dc, a connection database/sql
+// lends (sql.Conn.Raw), wraps if it is a pgxGuardedConn, and dc itself otherwise.
+func stdlibOf(dc any) any {
+	if g, ok := dc.(*pgxGuardedConn); ok {
+		return g.stdlibConn
+	}
+	return dc
+}
+
+// pgxConnOf is the pgx connection of dc, a connection database/sql lends: stdlib's
+// own, or one a pgxGuardedConn wraps; nil for any other (lib/pq's).
+func pgxConnOf(dc any) *pgx.Conn {
+	if c, ok := stdlibOf(dc).(*stdlib.Conn); ok {
+		return c.Conn()
+	}
+	return nil
+}
+
 // lostDuring is the error of a statement whose connection was lost while it ran.
 type lostDuring struct{ err error }
 
@@ -121,8 +269,9 @@ func (e *lostDuring) Error() string {
 	return "the connection was lost while the statement ran (" + e.err.Error() + ")"
 }
 
-// Unwrap makes it a lost connection to refset (io.ErrUnexpectedEOF), not lib/pq's
-// ErrBadConn, which database/sql takes as nothing sent.
+// Unwrap makes it a lost connection to refset (io.ErrUnexpectedEOF), not the
+// driver's ErrBadConn (lib/pq's, or pgx stdlib's), which database/sql takes as
+// nothing sent.
 func (e *lostDuring) Unwrap() error { return io.ErrUnexpectedEOF }
 
 // libpqConn is what lib/pq's connections implement, and database/sql uses.

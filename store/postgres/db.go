@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"strconv"
@@ -182,6 +183,14 @@ const (
 // Once open, a connection the pool makes later that the server refuses so (a
 // password rotated, a LOGIN revoked, the database dropped or renamed) fails its call
 // with refset.ErrUnavailable, as a server that cannot be reached does.
+//
+// Neither driver's pool runs a statement again after its connection was lost once
+// the statement was sent (the error is then refset.ErrUnavailable, and the
+// statement may have run): the connections are wrapped in guards (NewConnector's on
+// lib/pq, NewPgxConnector's on pgx). So a connection of the pgx pool, as
+// sql.Conn.Raw lends it, is not a *stdlib.Conn, but has its method Conn() *pgx.Conn:
+// assert interface{ Conn() *pgx.Conn } to reach pgx. (The replica's pool that Open
+// makes on pgx, which only reads, is stdlib's own: a read run again changes nothing.)
 func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 	driver := opts.Driver
 	switch driver {
@@ -242,8 +251,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*DB, error) {
 // missing from it.
 //
 // Either way the pool drops a connection to a server that no longer takes writes,
-// and, on lib/pq, never runs a statement again after its connection was lost while
-// it ran (conns.go).
+// and never runs a statement again after its connection was lost while it ran
+// (conns.go): lib/pq and pgx's stdlib both call such a loss driver.ErrBadConn at
+// times, which database/sql takes as nothing sent.
 func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	switch driver {
 	case DriverLibPQ:
@@ -257,7 +267,7 @@ func openPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 		if err != nil {
 			return nil, err
 		}
-		return stdlib.OpenDB(*cfg, pgxOptions...), nil
+		return sql.OpenDB(NewPgxConnector(cfg)), nil
 	}
 }
 
@@ -381,11 +391,25 @@ func (r *redacted) Unwrap() error { return r.err }
 //     on its own (a payment) could run twice, and its connections to a server that
 //     no longer takes writes are kept. NewConnector's connections prevent both, at
 //     no cost, for the caller's own statements too.
-//   - pgx's stdlib ("pgx"; a pgxpool user gets one with stdlib.OpenDBFromPool),
-//     opened as the caller likes: pgx never reports a statement it sent as one
-//     database/sql may run again, and refset checks each connection it takes for a
-//     unit of work, or for a statement that commits on its own, and discards one
-//     whose server reported that it takes no writes.
+//   - pgx's stdlib ("pgx"), opened as the caller likes, best with NewPgxConnector's
+//     connector, sql.OpenDB(postgres.NewPgxConnector(cfg)), or a pgxpool user's
+//     sql.OpenDB(postgres.NewPgxPoolConnector(pool)) (with SetMaxIdleConns(0)), which
+//     have the guard of Open's pgx pools. On a pool without it (stdlib.OpenDB,
+//     stdlib.OpenDBFromPool, sql.Open("pgx", dsn)), database/sql runs the caller's
+//     own statement again, on another connection, when pgx lost the connection after
+//     sending it: pgx v5.12 reports such a loss as safe to retry for every statement
+//     sent in the simple protocol, which pgx uses for every statement without
+//     arguments (an INSERT of literals, a call of a function that pays), and for
+//     every statement when the DSN says default_query_exec_mode=simple_protocol.
+//     refset's own work is safe there all the same: its units of work run in
+//     transactions, which database/sql never runs again, and a statement that
+//     commits on its own (refsetdriver.OwnCommits) runs on one connection, and is
+//     settled, not reported as not committed, when pgx calls it safe to retry after
+//     its connection was lost. New takes such a pool (a pgxpool shared with other
+//     code cannot change its connector) and, when opts.Logger is set, warns once.
+//     refset also checks each connection it takes for a unit of work, or for a
+//     statement that commits on its own, and discards one whose server reported
+//     that it takes no writes.
 //
 // A *sqlx.DB user passes its DB field. The pool stays the caller's: Close leaves it
 // open (and closes the statements refset prepared on it). Close the DB before the
@@ -409,10 +433,17 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 	if err := pool.PingContext(ctx); err != nil {
 		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
+	pgxUnguarded := false
 	if driverName == DriverLibPQ && !opened {
 		if err := guardedLibPQ(ctx, pool); err != nil {
 			return nil, err
 		}
+	} else if driverName == DriverPgx && !opened {
+		guarded, err := connIs[*pgxGuardedConn](ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		pgxUnguarded = !guarded
 	}
 	if opts.Unprepared {
 		if err := checkOneRoundTrip(ctx, pool, driverName); err != nil {
@@ -437,6 +468,12 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 	settings := opts.Settings()
 	settings.Unprepared = opts.Unprepared
 	drv := newDriver(db, driverName, refsetdriver.Bind(pool, settings))
+	if pgxUnguarded && opts.Logger != nil {
+		opts.Logger.LogAttrs(ctx, slog.LevelWarn, "refset/postgres: the pgx pool given to New has no guard against running a statement twice: "+
+			"database/sql runs the caller's own statement again on another connection when pgx lost the connection after sending it "+
+			"(every statement without arguments, or every statement in simple_protocol mode); refset's own units of work and statements "+
+			"that commit on their own are safe; open the pool with sql.OpenDB(postgres.NewPgxConnector(cfg)) or NewPgxPoolConnector(pool)")
+	}
 	cfg := engine.Config{
 		Name:       "refset/postgres",
 		DB:         db,
@@ -521,22 +558,28 @@ func driverOf(pool *sql.DB) (string, error) {
 // time, since database/sql keeps no prepared statement of a *sql.Conn) costs a
 // payment a round trip more than the one-line change at startup.
 func guardedLibPQ(ctx context.Context, pool *sql.DB) error {
-	conn, err := pool.Conn(ctx)
-	if err != nil {
-		return ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
-	}
-	defer conn.Close()
-	guarded := false
-	_ = conn.Raw(func(dc any) error {
-		_, guarded = dc.(*guardedConn)
-		return nil
-	})
-	if guarded {
-		return nil
+	guarded, err := connIs[*guardedConn](ctx, pool)
+	if err != nil || guarded {
+		return err
 	}
 	return fmt.Errorf("refset/postgres: new: %w: a lib/pq pool that sql.Open made runs a statement again on another connection "+
 		"when its connection was lost after the statement was sent (a payment made twice), and keeps connections to a server that "+
 		"no longer takes writes; open it with sql.OpenDB(postgres.NewConnector(dsn)), or let postgres.Open make it", refset.ErrInvalidConfig)
+}
+
+// connIs reports whether a connection of pool is a C (a guard's).
+func connIs[C any](ctx context.Context, pool *sql.DB) (bool, error) {
+	conn, err := pool.Conn(ctx)
+	if err != nil {
+		return false, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
+	}
+	defer conn.Close()
+	is := false
+	_ = conn.Raw(func(dc any) error {
+		_, is = dc.(C)
+		return nil
+	})
+	return is, nil
 }
 
 // checkOneRoundTrip refuses, for Options.Unprepared, a caller's pool whose driver
@@ -570,7 +613,11 @@ func pgxExecMode(ctx context.Context, pool *sql.DB) (fix string, err error) {
 	defer conn.Close()
 	var mode pgx.QueryExecMode
 	if err := conn.Raw(func(c any) error {
-		mode = c.(*stdlib.Conn).Conn().Config().DefaultQueryExecMode
+		pc := pgxConnOf(c)
+		if pc == nil {
+			return errNotPgx
+		}
+		mode = pc.Config().DefaultQueryExecMode
 		return nil
 	}); err != nil {
 		return "", err

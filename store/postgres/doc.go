@@ -1,9 +1,11 @@
 // Package postgres keeps a refset.RefSet in PostgreSQL, through lib/pq or pgx's
 // stdlib driver: Open dials a DSN with either (Options.Driver), and New uses a
-// *sql.DB the caller opened and owns (from a pgxpool.Pool: stdlib.OpenDBFromPool; on
-// lib/pq, sql.OpenDB(NewConnector(dsn)), which has the guards of Open's pools: New
-// refuses a lib/pq pool that sql.Open made, which would run a statement again after
-// its connection was lost once the statement was sent).
+// *sql.DB the caller opened and owns: with the guards of Open's pools, which never
+// run a statement again after its connection was lost once the statement was sent,
+// sql.OpenDB of NewConnector(dsn) on lib/pq, of NewPgxConnector(cfg) on pgx, or of
+// NewPgxPoolConnector(pool) from a pgxpool.Pool. New refuses a lib/pq pool without
+// them; it takes a pgx pool without them (stdlib.OpenDB, stdlib.OpenDBFromPool),
+// on which refset's own work is safe but the caller's own statements are not.
 // store.Open dials a postgres:// URL or key=value DSN here when given this package's
 // Options. Errors are translated by SQLSTATE in one place, the same on both drivers.
 //
@@ -50,14 +52,16 @@
 // database/sql's conversions; anything that fails there (a broken connection, a value
 // only database/sql converts) is read again through database/sql, as before. On pgx,
 // a hand-over made only of Exec commands is sent in batches: BEGIN with the first
-// statements, a new batch after each statement whose row count refset checks, and,
-// where lost commits are resolved (Options.ResolveCommitWait, on by default), the
-// commit's ticket at the end of the last and COMMIT in a batch of its own once the
-// ticket is read (a server sends a batch's answers only at its end: a ticket sent with
-// COMMIT is lost with COMMIT's answer); a hand-over is then two round trips. Without
-// resolution, COMMIT goes with the last statements, and one batch at the default
-// isolation level sends neither BEGIN nor COMMIT and is committed at its Sync, as an
-// implicit transaction: one round trip. On lib/pq, such a hand-over (and an Add) goes in two round trips:
+// statements, a new batch after each statement whose row count refset checks, and
+// COMMIT with the last. Where lost commits are resolved (Options.ResolveCommitWait, on
+// by default), the commit's ticket goes before COMMIT with a Flush between them, so
+// that its answer leaves the server before COMMIT runs (a server sends a batch's
+// answers only at its end: a ticket sent with COMMIT is lost with COMMIT's answer); in
+// a query mode that cannot send a Flush (simple_protocol, describe_exec,
+// cache_describe), COMMIT goes in a batch of its own, one round trip more. Without
+// resolution, one batch at the default isolation level sends neither BEGIN nor COMMIT
+// and is committed at its Sync, as an implicit transaction. Either way a hand-over of
+// INSERTs, UPDATEs and DELETEs is one round trip. On lib/pq, such a hand-over (and an Add) goes in two round trips:
 // one simple query with BEGIN, the commit's ticket and the statements, EXECUTEd
 // (prepared once a connection with SQL's PREPARE) with their arguments as literals
 // where a literal means what lib/pq would send, and COMMIT; a unit with an argument

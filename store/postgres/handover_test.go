@@ -342,64 +342,68 @@ func (r *batchTracer) reset() (batches [][]string, alone []string) {
 // On pgx, a hand-over of Exec commands goes in one batch, the server checking the
 // counts of INSERT, UPDATE and DELETE statements (rowCheckedSQL): the statements in an
 // implicit transaction, which the batch's Sync commits; where lost commits are
-// resolved (the default), BEGIN, the statements and the commit's ticket, then COMMIT
-// alone once the ticket is read, as a server sends a batch's answers only at its end
-// (resolve.go). Another checked statement (here one with RETURNING) ends its batch,
+// resolved (the default), BEGIN, the statements, the commit's ticket and COMMIT, sent
+// through pgx's pipeline with a Flush before COMMIT (flushed.go), which pgx's tracer
+// sees as a batch. Another checked statement (here one with RETURNING) ends its batch,
 // read before the next is sent. A hand-over with a command of the caller's own takes
 // the ordinary path.
 func TestPgxPipelinesHandOvers(t *testing.T) {
-	for _, resolves := range []bool{true, false} {
-		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxPipelinesHandOvers(t, resolves) })
-	}
+	forResolvingOrNot(t, func(t *testing.T, resolves bool) {
+		ctx := t.Context()
+		db, tracer := tracedPgx(t, resolvingOrNot(resolves))
+		e := newHandOverEnv(t, db)
+
+		acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
+		own := refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES ($1)`, id)
+			return err
+		})
+		releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
+		const del, ins = `DELETE FROM pending WHERE block_id = $1`, `INSERT INTO heads (block_id) VALUES ($1)`
+		const delReturning = `DELETE FROM pending WHERE block_id = $1 RETURNING block_id`
+		checkedDel, checkedIns := rowCheckedSQL(del, 1), rowCheckedSQL(ins, 1)
+		cases := []struct {
+			name             string
+			release, acquire []refset.Command[string]
+			batches          [][]string
+		}{
+			{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
+				committing(resolves, []string{checkedDel, ins})},
+			{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
+				committing(resolves, []string{checkedDel, checkedIns})},
+			{"a checked release the server cannot check", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireChecked},
+				committing(resolves, []string{"begin", delReturning}, []string{checkedIns})},
+			{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
+				committing(resolves, []string{del, ins})},
+			{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				id := fmt.Sprint("b", i)
+				acq := e.acquired(t, id, tc.release, tc.acquire)
+				tracer.reset()
+				_, err := acq.Complete(ctx)
+				require.NoError(t, err)
+				batches, alone := tracer.reset()
+				assert.Equal(t, tc.batches, batches)
+				if tc.batches != nil {
+					assert.Empty(t, alone, "nothing but the batches")
+				} else {
+					assert.NotEmpty(t, alone)
+				}
+				pending, head := e.state(t, id)
+				assert.False(t, pending)
+				assert.True(t, head)
+			})
+		}
+	})
 }
 
-func testPgxPipelinesHandOvers(t *testing.T, resolves bool) {
-	ctx := t.Context()
-	db, tracer := tracedPgx(t, resolvingOrNot(resolves))
-	e := newHandOverEnv(t, db)
-
-	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
-	own := refset.CommandFunc[string](func(ctx context.Context, tx refset.Tx, id string) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO heads (block_id) VALUES ($1)`, id)
-		return err
-	})
-	releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
-	const del, ins = `DELETE FROM pending WHERE block_id = $1`, `INSERT INTO heads (block_id) VALUES ($1)`
-	const delReturning = `DELETE FROM pending WHERE block_id = $1 RETURNING block_id`
-	checkedDel, checkedIns := rowCheckedSQL(del, 1), rowCheckedSQL(ins, 1)
-	cases := []struct {
-		name             string
-		release, acquire []refset.Command[string]
-		batches          [][]string
-	}{
-		{"checked release, unchecked acquire", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead},
-			committing(resolves, []string{checkedDel, ins})},
-		{"both checked", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireChecked},
-			committing(resolves, []string{checkedDel, checkedIns})},
-		{"a checked release the server cannot check", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireChecked},
-			committing(resolves, []string{"begin", delReturning}, []string{checkedIns})},
-		{"none checked", nil, []refset.Command[string]{refset.Exec[string](`DELETE FROM pending WHERE block_id = ?`, -1), acquireHead},
-			committing(resolves, []string{del, ins})},
-		{"a command of the caller's own", []refset.Command[string]{releasePending}, []refset.Command[string]{own}, nil},
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			id := fmt.Sprint("b", i)
-			acq := e.acquired(t, id, tc.release, tc.acquire)
-			tracer.reset()
-			_, err := acq.Complete(ctx)
-			require.NoError(t, err)
-			batches, alone := tracer.reset()
-			assert.Equal(t, tc.batches, batches)
-			if tc.batches != nil {
-				assert.Empty(t, alone, "nothing but the batches")
-			} else {
-				assert.NotEmpty(t, alone)
-			}
-			pending, head := e.state(t, id)
-			assert.False(t, pending)
-			assert.True(t, head)
-		})
+// forResolvingOrNot runs fn as a subtest on a database that resolves lost commits (the
+// default), and as one on a database that does not.
+func forResolvingOrNot(t *testing.T, fn func(t *testing.T, resolves bool)) {
+	for _, resolves := range []bool{true, false} {
+		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { fn(t, resolves) })
 	}
 }
 
@@ -412,18 +416,16 @@ func resolvingOrNot(resolves bool) Options {
 }
 
 // committing are the batches of a pipelined unit whose statements go in segments:
-// the last one's read the commit's ticket and COMMIT goes alone after it when lost
-// commits are resolved; otherwise the last one commits, with COMMIT, or, when it is
-// the only one, as an implicit transaction.
+// the last one commits, with COMMIT (after the commit's ticket, when lost commits are
+// resolved), or, when it is the only one and no ticket is read, as an implicit
+// transaction.
 func committing(resolves bool, segments ...[]string) [][]string {
 	last := len(segments) - 1
 	switch {
 	case resolves && last == 0:
-		segments[0] = append([]string{"begin"}, append(segments[0], "ticket")...)
-		return append(segments, []string{"commit"})
+		segments[0] = append([]string{"begin"}, append(segments[0], "ticket", "commit")...)
 	case resolves:
-		segments[last] = append(segments[last], "ticket")
-		return append(segments, []string{"commit"})
+		segments[last] = append(segments[last], "ticket", "commit")
 	case last > 0:
 		segments[last] = append(segments[last], "commit")
 	}

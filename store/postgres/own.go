@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/jmoiron/sqlx"
 	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
@@ -89,20 +88,17 @@ func (db *DB) takeConn(ctx context.Context, who *backendID) (*sqlx.Conn, error) 
 			return c, nil
 		}
 		err = c.Raw(func(dc any) error {
-			switch dc := dc.(type) {
-			case *stdlib.Conn:
+			if pc := pgxConnOf(dc); pc != nil {
 				if check {
-					if err := takesWrites(ctx, dc.Conn()); err != nil {
+					if err := takesWrites(ctx, pc); err != nil {
 						return err // database/sql discards the connection
 					}
 				}
 				if who != nil {
-					return pgxIdentify(ctx, dc.Conn(), who)
+					return pgxIdentify(ctx, pc, who)
 				}
-			case *guardedConn:
-				if who != nil {
-					return dc.identify(ctx, who)
-				}
+			} else if g, ok := dc.(*guardedConn); ok && who != nil {
+				return g.identify(ctx, who)
 			}
 			return nil
 		})
@@ -175,6 +171,7 @@ func (db *DB) queryOwn(ctx context.Context, query string, args []any, row func(*
 		if err != nil {
 			return err
 		}
+		open := pgxOpen(ctx, c)
 		answered, err := db.runOwn(ctx, c, query, args, row)
 		code := sqlState(err)
 		switch {
@@ -191,7 +188,7 @@ func (db *DB) queryOwn(ctx context.Context, query string, args []any, row func(*
 			// Refused: nothing ran. The connection goes, so the next call dials.
 			discard(c)
 		}
-		if err == nil || code != "" || !(lostAfterSent(err) || answered && lostConnection(err)) {
+		if err == nil || code != "" || !(lostAfterSent(err, open) || answered && lostConnection(err)) {
 			_ = c.Close()
 			return err
 		}
@@ -248,14 +245,39 @@ func sqlState(err error) string {
 
 // lostAfterSent reports whether err, a statement's, is a connection lost once the
 // statement may have reached the server: not a dial that failed, nor a connection
-// the driver knew broken before sending (pgx's SafeToRetry; lib/pq's ErrBadConn,
-// which a guardedConn leaves only to what it did not send).
-func lostAfterSent(err error) bool {
+// the driver knew broken before sending. lib/pq's ErrBadConn is that: a guardedConn
+// leaves it only to what it did not send. pgx's own word (SafeToRetry, which stdlib
+// calls ErrBadConn) is taken only when pgxWasOpen is false, the statement having
+// begun on a pgx connection already closed or with its context ended: on a
+// connection pgx held open, pgx v5.12 calls a statement sent in the simple protocol
+// whose answer was lost "conn closed", safe to retry (conns.go), and a caller's pgx
+// pool has no guard that says otherwise. Such a statement is settled, which asks the
+// server: it answers right whether the statement was sent or not, at the cost of
+// one question.
+func lostAfterSent(err error, pgxWasOpen bool) bool {
 	var op *net.OpError
-	if pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.As(err, &op) && op.Op == "dial" {
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
 		return false
+	case pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn):
+		return pgxWasOpen
 	}
 	return errors.Is(translateError(err, ""), refset.ErrUnavailable) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// pgxOpen reports whether a statement that begins now on c with ctx may be sent
+// on pgx: c is pgx's, pgx holds it open, and ctx has not ended (see
+// lostAfterSent). It is false on lib/pq.
+func pgxOpen(ctx context.Context, c *sqlx.Conn) (open bool) {
+	if ctx.Err() != nil {
+		return false
+	}
+	_ = c.Raw(func(dc any) error {
+		pc := pgxConnOf(dc)
+		open = pc != nil && !pc.IsClosed()
+		return nil
+	})
+	return open
 }
 
 // settle is the outcome of a statement that commits on its own, sent on the session

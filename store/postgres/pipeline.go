@@ -28,14 +28,17 @@ import (
 //
 // Where lost commits are resolved (Options.ResolveCommitWait, on by default), the
 // commit's ticket (resolve.go) must reach refset before the transaction commits: a
-// server sends a batch's answers only when it reaches the batch's Sync (pgx's batches
-// send no Flush before it), so a ticket read in the batch that commits is lost with
-// the commit's answer, and the lost commit could never be resolved. So the last
-// segment ends with the ticket, [statements, ticket], and COMMIT goes alone in a batch
-// of its own once the ticket is read: [BEGIN, DELETE, INSERT, ticket], [COMMIT] for a
-// hand-over, one round trip more than without resolution. A connection lost before
-// that COMMIT was sent lost a transaction that did not commit (ErrUnavailable); one
-// lost after it is resolved with the ticket.
+// server sends a batch's answers only when it reaches the batch's Sync, or a Flush
+// message, and pgx's batches send no Flush, so a ticket read in the batch that
+// commits is lost with the commit's answer, and the lost commit could never be
+// resolved. So the last segment goes through pgx's pipeline, a Flush after the
+// ticket: [BEGIN, DELETE, INSERT, ticket, Flush, COMMIT] for a hand-over, still one
+// round trip (flushed.go). A connection whose query mode cannot send it so (the
+// simple protocol, or a mode that describes every statement first) sends the ticket
+// at the end of the statements' batch and COMMIT alone once it is read, one round
+// trip more; a connection lost before that COMMIT was sent lost a transaction that did
+// not commit (ErrUnavailable). A commit lost once the ticket was read is resolved with
+// it.
 //
 // Without resolution, a unit of one segment at the session's own isolation level (an
 // Add, a hand-over of INSERTs, UPDATEs and DELETEs) sends no BEGIN and no COMMIT:
@@ -91,7 +94,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
+		c, ok := stdlibOf(dc).(*stdlib.Conn)
 		if !ok {
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, fmt.Errorf("the pool's connection is a %T, not pgx's", dc))}
 		}
@@ -174,6 +177,12 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 		// and leaves COMMIT to a batch of its own (see pgxPipeline).
 		seg := segment{start: start, end: end, begins: start == 0, commits: last && ticket == nil, ticket: last && ticket != nil}
 		seg.implicit = seg.begins && seg.commits && p.opts == pgx.TxOptions{}
+		if seg.ticket {
+			if err, ok := p.flushed(ctx, c, seg, stmts, sent, ticket, result); ok {
+				committed = err == nil
+				return err
+			}
+		}
 		var b pgx.Batch
 		if seg.sendsBegin() {
 			b.BeginTx(p.opts)

@@ -35,7 +35,10 @@ const defaultReplicaWait = time.Second
 // one host or several, and unprepared behind a pooler. It does without the primary's
 // checks that a connection's server still takes writes: a standby never does. On
 // lib/pq its calls are watched, as the primary's are (watch.go): a standby that
-// stops answering holds a read only about as long as its context.
+// stops answering holds a read only about as long as its context. Nor does it need
+// the guard against running a statement again after its connection was lost
+// (conns.go), on either driver: a standby runs only reads, which change nothing
+// when run twice, and database/sql's retry then spares the read an error.
 func openReplicaPool(driver, dsn string, unprepared bool) (*sql.DB, error) {
 	if driver == DriverLibPQ {
 		connector, err := libpqConnector(dsn, unprepared)

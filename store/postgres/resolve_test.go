@@ -138,13 +138,18 @@ func TestLostCommitIsResolved(t *testing.T) {
 	})
 }
 
-// TestLostCommitOfAHandOverIsResolved: the same for a hand-over, which pgx sends
-// pipelined (its ticket read at the end of the statements' batch, COMMIT sent alone
-// once it is read) and lib/pq through a transaction: the reply to its COMMIT is lost,
-// and Complete returns the head acquired, as if nothing happened.
+// TestLostCommitOfAHandOverIsResolved: the same for a hand-over, which lib/pq sends
+// through a transaction and pgx pipelined: in one round trip, a Flush sending the
+// ticket's answer before COMMIT runs (pgx's default query mode, and exec behind a
+// pooler), or, in a mode that cannot (the simple protocol, describe_exec), the ticket
+// at the end of the statements' batch and COMMIT alone after it. The reply to its
+// COMMIT is lost, and Complete returns the head acquired, as if nothing happened.
 func TestLostCommitOfAHandOverIsResolved(t *testing.T) {
-	forEachHandOverMode(t, func(t *testing.T, opts Options) {
+	lose := func(t *testing.T, opts Options, mode string) {
 		proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+		if mode != "" {
+			dsn += "&default_query_exec_mode=" + mode
+		}
 		e := newHandOverEnv(t, openWith(t, dsn, opts))
 		acq := e.acquired(t, "b", []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
 		proxy.CutCommitReply()
@@ -154,7 +159,11 @@ func TestLostCommitOfAHandOverIsResolved(t *testing.T) {
 		pending, head := e.state(t, "b")
 		assert.False(t, pending, "released")
 		assert.True(t, head, "acquired")
-	})
+	}
+	forEachHandOverMode(t, func(t *testing.T, opts Options) { lose(t, opts, "") })
+	for _, mode := range []string{"exec", "simple_protocol", "describe_exec"} {
+		t.Run("pgx "+mode, func(t *testing.T) { lose(t, Options{Driver: DriverPgx, Unprepared: mode != "describe_exec"}, mode) })
+	}
 }
 
 // TestRetryUnavailable: with Options.RetryUnavailable, a unit of work that lost its

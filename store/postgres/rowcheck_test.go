@@ -24,71 +24,67 @@ import (
 // is read before the next is sent, one more; a hand-over refused for its count takes
 // its batch alone, rolled back at its Sync with no ROLLBACK after it. (pgx then forgets
 // the batch's prepared statements, as it does after any failed batch: the next unit
-// prepares them again.) Where lost commits are resolved (the default), COMMIT goes in
-// a round trip of its own, after the ticket is read, and a refused hand-over's
-// transaction, begun with BEGIN, is rolled back in one: one round trip more.
+// prepares them again.) Where lost commits are resolved (the default), the batch
+// begins with BEGIN and ends with the ticket and COMMIT, one round trip still, but a
+// refused hand-over's transaction is then rolled back in one more.
 func TestPgxUnitsTakeOneRoundTrip(t *testing.T) {
-	for _, resolves := range []bool{true, false} {
-		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxUnitsTakeOneRoundTrip(t, resolves) })
-	}
-}
+	forResolvingOrNot(t, func(t *testing.T, resolves bool) {
+		ctx := t.Context()
+		proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+		cfg, err := pgx.ParseConfig(dsn)
+		require.NoError(t, err)
+		// No ping before a connection is lent again: only the units' own messages.
+		pool := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+		pool.SetMaxOpenConns(1)
+		t.Cleanup(func() { pool.Close() })
+		db, err := New(ctx, pool, resolvingOrNot(resolves))
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		require.Equal(t, resolves, db.resolveWait > 0)
+		e := newHandOverEnv(t, db)
 
-func testPgxUnitsTakeOneRoundTrip(t *testing.T, resolves bool) {
-	ctx := t.Context()
-	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
-	cfg, err := pgx.ParseConfig(dsn)
-	require.NoError(t, err)
-	// No ping before a connection is lent again: only the units' own messages.
-	pool := stdlib.OpenDB(*cfg, stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
-	pool.SetMaxOpenConns(1)
-	t.Cleanup(func() { pool.Close() })
-	db, err := New(ctx, pool, resolvingOrNot(resolves))
-	require.NoError(t, err)
-	t.Cleanup(func() { db.Close() })
-	require.Equal(t, resolves, db.resolveWait > 0)
-	e := newHandOverEnv(t, db)
-	more := int64(0)
-	if resolves {
-		more = 1
-	}
-
-	acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
-	releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
-	pendingChecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
-	cases := []struct {
-		name             string
-		release, acquire []refset.Command[string] // a hand-over
-		add              []refset.Command[string] // or an Add with these
-		moved            bool                     // the pending row is gone before the counted Complete
-		roundTrips       int64
-	}{
-		{name: "checked release, unchecked acquire", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireHead}, roundTrips: 1},
-		{name: "both checked", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireChecked}, roundTrips: 1},
-		{name: "an Add with a checked command", add: []refset.Command[string]{pendingChecked}, roundTrips: 1},
-		{name: "a release the server cannot check", release: []refset.Command[string]{releaseReturning}, acquire: []refset.Command[string]{acquireChecked}, roundTrips: 2},
-		{name: "a release of a row gone", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireHead}, moved: true, roundTrips: 1},
-	}
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			// The first runs prepare the statements (pgx's statement cache) and
-			// succeed; the last is counted.
-			for run := range 3 {
-				id := fmt.Sprintf("b%d-%d", i, run)
-				unit := e.unitOf(t, id, tc.release, tc.acquire, tc.add, tc.moved && run == 2)
-				before := proxy.ReadyForQuery()
-				err := unit()
-				after := proxy.ReadyForQuery()
-				if tc.moved && run == 2 {
-					require.ErrorIs(t, err, refset.ErrNotFound)
-				} else {
-					require.NoError(t, err)
+		acquireChecked := refset.Exec[string](`INSERT INTO heads (block_id) VALUES (?)`, 1)
+		releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
+		pendingChecked := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+		cases := []struct {
+			name             string
+			release, acquire []refset.Command[string] // a hand-over
+			add              []refset.Command[string] // or an Add with these
+			moved            bool                     // the pending row is gone before the counted Complete
+			roundTrips       int64
+		}{
+			{name: "checked release, unchecked acquire", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireHead}, roundTrips: 1},
+			{name: "both checked", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireChecked}, roundTrips: 1},
+			{name: "an Add with a checked command", add: []refset.Command[string]{pendingChecked}, roundTrips: 1},
+			{name: "a release the server cannot check", release: []refset.Command[string]{releaseReturning}, acquire: []refset.Command[string]{acquireChecked}, roundTrips: 2},
+			{name: "a release of a row gone", release: []refset.Command[string]{releasePending}, acquire: []refset.Command[string]{acquireHead}, moved: true, roundTrips: 1},
+		}
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				// The first runs prepare the statements (pgx's statement cache) and
+				// succeed; the last is counted.
+				for run := range 3 {
+					id := fmt.Sprintf("b%d-%d", i, run)
+					unit := e.unitOf(t, id, tc.release, tc.acquire, tc.add, tc.moved && run == 2)
+					before := proxy.ReadyForQuery()
+					err := unit()
+					after := proxy.ReadyForQuery()
+					if tc.moved && run == 2 {
+						require.ErrorIs(t, err, refset.ErrNotFound)
+					} else {
+						require.NoError(t, err)
+					}
+					if run == 2 {
+						want := tc.roundTrips
+						if resolves && tc.moved {
+							want++ // ROLLBACK
+						}
+						assert.Equal(t, want, after-before, "round trips")
+					}
 				}
-				if run == 2 {
-					assert.Equal(t, tc.roundTrips+more, after-before, "round trips")
-				}
-			}
-		})
-	}
+			})
+		}
+	})
 }
 
 // A count the server refuses is the error refset gives wherever the count is
@@ -262,60 +258,50 @@ func TestHandOverCancelledMidBatch(t *testing.T) {
 	})
 }
 
-// A pgx unit whose connection is lost once its one batch was sent, COMMIT in it
-// (lost commits not resolved: no ticket is read, and the batch is an implicit
-// transaction), may have committed, and says so (ErrCommitUnknown). The server did
-// commit. The claim is never the opposite, ErrUnavailable alone (nothing committed),
-// which only a batch whose COMMIT was never sent may say: as where lost commits are
-// resolved (the default), where the statements' batch ends with the ticket and COMMIT
-// waits for it, so the server, its client gone, rolls the unit back. A hand-over, and
-// an Add with no commands, one batch before the server checked counts too.
+// A pgx unit whose connection is lost once its one batch was sent, COMMIT in it (or
+// the Sync that commits an implicit transaction), may have committed, and says so
+// (ErrCommitUnknown): the ticket it would be resolved with, sent before COMMIT, never
+// reached it either. The server did commit. The claim is never the opposite,
+// ErrUnavailable alone (nothing committed), which only a batch whose COMMIT was never
+// sent may say. A hand-over, and an Add with no commands, one batch before the server
+// checked counts too; with lost commits resolved or not.
 func TestPgxUnitLostMidBatch(t *testing.T) {
-	for _, resolves := range []bool{true, false} {
-		t.Run(fmt.Sprintf("resolves=%v", resolves), func(t *testing.T) { testPgxUnitLostMidBatch(t, resolves) })
-	}
-}
-
-func testPgxUnitLostMidBatch(t *testing.T, resolves bool) {
-	for _, tc := range []struct {
-		name string
-		unit func(t *testing.T, e *handOverEnv, id string) (run func() error, committed func() bool)
-	}{
-		{"a hand-over", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
-			acq := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
-			return func() error { _, err := acq.Complete(t.Context()); return err },
-				func() bool { pending, head := e.state(t, id); return !pending && head }
-		}},
-		{"an Add", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
-			return func() error { _, err := e.set.Add(t.Context(), block{Hash: id, Height: 1}); return err },
-				func() bool { return count(t, e.db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`) == 1 }
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
-			// One connection: the one the first unit prepared its statements on.
-			opts := resolvingOrNot(resolves)
-			opts.Driver, opts.MaxConns = DriverPgx, 1
-			e := newHandOverEnv(t, openWith(t, dsn, opts))
-			// The unit once first, so the connection has its statements prepared: a
-			// loss while preparing them, before anything runs, is a loss before
-			// COMMIT was sent.
-			run, _ := tc.unit(t, e, "first")
-			require.NoError(t, run())
-			run, committed := tc.unit(t, e, "lost")
-			proxy.DropCancels()        // the server runs what it got to its end
-			proxy.CutAfterSent("lost") // the ID, in the statements' arguments
-			err := run()
-			require.ErrorIs(t, err, refset.ErrUnavailable)
-			if resolves {
-				require.NotErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was not sent")
-				require.Never(t, committed, time.Second, 50*time.Millisecond, "the server, its client gone, rolled back")
-				return
-			}
-			require.ErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was sent with the statements")
-			require.Eventually(t, committed, 10*time.Second, 50*time.Millisecond, "the server committed what it got")
-		})
-	}
+	forResolvingOrNot(t, func(t *testing.T, resolves bool) {
+		for _, tc := range []struct {
+			name string
+			unit func(t *testing.T, e *handOverEnv, id string) (run func() error, committed func() bool)
+		}{
+			{"a hand-over", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
+				acq := e.acquired(t, id, []refset.Command[string]{releasePending}, []refset.Command[string]{acquireHead})
+				return func() error { _, err := acq.Complete(t.Context()); return err },
+					func() bool { pending, head := e.state(t, id); return !pending && head }
+			}},
+			{"an Add", func(t *testing.T, e *handOverEnv, id string) (func() error, func() bool) {
+				return func() error { _, err := e.set.Add(t.Context(), block{Hash: id, Height: 1}); return err },
+					func() bool { return count(t, e.db, `SELECT count(*) FROM blocks WHERE id = '`+id+`'`) == 1 }
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+				// One connection: the one the first unit prepared its statements on.
+				opts := resolvingOrNot(resolves)
+				opts.Driver, opts.MaxConns = DriverPgx, 1
+				e := newHandOverEnv(t, openWith(t, dsn, opts))
+				// The unit once first, so the connection has its statements prepared: a
+				// loss while preparing them, before anything runs, is a loss before
+				// COMMIT was sent.
+				run, _ := tc.unit(t, e, "first")
+				require.NoError(t, run())
+				run, committed := tc.unit(t, e, "lost")
+				proxy.DropCancels()        // the server runs what it got to its end
+				proxy.CutAfterSent("lost") // the ID, in the statements' arguments
+				err := run()
+				require.ErrorIs(t, err, refset.ErrUnavailable)
+				require.ErrorIs(t, err, refset.ErrCommitUnknown, "COMMIT was sent with the statements")
+				require.Eventually(t, committed, 10*time.Second, 50*time.Millisecond, "the server committed what it got")
+			})
+		}
+	})
 }
 
 // rowCountRefused reads the count from the server's refusal only (pgx's or lib/pq's): a cast's failure

@@ -39,11 +39,11 @@ func (db *DB) pgxRowRead(ctx context.Context, pool any, query string, args []any
 	}
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
-		c, ok := dc.(*stdlib.Conn)
-		if !ok {
+		c := pgxConnOf(dc) // stdlib's, or Open's guard around it (conns.go)
+		if c == nil {
 			return errNotPgx
 		}
-		rows, err := c.Conn().Query(ctx, query, args...)
+		rows, err := c.Query(ctx, query, args...)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,298 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/refsetdb/refset/refsetdriver"
+)
+
+// The last segment of a pipelined unit whose lost commit is to be resolved must let
+// the commit's ticket reach refset before the server commits, or a connection lost
+// at COMMIT loses the ticket with COMMIT's answer (see pgxPipeline). A server sends
+// what it has answered when it reaches a Sync or a Flush message, so the segment is
+// sent, in one round trip, as
+//
+//	[BEGIN] statements, ticket, Flush, COMMIT, Sync
+//
+// through pgx's pipeline (pgx's Batch sends no Flush): the ticket leaves the server
+// before COMMIT runs. Where the connection's query mode does not allow it (see
+// flushable), or it has prepared as many statements as it may keep (flushedMost),
+// the ticket ends the statements' batch and COMMIT goes in a batch of its own, one
+// round trip more.
+
+// flushedMost is how many statements one connection keeps prepared for flushed
+// segments, as pgx's own statement cache bounds its: a program that makes its
+// statements' text anew (values written into it) fills it, and its units then take
+// the round trip more.
+const flushedMost = 256
+
+// keyFlushed is where a pgx connection keeps the statements it prepared for flushed
+// segments (PgConn.CustomData): their descriptions, by SQL text.
+const keyFlushed = "refset.flushed"
+
+// flushable reports whether c's query mode sends statements as flushed segments do:
+// prepared once by name (QueryExecModeCacheStatement, pgx's default), or with their
+// arguments as text, unprepared (QueryExecModeExec, behind a pooler). The others
+// (describing each statement first, or the simple protocol, which has no Flush) take
+// the two batches.
+func flushable(c *pgx.Conn) (prepares, ok bool) {
+	switch c.Config().DefaultQueryExecMode {
+	case pgx.QueryExecModeCacheStatement:
+		return true, true
+	case pgx.QueryExecModeExec:
+		return false, true
+	}
+	return false, false
+}
+
+// flushedSegment is one statement of a flushed segment, its arguments encoded.
+type flushedSegment struct {
+	sql string
+	sd  *pgconn.StatementDescription // prepared; nil: sent unprepared
+	eqb pgx.ExtendedQueryBuilder
+}
+
+// flushed runs seg, the last segment of a unit whose ticket is to be read, as one
+// round trip (see above), reading the ticket into ticket; ok is false when c cannot,
+// nothing sent, and the caller sends it in two batches. Errors are those of
+// readSegment: a statement's, the ticket's (BEGIN: the unit did not commit), or
+// COMMIT's, which runOn resolves with the ticket when it was read.
+func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmts []refsetdriver.Statement, sent []string, ticket *commitTicket, result refsetdriver.ResultFunc) (err error, ok bool) {
+	prepares, ok := flushable(c)
+	if !ok {
+		return nil, false
+	}
+	queries := make([]flushedSegment, 0, seg.end-seg.start+1)
+	for i := seg.start; i <= seg.end; i++ {
+		q, args := ticketSQL, []any(nil)
+		if i < seg.end {
+			q, args = sent[i], stmts[i].Args
+		}
+		f := flushedSegment{sql: q}
+		if prepares {
+			sd, err, kept := prepareFlushed(ctx, c, q)
+			if !kept {
+				return nil, false
+			}
+			if err != nil {
+				if i == seg.end {
+					return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}, true
+				}
+				return statementFailed(stmts, sent, i, err, result), true
+			}
+			f.sd = sd
+		}
+		if err := f.eqb.Build(c.TypeMap(), f.sd, args); err != nil {
+			// Nothing sent: an argument pgx cannot encode, the statement's mistake.
+			if i == seg.end {
+				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}, true
+			}
+			return orError(result(i, 0, err), err), true
+		}
+		queries = append(queries, f)
+	}
+
+	// The segment as a batch, for pgx's tracer (ConnConfig.Tracer), which sees it as
+	// it sees the other segments; and BEGIN as pgx writes it.
+	var traced pgx.Batch
+	if seg.sendsBegin() {
+		traced.BeginTx(p.opts)
+	}
+	for i, f := range queries {
+		var args []any
+		if i < len(queries)-1 {
+			args = stmts[seg.start+i].Args
+		}
+		traced.Queue(f.sql, args...)
+	}
+	traced.Queue("commit")
+	segCtx, endSegment := watchCommit(ctx, c, p.cancels)
+	tr := traceFlushed(segCtx, c, &traced)
+	pl := c.PgConn().StartPipeline(segCtx)
+	if seg.sendsBegin() {
+		pl.SendQueryParams(traced.QueuedQueries[0].SQL, nil, nil, nil, nil)
+	}
+	for _, f := range queries {
+		if f.sd != nil {
+			pl.SendQueryStatement(f.sd, f.eqb.ParamValues, f.eqb.ParamFormats, f.eqb.ResultFormats)
+		} else {
+			pl.SendQueryParams(f.sql, f.eqb.ParamValues, nil, f.eqb.ParamFormats, f.eqb.ResultFormats)
+		}
+	}
+	pl.SendFlushRequest() // the ticket's answer leaves the server before COMMIT runs
+	pl.SendQueryParams("commit", nil, nil, nil, nil)
+	if err = pl.Sync(); err != nil {
+		// Sending failed: what went, COMMIT with it, may have reached the server.
+		err = &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+	} else {
+		err = readFlushed(c, pl, seg, stmts, sent, ticket, result, tr)
+	}
+	tr.end(err)
+	// Close reads what is left up to the Sync (after a refused statement), or closes
+	// a connection whose answers cannot be read.
+	if closeErr := pl.Close(); err == nil && closeErr != nil {
+		err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
+	}
+	if endSegment() {
+		// As for a batch that commits (send): the connection is done, and a COMMIT
+		// it may have run is resolved.
+		rollback(ctx, c)
+		_ = c.Close(context.WithoutCancel(ctx))
+		err = givenUp(ctx, commitGivenUp(err))
+	}
+	return err, true
+}
+
+// readFlushed reads a flushed segment's answers in order, as readSegment reads a
+// batch's: BEGIN's, the statements', the ticket's, COMMIT's, and the Sync's. After a
+// statement the server refused it skipped the rest, COMMIT included, up to the Sync.
+func readFlushed(c *pgx.Conn, pl *pgconn.Pipeline, seg segment, stmts []refsetdriver.Statement, sent []string, ticket *commitTicket, result refsetdriver.ResultFunc, tr *flushTrace) error {
+	// next is the tag of the next statement's answer, read to its end.
+	next := func() (pgconn.CommandTag, error) {
+		res, err := pl.GetResults()
+		if err == nil {
+			rr, ok := res.(*pgconn.ResultReader)
+			if !ok {
+				return pgconn.CommandTag{}, fmt.Errorf("refset/postgres: a pipeline's answer of another kind: %T", res)
+			}
+			var tag pgconn.CommandTag
+			tag, err = rr.Close()
+			tr.query(tag, err)
+			return tag, err
+		}
+		tr.query(pgconn.CommandTag{}, err)
+		return pgconn.CommandTag{}, err
+	}
+	// lost is the error of a result that never came: the whole segment, COMMIT
+	// included, was sent, and may have run.
+	lost := func(err error) error {
+		if unanswered(c, err) {
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+		}
+		return err
+	}
+	if seg.sendsBegin() {
+		if _, err := next(); err != nil {
+			if isServerError(err) {
+				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+			}
+			return lost(err)
+		}
+	}
+	for i := seg.start; i < seg.end; i++ {
+		tag, err := next()
+		if err != nil {
+			if isServerError(err) {
+				return statementFailed(stmts, sent, i, err, result)
+			}
+			return lost(err)
+		}
+		rows := tag.RowsAffected()
+		if serverChecks(stmts, sent, i) {
+			rows = stmts[i].Rows // the statement's one row, the count it checked
+		}
+		if err := result(i, rows, nil); err != nil {
+			return err
+		}
+	}
+	t, err := readFlushedTicket(pl)
+	tr.query(pgconn.NewCommandTag("SELECT 1"), err)
+	if err == nil {
+		*ticket = t
+	} else {
+		if isServerError(err) {
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err} // refused: COMMIT rolls back
+		}
+		return lost(err)
+	}
+	if _, err := next(); err != nil {
+		return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+	}
+	if _, err := pl.GetResults(); err != nil {
+		return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+	}
+	return nil
+}
+
+// readFlushedTicket reads the ticket's answer, its one row of one column (text, in
+// either format).
+func readFlushedTicket(pl *pgconn.Pipeline) (commitTicket, error) {
+	res, err := pl.GetResults()
+	if err != nil {
+		return commitTicket{}, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return commitTicket{}, fmt.Errorf("refset/postgres: a pipeline's answer of another kind: %T", res)
+	}
+	t := commitTicket{read: true}
+	for rr.NextRow() {
+		t.raw = string(rr.Values()[0])
+	}
+	_, err = rr.Close()
+	return t, err
+}
+
+// prepareFlushed is the description of q prepared on c under a name of refset's, once
+// per connection; kept is false when c keeps flushedMost of them already and q is not
+// one (nothing sent).
+func prepareFlushed(ctx context.Context, c *pgx.Conn, q string) (sd *pgconn.StatementDescription, err error, kept bool) {
+	data := c.PgConn().CustomData()
+	known, _ := data[keyFlushed].(map[string]*pgconn.StatementDescription)
+	if sd, ok := known[q]; ok {
+		return sd, nil, true
+	}
+	if len(known) >= flushedMost {
+		return nil, nil, false
+	}
+	if known == nil {
+		known = map[string]*pgconn.StatementDescription{}
+		data[keyFlushed] = known
+	}
+	sum := sha256.Sum256([]byte(q))
+	sd, err = c.Prepare(ctx, "refset_flushed_"+hex.EncodeToString(sum[:12]), q)
+	if err != nil {
+		return nil, err, true
+	}
+	known[q] = sd
+	return sd, nil, true
+}
+
+// flushTrace tells the connection's pgx.BatchTracer, if it has one, of a flushed
+// segment, as pgx tells it of a batch: nil, it tells nothing.
+type flushTrace struct {
+	ctx    context.Context
+	c      *pgx.Conn
+	tracer pgx.BatchTracer
+	b      *pgx.Batch
+	at     int // the query whose answer comes next
+}
+
+func traceFlushed(ctx context.Context, c *pgx.Conn, b *pgx.Batch) *flushTrace {
+	tracer, ok := c.Config().Tracer.(pgx.BatchTracer)
+	if !ok {
+		return nil
+	}
+	return &flushTrace{ctx: tracer.TraceBatchStart(ctx, c, pgx.TraceBatchStartData{Batch: b}), c: c, tracer: tracer, b: b}
+}
+
+// query tells of the next query's answer.
+func (t *flushTrace) query(tag pgconn.CommandTag, err error) {
+	if t == nil || t.at >= len(t.b.QueuedQueries) {
+		return
+	}
+	q := t.b.QueuedQueries[t.at]
+	t.at++
+	t.tracer.TraceBatchQuery(t.ctx, t.c, pgx.TraceBatchQueryData{SQL: q.SQL, Args: q.Arguments, CommandTag: tag, Err: err})
+}
+
+func (t *flushTrace) end(err error) {
+	if t != nil {
+		t.tracer.TraceBatchEnd(t.ctx, t.c, pgx.TraceBatchEndData{Err: err})
+	}
+}
