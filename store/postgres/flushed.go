@@ -67,65 +67,65 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	if !ok {
 		return nil, false
 	}
-	queries := make([]flushedSegment, 0, seg.end-seg.start+1)
-	for i := seg.start; i <= seg.end; i++ {
-		q, args := ticketSQL, []any(nil)
-		if i < seg.end {
-			q, args = sent[i], stmts[i].Args
-		}
+	// [BEGIN] statements, ticket, COMMIT: each prepared once per connection where the
+	// connection prepares, its arguments encoded before anything is sent.
+	queries := make([]flushedSegment, 0, seg.end-seg.start+3)
+	add := func(q string, args []any) (prepareErr, encodeErr error, kept bool) {
 		f := flushedSegment{sql: q}
 		if prepares {
-			sd, err, kept := prepareFlushed(ctx, c, q)
-			if !kept {
-				return nil, false
+			if f.sd, prepareErr, kept = prepareFlushed(ctx, c, q); !kept || prepareErr != nil {
+				return prepareErr, nil, kept
 			}
-			if err != nil {
-				if i == seg.end {
-					return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}, true
-				}
-				return statementFailed(stmts, sent, i, err, result), true
-			}
-			f.sd = sd
 		}
-		if err := f.eqb.Build(c.TypeMap(), f.sd, args); err != nil {
-			// Nothing sent: an argument pgx cannot encode, the statement's mistake.
-			if i == seg.end {
-				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}, true
-			}
-			return orError(result(i, 0, err), err), true
+		if encodeErr = f.eqb.Build(c.TypeMap(), f.sd, args); encodeErr == nil {
+			queries = append(queries, f)
 		}
-		queries = append(queries, f)
+		return nil, encodeErr, true
+	}
+	// refset's own statements: a failure is the transaction's, and nothing was sent.
+	own := func(q string) (err error, kept bool) {
+		prepareErr, encodeErr, kept := add(q, nil)
+		if err = orError(prepareErr, encodeErr); err != nil {
+			return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}, kept
+		}
+		return nil, kept
+	}
+	if seg.sendsBegin() {
+		if err, kept := own(p.begin); !kept || err != nil {
+			return err, kept
+		}
+	}
+	for i := seg.start; i < seg.end; i++ {
+		prepareErr, encodeErr, kept := add(sent[i], stmts[i].Args)
+		switch {
+		case !kept:
+			return nil, false
+		case prepareErr != nil:
+			return statementFailed(stmts, sent, i, prepareErr, result), true
+		case encodeErr != nil:
+			// An argument pgx cannot encode, the statement's mistake.
+			return orError(result(i, 0, encodeErr), encodeErr), true
+		}
+	}
+	for _, q := range []string{ticketSQL, "commit"} {
+		if err, kept := own(q); !kept || err != nil {
+			return err, kept
+		}
 	}
 
-	// The segment as a batch, for pgx's tracer (ConnConfig.Tracer), which sees it as
-	// it sees the other segments; and BEGIN as pgx writes it.
-	var traced pgx.Batch
-	if seg.sendsBegin() {
-		traced.BeginTx(p.opts)
-	}
-	for i, f := range queries {
-		var args []any
-		if i < len(queries)-1 {
-			args = stmts[seg.start+i].Args
-		}
-		traced.Queue(f.sql, args...)
-	}
-	traced.Queue("commit")
 	segCtx, endSegment := watchCommit(ctx, c, p.cancels)
-	tr := traceFlushed(segCtx, c, &traced)
+	tr := traceFlushed(segCtx, c, queries, stmts[seg.start:seg.end], seg.sendsBegin())
 	pl := c.PgConn().StartPipeline(segCtx)
-	if seg.sendsBegin() {
-		pl.SendQueryParams(traced.QueuedQueries[0].SQL, nil, nil, nil, nil)
-	}
-	for _, f := range queries {
+	for i, f := range queries {
+		if i == len(queries)-1 {
+			pl.SendFlushRequest() // the ticket's answer leaves the server before COMMIT runs
+		}
 		if f.sd != nil {
 			pl.SendQueryStatement(f.sd, f.eqb.ParamValues, f.eqb.ParamFormats, f.eqb.ResultFormats)
 		} else {
 			pl.SendQueryParams(f.sql, f.eqb.ParamValues, nil, f.eqb.ParamFormats, f.eqb.ResultFormats)
 		}
 	}
-	pl.SendFlushRequest() // the ticket's answer leaves the server before COMMIT runs
-	pl.SendQueryParams("commit", nil, nil, nil, nil)
 	if err = pl.Sync(); err != nil {
 		// Sending failed: what went, COMMIT with it, may have reached the server.
 		err = &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
@@ -273,10 +273,18 @@ type flushTrace struct {
 	at     int // the query whose answer comes next
 }
 
-func traceFlushed(ctx context.Context, c *pgx.Conn, b *pgx.Batch) *flushTrace {
+func traceFlushed(ctx context.Context, c *pgx.Conn, queries []flushedSegment, stmts []refsetdriver.Statement, begins bool) *flushTrace {
 	tracer, ok := c.Config().Tracer.(pgx.BatchTracer)
 	if !ok {
 		return nil
+	}
+	b := &pgx.Batch{}
+	for i, f := range queries {
+		var args []any
+		if at := i - b2i(begins); at >= 0 && at < len(stmts) {
+			args = stmts[at].Args
+		}
+		b.Queue(f.sql, args...)
 	}
 	return &flushTrace{ctx: tracer.TraceBatchStart(ctx, c, pgx.TraceBatchStartData{Batch: b}), c: c, tracer: tracer, b: b}
 }

@@ -62,6 +62,8 @@ type pgxPipeline struct {
 	cancels bool
 	// checks are the statements whose row counts the server checks, as sent.
 	checks *rowChecks
+	// begin is BEGIN with opts, as pgx writes it (flushed.go).
+	begin string
 }
 
 // newPgxPipeline is the pipeline of db, opened on pgx, whose transactions have the
@@ -83,7 +85,9 @@ func newPgxPipeline(db *DB, iso sql.IsolationLevel, unprepared bool) (pgxPipelin
 	default:
 		return pgxPipeline{}, false
 	}
-	return pgxPipeline{db: db, opts: opts, cancels: !unprepared, checks: newRowChecks()}, true
+	var b pgx.Batch
+	b.BeginTx(opts)
+	return pgxPipeline{db: db, opts: opts, cancels: !unprepared, checks: newRowChecks(), begin: b.QueuedQueries[0].SQL}, true
 }
 
 // run is refsetdriver.Pipeliner.RunPipeline.
