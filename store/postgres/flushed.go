@@ -32,7 +32,7 @@ import (
 const flushedMost = 256
 
 // keyFlushed is where a pgx connection keeps the statements it prepared for flushed
-// segments (PgConn.CustomData): their descriptions, by SQL text.
+// segments (PgConn.CustomData): their descriptions, by SQL text (flushedStatements).
 const keyFlushed = "refset.flushed"
 
 // flushable reports whether c's query mode sends statements as flushed segments do:
@@ -138,6 +138,14 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	if closeErr := pl.Close(); err == nil && closeErr != nil {
 		err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 	}
+	if sqlState(err) == codeInvalidSQLStatementName {
+		// A statement prepared for flushed segments is gone from the server (the
+		// caller's DEALLOCATE ALL or DISCARD ALL on this connection): forgotten, all
+		// of them, to be prepared again, and the unit runs again (runOn); the server
+		// skipped the rest of the segment, COMMIT included.
+		forgetFlushed(c)
+		err = &staleFlushed{err: err}
+	}
 	if endSegment() {
 		// As for a batch that commits (send): the connection is done, and a COMMIT
 		// it may have run is resolved.
@@ -147,6 +155,13 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	}
 	return err, true
 }
+
+// staleFlushed is the failure of a flushed segment whose prepared statement the server
+// no longer had: the unit ran nothing it keeps, and runs again.
+type staleFlushed struct{ err error }
+
+func (e *staleFlushed) Error() string { return e.err.Error() }
+func (e *staleFlushed) Unwrap() error { return e.err }
 
 // readFlushed reads a flushed segment's answers in order, as readSegment reads a
 // batch's: BEGIN's, the statements', the ticket's, COMMIT's, and the Sync's. After a
@@ -243,24 +258,44 @@ func readFlushedTicket(pl *pgconn.Pipeline) (commitTicket, error) {
 // one (nothing sent).
 func prepareFlushed(ctx context.Context, c *pgx.Conn, q string) (sd *pgconn.StatementDescription, err error, kept bool) {
 	data := c.PgConn().CustomData()
-	known, _ := data[keyFlushed].(map[string]*pgconn.StatementDescription)
-	if sd, ok := known[q]; ok {
-		return sd, nil, true
-	}
-	if len(known) >= flushedMost {
-		return nil, nil, false
-	}
+	known, _ := data[keyFlushed].(*flushedStatements)
 	if known == nil {
-		known = map[string]*pgconn.StatementDescription{}
+		known = &flushedStatements{}
 		data[keyFlushed] = known
 	}
+	if sd, ok := known.byText[q]; ok {
+		return sd, nil, true
+	}
+	if len(known.byText) >= flushedMost {
+		return nil, nil, false
+	}
+	if known.byText == nil {
+		known.byText = map[string]*pgconn.StatementDescription{}
+	}
 	sum := sha256.Sum256([]byte(q))
-	sd, err = c.Prepare(ctx, "refset_flushed_"+hex.EncodeToString(sum[:12]), q)
+	sd, err = c.Prepare(ctx, fmt.Sprintf("refset_flushed_%d_%s", known.generation, hex.EncodeToString(sum[:12])), q)
 	if err != nil {
 		return nil, err, true
 	}
-	known[q] = sd
+	known.byText[q] = sd
 	return sd, nil, true
+}
+
+// flushedStatements are the statements a connection prepared for flushed segments,
+// by SQL text, named for their generation: once they are found gone from the server,
+// they are forgotten (forgetFlushed) and prepared again under new names, which pgx,
+// which remembers what it prepared by name, prepares anew.
+type flushedStatements struct {
+	byText     map[string]*pgconn.StatementDescription
+	generation int
+}
+
+// forgetFlushed forgets the statements c prepared for flushed segments.
+func forgetFlushed(c *pgx.Conn) {
+	if known, ok := c.PgConn().CustomData()[keyFlushed].(*flushedStatements); ok {
+		known.byText = nil
+		known.generation++
+	}
 }
 
 // flushTrace tells the connection's pgx.BatchTracer, if it has one, of a flushed

@@ -689,3 +689,27 @@ func TestHandOversRetrySerializationFailures(t *testing.T) {
 		assert.NotEmpty(t, logs.find("refset: transaction aborted by the database; retrying"), "the workload produced conflicts, so retries were exercised")
 	})
 }
+
+// TestFlushedStatementsOutliveDeallocate: the statements a pgx connection prepared for
+// flushed segments (a unit's last, where lost commits are resolved) are gone from the
+// server once the caller runs DEALLOCATE ALL or DISCARD ALL on that connection; the
+// next unit on it finds them gone, prepares them again and runs again, once, as if
+// nothing happened, and the ones after it too.
+func TestFlushedStatementsOutliveDeallocate(t *testing.T) {
+	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{Driver: DriverPgx, MaxConns: 1}))
+	ctx := t.Context()
+	pending := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+	for i, q := range []string{"", "DEALLOCATE ALL", "DISCARD ALL"} {
+		if q != "" {
+			_, err := e.db.Pool().ExecContext(ctx, q) // the one connection the units run on
+			require.NoError(t, err)
+		}
+		for j := range 2 {
+			id := fmt.Sprintf("b%d-%d", i, j)
+			_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, pending)
+			require.NoError(t, err, "after %q", q)
+			stored, _ := e.state(t, id)
+			assert.True(t, stored, id)
+		}
+	}
+}

@@ -112,7 +112,8 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 //
 // A statement the server refused to run with its count checked (a table's rules:
 // rowCheckedInvalid) is sent as it is from then on, and the unit runs again: it had
-// run nothing it keeps, and ran nothing after that statement.
+// run nothing it keeps, and ran nothing after that statement. So does a unit whose
+// flushed segment found a statement it had prepared gone (staleFlushed), once.
 func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	sent := make([]string, len(stmts))
 	for i, s := range stmts {
@@ -132,6 +133,10 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 			break
 		}
 		err = p.segments(ctx, c, stmts, sent, result, ticket)
+	}
+	var stale *staleFlushed
+	if errors.As(err, &stale) && ctx.Err() == nil && !c.IsClosed() {
+		err = p.segments(ctx, c, stmts, sent, result, ticket) // once: its statements prepared anew
 	}
 	var pe *refsetdriver.PipelineError
 	if ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
