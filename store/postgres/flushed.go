@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -114,6 +116,17 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	}
 
 	segCtx, endSegment := watchCommit(ctx, c, p.cancels)
+	watching := true
+	defer func() {
+		if watching {
+			// A panic (the caller's tracer, or result): the watch ends with the
+			// segment, or it would outlive the call, and once ctx ends send a
+			// cancel request for the connection and wait cancelGrace for nothing.
+			// The panic goes on; segments rolls back, or closes a connection left
+			// in the pipeline's middle, whose segment may then commit whole.
+			endSegment()
+		}
+	}()
 	tr := traceFlushed(segCtx, c, queries, stmts[seg.start:seg.end], seg.sendsBegin())
 	pl := c.PgConn().StartPipeline(segCtx)
 	for i, f := range queries {
@@ -138,7 +151,7 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	if closeErr := pl.Close(); err == nil && closeErr != nil {
 		err = &refsetdriver.PipelineError{Query: "COMMIT", Err: closeErr}
 	}
-	if sqlState(err) == codeInvalidSQLStatementName {
+	if goneFlushed(c, err) {
 		// A statement prepared for flushed segments is gone from the server (the
 		// caller's DEALLOCATE ALL or DISCARD ALL on this connection): forgotten, all
 		// of them, to be prepared again, and the unit runs again (runOn); the server
@@ -146,6 +159,7 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 		forgetFlushed(c)
 		err = &staleFlushed{err: err}
 	}
+	watching = false
 	if endSegment() {
 		// As for a batch that commits (send): the connection is done, and a COMMIT
 		// it may have run is resolved.
@@ -273,12 +287,31 @@ func prepareFlushed(ctx context.Context, c *pgx.Conn, q string) (sd *pgconn.Stat
 		known.byText = map[string]*pgconn.StatementDescription{}
 	}
 	sum := sha256.Sum256([]byte(q))
-	sd, err = c.Prepare(ctx, fmt.Sprintf("refset_flushed_%d_%s", known.generation, hex.EncodeToString(sum[:12])), q)
+	sd, err = c.Prepare(ctx, flushedPrefix(known.generation)+hex.EncodeToString(sum[:12]), q)
 	if err != nil {
 		return nil, err, true
 	}
 	known.byText[q] = sd
 	return sd, nil, true
+}
+
+// flushedPrefix begins the names of the statements prepared for flushed segments in
+// generation gen.
+func flushedPrefix(gen int) string { return fmt.Sprintf("refset_flushed_%d_", gen) }
+
+// goneFlushed reports whether err is the server's word that a statement c prepared
+// for flushed segments is gone: SQLSTATE 26000 naming it ("prepared statement ... does
+// not exist", the name quoted in any language). A statement of the caller's may fail
+// with the same SQLSTATE (its own EXECUTE of a statement it never prepared, a function
+// raising it): that is its failure, and the unit must not run again, nor refset's
+// statements, still on the server, be prepared anew beside them.
+func goneFlushed(c *pgx.Conn, err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != codeInvalidSQLStatementName {
+		return false
+	}
+	known, _ := c.PgConn().CustomData()[keyFlushed].(*flushedStatements)
+	return known != nil && strings.Contains(pgErr.Message, `"`+flushedPrefix(known.generation))
 }
 
 // flushedStatements are the statements a connection prepared for flushed segments,

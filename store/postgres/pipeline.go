@@ -96,19 +96,32 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
+	err = conn.Raw(func(dc any) error {
 		c, ok := stdlibOf(dc).(*stdlib.Conn)
 		if !ok {
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, fmt.Errorf("the pool's connection is a %T, not pgx's", dc))}
 		}
 		return p.runOn(ctx, c.Conn(), stmts, result, ticket)
 	})
+	// The unit's connection goes back to the pool (dropped, if lost) before a lost
+	// commit is resolved: resolveCommit asks on a connection of the pool, which on
+	// a pool of one is that one, and would otherwise wait for it in vain until
+	// ResolveCommitWait ran out (ErrCommitUnknown for a commit it could have told).
+	_ = conn.Close()
+	var pe *refsetdriver.PipelineError
+	if ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
+		if err := p.db.resolveCommit(ctx, *ticket, pe.Err); err != nil {
+			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
+		}
+		return nil
+	}
+	return err
 }
 
 // runOn runs stmts on c, segment by segment, reading the commit's ticket into
-// ticket unless it is nil. Every way out but a commit rolls back, a panic too; a
-// connection that cannot roll back is closed by pgx, and database/sql drops it.
+// ticket unless it is nil (run resolves a lost COMMIT with it). Every way out but a
+// commit rolls back, a panic too; a connection that cannot roll back is closed by
+// pgx, and database/sql drops it (and one whose Raw panicked).
 //
 // A statement the server refused to run with its count checked (a table's rules:
 // rowCheckedInvalid) is sent as it is from then on, and the unit runs again: it had
@@ -138,14 +151,7 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 	if errors.As(err, &stale) && ctx.Err() == nil && !c.IsClosed() {
 		err = p.segments(ctx, c, stmts, sent, result, ticket) // once: its statements prepared anew
 	}
-	var pe *refsetdriver.PipelineError
-	if ticket != nil && errors.As(err, &pe) && pe.Query == "COMMIT" && lostConnection(pe.Err) {
-		if err := p.db.resolveCommit(ctx, *ticket, pe.Err); err != nil {
-			return &refsetdriver.PipelineError{Query: "COMMIT", Err: err}
-		}
-		return nil
-	}
-	return err
+	return err // a lost commit is resolved by run, once the connection is released
 }
 
 // pipelineConn is the connection a pipelined unit runs on, and where its commit ticket
@@ -249,11 +255,18 @@ func (p pgxPipeline) send(ctx context.Context, c *pgx.Conn, b *pgx.Batch, commit
 	if commits {
 		segCtx, endSegment = watchCommit(ctx, c, p.cancels)
 	}
+	watching := true
+	defer func() {
+		if watching {
+			endSegment() // a panic (a tracer's, or read's): the watch ends with the call (see flushed)
+		}
+	}()
 	br := c.SendBatch(segCtx, b)
 	err := read(br)
 	if closeErr := br.Close(); err == nil && closeErr != nil {
 		err = closed(closeErr)
 	}
+	watching = false
 	if endSegment() {
 		// A cancel request went out, and could reach the server late, when the
 		// connection runs someone else's statement (or, without cancels, the
@@ -455,11 +468,12 @@ func readSegment(c *pgx.Conn, br pgx.BatchResults, seg segment, stmts []refsetdr
 			if j, ok := failedToPrepare(err, sent, start, end); ok {
 				return statementFailed(stmts, sent, j, err, result)
 			}
-			if seg.implicit && i == start && !c.IsClosed() && !isServerError(err) {
-				// The first result of an implicit segment is the first of its
-				// batch: as at BEGIN's above, a failure that is not the server's and
-				// left the connection open is pgx's, before it sent anything (an
-				// argument it cannot encode, in some query modes), the batch's.
+			if !seg.sendsBegin() && i == start && !c.IsClosed() && !isServerError(err) {
+				// The first result of a segment without BEGIN (an implicit one, or
+				// one after the first segment) is the first of its batch: as at
+				// BEGIN's above, a failure that is not the server's and left the
+				// connection open is pgx's, before it sent anything (an argument it
+				// cannot encode, in exec mode), the batch's; not a lost COMMIT.
 				return &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
 			}
 			if last && unanswered(c, err) {
