@@ -19,8 +19,8 @@ import (
 // results.
 type Pipeliner interface {
 	// RunPipeline runs stmts in one new transaction and commits it, unless result
-	// refused an outcome. Statements run in order, and none after a failed one or
-	// after a Checked one whose result was refused. A failure to begin or to commit
+	// refused an outcome it was told before COMMIT was sent. Statements run in order,
+	// and none after a failed one or after a Checked one whose result was refused. A failure to begin or to commit
 	// comes back as a *PipelineError, with the driver's error untranslated; a commit
 	// whose outcome is unknown (the connection lost once COMMIT was sent) is one to
 	// commit.
@@ -55,7 +55,11 @@ type Statement struct {
 // ResultFunc is told the outcome of statement i, in order: the rows it affected (-1
 // for a statement that is not Checked whose count the Pipeliner did not read), or
 // the driver's error. A non-nil return ends the unit: the Pipeliner rolls the
-// transaction back and returns that error.
+// transaction back and returns that error. Only a Checked statement whose count the
+// Pipeliner reads itself is told before the statements after it, and COMMIT, are
+// sent: the others may be told once the unit committed (pgx sends a segment's
+// statements and its COMMIT in one round trip), so a refusal of theirs must be for a
+// failure the statement itself reported, which the server has already rolled back.
 type ResultFunc func(i int, rows int64, err error) error
 
 // PipelineError is a failure of a pipelined transaction itself: Query is "BEGIN" or

@@ -412,7 +412,9 @@ func (r *redacted) Unwrap() error { return r.err }
 //     that it takes no writes.
 //
 // A *sqlx.DB user passes its DB field. The pool stays the caller's: Close leaves it
-// open (and closes the statements refset prepared on it). Close the DB before the
+// open (and closes the statements refset prepared on it, but for those pgx's
+// connections keep for pipelined units: at most 256 a connection, named
+// refset_flushed_*, which every DB on the pool shares). Close the DB before the
 // pool: on a pool closed first, refset's calls fail with refset.ErrClosed.
 // opts.MaxConns and opts.Driver are not used. Errors: those of Open, and
 // refset.ErrInvalidConfig for a nil pool, a pool of another driver, or a lib/pq pool
