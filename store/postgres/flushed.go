@@ -170,9 +170,24 @@ func (p pgxPipeline) flushed(ctx context.Context, c *pgx.Conn, seg segment, stmt
 	return err, true
 }
 
-// staleFlushed is the failure of a flushed segment whose prepared statement the server
-// no longer had: the unit ran nothing it keeps, and runs again.
-type staleFlushed struct{ err error }
+// staleFlushed is the failure of a segment whose prepared statement the server no
+// longer had, one of refset's flushed segments' or of pgx's statement cache
+// (pgxCache): the unit ran nothing it keeps, and runs again (runOn).
+type staleFlushed struct {
+	err      error
+	pgxCache bool
+}
+
+// goneFromPgxCache reports whether err is the server's word that a statement pgx
+// prepared, which a batch ran, is gone (SQLSTATE 26000 naming one of the statements
+// of pgx's cache, stmtcache_..., or one database/sql prepared through pgx, stmt_...,
+// which pgx's batches reuse for the same text): not a caller's own statement's
+// failure.
+func goneFromPgxCache(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeInvalidSQLStatementName &&
+		(strings.Contains(pgErr.Message, `"stmtcache_`) || strings.Contains(pgErr.Message, `"stmt_`))
+}
 
 func (e *staleFlushed) Error() string { return e.err.Error() }
 func (e *staleFlushed) Unwrap() error { return e.err }

@@ -691,25 +691,40 @@ func TestHandOversRetrySerializationFailures(t *testing.T) {
 }
 
 // TestFlushedStatementsOutliveDeallocate: the statements a pgx connection prepared for
-// flushed segments (a unit's last, where lost commits are resolved) are gone from the
-// server once the caller runs DEALLOCATE ALL or DISCARD ALL on that connection; the
-// next unit on it finds them gone, prepares them again and runs again, once, as if
-// nothing happened, and the ones after it too.
+// pipelined units (in pgx's statement cache, for batches, and for flushed segments, a
+// unit's last where lost commits are resolved) are gone from the server once the caller
+// runs DEALLOCATE ALL or DISCARD ALL on that connection; the next unit on it finds them
+// gone, prepares them again and runs again, once, as if nothing happened, and the ones
+// after it too: an Add (one segment), and a hand-over of two segments (a release with
+// RETURNING, read before the acquire is sent).
 func TestFlushedStatementsOutliveDeallocate(t *testing.T) {
-	e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{Driver: DriverPgx, MaxConns: 1}))
-	ctx := t.Context()
-	pending := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
-	for i, q := range []string{"", "DEALLOCATE ALL", "DISCARD ALL"} {
-		if q != "" {
-			_, err := e.db.Pool().ExecContext(ctx, q) // the one connection the units run on
-			require.NoError(t, err)
+	forResolvingOrNot(t, func(t *testing.T, resolves bool) {
+		opts := resolvingOrNot(resolves)
+		opts.Driver, opts.MaxConns = DriverPgx, 1
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), opts))
+		ctx := t.Context()
+		pending := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+		releaseReturning := refset.Exec[string](`DELETE FROM pending WHERE block_id = ? RETURNING block_id`, 1)
+		for i, q := range []string{"", "DEALLOCATE ALL", "DISCARD ALL"} {
+			if q != "" {
+				_, err := e.db.Pool().ExecContext(ctx, q) // the one connection the units run on
+				require.NoError(t, err)
+			}
+			for j := range 2 {
+				id := fmt.Sprintf("b%d-%d", i, j)
+				_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, pending)
+				require.NoError(t, err, "Add after %q", q)
+				acq := e.acquired(t, id+"h", []refset.Command[string]{releaseReturning}, []refset.Command[string]{acquireHead})
+				if q != "" && j == 0 {
+					_, err = e.db.Pool().ExecContext(ctx, q) // again, before the hand-over
+					require.NoError(t, err)
+				}
+				_, err = acq.Complete(ctx)
+				require.NoError(t, err, "hand-over after %q", q)
+				pendingLeft, head := e.state(t, id+"h")
+				assert.False(t, pendingLeft, id)
+				assert.True(t, head, id)
+			}
 		}
-		for j := range 2 {
-			id := fmt.Sprintf("b%d-%d", i, j)
-			_, err := e.set.Add(ctx, block{Hash: id, Height: 1}, pending)
-			require.NoError(t, err, "after %q", q)
-			stored, _ := e.state(t, id)
-			assert.True(t, stored, id)
-		}
-	}
+	})
 }

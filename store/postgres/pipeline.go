@@ -125,8 +125,9 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 //
 // A statement the server refused to run with its count checked (a table's rules:
 // rowCheckedInvalid) is sent as it is from then on, and the unit runs again: it had
-// run nothing it keeps, and ran nothing after that statement. So does a unit whose
-// flushed segment found a statement it had prepared gone (staleFlushed), once.
+// run nothing it keeps, and ran nothing after that statement. So does a unit that
+// found a statement prepared for it gone (staleFlushed: the caller's DEALLOCATE ALL
+// or DISCARD ALL on the connection), once.
 func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdriver.Statement, result refsetdriver.ResultFunc, ticket *commitTicket) error {
 	sent := make([]string, len(stmts))
 	for i, s := range stmts {
@@ -149,6 +150,15 @@ func (p pgxPipeline) runOn(ctx context.Context, c *pgx.Conn, stmts []refsetdrive
 	}
 	var stale *staleFlushed
 	if errors.As(err, &stale) && ctx.Err() == nil && !c.IsClosed() {
+		if stale.pgxCache {
+			// pgx's statement cache keeps what the server forgot, and would send
+			// its names for ever: it forgets them too (the server has none left
+			// but those refset's flushed segments prepare anew).
+			if dropErr := c.DeallocateAll(ctx); dropErr != nil {
+				return err
+			}
+			forgetFlushed(c)
+		}
 		err = p.segments(ctx, c, stmts, sent, result, ticket) // once: its statements prepared anew
 	}
 	return err // a lost commit is resolved by run, once the connection is released
@@ -222,6 +232,9 @@ func (p pgxPipeline) segments(ctx context.Context, c *pgx.Conn, stmts []refsetdr
 			}
 			return orError(result(end-1, 0, closeErr), closeErr)
 		})
+		if goneFromPgxCache(err) {
+			return &staleFlushed{err: err, pgxCache: true}
+		}
 		if err == nil && seg.ticket {
 			if err = ctx.Err(); err != nil {
 				return err // given up on before COMMIT was sent
