@@ -39,7 +39,8 @@ type SchemaSQL interface {
 	IndexName(table, label string) (name, legacy string)
 	// CheckIDType refuses (refset.ErrSchema) an ID Go type id that cannot hold the
 	// values of the set's ID column, named column, of SQL type typ as the dialect's
-	// catalog writes it; table names the set, for the message.
+	// catalog writes it (its Column.KeyType where it has one: a domain's base type, a
+	// collation after " COLLATE "); table names the set, for the message.
 	CheckIDType(table sqlident.Ident, column, typ string, id reflect.Type) error
 
 	// The record of versions: one version per component ("core", "set:<table>", or

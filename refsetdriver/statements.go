@@ -12,6 +12,13 @@ type Column struct {
 	// a DEFAULT (a serial's too), an identity or generated column, SQLite's rowid
 	// alias (INTEGER PRIMARY KEY). A NOT NULL column without it must be mapped.
 	Default bool
+	// KeyType is what the column's values are stored and compared as, where Type
+	// does not say it: the type a PostgreSQL domain is over ("numeric(10,2)"), then
+	// " COLLATE name" where the column compares strings by a collation that may hold
+	// two different strings equal (SQLite's NOCASE and RTRIM, or one the program
+	// registered; a nondeterministic PostgreSQL collation). SchemaSQL.CheckIDType
+	// judges a set's ID type by it. "" means Type.
+	KeyType string
 }
 
 // SetTable is a set's table, checked against the catalog, as a dialect writes its

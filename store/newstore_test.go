@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -57,7 +58,12 @@ func newStoreBackends() []newStoreBackend {
 
 // eachNewStoreBackend runs fn as a parallel subtest on each backend.
 func eachNewStoreBackend(t *testing.T, fn func(t *testing.T, b newStoreBackend)) {
-	for _, b := range newStoreBackends() {
+	eachNewStoreBackendOf(t, func(newStoreBackend) bool { return true }, fn)
+}
+
+// eachNewStoreBackendOf is eachNewStoreBackend on the backends of which is true.
+func eachNewStoreBackendOf(t *testing.T, of func(newStoreBackend) bool, fn func(t *testing.T, b newStoreBackend)) {
+	for _, b := range slices.DeleteFunc(newStoreBackends(), func(b newStoreBackend) bool { return !of(b) }) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, b)

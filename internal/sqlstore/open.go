@@ -47,11 +47,11 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
-	if err := d.SchemaSQL().CheckIDType(table, t.IDColumn, t.IDType, reflect.TypeFor[ID]()); err != nil {
+	if err := d.SchemaSQL().CheckIDType(table, t.IDColumn, t.IDKeyType, reflect.TypeFor[ID]()); err != nil {
 		return nil, err
 	}
 	if c, ok := d.SchemaSQL().(idChecker); ok {
-		t.CheckID = c.IDCheck(table, t.IDColumn, t.IDType, reflect.TypeFor[ID]())
+		t.CheckID = c.IDCheck(table, t.IDColumn, t.IDKeyType, reflect.TypeFor[ID]())
 	}
 	t.Holds = holds
 	m, err := schema.New(db, schema.Config{Sets: []schema.Set{{Table: table.String(), IDColumn: t.IDColumn, HoldsTable: holds.Name}}})

@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -32,7 +33,10 @@ type Table struct {
 	Holds    sqlident.Ident
 	IDColumn string
 	IDType   string // the ID column's type as the catalog writes it
-	Mapping  *Mapping
+	// IDKeyType is what the ID column's values are stored and compared as
+	// (refsetdriver.Column.KeyType, or IDType): what the ID type is judged by.
+	IDKeyType string
+	Mapping   *Mapping
 	// Types are the mapped columns' types as the catalog writes them, in
 	// Mapping.Columns order.
 	Types []string
@@ -95,7 +99,8 @@ func Resolve[T refset.Identifiable[ID], ID comparable](table sqlident.Ident, idC
 	for i, col := range m.Columns() {
 		types[i] = byName[col].Type
 	}
-	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, Mapping: m, Types: types}, nil
+	return Table{Name: table, IDColumn: idColumn, IDType: idCol.Type, IDKeyType: cmp.Or(idCol.KeyType, idCol.Type),
+		Mapping: m, Types: types}, nil
 }
 
 // Store is a SetStore on a SQL database, with the statements of its dialect.

@@ -145,14 +145,25 @@ func byteaCast(colType string) string {
 // search_path as the statements will, and yields no rows for a missing table. A
 // column has a default when it has one of its own (serials' nextval, and generated
 // columns' expressions, are kept as defaults), is an identity, or is of a domain
-// with a default.
+// with a default. Its key type (refsetdriver.Column.KeyType) is the type under its
+// domains, if it has any (a domain over a domain too), with the collation it compares
+// strings by where that is nondeterministic, so may hold two different strings equal.
 const columnsSQL = `
 SELECT a.attname,
        format_type(a.atttypid, a.atttypmod),
        a.attnotnull,
        COALESCE(a.attnum = ANY (i.indkey), false),
        a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> ''
-         OR (SELECT t.typdefaultbin IS NOT NULL FROM pg_type t WHERE t.oid = a.atttypid)
+         OR (SELECT t.typdefaultbin IS NOT NULL FROM pg_type t WHERE t.oid = a.atttypid),
+       (WITH RECURSIVE base (oid, mod, depth) AS (
+            SELECT a.atttypid, a.atttypmod, 0
+          UNION ALL
+            SELECT t.typbasetype, t.typtypmod, base.depth + 1
+            FROM base JOIN pg_type t ON t.oid = base.oid
+            WHERE t.typtype = 'd')
+        SELECT format_type(oid, mod) FROM base ORDER BY depth DESC LIMIT 1)
+         || COALESCE((SELECT ' COLLATE ' || quote_ident(c.collname) FROM pg_collation c
+                      WHERE c.oid = a.attcollation AND NOT c.collisdeterministic), '')
 FROM pg_attribute a
 LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
 WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
@@ -160,7 +171,7 @@ ORDER BY a.attnum`
 
 func (dialect) Columns(ctx context.Context, q refset.Querier, table sqlident.Ident) ([]refsetdriver.Column, error) {
 	return cleanupsql.Rows(ctx, q, columnsSQL, []any{table.Quoted()}, func(rows *sql.Rows, c *refsetdriver.Column) error {
-		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary, &c.Default)
+		return rows.Scan(&c.Name, &c.Type, &c.NotNull, &c.Primary, &c.Default, &c.KeyType)
 	})
 }
 

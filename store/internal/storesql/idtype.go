@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +87,9 @@ var (
 	intWant   = "an integer type (int64, int32, int, ...)"
 )
 
-// SQLiteKeyType follows SQLite's rules for a column's affinity (section 3.1 of
+// SQLiteKeyType is the kind of a column declared typ, then the collation it compares
+// by after " COLLATE " where that is not BINARY (see collated). It follows SQLite's
+// rules for a column's affinity (section 3.1 of
 // https://www.sqlite.org/datatype3.html), in their order: a declared type containing
 // INT is INTEGER; CHAR, CLOB or TEXT is TEXT; BLOB or none is BLOB; REAL, FLOA or
 // DOUB is REAL; anything else NUMERIC. A BLOB column stores each value as given, so
@@ -104,6 +107,11 @@ var (
 // so a string ID there is refused if SQLite would store it as any number (sqliteNumber),
 // "12" too.
 func SQLiteKeyType(typ string) KeyType {
+	typ, collations := cutCollations(typ)
+	return collated(sqliteKeyType(typ), collations, false)
+}
+
+func sqliteKeyType(typ string) KeyType {
 	u := strings.ToUpper(typ)
 	has := func(subs ...string) bool {
 		for _, s := range subs {
@@ -224,8 +232,11 @@ func canonicalInt64(s string) bool {
 }
 
 // PostgresKeyType is the kind of a column of type typ, as PostgreSQL's format_type
-// writes it. Types it does not know (domains, enums, extensions' types but citext,
-// arrays, network addresses) take any ID: a driver may read them as anything.
+// writes it (a domain's base type, as refsetdriver.Column.KeyType gives it), with the
+// nondeterministic collation it compares by after " COLLATE ", if any: then it
+// takes no string ID type (see collated). Types it does not know (enums,
+// extensions' types but citext, arrays, network addresses) take any ID: a driver may
+// read them as anything.
 //
 // A type that takes a string ID type but would store some strings as another value,
 // or compare one equal to another, checks each string ID (see idCheck and
@@ -233,6 +244,11 @@ func canonicalInt64(s string) bool {
 // varying(n), name and citext. text and character varying without a length keep
 // every string, and check nothing.
 func PostgresKeyType(typ string) KeyType {
+	typ, collations := cutCollations(typ)
+	return collated(postgresKeyType(typ), collations, true)
+}
+
+func postgresKeyType(typ string) KeyType {
 	t := strings.ToLower(strings.TrimSpace(typ))
 	base, mod, _ := strings.Cut(t, "(") // character varying(64), numeric(20,0), timestamp(3) with time zone
 	base = strings.TrimSpace(base)
@@ -261,6 +277,84 @@ func PostgresKeyType(typ string) KeyType {
 	}
 	return anyColumn
 }
+
+// cutCollations splits a key type as refsetdriver.Column.KeyType writes it into the
+// type and the collations after it, each after " COLLATE ".
+func cutCollations(typ string) (string, []string) {
+	parts := strings.Split(typ, " COLLATE ")
+	return parts[0], parts[1:]
+}
+
+// collated is k, a key of a column that compares strings by collations (see
+// refsetdriver.Column.KeyType: those that may hold two different strings equal).
+// SQLite's NOCASE folds the 26 ASCII letters only, and RTRIM ignores trailing spaces,
+// so a string ID is taken where no other string the check takes compares equal to
+// it: one without an upper-case ASCII letter, one that does not end in a space. Any
+// other collation (one the program registered on SQLite; a nondeterministic one on
+// PostgreSQL, which refset cannot reproduce) takes no string ID type.
+func collated(k KeyType, collations []string, postgres bool) KeyType {
+	checks := []func(string) bool{}
+	if k.changes != nil {
+		checks = append(checks, k.changes)
+	}
+	var rewrites []string
+	if k.rewrites != "" {
+		rewrites = append(rewrites, k.rewrites)
+	}
+	for _, c := range collations {
+		switch {
+		case !postgres && strings.EqualFold(c, "NOCASE"):
+			checks = append(checks, func(s string) bool { return strings.ContainsFunc(s, isASCIIUpper) })
+			rewrites = append(rewrites, `compares strings without regard to the case of ASCII letters (COLLATE NOCASE): `+
+				`"ABC" would find the object "abc"`)
+		case !postgres && strings.EqualFold(c, "RTRIM"):
+			checks = append(checks, func(s string) bool { return strings.HasSuffix(s, " ") })
+			rewrites = append(rewrites, `compares strings without their trailing spaces (COLLATE RTRIM): "a " would find the object "a"`)
+		default:
+			return uncollatable(k, c, postgres)
+		}
+	}
+	if len(collations) == 0 {
+		return k
+	}
+	instead := "use IDs that no other ID equals as the collation compares them (no upper-case ASCII letter under " +
+		"NOCASE, no trailing space under RTRIM), or declare the column without the collation"
+	if k.changes != nil {
+		instead = k.instead + "; and " + instead
+	}
+	k.changes = func(s string) bool {
+		return slices.ContainsFunc(checks, func(f func(string) bool) bool { return f(s) })
+	}
+	k.rewrites = strings.Join(rewrites, ", and ")
+	k.instead = instead
+	return k
+}
+
+// uncollatable is k compared by collation c, which refset cannot follow: it takes
+// no string ID type.
+func uncollatable(k KeyType, c string, postgres bool) KeyType {
+	takes, all := []goKind{}, k.takes
+	if all == nil { // a column of any type: it takes all but strings now
+		all = []goKind{goInt, goFloat, goBool, goBytes, goTime}
+	}
+	for _, g := range all {
+		if g != goString {
+			takes = append(takes, g)
+		}
+	}
+	k.takes = takes
+	if postgres {
+		k.what += fmt.Sprintf(", compared by %s, a nondeterministic collation, which may hold two different strings equal", c)
+	} else {
+		k.what += fmt.Sprintf(", compared by %s, a collation refset cannot follow, which may hold two different strings equal", c)
+	}
+	k.want = `a type other than a string (a string ID needs a deterministic collation: BINARY on SQLite, "C" or the ` +
+		`database's default on PostgreSQL)`
+	k.changes = nil
+	return k
+}
+
+func isASCIIUpper(r rune) bool { return r >= 'A' && r <= 'Z' }
 
 // checkIDType refuses (refset.ErrSchema) an ID type id that cannot hold the values
 // of the set's ID column, named column and of type typ as the dialect's catalog

@@ -18,7 +18,7 @@ const (
 // postgresStringCheck is k, the key type of a PostgreSQL column of type base(mod) as
 // format_type writes it, with the check of each string ID it takes (see idCheck) if
 // the column may store a string as another value, or compare it equal to another
-// string, as PostgreSQL 15 does (store's TestPostgresKeysKeepStringIDs and this
+// string, as PostgreSQL 15 does (store's TestKeysKeepStringIDs and this
 // package's TestPostgresNumericSpelling check the rules against the server):
 //
 //   - numeric stores a string as the number it spells and reads it back as its
