@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -98,7 +97,13 @@ func keyCollation(ctx context.Context, q refset.Querier, table sqlident.Ident, c
 	case nocase && rtrim:
 		column = "" // the program's own collation, which the index names
 	}
-	index := strings.ToUpper(cmp.Or(indexCollation, "BINARY"))
+	if indexCollation == "" { // no index: a rowid key, compared by its column's collation
+		indexCollation = column
+		if column == "" {
+			indexCollation = "the column's own"
+		}
+	}
+	index := strings.ToUpper(indexCollation)
 	if column != "" && index != column && (index == "BINARY" || index == "NOCASE" || index == "RTRIM") {
 		return "", fmt.Errorf("refset/sqlite: the primary key of %s compares %q by COLLATE %s, the column by COLLATE %s: "+
 			"no foreign key can reference it (the set's holds table's neither: SQLite's \"foreign key mismatch\"); "+
