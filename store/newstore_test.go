@@ -227,6 +227,11 @@ func idCases() []idCase {
 		idCaseOf("uuid, int64", pg, "uuid", int64(42), true),
 		idCaseOf("bytea, string", pg, "bytea", "a", true),
 		idCaseOf("boolean, string", pg, "boolean", "a", true),
+		idCaseOf("inet, string", pg, "inet", "10.0.0.1", true),
+		idCaseOf("jsonb, string", pg, "jsonb", "{}", true),
+		idCaseOf("int4range, string", pg, "int4range", "[1,2)", true),
+		idCaseOf("interval day to second, int64", pg, "interval day to second", int64(42), true),
+		idCaseOf("time, string", pg, "time", "01:02:03", true),
 	}
 }
 

@@ -234,9 +234,11 @@ func canonicalInt64(s string) bool {
 // PostgresKeyType is the kind of a column of type typ, as PostgreSQL's format_type
 // writes it (a domain's base type, as refsetdriver.Column.KeyType gives it), with the
 // nondeterministic collation it compares by after " COLLATE ", if any: then it
-// takes no string ID type (see collated). Types it does not know (enums,
-// extensions' types but citext, arrays, network addresses) take any ID: a driver may
-// read them as anything.
+// takes no string ID type (see collated). Types PostgreSQL writes back in a
+// spelling of its own (pgRespelled: network addresses, jsonb, ranges, arrays, ...)
+// take no ID of a plain Go kind. Types it does not know (enums, extensions' types
+// but citext, types of the program's own) take any ID: a driver may read them as
+// anything.
 //
 // A type that takes a string ID type but would store some strings as another value,
 // or compare one equal to another, checks each string ID (see idCheck and
@@ -274,8 +276,29 @@ func postgresKeyType(typ string) KeyType {
 		return KeyType{takes: []goKind{goBytes}, what: "a bytea", want: "a byte array type ([32]byte, ...)"}
 	case base == "date", strings.HasPrefix(base, "timestamp"):
 		return KeyType{takes: []goKind{goTime}, what: "a date or timestamp", want: "time.Time"}
+	case pgRespelled(base), strings.HasSuffix(t, "[]"):
+		return KeyType{takes: []goKind{}, what: "a type PostgreSQL writes back in a spelling of its own " +
+			`(an inet "10.0.0.1/32" reads back "10.0.0.1", a jsonb '{"a":1}' reads back '{"a": 1}', ` +
+			`a range "(1,3]" reads back "[2,4)"), so an ID of a Go kind would read back changed`}
 	}
 	return anyColumn
+}
+
+// pgRespelled reports whether PostgreSQL writes the values of type base (as
+// format_type writes it, without its modifier) back in a spelling of its own,
+// whatever spelling they were written in: network addresses, money, jsonb,
+// intervals, times of day, text search vectors, the built-in ranges and
+// multiranges (and, by its caller, arrays). Their keys take no ID of a plain Go
+// kind, only a type that scans and values itself in the type's own spelling.
+func pgRespelled(base string) bool {
+	switch base {
+	case "inet", "cidr", "macaddr", "macaddr8", "money", "jsonb", "interval", "tsvector", "tsquery",
+		"time without time zone", "time with time zone", "time", "timetz",
+		"int4range", "int8range", "numrange", "tsrange", "tstzrange", "daterange",
+		"int4multirange", "int8multirange", "nummultirange", "tsmultirange", "tstzmultirange", "datemultirange":
+		return true
+	}
+	return strings.HasPrefix(base, "interval ") || strings.HasPrefix(base, "time ")
 }
 
 // cutCollations splits a key type as refsetdriver.Column.KeyType writes it into the
@@ -377,9 +400,13 @@ func checkIDType(keyType func(typ string) KeyType, table sqlident.Ident, column,
 			return nil
 		}
 	}
+	makeIt := ""
+	if c.want != "" {
+		makeIt = fmt.Sprintf("make the ID %s, ", c.want)
+	}
 	return fmt.Errorf("refset: new store of %s: the ID column %q has SQL type %s (%s), which the set's ID type %v cannot hold: %w; "+
-		"make the ID %s, give it a type implementing sql.Scanner and driver.Valuer, or change the column's type",
-		table, column, typ, c.what, id, refset.ErrSchema, c.want)
+		"%sgive it a type implementing sql.Scanner and driver.Valuer, or change the column's type",
+		table, column, typ, c.what, id, refset.ErrSchema, makeIt)
 }
 
 // idCheck is the check of each ID of type id that a set's statements send to its ID
