@@ -356,6 +356,7 @@ func parsePages() (map[string]*template.Template, error) {
 
 var funcs = template.FuncMap{
 	"amount": amount,
+	"shown":  shown,
 	"digits": digits,
 	"count":  countText,
 	"cell": func(class string, c cleanup.Count) countCell {

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -594,4 +595,48 @@ func TestStaticFilesOnly(t *testing.T) {
 	code, body := get(t, srv, "/static/", nil)
 	require.Equal(t, http.StatusNotFound, code)
 	require.NotContains(t, body, "console.css")
+}
+
+// Many visitors at once, while the sampler samples: every page answers as it does
+// alone (a check may be turned away while another runs), on each store.
+func TestConcurrentPages(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		f := newFixture(t, b)
+		_, srv := serve(t, f.db, console.Config{SampleEvery: time.Second})
+		type answer struct {
+			path string
+			code int
+		}
+		const visitors = 12
+		answers := make(chan answer, visitors*len(pages)*2)
+		var wg sync.WaitGroup
+		for v := range visitors {
+			wg.Go(func() {
+				for i := range 2 * len(pages) {
+					p := pages[(v+i)%len(pages)]
+					req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+p, nil)
+					if err != nil {
+						answers <- answer{p, 0}
+						continue
+					}
+					resp, err := srv.Client().Do(req)
+					if err != nil {
+						answers <- answer{p, 0}
+						continue
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					answers <- answer{p, resp.StatusCode}
+				}
+			})
+		}
+		wg.Wait()
+		close(answers)
+		for a := range answers {
+			if a.path == "/?check=notes" && a.code == http.StatusTooManyRequests {
+				continue
+			}
+			require.Equal(t, http.StatusOK, a.code, a.path)
+		}
+	})
 }

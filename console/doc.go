@@ -40,6 +40,19 @@
 // (postgres.Options.ReplicaDSN). Every value a page shows goes through html/template's
 // escaping, and its Content-Security-Policy lets no script run.
 //
+// A value read from the database (an object's id, a holder, a row's field) is shown as
+// it is when every character of it prints, and quoted with Go's escapes
+// (strconv.Quote) otherwise, or when it begins with a quote, as the refset command's
+// text output prints it: a control character, a bidirectional override or a byte that
+// is not UTF-8 (SQLite keeps whatever bytes were written) is seen for what it is, and
+// every page is UTF-8. The links and forms carry a value as the page shows it, and a
+// page's id and holder parameters read it back: one that begins with a quote is the
+// value it spells quoted (strconv.Unquote; 400 if it spells none), any other the value
+// itself, which must then be UTF-8 without NUL characters. So each object and holder,
+// whatever its bytes, links to its own page; a value the database cannot hold
+// (PostgreSQL: a NUL, bytes that are not UTF-8, spelled quoted) is the visitor's
+// mistake, 400.
+//
 // With Config.Token set, every request must carry the token, as an Authorization
 // Bearer header or in the cookie /login?token=... sets (scoped to the console's path,
 // wherever it is mounted); CheckAddr refuses to serve a console on an address other

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/refsetdb/refset/blockmanager"
@@ -206,15 +208,15 @@ const whyNodes = 40
 
 func (c *Console) objectPage(r *http.Request) (any, error) {
 	ctx := r.Context()
-	table, id := r.URL.Query().Get("table"), r.URL.Query().Get("id")
+	table := r.URL.Query().Get("table")
+	id, err := param(r, "id")
+	if err != nil {
+		return nil, err
+	}
 	if table == "" || id == "" {
 		return nil, fmt.Errorf("%w: the object page needs ?table=...&id=...", errBadRequest)
 	}
-	if err := checkText("id", id); err != nil {
-		return nil, err
-	}
-	table, err := c.setTable(ctx, table)
-	if err != nil {
+	if table, err = c.setTable(ctx, table); err != nil {
 		return nil, err
 	}
 	col, err := cleanup.Inspect(ctx, c.db, cleanup.Config{Table: table})
@@ -227,7 +229,7 @@ func (c *Console) objectPage(r *http.Request) (any, error) {
 			// The statement is the library's own: what the database refused as data is
 			// the id (abc, or 99999999999999999999, for a BIGINT id column). Any other
 			// refusal (permission denied for the table) is the server's to fix: 500.
-			return nil, fmt.Errorf("%w: %s's id column cannot hold the id %q: %v", errBadRequest, table, id, err)
+			return nil, fmt.Errorf("%w: %s's id column cannot hold the id %s: %v", errBadRequest, table, shown(id), err)
 		}
 		return nil, err
 	}
@@ -494,10 +496,11 @@ const (
 
 func (c *Console) holdsPage(r *http.Request) (any, error) {
 	ctx := r.Context()
-	d := holdsData{Nav: "holds", Table: r.URL.Query().Get("table"), Holder: r.URL.Query().Get("holder"), Most: holdsCounted}
-	if err := checkText("holder", d.Holder); err != nil {
+	holder, err := param(r, "holder")
+	if err != nil {
 		return nil, err
 	}
+	d := holdsData{Nav: "holds", Table: r.URL.Query().Get("table"), Holder: holder, Most: holdsCounted}
 	tables, err := read(ctx, c.db, func(q refset.Querier) ([]string, error) { return c.db.Driver().Sets(ctx, q) })
 	if errors.Is(err, refset.ErrNotFound) && d.Table == "" {
 		return d, nil // no refset tables, so no sets to choose from: the page says so
@@ -534,6 +537,11 @@ func (c *Console) holdsPage(r *http.Request) (any, error) {
 		}
 		if d.Holder != "" {
 			_, d.OfHolder, err = sql.ListHolds(ctx, q, reg.Holds, refsetdriver.HoldFilter{Holder: d.Holder, Limit: holderListed + 1})
+			if dataException(err) {
+				// The holder is what the database refused (PostgreSQL: bytes that are
+				// not UTF-8, or a NUL, spelled quoted): the visitor's mistake.
+				return struct{}{}, fmt.Errorf("%w: no holder column holds the holder %s: %v", errBadRequest, shown(d.Holder), err)
+			}
 		}
 		return struct{}{}, err
 	})
@@ -566,6 +574,43 @@ func unquote(lit string) string {
 		body = strings.ReplaceAll(body, `\\`, `\`)
 	}
 	return body
+}
+
+// param is the value of a page's parameter name (an object's id, a holder) that a
+// request carries: as it is, when it does not begin with a quote and is text
+// (checkText); or, when it begins with one, the value it spells quoted with Go's
+// escapes (strconv.Unquote), which is how the console's links and forms write a value
+// that shown quotes: one with a character that does not print, or a byte that is no
+// UTF-8 (which SQLite keeps as written), or one that begins with a quote itself. So
+// every value a page shows links to its own page, byte for byte. A value spelled
+// quoted that the database cannot hold (PostgreSQL: a NUL, or bytes that are not
+// UTF-8) is refused by the database: 400 as well.
+func param(r *http.Request, name string) (string, error) {
+	v := r.URL.Query().Get(name)
+	if !strings.HasPrefix(v, `"`) {
+		return v, checkText(name, v)
+	}
+	u, err := strconv.Unquote(v)
+	if err != nil {
+		return "", fmt.Errorf("%w: the %s %s begins with a quote but is not quoted with Go's escapes, as the console writes "+
+			"a value that does not print as it is (a value that begins with a quote among them): %v", errBadRequest, name, shown(v), err)
+	}
+	return u, nil
+}
+
+// shown is a value read from the database (an object's id, a holder, a field) as a
+// page shows it and its links and forms carry it: as it is when every character of it
+// prints, and quoted with Go's escapes (strconv.Quote) otherwise, or when it begins
+// with a quote, as the refset command's text output prints it. A control character
+// (a terminal's escape sequence for a page fetched with curl), a bidirectional
+// override that shows a name backwards, or a byte that is no UTF-8 (which a page,
+// UTF-8 by its Content-Type, cannot carry) is seen as what it is. param reads the
+// quoted form back.
+func shown(s string) string {
+	if !utf8.ValidString(s) || strings.HasPrefix(s, `"`) || strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // checkText refuses a parameter no text column holds (PostgreSQL refuses a NUL

@@ -97,12 +97,13 @@ type node struct {
 	X, Y   float64
 }
 
-// Short is the label cut to fit a box.
+// Short is the label as a page shows it (shown), cut to fit a box.
 func (n node) Short() string {
-	if r := []rune(n.Label); len(r) > boxChars {
+	label := shown(n.Label)
+	if r := []rune(label); len(r) > boxChars {
 		return string(r[:boxChars-1]) + "…"
 	}
-	return n.Label
+	return label
 }
 
 type edge struct {

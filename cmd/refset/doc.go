@@ -75,7 +75,12 @@
 // row's key) as it is when every character of it prints, and quoted with Go's escapes
 // (strconv.Quote) otherwise, or when it begins with a quote: a newline, tab or
 // terminal escape sequence in a value forges no line of the report, shifts no column,
-// and reaches no terminal. --json prints each value JSON-escaped.
+// and reaches no terminal. --json prints each such value JSON-escaped, by the same
+// rule: one that is not valid UTF-8 (SQLite keeps whatever bytes were written) or that
+// begins with a quote is the JSON string of its Go-quoted form ("\"ev\\xffil\""
+// for the bytes ev, 0xff, il), every other one the JSON string of the value itself;
+// so a reader strconv.Unquote's a string that begins with a quote, takes any other as
+// it is, and gets back the bytes stored, never a U+FFFD in place of one.
 //
 // An interrupt (Ctrl-C) stops a command as soon as it can, an open of the database
 // included; a second one ends the process at once.

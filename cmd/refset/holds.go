@@ -39,8 +39,8 @@ type (
 		Holds []holdJSON `json:"holds"`
 	}
 	holdJSON struct {
-		Holder    string     `json:"holder"`
-		ObjectID  string     `json:"object_id"`
+		Holder    stored     `json:"holder"`
+		ObjectID  stored     `json:"object_id"`
 		ExpiresAt *time.Time `json:"expires_at"` // null: held until unheld
 		CreatedAt time.Time  `json:"created_at"`
 		Expired   bool       `json:"expired"` // past expires_at; the next Collect removes it
@@ -65,7 +65,7 @@ func holdsListCommand(fs *flag.FlagSet) func(context.Context, call) error {
 		// The object ID as text whatever its type.
 		doc := holdsJSON{Table: holds.String(), Now: now, Holds: []holdJSON{}}
 		for _, h := range hs {
-			j := holdJSON{Holder: h.Holder, ObjectID: h.ObjectID, CreatedAt: h.CreatedAt, Expired: h.Expired}
+			j := holdJSON{Holder: stored(h.Holder), ObjectID: stored(h.ObjectID), CreatedAt: h.CreatedAt, Expired: h.Expired}
 			if !h.ExpiresAt.IsZero() {
 				j.ExpiresAt = &h.ExpiresAt
 			}
@@ -85,7 +85,7 @@ func (doc holdsJSON) text(out io.Writer) error {
 				expires += " (expired)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", printable(h.ObjectID), printable(h.Holder), expires, h.CreatedAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", printable(string(h.ObjectID)), printable(string(h.Holder)), expires, h.CreatedAt.Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -91,12 +91,12 @@ var commands = []command{
 	{name: "status", json: true, summary: "every set's objects, holds, review queue and objects collected, and the schema versions", setup: statusCommand, check: capCheck},
 	{name: "why", args: "ID", positional: 1, set: true, json: true, summary: "every row that keeps object ID of the set on --table alive", setup: noFlags(why)},
 	{name: "check", set: true, json: true, summary: "leaked objects and dangling references of the set on --table (exit 1 if any)", setup: noFlags(check)},
-	{name: "collect", set: true, writes: true, summary: "delete what nothing references in the set on --table", setup: collectCommand},
-	{name: "sweep", set: true, writes: true, summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand},
+	{name: "collect", set: true, writes: true, summary: "delete what nothing references in the set on --table", setup: collectCommand, check: positiveDurations("interval", "grace")},
+	{name: "sweep", set: true, writes: true, summary: "queue every object no root reaches in the set on --table, then collect", setup: sweepCommand, check: positiveDurations("grace")},
 	{name: "migrate status", json: true, migrates: true, summary: "each component's recorded and available schema version, and what is pending", setup: onSets(migration.status)},
 	{name: "migrate up", writes: true, migrates: true, summary: "apply the pending migrations of refset's tables and print what was done", setup: onSets(migration.up)},
 	{name: "migrate sql", migrates: true, summary: "print the pending migrations as a SQL script for a DBA, changing nothing", setup: onSets(migration.script)},
-	{name: "migrate down", writes: true, migrates: true, summary: "take one component (--component) down to version --target", setup: migrateDownCommand},
+	{name: "migrate down", writes: true, migrates: true, summary: "take one component (--component) down to version --target", setup: migrateDownCommand, check: migrateDownCheck},
 	{name: "holds ls", set: true, json: true, summary: "list the holds of the set on --table", setup: holdsListCommand},
 	{name: "holds rm", set: true, writes: true, summary: "delete the expired holds of the set on --table (by the database's clock)", setup: holdsRemoveCommand},
 	{name: "ui", serves: true, summary: "serve the web console, which only reads, on --addr (loopback unless --token)", setup: uiCommand, check: uiCheck},
@@ -230,7 +230,7 @@ func runCommand(ctx context.Context, args []string, stdout *output, stderr io.Wr
 		if stdout.err != nil && errors.Is(err, stdout.err) {
 			return exitError // run says that the output failed
 		}
-		fmt.Fprintf(stderr, "refset %s: %v\n", cmd.name, explain(ctx, err, cmd, conn))
+		fmt.Fprintf(stderr, "refset %s: %s\n", cmd.name, escapeControls(explain(ctx, err, cmd, conn).Error()))
 		return exitError
 	}
 	db, err := open(ctx, conn)
@@ -437,7 +437,7 @@ type (
 	}
 	whyJSON struct {
 		Table   string       `json:"table"`
-		ID      string       `json:"id"`
+		ID      stored       `json:"id"`
 		Holders []holderJSON `json:"holders"` // empty: the object is garbage
 		// Queued says the clean-up queue has an entry for the object: clean-up
 		// reviews it once it is due, and deletes it if nothing holds it then.
@@ -450,16 +450,16 @@ type (
 		MissingIndexes []string `json:"missing_indexes,omitempty"`
 	}
 	holderJSON struct {
-		Table  string `json:"table"`
-		Column string `json:"column"`
-		Key    string `json:"key"`
+		Table  string `json:"table"`  // an identifier, as sqlident checks it
+		Column string `json:"column"` // an identifier
+		Key    stored `json:"key"`
 	}
 	checkJSON struct {
 		Table          string   `json:"table"`
 		OK             bool     `json:"ok"`
 		Leaked         int64    `json:"leaked"`
 		Dangling       int64    `json:"dangling"`
-		Samples        []string `json:"samples"`
+		Samples        []stored `json:"samples"`
 		MissingIndexes []string `json:"missing_indexes,omitempty"`
 		// UndeclaredParts are keys ON DELETE CASCADE to the set from tables its
 		// program did not declare as parts (cleanup.Config.Parts).
@@ -479,6 +479,21 @@ func capCheck(fs *flag.FlagSet) error {
 		return fmt.Errorf("%w: --cap must be positive", refset.ErrInvalidConfig)
 	}
 	return nil
+}
+
+// positiveDurations refuses, before the database is opened, a duration flag among
+// names given and not positive (refset.ErrInvalidConfig): a flag left out keeps its
+// default.
+func positiveDurations(names ...string) func(fs *flag.FlagSet) error {
+	return func(fs *flag.FlagSet) error {
+		var err error
+		fs.Visit(func(f *flag.Flag) {
+			if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && err == nil && slices.Contains(names, f.Name) && d <= 0 {
+				err = fmt.Errorf("%w: --%s must be positive", refset.ErrInvalidConfig, f.Name)
+			}
+		})
+		return err
+	}
 }
 
 // statusCommand prints cleanup.StatusWith's report: counts that stop at --cap rows
@@ -559,7 +574,7 @@ func (doc statusJSON) text(out io.Writer) error {
 	fmt.Fprintf(out, "\nschema versions\n")
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, v := range doc.Versions {
-		fmt.Fprintf(tw, "  %s\t%d\n", v.Component, v.Version)
+		fmt.Fprintf(tw, "  %s\t%d\n", printable(v.Component), v.Version)
 	}
 	return tw.Flush()
 }
@@ -573,9 +588,9 @@ func why(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	doc := whyJSON{Table: c.table, ID: c.args[0], Holders: []holderJSON{}, MissingIndexes: col.Unindexed()}
+	doc := whyJSON{Table: c.table, ID: stored(c.args[0]), Holders: []holderJSON{}, MissingIndexes: col.Unindexed()}
 	for _, h := range hs {
-		doc.Holders = append(doc.Holders, holderJSON(h))
+		doc.Holders = append(doc.Holders, holderJSON{Table: h.Table, Column: h.Column, Key: stored(h.Key)})
 	}
 	// Garbage is deleted only if the queue leads clean-up to it.
 	if doc.Queued, err = c.queued(ctx, c.args[0]); err != nil {
@@ -604,12 +619,12 @@ func (doc whyJSON) text(out io.Writer) error {
 	switch {
 	case doc.Leaked:
 		fmt.Fprintf(out, "%s: nothing references it, and it is not in the clean-up queue: it leaked, and clean-up never deletes it; "+
-			"refset sweep --table %s queues and deletes every such object\n", printable(doc.ID), doc.Table)
+			"refset sweep --table %s queues and deletes every such object\n", printable(string(doc.ID)), doc.Table)
 	case len(doc.Holders) == 0:
-		fmt.Fprintf(out, "%s: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due\n", printable(doc.ID))
+		fmt.Fprintf(out, "%s: nothing references it; it is in the clean-up queue, and clean-up deletes it once it is due\n", printable(string(doc.ID)))
 	}
 	for _, h := range doc.Holders {
-		fmt.Fprintln(out, printable(cleanup.Holder(h).String()))
+		fmt.Fprintln(out, printable(cleanup.Holder{Table: h.Table, Column: h.Column, Key: string(h.Key)}.String()))
 	}
 	warnIndexes(out, doc.MissingIndexes)
 	return nil
@@ -619,7 +634,7 @@ func (doc whyJSON) text(out io.Writer) error {
 // exist, while the reports answer.
 func warnIndexes(out io.Writer, stmts []string) {
 	for _, s := range stmts {
-		fmt.Fprintf(out, "warning: a column that references the set has no index; clean-up collects nothing until it exists: %s\n", s)
+		fmt.Fprintf(out, "warning: a column that references the set has no index; clean-up collects nothing until it exists: %s\n", printable(s))
 	}
 }
 
@@ -628,7 +643,7 @@ func warnIndexes(out io.Writer, stmts []string) {
 func warnParts(out io.Writer, table string, keys []string) {
 	for _, k := range keys {
 		fmt.Fprintf(out, "warning: %s is ON DELETE CASCADE to %s, and not declared a part (cleanup.Config.Parts): its rows keep nothing alive; "+
-			"declare it ON DELETE RESTRICT if they hold objects\n", k, table)
+			"declare it ON DELETE RESTRICT if they hold objects\n", printable(k), table)
 	}
 }
 
@@ -641,10 +656,10 @@ func check(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	doc := checkJSON{Table: c.table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: r.Samples,
+	doc := checkJSON{Table: c.table, OK: r.OK(), Leaked: r.Leaked, Dangling: r.Dangling, Samples: storedAll(r.Samples),
 		MissingIndexes: r.Unindexed, UndeclaredParts: r.UndeclaredParts}
 	if doc.Samples == nil {
-		doc.Samples = []string{}
+		doc.Samples = []stored{}
 	}
 	if err := c.print(doc); err != nil || doc.OK {
 		return err
@@ -655,7 +670,7 @@ func check(ctx context.Context, c call) error {
 func (doc checkJSON) text(out io.Writer) error {
 	fmt.Fprintf(out, "%s: %d leaked, %d dangling\n", doc.Table, doc.Leaked, doc.Dangling)
 	for _, s := range doc.Samples {
-		fmt.Fprintf(out, "  %s\n", printable(s))
+		fmt.Fprintf(out, "  %s\n", printable(string(s)))
 	}
 	if doc.Leaked > 0 {
 		fmt.Fprintf(out, "leaked objects are garbage no queue entry leads to: run a sweep to collect them\n")

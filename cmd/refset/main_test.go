@@ -263,7 +263,7 @@ func TestCommands(t *testing.T) {
 			json: func(t *testing.T, out []byte) {
 				var w whyJSON
 				require.NoError(t, json.Unmarshal(out, &w))
-				require.Equal(t, "h", w.ID)
+				require.Equal(t, stored("h"), w.ID)
 				require.Len(t, w.Holders, 7)
 				for _, h := range w.Holders {
 					require.Equal(t, "blocks_holds", unqualified(h.Table))
@@ -326,7 +326,7 @@ func TestCommands(t *testing.T) {
 			json: func(t *testing.T, out []byte) {
 				var c checkJSON
 				require.NoError(t, json.Unmarshal(out, &c))
-				require.Equal(t, checkJSON{Table: "blocks", Leaked: 1, Samples: []string{"leaked 'y'"}}, c)
+				require.Equal(t, checkJSON{Table: "blocks", Leaked: 1, Samples: []stored{"leaked 'y'"}}, c)
 			},
 		},
 		{
@@ -334,7 +334,7 @@ func TestCommands(t *testing.T) {
 			json: func(t *testing.T, out []byte) {
 				var c checkJSON
 				require.NoError(t, json.Unmarshal(out, &c))
-				require.Equal(t, checkJSON{Table: "tokens", OK: true, Samples: []string{}}, c)
+				require.Equal(t, checkJSON{Table: "tokens", OK: true, Samples: []stored{}}, c)
 			},
 		},
 		{
@@ -378,7 +378,7 @@ func TestCommands(t *testing.T) {
 				require.NoError(t, json.Unmarshal(out, &h))
 				require.Len(t, h.Holds, 1)
 				bob := h.Holds[0]
-				require.Equal(t, []string{"bob", "e"}, []string{bob.Holder, bob.ObjectID})
+				require.Equal(t, []stored{"bob", "e"}, []stored{bob.Holder, bob.ObjectID})
 				require.True(t, bob.Expired)
 				require.InDelta(t, time.Hour.Seconds(), h.Now.Sub(*bob.ExpiresAt).Seconds(), 60, "expired an hour ago by the database's clock")
 			},
@@ -389,7 +389,7 @@ func TestCommands(t *testing.T) {
 				var h holdsJSON
 				require.NoError(t, json.Unmarshal(out, &h))
 				require.Len(t, h.Holds, 1)
-				require.Equal(t, []string{"alice", "h"}, []string{h.Holds[0].Holder, h.Holds[0].ObjectID})
+				require.Equal(t, []stored{"alice", "h"}, []stored{h.Holds[0].Holder, h.Holds[0].ObjectID})
 				require.Nil(t, h.Holds[0].ExpiresAt)
 			},
 		},
@@ -487,6 +487,15 @@ func TestUsage(t *testing.T) {
 		{name: "--unprepared with a SQLite path", args: []string{"status", "--db", missing, "--unprepared"}, code: exitError, stderr: []string{"--unprepared is for PostgreSQL"}},
 		{name: "unknown Postgres driver", args: []string{"status", "--db", "postgres://127.0.0.1:1/x", "--driver", "odbc"}, code: exitError, stderr: []string{`driver "odbc"`}},
 		{name: "unreachable Postgres", args: []string{"status", "--db", "postgres://127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError, stderr: []string{"database unavailable"}},
+		// A flag out of range is refused before the database is opened: on a file that
+		// is not there, the flag is what the command says is wrong.
+		{name: "ui --sample-every below a second", args: []string{"ui", "--sample-every", "500ms", "--db", missing}, code: exitError, stderr: []string{"--sample-every 500ms is below 1s", "Usage: refset ui"}},
+		{name: "ui --sample-every 0", args: []string{"ui", "--sample-every", "0", "--db", missing}, code: exitError, stderr: []string{"--sample-every 0s is below 1s"}},
+		{name: "collect --interval 0", args: []string{"collect", "--interval", "0", "--table", "t", "--db", missing}, code: exitError, stderr: []string{"--interval must be positive", "Usage: refset collect"}},
+		{name: "collect --grace 0", args: []string{"collect", "--grace", "0", "--table", "t", "--db", missing}, code: exitError, stderr: []string{"--grace must be positive"}},
+		{name: "sweep --grace negative", args: []string{"sweep", "--grace", "-1s", "--table", "t", "--db", missing}, code: exitError, stderr: []string{"--grace must be positive"}},
+		{name: "migrate down --target negative", args: []string{"migrate", "down", "--component", "core", "--target", "-1", "--db", missing}, code: exitError, stderr: []string{"--target (0 or more)"}},
+		{name: "migrate down without --component", args: []string{"migrate", "down", "--target", "0", "--db", missing}, code: exitError, stderr: []string{"--component and --target"}},
 	}
 	runCases(t, bin, cases)
 	require.NoFileExists(t, missing, "refset must not create a SQLite file it was only asked to read")

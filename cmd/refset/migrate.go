@@ -142,7 +142,7 @@ func (doc migrateStatusJSON) text(out io.Writer) error {
 		case c.Pending:
 			pending = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", c.Component, c.Recorded, c.Available, pending)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", printable(c.Component), c.Recorded, c.Available, pending)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -185,12 +185,24 @@ func (m migration) script(ctx context.Context, c call) error {
 	return err
 }
 
+// migrateDownCheck refuses, before the database is opened, a migrate down without
+// --component or without a --target of 0 or more (refset.ErrInvalidConfig).
+func migrateDownCheck(fs *flag.FlagSet) error {
+	target, _ := fs.Lookup("target").Value.(flag.Getter).Get().(int)
+	if fs.Lookup("component").Value.String() == "" || target < 0 {
+		return errMigrateDown
+	}
+	return nil
+}
+
+var errMigrateDown = fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
+
 func migrateDownCommand(fs *flag.FlagSet) func(context.Context, call) error {
 	component := fs.String("component", "", `the component to take down: "core" or "set:<table>" (required)`)
 	target := fs.Int("target", -1, "the version to take it down to; 0 removes its tables and their rows (required)")
 	return func(ctx context.Context, c call) error {
 		if *component == "" || *target < 0 {
-			return fmt.Errorf("%w: --component and --target (0 or more) are required", refset.ErrInvalidConfig)
+			return errMigrateDown
 		}
 		m, err := newMigration(ctx, c.db, nil)
 		if err != nil {

@@ -12,17 +12,24 @@ import (
 	"time"
 
 	"github.com/refsetdb/refset/console"
+	"github.com/refsetdb/refset/refset"
 )
 
 // tokenEnv names the environment variable --token defaults to, which keeps the token
 // out of the process list.
 const tokenEnv = "REFSET_UI_TOKEN"
 
-// uiCheck refuses, before the database is opened, a --cap that is not positive and
-// an --addr off loopback without a token.
+// minSampleEvery is the shortest --sample-every the console takes.
+const minSampleEvery = time.Second
+
+// uiCheck refuses, before the database is opened, a --cap that is not positive, a
+// --sample-every under a second, and an --addr off loopback without a token.
 func uiCheck(fs *flag.FlagSet) error {
 	if err := capCheck(fs); err != nil {
 		return err
+	}
+	if every, _ := fs.Lookup("sample-every").Value.(flag.Getter).Get().(time.Duration); every < minSampleEvery {
+		return fmt.Errorf("%w: --sample-every %v is below %v", refset.ErrInvalidConfig, every, minSampleEvery)
 	}
 	token := fs.Lookup("token").Value.String()
 	if token == "" {

@@ -45,7 +45,7 @@ func TestUI(t *testing.T) {
 			"postgres://refset:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError,
 			stderr: []string{"is not a loopback address"}},
 		{name: "sampling too often", args: append([]string{"ui", "--addr", "127.0.0.1:0", "--sample-every", "1ms"}, dbArgs...), code: exitError,
-			stderr: []string{"SampleEvery 1ms is below 1s"}},
+			stderr: []string{"--sample-every 1ms is below 1s"}},
 		{name: "a password refused", args: []string{"ui", "--addr", "127.0.0.1:0", "--db",
 			"postgres://refset:" + password + "@127.0.0.1:1/x?sslmode=disable&connect_timeout=2"}, code: exitError,
 			stderr: []string{"database unavailable"}},
