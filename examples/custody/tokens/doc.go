@@ -31,6 +31,12 @@
 // (compare-and-swap on the lock's primary key), so a token never has two locks, and a
 // lock taken over is live again and cannot be taken over in turn.
 //
+// The database's clock that judges a lock is read as the statement that tests it runs
+// (on PostgreSQL clock_timestamp(), not now(), the start of its transaction): a Select,
+// Pay or Spend in a unit of work (refset.InTx) begun while a lock lived, or a Spend
+// that waited for a token's row, sees the lock expired once it has, as a call made
+// later on its own would (sql/postgres/tables/0011_live_clock.sql).
+//
 // A lock's time-to-live starts when the lock is written, by the database's clock,
 // not when the call began, in whole milliseconds rounded up (a ttl under one is one,
 // never zero): a Select slowed by a large claim, by a wait for another
@@ -68,7 +74,7 @@
 // call. A Select with a Predicate goes to the general path, a transaction of several
 // statements, which SQLite always takes; LockStats.General counts those. The spend
 // deletes, records, creates and checks in one statement, in a plpgsql function too
-// (custody_spend, sql/postgres/tables/0010_own_outcome.sql), so that it is planned once per
+// (custody_spend, sql/postgres/tables/0011_live_clock.sql), so that it is planned once per
 // session and by key; a refusal (nothing locked, unbalanced outputs) is raised inside
 // it, so it changes nothing. These functions run with jit off and with the planner
 // settings that keep every step an index lookup (sql/postgres/tables/0007_service.sql):

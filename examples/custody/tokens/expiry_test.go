@@ -2,6 +2,9 @@ package tokens
 
 import (
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -266,4 +269,111 @@ func TestLocksLiveTheirWholeTTL(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Replicas select, spend and collect one owner's tokens with locks so short
+// that they expire while the others race for them, transaction IDs shared by two
+// replicas at once, on both paths of Select. Afterwards: each token's locks, as the
+// Selects returned them (taken at their expiry less their ttl, by the database's
+// clock), never overlap (no token was locked by two live transactions); each token a
+// Spend spent was locked for that transaction by a Select; every failure is one
+// custody names; and the books balance.
+func TestLocksNeverOverlapUnderExpiryRaces(t *testing.T) {
+	type lock struct {
+		tx            string
+		taken, expiry time.Time
+	}
+	ttls := []time.Duration{time.Nanosecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond}
+	eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		vs := openVaults(t, b, 3, Config{})
+		issue(t, vs[0], "lena", repeat(12, 1)...)
+		var mu sync.Mutex
+		given := map[string][]lock{}             // token -> the locks Selects returned on it
+		lockedBy := map[string]map[string]bool{} // tx -> the tokens Selects gave it
+		spentBy := map[string][]string{}         // token -> the transactions whose Spend spent it
+		var wg sync.WaitGroup
+		for g := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rnd := rand.New(rand.NewPCG(uint64(g), 7))
+				v := vs[g%len(vs)]
+				for i := range 30 {
+					tx := fmt.Sprintf("lena-%s-%d", b.name, rnd.IntN(8)) // shared by replicas
+					ttl := ttls[rnd.IntN(len(ttls))]
+					f := Filter{Identifier: "GBP"}
+					if i%3 == 0 {
+						f.Predicate = func(Token) bool { return true }
+					}
+					// An amount of 1, which one token covers: the expiry the Select
+					// returns, its earliest lock's, is that token's.
+					got, expires, err := v.SelectUntil(ctx, tx, "lena", 1, f, ttl)
+					if errors.Is(err, ErrLocked) {
+						continue
+					}
+					if !assert.NoError(t, err) || !assert.Len(t, got, 1) {
+						return
+					}
+					var sum int64
+					mu.Lock()
+					if lockedBy[tx] == nil {
+						lockedBy[tx] = map[string]bool{}
+					}
+					for _, tok := range got {
+						sum += tok.Amount
+						lockedBy[tx][tok.TokenID] = true
+						given[tok.TokenID] = append(given[tok.TokenID],
+							lock{tx, expires.Add(-time.Duration(lockMillis(ttl)) * time.Millisecond), expires})
+					}
+					mu.Unlock()
+					switch rnd.IntN(3) {
+					case 0, 1:
+						spent, _, err := v.Spend(ctx, tx, []Token{gbp("lena", sum)})
+						if errors.Is(err, ErrNothingLocked) || errors.Is(err, ErrUnbalanced) {
+							continue
+						}
+						if !assert.NoError(t, err) {
+							return
+						}
+						mu.Lock()
+						for _, tok := range spent {
+							spentBy[tok.TokenID] = append(spentBy[tok.TokenID], tx)
+						}
+						mu.Unlock()
+					default: // no Release: it ends a lock before its expiry, as it should
+						_, err := v.Collect(ctx)
+						assert.NoError(t, err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		// Checked once all is done: a transaction ID's Select on one goroutine may
+		// commit, and its Spend on another spend the tokens, before the Select's
+		// goroutine has noted them.
+		for id, txs := range spentBy {
+			assert.Len(t, txs, 1, "token %s spent by %v", id, txs)
+			for _, tx := range txs {
+				assert.True(t, lockedBy[tx][id], "%s spent %s, which no Select gave it", tx, id)
+			}
+		}
+		relocked := 0
+		for id, ls := range given {
+			if len(ls) > 1 {
+				relocked++
+			}
+			sort.Slice(ls, func(i, j int) bool { return ls[i].taken.Before(ls[j].taken) })
+			for i := 1; i < len(ls); i++ {
+				assert.False(t, ls[i].taken.Before(ls[i-1].expiry),
+					"token %s: %s locked it at %v, %v before %s's lock expired",
+					id, ls[i].tx, ls[i].taken.Format(time.RFC3339Nano), ls[i-1].expiry.Sub(ls[i].taken), ls[i-1].tx)
+			}
+		}
+		assert.Positive(t, relocked, "no token was locked twice: the test proves nothing")
+		total, _, err := vs[0].Balance(ctx, "lena", "GBP")
+		require.NoError(t, err)
+		assert.EqualValues(t, 12, total)
+		audit(t, vs[0])
+	})
 }

@@ -379,6 +379,75 @@ func TestTakenOutputIDIsInvalid(t *testing.T) {
 	})
 }
 
+// A refusal inside a unit of work (refset.InTx) changes nothing, the unit's
+// transaction included: the call fails with its typed error and the unit goes on, on
+// every database alike, to pay in the same transaction and commit. On PostgreSQL the
+// fast paths ran their statement on the unit's transaction bare, so a refusal raised
+// in it (custody_refuse, a taken output ID) aborted the whole unit: every later
+// statement of the unit failed, refset.ErrInvalidTx.
+func TestRefusalInUnitOfWork(t *testing.T) {
+	cases := []struct {
+		name   string
+		refuse func(ctx context.Context, v *Vault, locked string) error
+		want   error
+	}{
+		{"spend of nothing locked", func(ctx context.Context, v *Vault, _ string) error {
+			_, _, err := v.Spend(ctx, newTx(), []Token{gbp("bob", 5)})
+			return err
+		}, ErrNothingLocked},
+		{"unbalanced spend", func(ctx context.Context, v *Vault, locked string) error {
+			_, _, err := v.Spend(ctx, locked, []Token{gbp("bob", 4)})
+			return err
+		}, ErrUnbalanced},
+		{"spend to a taken ID", func(ctx context.Context, v *Vault, locked string) error {
+			taken := gbp("bob", 5)
+			taken.TokenID = locked + "-carol"
+			_, _, err := v.Spend(ctx, locked, []Token{taken})
+			return err
+		}, ErrInvalid},
+		{"pay to a taken ID", func(ctx context.Context, v *Vault, locked string) error {
+			taken := gbp("bob", 1)
+			taken.TokenID = locked + "-carol"
+			_, _, err := v.Pay(ctx, newTx(), "alice", taken)
+			return err
+		}, ErrInvalid},
+		{"insufficient pay", func(ctx context.Context, v *Vault, _ string) error {
+			_, _, err := v.Pay(ctx, newTx(), "alice", gbp("bob", 100))
+			return err
+		}, ErrInsufficientFunds},
+		{"insufficient select", func(ctx context.Context, v *Vault, _ string) error {
+			_, err := v.Select(ctx, newTx(), "alice", 100, Filter{}, time.Minute)
+			return err
+		}, ErrInsufficientFunds},
+	}
+	eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{})[0]
+		for _, c := range cases {
+			issue(t, v, "alice", 5, 5)
+			locked := newTx()
+			_, err := v.Issue(ctx, newTx(), Token{TokenID: locked + "-carol", Owner: "carol", Identifier: "GBP", Type: "fiat", Amount: 1})
+			require.NoError(t, err)
+			_, err = v.Select(ctx, locked, "alice", 5, Filter{}, time.Minute)
+			require.NoError(t, err)
+			before := readBooks(t, v)
+			err = refset.InTx(ctx, v.db, func(unit context.Context, _ refset.Tx) error {
+				require.ErrorIs(t, c.refuse(unit, v, locked), c.want, c.name)
+				_, _, err := v.Pay(unit, newTx(), "alice", gbp("bob", 5))
+				return err
+			})
+			require.NoError(t, err, "%s: the unit of work could not go on", c.name)
+			after := readBooks(t, v)
+			assert.Equal(t, [2]int64{before.Balances[2] + 5, before.Balances[3] + 5}, [2]int64(after.Balances[2:]), "%s: the unit's payment", c.name)
+			_, _, err = v.Spend(ctx, locked, []Token{gbp("bob", 5)})
+			require.NoError(t, err, "%s: the refusal took the locks", c.name)
+			_, _, err = v.Pay(ctx, newTx(), "bob", gbp("dan", 10)) // bob's back to nothing but tokens of earlier cases
+			require.NoError(t, err)
+			audit(t, v)
+		}
+	})
+}
+
 // A payment's transaction ID may be one an earlier Select still holds locks for: Pay
 // takes other tokens and leaves those locks for the Spend (on SQLite its spend took
 // every lock of the transaction, the Select's too, and failed with ErrUnbalanced or

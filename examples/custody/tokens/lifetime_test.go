@@ -1,7 +1,9 @@
 package tokens
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -169,6 +171,107 @@ func TestSpendAfterLocksExpired(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A lock past its ttl is no lock to a Spend made in a unit of work (refset.InTx)
+// either, however long the unit ran before it: the database's clock that judges the
+// locks is the one of the moment the Spend runs, not of the unit's start (PostgreSQL's
+// now()), so a unit that began while the locks lived and spends after they expired is
+// refused as a Spend on its own is, and the unit, rolled back, changes nothing.
+func TestSpendInUnitAfterLocksExpired(t *testing.T) {
+	cases := []struct {
+		name  string
+		ttls  []time.Duration // one Select of 5 by the transaction with each
+		spend int64
+		want  error
+	}{
+		{name: "every lock expired", ttls: []time.Duration{expiringTTL}, spend: 5, want: ErrNothingLocked},
+		{name: "one lock of two expired", ttls: []time.Duration{expiringTTL, time.Minute}, spend: 10, want: ErrUnbalanced},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
+				ctx := t.Context()
+				v := openVaults(t, b, 1, Config{})[0]
+				issue(t, v, "alice", 5, 5, 5)
+				tx := newTx()
+				for _, ttl := range c.ttls {
+					_, err := v.Select(ctx, tx, "alice", 5, Filter{}, ttl)
+					require.NoError(t, err)
+				}
+				before := readBooks(t, v)
+				err := refset.InTx(ctx, v.db, func(unit context.Context, utx refset.Tx) error {
+					// The unit's transaction has begun while the locks live.
+					var one int
+					require.NoError(t, utx.QueryRowContext(unit, `SELECT 1`).Scan(&one))
+					// Until the short locks have expired by the database's clock, read
+					// outside the unit.
+					require.Eventually(t, func() bool {
+						_, unlocked, err := v.Balance(ctx, "alice", "GBP")
+						require.NoError(t, err)
+						return unlocked == 15-5*int64(len(c.ttls))+5
+					}, 10*expiringTTL, 20*time.Millisecond, "the locks never expired")
+					_, _, err := v.Spend(unit, tx, []Token{gbp("bob", c.spend)})
+					return err
+				})
+				require.ErrorIs(t, err, c.want, "a spend in a unit on locks that expired while the unit ran")
+				t.Logf("refused: %v", err)
+				after := readBooks(t, v)
+				before.Balances[1], after.Balances[1] = 0, 0 // alice's unlocked: the locks expired meanwhile
+				require.Equal(t, before, after, "the refused spend changed the books")
+				for _, holders := range locks(t, v, "alice") {
+					assert.Equal(t, []string{lockHolder(tx)}, holders, "the refused spend dropped a lock")
+				}
+				audit(t, v)
+			})
+		})
+	}
+}
+
+// A lock past its ttl is no lock to a Select or a Pay made in a unit of work either,
+// however long the unit ran before it: they take the expired locks' tokens at once, on
+// both paths of Select, as they would on their own (on PostgreSQL they judged the
+// locks by the unit's start, now(), and found them live for as long as the unit ran:
+// ErrLocked, after waiting out LockWait).
+func TestSelectInUnitAfterLocksExpired(t *testing.T) {
+	cases := []struct {
+		name string
+		take func(unit context.Context, v *Vault, owner string) error
+	}{
+		{"select", func(unit context.Context, v *Vault, owner string) error {
+			_, err := v.Select(unit, newTx(), owner, 10, Filter{Identifier: "GBP"}, time.Minute)
+			return err
+		}},
+		{"select with predicate", func(unit context.Context, v *Vault, owner string) error {
+			_, err := v.Select(unit, newTx(), owner, 10, Filter{Predicate: func(Token) bool { return true }}, time.Minute)
+			return err
+		}},
+		{"pay", func(unit context.Context, v *Vault, owner string) error {
+			_, _, err := v.Pay(unit, newTx(), owner, gbp("bob", 10))
+			return err
+		}},
+	}
+	eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
+		ctx := t.Context()
+		v := openVaults(t, b, 1, Config{LockWait: 500 * time.Millisecond})[0]
+		for i, c := range cases {
+			owner := fmt.Sprintf("owner-%d", i)
+			issue(t, v, owner, 5, 5)
+			old := newTx()
+			_, err := v.Select(ctx, old, owner, 10, Filter{}, expiringTTL)
+			require.NoError(t, err)
+			err = refset.InTx(ctx, v.db, func(unit context.Context, utx refset.Tx) error {
+				var one int
+				require.NoError(t, utx.QueryRowContext(unit, `SELECT 1`).Scan(&one)) // the unit has begun
+				waitExpired(t, v, owner)
+				return c.take(unit, v, owner)
+			})
+			require.NoError(t, err, "%s in a unit: the expired locks hid their tokens", c.name)
+			lostLocks(t, v, old)
+			audit(t, v)
+		}
+	})
 }
 
 // A transaction ID may name several payments: Pays of one ID, and a Select and Spend

@@ -287,3 +287,33 @@ func TestLostSelectAndSpendAreSettled(t *testing.T) {
 		})
 	}
 }
+
+// TestLostSpendOfNoOutputs: a Spend with no outputs cannot commit (the locked tokens
+// are never balanced by nothing), and when its connection is lost once its statement
+// was sent it settles so: ErrUnavailable, nothing changed, the locks still the
+// transaction's. It panicked reading the first of no outputs.
+func TestLostSpendOfNoOutputs(t *testing.T) {
+	for _, k := range poolKinds[:2] {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := t.Context()
+			proxy, dsn := refsettest.PostgresProxy(t, refsettest.PostgresDSN(t))
+			_, v := k.aliceVault(t, dsn, postgres.Options{})
+			tx := newTx()
+			_, err := v.Select(ctx, tx, "alice", 7, Filter{Identifier: "GBP"}, time.Minute)
+			require.NoError(t, err)
+			before := readBooks(t, v)
+
+			proxy.CutReplyTo(tx)
+			var spent, created []Token
+			require.NotPanics(t, func() { spent, created, err = v.Spend(ctx, tx, nil) })
+			require.ErrorIs(t, err, refset.ErrUnavailable)
+			assert.Empty(t, spent)
+			assert.Empty(t, created)
+			require.Equal(t, before, readBooks(t, v), "the lost spend of no outputs changed the books")
+			n, err := v.Release(ctx, tx)
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, n, "the transaction's lock is gone")
+			audit(t, v)
+		})
+	}
+}

@@ -53,11 +53,16 @@ type statement struct{ query string }
 // committed and reads its results there. Inside a unit of work (ctx is the one
 // refset.InTx gave its function) st runs in the unit's transaction, to commit or
 // roll back with it: on the pool it would commit on its own, on another connection,
-// which a pool of one does not have.
+// which a pool of one does not have. It runs there under a savepoint (refset.InTx
+// joining the unit), so that a refusal (custody_refuse raises, a taken output ID)
+// undoes st alone, as on its own it would: run bare, the error aborted the unit's
+// whole transaction, and every later statement of the unit failed.
 func (s *statements) query(ctx context.Context, st *statement, row func(*sql.Rows) error, settled refsetdriver.CommittedFunc, args ...any) error {
-	if tx, inUnit := refsetdriver.UnitTx(ctx, s.db); inUnit {
-		rows, err := tx.QueryContext(ctx, st.query, args...)
-		return eachRow(rows, err, row)
+	if _, inUnit := refsetdriver.UnitTx(ctx, s.db); inUnit {
+		return refset.InTx(ctx, s.db, func(ctx context.Context, tx refset.Tx) error {
+			rows, err := tx.QueryContext(ctx, st.query, args...)
+			return eachRow(rows, err, row)
+		})
 	}
 	return s.own.QueryOwn(ctx, st.query, args, row, settled)
 }
@@ -288,6 +293,11 @@ func (v *Vault) payFast(ctx context.Context, txID, from string, amount int64, ou
 // outputs of its identifier, which balance the spent tokens per kind (left empty
 // when outputs of one identifier are of several kinds).
 func (v *Vault) paidFromHistory(ctx context.Context, tx refsetdriver.Tx, txID, call string, outputs []Token) ([]Token, error) {
+	if len(outputs) == 0 {
+		// A spend of no outputs never commits: the tokens it spends (it is refused
+		// with none) are never balanced by nothing. (Reading outputs[0] panicked.)
+		return nil, nil
+	}
 	kinds := map[string]kind{}
 	for _, o := range outputs {
 		k, seen := kinds[o.Identifier]

@@ -162,3 +162,53 @@ func TestFastPathsReadByKey(t *testing.T) {
 	after := settled(before.historyRows + created)
 	assert.Equal(t, before.seqScans, after.seqScans, "the fast paths read tokens, holds or history whole")
 }
+
+// A Spend that begins while its locks live and waits for a token's row (another
+// transaction holds it) until past their expiry is judged when it spends, not when it
+// began: by then its locks are no locks, and it is refused with ErrNothingLocked and
+// changes nothing, as a Spend begun after the expiry is. It spent them.
+func TestSpendWaitingPastExpiryIsRefused(t *testing.T) {
+	for _, b := range []backend{libpqDB, pgxDB} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			v := openVaults(t, b, 1, Config{})[0]
+			issue(t, v, "alice", 10)
+			tx := newTx()
+			locked, expires, err := v.SelectUntil(ctx, tx, "alice", 10, Filter{}, expiringTTL)
+			require.NoError(t, err)
+			before := readBooks(t, v)
+
+			blocker, err := v.drv.Pool().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			defer func() { _ = blocker.Rollback() }()
+			var blockerPID int
+			require.NoError(t, blocker.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&blockerPID))
+			_, err = blocker.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, locked[0].TokenID)
+			require.NoError(t, err)
+
+			spent := make(chan error, 1)
+			go func() {
+				_, _, err := v.Spend(context.Background(), tx, []Token{gbp("bob", 10)})
+				spent <- err
+			}()
+			require.Eventually(t, func() bool {
+				var waiting int
+				err := v.drv.Pool().QueryRowContext(ctx,
+					`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, blockerPID).Scan(&waiting)
+				return err == nil && waiting > 0
+			}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
+			require.True(t, dbClock(t, v).Before(expires), "the lock expired before the spend began: the test proves nothing")
+			waitExpired(t, v, "alice")
+			require.NoError(t, blocker.Rollback())
+
+			err = <-spent
+			require.ErrorIs(t, err, ErrNothingLocked, "a spend that waited past its locks' expiry")
+			t.Logf("refused: %v", err)
+			after := readBooks(t, v)
+			before.Balances[1], after.Balances[1] = 0, 0 // alice's unlocked: the lock expired meanwhile
+			require.Equal(t, before, after, "the refused spend changed the books")
+			audit(t, v)
+		})
+	}
+}

@@ -250,7 +250,7 @@ var sqlComment = regexp.MustCompile(`(?m)^\s*--.*\n`)
 // Collect is the tokens' clean-up: it removes the expired locks no Select took over
 // (counted in HoldsExpired), then collects any token nothing holds.
 func (v *Vault) Collect(ctx context.Context) (cleanup.Stats, error) {
-	expired, err := v.exec(ctx, `DELETE FROM token_locks WHERE expires_at <= `+v.drv.Clock().Now)
+	expired, err := v.exec(ctx, `DELETE FROM token_locks WHERE expires_at <= `+v.clock())
 	if err != nil {
 		return cleanup.Stats{}, err
 	}
@@ -258,6 +258,14 @@ func (v *Vault) Collect(ctx context.Context) (cleanup.Stats, error) {
 	stats.HoldsExpired += expired
 	return stats, err
 }
+
+// clock is the database's clock as a statement reads it, which every test of a lock
+// here reads: the moment the row is read, as the dialect's Expiry writes the locks'
+// expiries (PostgreSQL's clock_timestamp()), not the start of the transaction (its
+// now(), which in a unit of work may be long past, and would find locks live that
+// expired since). It is never earlier than the test, so no lock is found expired
+// while it lives.
+func (v *Vault) clock() string { return v.drv.Expiry("0") }
 
 // Set is the set the tokens live in.
 func (v *Vault) Set() *refset.RefSet[Token, string] { return v.set }
@@ -499,7 +507,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 	// asked, not the size of the wallet.
 	base := `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 		FROM tokens t WHERE ` + cond + ` AND NOT EXISTS (SELECT 1 FROM token_locks l
-		WHERE l.token_id = t.id AND l.expires_at > ` + v.drv.Clock().Now + `)`
+		WHERE l.token_id = t.id AND l.expires_at > ` + v.clock() + `)`
 	const page = 64
 	pivot := NewID()
 	var candidates []Token
@@ -592,7 +600,7 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 	// transaction, which holds the tokens' rows (Postgres) or the one writer (SQLite),
 	// so no other selector can take them in between.
 	if _, err := tx.ExecContext(ctx, v.sql(`DELETE FROM token_locks WHERE expires_at <= `+
-		v.drv.Clock().Now+` AND token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
+		v.clock()+` AND token_id IN (`+list(len(ids))+`)`), ids...); err != nil {
 		return nil, time.Time{}, err
 	}
 	// The locks. The unique index refuses a second lock on a token (ErrDuplicate):
@@ -698,9 +706,10 @@ func eachRow(rows *sql.Rows, err error, row func(*sql.Rows) error) error {
 	return rows.Err()
 }
 
-// Release drops every lock txID holds and returns how many. A lock another
-// transaction has taken over since (after it expired) is not txID's any more and is
-// left alone.
+// Release drops every lock txID holds and returns how many, counting those that have
+// expired and that no other transaction has taken over yet (no locks any more, but
+// still txID's rows). A lock another transaction has taken over since (after it
+// expired) is not txID's any more and is left alone.
 func (v *Vault) Release(ctx context.Context, txID string) (int64, error) {
 	if err := checkText("transaction ID", txID); err != nil {
 		return 0, err
@@ -730,6 +739,9 @@ func (v *Vault) exec(ctx context.Context, query string, args ...any) (n int64, e
 //
 // Only live locks are spent: a lock whose time-to-live has passed by the database's
 // clock is no lock, whether or not another transaction has taken its token over yet.
+// The clock is read as the Spend runs, not when its transaction began: a Spend in a
+// unit of work (refset.InTx) begun while the locks lived, or one that waited for a
+// token's row until past their expiry, is refused as one begun after it.
 // A Spend whose locks have all expired fails with ErrNothingLocked, one with some
 // expired with ErrUnbalanced (the live ones do not cover the outputs), on every
 // database alike, and changes nothing; the expired locks stay until a Select takes
@@ -800,7 +812,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID st
 	// A lock past its time-to-live is none: it stays, for a Select to take over, a
 	// Release to drop or clean-up to remove.
 	rows, err := tx.QueryContext(ctx, v.sql(`DELETE FROM token_locks WHERE holder = ? AND expires_at > `+
-		v.drv.Clock().Now+` RETURNING token_id`), holder)
+		v.clock()+` RETURNING token_id`), holder)
 	var ids []any
 	if err := eachRow(rows, err, func(r *sql.Rows) error {
 		var id string
@@ -852,7 +864,7 @@ func (v *Vault) spendStepwise(ctx context.Context, tx refset.Tx, holder, txID st
 func (v *Vault) lapsed(ctx context.Context, tx refset.Tx, holder string) string {
 	var n int64
 	if err := tx.QueryRowContext(ctx, v.sql(`SELECT COUNT(*) FROM token_locks WHERE holder = ? AND expires_at <= `+
-		v.drv.Clock().Now), holder).Scan(&n); err != nil || n == 0 {
+		v.clock()), holder).Scan(&n); err != nil || n == 0 {
 		return ""
 	}
 	return fmt.Sprintf(" (%d of its locks had expired and were not spent)", n)
@@ -865,7 +877,7 @@ func (v *Vault) Balance(ctx context.Context, owner, identifier string) (total, u
 	}
 	err = refset.Reader(ctx, v.db).QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0),
 		COALESCE(SUM(CASE WHEN EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id
-			AND l.expires_at > `+v.drv.Clock().Now+`) THEN 0 ELSE t.amount END), 0)
+			AND l.expires_at > `+v.clock()+`) THEN 0 ELSE t.amount END), 0)
 		FROM tokens t WHERE t.owner = ? AND t.identifier = ?`), owner, identifier).Scan(&total, &unlocked)
 	return total, unlocked, err
 }

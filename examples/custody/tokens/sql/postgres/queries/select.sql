@@ -1,4 +1,4 @@
--- Select's fast path: custody_select (../tables/0009_lock_clock.sql) claims the owner's
+-- Select's fast path: custody_select (../tables/0011_live_clock.sql) claims the owner's
 -- unlocked tokens that match the filter, row by row FOR UPDATE SKIP LOCKED, until they
 -- cover the amount, and locks them, taking expired locks over. Its placeholders: $1 the
 -- owner, $2..$5 the filter's type, identifier, issuer and notary (NULL for any), $6 the

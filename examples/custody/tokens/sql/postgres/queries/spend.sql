@@ -1,8 +1,9 @@
 -- Spend's fast path spends what a transaction has locked and creates the outputs, in
--- one statement committed on its own: custody_spend (../tables/0010_own_outcome.sql), a
+-- one statement committed on its own: custody_spend (../tables/0011_live_clock.sql), a
 -- function so that the statement is planned once per session rather than on every
 -- call. It deletes the tokens the transaction's live locks ($1) are on (a lock past
--- its time-to-live is none), then their locks and their owners' holds; records them
+-- its time-to-live is none, by the clock as the spend runs, not when its transaction
+-- began), then their locks, if still live, and their owners' holds; records them
 -- spent by the transaction ($9) in this call ($10, the call's own ID; only history rows
 -- not spent yet: a token is spent once); and inserts the outputs ($2..$8, one array per
 -- column), their owners' holds and their history rows. Last it checks what it did, and
