@@ -279,13 +279,43 @@ func newDB(writer, readers *sqlx.DB, ownsPools bool, opts Options) *DB {
 			return ctx, tx, err
 		},
 		Release: release,
-		Tx:      sqlstore.TxOptions{Check: checkArgs},
+		Tx:      sqlstore.TxOptions{Check: statementGuard{inMain: mainSchema(writer, readers)}.check},
 		Group:   groupCommit(opts, writer),
 		// A transaction begun while a unit of work holds the writer waits for it: on
 		// the unit's own goroutine, for ever (engine.Config.WriterBusy).
 		WriterBusy: func() bool { return writer.Stats().InUse > 0 },
 	})
 	return db
+}
+
+// mainSchema is statementGuard's inMain on a database of writer and readers: it asks
+// the readers, or, when they are the writer (New without readers), whose one
+// connection the unit of work asking holds, a connection of its own to the file.
+func mainSchema(writer, readers *sqlx.DB) func(name string) (bool, error) {
+	const q = `SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type IN ('table', 'view') AND name = ? COLLATE NOCASE)`
+	ask := func(pool *sqlx.DB, name string) (bool, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var in bool
+		err := pool.QueryRowContext(ctx, q, name).Scan(&in)
+		return in, err
+	}
+	if readers.DB != writer.DB {
+		return func(name string) (bool, error) { return ask(readers, name) }
+	}
+	var file string
+	fileErr := writer.QueryRowContext(context.Background(), `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file)
+	return func(name string) (bool, error) {
+		if fileErr != nil {
+			return false, fileErr
+		}
+		probe, err := sqlx.Open(writer.DriverName(), "file:"+(&url.URL{Path: file}).EscapedPath()+"?mode=ro&_busy_timeout=5000")
+		if err != nil {
+			return false, err
+		}
+		defer probe.Close()
+		return ask(probe, name)
+	}
 }
 
 // New uses pools the caller opened with github.com/mattn/go-sqlite3 or

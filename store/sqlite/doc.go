@@ -88,7 +88,15 @@
 //     rather than InTx gets ErrConflict and must run again itself. refset's own
 //     tables have no deferred keys; immediate foreign keys fail their unit alone at
 //     once.
-//   - PRAGMAs that change the connection (defer_foreign_keys, foreign_keys, ...) and
-//     DDL in a unit affect the units after it in the group; keep them out of units of
+//   - What a unit's SQL would change of the writer's connection for every unit after
+//     it, in its group and later, and keep through the unit's rollback, is refused
+//     with refset.ErrInvalidCommand, unsent, with group commit and without: a PRAGMA
+//     that sets the connection (query_only, busy_timeout, locking_mode,
+//     ignore_check_constraints, foreign_keys, journal_mode, ...; reading one is fine),
+//     a temporary view or trigger, and a temporary table named as (or renamed to) a
+//     table or view of the main schema, which would take later units' rows on that
+//     connection alone, never to reach the file. Temporary tables of other names are
+//     fine. PRAGMA defer_foreign_keys, which ends with the transaction, and DDL in a
+//     unit still affect the units after it in the group; keep them out of units of
 //     work.
 package sqlite

@@ -17,6 +17,7 @@ import (
 	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -727,5 +728,137 @@ func TestGroupCommitEndedContextRollsBack(t *testing.T) {
 			require.ErrorIs(t, tx.Commit(), context.Canceled, "try %d", try)
 		}
 		assert.Empty(t, unitIDs(t, db), "no unit committed")
+	})
+}
+
+// hostileKinds are units of work that misbehave, raced by
+// TestGroupCommitRaceWithClose beside unitKinds: each must undo itself alone.
+var hostileKinds = []struct {
+	name   string
+	commit bool
+	run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
+}{
+	{"sets a connection pragma, ignores the refusal", true, inTx(addItem, run(insertUnit),
+		func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], _ string) error {
+			_, _ = tx.ExecContext(ctx, `PRAGMA query_only = ON`)
+			return nil
+		})},
+	{"defers foreign keys, leaves a note dangling", false, inTx(addItem, run(insertUnit),
+		func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], id string) error {
+			_, err := tx.ExecContext(ctx, `PRAGMA defer_foreign_keys = ON`)
+			if err == nil {
+				_, err = tx.ExecContext(ctx, `INSERT INTO notes (id, item) VALUES (?, 'no such item')`, id)
+			}
+			return err
+		})},
+	{"rolls the whole transaction back, ignores it", false, inTx(addItem, run(insertUnit),
+		func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], _ string) error {
+			_, _ = tx.ExecContext(ctx, `INSERT OR ROLLBACK INTO units (id) VALUES ('dup')`)
+			return nil
+		})},
+	{"returns a wrapped context.Canceled", false, inTx(addItem, run(insertUnit),
+		func(context.Context, refset.Tx, *refset.RefSet[item, string], string) error {
+			return fmt.Errorf("odd: %w", context.Canceled)
+		})},
+}
+
+// Units of work of every kind, well-behaved and hostile, race on each driver, on
+// pools Open made and on the caller's (New), while the database is closed under
+// them: every unit told it committed is in the file whole, every other left nothing,
+// every error is typed, and no reference dangles.
+func TestGroupCommitRaceWithClose(t *testing.T) {
+	type kind struct {
+		name   string
+		commit bool
+		run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
+	}
+	var kinds []kind
+	for _, k := range unitKinds {
+		kinds = append(kinds, kind(k))
+	}
+	for _, k := range hostileKinds {
+		kinds = append(kinds, kind(k))
+	}
+	eachDriver(t, func(t *testing.T, driverName string) {
+		for _, callers := range []bool{false, true} {
+			t.Run(fmt.Sprintf("callers pools=%v", callers), func(t *testing.T) {
+				ctx := t.Context()
+				path := filepath.Join(t.TempDir(), "x.db")
+				first, _ := itemsAt(t, path, Options{Driver: driverName})
+				_, err := first.Writer().ExecContext(ctx, `INSERT INTO units (id) VALUES ('dup')`)
+				require.NoError(t, err)
+				require.NoError(t, first.Close())
+				db := openAt(t, path, Options{Driver: driverName})
+				if callers {
+					pool, err := sql.Open(driverName, "file:"+path+goodWriter)
+					require.NoError(t, err)
+					pool.SetMaxOpenConns(1)
+					t.Cleanup(func() { pool.Close() })
+					db, err = New(ctx, pool, nil, Options{})
+					require.NoError(t, err)
+				}
+				st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
+				require.NoError(t, err)
+				set := refset.New(st)
+
+				const goroutines, perGoroutine = 8, 60
+				var committed, failed sync.Map
+				var ran atomic.Int64
+				var wg sync.WaitGroup
+				for g := range goroutines {
+					wg.Go(func() {
+						for i := range perGoroutine {
+							k := kinds[(g+i)%len(kinds)]
+							id := fmt.Sprintf("g%d-%d", g, i)
+							err := k.run(ctx, set, id)
+							ran.Add(1)
+							if err == nil {
+								committed.Store(id, k.name)
+								continue
+							}
+							failed.Store(id, k.name)
+							assert.True(t, refset.IsSentinel(err) || errors.Is(err, context.Canceled) ||
+								err.Error() == "panicked" || strings.Contains(err.Error(), "the unit's own error"),
+								"%s (%s): untyped error %v", id, k.name, err)
+						}
+					})
+				}
+				// Closed once half the units ran, the others racing it.
+				waitFor(ctx, t, func() bool { return ran.Load() >= goroutines*perGoroutine/2 })
+				require.NoError(t, db.Close())
+				wg.Wait()
+
+				check, _ := itemsAt(t, path, Options{Driver: driverName})
+				exists := func(table, id string) bool {
+					var n int
+					require.NoError(t, check.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE id = ?`, id).Scan(&n))
+					return n == 1
+				}
+				var nCommitted, nFailed int
+				committed.Range(func(id, name any) bool {
+					nCommitted++
+					assert.True(t, exists("items", id.(string)), "%s (%s) told committed: its item", id, name)
+					assert.True(t, exists("units", id.(string)), "%s (%s) told committed: its row", id, name)
+					for _, k := range kinds {
+						if k.name == name {
+							assert.True(t, k.commit, "%s (%s) was told it committed", id, name)
+						}
+					}
+					return true
+				})
+				failed.Range(func(id, name any) bool {
+					nFailed++
+					for _, table := range []string{"items", "units", "notes", "pledges"} {
+						assert.False(t, exists(table, id.(string)), "%s (%s) told failed: left its %s", id, name, table)
+					}
+					return true
+				})
+				t.Logf("%d committed, %d failed", nCommitted, nFailed)
+				rows, err := check.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
+				require.NoError(t, err)
+				assert.False(t, rows.Next(), "a reference dangles")
+				require.NoError(t, rows.Close())
+			})
+		}
 	})
 }
