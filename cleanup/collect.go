@@ -29,7 +29,9 @@ type Stats struct {
 	// Refused counts objects the database would not delete because of a foreign key
 	// Install did not know (one added since). Collect then reads the catalog and
 	// installs for the new key before it returns (Followed), or fails saying why it
-	// cannot; the refused objects stay queued, a grace period later.
+	// cannot; the refused objects stay queued, a grace period later when their batch
+	// deleted nothing else (one that did rolls back, see Collect, and the new plan
+	// reviews them again).
 	Refused int64
 	// Followed lists the references Collect found and installed for after a refusal:
 	// keys added to the schema while clean-up ran.
@@ -61,14 +63,23 @@ func (s *Stats) Add(o Stats) {
 // on its own: if ctx ends, what was done stays done, the rest waits for the next
 // call, and Collect returns ctx's error with the stats of the batches that committed.
 //
-// An error that says the set's tables or columns are gone (dropped or renamed since
-// Install) matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
+// A batch that fails because a referencing table or column it names is gone (dropped
+// or renamed since the plan was made) rolls back, and Collect reads the catalog again,
+// installs for it, queues the set's objects for review (what the reference held is
+// no longer known), and goes on. An error that says the set's own tables or columns
+// are gone matches refset.ErrSchema, and one from a closed database refset.ErrClosed:
 // no retry mends either. Other errors: refset.ErrConflict (after retries),
 // ErrUnavailable, ErrTimeout, the context's error.
 //
-// A refusal says the schema grew a key Install did not find: Collect then follows it
-// as Install would (the triggers keep the grace period the database has), so a holder
-// table added while the program runs is followed without a restart. If the new key
+// Each batch that deletes objects reads the foreign keys to the set before it commits:
+// if one was added, dropped or changed since the plan was made, the batch rolls back
+// (a key ON DELETE SET NULL refuses nothing, so the database would not have kept what
+// it held), and Collect reads the catalog again and goes on as after a refusal. If the
+// keys keep changing through every new plan the call makes, it returns
+// refset.ErrConflict, and the next call goes on. A refusal, or a changed key, says the
+// schema grew a key Install did not find: Collect then follows it as Install would
+// (the triggers keep the grace period the database has), so a holder table added
+// while the program runs is followed without a restart. If the new key
 // cannot be followed (its column has no index, ErrUnindexed as an *UnindexedError
 // naming the CREATE INDEX statements; a key Install refuses, refset.ErrSchema),
 // Collect returns that error after the batches it ran, and every later call returns
@@ -92,6 +103,84 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 			return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, err)
 		}
 	}
+	var first error
+	for replanned := 0; ; replanned++ {
+		s, err := c.batches(ctx)
+		total.Add(s)
+		first = err
+		if first == nil && s.Refused > 0 {
+			var added []string
+			added, first = c.follow(ctx)
+			total.Followed = append(total.Followed, added...)
+		}
+		if first == nil || replanned == maxReplans || ctx.Err() != nil || !stalePlan(first) {
+			if errors.Is(first, refsetdriver.ErrStalePlan) {
+				// The keys to the set changed again and again while this call ran:
+				// a conflict with the schema's writers, which the next call retries.
+				first = fmt.Errorf("%w: %w", refset.ErrConflict, first)
+			}
+			break
+		}
+		// A batch failed as one does on a plan the schema left behind: a referencing
+		// table dropped or renamed, a column of one renamed (ErrSchema), a key added
+		// that the database checks only at commit (SQLite's deferred keys), or any
+		// key to the set added, dropped or changed since the plan (ErrStalePlan: a
+		// key ON DELETE SET NULL refuses nothing, it nulls its rows' references,
+		// and the batch must not commit such a delete). The batch rolled back; the collector reads the catalog again, installs for what it
+		// finds, and goes on. A table of the set itself gone fails that too, with
+		// ErrSchema, and Collect returns it.
+		added, err := c.follow(ctx)
+		total.Followed = append(total.Followed, added...)
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	total.Duration = time.Since(start)
+	if first != nil {
+		if total.Batches > 0 {
+			// What the batches committed is gone and counted in refset_collected,
+			// whatever ended the call: an Observer's totals must not fall short of it.
+			// Its context is the call's without the end, which came from elsewhere.
+			c.obs.Collected(context.WithoutCancel(ctx), total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
+		}
+		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, first)
+	}
+	level := slog.LevelDebug
+	if total.Refused > 0 {
+		// A reference Install does not know keeps these objects: run Install again.
+		level = slog.LevelWarn
+	}
+	c.log.LogAttrs(ctx, level, "refset/cleanup: collected",
+		slog.Int64("deleted", total.Deleted), slog.Int64("holds_expired", total.HoldsExpired),
+		slog.Int64("reviewed", total.Reviewed), slog.Int64("postponed", total.Postponed),
+		slog.Int64("refused", total.Refused), slog.Int("batches", total.Batches),
+		slog.Duration("duration", total.Duration))
+	c.obs.Collected(ctx, total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
+	return total, nil
+}
+
+// maxReplans bounds how many times one Collect reads the catalog again after a batch
+// failed as on a stale plan (stalePlan): a failure that a new plan does not mend (a
+// trigger of the user's that fails) is returned rather than retried for ever.
+const maxReplans = 2
+
+// stalePlan says that err, a batch's failure, may come from a plan the schema left
+// behind: a table or column it names gone (ErrSchema), or a delete the database
+// refused only at COMMIT, where a deferred key of a table added since is checked
+// (SQLite names it a constraint, not a reference).
+// A batch that finds the foreign keys to the set changed since the plan was made
+// (refsetdriver.ErrStalePlan) rolled back for the same reason.
+func stalePlan(err error) bool {
+	return errors.Is(err, refsetdriver.ErrStalePlan) || errors.Is(err, refset.ErrSchema) ||
+		errors.Is(err, refset.ErrReferenced) || errors.Is(err, refset.ErrConstraint)
+}
+
+// batches runs the batches of one pass on the current plan, as many workers as
+// Config.Workers allows, until nothing is due or one fails, and returns what they
+// committed and the first error (the context's if it ended between batches).
+func (c *Collector) batches(ctx context.Context) (Stats, error) {
+	var total Stats
 	var (
 		mu    sync.Mutex
 		first error
@@ -128,6 +217,11 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 			}
 			mu.Lock()
 			if err != nil {
+				if errors.Is(err, refsetdriver.ErrStalePlan) {
+					// Rolled back, but what the database refused was refused: a key
+					// the plan did not know, which the new plan follows.
+					total.Refused += b.Refused
+				}
 				if first == nil {
 					first = err
 					cancel()
@@ -158,33 +252,7 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 		// queue may not be done, and the caller must not read the stats as if it were.
 		first = ctx.Err()
 	}
-	if first == nil && total.Refused > 0 {
-		var added []string
-		added, first = c.follow(ctx)
-		total.Followed = append(total.Followed, added...)
-	}
-	total.Duration = time.Since(start)
-	if first != nil {
-		if total.Batches > 0 {
-			// What the batches committed is gone and counted in refset_collected,
-			// whatever ended the call: an Observer's totals must not fall short of it.
-			// Its context is the call's without the end, which came from elsewhere.
-			c.obs.Collected(context.WithoutCancel(ctx), total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
-		}
-		return total, fmt.Errorf("refset/cleanup: collect %s: %w", c.current().Table, first)
-	}
-	level := slog.LevelDebug
-	if total.Refused > 0 {
-		// A reference Install does not know keeps these objects: run Install again.
-		level = slog.LevelWarn
-	}
-	c.log.LogAttrs(ctx, level, "refset/cleanup: collected",
-		slog.Int64("deleted", total.Deleted), slog.Int64("holds_expired", total.HoldsExpired),
-		slog.Int64("reviewed", total.Reviewed), slog.Int64("postponed", total.Postponed),
-		slog.Int64("refused", total.Refused), slog.Int("batches", total.Batches),
-		slog.Duration("duration", total.Duration))
-	c.obs.Collected(ctx, total.Deleted, total.HoldsExpired, total.Batches, total.Duration)
-	return total, nil
+	return total, first
 }
 
 // follow installs for the references the catalog has now, after a refusal said a
@@ -197,9 +265,18 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 func (c *Collector) follow(ctx context.Context) ([]string, error) {
 	before := c.current().References
 	first, err := c.install(ctx, true)
-	if err == nil && first {
+	gone := c.gone(before)
+	if err == nil && (first || len(gone) > 0) {
 		// The set's triggers had been dropped: what was stored meanwhile was never
-		// queued.
+		// queued. Or a reference the plan followed is gone (its table dropped or
+		// renamed, its column renamed, its key dropped): its rows stopped holding
+		// their objects with no trigger to say so, and which objects they held is
+		// no longer known. Either way the set's objects are queued, a grace period
+		// ahead, as the first Install queues them.
+		if len(gone) > 0 {
+			c.log.Warn("refset/cleanup: foreign keys followed before are gone from the schema: queueing the set's objects for review",
+				slog.Any("references", gone))
+		}
 		err = c.enqueueExisting(ctx)
 	}
 	if err != nil {
@@ -209,11 +286,11 @@ func (c *Collector) follow(ctx context.Context) ([]string, error) {
 			c.unfollowed = err
 			c.mu.Unlock()
 		}
-		return nil, fmt.Errorf("following the keys added to the schema since Install: %w", err)
+		return nil, fmt.Errorf("following the schema as it is now (keys added, tables dropped since Install): %w", err)
 	}
 	var added []string
 	for _, r := range c.current().References {
-		if !slices.ContainsFunc(before, func(b Reference) bool { return b.Table == r.Table && strings.EqualFold(b.Column, r.Column) }) {
+		if !slices.ContainsFunc(before, sameReference(r)) {
 			added = append(added, r.String())
 		}
 	}
@@ -221,6 +298,24 @@ func (c *Collector) follow(ctx context.Context) ([]string, error) {
 		c.log.Info("refset/cleanup: followed foreign keys added since Install", slog.Any("references", added))
 	}
 	return added, nil
+}
+
+// sameReference matches a reference of the same table and column as r.
+func sameReference(r Reference) func(Reference) bool {
+	return func(b Reference) bool { return b.Table == r.Table && strings.EqualFold(b.Column, r.Column) }
+}
+
+// gone lists the references of before that the current plan no longer has (none
+// when the plan is not newer than before).
+func (c *Collector) gone(before []Reference) []string {
+	var out []string
+	now := c.current().References
+	for _, r := range before {
+		if !slices.ContainsFunc(now, sameReference(r)) {
+			out = append(out, r.String())
+		}
+	}
+	return out
 }
 
 // batchOnce runs one batch transaction: expired holds (when expire), then due

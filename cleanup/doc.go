@@ -58,25 +58,56 @@
 //
 // # A schema that changes while clean-up runs
 //
-// Operators add tables that reference the set while programs run. An object the
-// database refuses to delete, because of a foreign key added since Install, is
-// counted (Stats.Refused), stays queued a grace period later, and holds up nothing
-// else; the same Collect then reads the catalog and installs for the new key, as
-// Install would but keeping the grace period the database has, and lists it in
-// Stats.Followed. No restart is needed, and no signal is lost meanwhile: the new
-// table's triggers matter only for an object that is not deleted because of it, and
-// such an object's review is what the refusal was. Collect installs, rather than only
-// telling the program to, because it is safe beside concurrent writers: on
-// PostgreSQL it replaces the bodies of existing trigger functions, which locks no
-// table, and creates triggers only on the new table (CREATE TRIGGER takes SHARE ROW
-// EXCLUSIVE there: that table's writers wait for the short transaction, no one else);
-// it never drops a trigger. A key it cannot follow (a column without an index,
+// Operators add tables that reference the set while programs run. The plan a
+// collector works on records the foreign keys to the set's table as they were when it
+// was made (a fingerprint: on PostgreSQL the keys' constraints and actions, on SQLite
+// the schema version), and every batch that deletes objects reads them again before
+// it commits, after its deletes took their locks, so that a key added meanwhile is
+// seen (one catalog read per such batch). If they changed, the batch rolls back:
+// a key ON DELETE SET NULL or SET DEFAULT refuses no delete, it empties its rows'
+// references, so what it held would be lost. The same Collect then reads the catalog
+// and installs for the new key, as Install would but keeping the grace period the
+// database has, lists it in Stats.Followed, and collects on the new plan. An object
+// the database refuses to delete is counted (Stats.Refused) and its key followed the
+// same way; in a batch that deleted nothing else, it stays queued a grace period
+// later, and holds up nothing else.
+// No restart is needed, and no signal is lost meanwhile: the new table's triggers
+// matter only for an object that is not deleted because of it, and no batch deletes
+// on a plan that does not know the key. (On PostgreSQL with Options.Isolation
+// REPEATABLE READ or SERIALIZABLE, the batch reads the keys on its snapshot, taken
+// before its delete's locks: a key committed in between is missed there. Keep the
+// default, READ COMMITTED, where keys to a set are added while collectors run.)
+// Collect installs, rather than only telling the program to, because it is safe
+// beside concurrent writers: on PostgreSQL it replaces the bodies of existing
+// trigger functions, which locks no table, and creates triggers only on the new table
+// (CREATE TRIGGER takes SHARE ROW EXCLUSIVE there: that table's writers wait for the
+// short transaction, no one else); it drops only the triggers of references that are
+// gone (see below). On SQLite, installing a plan unchanged changes nothing in the
+// schema, so collectors do not make each other's plans stale. A key it cannot follow (a column without an index,
 // ErrUnindexed with the CREATE INDEX to run; a key Install refuses, refset.ErrSchema)
 // fails that Collect and every later one before it collects anything, until the
 // schema is mended, since collecting would scan that table for every object. Run
 // passes a missing index to its callback and goes on (a Run without one stops after
 // MaxFailedPasses, saying what to create); a key Install refuses stops it at once, as
 // a dropped table does.
+//
+// A referencing table dropped or renamed, or its column renamed, while clean-up runs
+// leaves the collector's plan naming what is gone: the batch that finds out fails
+// and rolls back, and the same Collect reads the catalog again, installs for what it
+// finds, and goes on. Installing drops the triggers refset made for a reference
+// that is gone (on a table renamed, or whose column was renamed or its key dropped),
+// with their functions, so that none names a column that is no more (on PostgreSQL
+// such a trigger failed every delete from its table). Until then, writes to the set
+// go on: on PostgreSQL the set's trigger for new objects, which probes the
+// referencing tables, queues every new object when a table or column it names is
+// gone, rather than fail the insert. The rows of
+// a reference that went stopped holding their objects with no trigger to say so, so
+// that Collect then queues the set's objects, a grace period ahead, as the first
+// Install does (a cost that follows the size of the set, once per such change and
+// collector). A key SQLite checks only at COMMIT (DEFERRABLE INITIALLY DEFERRED),
+// added since Install, fails a batch's commit rather than its delete, and is
+// followed the same way. Only a table of the set itself gone (its object table, its
+// holds table, its review queue) is refset.ErrSchema.
 //
 // The reports read the catalog as it is at each call: Check and Why count every table
 // that references the set, one added since Install or one without an index included

@@ -352,3 +352,193 @@ func TestHostileConfigs(t *testing.T) {
 		assert.Equal(t, time.Millisecond, cfg.Grace, "the grace installed")
 	})
 }
+
+// pinsSQL creates a holder table pins whose rows reference notes (indexed), declared
+// with onDelete (RESTRICT, SET NULL, ...) and extra (DEFERRABLE ...).
+func pinsSQL(onDelete, extra string) []string {
+	return []string{`CREATE TABLE pins (id TEXT PRIMARY KEY, note TEXT REFERENCES notes (id) ON DELETE ` + onDelete + ` ` + extra + `)`,
+		`CREATE INDEX pins_note ON pins (note)`}
+}
+
+// refsetTriggers counts the triggers refset made on table.
+func refsetTriggers(tb testing.TB, b testdb.Backend, db refset.Database, table string) int64 {
+	tb.Helper()
+	if b.Postgres {
+		return hcount(tb, db, "pg_trigger", "tgrelid = '"+table+"'::regclass AND tgname LIKE 'refset%'")
+	}
+	return hcount(tb, db, "sqlite_schema", "type = 'trigger' AND tbl_name = '"+table+"' AND name LIKE 'refset%'")
+}
+
+// A holder table dropped or altered behind a running collector's back (an operator's
+// migration) does not stop it: the next Collect reads the catalog again and goes on,
+// what the table held is reviewed again, and garbage is collected, once the grace
+// period the set has ends.
+func TestHostileHolderTableChangedWhileRunning(t *testing.T) {
+	cases := []struct {
+		name   string
+		change []string
+		// holder is the table that holds the pinned note afterwards, if any
+		holder string
+	}{
+		{"dropped", []string{`DROP TABLE pins`}, ""},
+		{"renamed", []string{`ALTER TABLE pins RENAME TO pins2`}, "pins2"},
+		{"column renamed", []string{`ALTER TABLE pins RENAME COLUMN note TO note2`}, "pins"},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := t.Context()
+				db := hostileSet(t, b)
+				hexec(t, db, pinsSQL("RESTRICT", "")...)
+				c, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: time.Millisecond})
+				require.NoError(t, err)
+				loose(t, b, db, "n", 4)
+				hexec(t, db, `INSERT INTO pins (id, note) VALUES ('p', 'n0000')`)
+				s, err := c.Collect(ctx)
+				require.NoError(t, err)
+				require.Equal(t, int64(3), s.Deleted, "%v", s)
+
+				loose(t, b, db, "m", 2)
+				hexec(t, db, tc.change...)
+				// Objects are added between the change and the collector's next pass:
+				// the set's trigger for new objects works whatever became of the
+				// tables it knew, and queues them.
+				loose(t, b, db, "j", 2)
+				s, err = c.Collect(ctx)
+				require.NoError(t, err, "a holder table changed is no reason to stop collecting")
+				assert.GreaterOrEqual(t, s.Deleted, int64(4), "the objects added before and after the change: %v", s)
+				if tc.holder != "" {
+					// The changed table has refset's triggers for what it is now, and
+					// none left of what it was.
+					assert.Equal(t, int64(2), refsetTriggers(t, b, db, tc.holder), "refset's triggers on %s", tc.holder)
+				}
+				loose(t, b, db, "k", 2)
+				// What the table held may be garbage now: it is reviewed again.
+				time.Sleep(5 * time.Millisecond)
+				_, err = c.Collect(ctx)
+				require.NoError(t, err)
+				if tc.holder == "" {
+					assert.Zero(t, hcount(t, db, "notes", "true"), "the note the dropped table held is collected")
+				} else {
+					assert.Equal(t, int64(1), hcount(t, db, "notes", "true"), "the pinned note stays")
+				}
+				r, err := c.Check(ctx)
+				require.NoError(t, err)
+				assert.True(t, r.OK(), "%+v", r)
+				if tc.holder != "" {
+					// The changed table's writes work, and its deletes still queue.
+					hexec(t, db, `DELETE FROM `+tc.holder)
+					hexec(t, db, "UPDATE notes_review SET review_after = "+hpast(b))
+					_, err = c.Collect(ctx)
+					require.NoError(t, err)
+					assert.Zero(t, hcount(t, db, "notes", "true"), "the note is collected once its pin goes")
+				}
+			})
+		}
+	})
+}
+
+// A key added while a collector runs that the database does not make refuse a delete
+// (ON DELETE SET NULL, a deferred key on SQLite) is a holder as much as one Install
+// found: the collector never deletes what its rows reference.
+func TestHostileNewKeyThatDoesNotRefuse(t *testing.T) {
+	cases := []struct {
+		name     string
+		onDelete string
+		extra    string
+	}{
+		{"set null", "SET NULL", ""},
+		{"set default", "SET DEFAULT", ""},
+		{"deferred restrict", "NO ACTION", "DEFERRABLE INITIALLY DEFERRED"},
+		{"restrict", "RESTRICT", ""},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := t.Context()
+				db := hostileSet(t, b)
+				c, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes"})
+				require.NoError(t, err)
+				hexec(t, db, pinsSQL(tc.onDelete, tc.extra)...)
+				loose(t, b, db, "n", 3)
+				hexec(t, db, `INSERT INTO pins (id, note) VALUES ('p', 'n0001')`)
+				s, err := c.Collect(ctx)
+				if err != nil {
+					// Once, perhaps: the collector found the key; never again.
+					_, err = c.Collect(ctx)
+				}
+				require.NoError(t, err, "%v", s)
+				assert.Equal(t, int64(1), hcount(t, db, "notes", "id = 'n0001'"), "the pinned note stays")
+				assert.Equal(t, int64(1), hcount(t, db, "pins", "note = 'n0001'"), "the pin still references it")
+				assert.Zero(t, hcount(t, db, "notes", "id <> 'n0001'"), "the notes nothing pins are collected")
+			})
+		}
+	})
+}
+
+// A collector started late finds the work left for it and does it all: objects a
+// program stored before any Install, holds that expired while no collector ran, a
+// queue that a collector of a node since restarted left overdue. What nothing holds
+// goes once its grace period ends, what a live hold holds stays, and Check is clean
+// before and after.
+func TestHostileLateStart(t *testing.T) {
+	const grace = 20 * time.Millisecond
+	cases := []struct {
+		name string
+		// restart: a collector was installed, and collected once, before the
+		// objects and holds were written and the collector under test installed.
+		restart bool
+	}{
+		{"first install", false},
+		{"restarted node", true},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		expired, live := "0", "9999999999999"
+		if b.Postgres {
+			expired, live = "now() - interval '1 hour'", "now() + interval '1 hour'"
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := t.Context()
+				db := hostileSet(t, b)
+				if tc.restart {
+					c, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: grace})
+					require.NoError(t, err)
+					_, err = c.Collect(ctx)
+					require.NoError(t, err)
+				}
+				var stmts []string
+				for i := range 30 {
+					stmts = append(stmts, fmt.Sprintf(`INSERT INTO notes (id) VALUES ('n%04d')`, i))
+				}
+				for i := 0; i < 30; i += 3 {
+					stmts = append(stmts, fmt.Sprintf(`INSERT INTO notes_holds (holder, object_id, expires_at) VALUES ('e%d', 'n%04d', %s)`, i, i, expired),
+						fmt.Sprintf(`INSERT INTO notes_holds (holder, object_id, expires_at) VALUES ('l%d', 'n%04d', %s)`, i+1, i+1, live))
+				}
+				hexec(t, db, stmts...)
+				if tc.restart {
+					// The node was down long enough for every review to fall due.
+					hexec(t, db, "UPDATE notes_review SET review_after = "+hpast(b))
+				}
+				c, err := cleanup.Install(ctx, db, cleanup.Config{Table: "notes", Grace: grace, BatchSize: 4})
+				require.NoError(t, err)
+				r, err := c.Check(ctx)
+				require.NoError(t, err)
+				assert.True(t, r.OK(), "%+v", r)
+				var total cleanup.Stats
+				require.Eventually(t, func() bool {
+					s, err := c.Collect(ctx)
+					require.NoError(t, err)
+					total.Add(s)
+					return hcount(t, db, "notes", "true") == 10
+				}, 5*time.Second, 5*time.Millisecond, "the objects nothing holds are collected")
+				assert.Equal(t, int64(10), total.HoldsExpired, "%v", total)
+				assert.Equal(t, int64(20), total.Deleted, "%v", total)
+				assert.Equal(t, int64(10), hcount(t, db, "notes", "id IN (SELECT object_id FROM notes_holds)"), "the live holds' objects stay")
+				r, err = c.Check(ctx)
+				require.NoError(t, err)
+				assert.True(t, r.OK(), "%+v", r)
+			})
+		}
+	})
+}

@@ -346,6 +346,11 @@ func describe(ctx context.Context, q refset.Querier, d refsetdriver.Driver, p *r
 	if err != nil {
 		return err
 	}
+	// Read before the references: a key added between the two leaves the plan
+	// stale, which a batch finds, rather than unseen.
+	if p.Keys, err = d.Keys(ctx, q, p); err != nil {
+		return err
+	}
 	p.IDType, p.References, err = d.Describe(ctx, q, p.Table, p.IDColumn)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -39,7 +40,17 @@ type CleanupDialect interface {
 	Parts(ctx context.Context, q Querier, table, holds sqlident.Ident) ([]Part, error)
 	// Install creates or replaces the triggers of p, inside tx. The trigger for new
 	// objects carries p.Parts (PartsComment), where InstalledParts reads them back.
+	// It drops the triggers (and their functions) an earlier Install made for p's set
+	// that p no longer has a reference for: those of a referencing table renamed, of
+	// a referencing column renamed, of a key dropped. Where making the triggers
+	// changes what Keys reads (SQLite's schema version), it sets p.Keys anew, as Keys
+	// reads it in tx once they are made.
 	Install(ctx context.Context, tx Tx, p *Plan) error
+	// Keys reads the fingerprint of the foreign keys to p's table (p.Keys): a string
+	// that changes whenever a key to it is added, dropped or changed. package cleanup
+	// reads it before Describe, so that a key added between the two makes the plan
+	// stale rather than leaves it unseen.
+	Keys(ctx context.Context, q Querier, p *Plan) (string, error)
 	// InstalledGrace reads the grace period that the trigger an earlier Install made
 	// for p's new objects applies (p as describe completed it: its qualified table and
 	// registered queue), or false when there is no such trigger.
@@ -57,7 +68,12 @@ type CleanupDialect interface {
 	ExpireHolds(ctx context.Context, tx Tx, p *Plan, limit int) (int64, error)
 	// CollectBatch reviews up to limit due queue entries. An object the database
 	// refuses to delete (a reference Install did not find) must not fail the batch: it
-	// is counted in Batch.Refused and postponed by p.Grace.
+	// is counted in Batch.Refused and postponed by p.Grace. A batch that deleted
+	// objects then reads Keys, in tx, after its deletes took their locks (no key to
+	// the table can be added while they are held, and one added before is seen): if
+	// they are no longer p.Keys, it fails with ErrStalePlan, and its transaction
+	// rolls back, since a key the plan does not know (ON DELETE SET NULL or SET
+	// DEFAULT) may have let it delete an object that the key's rows referenced.
 	CollectBatch(ctx context.Context, tx Tx, p *Plan, limit int) (Batch, error)
 	// EnqueueUnreachable queues, due now, every object no root reaches.
 	EnqueueUnreachable(ctx context.Context, tx Tx, p *Plan) (int64, error)
@@ -135,6 +151,12 @@ func UnfollowedKeys(table sqlident.Ident, idColumn string, keys []string) error 
 		sentinel.ErrSchema, table, strings.Join(keys, " and "), idColumn, idColumn)
 }
 
+// ErrStalePlan is CollectBatch's failure when the foreign keys to the set's table are
+// not those of the plan any more (Plan.Keys): a key was added, dropped or changed since
+// the plan was made. The batch rolls back, and package cleanup makes a new plan. It
+// matches no sentinel: package cleanup does not return it as it is.
+var ErrStalePlan = errors.New("the foreign keys to the set's table changed since the plan was made")
+
 // Plan is everything a dialect needs to know about a set to collect it.
 type Plan struct {
 	Table      sqlident.Ident
@@ -145,6 +167,10 @@ type Plan struct {
 	References []Reference
 	Grace      time.Duration
 	RetryDelay time.Duration
+	// Keys is the fingerprint of the foreign keys to Table when the plan was made, as
+	// CleanupDialect.Keys reads it; a batch that finds it changed fails with
+	// ErrStalePlan.
+	Keys string
 
 	// Parts are the tables whose keys ON DELETE CASCADE the program declared as parts
 	// of its objects (cleanup.Config.Parts, and those an earlier Install declared),

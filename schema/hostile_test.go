@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -15,10 +16,12 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/test/child"
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/schema"
+	"github.com/refsetdb/refset/store"
 	"github.com/refsetdb/refset/store/postgres"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -785,5 +788,144 @@ func TestLongSetNames(t *testing.T) {
 			require.NoError(t, err)
 			check("migrated from version 2")
 		}
+	})
+}
+
+// pinsRelease is a program's release that adds a holder table of the set items, pins,
+// while the program runs (AfterSets: after the set's tables), and whose down undoes it.
+var pinsRelease = schema.Config{Components: []schema.Component{{Name: "pins", AfterSets: true, Migrations: fstest.MapFS{
+	"0001_pins.sql": sqlFile(`CREATE TABLE pins (id TEXT PRIMARY KEY, item TEXT NOT NULL REFERENCES items (id) ON DELETE RESTRICT);
+CREATE INDEX pins_item ON pins (item)`),
+	"0001_pins.down.sql": sqlFile(`DROP TABLE pins`),
+}}}}
+
+// A migration that adds a table holding a set's objects, and later one that drops it,
+// run while collectors of the set run (two, as two replicas) and writers add objects
+// and pin some: no collector stops or fails for good, no pinned object is ever
+// deleted, and once the writers stop every object nothing holds is collected, those
+// the dropped table held included.
+func TestMigrateWhileCollectorsRun(t *testing.T) {
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ}, func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		db := b.Open(t, testdb.Options{})
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY)`)
+			return err
+		}))
+		_, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
+		require.NoError(t, err)
+		count := func(q string) int {
+			var n int
+			require.NoError(t, db.Reader().QueryRowContext(ctx, q).Scan(&n))
+			return n
+		}
+
+		const grace = 30 * time.Millisecond
+		runCtx, stop := context.WithCancel(ctx)
+		var runs sync.WaitGroup
+		runErrs := make([]error, 2)
+		var passErrs sync.Map
+		for i := range runErrs {
+			on := db
+			if b.Postgres {
+				on = testdb.PlaceOf(t, db).Open(t, testdb.Options{})
+			}
+			c, err := cleanup.Install(ctx, on, cleanup.Config{Table: "items", Grace: grace, BatchSize: 7})
+			require.NoError(t, err)
+			runs.Go(func() {
+				runErrs[i] = c.Run(runCtx, 5*time.Millisecond, func(_ cleanup.Stats, err error) {
+					if err != nil {
+						passErrs.Store(err.Error(), err)
+					}
+				})
+			})
+		}
+
+		// Writers add objects; once pins exists, they pin every third, in the
+		// transaction that adds it, as a holder would.
+		var (
+			pinned   sync.Map // id -> true while a pin row holds it
+			writers  sync.WaitGroup
+			stopping = make(chan struct{})
+			writeErr = make([]error, 3)
+		)
+		for w := range writeErr {
+			writers.Go(func() {
+				for n := 0; ; n++ {
+					select {
+					case <-stopping:
+						return
+					default:
+					}
+					id := fmt.Sprintf("w%d-%05d", w, n)
+					err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+						if _, err := tx.ExecContext(ctx, db.Driver().Rebind(`INSERT INTO items (id) VALUES (?)`), id); err != nil {
+							return err
+						}
+						if n%3 != 0 {
+							return nil
+						}
+						_, err := tx.ExecContext(ctx, db.Driver().Rebind(`INSERT INTO pins (id, item) VALUES (?, ?)`), id, id)
+						return err
+					})
+					switch {
+					case err == nil:
+						if n%3 == 0 {
+							pinned.Store(id, true)
+						}
+					case errors.Is(err, refset.ErrSchema):
+						// pins not there (yet, or any more): add the object alone. The
+						// set's trigger for new objects works whatever became of pins,
+						// before and after a collector installs again.
+						err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+							_, err := tx.ExecContext(ctx, db.Driver().Rebind(`INSERT INTO items (id) VALUES (?)`), id)
+							return err
+						})
+						if err != nil {
+							writeErr[w] = fmt.Errorf("an object alone, pins being gone: %w", err)
+							return
+						}
+					default:
+						writeErr[w] = err
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+
+		time.Sleep(50 * time.Millisecond)
+		m, err := schema.New(db, pinsRelease)
+		require.NoError(t, err)
+		_, err = m.Migrate(ctx, schema.DirectionUp, nil)
+		require.NoError(t, err)
+		time.Sleep(300 * time.Millisecond)
+		// Every pinned object is there, whatever the collectors did meanwhile.
+		pinned.Range(func(k, _ any) bool {
+			assert.Equal(t, 1, count(fmt.Sprintf(`SELECT count(*) FROM items WHERE id = '%s'`, k)), "pinned %s", k)
+			return true
+		})
+		require.Positive(t, count(`SELECT count(*) FROM pins`))
+		_, err = m.Migrate(ctx, schema.DirectionDown, &schema.MigrateOpts{Component: "pins"})
+		require.NoError(t, err)
+		time.Sleep(100 * time.Millisecond)
+		close(stopping)
+		writers.Wait()
+		for _, err := range writeErr {
+			require.NoError(t, err)
+		}
+
+		// Once the writers stop, everything goes: nothing holds any object now.
+		require.Eventually(t, func() bool { return count(`SELECT count(*) FROM items`) == 0 }, 15*time.Second, 20*time.Millisecond,
+			"every object is collected, those the dropped table held included (%d left)", count(`SELECT count(*) FROM items`))
+		stop()
+		runs.Wait()
+		for _, err := range runErrs {
+			require.NoError(t, err, "Run stopped before its context ended")
+		}
+		passErrs.Range(func(k, _ any) bool {
+			t.Logf("a pass failed: %s", k)
+			return true
+		})
 	})
 }

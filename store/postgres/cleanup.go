@@ -272,10 +272,19 @@ WHERE t.tgrelid = to_regclass($1) AND t.tgname = $2`
 //
 // Installing again (every collector process does, as it starts) replaces the bodies
 // of the trigger functions, which locks no table, and creates only the triggers that
-// are missing. It never drops one: DROP TRIGGER locks its table ACCESS EXCLUSIVE,
-// against every reader too, and a writer that holds one table of the set while it
-// reads another would deadlock with it. CREATE TRIGGER takes SHARE ROW EXCLUSIVE,
-// which lets reads through. An existing trigger keeps the function it runs, wherever
+// are missing. It drops only the triggers of a reference the plan no longer has (a
+// referencing table renamed, its column renamed or dropped, its key dropped: see
+// dropStale), whose function would otherwise fail every delete from a table whose
+// column it names no more; a table without such a trigger is not locked. DROP TRIGGER
+// locks its table ACCESS EXCLUSIVE, against every reader too, for the rest of the
+// short transaction, as the ALTER TABLE that made the trigger stale did just before;
+// a trigger it keeps is never dropped and made again. CREATE TRIGGER takes SHARE ROW
+// EXCLUSIVE, which lets reads through.
+//
+// The trigger for new objects probes the referencing tables (it queues only what no
+// reference holds); when a table or column it names has gone since, it queues every
+// new object instead of failing the insert (guardedInsert), until the collector
+// installs again. An existing trigger keeps the function it runs, wherever
 // an earlier Install put it (before names were qualified, the object table's trigger
 // function went to the installing session's current schema): its body is what is
 // replaced, so an old install is brought up to date in place.
@@ -284,7 +293,7 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		table             sqlident.Ident
 		name, event, with string
 		fn                sqlident.Ident // where a new trigger's function goes
-		body              string
+		decl, body        string
 	}
 	var triggers []trig
 	trigger := func(name string, table sqlident.Ident, event, transition, body string) {
@@ -320,9 +329,22 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		trigger(name+"u", r.Table, "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows", enqueueAny(p, old,
 			fmt.Sprintf(`old_rows o WHERE o.%[1]s IS NOT NULL AND %[2]s AND %[3]s`, col, changed, exists(col))))
 	}
-	trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", refsetdriver.PartsComment(p.Parts)+"\n\t"+enqueueAny(p,
-		fmt.Sprintf(`n."%s", %s`, p.IDColumn, cleanupsql.GraceExpr(graceBefore, graceAfter, p.Grace)),
-		`new_rows n WHERE `+unprobed(p, "n")))
+	newCols := fmt.Sprintf(`n."%s", %s`, p.IDColumn, cleanupsql.GraceExpr(graceBefore, graceAfter, p.Grace))
+	if len(p.References) == 0 {
+		trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", refsetdriver.PartsComment(p.Parts)+"\n\t"+
+			enqueueAny(p, newCols, `new_rows n WHERE true`))
+	} else {
+		trigger(p.Name("new"), p.Table, "INSERT", "NEW TABLE AS new_rows", refsetdriver.PartsComment(p.Parts)+"\n\t"+
+			guardedInsert(p, newCols))
+		triggers[len(triggers)-1].decl = "DECLARE\n\tprobed boolean;\n"
+	}
+	wanted := map[[3]string]bool{}
+	for _, t := range triggers {
+		wanted[[3]string{t.table.Schema, t.table.Name, t.name}] = true
+	}
+	if err := dropStale(ctx, tx, p, wanted); err != nil {
+		return err
+	}
 	for _, t := range triggers {
 		fn, exists, err := triggerFunction(ctx, tx, t.table, t.name)
 		if err != nil {
@@ -343,11 +365,11 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 		// milliseconds per call for a few index probes (TestHotPathPlansOnLargeData).
 		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
 SET enable_seqscan = off SET jit = off AS $refset$
-BEGIN
+%sBEGIN
 	%s;
 	RETURN NULL;
 END
-$refset$`, fn.Quoted(), t.body)); err != nil {
+$refset$`, fn.Quoted(), t.decl, t.body)); err != nil {
 			return err
 		}
 		if exists {
@@ -361,6 +383,84 @@ $refset$`, fn.Quoted(), t.body)); err != nil {
 	}
 	return nil
 }
+
+// guardedInsert is the body of the insert trigger of a set that has references: it
+// queues the new objects that no reference row points at (cols of new_rows n), as
+// enqueueAny does, but its probe of the referencing tables cannot fail the insert. A
+// referencing table dropped or renamed, or a column of one renamed, since the last
+// Install (the collector installs again at its next pass) makes the probe fail to
+// plan: the trigger then queues every new object of the statement, which is what the
+// probe only spares the queue (a new object queued though referenced is reviewed and
+// kept). The probe runs in a block of its own, a subtransaction that writes nothing
+// (so it takes no transaction ID); the upsert runs outside it.
+func guardedInsert(p *refsetdriver.Plan, cols string) string {
+	upsert := func(where string) string {
+		return cleanupDialect{}.Enqueue(p, fmt.Sprintf(`SELECT %s FROM new_rows n WHERE %s ORDER BY 1`, cols, where))
+	}
+	return fmt.Sprintf(`BEGIN
+		probed := EXISTS (SELECT FROM new_rows n WHERE %[1]s);
+	EXCEPTION WHEN undefined_table OR undefined_column OR undefined_function OR invalid_schema_name THEN
+		probed := NULL; -- a table or column the probe names is gone
+	END;
+	IF probed IS NULL THEN
+		%[2]s;
+	ELSIF probed THEN
+		%[3]s;
+	END IF`, unprobed(p, "n"), upsert("true"), upsert(unprobed(p, "n")))
+}
+
+// staleSQL lists the triggers on any table whose function queues into the set's
+// review queue ($1 starts the upsert Enqueue writes) under a name of refset's, with
+// the function each runs and whether another trigger runs it too. A trigger cloned
+// onto a partition goes with its parent's.
+const staleSQL = `
+SELECT tn.nspname, c.relname, t.tgname, fn.nspname, f.proname,
+       EXISTS (SELECT 1 FROM pg_trigger o WHERE o.tgfoid = t.tgfoid AND o.oid <> t.oid)
+FROM pg_trigger t
+JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace tn ON tn.oid = c.relnamespace
+JOIN pg_proc f ON f.oid = t.tgfoid JOIN pg_namespace fn ON fn.oid = f.pronamespace
+WHERE NOT t.tgisinternal AND t.tgparentid = 0 AND starts_with(t.tgname, 'refset_rv_')
+  AND strpos(f.prosrc, $1) > 0
+ORDER BY 1, 2, 3`
+
+// dropStale drops the triggers an earlier Install made for p's set that p does not
+// want (wanted: schema, table and name of each trigger it makes), and the functions
+// they ran that refset made (named as Name names them) and no other trigger runs: the
+// triggers of a reference that went (a referencing table renamed, its column renamed
+// or dropped, its key dropped). Left in place, the trigger of a renamed or dropped
+// column would fail every delete from its table.
+func dropStale(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, wanted map[[3]string]bool) error {
+	type found struct {
+		table    sqlident.Ident
+		name     string
+		fn       sqlident.Ident
+		fnShared bool
+	}
+	all, err := cleanupsql.Rows(ctx, tx, staleSQL, []any{`INSERT INTO ` + p.Queue.Quoted() + ` AS q `}, func(rows *sql.Rows, f *found) error {
+		return rows.Scan(&f.table.Schema, &f.table.Name, &f.name, &f.fn.Schema, &f.fn.Name, &f.fnShared)
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range all {
+		if wanted[[3]string{f.table.Schema, f.table.Name, f.name}] {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DROP TRIGGER %s ON %s`, quoteName(f.name), f.table.Quoted())); err != nil {
+			return err
+		}
+		if f.fnShared || !strings.HasPrefix(f.fn.Name, "refset_rv_") {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, fmt.Sprintf(`DROP FUNCTION %s()`, f.fn.Quoted())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quoteName is name as a delimited identifier.
+func quoteName(name string) string { return sqlident.Ident{Name: name}.Quoted() }
 
 // triggerFunction is the function the trigger name on table runs, if it exists.
 func triggerFunction(ctx context.Context, tx refset.Tx, table sqlident.Ident, name string) (sqlident.Ident, bool, error) {
@@ -403,6 +503,43 @@ func unprobed(p *refsetdriver.Plan, o string) string {
 	return strings.Join(conds, " AND ")
 }
 
+// keysSQL is the fingerprint of the foreign keys to the set's table: the triggers
+// PostgreSQL makes on a referenced table for each key to it (their constraint, and
+// the function of its ON DELETE and ON UPDATE actions), read through pg_trigger's
+// index on the table. Adding a key to the table (ALTER TABLE ADD FOREIGN KEY, CREATE
+// TABLE ... REFERENCES) takes SHARE ROW EXCLUSIVE on it, which a batch's delete
+// (ROW EXCLUSIVE) holds off until the batch ends: a statement of the batch after its
+// delete sees every key added before.
+const keysSQL = `
+SELECT coalesce(string_agg(tgconstraint::text || ':' || tgfoid::text, ',' ORDER BY tgconstraint, tgfoid), '')
+FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgconstraint <> 0`
+
+// Keys: see refsetdriver.CleanupDialect.
+func (cleanupDialect) Keys(ctx context.Context, q refset.Querier, p *refsetdriver.Plan) (string, error) {
+	var keys string
+	err := q.QueryRowContext(ctx, keysSQL, p.Table.Quoted()).Scan(&keys)
+	return keys, err
+}
+
+// checkKeys fails a batch that deleted objects with refsetdriver.ErrStalePlan when
+// the keys to the set are not p's any more: the batch's transaction then rolls back,
+// since a key the plan does not know may have let it delete what the key's rows
+// referenced (ON DELETE SET NULL or SET DEFAULT refuses nothing). One catalog read
+// per batch that deleted anything, none for one that did not.
+func checkKeys(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, b refsetdriver.Batch) (refsetdriver.Batch, error) {
+	if b.Deleted == 0 {
+		return b, nil
+	}
+	keys, err := cleanupDialect{}.Keys(ctx, tx, p)
+	if err != nil {
+		return b, err
+	}
+	if keys != p.Keys {
+		return b, fmt.Errorf("collecting %s: %w", p.Table, refsetdriver.ErrStalePlan)
+	}
+	return b, nil
+}
+
 // CollectBatch reviews a batch in one statement (fastBatchSQL). If a reference to an
 // object of the batch commits between that statement's snapshot and its delete, the
 // foreign key refuses the delete: the statement is undone to a savepoint and the batch
@@ -411,6 +548,13 @@ func unprobed(p *refsetdriver.Plan, o string) string {
 // Deferred constraints are checked at each statement's end, not at COMMIT: a
 // reference Install did not find then refuses the delete, which lockedBatch handles,
 // instead of failing the batch's COMMIT again and again.
+//
+// A batch that deleted objects then reads the keys to the set (checkKeys) and fails
+// with refsetdriver.ErrStalePlan, rolling back, if they are not the plan's: a key
+// added since, ON DELETE SET NULL or SET DEFAULT, would have let it delete objects the
+// key's rows referenced. Under REPEATABLE READ or SERIALIZABLE (postgres.Options
+// Isolation) that read sees the transaction's snapshot, taken before the delete's
+// lock: a key committed in between is not seen there.
 func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, limit int) (refsetdriver.Batch, error) {
 	// One round trip: without arguments both drivers send these as one simple query.
 	// With sequential scans off, every lookup of the batch is an index probe whatever
@@ -424,7 +568,7 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	err := translateError(tx.QueryRowContext(ctx, fastBatchSQL(p), limit).Scan(&b.Reviewed, &b.Deleted), "")
 	if err == nil {
 		// The savepoint is left to COMMIT to release: one round trip fewer.
-		return b, nil
+		return checkKeys(ctx, tx, p, b)
 	}
 	if !errors.Is(err, refset.ErrReferenced) {
 		return b, err
@@ -432,7 +576,11 @@ func (cleanupDialect) CollectBatch(ctx context.Context, tx refset.Tx, p *refsetd
 	if _, err := tx.ExecContext(ctx, `ROLLBACK TO SAVEPOINT refset_collect`); err != nil {
 		return refsetdriver.Batch{}, err
 	}
-	return lockedBatch(ctx, tx, p, limit)
+	b, err = lockedBatch(ctx, tx, p, limit)
+	if err != nil {
+		return b, err
+	}
+	return checkKeys(ctx, tx, p, b)
 }
 
 // fastBatchSQL claims due entries, deletes the unreferenced objects among them,

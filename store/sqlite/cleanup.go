@@ -190,12 +190,21 @@ func (cleanupDialect) Parts(ctx context.Context, q refset.Querier, table, holds 
 	})
 }
 
+// Install creates a trigger per reference and event, and one on the object table for
+// new objects, each replacing the trigger of the same name unless that one is the
+// same already: installing again the plan an earlier Install made (each collector
+// does as it starts, and again whenever the keys to the set change) changes nothing
+// in the schema, so it does not change the schema version that Keys reads, and
+// another collector's plan stays current. It drops the triggers of a reference the
+// plan no longer has (SQLite moves a table's triggers with it when it is renamed,
+// and rewrites them when a column is, so they would queue everything twice, under
+// names of what is gone), and sets p.Keys once it is done.
 func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan) error {
-	var stmts []string
+	type trig struct{ name, create string }
+	var triggers []trig
 	trigger := func(name, event string, table sqlident.Ident, when, body string) {
-		stmts = append(stmts,
-			fmt.Sprintf(`DROP TRIGGER IF EXISTS "%s"`, name),
-			fmt.Sprintf(`CREATE TRIGGER "%s" AFTER %s ON %s FOR EACH ROW WHEN %s BEGIN %s; END`, name, event, table.Quoted(), when, body))
+		triggers = append(triggers, trig{name, fmt.Sprintf(`CREATE TRIGGER "%s" AFTER %s ON %s FOR EACH ROW WHEN %s BEGIN %s; END`,
+			name, event, table.Quoted(), when, body)})
 	}
 	for _, r := range p.References {
 		name := p.Name(r.Table.String(), r.Column)
@@ -206,10 +215,65 @@ func (cleanupDialect) Install(ctx context.Context, tx refset.Tx, p *refsetdriver
 	}
 	trigger(p.Name("new")+"_insert", "INSERT", p.Table, "true", refsetdriver.PartsComment(p.Parts)+" "+
 		enqueue(p, `NEW."`+p.IDColumn+`"`, cleanupsql.GraceExpr(graceBefore, "", p.Grace)))
+	type existing struct{ name, text string }
+	have, err := cleanupsql.Rows(ctx, tx, installedSQL, []any{`INSERT INTO ` + p.Queue.Quoted() + ` (object_id`},
+		func(rows *sql.Rows, e *existing) error { return rows.Scan(&e.name, &e.text) })
+	if err != nil {
+		return err
+	}
+	var stmts []string
+	for _, e := range have {
+		if !slices.ContainsFunc(triggers, func(t trig) bool { return strings.EqualFold(t.name, e.name) }) {
+			stmts = append(stmts, fmt.Sprintf(`DROP TRIGGER "%s"`, strings.ReplaceAll(e.name, `"`, `""`)))
+		}
+	}
+	for _, t := range triggers {
+		if slices.ContainsFunc(have, func(e existing) bool { return strings.EqualFold(t.name, e.name) && e.text == t.create }) {
+			continue
+		}
+		stmts = append(stmts, fmt.Sprintf(`DROP TRIGGER IF EXISTS "%s"`, t.name), t.create)
+	}
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return err
 		}
+	}
+	p.Keys, err = cleanupDialect{}.Keys(ctx, tx, p)
+	return err
+}
+
+// installedSQL lists the triggers, under names of refset's, that queue into the set's
+// review queue (?1 starts the upsert Enqueue writes), with their text.
+const installedSQL = `
+SELECT name, sql FROM sqlite_schema
+WHERE type = 'trigger' AND substr(name, 1, 10) = 'refset_rv_' AND instr(sql, ?1) > 0
+ORDER BY name`
+
+// Keys is the schema version: SQLite changes it with every change of the schema,
+// keys to the set's table included, and a batch holds the write lock for its whole
+// transaction, so none can change it while the batch runs. Any other change (an index
+// created, another set's triggers installed) makes a collector's next batch that
+// deletes objects plan again, which installs nothing when nothing it follows changed.
+func (cleanupDialect) Keys(ctx context.Context, q refset.Querier, _ *refsetdriver.Plan) (string, error) {
+	var v int64
+	err := q.QueryRowContext(ctx, `PRAGMA main.schema_version`).Scan(&v)
+	return fmt.Sprint(v), err
+}
+
+// checkKeys fails a batch that deleted objects with refsetdriver.ErrStalePlan when
+// the schema changed since p was made (a key added, ON DELETE SET NULL perhaps, that
+// refused nothing): the batch's transaction rolls back. One read of the schema
+// version per batch that deleted anything.
+func checkKeys(ctx context.Context, tx refset.Tx, p *refsetdriver.Plan, deleted int64) error {
+	if deleted == 0 {
+		return nil
+	}
+	keys, err := cleanupDialect{}.Keys(ctx, tx, p)
+	if err != nil {
+		return err
+	}
+	if keys != p.Keys {
+		return fmt.Errorf("collecting %s: %w", p.Table, refsetdriver.ErrStalePlan)
 	}
 	return nil
 }
@@ -256,6 +320,9 @@ func (cleanupDialect) CollectBatch(ctx context.Context, view refset.Tx, p *refse
 		if err != nil {
 			return b, err
 		}
+	}
+	if err := checkKeys(ctx, view, p, b.Deleted); err != nil {
+		return b, err
 	}
 	if _, err := view.ExecContext(ctx, fmt.Sprintf(`DELETE FROM %s WHERE (object_id, version) IN (SELECT object_id, version FROM temp.refset_claim)`,
 		p.Queue.Quoted())); err != nil || !edges {

@@ -729,11 +729,19 @@ func testUnfollowedKeys(t *testing.T, h harness) {
 }
 
 // A key added after Install, which its triggers and checks know nothing of, does not
-// wedge the queue: the object it keeps alive is refused, counted and postponed by a
-// grace period, and the others are collected. Collect then tries to follow the key;
-// one it cannot follow (no index, or a key Install refuses) fails it, saying what to
-// do, and every later Collect, until the schema is mended. Once the reference goes,
-// the object is collected.
+// wedge the queue, and costs no object it keeps alive. A batch that deleted objects
+// reads the keys to the set before it commits; finding one the plan does not know, it
+// rolls back (the key might be ON DELETE SET NULL, which refuses nothing: the objects
+// its rows referenced would be gone), and Collect tries to follow the key. So the
+// objects nothing references wait, with the one the key keeps, until the key is
+// followed: nothing is deleted on a plan the schema left behind. (Before the batches
+// read the keys, the free objects went at once and the pinned one was refused, 3
+// deleted and 1 refused before the error; that let a key ON DELETE SET NULL lose its
+// objects.) A batch that deleted nothing, only refused the pinned object, commits:
+// it is counted and postponed by a grace period. One key Collect cannot follow (no
+// index, or a key Install refuses) fails it, saying what to do, and every later
+// Collect, until the schema is mended. Once the reference goes, the object is
+// collected.
 func testKeyAddedAfterInstall(t *testing.T, h harness) {
 	for i, fk := range foreignKeys {
 		for _, batch := range []int{1, 100} {
@@ -742,7 +750,8 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 				for _, stmt := range fk.create {
 					e.mustExec(t, stmt)
 				}
-				for i, id := range []string{"free1", "pinned", "free2", "free3"} {
+				all := []string{"free1", "pinned", "free2", "free3"}
+				for i, id := range all {
 					_, err := set.Add(ctx, mkBlock(id, "", int64(i)))
 					require.NoError(t, err)
 				}
@@ -757,9 +766,9 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 					require.ErrorIs(t, err, refset.ErrSchema, "the new key cannot be followed")
 					assert.Contains(t, err.Error(), "keyed (")
 				}
-				assert.Equal(t, int64(3), s.Deleted, "the batches ran before: %v", s)
-				assert.Equal(t, int64(1), s.Refused, "%v", s)
-				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
+				assert.Zero(t, s.Deleted, "a batch that deleted on a stale plan rolled back: %v", s)
+				assert.LessOrEqual(t, s.Refused, int64(1), "%v", s)
+				assert.ElementsMatch(t, all, e.ids(t, "blocks", "id"))
 				s, err = c.Collect(ctx)
 				require.Error(t, err, "Collect refuses while the key cannot be followed")
 				assert.Zero(t, s.Reviewed, "%v", s)
@@ -771,16 +780,15 @@ func testKeyAddedAfterInstall(t *testing.T, h harness) {
 				}
 				s, err = c.Collect(ctx)
 				require.NoError(t, err, "the schema is mended")
-				assert.Zero(t, s.Reviewed, "the refused object is postponed: %v", s)
-				assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"))
-
+				assert.GreaterOrEqual(t, s.Deleted, int64(3), "the objects nothing references go: %v", s)
 				if i == 0 {
+					assert.Equal(t, []string{"pinned"}, e.ids(t, "blocks", "id"), "the key is followed: %v", s)
 					e.mustExec(t, `DELETE FROM keyed`)
 				}
 				e.makeDue(t, "pinned")
 				s, err = c.Collect(ctx)
 				require.NoError(t, err)
-				assert.Equal(t, int64(1), s.Deleted, "it stayed queued, and goes once the reference does: %v", s)
+				assert.Empty(t, e.ids(t, "blocks", "id"), "it stayed queued, and goes once the reference does: %v", s)
 				assert.Zero(t, e.count(t, "blocks_review", ""))
 			})
 		}
@@ -804,7 +812,7 @@ func testRefusedShortGrace(t *testing.T, h harness) {
 	s, err := c.Collect(ctx)
 	require.ErrorIs(t, err, refset.ErrSchema, "the key cannot be followed")
 	require.NoError(t, ctx.Err(), "Collect went on reviewing the refused object")
-	assert.Positive(t, s.Refused)
+	assert.Positive(t, s.Refused, "a batch that deleted nothing and refused the object commits: %v", s)
 	assert.Equal(t, 1, e.count(t, "blocks_review", "object_id = ?", "pinned"), "it stays queued")
 }
 
