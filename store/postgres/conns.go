@@ -2,17 +2,22 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/lib/pq"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -197,25 +202,174 @@ func (c *pgxGuardedConn) seen(sound bool, err error) error {
 }
 
 func (c *pgxGuardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	_ = c.settle(ctx)
 	sound := c.sound(ctx)
 	r, err := c.stdlibConn.ExecContext(ctx, query, args)
+	if err == nil && dropsPrepared(query) {
+		c.dropped(ctx)
+	}
+	if err != nil {
+		var again bool
+		if again, err = c.gone(ctx, query, err); again {
+			r, err = c.stdlibConn.ExecContext(ctx, query, args)
+		}
+	}
 	return r, c.seen(sound, err)
 }
 
 func (c *pgxGuardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	_ = c.settle(ctx)
 	sound := c.sound(ctx)
 	r, err := c.stdlibConn.QueryContext(ctx, query, args)
+	if err == nil && dropsPrepared(query) {
+		c.dropped(ctx)
+	}
+	if err != nil {
+		var again bool
+		if again, err = c.gone(ctx, query, err); again {
+			r, err = c.stdlibConn.QueryContext(ctx, query, args)
+		}
+	}
 	return r, c.seen(sound, err)
+}
+
+// BeginTx begins a transaction once the statements a caller dropped are dropped
+// from pgx too (settle).
+func (c *pgxGuardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	_ = c.settle(ctx)
+	return c.stdlibConn.BeginTx(ctx, opts)
+}
+
+// ResetSession drops the statements a caller dropped from pgx too (settle) before
+// the connection is lent again; one on which that fails is not.
+func (c *pgxGuardedConn) ResetSession(ctx context.Context) error {
+	if c.settle(ctx) != nil {
+		return driver.ErrBadConn
+	}
+	return c.stdlibConn.ResetSession(ctx)
+}
+
+// As on lib/pq (guardedConn.dropped), a caller may drop the statements prepared on
+// a connection: pgx would go on sending those of its statement cache, and those
+// database/sql prepared through it, by their names, for the rest of the
+// connection's life (SQLSTATE 26000; pgx forgets only the one refused each time).
+// pgx forgets them all, and the server drops the rest (pgx.Conn.DeallocateAll), so
+// that pgx, whose names are its statements' text's digests, prepares none again
+// under a name the server still holds: at once after the caller's statement, if it
+// went through this connection, and otherwise when the server first refuses one
+// (gone), outside the transaction that refusal aborted.
+
+// dropped follows a caller's statement that dropped prepared statements on c.
+func (c *pgxGuardedConn) dropped(ctx context.Context) {
+	c.Conn().PgConn().CustomData()[keyDropPending] = true
+	_ = c.settle(ctx)
+}
+
+// keyDropPending marks a pgx connection (PgConn.CustomData) on which pgx may know
+// statements the server dropped, or the server hold statements pgx forgot: it
+// outlives the wrapper, which a pgxpool's connector makes anew each time
+// database/sql takes the connection.
+const keyDropPending = "refset.dropPending"
+
+// settle has pgx forget every statement it prepared on c, and the server drop
+// them, once some are known gone, unless c's transaction was aborted (the server
+// then refuses DEALLOCATE ALL): the next statement after it does. It forgets the
+// statements refset prepared for flushed segments too.
+func (c *pgxGuardedConn) settle(ctx context.Context) error {
+	return settlePgx(ctx, c.Conn())
+}
+
+// settleRaw settles dc, a connection database/sql lends to refset's own use of pgx
+// (sql.Conn.Raw), which no wrapper of its sees: see settle.
+func settleRaw(ctx context.Context, dc any) {
+	if pc := pgxConnOf(dc); pc != nil {
+		_ = settlePgx(ctx, pc)
+	}
+}
+
+// settlePgx drops what pgx prepared on pc, if it is marked (keyDropPending) or may
+// be stale (unguardedDrops), and its transaction, if any, was not aborted, and
+// unmarks it once done.
+func settlePgx(ctx context.Context, pc *pgx.Conn) error {
+	data := pc.PgConn().CustomData()
+	pending, _ := data[keyDropPending].(bool)
+	seen, _ := data[keyDropsSeen].(uint64)
+	drops := unguardedDrops.Load()
+	if !pending && seen == drops || pc.PgConn().TxStatus() == 'E' {
+		return nil
+	}
+	if err := pc.DeallocateAll(ctx); err != nil {
+		return err
+	}
+	forgetFlushed(pc)
+	delete(data, keyDropPending)
+	data[keyDropsSeen] = drops
+	return nil
+}
+
+// On a caller's pgx pool without refset's guard (stdlib.OpenDB), no wrapper sees
+// which connection the server refused a statement pgx prepared on: translateError
+// counts such refusals (unguardedDrops), and each connection refset takes for a
+// unit of work (takeConn) or its own use of pgx (settleRaw) drops what pgx prepared
+// once it has not since the last. The unit the refusal failed runs again
+// (stmtcache.ErrStale), on a connection that has; a read outside one fails once for
+// each statement pgx prepared, which pgx then forgets.
+var unguardedDrops atomic.Uint64
+
+// keyDropsSeen is unguardedDrops as a pgx connection (PgConn.CustomData) last
+// settled at.
+const keyDropsSeen = "refset.dropsSeen"
+
+// gone is what follows err, the failure of query on c: whether query is to run
+// again, the server having said that the statement pgx prepared for query is gone
+// (query then ran nothing, and pgx forgot them all), and the error to return
+// otherwise. Inside a transaction, which the refusal aborted, query fails
+// (goneStatement: refset runs its unit of work again).
+func (c *pgxGuardedConn) gone(ctx context.Context, query string, err error) (again bool, _ error) {
+	if !goneFromPgx(query, err) {
+		return false, err
+	}
+	c.Conn().PgConn().CustomData()[keyDropPending] = true
+	if ctx.Err() == nil && c.Conn().PgConn().TxStatus() == 'I' && c.settle(ctx) == nil {
+		return true, nil
+	}
+	return false, &goneStatement{err: err}
+}
+
+// goneFromPgx reports whether err says that the statement pgx prepared for query,
+// in its statement cache (stmtcache_...) or for database/sql (stmt_...), does not
+// exist: names pgx makes of query's SHA-256, which no failure of query itself (a
+// function of the caller's that raises SQLSTATE 26000) names.
+func goneFromPgx(query string, err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != codeInvalidSQLStatementName {
+		return false
+	}
+	sum := sha256.Sum256([]byte(query))
+	digest := hex.EncodeToString(sum[:24])
+	return strings.Contains(pgErr.Message, `"stmtcache_`+digest+`"`) || strings.Contains(pgErr.Message, `"stmt_`+digest+`"`)
+}
+
+// dropsPrepared reports whether query, a caller's, drops statements prepared on its
+// connection: DEALLOCATE, or DISCARD (ALL; the others drop none, and cost a DEALLOCATE
+// ALL of refset's for nothing).
+func dropsPrepared(query string) bool {
+	switch sqltext.Verb(query) {
+	case "DEALLOCATE", "DISCARD":
+		return true
+	}
+	return false
 }
 
 // PrepareContext prepares query (which runs nothing: its errors stay stdlib's); the
 // statement runs guarded, since stdlib's runs on stdlib's connection, not on c.
 func (c *pgxGuardedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	_ = c.settle(ctx)
 	s, err := c.stdlibConn.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
 	}
-	return &pgxGuardedStmt{Stmt: s.(*stdlib.Stmt), c: c}, nil
+	return &pgxGuardedStmt{Stmt: s.(*stdlib.Stmt), c: c, query: query}, nil
 }
 
 func (c *pgxGuardedConn) Prepare(query string) (driver.Stmt, error) {
@@ -229,19 +383,38 @@ func (c *pgxGuardedConn) IsValid() bool { return !c.Conn().IsClosed() }
 // pgxGuardedStmt is a statement prepared on a pgxGuardedConn, run guarded.
 type pgxGuardedStmt struct {
 	*stdlib.Stmt
-	c *pgxGuardedConn
+	c     *pgxGuardedConn
+	query string
 }
 
+// ExecContext runs the statement, which stdlib runs by its text: once pgx forgot
+// it (settle), pgx prepares the text again as its query mode says.
 func (s *pgxGuardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
-	sound := s.c.sound(ctx)
+	c := s.c
+	_ = c.settle(ctx)
+	sound := c.sound(ctx)
 	r, err := s.Stmt.ExecContext(ctx, args)
-	return r, s.c.seen(sound, err)
+	if err != nil {
+		var again bool
+		if again, err = c.gone(ctx, s.query, err); again {
+			r, err = s.Stmt.ExecContext(ctx, args)
+		}
+	}
+	return r, c.seen(sound, err)
 }
 
 func (s *pgxGuardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
-	sound := s.c.sound(ctx)
+	c := s.c
+	_ = c.settle(ctx)
+	sound := c.sound(ctx)
 	r, err := s.Stmt.QueryContext(ctx, args)
-	return r, s.c.seen(sound, err)
+	if err != nil {
+		var again bool
+		if again, err = c.gone(ctx, s.query, err); again {
+			r, err = s.Stmt.QueryContext(ctx, args)
+		}
+	}
+	return r, c.seen(sound, err)
 }
 
 // stdlibOf is the connection of pgx's stdlib that dc, a connection database/sql
@@ -323,6 +496,15 @@ type guardedConn struct {
 	// once that database is closed, when the connection is next lent (ResetSession).
 	units   map[unitKey]string
 	unitSeq int
+	// prepGen is the generation of the statements prepared on this connection: it
+	// moves on once a caller dropped some (dropped) and once all were dropped
+	// (settle), and a statement prepared in an earlier one is prepared again
+	// before it runs (guardedStmt.ready). dropPending is set while the server may
+	// hold statements this connection forgot, or lack some it knows: all are
+	// dropped before the next statement outside a transaction (settle).
+	prepGen     int
+	dropPending bool
+	inTx        bool // a transaction BeginTx began is open
 }
 
 // unitKey is a statement libpqPipeline prepared on a connection: the database that
@@ -338,7 +520,7 @@ func (c *guardedConn) dropClosedUnits(ctx context.Context) error {
 		if !k.db.Closed() {
 			continue
 		}
-		if _, err := c.ExecContext(ctx, "DEALLOCATE "+name, nil); err != nil {
+		if _, err := c.exec(ctx, "DEALLOCATE "+name, nil); err != nil {
 			return driver.ErrBadConn // the statement is left: the connection is not lent again
 		}
 		delete(c.units, k)
@@ -376,6 +558,9 @@ func (c *guardedConn) ResetSession(ctx context.Context) error {
 	if c.readOnly.Load() || c.l.isCut.Load() {
 		return driver.ErrBadConn
 	}
+	if c.settle(ctx) != nil {
+		return driver.ErrBadConn // what the server keeps prepared is unknown
+	}
 	if err := c.dropClosedUnits(ctx); err != nil {
 		return err
 	}
@@ -387,6 +572,18 @@ func (c *guardedConn) ResetSession(ctx context.Context) error {
 // statement.
 
 func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	_ = c.settle(ctx)
+	r, err := c.exec(ctx, query, args)
+	if err == nil && dropsPrepared(query) {
+		c.dropped()
+		_ = c.settle(ctx)
+	}
+	return r, err
+}
+
+// exec is ExecContext, for the caller's statements and refset's own alike, but for
+// what a caller's DEALLOCATE or DISCARD leaves to do (dropped).
+func (c *guardedConn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	sound, uncut := c.conn.IsValid(), !c.l.isCut.Load()
 	w := c.watch(ctx)
 	r, err := c.conn.ExecContext(ctx, query, args)
@@ -398,6 +595,7 @@ func (c *guardedConn) ExecContext(ctx context.Context, query string, args []driv
 }
 
 func (c *guardedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	_ = c.settle(ctx)
 	sound := c.conn.IsValid()
 	w := c.watch(ctx)
 	r, err := c.conn.QueryContext(ctx, query, args)
@@ -405,8 +603,70 @@ func (c *guardedConn) QueryContext(ctx context.Context, query string, args []dri
 		c.unwatch(w)
 		return nil, c.seen(sound, c.cutShort(err, false, false))
 	}
+	if dropsPrepared(query) {
+		c.dropped() // settled by the next statement: its rows are open
+	}
 	return c.watchedRows(r, w), nil
 }
+
+// A caller may drop the statements prepared on a connection of refset's pool
+// (DEALLOCATE, DISCARD ALL), through refset.InTx's Tx or a connection of the pool,
+// and go on using refset on it. What lib/pq and database/sql prepared there (refset's
+// own writes and reads, the statement cache of Exec commands, the statements of
+// lib/pq's simple queries) would otherwise be sent by their names for the rest of the
+// connection's life, and refused (SQLSTATE 26000). So all of them are dropped and
+// prepared again: at once when the caller's statement went through this connection,
+// and otherwise when the server first refuses one of them (goneLibPQ), before the
+// next statement outside the transaction that refusal aborted.
+
+// dropped is what follows a caller's statement that dropped prepared statements on
+// c: every statement is prepared again, under a new name, before it next runs (in
+// the caller's transaction too), and the rest are dropped (settle), so that the
+// server holds none that c does not know of.
+func (c *guardedConn) dropped() {
+	c.dropPending = true
+	c.forgetPrepared()
+}
+
+// forgetPrepared has every statement prepared on c prepared again before it runs.
+func (c *guardedConn) forgetPrepared() {
+	clear(c.units)
+	c.prepGen++
+}
+
+// settle drops every statement prepared on c, when some are known gone, unless a
+// transaction is open, which a refused statement may have aborted: it then waits
+// for the next statement after the transaction. A connection lost meanwhile fails
+// the statement that follows.
+func (c *guardedConn) settle(ctx context.Context) error {
+	if !c.dropPending || c.inTx {
+		return nil
+	}
+	if _, err := c.exec(ctx, "DEALLOCATE ALL", nil); err != nil {
+		return err
+	}
+	c.dropPending = false
+	c.forgetPrepared()
+	return nil
+}
+
+// goneLibPQ reports whether err is the server's word that a statement lib/pq
+// prepared, which it was asked to run, does not exist (FetchPreparedStatement's
+// SQLSTATE 26000): not a failure of the statement itself, such as a function of the
+// caller's raising that SQLSTATE.
+func goneLibPQ(err error) bool {
+	var pqErr *pq.Error
+	return errors.As(err, &pqErr) && string(pqErr.Code) == codeInvalidSQLStatementName && pqErr.Routine == "FetchPreparedStatement"
+}
+
+// goneStatement is the failure of a statement whose prepared statement, one a driver
+// or database/sql prepared, the server no longer had, in a transaction it then
+// aborted: nothing ran, and refset runs the unit of work again (translateError marks
+// it stmtcache.ErrStale), once the connection's statements are prepared anew.
+type goneStatement struct{ err error }
+
+func (e *goneStatement) Error() string { return e.err.Error() }
+func (e *goneStatement) Unwrap() error { return e.err }
 
 // PrepareContext prepares query; preparing runs nothing, so a connection lost
 // meanwhile stays lib/pq's ErrBadConn, which database/sql may retry. Asked with a
@@ -414,6 +674,7 @@ func (c *guardedConn) QueryContext(ctx context.Context, query string, args []dri
 // (closing it is then a no-op): a statement run on a *sql.Conn, one call at a time,
 // is then one round trip, as one prepared on the pool is.
 func (c *guardedConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	_ = c.settle(ctx)
 	keep, _ := ctx.Value(keepPreparedKey{}).(bool)
 	if s := c.kept[query]; keep && s != nil {
 		return s, nil
@@ -424,7 +685,7 @@ func (c *guardedConn) PrepareContext(ctx context.Context, query string) (driver.
 	if err != nil {
 		return nil, c.seen(false, c.cutShort(err, false, false))
 	}
-	gs := &guardedStmt{Stmt: s, conn: c, kept: keep}
+	gs := &guardedStmt{Stmt: s, conn: c, kept: keep, query: query, gen: c.prepGen}
 	if keep {
 		if c.kept == nil {
 			c.kept = map[string]*guardedStmt{}
@@ -471,6 +732,7 @@ func (c *guardedConn) Prepare(query string) (driver.Stmt, error) {
 // refset watches the transaction too, from BEGIN to its end, with the context it
 // began with (watch.go), as database/sql ends the transaction with that context.
 func (c *guardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	_ = c.settle(ctx)
 	w := c.watch(ctx)
 	tx, err := c.begin(ctx, opts)
 	if err == nil && tx != &c.tx {
@@ -486,7 +748,7 @@ func (c *guardedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (drive
 		}
 		return nil, c.seen(false, c.cutShort(err, false, false))
 	}
-	c.tx.w, c.txDone = w, ctx.Done()
+	c.tx.w, c.txDone, c.inTx = w, ctx.Done(), true
 	return tx, nil
 }
 
@@ -573,7 +835,7 @@ func (tx *watchedTx) Rollback() error {
 // ended ends the watch of c's transaction, which ended with err.
 func (c *guardedConn) ended(err error, sound, commit bool) error {
 	c.unwatch(c.tx.w)
-	c.tx.w, c.txDone = nil, nil
+	c.tx.w, c.txDone, c.inTx = nil, nil, false
 	return c.cutShort(err, sound, commit)
 }
 
@@ -597,8 +859,55 @@ func (c *guardedConn) CheckNamedValue(nv *driver.NamedValue) error {
 // guardedStmt is a statement prepared on a guardedConn, whose errors it notes.
 type guardedStmt struct {
 	driver.Stmt
-	conn *guardedConn
-	kept bool // kept on the connection: Close leaves it prepared
+	conn  *guardedConn
+	kept  bool   // kept on the connection: Close leaves it prepared
+	query string // what was prepared, to prepare again
+	gen   int    // the connection's prepGen when it was prepared
+}
+
+// renewed prepares s again if the server dropped it (its generation is past), or
+// says why it cannot.
+func (s *guardedStmt) renewed(ctx context.Context) error {
+	c := s.conn
+	if s.gen == c.prepGen {
+		return nil
+	}
+	w := c.watch(ctx)
+	st, err := c.conn.PrepareContext(ctx, s.query)
+	c.unwatch(w)
+	if err != nil {
+		return c.seen(false, c.cutShort(err, false, false))
+	}
+	_ = s.Stmt.Close() // gone from the server already: lib/pq forgets it
+	s.Stmt, s.gen = st, c.prepGen
+	return nil
+}
+
+// ready readies s to run: its connection's statements dropped, if some were found
+// gone, and s prepared again, if it was dropped.
+func (s *guardedStmt) ready(ctx context.Context) error {
+	if err := s.conn.settle(ctx); err != nil {
+		return err
+	}
+	return s.renewed(ctx)
+}
+
+// gone is what follows err, the error of s run on its connection: whether it is to
+// run again, now that its connection's statements were dropped and it is prepared
+// anew (it ran nothing, outside a transaction), and the error to return otherwise.
+func (s *guardedStmt) gone(ctx context.Context, err error) (again bool, _ error) {
+	c := s.conn
+	if !goneLibPQ(err) {
+		return false, err
+	}
+	c.dropPending = true
+	if c.inTx || ctx.Err() != nil {
+		return false, &goneStatement{err: err}
+	}
+	if c.settle(ctx) != nil || s.renewed(ctx) != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Close closes the statement, unless its connection keeps it.
@@ -609,7 +918,21 @@ func (s *guardedStmt) Close() error {
 	return s.Stmt.Close()
 }
 
-func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {
+func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	r, err := s.runExec(ctx, args)
+	if err != nil {
+		var again bool
+		if again, err = s.gone(ctx, err); again {
+			r, err = s.runExec(ctx, args)
+		}
+	}
+	return r, err
+}
+
+func (s *guardedStmt) runExec(ctx context.Context, args []driver.NamedValue) (r driver.Result, err error) {
 	c := s.conn
 	sound := c.conn.IsValid()
 	w := c.watch(ctx)
@@ -625,7 +948,21 @@ func (s *guardedStmt) ExecContext(ctx context.Context, args []driver.NamedValue)
 	return r, c.seen(sound, err)
 }
 
-func (s *guardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (r driver.Rows, err error) {
+func (s *guardedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	r, err := s.runQuery(ctx, args)
+	if err != nil {
+		var again bool
+		if again, err = s.gone(ctx, err); again {
+			r, err = s.runQuery(ctx, args)
+		}
+	}
+	return r, err
+}
+
+func (s *guardedStmt) runQuery(ctx context.Context, args []driver.NamedValue) (r driver.Rows, err error) {
 	c := s.conn
 	sound := c.conn.IsValid()
 	w := c.watch(ctx)

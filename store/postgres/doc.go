@@ -66,10 +66,16 @@
 // (prepared once a connection with SQL's PREPARE) with their arguments as literals
 // where a literal means what lib/pq would send, and COMMIT; a unit with an argument
 // that has no such literal runs as before (see docs/postgres.md). Named prepared
-// statements
-// need a connection that stays the same server session: connect directly or through a
+// statements need a connection that stays the same server session: connect directly or through a
 // pooler in session mode, or set Options.Unprepared. A prepared read that fails is run
 // again unprepared, so a migration that changes a column's type does not break reads.
+// A caller may drop the statements prepared on a connection (DEALLOCATE, DISCARD ALL)
+// and go on using refset on it: on lib/pq and on pgx pools with refset's guard
+// (Open's, NewConnector's, NewPgxConnector's, NewPgxPoolConnector's), refset and the
+// driver drop the rest and prepare theirs again, and a statement the server refuses
+// as gone ran nothing, runs again, or has its unit of work run again. On a pgx pool
+// without the guard (stdlib.OpenDB), only units of work and refset's own use of pgx
+// do: a read outside one fails once for each statement pgx had prepared.
 //
 // # Reads from a hot standby
 //

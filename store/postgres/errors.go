@@ -104,6 +104,21 @@ func translateError(err error, query string) error {
 		// The server takes no writes (a standby, or a primary fenced off after a
 		// failover): the primary is elsewhere, and the unit of work did not commit.
 		return wrap(refset.ErrUnavailable)
+	case codeInvalidSQLStatementName:
+		var gone *goneStatement
+		if errors.As(err, &gone) {
+			// A statement prepared by a driver or database/sql, which the caller
+			// dropped from the server (DEALLOCATE, DISCARD ALL), in a transaction
+			// the refusal aborted: refset runs the unit of work again, and the
+			// statement is prepared anew (conns.go).
+			return sentinel.New(msgPrefix, "", refset.ErrStatement, stmtcache.MarkStale(err))
+		}
+		if goneFromPgxCache(err) {
+			// The same, on a caller's pgx pool without refset's guard (conns.go).
+			unguardedDrops.Add(1)
+			return sentinel.New(msgPrefix, "", refset.ErrStatement, stmtcache.MarkStale(err))
+		}
+		return wrap(refset.ErrStatement) // the caller's own EXECUTE, or a function raising it
 	case codeInFailedSQLTransaction: // a statement failed earlier and the caller went on
 		return wrap(refset.ErrInvalidTx)
 	case codeUndefinedTable, codeUndefinedColumn, codeUndefinedObject, codeUndefinedFunction, codeInvalidSchemaName:

@@ -11,8 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/refset"
+	"github.com/refsetdb/refset/refsetdriver"
 	"github.com/refsetdb/refset/store"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -725,6 +727,238 @@ func TestFlushedStatementsOutliveDeallocate(t *testing.T) {
 				assert.False(t, pendingLeft, id)
 				assert.True(t, head, id)
 			}
+		}
+	})
+}
+
+// deallocators are the ways a caller drops the statements prepared on the one
+// connection of db's pool: SQL through the pool, SQL on a connection of its own
+// (pool.Conn), one statement by name, after another statement in one simple query,
+// pgx's own Exec on that connection (sql.Conn.Raw, which no wrapper of refset's
+// sees), and DEALLOCATE ALL inside a unit of work
+// that goes on with refset's statements (the unit's function runs again, if refset
+// runs the unit again, and deallocates again).
+var deallocators = []struct {
+	name string
+	drop func(t *testing.T, e *handOverEnv, set *refset.RefSet[block, string], id string)
+}{
+	{"DEALLOCATE ALL", func(t *testing.T, e *handOverEnv, _ *refset.RefSet[block, string], _ string) {
+		_, err := e.db.Pool().ExecContext(t.Context(), `DEALLOCATE ALL`)
+		require.NoError(t, err)
+	}},
+	{"DISCARD ALL", func(t *testing.T, e *handOverEnv, _ *refset.RefSet[block, string], _ string) {
+		_, err := e.db.Pool().ExecContext(t.Context(), `DISCARD ALL`)
+		require.NoError(t, err)
+	}},
+	{"DEALLOCATE name", func(t *testing.T, e *handOverEnv, _ *refset.RefSet[block, string], _ string) {
+		ctx := t.Context()
+		conn, err := e.db.Pool().Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		var name string
+		require.NoError(t, conn.QueryRowContext(ctx, `SELECT name FROM pg_prepared_statements ORDER BY name LIMIT 1`).Scan(&name))
+		_, err = conn.ExecContext(ctx, `DEALLOCATE "`+name+`"`)
+		require.NoError(t, err, name)
+	}},
+	{"after another statement", func(t *testing.T, e *handOverEnv, _ *refset.RefSet[block, string], _ string) {
+		_, err := e.db.Pool().ExecContext(t.Context(), `SELECT 1; DEALLOCATE ALL`)
+		require.NoError(t, err)
+	}},
+	{"raw pgx", func(t *testing.T, e *handOverEnv, _ *refset.RefSet[block, string], _ string) {
+		ctx := t.Context()
+		conn, err := e.db.Pool().Conn(ctx)
+		require.NoError(t, err)
+		defer conn.Close()
+		onPgx := false
+		require.NoError(t, conn.Raw(func(dc any) error {
+			pc := pgxConnOf(dc)
+			if onPgx = pc != nil; !onPgx {
+				return nil
+			}
+			_, err := pc.Exec(ctx, `DEALLOCATE ALL`)
+			return err
+		}))
+		if !onPgx { // lib/pq: nothing lies under refset's wrapper
+			_, err = conn.ExecContext(ctx, `DEALLOCATE ALL`)
+			require.NoError(t, err)
+		}
+	}},
+	{"in a unit", func(t *testing.T, e *handOverEnv, set *refset.RefSet[block, string], id string) {
+		require.NoError(t, refset.InTx(t.Context(), e.db, func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `DEALLOCATE ALL`); err != nil {
+				return err
+			}
+			tok, err := set.AddTx(ctx, tx, block{Hash: id, Height: 1}, set.Hold("unit", time.Hour))
+			if err != nil {
+				return err
+			}
+			_, err = set.GetTx(ctx, tx, tok)
+			return err
+		}))
+	}},
+}
+
+// deallocatingPools are the pools of one connection a caller may give refset, on
+// which it deallocates refset's statements: Open's on lib/pq (with the statement
+// cache of Exec commands) and on pgx in each query mode, with lost commits resolved
+// (a flushed last segment) or not, and the caller's own of each kind New takes.
+var deallocatingPools = []struct {
+	name string
+	open func(t *testing.T, dsn string) *DB
+}{
+	{"lib/pq", func(t *testing.T, dsn string) *DB { return openWith(t, dsn, Options{MaxConns: 1}) }},
+	{"lib/pq StatementCache 4", func(t *testing.T, dsn string) *DB {
+		return openWith(t, dsn, Options{MaxConns: 1, Options: store.Options{StatementCache: 4}})
+	}},
+	{"lib/pq NewConnector", func(t *testing.T, dsn string) *DB { return newOnCallersPool(t, callersPool(t, DriverLibPQ, dsn)) }},
+	{"pgx", func(t *testing.T, dsn string) *DB { return openWith(t, dsn, Options{Driver: DriverPgx, MaxConns: 1}) }},
+	{"pgx unresolved", func(t *testing.T, dsn string) *DB {
+		return openWith(t, dsn, Options{Driver: DriverPgx, MaxConns: 1, ResolveCommitWait: -1})
+	}},
+	{"pgx cache_describe", func(t *testing.T, dsn string) *DB {
+		return openWith(t, inMode(t, dsn, "cache_describe"), Options{Driver: DriverPgx, MaxConns: 1})
+	}},
+	{"pgx describe_exec", func(t *testing.T, dsn string) *DB {
+		return openWith(t, inMode(t, dsn, "describe_exec"), Options{Driver: DriverPgx, MaxConns: 1})
+	}},
+	{"pgx exec", func(t *testing.T, dsn string) *DB {
+		return openWith(t, inMode(t, dsn, "exec"), Options{Driver: DriverPgx, MaxConns: 1})
+	}},
+	{"pgx simple_protocol", func(t *testing.T, dsn string) *DB {
+		return openWith(t, inMode(t, dsn, "simple_protocol"), Options{Driver: DriverPgx, MaxConns: 1})
+	}},
+	{"pgx NewPgxConnector", func(t *testing.T, dsn string) *DB { return newOnCallersPool(t, guardedPgxPools[1].open(t, dsn)) }},
+	{"pgx NewPgxPoolConnector", func(t *testing.T, dsn string) *DB {
+		return newOnCallersPool(t, guardedPgxPools[2].open(t, pgtest.WithParam(t, dsn, "pool_max_conns", "1")))
+	}},
+	{"pgx stdlib.OpenDB", func(t *testing.T, dsn string) *DB {
+		cfg, err := pgx.ParseConfig(dsn)
+		require.NoError(t, err)
+		pool := stdlib.OpenDB(*cfg)
+		t.Cleanup(func() { pool.Close() })
+		return newOnCallersPool(t, pool)
+	}},
+}
+
+// newOnCallersPool is New on pool, sized to one connection, closed when t ends.
+func newOnCallersPool(t *testing.T, pool *sql.DB) *DB {
+	t.Helper()
+	pool.SetMaxOpenConns(1)
+	db, err := New(t.Context(), pool, Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// TestPreparedStatementsOutliveDeallocate: a caller that drops the statements
+// prepared on a connection (DEALLOCATE ALL, DISCARD ALL, DEALLOCATE of one, through
+// database/sql or pgx itself, or inside a unit of work) and goes on using refset on
+// that connection finds every call working, the first after it too: an Add alone and
+// with commands, a Load, a hold and its release, a hand-over pipelined and in a unit
+// of work, a unit that adds, holds and reads, a statement that commits on its own
+// (refsetdriver.OwnCommits), and clean-up's collection and reports.
+// The statements the drivers and refset keep prepared (pgx's statement cache, the
+// statements database/sql prepared, lib/pq's cache of Exec commands, refset's own
+// writes) are prepared again, not sent by their names for the rest of the
+// connection's life (SQLSTATE 26000, "prepared statement ... does not exist").
+func TestPreparedStatementsOutliveDeallocate(t *testing.T) {
+	for _, p := range deallocatingPools {
+		for _, d := range deallocators {
+			t.Run(p.name+"/"+d.name, func(t *testing.T) {
+				e := newHandOverEnv(t, p.open(t, pgtest.DSN(t)))
+				ctx := t.Context()
+				setStore, err := store.NewStore[block, string](ctx, e.db, store.Config{Table: "blocks"})
+				require.NoError(t, err)
+				c, err := store.NewCollector(ctx, e.db, cleanup.Config{Table: "blocks", Grace: time.Millisecond})
+				require.NoError(t, err)
+				pending := refset.Exec[string](`INSERT INTO pending (block_id) VALUES (?)`, 1)
+				_, err = e.db.Pool().ExecContext(ctx, `CREATE TABLE paid (id text PRIMARY KEY)`)
+				require.NoError(t, err)
+				own := e.db.Driver().(refsetdriver.OwnCommits)
+				work := func(round int) {
+					t.Helper()
+					id := func(k string) string { return fmt.Sprint(k, round) }
+					step := func(what string, err error) {
+						t.Helper()
+						assert.NoError(t, err, "round %d: %s", round, what)
+					}
+					set := refset.New(setStore) // nothing cached: Load reads
+					_, err := set.Add(ctx, block{Hash: id("a"), Height: 1}, pending)
+					step("Add with a command", err)
+					_, err = set.Add(ctx, block{Hash: id("p"), Height: 1})
+					step("Add", err)
+					_, err = set.Load(ctx, id("a"))
+					step("Load", err)
+					tok, err := set.Upgrade(ctx, id("p"), set.Hold("h", time.Hour))
+					step("Upgrade with a hold", err)
+					if err == nil {
+						rel, err := tok.Release(set.Unhold("h"))
+						require.NoError(t, err)
+						acq, err := rel.Acquire()
+						require.NoError(t, err)
+						_, err = acq.Complete(ctx)
+						step("Unhold", err)
+					}
+					_, err = e.acquired(t, id("h"), cmds(releasePending), cmds(acquireHead)).Complete(ctx)
+					step("hand-over", err)
+					acq := e.acquired(t, id("u"), cmds(releasePending), cmds(acquireHead))
+					step("hand-over in a unit", refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+						_, err := acq.CompleteTx(ctx, tx)
+						return err
+					}))
+					step("unit", refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+						tok, err := set.AddTx(ctx, tx, block{Hash: id("t"), Height: 1}, set.Hold("t", time.Hour))
+						if err == nil {
+							_, err = set.GetTx(ctx, tx, tok)
+						}
+						return err
+					}))
+					step("a statement that commits on its own", own.QueryOwn(ctx, `INSERT INTO paid (id) VALUES ($1) RETURNING id`,
+						[]any{id("o")}, func(*sql.Rows) error { return nil }, nil))
+					_, err = c.Collect(ctx)
+					step("Collect", err)
+					_, err = c.Check(ctx)
+					step("Check", err)
+					_, err = c.Why(ctx, id("a"))
+					step("Why", err)
+				}
+				for round := range 3 { // Exec commands are prepared once they ran twice
+					work(round)
+				}
+				d.drop(t, e, refset.New(setStore), "dropped")
+				for round := 3; round < 6; round++ {
+					work(round)
+				}
+			})
+		}
+	}
+}
+
+// A statement of the caller's that fails with SQLSTATE 26000 in a unit of work (a
+// function raising it, naming a statement as lib/pq names its own) is that
+// statement's failure, not a statement of the driver's gone: the unit runs once
+// (a sequence it moves moves once per call), and fails with ErrStatement.
+func TestCallersInvalidStatementNameInUnit(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, driver string) {
+		e := newHandOverEnv(t, openWith(t, pgtest.DSN(t), Options{Driver: driver, MaxConns: 1}))
+		ctx := t.Context()
+		for _, q := range []string{`CREATE SEQUENCE touched`, `CREATE FUNCTION no_such_statement(text) RETURNS int LANGUAGE plpgsql AS $$
+			BEGIN RAISE EXCEPTION 'prepared statement "%" does not exist', $1 USING ERRCODE = '26000'; END $$`} {
+			_, err := e.db.Pool().ExecContext(ctx, q)
+			require.NoError(t, err)
+		}
+		touch := refset.Exec[string](`SELECT nextval('touched') WHERE ?::text IS NOT NULL`, -1)
+		failing := refset.Exec[string](`SELECT no_such_statement('1') WHERE ?::text IS NOT NULL`, -1)
+		for i := range 3 { // prepared from the third on, on lib/pq
+			id := fmt.Sprint("b", i)
+			acq := e.acquired(t, id, cmds(releasePending), cmds(touch, failing))
+			err := refset.InTx(ctx, e.db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := acq.CompleteTx(ctx, tx)
+				return err
+			})
+			require.ErrorIs(t, err, refset.ErrStatement)
+			assert.Equal(t, i+1, count(t, e.db, `SELECT last_value FROM touched`), "the unit ran once")
+			e.handedOver(t, id, false)
 		}
 	})
 }

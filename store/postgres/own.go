@@ -94,6 +94,9 @@ func (db *DB) takeConn(ctx context.Context, who *backendID) (*sqlx.Conn, error) 
 						return err // database/sql discards the connection
 					}
 				}
+				if err := settlePgx(ctx, pc); err != nil {
+					return driver.ErrBadConn // what the server keeps prepared is unknown
+				}
 				if who != nil {
 					return pgxIdentify(ctx, pc, who)
 				}

@@ -101,6 +101,7 @@ func (p pgxPipeline) run(ctx context.Context, stmts []refsetdriver.Statement, re
 		if !ok {
 			return &refsetdriver.PipelineError{Query: "BEGIN", Err: sentinel.New(msgPrefix, "", refset.ErrInvalidConfig, fmt.Errorf("the pool's connection is a %T, not pgx's", dc))}
 		}
+		settleRaw(ctx, dc)
 		return p.runOn(ctx, c.Conn(), stmts, result, ticket)
 	})
 	// The unit's connection goes back to the pool (dropped, if lost) before a lost

@@ -43,6 +43,7 @@ func (db *DB) pgxRowRead(ctx context.Context, pool any, query string, args []any
 		if c == nil {
 			return errNotPgx
 		}
+		settleRaw(ctx, dc)
 		rows, err := c.Query(ctx, query, args...)
 		if err != nil {
 			return err
