@@ -149,9 +149,13 @@ func (cleanupDialect) InsertTriggerSQL(p *refsetdriver.Plan) (string, []any) {
 		[]any{p.Name("new") + "_insert", p.Table.Name}
 }
 
-// InstalledGraceIn reads the grace period from the text of the insert trigger.
+// InstalledGraceIn reads the grace period from the text of the insert trigger, as
+// this version writes it or as versions before wrote it (legacyNowMillis).
 func (cleanupDialect) InstalledGraceIn(text string) (time.Duration, bool) {
-	return cleanupsql.GraceIn(text, graceBefore, graceAfter)
+	if grace, ok := cleanupsql.GraceIn(text, graceBefore, graceAfter); ok {
+		return grace, true
+	}
+	return cleanupsql.GraceIn(text, legacyNowMillis+" + ", graceAfter)
 }
 
 // EnqueueExisting: see refsetdriver.CleanupDialect. A page is a range of the ID

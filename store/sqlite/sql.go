@@ -16,8 +16,15 @@ import (
 // All of this store's SQL is here.
 
 // nowMillis is the database clock in Unix milliseconds; julianday works on every
-// SQLite version a user may link.
-const nowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+// SQLite version a user may link. SQLite keeps the time in whole milliseconds, but
+// julianday gives it in days, as a double: multiplied back, a millisecond comes out
+// a hair below itself about half the time, so it is rounded, not cut (cut, a lock
+// lived up to a millisecond less than its ttl). legacyNowMillis is the clock as
+// triggers installed before were written with it (see InstalledGraceIn).
+const (
+	nowMillis       = `CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`
+	legacyNowMillis = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+)
 
 type dialect struct{}
 
