@@ -62,9 +62,29 @@
 //     one whose query the database is still computing as its rows are read (SQLite
 //     computes an aggregate inside Scan, after the statement returned): a probe of
 //     the connection, which waits while the driver works, tells it.
-//   - Group.InterruptRollsBack: a statement cut short by its context rolls back the
-//     whole transaction on SQLite, so a unit's statements run to their end once
-//     others' work is in the transaction, and its context ends it between statements.
+//   - Group.InterruptRollsBack: a write cut short by its context rolls back the
+//     whole transaction on SQLite, so a unit's statements that may write run to
+//     their end once others' work is in the transaction, and its context ends it
+//     between statements. A statement Group.Classify says only reads
+//     (StatementReads) runs with its context: cut short, it fails alone. When in
+//     doubt, a store's Classify says a statement writes.
+//   - One unit's outcome never rests on another's work: a unit is told it committed
+//     exactly when, alone, it would have. What the database checks only at COMMIT
+//     (SQLite's deferred foreign keys), and does not tell per unit, could be left
+//     violated by one unit and made good by a later one of its group. So a unit that
+//     may leave such a violation never shares a transaction: Group.Apart, asked on
+//     the group's transaction before the writer first passes on inside it (only when
+//     a unit waits to join: a unit alone pays nothing), and again after a unit's
+//     StatementSchema (DDL), ends the group when it says so (SQLite's: while the
+//     schema has a deferred key; one PRAGMA per group, the schema read again only
+//     when it changed). Group.Classify sees every statement of every unit, before it
+//     is sent, and queries nothing. A statement it marks StatementAlone (PRAGMA
+//     defer_foreign_keys, DDL declaring a deferred key) runs only in a unit that has
+//     the transaction to itself: sent by a group's first unit, the group takes no
+//     unit after it; sent by a unit that joined a group holding others' work, it is
+//     not sent, and the unit is rolled back with ErrConflict marked
+//     refsetdriver.RunAlone, which refset.InTx runs again in a transaction of its
+//     own; the group commits without it.
 //
 // Units of work already inside one (refset.InTx's context) never reach Begin: they
 // join their unit under a savepoint, as without group commit.
@@ -107,7 +127,8 @@
 //     every other unit is told it failed, and nothing of it committed. A unit whose
 //     context ended before its Commit rolls back. (TestGroupCommitToldCommittedExactly,
 //     TestGroupCommitEndedContextRollsBack, TestGroupCommitSurvivesKill,
-//     TestDeferredForeignKeyFailsItsUnitAlone.)
+//     TestDeferredForeignKeyFailsItsUnitAlone, TestDeferredViolationNotMaskedByAnotherUnit,
+//     TestGroupCommitQueryHonoursContext.)
 //  6. Waiting ends with the context. A unit waits for the writer, and a group's first
 //     unit for the connection, only while its context lasts.
 //     (TestGroupCommitBeginHonoursContext.)

@@ -49,7 +49,48 @@ type Group struct {
 	// disk or an I/O error. Statements sent after that would each commit on their
 	// own. nil: the database never does.
 	Watch func(conn *sql.Conn) (ended func() bool)
+	// Classify, if not nil, tells what a statement of a unit does to the
+	// transaction (Statement); nil: every statement may write (StatementWrites).
+	// It is called for every statement of a unit, before it is sent: it must not
+	// query.
+	Classify func(query string) Statement
+	// Apart, if not nil, is asked on a group's transaction before the writer first
+	// passes on inside it to another unit, and again after a unit sent a
+	// StatementSchema: true, and the group takes no other unit (it commits, and the
+	// next unit begins a group of its own). changed says a unit sent a
+	// StatementSchema since Apart was last asked, in this group or an earlier one.
+	// SQLite's says so while the schema has a deferred foreign key: a violation one
+	// unit leaves is checked only at COMMIT, and a later unit of the group could make
+	// the reference good before it, the unit told it committed when, alone, it
+	// would have failed. An error counts as true.
+	Apart func(ctx context.Context, tx *sqlx.Tx, changed bool) (bool, error)
 }
+
+// Statement is what a statement of a unit does to the transaction it shares
+// (Group.Classify).
+type Statement int
+
+const (
+	// StatementWrites may write: with Group.InterruptRollsBack it runs to its end
+	// whatever its context, once other units' work is in the transaction.
+	StatementWrites Statement = iota
+	// StatementReads only reads: cut short by its context it fails alone, and the
+	// transaction stands (SQLite rolls the whole transaction back only for an
+	// interrupted write), so it runs with its context.
+	StatementReads
+	// StatementSchema may change the schema (DDL): Group.Apart is asked again
+	// before the writer passes on, told the schema changed.
+	StatementSchema
+	// StatementAlone leaves the transaction in a state every later unit would
+	// inherit, and that would let another unit's work decide this one's outcome
+	// (SQLite's PRAGMA defer_foreign_keys, DDL that declares a deferred foreign
+	// key): it runs only in a unit that has the transaction to itself. Sent by a
+	// group's first unit, it ends the group after that unit. Sent by a unit that
+	// joined a group holding others' work, it is not sent: the unit is rolled back
+	// with ErrConflict marked refsetdriver.RunAlone, which refset.InTx runs again in
+	// a transaction of its own.
+	StatementAlone
+)
 
 // groupSavepoint names the savepoint each unit of a group runs in. A unit's own
 // statements may not name it (Enter refuses them): releasing it early, or rolling back
@@ -73,6 +114,8 @@ type grouper struct {
 	// none is, the group ends.
 	handOff chan *batch
 
+	// schema: a unit sent a StatementSchema since Group.Apart was last asked.
+	schema  atomic.Bool
 	waiting atomic.Int64 // units waiting for the writer
 	joiners atomic.Int64 // of them, those that may join a group (not alone)
 	commits atomic.Int64 // groups committed
@@ -103,9 +146,13 @@ type batch struct {
 	units   int   // units that ran in it
 	kept    int   // units whose work stands in it, waiting for its commit
 	lost    error // why the transaction is lost, if it is
-	alone   bool  // its unit runs alone: no other joins it
-	done    chan struct{}
-	err     error // the group's outcome, for its kept units
+	alone   bool  // its unit runs alone, or Group.Apart said so: no other joins it
+	checked bool  // Group.Apart was asked in it
+	// isolated: its first unit sent a StatementAlone, so no other joins it. Set by
+	// Enter, which a unit's goroutines may call together.
+	isolated atomic.Bool
+	done     chan struct{}
+	err      error // the group's outcome, for its kept units
 }
 
 func newGrouper(e *Engine, cfg Group) *grouper {
@@ -224,11 +271,11 @@ func (g *grouper) finish(b *batch) {
 		// would begin it and its RELEASE commit it there and then.
 		b.lose(errEndedByDatabase)
 	}
-	if b.lost == nil && !b.alone && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
+	if b.lost == nil && !b.alone && !b.isolated.Load() && b.units < g.cfg.MaxUnits && time.Since(b.started) < g.cfg.MaxAge {
 		// A unit counted as a joiner is in turn's select, or a few instructions
 		// from it (on its way in, or out once its context ended): wait those out,
 		// so that a unit Stats counts as waiting when the group may grow joins it.
-		for g.joiners.Load() > 0 {
+		for g.joiners.Load() > 0 && !g.apart(b) {
 			select {
 			case g.handOff <- b:
 				return
@@ -239,6 +286,28 @@ func (g *grouper) finish(b *batch) {
 	}
 	g.end(b)
 	g.release()
+}
+
+// apart reports whether b must take no other unit (Group.Apart), asked (by finish)
+// only when a unit waits to join it, once per group and again after a unit's
+// StatementSchema. A unit alone, the common case without contention, pays nothing
+// for it.
+func (g *grouper) apart(b *batch) bool {
+	if g.cfg.Apart == nil {
+		return false
+	}
+	// Taken before Apart reads the schema: a StatementSchema after it is seen next
+	// time.
+	changed := g.schema.Swap(false)
+	if b.checked && !changed {
+		return false
+	}
+	b.checked = true
+	if apart, err := g.cfg.Apart(context.Background(), b.tx, changed); apart || err != nil {
+		b.alone = true
+		return true
+	}
+	return false
 }
 
 // end commits b's transaction, or rolls it back when no unit's work stands in it or
@@ -387,11 +456,31 @@ func (m *member) Enter(ctx context.Context, query string) (context.Context, func
 	case m.b.lost != nil:
 		err = fmt.Errorf("%s: group commit: %w: the unit's transaction is lost (%w); nothing of the unit will commit, and refset.InTx runs it again", m.g.e.c.Name, sentinel.ErrConflict, m.b.lost)
 	default:
+		kind := StatementWrites
+		if m.g.cfg.Classify != nil {
+			kind = m.g.cfg.Classify(query)
+		}
+		switch kind {
+		case StatementSchema:
+			m.g.schema.Store(true)
+		case StatementAlone:
+			if !m.shared {
+				// The group's first unit: the group takes no other.
+				m.b.isolated.Store(true)
+				m.g.schema.Store(true) // DDL that declares a deferred key, perhaps
+				break
+			}
+			m.mu.RUnlock()
+			err := refsetdriver.RunAlone(fmt.Errorf("%s: group commit: %w: %q must run in a transaction of the unit's own, and the unit joined one holding %d other units' work; it was rolled back, and refset.InTx runs it again alone", m.g.e.c.Name, sentinel.ErrConflict, query, m.before))
+			m.abandon(err)
+			return nil, nil, err
+		}
 		if !m.shared {
 			return ctx, m.mu.RUnlock, nil
 		}
-		if m.g.cfg.InterruptRollsBack {
-			// Cut short, the statement would take the other units' work with it.
+		if m.g.cfg.InterruptRollsBack && kind != StatementReads {
+			// Cut short, the statement would take the other units' work with it. A
+			// read cut short fails alone.
 			ctx = context.WithoutCancel(ctx)
 		}
 		m.inFlight.Add(1)

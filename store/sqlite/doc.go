@@ -73,21 +73,40 @@
 //   - A unit's own SQL must not end the transaction nor touch the savepoint named
 //     refset_group_unit: such statements fail with refset.ErrInvalidCommand, unsent
 //     (SAVEPOINT, RELEASE and ROLLBACK TO of names of its own are fine).
-//   - Once other units' work is in the transaction, a unit's statement runs to its
-//     end whatever its context (SQLite's interrupt would roll back the whole
-//     transaction); the context ends the unit between statements.
+//   - Once other units' work is in the transaction, a unit's statement that may
+//     write runs to its end whatever its context (SQLite's interrupt would roll back
+//     the whole transaction); the context ends the unit between statements. A read
+//     runs with its context, since an interrupted read fails alone: one statement
+//     that is a SELECT or VALUES (after a WITH prefix or not) or a PRAGMA that reads
+//     the schema or checks it (table_info, foreign_key_check, integrity_check, ...).
+//     Anything else counts as a write: WITH ... INSERT/UPDATE/DELETE, RETURNING,
+//     several statements in one query.
 //   - A unit that sends no statement for 250 ms while units before it in its group
 //     wait for their commit is rolled back with refset.ErrConflict, and InTx runs it
 //     again; one busy with statements is never evicted, nor one whose query SQLite
 //     is still stepping as its rows are read.
-//   - Deferred foreign keys (DEFERRABLE INITIALLY DEFERRED, PRAGMA defer_foreign_keys)
-//     are checked at the shared COMMIT, which a violation fails for every unit of
-//     the group: each then runs again (refset.InTx's retries) in a transaction of
-//     its own, so the unit that violated it fails alone with ErrConstraint and the
-//     others commit, at the price of a transaction each. A unit begun with Begin
-//     rather than InTx gets ErrConflict and must run again itself. refset's own
-//     tables have no deferred keys; immediate foreign keys fail their unit alone at
-//     once.
+//   - Deferred foreign keys are checked only at COMMIT, and SQLite tells neither
+//     driver which unit left a violation: in a shared transaction, a later unit
+//     could make good the reference an earlier one left dangling, and the earlier
+//     one would be told it committed when alone it would have failed. So a unit
+//     that may leave a deferred violation never shares a transaction:
+//     while the schema (main or temp) declares any foreign key DEFERRABLE INITIALLY
+//     DEFERRED, every unit runs in a transaction of its own (group commit is in
+//     effect off, each unit paying its own COMMIT and fsync: declare keys checked at
+//     once to share commits). The schema is read again only when its
+//     schema_version changed, asked once per group, when a unit waits to join it.
+//     A unit's PRAGMA defer_foreign_keys (set) or DDL that declares a deferred key
+//     runs only in a transaction of the unit's own: the group takes no unit after
+//     it, and a unit that joined a group holding others' work is rolled back before
+//     the statement is sent, with refset.ErrConflict marked to run alone, which
+//     refset.InTx runs again in a transaction of its own (a unit begun with Begin
+//     gets the ErrConflict and must run again itself). Other DDL in a unit makes
+//     the group read the schema again before it takes another unit. A violation
+//     left so fails its own unit, with ErrConstraint, at its own COMMIT. Should a
+//     shared COMMIT still be refused for what one unit wrote, each unit of the group
+//     runs again alone (refset.InTx's retries), so that only that unit fails.
+//     refset's own tables have no deferred keys; immediate foreign keys fail their
+//     unit alone at once.
 //   - What a unit's SQL would change of the writer's connection for every unit after
 //     it, in its group and later, and keep through the unit's rollback, is refused
 //     with refset.ErrInvalidCommand, unsent, with group commit and without: a PRAGMA
@@ -96,7 +115,6 @@
 //     a temporary view or trigger, and a temporary table named as (or renamed to) a
 //     table or view of the main schema, which would take later units' rows on that
 //     connection alone, never to reach the file. Temporary tables of other names are
-//     fine. PRAGMA defer_foreign_keys, which ends with the transaction, and DDL in a
-//     unit still affect the units after it in the group; keep them out of units of
-//     work.
+//     fine. (PRAGMA defer_foreign_keys, which ends with the transaction, and DDL:
+//     see deferred foreign keys above.)
 package sqlite

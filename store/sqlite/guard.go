@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/refsetdb/refset/internal/engine"
 	"github.com/refsetdb/refset/internal/sentinel"
+	"github.com/refsetdb/refset/internal/sqltext"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -156,22 +158,104 @@ func renamedTo(st []string) (string, bool) {
 // settingPragma is the name of the first PRAGMA among query's statements that sets a
 // connectionPragma (PRAGMA [schema.]name = value, or name(value)), "" if none does.
 func settingPragma(query string) string {
+	return setPragma(query, func(name string) bool { return connectionPragmas[name] })
+}
+
+// setPragma is the name, lower-cased, of the first PRAGMA among query's statements
+// that sets a value (PRAGMA [schema.]name = value, or name(value)) and that is, ""
+// if none does.
+func setPragma(query string, is func(name string) bool) string {
 	if !containsFold(query, "pragma") {
 		return "" // the common case, without lexing
 	}
 	for _, st := range statements(sqlTokens(query)) {
-		if len(st) < 3 || !strings.EqualFold(st[0], "pragma") {
-			continue
-		}
-		name, rest := unquote(st[1]), st[2:]
-		if len(rest) >= 2 && rest[0] == "." {
-			name, rest = unquote(rest[1]), rest[2:]
-		}
-		if len(rest) > 0 && (rest[0] == "=" || rest[0] == "(") && connectionPragmas[strings.ToLower(name)] {
-			return strings.ToLower(name)
+		name, rest, ok := pragma(st)
+		if ok && len(rest) > 0 && (rest[0] == "=" || rest[0] == "(") && is(name) {
+			return name
 		}
 	}
 	return ""
+}
+
+// pragma reads a PRAGMA statement: its name, lower-cased, and the tokens after it.
+func pragma(st []string) (name string, rest []string, ok bool) {
+	if len(st) < 2 || !strings.EqualFold(st[0], "pragma") {
+		return "", nil, false
+	}
+	name, rest = unquote(st[1]), st[2:]
+	if len(rest) >= 2 && rest[0] == "." {
+		name, rest = unquote(rest[1]), rest[2:]
+	}
+	return strings.ToLower(name), rest, true
+}
+
+// classify tells group commit what a statement of a unit does to the writer's
+// transaction (engine.Group.Classify), from its text alone, before it is sent; when
+// in doubt, that it may write. It lexes only what holds "pragma", ";" or DDL's verb.
+//
+//   - PRAGMA defer_foreign_keys, set, lasts until the transaction ends, and would
+//     defer the keys of every later unit of the group: it must run alone
+//     (StatementAlone).
+//   - DDL (CREATE, ALTER, DROP) that declares a foreign key DEFERRABLE INITIALLY
+//     DEFERRED must run alone too; other DDL may change the schema otherwise: the
+//     group asks again whether it may grow (StatementSchema).
+//   - One statement that only reads (SELECT or VALUES, after a WITH prefix or not,
+//     and PRAGMAs that read the schema or check it) fails alone when interrupted,
+//     where an interrupted write rolls back the whole transaction: it runs with its
+//     context (StatementReads). SQLite's WITH may lead an INSERT, UPDATE or DELETE,
+//     which sqltext.Verb names, and RETURNING follows only those. A query of several
+//     statements is a write.
+func classify(query string) engine.Statement {
+	if setPragma(query, func(name string) bool { return name == "defer_foreign_keys" }) != "" {
+		return engine.StatementAlone
+	}
+	if strings.IndexByte(query, ';') >= 0 {
+		if sts := statements(sqlTokens(query)); len(sts) != 1 {
+			kind := engine.StatementWrites
+			for _, st := range sts {
+				if schemaVerb(strings.ToUpper(st[0])) {
+					kind = engine.StatementSchema
+				}
+			}
+			if kind == engine.StatementSchema && containsFold(query, "deferred") && declaresDeferred(query) {
+				return engine.StatementAlone
+			}
+			return kind
+		}
+	}
+	switch verb := sqltext.Verb(query); {
+	case verb == "SELECT" || verb == "VALUES":
+		return engine.StatementReads
+	case schemaVerb(verb):
+		if containsFold(query, "deferred") && declaresDeferred(query) {
+			return engine.StatementAlone
+		}
+		return engine.StatementSchema
+	case verb == "PRAGMA":
+		if sts := statements(sqlTokens(query)); len(sts) == 1 {
+			if name, rest, ok := pragma(sts[0]); ok && readingPragma(name, rest) {
+				return engine.StatementReads
+			}
+		}
+	}
+	return engine.StatementWrites
+}
+
+func schemaVerb(verb string) bool { return verb == "CREATE" || verb == "ALTER" || verb == "DROP" }
+
+// readingPragma reports whether PRAGMA name followed by rest only reads: the schema's
+// lists and checks, which may take an argument, and values read without one.
+func readingPragma(name string, rest []string) bool {
+	switch name {
+	case "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+		"foreign_key_list", "foreign_key_check", "integrity_check", "quick_check":
+		return len(rest) == 0 || rest[0] == "("
+	case "schema_version", "user_version", "application_id", "data_version", "freelist_count",
+		"page_count", "foreign_keys", "defer_foreign_keys", "database_list", "collation_list",
+		"compile_options", "function_list", "module_list", "pragma_list":
+		return len(rest) == 0
+	}
+	return false
 }
 
 // sqlTokens splits query into SQLite's tokens as far as settingPragma needs: words,
