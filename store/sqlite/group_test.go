@@ -62,13 +62,17 @@ const (
 	insertNote = `INSERT INTO notes (id, item) VALUES (?, ?)`
 )
 
-// unitKinds are the units of work TestGroupCommitInvariants races: those that
-// commit, and every way a unit can fail, each of which must undo that unit alone.
-var unitKinds = []struct {
+// unitKind is a kind of unit of work raceUnits runs, with its name, and whether it
+// means to commit.
+type unitKind struct {
 	name   string
 	commit bool // the unit means to commit
 	run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
-}{
+}
+
+// unitKinds are the units of work TestGroupCommitInvariants races: those that
+// commit, and every way a unit can fail, each of which must undo that unit alone.
+var unitKinds = []unitKind{
 	{"commits", true, inTx(addItem, run(insertNote), run(insertUnit))},
 	{"adds with a command", true, func(ctx context.Context, set *refset.RefSet[item, string], id string) error {
 		_, err := set.Add(ctx, item{Key: id}, refset.Exec[string](insertUnit, 1))
@@ -143,51 +147,13 @@ func groupCommitInvariants(t *testing.T, deferred bool) {
 	}
 	const goroutines = 8
 	perGoroutine := 4 * len(unitKinds)
-	var committed sync.Map // id -> kind
-	var failed sync.Map
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Go(func() {
-			for i := range perGoroutine {
-				k := unitKinds[(g+i)%len(unitKinds)]
-				id := fmt.Sprintf("g%d-%d", g, i)
-				if err := k.run(ctx, set, id); err == nil {
-					committed.Store(id, k.name)
-				} else {
-					failed.Store(id, k.name)
-				}
-			}
-		})
-	}
-	wg.Wait()
-
-	exists := func(table, id string) bool {
-		var n int
-		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE id = ?`, id).Scan(&n))
-		return n == 1
-	}
-	var nCommitted, nFailed int
-	committed.Range(func(id, kind any) bool {
-		nCommitted++
-		for _, k := range unitKinds {
-			if k.name == kind {
-				assert.True(t, k.commit, "%s (%s) was told it committed", id, kind)
-			}
-		}
-		assert.True(t, exists("items", id.(string)), "%s (%s): its item", id, kind)
-		assert.True(t, exists("units", id.(string)), "%s (%s): its row", id, kind)
-		return true
-	})
-	failed.Range(func(id, kind any) bool {
-		nFailed++
-		assert.False(t, exists("items", id.(string)), "%s (%s) failed and left its item", id, kind)
-		assert.False(t, exists("units", id.(string)), "%s (%s) failed and left its row", id, kind)
-		assert.False(t, exists("notes", id.(string)), "%s (%s) failed and left its note", id, kind)
-		assert.False(t, exists("pledges", id.(string)), "%s (%s) failed and left its pledge", id, kind)
-		_, err := set.Load(ctx, id.(string))
+	committed, failed := raceUnits(ctx, set, unitKinds, goroutines, perGoroutine, nil, nil)
+	checkUnits(ctx, t, db, unitKinds, committed, failed)
+	for id, kind := range failed {
+		_, err := set.Load(ctx, id)
 		assert.ErrorIs(t, err, refset.ErrNotFound, "%s (%s): no lease of what rolled back", id, kind)
-		return true
-	})
+	}
+	nCommitted, nFailed := len(committed), len(failed)
 	commitKinds := 0
 	for _, k := range unitKinds {
 		if k.commit {
@@ -197,10 +163,6 @@ func groupCommitInvariants(t *testing.T, deferred bool) {
 	require.Zero(t, perGoroutine%len(unitKinds), "each goroutine runs each kind as often")
 	assert.Equal(t, goroutines*perGoroutine*commitKinds/len(unitKinds), nCommitted, "the units meant to commit did")
 	assert.Equal(t, goroutines*perGoroutine, nCommitted+nFailed)
-	rows, err := db.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
-	require.NoError(t, err)
-	assert.False(t, rows.Next(), "a reference dangles")
-	require.NoError(t, rows.Close())
 	stats := engine.Stats(db.storeEngine)
 	t.Logf("%d units committed in %d groups", stats.Units, stats.Commits)
 	if deferred {
@@ -208,6 +170,72 @@ func groupCommitInvariants(t *testing.T, deferred bool) {
 	} else {
 		assert.Less(t, stats.Commits, stats.Units, "units shared commits")
 	}
+}
+
+// raceUnits runs units of work from goroutines goroutines, perGoroutine each, taking
+// kinds in turn, each unit with an id of its own. after, unless nil, is told each
+// unit's outcome as it ends; during, unless nil, runs while the units race. It
+// returns the kind's name of each unit told it committed, and of each told it
+// failed, by id.
+func raceUnits(ctx context.Context, set *refset.RefSet[item, string], kinds []unitKind, goroutines, perGoroutine int,
+	after func(id string, k unitKind, err error), during func()) (committed, failed map[string]string) {
+	committed, failed = map[string]string{}, map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range perGoroutine {
+				k := kinds[(g+i)%len(kinds)]
+				id := fmt.Sprintf("g%d-%d", g, i)
+				err := k.run(ctx, set, id)
+				mu.Lock()
+				if err == nil {
+					committed[id] = k.name
+				} else {
+					failed[id] = k.name
+				}
+				mu.Unlock()
+				if after != nil {
+					after(id, k, err)
+				}
+			}
+		})
+	}
+	if during != nil {
+		during()
+	}
+	wg.Wait()
+	return committed, failed
+}
+
+// checkUnits checks db after raceUnits: every unit told it committed meant to
+// commit, and its item and row are there; every unit told it failed left nothing;
+// and no reference dangles.
+func checkUnits(ctx context.Context, t *testing.T, db *DB, kinds []unitKind, committed, failed map[string]string) {
+	t.Helper()
+	exists := func(table, id string) bool {
+		var n int
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE id = ?`, id).Scan(&n))
+		return n == 1
+	}
+	for id, name := range committed {
+		for _, k := range kinds {
+			if k.name == name {
+				assert.True(t, k.commit, "%s (%s) was told it committed", id, name)
+			}
+		}
+		assert.True(t, exists("items", id), "%s (%s) told committed: its item", id, name)
+		assert.True(t, exists("units", id), "%s (%s) told committed: its row", id, name)
+	}
+	for id, name := range failed {
+		for _, table := range []string{"items", "units", "notes", "pledges"} {
+			assert.False(t, exists(table, id), "%s (%s) told failed: left its %s", id, name, table)
+		}
+	}
+	rows, err := db.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
+	require.NoError(t, err)
+	assert.False(t, rows.Next(), "a reference dangles")
+	require.NoError(t, rows.Close())
 }
 
 // A unit that joined a group and then waits for the return of a unit before it in
@@ -235,28 +263,44 @@ func TestGroupCommitEvictsBlockedUnit(t *testing.T) {
 func joinGroup(ctx context.Context, t *testing.T, db *DB, set *refset.RefSet[item, string],
 	b func(ctx context.Context, tx refset.Tx, run int32, aDone <-chan struct{}) error) int32 {
 	t.Helper()
-	aIn, aDone := make(chan struct{}), make(chan struct{})
-	var aErr, bErr error
+	aDone := make(chan struct{})
 	var bRuns atomic.Int32
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	aErr, bErr := groupOfTwo(ctx, t, db, func(hold func()) error {
 		defer close(aDone)
-		_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
-			close(aIn)
-			waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
+		_, err := set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+			hold()
 			return nil
 		}))
-	})
-	wg.Go(func() {
-		<-aIn
-		bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+		return err
+	}, func() error {
+		return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 			return b(ctx, tx, bRuns.Add(1), aDone)
 		})
 	})
-	wg.Wait()
 	require.NoError(t, aErr)
 	require.NoError(t, bErr)
 	return bRuns.Load()
+}
+
+// groupOfTwo runs a, which runs a unit of work, and b, which runs another once a's
+// holds the writer, so that b's joins a's group: a's unit calls hold (once: a second
+// call panics), which returns once b's waits for the writer. It returns a's and b's
+// errors.
+func groupOfTwo(ctx context.Context, t *testing.T, db *DB, a func(hold func()) error, b func() error) (aErr, bErr error) {
+	t.Helper()
+	aIn := make(chan struct{})
+	hold := func() {
+		close(aIn)
+		waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { aErr = a(hold) })
+	wg.Go(func() {
+		<-aIn
+		bErr = b()
+	})
+	wg.Wait()
+	return aErr, bErr
 }
 
 // busyUnitKept runs busy in a unit b that joins the group of a unit a (joinGroup),
@@ -297,30 +341,24 @@ func waitFor(ctx context.Context, tb testing.TB, cond func() bool) {
 // the group commits on its first run.
 func TestGroupCommitCancelInsideStatement(t *testing.T) {
 	ctx, db, set := groupDB(t, Options{}, 20*time.Second)
-	aIn := make(chan struct{})
 	var aRuns atomic.Int32
-	var aErr, bErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, aErr = set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+	aErr, bErr := groupOfTwo(ctx, t, db, func(hold func()) error {
+		_, err := set.Add(ctx, item{Key: "a"}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
 			if aRuns.Add(1) == 1 {
-				close(aIn)
-				waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
+				hold()
 			}
 			return nil
 		}))
-	})
-	wg.Go(func() {
-		<-aIn
+		return err
+	}, func() error {
 		bCtx, bCancel := context.WithCancel(ctx)
 		defer bCancel()
-		bErr = refset.InTx(bCtx, db, func(ctx context.Context, tx refset.Tx) error {
+		return refset.InTx(bCtx, db, func(ctx context.Context, tx refset.Tx) error {
 			time.AfterFunc(20*time.Millisecond, bCancel)
 			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 300000) SELECT 'b' || i FROM r`)
 			return err
 		})
 	})
-	wg.Wait()
 	require.NoError(t, aErr)
 	require.ErrorIs(t, bErr, context.Canceled)
 	assert.EqualValues(t, 1, aRuns.Load(), "a committed on its first run: b's cancel did not roll it back")
@@ -657,12 +695,7 @@ func TestGroupCommitBeginHonoursContext(t *testing.T) {
 		for _, noGroup := range []bool{false, true} {
 			t.Run(fmt.Sprintf("NoGroupCommit=%v", noGroup), func(t *testing.T) {
 				ctx := t.Context()
-				pool, err := sql.Open(driverName, "file:"+filepath.Join(t.TempDir(), "x.db")+goodWriter)
-				require.NoError(t, err)
-				pool.SetMaxOpenConns(1)
-				t.Cleanup(func() { pool.Close() })
-				db, err := New(ctx, pool, nil, Options{NoGroupCommit: noGroup})
-				require.NoError(t, err)
+				db := callersDB(t, driverName, filepath.Join(t.TempDir(), "x.db"), Options{NoGroupCommit: noGroup})
 				rows, err := db.Reader().QueryContext(ctx, `SELECT 1 UNION ALL SELECT 2`) // holds the one connection
 				require.NoError(t, err)
 				defer rows.Close()
@@ -782,11 +815,7 @@ func TestGroupCommitEndedContextRollsBack(t *testing.T) {
 
 // hostileKinds are units of work that misbehave, raced by
 // TestGroupCommitRaceWithClose beside unitKinds: each must undo itself alone.
-var hostileKinds = []struct {
-	name   string
-	commit bool
-	run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
-}{
+var hostileKinds = []unitKind{
 	{"sets a connection pragma, ignores the refusal", true, inTx(addItem, run(insertUnit),
 		func(ctx context.Context, tx refset.Tx, _ *refset.RefSet[item, string], _ string) error {
 			_, _ = tx.ExecContext(ctx, `PRAGMA query_only = ON`)
@@ -816,18 +845,7 @@ var hostileKinds = []struct {
 // them: every unit told it committed is in the file whole, every other left nothing,
 // every error is typed, and no reference dangles.
 func TestGroupCommitRaceWithClose(t *testing.T) {
-	type kind struct {
-		name   string
-		commit bool
-		run    func(ctx context.Context, set *refset.RefSet[item, string], id string) error
-	}
-	var kinds []kind
-	for _, k := range unitKinds {
-		kinds = append(kinds, kind(k))
-	}
-	for _, k := range hostileKinds {
-		kinds = append(kinds, kind(k))
-	}
+	kinds := append(append([]unitKind{}, unitKinds...), hostileKinds...)
 	eachDriver(t, func(t *testing.T, driverName string) {
 		for _, callers := range []bool{false, true} {
 			t.Run(fmt.Sprintf("callers pools=%v", callers), func(t *testing.T) {
@@ -839,74 +857,30 @@ func TestGroupCommitRaceWithClose(t *testing.T) {
 				require.NoError(t, first.Close())
 				db := openAt(t, path, Options{Driver: driverName})
 				if callers {
-					pool, err := sql.Open(driverName, "file:"+path+goodWriter)
-					require.NoError(t, err)
-					pool.SetMaxOpenConns(1)
-					t.Cleanup(func() { pool.Close() })
-					db, err = New(ctx, pool, nil, Options{})
-					require.NoError(t, err)
+					db = callersDB(t, driverName, path, Options{})
 				}
 				st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
 				require.NoError(t, err)
 				set := refset.New(st)
 
 				const goroutines, perGoroutine = 8, 60
-				var committed, failed sync.Map
 				var ran atomic.Int64
-				var wg sync.WaitGroup
-				for g := range goroutines {
-					wg.Go(func() {
-						for i := range perGoroutine {
-							k := kinds[(g+i)%len(kinds)]
-							id := fmt.Sprintf("g%d-%d", g, i)
-							err := k.run(ctx, set, id)
-							ran.Add(1)
-							if err == nil {
-								committed.Store(id, k.name)
-								continue
-							}
-							failed.Store(id, k.name)
-							assert.True(t, refset.IsSentinel(err) || errors.Is(err, context.Canceled) ||
-								err.Error() == "panicked" || strings.Contains(err.Error(), "the unit's own error"),
-								"%s (%s): untyped error %v", id, k.name, err)
-						}
-					})
-				}
-				// Closed once half the units ran, the others racing it.
-				waitFor(ctx, t, func() bool { return ran.Load() >= goroutines*perGoroutine/2 })
-				require.NoError(t, db.Close())
-				wg.Wait()
+				committed, failed := raceUnits(ctx, set, kinds, goroutines, perGoroutine, func(id string, k unitKind, err error) {
+					ran.Add(1)
+					if err != nil {
+						assert.True(t, refset.IsSentinel(err) || errors.Is(err, context.Canceled) ||
+							err.Error() == "panicked" || strings.Contains(err.Error(), "the unit's own error"),
+							"%s (%s): untyped error %v", id, k.name, err)
+					}
+				}, func() {
+					// Closed once half the units ran, the others racing it.
+					waitFor(ctx, t, func() bool { return ran.Load() >= goroutines*perGoroutine/2 })
+					require.NoError(t, db.Close())
+				})
 
 				check, _ := itemsAt(t, path, Options{Driver: driverName})
-				exists := func(table, id string) bool {
-					var n int
-					require.NoError(t, check.Readers().QueryRowContext(ctx, `SELECT count(*) FROM `+table+` WHERE id = ?`, id).Scan(&n))
-					return n == 1
-				}
-				var nCommitted, nFailed int
-				committed.Range(func(id, name any) bool {
-					nCommitted++
-					assert.True(t, exists("items", id.(string)), "%s (%s) told committed: its item", id, name)
-					assert.True(t, exists("units", id.(string)), "%s (%s) told committed: its row", id, name)
-					for _, k := range kinds {
-						if k.name == name {
-							assert.True(t, k.commit, "%s (%s) was told it committed", id, name)
-						}
-					}
-					return true
-				})
-				failed.Range(func(id, name any) bool {
-					nFailed++
-					for _, table := range []string{"items", "units", "notes", "pledges"} {
-						assert.False(t, exists(table, id.(string)), "%s (%s) told failed: left its %s", id, name, table)
-					}
-					return true
-				})
-				t.Logf("%d committed, %d failed", nCommitted, nFailed)
-				rows, err := check.Readers().QueryContext(ctx, `PRAGMA foreign_key_check`)
-				require.NoError(t, err)
-				assert.False(t, rows.Next(), "a reference dangles")
-				require.NoError(t, rows.Close())
+				checkUnits(ctx, t, check, kinds, committed, failed)
+				t.Logf("%d committed, %d failed", len(committed), len(failed))
 			})
 		}
 	})

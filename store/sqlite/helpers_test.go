@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -48,6 +49,19 @@ func eachWriterMode(t *testing.T, fn func(t *testing.T, opts Options)) {
 func openDB(tb testing.TB, opts Options) *DB {
 	tb.Helper()
 	return openAt(tb, filepath.Join(tb.TempDir(), "x.db"), opts)
+}
+
+// callersDB is what New makes, with opts, of a caller's pool of one connection to
+// the database file at path with driverName, closed when t ends.
+func callersDB(t *testing.T, driverName, path string, opts Options) *DB {
+	t.Helper()
+	pool, err := sql.Open(driverName, "file:"+path+goodWriter)
+	require.NoError(t, err)
+	pool.SetMaxOpenConns(1)
+	t.Cleanup(func() { pool.Close() })
+	db, err := New(t.Context(), pool, nil, opts)
+	require.NoError(t, err)
+	return db
 }
 
 // openAt opens the database file at path with opts, closed when tb ends.

@@ -415,28 +415,21 @@ func TestGroupCommitContextStages(t *testing.T) {
 				ctx, db, _ := groupDB(t, Options{Driver: driverName}, time.Minute)
 				aCtx, aCancel := context.WithCancel(ctx)
 				defer aCancel()
-				var aErr, bErr error
-				aIn := make(chan struct{})
-				var wg sync.WaitGroup
-				wg.Go(func() {
-					aErr = refset.InTx(aCtx, db, func(ctx context.Context, tx refset.Tx) error {
+				aErr, bErr := groupOfTwo(ctx, t, db, func(hold func()) error {
+					return refset.InTx(aCtx, db, func(ctx context.Context, tx refset.Tx) error {
 						if err := insert("a")(ctx, tx, 0); err != nil {
 							return err
 						}
-						close(aIn)
-						waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
+						hold()
 						return nil
 					})
-				})
-				wg.Go(func() {
-					<-aIn
-					bErr = refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				}, func() error {
+					return refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
 						aCancel() // a is kept by now, waiting for the commit b's end makes
 						time.Sleep(time.Duration(try) * time.Millisecond)
 						return insert("b")(ctx, tx, 0)
 					})
 				})
-				wg.Wait()
 				require.NoError(t, bErr)
 				assert.True(t, has(ctx, t, db, "b"))
 				assert.Equal(t, aErr == nil, has(ctx, t, db, "a"), "try %d: a told %v", try, aErr)
@@ -693,12 +686,7 @@ func TestTemporaryTableMayNotHide(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "x.db")
 				db, _ := itemsAt(t, path, Options{Driver: driverName})
 				if callers {
-					pool, err := sql.Open(driverName, "file:"+path+goodWriter)
-					require.NoError(t, err)
-					pool.SetMaxOpenConns(1)
-					t.Cleanup(func() { pool.Close() })
-					db, err = New(ctx, pool, nil, Options{})
-					require.NoError(t, err)
+					db = callersDB(t, driverName, path, Options{})
 				}
 				for q, want := range map[string]error{
 					`CREATE TEMP TABLE units (id TEXT)`:                                                                         refset.ErrInvalidCommand,

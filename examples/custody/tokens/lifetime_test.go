@@ -101,6 +101,44 @@ func TestLockTTLs(t *testing.T) {
 	})
 }
 
+// lockedSubtest runs fn in a parallel subtest name, on each of hostileOnes, on a
+// vault where alice was issued 5, 5 and 5 and a new transaction, tx, has Selected 5
+// of them with each of ttls.
+func lockedSubtest(t *testing.T, name string, ttls []time.Duration, fn func(t *testing.T, v *Vault, tx string)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
+			v := openVaults(t, b, 1, Config{})[0]
+			issue(t, v, "alice", 5, 5, 5)
+			tx := newTx()
+			for _, ttl := range ttls {
+				_, err := v.Select(t.Context(), tx, "alice", 5, Filter{}, ttl)
+				require.NoError(t, err)
+			}
+			fn(t, v, tx)
+		})
+	})
+}
+
+// waitShortLocksExpired waits until the locks lockedSubtest took with expiringTTL (of
+// ttls) have expired by the database's clock: all of alice's 15 is unlocked but the
+// live locks' 5 each.
+func waitShortLocksExpired(t *testing.T, v *Vault, ttls []time.Duration) {
+	t.Helper()
+	var live int64
+	for _, ttl := range ttls {
+		if ttl != expiringTTL {
+			live += 5
+		}
+	}
+	require.Eventually(t, func() bool {
+		_, unlocked, err := v.Balance(t.Context(), "alice", "GBP")
+		require.NoError(t, err)
+		return unlocked == 15-live
+	}, 10*expiringTTL, 20*time.Millisecond, "the locks never expired")
+}
+
 // A lock past its ttl is no lock, to Spend too, whether or not another transaction
 // has taken its token over since: a Spend whose locks all expired fails with
 // ErrNothingLocked, one with some expired with ErrUnbalanced (the live ones do not
@@ -123,52 +161,33 @@ func TestSpendAfterLocksExpired(t *testing.T) {
 		{name: "one lock of two expired", ttls: []time.Duration{expiringTTL, time.Minute}, spend: 10, want: ErrUnbalanced, then: 5},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
-				ctx := t.Context()
-				v := openVaults(t, b, 1, Config{})[0]
-				issue(t, v, "alice", 5, 5, 5)
-				tx := newTx()
-				var lapsing int64
-				for _, ttl := range c.ttls {
-					_, err := v.Select(ctx, tx, "alice", 5, Filter{}, ttl)
-					require.NoError(t, err)
-					if ttl == expiringTTL {
-						lapsing += 5
-					}
-				}
-				// Until the short locks have expired by the database's clock.
-				require.Eventually(t, func() bool {
-					_, unlocked, err := v.Balance(ctx, "alice", "GBP")
-					require.NoError(t, err)
-					return unlocked == 15-5*int64(len(c.ttls))+lapsing
-				}, 10*expiringTTL, 20*time.Millisecond, "the locks never expired")
-				before := readBooks(t, v)
+		lockedSubtest(t, c.name, c.ttls, func(t *testing.T, v *Vault, tx string) {
+			ctx := t.Context()
+			waitShortLocksExpired(t, v, c.ttls)
+			before := readBooks(t, v)
 
-				_, _, err := v.Spend(ctx, tx, []Token{gbp("bob", c.spend)})
-				require.ErrorIs(t, err, c.want, "a spend on expired locks")
-				t.Logf("refused: %v", err)
-				require.Equal(t, before, readBooks(t, v), "the refused spend changed the books")
-				for _, holders := range locks(t, v, "alice") {
-					assert.Equal(t, []string{lockHolder(tx)}, holders, "the refused spend dropped a lock")
-				}
+			_, _, err := v.Spend(ctx, tx, []Token{gbp("bob", c.spend)})
+			require.ErrorIs(t, err, c.want, "a spend on expired locks")
+			t.Logf("refused: %v", err)
+			require.Equal(t, before, readBooks(t, v), "the refused spend changed the books")
+			for _, holders := range locks(t, v, "alice") {
+				assert.Equal(t, []string{lockHolder(tx)}, holders, "the refused spend dropped a lock")
+			}
 
-				if c.then > 0 {
-					spent, _, err := v.Spend(ctx, tx, []Token{gbp("bob", c.then)})
-					require.NoError(t, err, "the live locks stay the transaction's")
-					assert.Len(t, spent, 1)
-				}
-				// The expired locks' tokens are anyone's: taken over at once, with the
-				// rest of alice's.
-				next, rest := newTx(), 15-c.then
-				_, err = v.Select(ctx, next, "alice", rest, Filter{}, time.Minute)
-				require.NoError(t, err, "the expired locks hide their tokens")
-				_, _, err = v.Spend(ctx, next, []Token{gbp("bob", rest)})
-				require.NoError(t, err)
-				lostLocks(t, v, tx)
-				audit(t, v)
-			})
+			if c.then > 0 {
+				spent, _, err := v.Spend(ctx, tx, []Token{gbp("bob", c.then)})
+				require.NoError(t, err, "the live locks stay the transaction's")
+				assert.Len(t, spent, 1)
+			}
+			// The expired locks' tokens are anyone's: taken over at once, with the
+			// rest of alice's.
+			next, rest := newTx(), 15-c.then
+			_, err = v.Select(ctx, next, "alice", rest, Filter{}, time.Minute)
+			require.NoError(t, err, "the expired locks hide their tokens")
+			_, _, err = v.Spend(ctx, next, []Token{gbp("bob", rest)})
+			require.NoError(t, err)
+			lostLocks(t, v, tx)
+			audit(t, v)
 		})
 	}
 }
@@ -189,42 +208,27 @@ func TestSpendInUnitAfterLocksExpired(t *testing.T) {
 		{name: "one lock of two expired", ttls: []time.Duration{expiringTTL, time.Minute}, spend: 10, want: ErrUnbalanced},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			eachBackend(t, hostileOnes, func(t *testing.T, b backend) {
-				ctx := t.Context()
-				v := openVaults(t, b, 1, Config{})[0]
-				issue(t, v, "alice", 5, 5, 5)
-				tx := newTx()
-				for _, ttl := range c.ttls {
-					_, err := v.Select(ctx, tx, "alice", 5, Filter{}, ttl)
-					require.NoError(t, err)
-				}
-				before := readBooks(t, v)
-				err := refset.InTx(ctx, v.db, func(unit context.Context, utx refset.Tx) error {
-					// The unit's transaction has begun while the locks live.
-					var one int
-					require.NoError(t, utx.QueryRowContext(unit, `SELECT 1`).Scan(&one))
-					// Until the short locks have expired by the database's clock, read
-					// outside the unit.
-					require.Eventually(t, func() bool {
-						_, unlocked, err := v.Balance(ctx, "alice", "GBP")
-						require.NoError(t, err)
-						return unlocked == 15-5*int64(len(c.ttls))+5
-					}, 10*expiringTTL, 20*time.Millisecond, "the locks never expired")
-					_, _, err := v.Spend(unit, tx, []Token{gbp("bob", c.spend)})
-					return err
-				})
-				require.ErrorIs(t, err, c.want, "a spend in a unit on locks that expired while the unit ran")
-				t.Logf("refused: %v", err)
-				after := readBooks(t, v)
-				before.Balances[1], after.Balances[1] = 0, 0 // alice's unlocked: the locks expired meanwhile
-				require.Equal(t, before, after, "the refused spend changed the books")
-				for _, holders := range locks(t, v, "alice") {
-					assert.Equal(t, []string{lockHolder(tx)}, holders, "the refused spend dropped a lock")
-				}
-				audit(t, v)
+		lockedSubtest(t, c.name, c.ttls, func(t *testing.T, v *Vault, tx string) {
+			ctx := t.Context()
+			before := readBooks(t, v)
+			err := refset.InTx(ctx, v.db, func(unit context.Context, utx refset.Tx) error {
+				// The unit's transaction has begun while the locks live.
+				var one int
+				require.NoError(t, utx.QueryRowContext(unit, `SELECT 1`).Scan(&one))
+				// Read outside the unit.
+				waitShortLocksExpired(t, v, c.ttls)
+				_, _, err := v.Spend(unit, tx, []Token{gbp("bob", c.spend)})
+				return err
 			})
+			require.ErrorIs(t, err, c.want, "a spend in a unit on locks that expired while the unit ran")
+			t.Logf("refused: %v", err)
+			after := readBooks(t, v)
+			before.Balances[1], after.Balances[1] = 0, 0 // alice's unlocked: the locks expired meanwhile
+			require.Equal(t, before, after, "the refused spend changed the books")
+			for _, holders := range locks(t, v, "alice") {
+				assert.Equal(t, []string{lockHolder(tx)}, holders, "the refused spend dropped a lock")
+			}
+			audit(t, v)
 		})
 	}
 }

@@ -13,6 +13,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// spendBlockedBy starts tx's Spend of 10 to bob, and returns once it waits for a row
+// the PostgreSQL backend pid holds: the channel has the Spend's error when it ends.
+func spendBlockedBy(t *testing.T, v *Vault, tx string, pid int) <-chan error {
+	t.Helper()
+	spent := make(chan error, 1)
+	go func() {
+		_, _, err := v.Spend(context.Background(), tx, []Token{gbp("bob", 10)})
+		spent <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := v.drv.Pool().QueryRowContext(t.Context(),
+			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, pid).Scan(&waiting)
+		return err == nil && waiting > 0
+	}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
+	return spent
+}
+
 // A select whose snapshot predates a lock may lock the token's row FOR UPDATE and then
 // try to insert its own lock, while the lock's transaction spends the token. The
 // spend must wait for the row and the select must lose its race at once (a unique
@@ -40,18 +58,7 @@ func TestSpendDoesNotDeadlockWithStaleSelect(t *testing.T) {
 	var stalePID int
 	require.NoError(t, stale.QueryRowContext(ctx, `SELECT pg_backend_pid()`).Scan(&stalePID))
 
-	spent := make(chan error, 1)
-	go func() {
-		_, _, err := v.Spend(context.Background(), "A", []Token{gbp("bob", 10)})
-		spent <- err
-	}()
-	// Wait until the spend waits for the row.
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := v.drv.Pool().QueryRowContext(ctx,
-			`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, stalePID).Scan(&waiting)
-		return err == nil && waiting > 0
-	}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
+	spent := spendBlockedBy(t, v, "A", stalePID)
 
 	// The stale select's lock fails at once, against A's lock, still in place. Had the
 	// spend deleted that lock first, the insert would wait for the spend: lock_timeout
@@ -187,17 +194,7 @@ func TestSpendWaitingPastExpiryIsRefused(t *testing.T) {
 			_, err = blocker.ExecContext(ctx, `SELECT id FROM tokens WHERE id = $1 FOR UPDATE`, locked[0].TokenID)
 			require.NoError(t, err)
 
-			spent := make(chan error, 1)
-			go func() {
-				_, _, err := v.Spend(context.Background(), tx, []Token{gbp("bob", 10)})
-				spent <- err
-			}()
-			require.Eventually(t, func() bool {
-				var waiting int
-				err := v.drv.Pool().QueryRowContext(ctx,
-					`SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid))`, blockerPID).Scan(&waiting)
-				return err == nil && waiting > 0
-			}, 10*time.Second, 5*time.Millisecond, "the spend never waited for the row")
+			spent := spendBlockedBy(t, v, tx, blockerPID)
 			require.True(t, dbClock(t, v).Before(expires), "the lock expired before the spend began: the test proves nothing")
 			waitExpired(t, v, "alice")
 			require.NoError(t, blocker.Rollback())
