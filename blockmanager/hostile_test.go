@@ -3,7 +3,9 @@ package blockmanager
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -141,6 +143,181 @@ func TestPutTxRefusesWhatIsNoTransaction(t *testing.T) {
 		}
 	})
 }
+
+// A branch that names a stored block with a number or predecessor other than the
+// stored one's, and then a new block after it, is refused with ErrBrokenChain: the
+// new block must follow the stored block as it is stored, or the chain would hold
+// numbers that repeat or skip, and the walks that stop at a height go wrong on it.
+// Before, Put stored y numbered 4 after g0004, itself numbered 4, and
+// CommonAncestor(y, g0005) answered g0003, not g0004; the test's red message was
+// `Expected error with "blockmanager: blocks do not chain" in chain but got nil`.
+func TestPutRefusesANewBlockThatDoesNotFollowItsStoredPredecessor(t *testing.T) {
+	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		put(t, m, chain("g", NullBlockID, 0, 6))
+		tests := []struct {
+			name   string
+			branch []Block
+			says   string
+		}{
+			{"number repeats", []Block{
+				{HeaderSignature: "g0004", PreviousBlockID: "g0002", BlockNum: 3},
+				{HeaderSignature: "y", PreviousBlockID: "g0004", BlockNum: 4},
+			}, "g0004 is stored numbered 4 after g0003, not 3 after g0002 as in the branch"},
+			{"number skips", []Block{
+				{HeaderSignature: "g0001", PreviousBlockID: "g0002", BlockNum: 3},
+				{HeaderSignature: "z", PreviousBlockID: "g0001", BlockNum: 4},
+			}, "g0001 is stored numbered 1 after g0000, not 3 after g0002"},
+			{"after stored blocks of the branch", []Block{
+				{HeaderSignature: "g0003", PreviousBlockID: "g0002", BlockNum: 3},
+				{HeaderSignature: "g0005", PreviousBlockID: "g0003", BlockNum: 4},
+				{HeaderSignature: "w", PreviousBlockID: "g0005", BlockNum: 5},
+			}, "g0005 is stored numbered 5 after g0004, not 4 after g0003"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				before := stateOf(t, m)
+				_, err := m.Put(ctx, tt.branch, m.Blocks().Hold("t", 0), m.Controller().Accept())
+				requireRefused(t, m, before, err, tt.says, ErrBrokenChain)
+				var putErr error
+				require.NoError(t, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+					_, putErr = m.PutTx(ctx, tx, tt.branch, m.Blocks().Hold("t", 0))
+					return nil // found before PutTx writes: the caller may commit
+				}))
+				requireRefused(t, m, before, putErr, tt.says, ErrBrokenChain)
+				anc, err := m.CommonAncestor(ctx, "g0005", "g0003")
+				require.NoError(t, err)
+				assert.Equal(t, "g0003", anc.HeaderSignature)
+			})
+		}
+	})
+}
+
+// A branch that holds a block the Completer received, numbered so that it cannot
+// follow the branch's block before it, is refused with ErrBrokenChain. One still
+// waiting is refused before PutTx writes anything, as PutTx's doc promises of that
+// error, so a caller that commits after it commits nothing; before, PutTx wrote the
+// branch's new blocks and only then failed linking the waiting one ("p has number 7
+// after a's 3"), and the caller's commit stored a (blocks 4 -> 5). A stray the
+// Completer discarded (unlinked, pending no more) is refused by Put; before, Put
+// kept it as it was and returned it as the branch's tip, held, though no chain
+// reaches it ("An error is expected but got nil"). PutTx, which looks only among the
+// pending blocks while its first block is new, fails then with ErrConflict, as its
+// doc says of a block stored where it did not look: run again, as Put does, it is
+// refused.
+func TestPutRefusesAReceivedBlockThatCannotFollow(t *testing.T) {
+	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		put(t, m, chain("g", NullBlockID, 0, 3))
+		block := func(id, prev string, num int64) Block {
+			return Block{HeaderSignature: id, PreviousBlockID: prev, BlockNum: num}
+		}
+		tests := []struct {
+			name     string
+			received []Block // given to the Completer before the Put
+			branch   []Block
+			says     string
+			putTx    error // what PutTx returns, in a transaction its caller commits
+		}{
+			{"waiting for a new block", []Block{block("p", "a", 7)},
+				[]Block{block("a", "g0002", 3), block("p", "a", 4)}, "p is stored numbered 7 after a, not 4 after a", ErrBrokenChain},
+			{"a stray the Completer discarded", []Block{block("s", "r", 9), block("r", "a3", 4)},
+				[]Block{block("a3", "g0002", 3), block("r", "a3", 4), block("s", "r", 5)}, "s is stored numbered 9 after r, not 5 after r", refset.ErrConflict},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				for _, b := range tt.received {
+					_, err := m.Completer().Receive(ctx, b)
+					require.NoError(t, err)
+				}
+				before := stateOf(t, m)
+				_, err := m.Put(ctx, tt.branch, m.Blocks().Hold("t", 0))
+				requireRefused(t, m, before, err, tt.says, ErrBrokenChain)
+				var putErr error
+				err = refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+					_, putErr = m.PutTx(ctx, tx, tt.branch, m.Blocks().Hold("t", 0))
+					if errors.Is(putErr, ErrBrokenChain) {
+						return nil // found before PutTx writes: the caller may commit
+					}
+					return putErr
+				})
+				require.ErrorIs(t, putErr, tt.putTx)
+				if tt.putTx == ErrBrokenChain {
+					require.NoError(t, err)
+				}
+				assert.Equal(t, before, stateOf(t, m))
+			})
+		}
+	})
+}
+
+// A PageSize past what a walk's query can bind is taken as the largest, 1<<20:
+// every walk works as with a large page. Before, BranchDiff on PostgreSQL failed with the
+// driver's untyped error: "failed to encode args[1]: unable to encode
+// 9223372036854775807 into binary format for int4 (OID 23): 9223372036854775807 is
+// greater than maximum value for int4".
+func TestHugePageSizes(t *testing.T) {
+	for _, size := range []int{math.MaxInt, math.MaxInt32, 1 << 40} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+				ctx := t.Context()
+				m, err := Open(ctx, b.Open(t, testdb.Options{}), Config{PageSize: size})
+				require.NoError(t, err)
+				_, err = m.Put(ctx, chain("m", NullBlockID, 0, 30), m.Blocks().Hold("t", 0), m.Controller().Accept())
+				require.NoError(t, err)
+				_, err = m.Put(ctx, chain("f", "m0010", 11, 3), m.Controller().Accept())
+				require.NoError(t, err)
+				var walked []string
+				for b, err := range m.Branch(ctx, "m0029") {
+					require.NoError(t, err)
+					walked = append(walked, b.HeaderSignature)
+				}
+				assert.Len(t, walked, 30)
+				diff, err := m.BranchDiff(ctx, "f0013", "m0029")
+				require.NoError(t, err)
+				assert.Equal(t, []string{"f0013", "f0012", "f0011"}, ids(diff))
+				common, err := m.CommonAncestor(ctx, "m0029", "f0013")
+				require.NoError(t, err)
+				assert.Equal(t, "m0010", common.HeaderSignature)
+			})
+		})
+	}
+}
+
+// A nil command given to PutTx is refused with ErrInvalidCommand before the branch is
+// written, so a caller that goes on and commits its transaction commits nothing of
+// the Put, and Put refuses it alike. Before, PutTx wrote the branch and only then
+// failed in the set's UpgradeTx: "refset: command 0 is nil: invalid command", and
+// the caller's commit stored the branch (blocks 3 -> 5), held by nothing.
+func TestPutRefusesANilCommand(t *testing.T) {
+	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+		ctx := t.Context()
+		put(t, m, chain("g", NullBlockID, 0, 3))
+		var nilPointer *nilCommand
+		for name, cmd := range map[string]refset.Command[string]{
+			"nil":                 nil,
+			"nil CommandFunc":     refset.CommandFunc[string](nil),
+			"nil pointer command": nilPointer,
+		} {
+			t.Run(name, func(t *testing.T) {
+				before := stateOf(t, m)
+				var putErr error
+				require.NoError(t, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+					_, putErr = m.PutTx(ctx, tx, chain("g", "g0002", 3, 2), m.Blocks().Hold("t", 0), cmd)
+					return nil // the caller commits all the same
+				}))
+				requireRefused(t, m, before, putErr, "command 1 is nil", refset.ErrInvalidCommand)
+				_, putErr = m.Put(ctx, chain("g", "g0002", 3, 2), cmd)
+				requireRefused(t, m, before, putErr, "command 0 is nil", refset.ErrInvalidCommand)
+			})
+		}
+	})
+}
+
+// nilCommand is a Command whose nil pointer is a nil command.
+type nilCommand struct{}
+
+func (*nilCommand) Execute(context.Context, refset.Tx, string) error { return nil }
 
 // A peer may send a block that names a real block as its predecessor with a number
 // that cannot follow it. It waits for that predecessor; when the predecessor

@@ -32,7 +32,7 @@ type Config struct {
 	ForkTTL time.Duration
 	// PageSize is how many blocks a branch walk reads in its first query. Each
 	// page the branch fills is followed by one twice as large, up to 16 times
-	// PageSize. Zero means 1000.
+	// PageSize. Zero means 1000; more than 1<<20 (1,048,576) means 1<<20.
 	PageSize int
 	// Parts names the program's own tables whose rows are parts of a block, declared
 	// REFERENCES blocks (header_signature) ON DELETE CASCADE (a block's receipts):
@@ -45,6 +45,11 @@ type Config struct {
 	// Nil means the database's logger (the stores' Options.Logger), if any.
 	Logger *slog.Logger
 }
+
+// maxPageSize is the largest Config.PageSize: a walk's pages, up to 16 times as
+// large, stay within what the databases take as a row count (PostgreSQL binds a
+// LIMIT of a 32-bit integer), and their doubling within an int.
+const maxPageSize = 1 << 20
 
 // Manager is Sawtooth's BlockManager on a RefSet: blocks live in the database,
 // linked to their predecessors by a FOREIGN KEY, and it keeps no state of its own,
@@ -72,6 +77,7 @@ func Open(ctx context.Context, db refset.Database, cfg Config) (*Manager, error)
 	if m.pageSize <= 0 {
 		m.pageSize = 1000
 	}
+	m.pageSize = min(m.pageSize, maxPageSize)
 	if m.forkTTL <= 0 {
 		m.forkTTL = 10 * time.Minute
 	}
@@ -212,12 +218,12 @@ func (m *Manager) passGate(ctx context.Context, tx refset.Tx, exclusive bool) er
 // does not follow the block it waited for (its number is wrong) is no longer pending,
 // and left to clean-up, rather than fail the Put. It fails with ErrEmptyBranch,
 // refset.ErrInvalidID (an empty or malformed ID, see Block), ErrMissingPredecessor
-// (the first block's predecessor is not stored; NullBlockID always is) or
+// (the first block's predecessor is not stored; NullBlockID always is),
 // ErrBrokenChain (a block does not follow the one before it, is its own predecessor,
-// or is in the branch twice), and then stores nothing; and with the errors of
-// refset.InTx (ErrConflict after retries, ErrUnavailable, ErrTimeout, ErrClosed, the
-// context's error, what a command returned). A command that panics rolls the Put
-// back and the panic goes on.
+// is in the branch twice, or is stored with another number or predecessor) or refset.ErrInvalidCommand (a nil command), and then stores
+// nothing; and with the errors of refset.InTx (ErrConflict after retries,
+// ErrUnavailable, ErrTimeout, ErrClosed, the context's error, what a command
+// returned). A command that panics rolls the Put back and the panic goes on.
 func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
 	if err := m.opened("put"); err != nil {
 		return nil, err
@@ -248,8 +254,9 @@ func (m *Manager) Put(ctx context.Context, branch []Block, cmds ...refset.Comman
 
 // PutTx is Put inside the caller's transaction. Errors: those of Put, and
 // refset.ErrInvalidTx when tx is nil or a connection pool. After any error but
-// ErrEmptyBranch, ErrInvalidID, ErrMissingPredecessor and ErrBrokenChain, which
-// PutTx finds before it writes, roll tx back: part of the branch may be written in
+// ErrEmptyBranch, ErrInvalidID, ErrMissingPredecessor, ErrBrokenChain and
+// refset.ErrInvalidCommand for a nil command, which PutTx finds before it writes
+// (tx is then as it was), roll tx back: part of the branch may be written in
 // it. ErrConflict says another transaction stored one of the branch's blocks first:
 // run the transaction again (refset.InTx does).
 func (m *Manager) PutTx(ctx context.Context, tx refset.Tx, branch []Block, cmds ...refset.Command[string]) (*refset.RefToken[string], error) {
@@ -302,6 +309,22 @@ func checkBranch(branch []Block) error {
 	return nil
 }
 
+// checkCommands refuses, before anything is written, a nil command (a nil interface,
+// or one holding a nil function or pointer), which the set would refuse only once
+// the branch is written: in a caller's transaction (PutTx), one it might commit.
+func checkCommands(cmds []refset.Command[string]) error {
+	for i, c := range cmds {
+		nilCmd := c == nil
+		if v := reflect.ValueOf(c); !nilCmd && (v.Kind() == reflect.Func || v.Kind() == reflect.Pointer) {
+			nilCmd = v.IsNil()
+		}
+		if nilCmd {
+			return fmt.Errorf("blockmanager: put: %w: command %d is nil", refset.ErrInvalidCommand, i)
+		}
+	}
+	return nil
+}
+
 // putTx is PutTx; with full, it looks for the branch's stored blocks among every
 // block, not only the pending ones, even when its first block is new (see lookUp).
 func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full bool, cmds []refset.Command[string]) (*refset.RefToken[string], error) {
@@ -309,6 +332,9 @@ func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full 
 		return nil, err
 	}
 	if err := checkBranch(branch); err != nil {
+		return nil, err
+	}
+	if err := checkCommands(cmds); err != nil {
 		return nil, err
 	}
 	// An arrival passes the arrivals gate (see passGate) before it looks for what
@@ -343,6 +369,9 @@ func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full 
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkStored(ctx, tx, branch, seen.stored); err != nil {
+		return nil, err
+	}
 	fresh, arrived := make([]storedBlock, 0, len(branch)), make([]string, 0, len(branch))
 	for i, b := range branch {
 		if seen.stored[b.HeaderSignature] {
@@ -373,6 +402,58 @@ func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full 
 		return nil, err
 	}
 	return m.blocks.UpgradeTx(ctx, tx, branch[len(branch)-1].HeaderSignature, cmds...)
+}
+
+// checkStored fails with ErrBrokenChain, before anything is written, when a block of
+// the branch is stored with another number or predecessor than the branch gives it:
+// it is another block than the branch's, so the branch, which chains as it is given
+// (checkBranch), does not chain as stored. Kept as it is, a new block after it would
+// make numbers that skip or repeat, on which every walk that stops at a height
+// (CommonAncestor, BranchDiff) goes wrong; a block waiting in the Completer that
+// cannot follow the new block it waits for would fail the Put once the branch is
+// written, where PutTx promises ErrBrokenChain before it writes; and a stray the
+// Completer discarded, unlinked, would be the tip Put returns. One lookup, only when
+// the branch holds stored blocks.
+func (m *Manager) checkStored(ctx context.Context, tx refset.Tx, branch []Block, stored map[string]bool) error {
+	if len(stored) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(stored))
+	for id := range stored {
+		ids = append(ids, id)
+	}
+	rows, err := tx.QueryContext(ctx, m.stmt.storedLinks, m.stmt.list(ids))
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	type link struct {
+		num  int64
+		prev string
+	}
+	links := make(map[string]link, len(ids))
+	for rows.Next() {
+		var id string
+		var l link
+		if err := rows.Scan(&id, &l.num, &l.prev); err != nil {
+			return err
+		}
+		links[id] = l
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, b := range branch {
+		l, ok := links[b.HeaderSignature]
+		if !ok {
+			continue
+		}
+		if l.num != b.BlockNum || l.prev != b.PreviousBlockID {
+			return fmt.Errorf("%w: %s is stored numbered %d after %s, not %d after %s as in the branch",
+				ErrBrokenChain, b.HeaderSignature, l.num, l.prev, b.BlockNum, b.PreviousBlockID)
+		}
+	}
+	return nil
 }
 
 // branchLookUp is what Put needs to know, before it writes, of the blocks of a

@@ -21,8 +21,9 @@ type statements struct {
 	// needs no gate, and keep no lock.
 	predecessor, keep, keepGated string
 	lookUp                       string // lookUpSQL
-	// storedIDs and waitingFor take one list; pendingOf takes the same list twice.
-	storedIDs, waitingFor, pendingOf string
+	// storedIDs, storedLinks and waitingFor take one list; pendingOf takes the same
+	// list twice. storedLinks reads each block's number and previous block ID.
+	storedIDs, storedLinks, waitingFor, pendingOf string
 	// insertIndexes writes the rows of both indexes in one statement, from four
 	// lists: batch IDs and their blocks, transaction IDs and theirs. "" where the
 	// database takes multi-row inserts instead.
@@ -37,6 +38,7 @@ func newStatements(drv refsetdriver.Driver) statements {
 		predecessor: drv.Rebind(predecessorSQL),
 		lookUp:      drv.Rebind(lookUpSQL),
 		storedIDs:   drv.Rebind(`SELECT header_signature FROM blocks WHERE ` + drv.ColumnIn("header_signature")),
+		storedLinks: drv.Rebind(`SELECT header_signature, block_num, previous_block_id FROM blocks WHERE ` + drv.ColumnIn("header_signature")),
 		waitingFor:  drv.Rebind(pendingWhere + drv.ColumnIn("pending_previous_block_id")),
 		pendingOf:   drv.Rebind(pendingWhere + drv.ColumnIn("block_id") + ` OR ` + drv.ColumnIn("pending_previous_block_id")),
 		list:        drv.StringList,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,8 +55,15 @@ var (
 )
 
 // New makes refset's instruments on meter. Its error is the meter's, for an
-// instrument it refused.
+// instrument it refused, or refset.ErrInvalidConfig for a nil meter (use the zero
+// Observer for the global MeterProvider's).
 func New(meter metric.Meter) (*Observer, error) {
+	if meter == nil {
+		return nil, fmt.Errorf("refset/otel: new: %w: a nil metric.Meter; pass one of a MeterProvider, or use the zero Observer for the global one", refset.ErrInvalidConfig)
+	}
+	if v := reflect.ValueOf(meter); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("refset/otel: new: %w: a nil %T", refset.ErrInvalidConfig, meter)
+	}
 	o := &Observer{}
 	var err error
 	o.ready.Do(func() { err = o.make(meter) })
@@ -190,6 +198,9 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 	o.fallbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("read", read), attribute.String("reason", reason)))
 }
 
+// QueueTimeout bounds each read of a watched queue (see WatchQueue).
+const QueueTimeout = 5 * time.Second
+
 // WatchQueue reports c's review queue in the gauges refset.queue.depth and
 // refset.queue.overdue, with attribute table, each time the meter's reader collects:
 // one read of the queue per collection (Collector.Queue: one statement on
@@ -199,6 +210,13 @@ func (o *Observer) ReadFellBack(ctx context.Context, read, reason string) {
 // (or cleanup.DefaultCountCap when it has none); the overdue entries are counted
 // exactly. A failed read reports nothing for that table and returns its error to
 // the SDK, which reports it to OpenTelemetry's error handler.
+//
+// A read gives up after QueueTimeout, or at the collection's own deadline if that
+// comes first: a reader that collects with no deadline (a ManualReader, an exporter
+// that scrapes with context.TODO) would otherwise wait for a hung server for ever,
+// and the SDK runs a reader's callbacks one at a time, so every later collection of
+// every instrument would wait behind it. The table then reports nothing for that
+// collection, and the SDK gets the error.
 //
 // A table has one series: WatchQueue of a collector whose table is watched already
 // makes it the one read, in place of the other (a database opened again after a
@@ -222,6 +240,8 @@ func (o *Observer) WatchQueue(c *cleanup.Collector) error {
 	w.Store(c)
 	table := metric.WithAttributeSet(attribute.NewSet(attribute.String("table", c.Table())))
 	_, err := o.meter.RegisterCallback(func(ctx context.Context, m metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, QueueTimeout)
+		defer cancel()
 		depth, overdue, err := w.Load().Queue(ctx)
 		if errors.Is(err, refset.ErrClosed) {
 			return nil // the service closed the database: no queue left to report

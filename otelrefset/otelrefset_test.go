@@ -332,3 +332,62 @@ func TestWatchQueueAcrossReopen(t *testing.T) {
 		assert.Equal(t, map[string]int64{table: 3}, depth(), "the reopened database's queue, once")
 	})
 }
+
+// A collection whose reader gives no deadline (a ManualReader, an exporter that
+// scrapes with context.TODO) gives up a watched queue on a hung server after
+// QueueTimeout, reporting the error; one with a later deadline too. The counters
+// still reach the reader, and once the server answers again the queue does. Before,
+// the collection waited as long as the server hung: "collection still waiting on the
+// hung server after 20s", and the SDK, which runs a reader's callbacks one at a time,
+// held every later collection behind it.
+func TestWatchQueueOnAHungServer(t *testing.T) {
+	for name, deadline := range map[string]time.Duration{"no deadline": 0, "a later deadline": time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			obs, r := newObserver(t)
+			freezer, through := refsettest.PostgresFreezer(t, refsettest.PostgresDSN(t))
+			db, err := postgres.Open(t.Context(), through, postgres.Options{Options: store.Options{Observer: obs}})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, `CREATE TABLE items (id TEXT PRIMARY KEY, n BIGINT NOT NULL)`)
+				return err
+			}))
+			s, err := store.NewStore[item, string](t.Context(), db, store.Config{Table: "items"})
+			require.NoError(t, err)
+			_, err = refset.New(s).Add(t.Context(), item{Key: "a", N: 1})
+			require.NoError(t, err)
+			c, err := store.NewCollector(t.Context(), db, cleanup.Config{Table: "items"})
+			require.NoError(t, err)
+			require.NoError(t, obs.WatchQueue(c))
+
+			freezer.Freeze()
+			ctx := context.Background()
+			if deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, deadline)
+				defer cancel()
+			}
+			done := make(chan error, 1)
+			var rm metricdata.ResourceMetrics
+			start := time.Now()
+			go func() { done <- r.Collect(ctx, &rm) }()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, context.DeadlineExceeded, "the queue's read, given up")
+				t.Logf("gave up after %v: %v", time.Since(start), err)
+				names := map[string]bool{}
+				for _, sm := range rm.ScopeMetrics {
+					for _, m := range sm.Metrics {
+						names[m.Name] = true
+					}
+				}
+				assert.True(t, names["refset.adds"], "the counters are collected all the same")
+			case <-time.After(otelrefset.QueueTimeout + 15*time.Second):
+				t.Fatalf("collection still waiting on the hung server after %v", time.Since(start))
+			}
+			freezer.Thaw()
+			assert.Equal(t, int64(1), gauges(t, metrics(t, r)["refset.queue.depth"])["table="+c.Table()])
+		})
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/refsetdb/refset/cleanup"
@@ -55,3 +57,24 @@ func TestZeroObserver(t *testing.T) {
 		})
 	}
 }
+
+// New refuses a nil meter with ErrInvalidConfig, as WatchQueue refuses a nil
+// Observer. Before, it panicked: "runtime error: invalid memory address or nil
+// pointer dereference" in make's first instrument.
+func TestNewRefusesANilMeter(t *testing.T) {
+	for name, meter := range map[string]metric.Meter{
+		"nil":         nil,
+		"nil pointer": (*noopMeter)(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var o *otelrefset.Observer
+			var err error
+			require.NotPanics(t, func() { o, err = otelrefset.New(meter) })
+			require.ErrorIs(t, err, refset.ErrInvalidConfig)
+			assert.Nil(t, o)
+		})
+	}
+}
+
+// noopMeter is a meter whose nil pointer is a nil meter.
+type noopMeter struct{ noop.Meter }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -97,10 +98,16 @@ func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) b
 }
 
 // AssertGone checks that the object id does not exist any more: clean-up deleted
-// it (or it never was). A failure names the rows that still hold it, if any. It
-// reports false after a failure.
+// it (or it never was). A failure names the rows that still hold it, if any. A nil
+// or zero id (a nil pointer, "", 0) fails: no object has one (refset refuses the
+// zero ID), so the assertion would pass having checked nothing, as when a test
+// read the ID off a nil token. It reports false after a failure.
 func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
 	tb.Helper()
+	if noID(id) {
+		tb.Errorf("refsettest: AssertGone(%v): a nil or zero ID names no object: the assertion would pass having checked nothing", id)
+		return false
+	}
 	ctx, cancel := assertContext(tb)
 	defer cancel()
 	holders, err := c.Why(ctx, id)
@@ -296,4 +303,21 @@ func quoteAll(s []string) string {
 		q[i] = fmt.Sprintf("%q", v)
 	}
 	return strings.Join(q, ", ")
+}
+
+// noID reports whether id is nil (a nil interface, pointer, slice or map, which the
+// drivers send as NULL and which matches no row) or the zero value of its type,
+// which refset refuses as an object's ID.
+func noID(id any) bool {
+	if id == nil {
+		return true
+	}
+	v := reflect.ValueOf(id)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface, reflect.Func, reflect.Chan:
+		if v.IsNil() {
+			return true
+		}
+	}
+	return v.IsZero()
 }

@@ -86,6 +86,19 @@ func TestAssertions(t *testing.T) {
 				{"gone, but still there unheld", func(tb testing.TB) bool {
 					return refsettest.AssertGone(tb, c, "late")
 				}, []string{"AssertGone(late): it still exists, held by nothing"}},
+				// No object has a nil or zero ID (refset refuses the zero ID), so
+				// AssertGone of one would pass having checked nothing: a test that
+				// read the ID off a nil token, or a nil pointer to it. Before, it
+				// passed on every store.
+				{"gone, of a nil ID", func(tb testing.TB) bool {
+					return refsettest.AssertGone(tb, c, nil)
+				}, []string{"AssertGone(<nil>): a nil or zero ID names no object"}},
+				{"gone, of a nil pointer", func(tb testing.TB) bool {
+					return refsettest.AssertGone(tb, c, (*string)(nil))
+				}, []string{"a nil or zero ID names no object"}},
+				{"gone, of the zero ID", func(tb testing.TB) bool {
+					return refsettest.AssertGone(tb, c, "")
+				}, []string{"a nil or zero ID names no object"}},
 			}
 			for _, tc := range tests {
 				t.Run(tc.name, func(t *testing.T) {
