@@ -139,8 +139,13 @@ func (c *cache[T, ID]) finish(id ID, l *load[T], value T, err error) (*box[T], e
 	c.mu.Lock()
 	delete(c.loading, id)
 	if err == nil {
-		l.box = &box[T]{value: value}
-		c.share(id, l.box)
+		// A unit of work that read the object on its own transaction may have
+		// shared its instance while this read ran (getOwn's publish): that one is
+		// live, and leased, so this read returns it rather than make a second.
+		if l.box = c.liveBox(id); l.box == nil {
+			l.box = &box[T]{value: value}
+			c.share(id, l.box)
+		}
 	}
 	l.err = err
 	c.mu.Unlock()

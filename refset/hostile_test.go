@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -844,4 +845,484 @@ func TestHostileAddedIsToldOfCommittedObjects(t *testing.T) {
 			t.Fatalf("Added told of %d objects after a unit that ran twice and committed 3, want 3", n)
 		}
 	})
+}
+
+// panickingObserver panics in HandedOver while armed.
+type panickingObserver struct {
+	refset.NoObserver
+	armed atomic.Bool
+}
+
+func (o *panickingObserver) HandedOver(context.Context, time.Duration, error) {
+	if o.armed.Load() {
+		panic("hostile observer")
+	}
+}
+
+// An Observer that panics breaks no promise of the hand-over it is told of: the panic
+// goes on, and the Acquired is spent if and only if the hand-over committed, so a
+// committed one is never made twice (and one that did not commit can be made).
+func TestHostileObserverThatPanics(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// complete completes acq while the observer panics.
+		complete func(ctx context.Context, h *hostile, acq *refset.Acquired[string]) error
+		// fails adds a command that fails to the hand-over.
+		fails bool
+		// committed says where the reference is after the panic.
+		committed bool
+	}{
+		{
+			name: "after a Complete that committed",
+			complete: func(ctx context.Context, _ *hostile, acq *refset.Acquired[string]) error {
+				_, err := acq.Complete(ctx)
+				return err
+			},
+			committed: true,
+		},
+		{
+			name: "after a Complete that failed",
+			complete: func(ctx context.Context, _ *hostile, acq *refset.Acquired[string]) error {
+				_, err := acq.Complete(ctx)
+				return err
+			},
+			fails: true,
+		},
+		{
+			name: "after a Complete in a unit of work, which the panic rolls back",
+			complete: func(ctx context.Context, h *hostile, acq *refset.Acquired[string]) error {
+				return refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+					_, err := acq.Complete(ctx)
+					return err
+				})
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+				obs := &panickingObserver{}
+				h := openHostileWith(t, b, testdb.Options{Observer: obs})
+				tok := h.pending(t)
+				var more []refset.Command[string]
+				if tc.fails {
+					more = append(more, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { return errHostile }))
+				}
+				acq := h.handOver(t, tok, more...)
+				obs.armed.Store(true)
+				var panicked any
+				func() {
+					defer func() { panicked = recover() }()
+					_ = tc.complete(t.Context(), h, acq)
+				}()
+				obs.armed.Store(false)
+				if panicked != "hostile observer" {
+					t.Fatalf("panic %v, want the observer's to go on", panicked)
+				}
+				if !tc.committed {
+					h.wantWhere(t, tok.ID(), "pending")
+					if tc.fails {
+						return // its commands would fail again
+					}
+					if _, err := acq.Complete(t.Context()); err != nil {
+						t.Fatalf("Complete of a hand-over that did not commit: %v, want the Acquired usable", err)
+					}
+					h.wantWhere(t, tok.ID(), "heads")
+					return
+				}
+				h.wantWhere(t, tok.ID(), "heads")
+				if _, err := acq.Complete(t.Context()); !errors.Is(err, refset.ErrTokenConsumed) {
+					t.Fatalf("Complete of a hand-over that committed: %v, want ErrTokenConsumed", err)
+				}
+			})
+		})
+	}
+}
+
+// stallKey marks the context of a read that stallingStore holds up.
+type stallKey struct{}
+
+// stallingStore is a set's store whose Get, made with a context that stallKey marks,
+// waits for release after saying so on stalled.
+type stallingStore struct {
+	refset.SetStore[testdb.Block, string]
+	stalled, release chan struct{}
+}
+
+func (s *stallingStore) Get(ctx context.Context, q refset.Querier, id string) (testdb.Block, error) {
+	if ctx.Value(stallKey{}) != nil {
+		close(s.stalled)
+		<-s.release
+	}
+	return s.SetStore.Get(ctx, q, id)
+}
+
+// One instance per live ID holds when a miss outside any unit of work is still
+// reading while a unit reads the same object on its own transaction and, committing,
+// shares its instance: the slow miss returns the instance that went live meanwhile,
+// not a second one.
+func TestHostileSlowMissRacesAUnitsInstance(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		ctx := t.Context()
+		inner, err := store.NewStore[testdb.Block, string](ctx, h.db, store.Config{Table: "blocks"})
+		if err != nil {
+			t.Fatalf("new store: %v", err)
+		}
+		st := &stallingStore{SetStore: inner, stalled: make(chan struct{}), release: make(chan struct{})}
+		set := refset.New[testdb.Block, string](st)
+		if _, err := set.Add(ctx, testdb.Block{Hash: "c1", Height: 1}); err != nil {
+			t.Fatalf("add: %v", err)
+		}
+		type result struct {
+			lease refset.Lease[testdb.Block]
+			err   error
+		}
+		slow := make(chan result, 1)
+		go func() {
+			l, err := set.Load(context.WithValue(ctx, stallKey{}, true), "c1")
+			slow <- result{l, err}
+		}()
+		<-st.stalled
+		err = refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+			_, err := set.Load(ctx, "c1")
+			return err
+		})
+		if err != nil {
+			t.Fatalf("InTx: %v", err)
+		}
+		live, err := set.Load(ctx, "c1") // the unit's instance, shared once it committed
+		if err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		close(st.release)
+		r := <-slow
+		if r.err != nil {
+			t.Fatalf("slow load: %v", r.err)
+		}
+		later, err := set.Load(ctx, "c1")
+		if err != nil {
+			t.Fatalf("load: %v", err)
+		}
+		if r.lease.Value() != live.Value() || later.Value() != live.Value() {
+			t.Fatalf("instances of c1 while one is leased: %p, then the slow miss's %p, then %p; want one", live.Value(), r.lease.Value(), later.Value())
+		}
+	})
+}
+
+// Loads racing units of work that add objects, read them and the set's others on
+// their transaction, and commit or roll back: while a lease on an ID lives every Load
+// outside a unit returns its instance, and an object whose Add rolled back is never
+// found.
+func TestHostileLeasesUnderRacingUnits(t *testing.T) {
+	const ids, goroutines, rounds = 6, 6, 40
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		ctx := t.Context()
+		for i := range ids {
+			if _, err := h.set.Add(ctx, testdb.Block{Hash: fmt.Sprintf("r%d", i), Height: 1}); err != nil {
+				t.Fatalf("add: %v", err)
+			}
+		}
+		var (
+			mu     sync.Mutex
+			first  = map[string]refset.Lease[testdb.Block]{} // kept: the instance stays live
+			rolled sync.Map
+			wg     sync.WaitGroup
+		)
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range rounds {
+					id := fmt.Sprintf("r%d", (g+i)%ids)
+					switch i % 4 {
+					case 0, 1:
+						l, err := h.set.Load(ctx, id)
+						if err != nil {
+							t.Errorf("load %s: %v", id, err)
+							return
+						}
+						mu.Lock()
+						if f, ok := first[id]; !ok {
+							first[id] = l
+						} else if f.Value() != l.Value() {
+							t.Errorf("load %s: instance %p while %p is leased", id, l.Value(), f.Value())
+						}
+						mu.Unlock()
+					case 2:
+						added, commit := fmt.Sprintf("n%d-%d", g, i), i%8 == 2
+						err := refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+							if _, err := h.set.Add(ctx, testdb.Block{Hash: added, Height: 1}); err != nil {
+								return err
+							}
+							for _, read := range []string{added, id} {
+								if _, err := h.set.Load(ctx, read); err != nil {
+									return err
+								}
+							}
+							if !commit {
+								return errHostile
+							}
+							return nil
+						})
+						if commit && err != nil {
+							t.Errorf("unit: %v", err)
+						} else if !commit {
+							rolled.Store(added, true)
+						}
+					case 3:
+						rolled.Range(func(k, _ any) bool {
+							if _, err := h.set.Load(ctx, k.(string)); !errors.Is(err, refset.ErrNotFound) {
+								t.Errorf("load %s, whose Add rolled back: %v, want ErrNotFound", k, err)
+							}
+							return true
+						})
+						runtime.GC()
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// A call that a goroutine the unit's function started still runs in the unit when
+// the function returns has done part of its work: the unit rolls back, all of that
+// work with it, and fails with ErrInvalidTx; a nested unit breaks the one around it,
+// which rolls back too though its function swallowed the error. Nothing is stored,
+// whether the stray call's command then succeeds or fails.
+func TestHostileCallStillRunningWhenItsUnitEnds(t *testing.T) {
+	for _, nested := range []bool{false, true} {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("nested=%v/command fails=%v", nested, fail), func(t *testing.T) {
+				testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+					h := openHostile(t, b)
+					started, returned := make(chan struct{}), make(chan struct{})
+					stray := make(chan error, 1)
+					unit := func(ctx context.Context, _ refset.Tx) error {
+						defer close(returned)
+						go func() {
+							_, err := h.set.Add(ctx, testdb.Block{Hash: "stray", Height: 1}, refset.CommandFunc[string](func(context.Context, refset.Tx, string) error {
+								close(started)
+								<-returned
+								time.Sleep(50 * time.Millisecond) // while the unit ends
+								if fail {
+									return errHostile
+								}
+								return nil
+							}))
+							stray <- err
+						}()
+						<-started
+						return nil
+					}
+					err := refset.InTx(t.Context(), h.db, func(ctx context.Context, tx refset.Tx) error {
+						if _, err := h.set.Add(ctx, testdb.Block{Hash: "unit", Height: 1}); err != nil {
+							return err
+						}
+						if !nested {
+							return unit(ctx, tx)
+						}
+						if err := refset.InTx(ctx, h.db, unit); !errors.Is(err, refset.ErrInvalidTx) {
+							return fmt.Errorf("nested InTx: %v, want ErrInvalidTx", err)
+						}
+						return nil // swallowed
+					})
+					strayErr := <-stray
+					for _, id := range []string{"stray", "unit"} {
+						if _, lerr := h.set.Load(t.Context(), id); !errors.Is(lerr, refset.ErrNotFound) {
+							t.Fatalf("Load %s: %v, want ErrNotFound (InTx: %v; the stray Add: %v)", id, lerr, err, strayErr)
+						}
+					}
+					if !errors.Is(err, refset.ErrInvalidTx) {
+						t.Fatalf("InTx: %v, want ErrInvalidTx", err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// A unit of work or a hand-over whose context is cancelled at any moment, COMMIT
+// included, reports what happened: nil when it committed, an error (the context's,
+// or a sentinel) when it did not, when only ErrCommitUnknown may leave it open; a
+// hand-over that did not commit leaves its Acquired usable.
+func TestHostileCancelWhileCommitting(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		h := openHostile(t, b)
+		for i := range 80 {
+			tok := h.pending(t)
+			acq := h.handOver(t, tok)
+			ctx, cancel := context.WithCancel(t.Context())
+			delay := time.Duration(i%40) * 100 * time.Microsecond
+			go func() { time.Sleep(delay); cancel() }()
+			var err error
+			var stored bool
+			if i%2 == 0 {
+				_, err = acq.Complete(ctx)
+				stored = h.count(t, "heads", tok.ID()) == 1
+			} else {
+				id := fmt.Sprintf("c%d", i)
+				err = refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+					_, err := h.set.Add(ctx, testdb.Block{Hash: id, Height: 1})
+					return err
+				})
+				_, lerr := h.set.Load(t.Context(), id)
+				stored = lerr == nil
+			}
+			cancel()
+			if errors.Is(err, refset.ErrCommitUnknown) {
+				continue
+			}
+			if (err == nil) != stored {
+				t.Fatalf("run %d: %v, stored %v", i, err, stored)
+			}
+			if err != nil && !refset.IsSentinel(err) && !errors.Is(err, context.Canceled) {
+				t.Fatalf("run %d: %v, want a sentinel or context.Canceled", i, err)
+			}
+			if err != nil && i%2 == 0 {
+				if _, err := acq.Complete(t.Context()); err != nil {
+					t.Fatalf("run %d: Complete after a cancelled one: %v", i, err)
+				}
+			}
+		}
+	})
+}
+
+// A hand-over may have no commands at all (a token passed between two components of
+// which neither keeps a row): Complete commits it, on every backend and driver (a
+// list of no statements is no pipeline), and its token carries on.
+func TestHostileHandOverWithoutCommands(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		complete func(ctx context.Context, h *hostile, acq *refset.Acquired[string]) (*refset.RefToken[string], error)
+	}{
+		{"Complete", func(ctx context.Context, _ *hostile, acq *refset.Acquired[string]) (*refset.RefToken[string], error) {
+			return acq.Complete(ctx)
+		}},
+		{"Complete in a unit of work", func(ctx context.Context, h *hostile, acq *refset.Acquired[string]) (tok *refset.RefToken[string], err error) {
+			err = refset.InTx(ctx, h.db, func(ctx context.Context, _ refset.Tx) error {
+				tok, err = acq.Complete(ctx)
+				return err
+			})
+			return tok, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+				h := openHostile(t, b)
+				tok := h.pending(t)
+				rel, err := tok.Release()
+				if err != nil {
+					t.Fatalf("release: %v", err)
+				}
+				acq, err := rel.Acquire()
+				if err != nil {
+					t.Fatalf("acquire: %v", err)
+				}
+				next, err := callNoPanicTok(t, func() (*refset.RefToken[string], error) { return tc.complete(t.Context(), h, acq) })
+				if err != nil {
+					t.Fatalf("Complete of a hand-over without commands: %v", err)
+				}
+				if _, err := acq.Complete(t.Context()); !errors.Is(err, refset.ErrTokenConsumed) {
+					t.Fatalf("Complete again: %v, want ErrTokenConsumed", err)
+				}
+				if _, err := next.Release(); err != nil {
+					t.Fatalf("Release of the token it gave: %v", err)
+				}
+				h.wantWhere(t, tok.ID(), "pending")
+			})
+		})
+	}
+}
+
+// callNoPanicTok is callNoPanic for a step that gives a token.
+func callNoPanicTok(tb testing.TB, fn func() (*refset.RefToken[string], error)) (tok *refset.RefToken[string], err error) {
+	tb.Helper()
+	err = callNoPanic(tb, func() error {
+		tok, err = fn()
+		return err
+	})
+	return tok, err
+}
+
+// A token that a hand-over inside a unit of work gave stands only if the unit
+// commits, so its own hand-over runs inside that unit or after it committed: one
+// completed apart from the unit while it runs could commit while the unit rolls back,
+// leaving the undone hand-over's Acquired usable beside a token descended from it
+// (one object handed over twice). It is refused with ErrInvalidToken and runs
+// nothing.
+func TestHostileTokenOfAHandOverNotCommittedYet(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// next completes acqA, the hand-over of the token the unit's Complete gave:
+		// with the unit's context or the outer one (inside the unit's function), or
+		// after the unit ended (later).
+		inUnit, later bool
+		unitErr       error // what the unit's function returns
+		wantErr       error // of acqA's Complete
+	}{
+		{name: "apart from the unit, which rolls back", unitErr: errHostile, wantErr: refset.ErrInvalidToken},
+		{name: "apart from the unit, which commits", wantErr: refset.ErrInvalidToken},
+		{name: "inside the unit", inUnit: true},
+		{name: "after the unit committed", later: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+				h := openHostile(t, b)
+				ctx := t.Context()
+				tok := h.pending(t)
+				acq := h.handOver(t, tok)
+				var ran atomic.Int32
+				counted := refset.CommandFunc[string](func(context.Context, refset.Tx, string) error { ran.Add(1); return nil })
+				var acqA *refset.Acquired[string]
+				var nextErr error
+				err := refset.InTx(ctx, h.db, func(uctx context.Context, _ refset.Tx) error {
+					tokA, err := acq.Complete(uctx)
+					if err != nil {
+						return err
+					}
+					relA, err := tokA.Release(counted)
+					if err != nil {
+						return err
+					}
+					if acqA, err = relA.Acquire(); err != nil {
+						return err
+					}
+					if !tc.later {
+						with := ctx
+						if tc.inUnit {
+							with = uctx
+						}
+						_, nextErr = acqA.Complete(with)
+					}
+					return tc.unitErr
+				})
+				if !errors.Is(err, tc.unitErr) {
+					t.Fatalf("InTx: %v, want %v", err, tc.unitErr)
+				}
+				if tc.later {
+					_, nextErr = acqA.Complete(ctx)
+				}
+				if !errors.Is(nextErr, tc.wantErr) || (tc.wantErr == nil) != (nextErr == nil) {
+					t.Fatalf("Complete of the unit's token's hand-over: %v, want %v", nextErr, tc.wantErr)
+				}
+				wantRan := int32(1)
+				if tc.wantErr != nil {
+					wantRan = 0
+				}
+				if n := ran.Load(); n != wantRan {
+					t.Fatalf("its command ran %d times, want %d", n, wantRan)
+				}
+				if tc.unitErr != nil {
+					// Undone: the first hand-over can be made again, and only it.
+					h.wantWhere(t, tok.ID(), "pending")
+					if _, err := acqA.Complete(ctx); !errors.Is(err, refset.ErrTokenConsumed) {
+						t.Fatalf("Complete of the undone token's hand-over after the unit: %v, want ErrTokenConsumed", err)
+					}
+					if _, err := acq.Complete(ctx); err != nil {
+						t.Fatalf("Complete of the undone hand-over: %v", err)
+					}
+				}
+			})
+		})
+	}
 }

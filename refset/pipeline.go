@@ -34,7 +34,9 @@ import (
 // run first (execs[i] is nil for it), whose errors are translated as the store's are
 // and whose row count is not checked. The statements run in one transaction, as a unit of work of InTx's.
 func (s *RefSet[T, ID]) pipelined(ctx context.Context, tx Tx, id ID, lead func() (refsetdriver.Statement, error), cmds []Command[ID]) (ran bool, err error) {
-	if tx != nil || s.caps.pipe == nil {
+	if tx != nil || s.caps.pipe == nil || (lead == nil && len(cmds) == 0) {
+		// A hand-over without commands is no list of statements: a pipeline of none
+		// is not one a driver need take.
 		return false, nil
 	}
 	first := 0 // where the commands' statements start: after lead's, if any

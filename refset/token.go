@@ -2,6 +2,7 @@ package refset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sync"
@@ -32,6 +33,10 @@ const (
 type lineage struct {
 	mu   sync.Mutex
 	step step
+	// tentative is the scope of the unit of work whose hand-over made the token, when
+	// one refset began did (see complete): until that unit has committed, the
+	// hand-over may yet be undone, and the lineage's own hand-over runs only inside it.
+	tentative *undoScope
 }
 
 func (l *lineage) advance(from, to step) bool {
@@ -152,6 +157,11 @@ type Acquired[ID comparable] struct{ ref[ID] }
 // rolls back, the Acquired stays usable, and the panic goes on. Once Complete
 // succeeds, every later Complete fails with ErrTokenConsumed and runs nothing.
 //
+// A token that a Complete inside a unit of work gave is the unit's until it commits
+// (the unit may yet undo that hand-over): its own hand-over completes inside the unit,
+// with its context, or once the unit has committed; apart from the unit while it
+// runs, Complete fails with ErrInvalidToken and runs nothing.
+//
 // Errors: ErrTokenConsumed, ErrInvalidToken, ErrInvalidCommand (a command tried to
 // end the transaction), ErrNotFound (a reference to a missing object, or an Exec
 // command that affected fewer rows than it wants), ErrReferenced, ErrDuplicate,
@@ -181,6 +191,16 @@ func (a *Acquired[ID]) CompleteTx(ctx context.Context, tx Tx) (*RefToken[ID], er
 }
 
 func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], error) {
+	if a != nil && a.lin != nil {
+		if u := a.lin.tentative.open(); u != nil && !within(ctx, u) {
+			// Its token came from a hand-over of a unit of work that has not
+			// committed: completed apart from that unit, this one could stand while
+			// that one is undone, and the Acquired it undoes would hand the object
+			// over a second time.
+			return nil, opError(fmt.Sprintf("complete %v", a.id), ErrInvalidToken,
+				errors.New("its token came from a hand-over in a unit of work that has not committed yet: complete it inside that unit (with its context), or after the unit commits"))
+		}
+	}
 	if err := (*hand[ID])(a).take("complete", stepAcquired, stepCompleting, nil); err != nil {
 		return nil, err
 	}
@@ -193,14 +213,16 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 	}()
 	start := time.Now()
 	err := a.set.runCommands(ctx, tx, a.id, a.cmds)
-	a.set.observer().HandedOver(ctx, time.Since(start), err)
+	took := time.Since(start)
 	if err != nil {
+		a.set.observer().HandedOver(ctx, took, err)
 		return nil, wrapOp(fmt.Sprintf("complete %v", a.id), err)
 	}
 	done = true
 	a.lin.advance(stepCompleting, stepDone)
 	tok := newToken(a.id, a.set)
 	if u := a.set.undoScope(ctx, tx); u != nil {
+		tok.lin.tentative = u
 		// In a unit of work refset began, the hand-over stands only if the unit
 		// commits: if it rolls back, the Acquired is usable again, and the token it
 		// gave names a hand-over that did not happen.
@@ -209,6 +231,9 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 			a.lin.advance(stepDone, stepAcquired)
 		})
 	}
+	// Told once the Acquired is spent: an Observer that panics now cannot leave a
+	// hand-over that committed to be made again.
+	a.set.observer().HandedOver(ctx, took, nil)
 	return tok, nil
 }
 

@@ -1,6 +1,7 @@
 package refset
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -65,8 +66,14 @@ const maxAttempts = 6
 // while one runs on another goroutine: keep them on fn's goroutine. Nor could it be
 // made safe: a statement another goroutine runs while a savepoint of the unit is
 // open (a call of refset's in the unit, a nested InTx) is part of that savepoint,
-// and undone with it if it rolls back. Once InTx returns, its context carries the
-// unit no more: a goroutine that outlives fn and calls with it runs on its own.
+// and undone with it if it rolls back. A call still running in the unit when fn
+// returns (one a goroutine fn started made with fn's ctx) has done part of its work:
+// InTx then rolls the unit back, that call's work with it, and returns ErrInvalidTx
+// (a nested InTx breaks the unit around it, which rolls back too, whatever its
+// function does with the error); wait for such calls before fn returns. Once fn has
+// returned, a call made with its ctx fails with ErrInvalidTx and changes nothing,
+// and once InTx returns, its context carries the unit no more: a goroutine that
+// outlives fn and calls with it runs on its own.
 //
 // The Tx cannot end the transaction: a statement such as COMMIT or ROLLBACK fails with
 // ErrInvalidCommand, and InTx then rolls back and returns that error whatever fn
@@ -280,6 +287,7 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	// a context that carries no unit is refused rather than left to wait for the
 	// writer this unit holds (refsetdriver.OutsideItsUnit).
 	err = refsetdriver.RunUnitFunc(func() error { return fn(unitCtx, view) })
+	err = cmp.Or(err, closeUnit(unitCtx, db, view, false))
 	if err := refusedOr(view, err); err != nil {
 		return db.TranslateError(err, "")
 	}
@@ -298,6 +306,29 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 	}
 	committed = true
 	return nil
+}
+
+// closeUnit closes the unit of work on db that ctx carries (the context a unit gave
+// its function, which has returned; view is the unit's Tx) to calls, before it
+// commits or releases its savepoint: a call made with ctx after this fails with
+// ErrInvalidTx, changing nothing, until the unit has ended and ctx carries it no
+// more. A call that a goroutine the function started still runs in the unit has done
+// part of its work, under a savepoint of its own that the unit's savepoint statements
+// cannot tell from the unit's (refset gives all one name): the unit must not keep
+// any of it, and fails with ErrInvalidTx. A savepoint of an enclosing unit (nested)
+// breaks the whole transaction too, so that the unit that began it rolls back
+// whatever its function does with the error; a transaction of the unit's own rolls
+// back at once, which also refuses every later statement of the call's.
+func closeUnit(ctx context.Context, db Database, view *txview.View, nested bool) error {
+	// Entered and never left: the unit ends.
+	if _, _, err := refsetdriver.EnterUnit(ctx, db, "end of the unit of work"); err == nil {
+		return nil
+	}
+	err := opError("in transaction", ErrInvalidTx, errors.New("the function returned while a call made with its context (on a goroutine it started) still ran in the unit of work: the unit rolls back; wait for such calls before returning"))
+	if nested {
+		view.Break(err)
+	}
+	return err
 }
 
 // commitError is the error of a COMMIT that failed with err: translated, and, when
@@ -351,7 +382,7 @@ func refusedOr(view *txview.View, err error) error {
 	if refused == nil || errors.Is(err, txview.ErrEndsTransaction) {
 		return err
 	}
-	if err == nil {
+	if err == nil || err == refused { // the unit's own breaking (closeUnit)
 		return refused
 	}
 	return errors.Join(refused, err)
@@ -415,7 +446,9 @@ func inSavepoint(ctx context.Context, db Database, tx Tx, fn func(ctx context.Co
 		undone.end(kept, outer)
 		endUnit(kept && joined)
 	}()
-	if err := refusedOr(view, fn(unitCtx, view)); err != nil {
+	err = fn(unitCtx, view)
+	err = cmp.Or(err, closeUnit(unitCtx, db, view, true))
+	if err := refusedOr(view, err); err != nil {
 		return ctxerr.Wrap(ctx, errors.Join(db.TranslateError(err, ""), undo()))
 	}
 	released = true

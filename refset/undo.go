@@ -3,6 +3,7 @@ package refset
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/refsetdb/refset/internal/txview"
 )
@@ -26,6 +27,32 @@ type undoScope struct {
 	outer  *undoScope   // the scope of the unit around it, if any
 	mu     sync.Mutex
 	undoes []func()
+	// keptIn is the scope the unit's work went to once it ended kept (a savepoint's
+	// into; nil for a unit that committed, or one that did not keep it); set before
+	// ended.
+	keptIn *undoScope
+	ended  atomic.Bool
+}
+
+// open is the scope whose unit's end decides whether the work of u's unit stands:
+// u while its unit runs, the one it was kept in after, and nil once that is decided
+// (committed, or undone).
+func (u *undoScope) open() *undoScope {
+	for u != nil && u.ended.Load() {
+		u = u.keptIn
+	}
+	return u
+}
+
+// within reports whether ctx runs inside the unit of work whose scope is u (in it,
+// or in a savepoint of it).
+func within(ctx context.Context, u *undoScope) bool {
+	for s, _ := ctx.Value(undoKey{}).(*undoScope); s != nil; s = s.outer {
+		if s == u {
+			return true
+		}
+	}
+	return false
 }
 
 // withUndo returns ctx, the context a unit of work gives its function (carrying view
@@ -67,6 +94,10 @@ func (u *undoScope) end(kept bool, into *undoScope) {
 	undoes := u.undoes
 	u.undoes = nil
 	u.mu.Unlock()
+	if kept {
+		u.keptIn = into
+	}
+	u.ended.Store(true)
 	if kept {
 		if into != nil {
 			into.mu.Lock()

@@ -35,6 +35,14 @@ type gate struct {
 	mu       sync.Mutex
 	inFlight string    // the statement whose call runs, "" when none
 	rows     *sql.Rows // the rows of the last query, until they are closed
+	broken   error     // View.Break's
+}
+
+// brokenErr is the error Break broke the transaction with, or nil.
+func (g *gate) brokenErr() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.broken
 }
 
 // enter lets query in, or says, unsent, which statement of the transaction is in

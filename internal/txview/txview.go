@@ -94,11 +94,37 @@ func New(raw Querier, opts Options) *View {
 	return &View{raw: raw, Options: opts, gate: new(gate)}
 }
 
-// Refused is the error of the first statement the view refused, or nil.
+// Refused is the error of the first statement the view refused, or nil; or, once
+// the transaction under it is broken (Break), that error.
 func (v *View) Refused() error {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.refused
+	refused := v.refused
+	v.mu.Unlock()
+	if refused == nil && v.gate != nil {
+		refused = v.gate.brokenErr()
+	}
+	return refused
+}
+
+// Break marks the transaction under v broken with err: from now on Refused of every
+// View of it (New) reports err, if it refused nothing itself, so that the unit of work
+// that began the transaction rolls back whatever the code inside it does with the
+// error (refset: a savepoint whose nesting a stray call on another goroutine
+// confused).
+func (v *View) Break(err error) {
+	if v.gate == nil {
+		v.mu.Lock()
+		if v.refused == nil {
+			v.refused = err
+		}
+		v.mu.Unlock()
+		return
+	}
+	v.gate.mu.Lock()
+	if v.gate.broken == nil {
+		v.gate.broken = err
+	}
+	v.gate.mu.Unlock()
 }
 
 // Raw is the transaction under q when q is a View, and q itself otherwise.
