@@ -55,8 +55,11 @@ func newLibpqPipeline(db *DB, iso sql.IsolationLevel) (libpqPipeline, bool) {
 // takes is refsetdriver.SelectivePipeliner.Pipelines: whether every statement goes
 // in the simple query. A unit with one that does not runs as any unit of work does,
 // its statements prepared (one round trip each, where sent alone unprepared they
-// take two).
+// take two). An empty unit is not taken: it has no statement to end the query.
 func (p libpqPipeline) takes(stmts []refsetdriver.Statement) bool {
+	if len(stmts) == 0 {
+		return false
+	}
 	for _, s := range stmts {
 		if q := p.checks.wrapped(s); q == "" || !inlined(nil, q, s.Args) {
 			return false
