@@ -1292,7 +1292,7 @@ func TestHostileTokenOfAHandOverNotCommittedYet(t *testing.T) {
 						if tc.inUnit {
 							with = uctx
 						}
-						_, nextErr = acqA.Complete(with)
+						_, nextErr = acqA.Complete(with) //unitctx:outside where the case completes it outside the unit
 					}
 					return tc.unitErr
 				})

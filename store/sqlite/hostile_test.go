@@ -451,7 +451,7 @@ func TestGroupCommitContextStages(t *testing.T) {
 					if aRuns.Add(1) == 1 {
 						wg.Go(func() {
 							defer close(bOut)
-							bErr = refset.InTx(bCtx, db, func(ctx context.Context, tx refset.Tx) error { return insert("b")(ctx, tx, 0) })
+							bErr = refset.InTx(bCtx, db, func(ctx context.Context, tx refset.Tx) error { return insert("b")(ctx, tx, 0) }) //unitctx:outside b is another goroutine's unit, meant to join a's group
 						})
 						waitFor(ctx, t, func() bool { return engine.Stats(db.storeEngine).Waiting == 1 })
 						bCancel()
