@@ -40,7 +40,8 @@ type backend struct {
 	past, future string
 }
 
-const sqliteNow = `CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`
+// sqliteNow is store/sqlite's database clock, in Unix milliseconds, as its SQL writes it.
+const sqliteNow = `CAST(round((julianday('now') - 2440587.5) * 86400000) AS INTEGER)`
 
 func backends() []backend {
 	// Through PgBouncer in transaction mode, which lends each transaction any
