@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,13 +73,19 @@ func TestLargeWalletPaysLinearly(t *testing.T) {
 
 		// Refusals over and over on one pool, small payments on the other: each small
 		// payment finds tokens at once (LockWait is zero, so a wallet held by the
-		// refusals would fail it with ErrLocked).
+		// refusals would fail it with ErrLocked), and on SQLite the writer too (a
+		// refusal takes none: TestRefusalTakesNoWriter).
 		ctx, cancel := context.WithTimeout(t.Context(), 3*generous)
 		defer cancel()
-		done := make(chan struct{})
+		done, refusing := make(chan struct{}), make(chan struct{})
 		var refusals int
 		var wg sync.WaitGroup
 		wg.Go(func() {
+			defer func() {
+				if refusals == 0 {
+					close(refusing)
+				}
+			}()
 			for {
 				select {
 				case <-done:
@@ -89,9 +96,12 @@ func TestLargeWalletPaysLinearly(t *testing.T) {
 				if !assert.ErrorIs(t, err, ErrInsufficientFunds) {
 					return
 				}
-				refusals++
+				if refusals++; refusals == 1 {
+					close(refusing)
+				}
 			}
 		})
+		<-refusing // the payments start while refusals run back to back
 		for range 20 {
 			_, _, err := vs[1].Pay(ctx, newTx(), "whale", gbp("minnow", 7))
 			require.NoError(t, err, "a small payment beside the refusals")
@@ -114,6 +124,87 @@ func TestLargeWalletPaysLinearly(t *testing.T) {
 		assert.Greater(t, len(spent), walletSize/4)
 		audit(t, vs[0])
 	})
+}
+
+// On SQLite, whose transactions take the one writer, a refusal needs no writer:
+// while another connection holds it, paying or selecting more than the wallet holds
+// is refused with ErrInsufficientFunds, and selecting funds others locked with
+// ErrLocked, at once. A refusal that took the writer kept payers of other processes
+// from it: refusals back to back on one pool held a payment on another for more than
+// a minute, as SQLite gives a freed writer to whichever waiter asks first, not to the
+// one that waited longest.
+func TestRefusalTakesNoWriter(t *testing.T) {
+	where := sqliteDB.new(t)
+	v := openVault(t, where.open(t, 4), Config{})
+	fillWallet(t, v, "whale", 200) // more than a page of candidates: the sum is asked
+	small := fillWallet(t, v, "shrimp", 10)
+	pinned := fillWallet(t, v, "pinned", 10)
+	_, err := v.Select(t.Context(), newTx(), "pinned", pinned, Filter{}, time.Hour)
+	require.NoError(t, err)
+
+	// Another replica's unit of work holds the writer until the cases are done.
+	held, release := make(chan struct{}), make(chan struct{})
+	holder := where.open(t, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := refset.InTx(t.Context(), holder, func(ctx context.Context, tx refset.Tx) error {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM token_locks WHERE holder = 'nobody'`); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+		assert.NoError(t, err, "the unit that held the writer")
+	})
+	<-held
+
+	never := Filter{Predicate: func(Token) bool { return false }}
+	for _, c := range []struct {
+		name string
+		want error
+		try  func(ctx context.Context) error
+	}{
+		{"pay more than a large wallet", ErrInsufficientFunds, func(ctx context.Context) error {
+			_, _, err := v.Pay(ctx, newTx(), "whale", gbp("minnow", 1_000_000))
+			return err
+		}},
+		{"pay more than a small wallet", ErrInsufficientFunds, func(ctx context.Context) error {
+			_, _, err := v.Pay(ctx, newTx(), "shrimp", gbp("minnow", small+1))
+			return err
+		}},
+		{"select more than a large wallet", ErrInsufficientFunds, func(ctx context.Context) error {
+			_, err := v.Select(ctx, newTx(), "whale", 1_000_000, Filter{Identifier: "GBP"}, time.Minute)
+			return err
+		}},
+		{"select what a predicate refuses", ErrInsufficientFunds, func(ctx context.Context) error {
+			_, err := v.Select(ctx, newTx(), "whale", 1, never, time.Minute)
+			return err
+		}},
+		{"select funds others locked", ErrLocked, func(ctx context.Context) error {
+			_, err := v.Select(ctx, newTx(), "pinned", 1, Filter{}, time.Minute)
+			return err
+		}},
+		{"pay with funds others locked", ErrLocked, func(ctx context.Context) error {
+			_, _, err := v.Pay(ctx, newTx(), "pinned", gbp("minnow", 1))
+			return err
+		}},
+	} {
+		// The bound stops a hang only: a refusal that waits for the writer waits
+		// out the busy timeout (5 s) on each of its attempts; one that does not
+		// takes milliseconds.
+		ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+		err := c.try(ctx)
+		cancel()
+		assert.ErrorIs(t, err, c.want, c.name)
+	}
+	close(release)
+	wg.Wait()
+
+	// With the writer free again, the same vault pays.
+	_, _, err = v.Pay(t.Context(), newTx(), "shrimp", gbp("minnow", small))
+	require.NoError(t, err)
+	audit(t, v)
 }
 
 // An insufficient payment or select on PostgreSQL row-locks a few of the wallet's

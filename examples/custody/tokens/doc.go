@@ -72,7 +72,11 @@
 // rest: it then releases what it holds rather than sit on it. Select then inserts the locks, taking
 // expired ones over (compare-and-swap on the lock's primary key); Pay spends in the same
 // call. A Select with a Predicate goes to the general path, a transaction of several
-// statements, which SQLite always takes; LockStats.General counts those. The spend
+// statements, which SQLite always takes; LockStats.General counts those. On SQLite,
+// whose transaction takes the one writer, the general path looks for tokens before it
+// begins and only takes them in it (reading them again, to leave those spent or locked
+// meanwhile), so a refusal never holds the writer: payers refused back to back do not
+// keep others, in this process or another, from writing. The spend
 // deletes, records, creates and checks in one statement, in a plpgsql function too
 // (custody_spend, sql/postgres/tables/0011_live_clock.sql), so that it is planned once per
 // session and by key; a refusal (nothing locked, unbalanced outputs) is raised inside
@@ -83,9 +87,9 @@
 // of 100,000 tokens).
 //
 // The caller's code runs in one place only: a Filter's Predicate, on the general path,
-// inside its transaction. A Predicate that panics has the transaction rolled back
-// (no lock taken, no transaction left open) before the panic continues with its own
-// value. The fast paths run no caller code while a statement is open.
+// as it looks for tokens (see Filter). A Predicate that panics has any transaction
+// it ran in rolled back (no lock taken, no transaction left open) before the panic
+// continues with its own value. The fast paths run no caller code while a statement is open.
 //
 // Audit reads the books in one snapshot and checks conservation two ways: per
 // identifier, what remains must equal what Issue put into circulation (a spend only

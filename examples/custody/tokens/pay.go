@@ -140,12 +140,16 @@ func (v *Vault) payStepwise(ctx context.Context, txID, from string, amount int64
 	k := kindOf(outputs[0])
 	exact := Filter{Type: k.typ, Identifier: k.identifier, Issuer: k.issuer, Notary: k.notary,
 		Predicate: func(t Token) bool { return kindOf(t) == k }} // empty fields must match too
+	found, err := v.lookFirst(ctx, from, amount, exact)
+	if err != nil {
+		return nil, err
+	}
 	var spent []Token
-	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
+	err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		// Its own holder, not txID's: locks an earlier Select of txID holds are not
 		// this payment's to spend (custody_pay leaves them alone too).
 		holder := "pay:" + txID
-		chosen, _, err := v.selectOnce(ctx, tx, holder, from, amount, exact, time.Minute)
+		chosen, _, err := v.selectOnce(ctx, tx, found, holder, from, amount, exact, time.Minute)
 		if err != nil {
 			return err
 		}

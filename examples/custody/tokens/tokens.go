@@ -51,10 +51,12 @@ func (t Token) ID() string { return t.TokenID }
 // Filter narrows a selection: empty fields match anything; Predicate, if set, is
 // asked about each candidate.
 //
-// Predicate runs while Select's transaction is open, so it should be quick and must
-// not call the Vault (on SQLite that transaction holds the one writer connection). If
-// it panics, Select rolls its transaction back, so no lock or open transaction is
-// left behind, and then panics again with the same value.
+// Predicate runs while Select looks for candidates: on PostgreSQL in Select's
+// transaction, on SQLite before it begins (so that a refusal does not hold the one
+// writer), in the unit's transaction inside a unit of work. It should be quick and
+// must not call the Vault: a unit's transaction holds SQLite's one writer. If it panics,
+// Select rolls back any transaction it began, so no lock or open transaction is left
+// behind, and then panics again with the same value.
 type Filter struct {
 	Type, Identifier, Issuer, Notary string
 	Predicate                        func(Token) bool
@@ -149,7 +151,8 @@ type Vault struct {
 	drv         refsetdriver.Driver // what differs between databases
 	fast        bool                // the dialect has the fast paths' statements (postgres.go)
 	stmts       statements          // the fast paths' statements
-	lockRowsSQL string              // the dialect's row locks of the general path, if any (lockRows)
+	lockRowsSQL string              // the general path's statement that takes candidates' rows (lockRows)
+	oneWriter   bool                // the general path's transaction takes the one writer (lookFirst)
 	set         *refset.RefSet[Token, string]
 	collector   *cleanup.Collector
 	maxAttempts int
@@ -235,6 +238,14 @@ func (v *Vault) readQueries() {
 		return strings.TrimSpace(sqlComment.ReplaceAllString(string(text), ""))
 	}
 	v.lockRowsSQL = query("lock_rows")
+	if v.lockRowsSQL == "" {
+		// No row locks: write transactions run one at a time, so a candidate stays
+		// what the transaction read of it. Candidates read before it began (lookFirst)
+		// are read again in it: those spent or locked meanwhile are left.
+		v.oneWriter = true
+		v.lockRowsSQL = v.sql(`SELECT t.id FROM tokens t WHERE ` + v.drv.ColumnIn("t.id") +
+			` AND NOT EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id AND l.expires_at > ` + v.clock() + `)`)
+	}
 	own, ok := v.drv.(refsetdriver.OwnCommits)
 	v.stmts.db, v.stmts.own = v.db, own
 	v.stmts.selects.query, v.stmts.pay.query, v.stmts.spend.query = query("select"), query("pay"), query("spend")
@@ -474,23 +485,56 @@ func (v *Vault) selectAttempt(ctx context.Context, txID, owner string, amount in
 		return v.selectFast(ctx, txID, owner, amount, f, ttl)
 	}
 	v.general.Add(1)
+	found, err := v.lookFirst(ctx, owner, amount, f)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	var got []Token
 	var expires time.Time
-	err := refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
+	err = refset.InTx(ctx, v.db, func(ctx context.Context, tx refset.Tx) error {
 		var err error
-		got, expires, err = v.selectOnce(ctx, tx, lockHolder(txID), owner, amount, f, ttl)
+		got, expires, err = v.selectOnce(ctx, tx, found, lockHolder(txID), owner, amount, f, ttl)
 		return err
 	})
-	// A panic of the caller's Predicate rolls the transaction back (refset.InTx does
-	// that for any panic) and goes on with its own value and stack.
+	// A panic of the caller's Predicate rolls back the transaction it ran in, if any
+	// (refset.InTx does that for any panic), and goes on with its own value and stack.
 	return got, expires, err
 }
 
 // errRace: the tokens chosen were being locked by another transaction.
 var errRace = errors.New("tokens: lost a race for a token")
 
-// selectOnce locks, in tx, tokens of owner matching f that cover amount, for holder.
-func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
+// selectOnce locks, in tx, tokens of owner matching f that cover amount, for holder,
+// taking them from found if lookFirst found them, or looking for them in tx.
+func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, found []Token, holder, owner string, amount int64, f Filter, ttl time.Duration) ([]Token, time.Time, error) {
+	if found == nil {
+		var err error
+		if found, err = v.look(ctx, tx, owner, amount, f); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
+	return v.take(ctx, tx, found, holder, amount, ttl)
+}
+
+// lookFirst looks for tokens of owner matching f that cover amount before the general
+// path's transaction begins, where that transaction takes the database's one writer
+// (SQLite: a dialect without row locks, see readQueries): a refusal, ErrInsufficientFunds
+// or ErrLocked, is then told without the writer, so that callers refused over and over
+// (paying more than a large wallet holds, say) do not keep other payers, of this
+// process or another, from writing. (Held by refusals back to back, SQLite's writer
+// went to the other processes' waiting payers only by chance: one waited more than a
+// minute.) It returns nil where the dialect locks rows: the transaction looks itself.
+func (v *Vault) lookFirst(ctx context.Context, owner string, amount int64, f Filter) ([]Token, error) {
+	if !v.oneWriter {
+		return nil, nil
+	}
+	return v.look(ctx, refset.Reader(ctx, v.db), owner, amount, f)
+}
+
+// look reads, through q, candidate tokens of owner matching f that no live lock holds,
+// shuffled, covering amount (twice over where the owner has that much), or tells why
+// there are not enough: ErrInsufficientFunds or ErrLocked.
+func (v *Vault) look(ctx context.Context, q refset.Querier, owner string, amount int64, f Filter) ([]Token, error) {
 	where, args := []string{"t.owner = ?"}, []any{owner}
 	for _, c := range []struct{ col, val string }{
 		{"t.token_type", f.Type}, {"t.identifier", f.Identifier}, {"t.issuer", f.Issuer}, {"t.notary", f.Notary},
@@ -517,13 +561,13 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 	for _, segment := range []string{"t.id >= ?", "t.id < ?"} {
 		cursor := ""
 		for available < spares {
-			q, qargs := base+" AND "+segment, append(append([]any(nil), args...), pivot)
+			sq, qargs := base+" AND "+segment, append(append([]any(nil), args...), pivot)
 			if cursor != "" {
-				q, qargs = q+" AND t.id > ?", append(qargs, cursor)
+				sq, qargs = sq+" AND t.id > ?", append(qargs, cursor)
 			}
-			got, err := v.query(ctx, tx, q+fmt.Sprintf(" ORDER BY t.id LIMIT %d", page), qargs...)
+			got, err := v.query(ctx, q, sq+fmt.Sprintf(" ORDER BY t.id LIMIT %d", page), qargs...)
 			if err != nil {
-				return nil, time.Time{}, err
+				return nil, err
 			}
 			for _, t := range keep(got, f.Predicate) {
 				candidates = append(candidates, t)
@@ -536,38 +580,46 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 			if !asked && available < amount {
 				// A page read and still short: ask once, in one aggregate, whether the
 				// owner has the amount at all, rather than reading the whole wallet
-				// (twice) while holding the transaction, and on SQLite the one writer,
-				// to find out. The filter's fields are a superset of what a Predicate
+				// (twice) to find out. The filter's fields are a superset of what a Predicate
 				// keeps, so a sum short of the amount is short for it too.
 				asked = true
+				// Rows, not a row: q translates the errors of their reading (those of a
+				// row's Scan it cannot), outside a unit of work as in one.
 				var total int64
-				if err := tx.QueryRowContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0) FROM tokens t WHERE `+cond),
-					args...).Scan(&total); err != nil {
-					return nil, time.Time{}, err
+				rows, err := q.QueryContext(ctx, v.sql(`SELECT COALESCE(SUM(t.amount), 0) FROM tokens t WHERE `+cond), args...)
+				if err := eachRow(rows, err, func(r *sql.Rows) error { return r.Scan(&total) }); err != nil {
+					return nil, err
 				}
 				if total < amount {
-					return nil, time.Time{}, fmt.Errorf("%w: %s has at most %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+					return nil, fmt.Errorf("%w: %s has at most %d, %d asked", ErrInsufficientFunds, owner, total, amount)
 				}
 			}
 		}
 	}
 	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 	if available < amount {
-		all, err := v.query(ctx, tx, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
+		all, err := v.query(ctx, q, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
 			FROM tokens t WHERE `+cond, args...)
 		if err != nil {
-			return nil, time.Time{}, err
+			return nil, err
 		}
 		var total int64
 		for _, t := range keep(all, f.Predicate) {
 			total += t.Amount
 		}
 		if total < amount {
-			return nil, time.Time{}, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+			return nil, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
 		}
-		return nil, time.Time{}, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
+		return nil, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
 	}
 
+	return candidates, nil
+}
+
+// take locks, in tx, candidates (look's) that cover amount, for holder, each lock
+// expiring ttl after it is written. It fails with errRace when candidates run out
+// before amount is covered: other transactions took them meanwhile.
+func (v *Vault) take(ctx context.Context, tx refset.Tx, candidates []Token, holder string, amount int64, ttl time.Duration) ([]Token, time.Time, error) {
 	// Take candidates until they cover the amount; on Postgres, lock their rows,
 	// skipping those another transaction is locking right now and taking others.
 	var chosen []Token
@@ -635,13 +687,11 @@ func (v *Vault) selectOnce(ctx context.Context, tx refset.Tx, holder, owner stri
 	return chosen, expires, nil
 }
 
-// lockRows locks the rows of want against other selectors with the dialect's
-// lock_rows.sql (Postgres: FOR UPDATE SKIP LOCKED) and returns those it locked. A
-// dialect without one (SQLite) runs one write transaction at a time: it needs nothing.
+// lockRows takes the rows of want against other selectors and returns those it took:
+// with the dialect's lock_rows.sql (Postgres: FOR UPDATE SKIP LOCKED), those it
+// locked; without one (SQLite, whose transaction holds the one writer), those still
+// unspent and free of live locks (see readQueries).
 func (v *Vault) lockRows(ctx context.Context, tx refset.Tx, want []Token) ([]Token, error) {
-	if v.lockRowsSQL == "" {
-		return want, nil
-	}
 	ids := make([]string, len(want))
 	for i, t := range want {
 		ids[i] = t.TokenID
