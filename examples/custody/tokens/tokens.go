@@ -598,19 +598,43 @@ func (v *Vault) look(ctx context.Context, q refset.Querier, owner string, amount
 	}
 	mrand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
 	if available < amount {
-		all, err := v.query(ctx, q, `SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount
-			FROM tokens t WHERE `+cond, args...)
-		if err != nil {
+		// The verdict is read in one statement, so from one snapshot. The pages were
+		// read one by one (before any transaction on SQLite; in statements of their
+		// own on PostgreSQL), and a payment that committed between two of them could
+		// move tokens past the scan: short there, the owner may have the amount
+		// unlocked all the same, which is a race to look again, not funds locked.
+		type seen struct {
+			Token
+			locked bool
+		}
+		var all []seen
+		rows, err := q.QueryContext(ctx, v.sql(`SELECT t.id, t.owner, t.token_type, t.identifier, t.issuer, t.notary, t.amount,
+			EXISTS (SELECT 1 FROM token_locks l WHERE l.token_id = t.id AND l.expires_at > `+v.clock()+`)
+			FROM tokens t WHERE `+cond), args...)
+		if err := eachRow(rows, err, func(r *sql.Rows) error {
+			var t seen
+			err := r.Scan(&t.TokenID, &t.Owner, &t.Type, &t.Identifier, &t.Issuer, &t.Notary, &t.Amount, &t.locked)
+			all = append(all, t)
+			return err
+		}); err != nil {
 			return nil, err
 		}
-		var total int64
-		for _, t := range keep(all, f.Predicate) {
-			total += t.Amount
+		var total, unlocked int64
+		for _, t := range all { // the Predicate runs with no rows open
+			if f.Predicate == nil || f.Predicate(t.Token) {
+				total += t.Amount
+				if !t.locked {
+					unlocked += t.Amount
+				}
+			}
 		}
-		if total < amount {
+		switch {
+		case total < amount:
 			return nil, fmt.Errorf("%w: %s has %d, %d asked", ErrInsufficientFunds, owner, total, amount)
+		case unlocked >= amount:
+			return nil, fmt.Errorf("%w: tokens moved while the wallet was read", errRace)
 		}
-		return nil, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, available, amount)
+		return nil, fmt.Errorf("%w: %s has %d, %d of it unlocked, %d asked", ErrLocked, owner, total, unlocked, amount)
 	}
 
 	return candidates, nil
