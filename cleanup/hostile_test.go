@@ -2,6 +2,7 @@ package cleanup_test
 
 import (
 	"context"
+	"database/sql/driver"
 	"fmt"
 	"sync"
 	"testing"
@@ -284,19 +285,20 @@ func TestHostileRacingCollectors(t *testing.T) {
 }
 
 // Why, WhyAll and Object given an ID the driver cannot send (a type it does not
-// take, or, on pgx, one the text column does not) fail with refset.ErrInvalidID,
-// naming the type; an ID of a type it takes that names nothing is ErrNotFound.
+// take), or one of a type the text column does not take (a number, which SQLite and
+// lib/pq would compare loosely and find nothing), fail with refset.ErrInvalidID on
+// every driver, naming the type; an ID of a type it takes that names nothing is
+// ErrNotFound. (TestHostileWhyIDType judges the types one by one.)
 func TestHostileWhyBadID(t *testing.T) {
 	cases := []struct {
 		name string
 		id   any
-		pgx  error // pgx refuses to encode a number for a text column
 		want error
 	}{
-		{"struct", struct{}{}, refset.ErrInvalidID, refset.ErrInvalidID},
-		{"map", map[string]int{}, refset.ErrInvalidID, refset.ErrInvalidID},
-		{"number", 42, refset.ErrInvalidID, refset.ErrNotFound},
-		{"no such text", "nosuch", refset.ErrNotFound, refset.ErrNotFound},
+		{"struct", struct{}{}, refset.ErrInvalidID},
+		{"map", map[string]int{}, refset.ErrInvalidID},
+		{"number", 42, refset.ErrInvalidID},
+		{"no such text", "nosuch", refset.ErrNotFound},
 	}
 	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
 		db := hostileSet(t, b)
@@ -304,9 +306,6 @@ func TestHostileWhyBadID(t *testing.T) {
 		require.NoError(t, err)
 		for _, tc := range cases {
 			want := tc.want
-			if b == testdb.Pgx {
-				want = tc.pgx
-			}
 			for name, call := range map[string]func() error{
 				"Why":    func() error { _, err := c.Why(t.Context(), tc.id); return err },
 				"WhyAll": func() error { _, err := c.WhyAll(t.Context(), tc.id); return err },
@@ -317,6 +316,110 @@ func TestHostileWhyBadID(t *testing.T) {
 					require.ErrorIs(t, err, want)
 					if want == refset.ErrInvalidID {
 						assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id))
+					}
+				})
+			}
+		}
+	})
+}
+
+// counted is an object of a set whose IDs are integers.
+type counted struct {
+	N int64 `db:"id"`
+}
+
+func (c counted) ID() int64 { return c.N }
+
+// Named ID types, judged by their underlying type; and types that send themselves
+// (driver.Valuer), taken whatever their kind: what they send is their own affair.
+type (
+	noteID    string
+	counterID int64
+	// valuedNote is an int that sends itself as the note "obj-<n>".
+	valuedNote int
+)
+
+func (v valuedNote) Value() (driver.Value, error) { return fmt.Sprintf("obj-%d", v), nil }
+
+// Why and Object take an ID of a Go type the set's ID column takes, as
+// store.NewStore judges a set's ID type, whatever its width, name or pointer, and
+// refuse any other with refset.ErrInvalidID naming the type given and what the
+// column takes, on each store, for a text key (notes: "obj-42") and an integer one
+// (counters: 42), where the object exists. SQLite (and lib/pq, on text) compared such
+// an ID loosely and answered ErrNotFound, of an object that exists, so that
+// refsettest.AssertGone passed having checked nothing. A plain string is text the
+// database reads as the key's type, on every key.
+func TestHostileWhyIDType(t *testing.T) {
+	note, at := "obj-42", time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name  string
+		table string
+		id    any
+		want  error    // nil: found
+		says  []string // for refset.ErrInvalidID, besides the type given
+	}{
+		{"text/string", "notes", "obj-42", nil, nil},
+		{"text/named string", "notes", noteID("obj-42"), nil, nil},
+		{"text/pointer to a string", "notes", &note, nil, nil},
+		{"text/valuer of an int kind", "notes", valuedNote(42), nil, nil},
+		{"text/no such string", "notes", "obj-43", refset.ErrNotFound, nil},
+		{"text/int", "notes", 42, refset.ErrInvalidID, []string{`ID column "id"`, "takes a string type or a type implementing driver.Valuer"}},
+		{"text/int64", "notes", int64(42), refset.ErrInvalidID, []string{"takes a string type"}},
+		{"text/named int", "notes", counterID(42), refset.ErrInvalidID, []string{"takes a string type"}},
+		{"text/float", "notes", 4.2, refset.ErrInvalidID, []string{"takes a string type"}},
+		{"text/bool", "notes", true, refset.ErrInvalidID, []string{"takes a string type"}},
+		{"text/time", "notes", at, refset.ErrInvalidID, []string{"takes a string type"}},
+		{"text/nil", "notes", nil, refset.ErrInvalidID, []string{"a nil ID"}},
+		{"text/nil pointer", "notes", (*string)(nil), refset.ErrInvalidID, []string{"a nil ID"}},
+
+		{"integer/int64", "counters", int64(42), nil, nil},
+		{"integer/int", "counters", 42, nil, nil},
+		{"integer/int32", "counters", int32(42), nil, nil},
+		{"integer/uint16", "counters", uint16(42), nil, nil},
+		{"integer/named int", "counters", counterID(42), nil, nil},
+		{"integer/no such int", "counters", int64(43), refset.ErrNotFound, nil},
+		// A plain string is an ID as text (the refset command's, the console's),
+		// read as the key's type: PostgreSQL refuses one that is no integer.
+		{"integer/text of the integer", "counters", "42", nil, nil},
+		{"integer/text of no integer", "counters", "obj-42", refset.ErrStatement, nil},
+		{"integer/named string", "counters", noteID("42"), refset.ErrInvalidID, []string{"takes an integer type"}},
+		{"integer/float", "counters", 42.0, refset.ErrInvalidID, []string{"takes an integer type"}},
+		{"integer/time", "counters", at, refset.ErrInvalidID, []string{"takes an integer type"}},
+	}
+	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
+		db := hostileSet(t, b)
+		hexec(t, db, `CREATE TABLE counters (id BIGINT PRIMARY KEY)`)
+		_, err := store.NewStore[counted, int64](t.Context(), db, store.Config{Table: "counters"})
+		require.NoError(t, err)
+		hexec(t, db, `INSERT INTO notes (id) VALUES ('obj-42')`, `INSERT INTO counters (id) VALUES (42)`)
+		collectors := map[string]*cleanup.Collector{}
+		for _, table := range []string{"notes", "counters"} {
+			collectors[table], err = cleanup.Install(t.Context(), db, cleanup.Config{Table: table})
+			require.NoError(t, err)
+		}
+		for _, tc := range cases {
+			c := collectors[tc.table]
+			for name, call := range map[string]func() error{
+				"Why":    func() error { _, err := c.Why(t.Context(), tc.id); return err },
+				"Object": func() error { _, err := c.Object(t.Context(), tc.id); return err },
+			} {
+				t.Run(tc.name+"/"+name, func(t *testing.T) {
+					err := call()
+					if tc.want == nil {
+						require.NoError(t, err)
+						return
+					}
+					if tc.want == refset.ErrStatement && !b.Postgres {
+						require.ErrorIs(t, err, refset.ErrNotFound, "SQLite keeps any value in any column")
+						return
+					}
+					require.ErrorIs(t, err, tc.want)
+					if tc.want == refset.ErrInvalidID {
+						assert.NotErrorIs(t, err, refset.ErrSchema, "the caller's ID is wrong, not the schema")
+						assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id), "names the type given")
+						for _, s := range tc.says {
+							assert.Contains(t, err.Error(), s)
+						}
 					}
 				})
 			}

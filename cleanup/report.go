@@ -1,10 +1,13 @@
 package cleanup
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -87,9 +90,34 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // as the catalog has it now, one without an index (Unindexed) or added since Install
 // included. None means it is garbage: Collect will
 // delete it once it is due. It reads where Check does. ErrNotFound if there is no
-// such object; refset.ErrInvalidID for an id the driver cannot send as the ID
-// column's value (a struct, a map, a number for a text column on pgx); otherwise the
-// errors of Check.
+// such object; otherwise the errors of Check.
+//
+// The id must be of a Go type the set's ID column takes, judged by the column's type
+// as the catalog has it now, the way store.NewStore judges a set's ID type
+// (refsetdriver.SchemaSQL.CheckIDType): a string type for a text key, an integer
+// type for an integer key, and so on. Any other is refused with
+// refset.ErrInvalidID, naming the type given and what the column takes, before any
+// statement carries it: the databases compare loosely (SQLite would compare the int
+// 42 with a text key and find nothing, an ErrNotFound that says nothing of the
+// object "obj-42"). The rule is NewStore's, but for text:
+//   - the width and sign of an integer do not count: an int, int32 or uint64 is
+//     taken for a key of int64 IDs, as a float32 for float64 ones; named types are
+//     judged by their underlying type (type BlockID string is a string), pointers by
+//     what they point to;
+//   - a type implementing driver.Valuer, or whose pointer implements sql.Scanner,
+//     is taken whatever the column: what it sends is its own affair (a uuid type
+//     sends text);
+//   - nil, or a nil pointer, is refused: it names no object;
+//   - a plain string (not a named string type) is taken whatever the key: it is an
+//     ID as text, as the refset command and the console read one, which the
+//     database reads as a value of the key's type ("42" for an integer key; "abc"
+//     there is refused by PostgreSQL, and matches nothing on SQLite, which keeps
+//     any value in any column). An ID of the set's own Go type is never a string
+//     where the key takes none: NewStore refuses such a set.
+//
+// An id the driver then cannot send as the column's value (a struct, a map; on pgx,
+// a value of a type taken that the column's type does not encode) is
+// refset.ErrInvalidID too, naming its type.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 	return c.why(ctx, id, whyLimit)
 }
@@ -196,9 +224,13 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	d, arg := c.dialect, refset.Arg(id)
+	var refused error // judgeID's: an answer, not a failed read to try again on the primary
 	hs, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Holder, error) {
 		p, err := c.catalog(ctx, q, nil)
 		if err != nil {
+			return nil, err
+		}
+		if refused, err = c.judgeID(ctx, q, p, id); refused != nil || err != nil {
 			return nil, err
 		}
 		found, err := d.HasObject(ctx, q, p, arg)
@@ -220,7 +252,7 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		}
 		return hs, nil
 	})
-	if err = c.idError(c.readError(err), id); err != nil {
+	if err = cmp.Or(refused, c.idError(c.readError(err), id)); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
 	}
 	return hs, nil
@@ -235,6 +267,57 @@ func (c *Collector) idError(err error, id any) error {
 		return err
 	}
 	return fmt.Errorf("%w: an ID of type %T is not a value of the ID column %s.%s: %w", refset.ErrInvalidID, id, c.current().Table, c.current().IDColumn, err)
+}
+
+// idKinds are the Go types judgeID tries on a key that refused an ID, to say which it
+// takes.
+var idKinds = []struct {
+	what string
+	t    reflect.Type
+}{
+	{"a string type", reflect.TypeFor[string]()},
+	{"an integer type", reflect.TypeFor[int64]()},
+	{"a float type", reflect.TypeFor[float64]()},
+	{"a bool", reflect.TypeFor[bool]()},
+	{"time.Time", reflect.TypeFor[time.Time]()},
+	{"a byte array ([32]byte, ...)", reflect.TypeFor[[32]byte]()},
+}
+
+// judgeID judges id, an ID a caller gave a report, by the set's ID column as the
+// catalog has it on q, as store.NewStore judges a set's ID type (see Why): refused
+// is refset.ErrInvalidID, saying id's type and the types the column takes, when it
+// is nil or of a type the column does not take; err is a failed read of the catalog.
+func (c *Collector) judgeID(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, id any) (refused, err error) {
+	if v := reflect.ValueOf(id); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return fmt.Errorf("%w: a nil ID (%T) names no object of %s; nothing was sent", refset.ErrInvalidID, id, p.Table), nil
+	}
+	if _, text := id.(string); text {
+		return nil, nil // an ID as text, which the database reads as the key's type (see Why)
+	}
+	cols, err := c.dialect.Columns(ctx, q, p.Table)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(cols, func(col refsetdriver.Column) bool { return col.Name == p.IDColumn })
+	if i < 0 {
+		i = slices.IndexFunc(cols, func(col refsetdriver.Column) bool { return strings.EqualFold(col.Name, p.IDColumn) })
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("table %s has no column %q: %w", p.Table, p.IDColumn, refset.ErrSchema)
+	}
+	typ, schema := cmp.Or(cols[i].KeyType, cols[i].Type), c.dialect.SchemaSQL()
+	if schema.CheckIDType(p.Table, p.IDColumn, typ, reflect.TypeOf(id)) == nil {
+		return nil, nil
+	}
+	var takes []string
+	for _, k := range idKinds {
+		if schema.CheckIDType(p.Table, p.IDColumn, typ, k.t) == nil {
+			takes = append(takes, k.what)
+		}
+	}
+	takes = append(takes, "a type implementing driver.Valuer")
+	return fmt.Errorf("%w: an ID of type %T, where the ID column %q of %s, of SQL type %s, takes %s; nothing was sent",
+		refset.ErrInvalidID, id, p.IDColumn, p.Table, typ, strings.Join(takes, " or ")), nil
 }
 
 // catalog is the collector's plan with the references the catalog has now, read on q,
@@ -277,7 +360,12 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	p, arg := c.current(), refset.Arg(id)
+	var refused error // as in why
 	fields, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Field, error) {
+		var err error
+		if refused, err = c.judgeID(ctx, q, p, id); refused != nil || err != nil {
+			return nil, err
+		}
 		rows, err := q.QueryContext(ctx, c.dialect.Rebind(fmt.Sprintf(`SELECT * FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), arg)
 		if err != nil {
 			return nil, err
@@ -307,7 +395,7 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 		}
 		return fields, rows.Err()
 	})
-	if err = c.idError(c.readError(err), id); err != nil {
+	if err = cmp.Or(refused, c.idError(c.readError(err), id)); err != nil {
 		return nil, fmt.Errorf("refset/cleanup: object %v: %w", id, err)
 	}
 	return fields, nil

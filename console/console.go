@@ -46,9 +46,10 @@ type Config struct {
 	// Token, when not "", is what every request must carry: as an Authorization
 	// Bearer header, or in the cookie that /login?token=... sets. Compared in
 	// constant time. Without a Token the console answers only requests addressed
-	// to a loopback host (the Host header: localhost, 127.0.0.0/8, [::1]), so that a
-	// web page whose name was rebound to 127.0.0.1 reads nothing; serve it anywhere
-	// else with a Token.
+	// to a loopback host (the Host header, with its port or without: localhost in
+	// any case, with the trailing dot of a fully qualified name or without,
+	// 127.0.0.0/8, [::1]), so that a web page whose name was rebound to 127.0.0.1
+	// reads nothing; serve it anywhere else with a Token.
 	Token string
 	// SampleEvery is how often the sampler counts every set for the clean-up page,
 	// one statement each time; zero means DefaultSampleEvery, and less than a second
@@ -161,16 +162,30 @@ func CheckAddr(addr, token string) error {
 		refset.ErrInvalidConfig, addr)
 }
 
-// hostOf is the host of a request's Host header, without its port.
+// hostOf is the host of a request's Host header, without its port if it has one:
+// localhost:8080, localhost, [::1]:8080 and [::1] are localhost, localhost, ::1 and
+// ::1. A Host that is neither (an unbalanced bracket) is returned as it is, which
+// isLoopback refuses.
 func hostOf(hostport string) string {
 	if host, _, err := net.SplitHostPort(hostport); err == nil {
 		return host
 	}
-	return strings.Trim(hostport, "[]")
+	if inner, ok := strings.CutPrefix(hostport, "["); ok {
+		if inner, ok := strings.CutSuffix(inner, "]"); ok {
+			return inner
+		}
+	}
+	return hostport
 }
 
+// isLoopback says whether host names this machine: the name localhost, which DNS
+// compares without regard to case (RFC 4343) and which may end in the root's dot
+// (localhost., the same name fully qualified), or a loopback IP address (127.0.0.0/8,
+// ::1, and 127.0.0.0/8 mapped into IPv6). No other name is, not even one under
+// localhost. (RFC 6761 reserves them, but a resolver need not keep to it), nor an
+// address with an IPv6 zone, which no browser sends.
 func isLoopback(host string) bool {
-	if host == "localhost" {
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
 		return true
 	}
 	ip := net.ParseIP(host)
@@ -295,7 +310,25 @@ var (
 
 // fail answers a page's error: the error's text (refset's errors name no
 // password), with the status it calls for.
+//
+// A request whose context ended before its page was read failed for that, whatever
+// error the database's driver made of it (a driver's own word for a cancelled
+// statement need not wrap the context's error): it is no server error, and not
+// logged as one.
+// Its deadline passed (one a server or a handler around the console set): 503, and
+// a warning in the log, for the operator whose deadline pages overrun. The client
+// went away (or whoever made the context cancelled it): 503 for a connection still
+// open, and a debug line alone.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err error) {
+	if ended := r.Context().Err(); ended != nil {
+		level, said := slog.LevelDebug, "the request was cancelled before its page was read"
+		if errors.Is(ended, context.DeadlineExceeded) {
+			level, said = slog.LevelWarn, "the page was not read within the request's deadline: try again, or ask the operator to allow it longer"
+		}
+		c.log.Log(r.Context(), level, "refset console: "+said, "page", page, "path", r.URL.Path, "error", err)
+		c.render(w, "error", http.StatusServiceUnavailable, errorPage{Page: page, Status: http.StatusServiceUnavailable, Err: said})
+		return
+	}
 	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, refset.ErrInvalidIdentifier):
@@ -309,8 +342,6 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, page string, err 
 		status = http.StatusForbidden
 	case errors.Is(err, errBusy):
 		status = http.StatusTooManyRequests
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		return // the browser went away
 	}
 	if status == http.StatusInternalServerError {
 		c.log.Error("refset console: page failed", "page", page, "path", r.URL.Path, "error", err)

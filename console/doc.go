@@ -32,7 +32,18 @@
 // column cannot hold among them); a table that is no set's, an object that is not
 // there, 404; what the database refuses otherwise (a role that may not read a table,
 // or log in), or a database that is closed or gone, is the operator's to hear of:
-// 500, and a line in the log.
+// 500, and a line in the log. A request that ended before its page was read is no
+// server error, whatever the database's driver said of it: one whose deadline passed
+// (a deadline a server or a handler around the console sets) is 503, with a warning
+// in the log for the operator whose pages overrun it; one its client gave up on (the
+// browser closed, a request cancelled) is 503 for a connection still open, and a
+// debug line alone.
+//
+// Without Config.Token the console answers only a request addressed to a loopback
+// host (its Host header, with a port or without): localhost, in any case and with the
+// trailing dot of a fully qualified name or without, 127.0.0.0/8 or [::1]; any other
+// name (one under localhost. too) is 403, so that a page of another site whose name
+// was rebound to 127.0.0.1 (DNS rebinding) reads nothing.
 //
 // The console only reads: it serves GET and HEAD alone, runs no statement that
 // writes, installs nothing, and runs on a database role that may only SELECT. Its

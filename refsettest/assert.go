@@ -61,8 +61,9 @@ func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
 // table are two wants. Why lists at most five rows per referencing table, so a
 // want of more than five rows of one table cannot be met.
 //
-// An object that does not exist fails the assertion: use [AssertGone] for that.
-// It reports false after a failure.
+// An object that does not exist fails the assertion: use [AssertGone] for that. So
+// does an id of a Go type the set's ID column does not take, which
+// cleanup.Collector.Why refuses. It reports false after a failure.
 func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) bool {
 	tb.Helper()
 	ctx, cancel := assertContext(tb)
@@ -101,7 +102,11 @@ func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) b
 // it (or it never was). A failure names the rows that still hold it, if any. A nil
 // or zero id (a nil pointer, "", 0) fails: no object has one (refset refuses the
 // zero ID), so the assertion would pass having checked nothing, as when a test
-// read the ID off a nil token. It reports false after a failure.
+// read the ID off a nil token. So does an id of a Go type the set's ID column does
+// not take (an int for a set of string IDs "obj-42", a string for integer IDs), which
+// cleanup.Collector.Why refuses (see its rule) where the database would compare it
+// loosely and find nothing, the object there or not. It reports false after a
+// failure.
 func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
 	tb.Helper()
 	if noID(id) {
@@ -114,6 +119,8 @@ func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
 	switch {
 	case errors.Is(err, refset.ErrNotFound):
 		return true
+	case errors.Is(err, refset.ErrInvalidID):
+		tb.Errorf("refsettest: AssertGone(%v): an ID of type %T names no object of the set, so nothing was checked: %v", id, id, err)
 	case err != nil:
 		tb.Errorf("refsettest: AssertGone(%v): why: %v", id, err)
 	case len(holders) == 0:

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
 )
@@ -101,22 +102,7 @@ func TestAssertions(t *testing.T) {
 				}, []string{"a nil or zero ID names no object"}},
 			}
 			for _, tc := range tests {
-				t.Run(tc.name, func(t *testing.T) {
-					var ok bool
-					rec, returned := run(t, func(tb testing.TB) { ok = tc.assert(tb) })
-					require.True(t, returned, "assertions report with Errorf and return, never end the test")
-					require.False(t, rec.fatal || rec.skipped)
-					if tc.wantMsg == nil {
-						require.True(t, ok)
-						require.Empty(t, rec.errors)
-						return
-					}
-					require.False(t, ok, "the assertion passed")
-					require.Len(t, rec.errors, 1, "one failure, one message")
-					for _, m := range tc.wantMsg {
-						require.Contains(t, rec.errors[0], m)
-					}
-				})
+				t.Run(tc.name, func(t *testing.T) { checkAssertion(t, tc.assert, tc.wantMsg) })
 			}
 			// A test checks what its own deferred work left from a t.Cleanup, where
 			// tb.Context() is cancelled: each assertion that passes above passes there
@@ -129,6 +115,27 @@ func TestAssertions(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// checkAssertion runs assert with a recorder: it must pass when wantMsg is nil, and
+// otherwise fail once, with a message holding each of wantMsg, reporting with
+// Errorf and returning.
+func checkAssertion(t *testing.T, assert func(tb testing.TB) bool, wantMsg []string) {
+	t.Helper()
+	var ok bool
+	rec, returned := run(t, func(tb testing.TB) { ok = assert(tb) })
+	require.True(t, returned, "assertions report with Errorf and return, never end the test")
+	require.False(t, rec.fatal || rec.skipped)
+	if wantMsg == nil {
+		require.True(t, ok)
+		require.Empty(t, rec.errors)
+		return
+	}
+	require.False(t, ok, "the assertion passed")
+	require.Len(t, rec.errors, 1, "one failure, one message")
+	for _, m := range wantMsg {
+		require.Contains(t, rec.errors[0], m)
 	}
 }
 
@@ -181,6 +188,55 @@ func TestAssertHeldByDocumentedKeys(t *testing.T) {
 				rec, _ := run(t, func(tb testing.TB) { refsettest.AssertHeldBy(tb, w.collector, "paid", want) })
 				require.Len(t, rec.errors, 1, "want %s", want)
 				require.Contains(t, rec.errors[0], `missing: "`+want+`"`)
+			}
+		})
+	}
+}
+
+// An ID of a Go type the set's ID column does not take names no object: the
+// database would compare it loosely and find nothing (SQLite, and lib/pq on a text
+// key, answered "no such object"), so AssertGone passed though the object it meant,
+// "obj-42", is there, held. Each assertion fails instead, once, naming the type
+// given and what the set takes, on each store; the same object asked for by a
+// string ID shows it exists.
+func TestAssertWrongIDType(t *testing.T) {
+	type blockNumber int
+	tests := []struct {
+		name    string
+		assert  func(tb testing.TB, c *cleanup.Collector) bool
+		wantMsg []string // nil: the assertion must pass
+	}{
+		{"held, by its string ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertHeldBy(tb, c, "obj-42", "chain_heads.block_id")
+		}, nil},
+		{"gone, by its string ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, "obj-42")
+		}, []string{"AssertGone(obj-42): it still exists, held by"}},
+		{"gone, of an int", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, 42)
+		}, []string{"AssertGone(42): an ID of type int names no object of the set, so nothing was checked", "invalid id", "takes a string type"}},
+		{"gone, of an int64", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, int64(42))
+		}, []string{"AssertGone(42): an ID of type int64 names no object"}},
+		{"gone, of a named int", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, blockNumber(42))
+		}, []string{"an ID of type refsettest_test.blockNumber names no object", "takes a string type"}},
+		{"gone, of a float", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, 42.0)
+		}, []string{"an ID of type float64 names no object"}},
+		{"held by, of an int", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertHeldBy(tb, c, 42, "chain_heads.block_id")
+		}, []string{"AssertHeldBy(42): why:", "an ID of type int", "takes a string type"}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			w := st.open(t)
+			w.add(t, "obj-42", "", refset.Exec[string](`INSERT INTO chain_heads (block_id) VALUES (?)`, 1))
+			for _, tc := range tests {
+				t.Run(tc.name, func(t *testing.T) {
+					checkAssertion(t, func(tb testing.TB) bool { return tc.assert(tb, w.collector) }, tc.wantMsg)
+				})
 			}
 		})
 	}

@@ -27,6 +27,14 @@ type Freezer struct {
 
 	mu    sync.Mutex
 	conns []*heldConn
+	// closed is set by Close, under mu: a connection accept took before Close
+	// closed the listener, and registers after Close closed the others, is closed
+	// at once instead of left open, its goroutines keeping Close waiting on them.
+	closed bool
+
+	// dialed, if set (by a test), runs once accept has the server's end of a new
+	// connection, before it registers it.
+	dialed func()
 }
 
 // heldConn is one client's connection through a Freezer.
@@ -52,11 +60,17 @@ type pipe struct {
 func NewFreezer(tb testing.TB, dsn string) (*Freezer, string) {
 	tb.Helper()
 	ln, target, through := inFrontOf(tb, "freezer", dsn)
-	f := &Freezer{ln: ln, target: target}
+	return startFreezer(tb, ln, target, nil), through
+}
+
+// startFreezer starts a freezer on ln in front of target, with its dialed hook (nil
+// but in a test), and stops it when tb ends.
+func startFreezer(tb testing.TB, ln net.Listener, target string, dialed func()) *Freezer {
+	f := &Freezer{ln: ln, target: target, dialed: dialed}
 	f.wg.Add(1)
 	go f.accept()
 	tb.Cleanup(f.Close)
-	return f, through
+	return f
 }
 
 // Freeze stops the freezer passing anything on.
@@ -110,9 +124,18 @@ func (f *Freezer) accept() {
 			client.Close()
 			continue
 		}
+		if f.dialed != nil {
+			f.dialed()
+		}
 		c := &heldConn{client: client, server: server}
 		c.up.dst, c.down.dst = server, client
 		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			client.Close()
+			server.Close()
+			continue
+		}
 		f.conns = append(f.conns, c)
 		f.mu.Unlock()
 		f.wg.Add(2)
@@ -203,10 +226,12 @@ func (p *pipe) flushLocked() {
 }
 
 // Close closes every connection: their clients hear the server's end (a test that
-// gave up waiting on one frees it so). It may be called more than once.
+// gave up waiting on one frees it so), and one it accepts meanwhile. It may be
+// called more than once.
 func (f *Freezer) Close() {
 	f.ln.Close()
 	f.mu.Lock()
+	f.closed = true
 	for _, c := range f.conns {
 		c.client.Close()
 		c.server.Close()
