@@ -45,6 +45,37 @@ func requireRefused(tb testing.TB, m *Manager, before map[string]int, err error,
 	assert.Equal(tb, before, stateOf(tb, m), "a refused call changes nothing")
 }
 
+// eachChain runs fn on SQLite and on PostgreSQL (pgx) with a fresh manager that holds
+// the chain g0000 to g(n-1), committed: the fixture of the tests of the branches off
+// it that Put and PutTx refuse.
+func eachChain(t *testing.T, n int, fn func(t *testing.T, m *Manager)) {
+	t.Helper()
+	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+		put(t, m, chain("g", NullBlockID, 0, n))
+		fn(t, m)
+	})
+}
+
+// putTxAsCaller runs PutTx of branch with cmds in a unit of work as a caller does that
+// goes on after the refusals PutTx's doc says come before it writes anything
+// (ErrBrokenChain, ErrInvalidCommand): it commits then, and must commit nothing of the
+// branch; after any other error it rolls back. It returns PutTx's error.
+func putTxAsCaller(ctx context.Context, tb testing.TB, m *Manager, branch []Block, cmds ...refset.Command[string]) error {
+	tb.Helper()
+	var putErr error
+	err := refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
+		_, putErr = m.PutTx(ctx, tx, branch, cmds...)
+		if errors.Is(putErr, ErrBrokenChain) || errors.Is(putErr, refset.ErrInvalidCommand) {
+			return nil // found before PutTx writes: the caller may commit
+		}
+		return putErr
+	})
+	if errors.Is(putErr, ErrBrokenChain) || errors.Is(putErr, refset.ErrInvalidCommand) {
+		require.NoError(tb, err, "the caller's commit after PutTx's refusal")
+	}
+	return putErr
+}
+
 // Blocks no chain can hold are refused, by Put and by Receive alike, before anything
 // is written: an empty or malformed ID is ErrInvalidID, a block that cannot follow
 // its predecessor ErrBrokenChain. Before, a block named "" or NullBlockID, waiting
@@ -144,71 +175,29 @@ func TestPutTxRefusesWhatIsNoTransaction(t *testing.T) {
 	})
 }
 
-// A branch that names a stored block with a number or predecessor other than the
-// stored one's, and then a new block after it, is refused with ErrBrokenChain: the
-// new block must follow the stored block as it is stored, or the chain would hold
-// numbers that repeat or skip, and the walks that stop at a height go wrong on it.
+// A branch that holds a block otherwise than it is stored, and a block after it, is
+// refused with ErrBrokenChain, by Put and by PutTx, naming how it is stored: the
+// block after it must follow the stored block as it is stored, or the chain would
+// hold numbers that repeat or skip, and the walks that stop at a height go wrong on
+// it. That holds of a block the branch names with a number or predecessor other than
+// the stored one's, and of a block the Completer received, numbered so that it cannot
+// follow the branch's block before it. PutTx refuses before it writes anything, as
+// its doc promises of that error, so a caller that commits after it commits nothing.
+//
 // Before, Put stored y numbered 4 after g0004, itself numbered 4, and
 // CommonAncestor(y, g0005) answered g0003, not g0004; the test's red message was
 // `Expected error with "blockmanager: blocks do not chain" in chain but got nil`.
-func TestPutRefusesANewBlockThatDoesNotFollowItsStoredPredecessor(t *testing.T) {
-	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+// Before, with a received block still waiting, PutTx wrote the branch's new blocks
+// and only then failed linking the waiting one ("p has number 7 after a's 3"), and
+// the caller's commit stored a (blocks 4 -> 5). A stray the Completer discarded
+// (unlinked, pending no more) is refused by Put; before, Put kept it as it was and
+// returned it as the branch's tip, held, though no chain reaches it ("An error is
+// expected but got nil"). PutTx, which looks only among the pending blocks while its
+// first block is new, fails then with ErrConflict, as its doc says of a block stored
+// where it did not look: run again, as Put does, it is refused.
+func TestPutRefusesABlockThatDoesNotFollowAsStored(t *testing.T) {
+	eachChain(t, 6, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		put(t, m, chain("g", NullBlockID, 0, 6))
-		tests := []struct {
-			name   string
-			branch []Block
-			says   string
-		}{
-			{"number repeats", []Block{
-				{HeaderSignature: "g0004", PreviousBlockID: "g0002", BlockNum: 3},
-				{HeaderSignature: "y", PreviousBlockID: "g0004", BlockNum: 4},
-			}, "g0004 is stored numbered 4 after g0003, not 3 after g0002 as in the branch"},
-			{"number skips", []Block{
-				{HeaderSignature: "g0001", PreviousBlockID: "g0002", BlockNum: 3},
-				{HeaderSignature: "z", PreviousBlockID: "g0001", BlockNum: 4},
-			}, "g0001 is stored numbered 1 after g0000, not 3 after g0002"},
-			{"after stored blocks of the branch", []Block{
-				{HeaderSignature: "g0003", PreviousBlockID: "g0002", BlockNum: 3},
-				{HeaderSignature: "g0005", PreviousBlockID: "g0003", BlockNum: 4},
-				{HeaderSignature: "w", PreviousBlockID: "g0005", BlockNum: 5},
-			}, "g0005 is stored numbered 5 after g0004, not 4 after g0003"},
-		}
-		for _, tt := range tests {
-			t.Run(tt.name, func(t *testing.T) {
-				before := stateOf(t, m)
-				_, err := m.Put(ctx, tt.branch, m.Blocks().Hold("t", 0), m.Controller().Accept())
-				requireRefused(t, m, before, err, tt.says, ErrBrokenChain)
-				var putErr error
-				require.NoError(t, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
-					_, putErr = m.PutTx(ctx, tx, tt.branch, m.Blocks().Hold("t", 0))
-					return nil // found before PutTx writes: the caller may commit
-				}))
-				requireRefused(t, m, before, putErr, tt.says, ErrBrokenChain)
-				anc, err := m.CommonAncestor(ctx, "g0005", "g0003")
-				require.NoError(t, err)
-				assert.Equal(t, "g0003", anc.HeaderSignature)
-			})
-		}
-	})
-}
-
-// A branch that holds a block the Completer received, numbered so that it cannot
-// follow the branch's block before it, is refused with ErrBrokenChain. One still
-// waiting is refused before PutTx writes anything, as PutTx's doc promises of that
-// error, so a caller that commits after it commits nothing; before, PutTx wrote the
-// branch's new blocks and only then failed linking the waiting one ("p has number 7
-// after a's 3"), and the caller's commit stored a (blocks 4 -> 5). A stray the
-// Completer discarded (unlinked, pending no more) is refused by Put; before, Put
-// kept it as it was and returned it as the branch's tip, held, though no chain
-// reaches it ("An error is expected but got nil"). PutTx, which looks only among the
-// pending blocks while its first block is new, fails then with ErrConflict, as its
-// doc says of a block stored where it did not look: run again, as Put does, it is
-// refused.
-func TestPutRefusesAReceivedBlockThatCannotFollow(t *testing.T) {
-	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
-		ctx := t.Context()
-		put(t, m, chain("g", NullBlockID, 0, 3))
 		block := func(id, prev string, num int64) Block {
 			return Block{HeaderSignature: id, PreviousBlockID: prev, BlockNum: num}
 		}
@@ -219,10 +208,19 @@ func TestPutRefusesAReceivedBlockThatCannotFollow(t *testing.T) {
 			says     string
 			putTx    error // what PutTx returns, in a transaction its caller commits
 		}{
-			{"waiting for a new block", []Block{block("p", "a", 7)},
-				[]Block{block("a", "g0002", 3), block("p", "a", 4)}, "p is stored numbered 7 after a, not 4 after a", ErrBrokenChain},
-			{"a stray the Completer discarded", []Block{block("s", "r", 9), block("r", "a3", 4)},
-				[]Block{block("a3", "g0002", 3), block("r", "a3", 4), block("s", "r", 5)}, "s is stored numbered 9 after r, not 5 after r", refset.ErrConflict},
+			// A stored block named otherwise, then a new block after it.
+			{"number repeats", nil, []Block{block("g0004", "g0002", 3), block("y", "g0004", 4)},
+				"g0004 is stored numbered 4 after g0003, not 3 after g0002 as in the branch", ErrBrokenChain},
+			{"number skips", nil, []Block{block("g0001", "g0002", 3), block("z", "g0001", 4)},
+				"g0001 is stored numbered 1 after g0000, not 3 after g0002", ErrBrokenChain},
+			{"after stored blocks of the branch", nil, []Block{block("g0003", "g0002", 3), block("g0005", "g0003", 4), block("w", "g0005", 5)},
+				"g0005 is stored numbered 5 after g0004, not 4 after g0003", ErrBrokenChain},
+
+			// A block the Completer received, numbered so that it cannot follow.
+			{"waiting for a new block", []Block{block("p", "a", 7)}, []Block{block("a", "g0002", 3), block("p", "a", 4)},
+				"p is stored numbered 7 after a, not 4 after a", ErrBrokenChain},
+			{"a stray the Completer discarded", []Block{block("s", "r", 9), block("r", "a3", 4)}, []Block{block("a3", "g0002", 3), block("r", "a3", 4), block("s", "r", 5)},
+				"s is stored numbered 9 after r, not 5 after r", refset.ErrConflict},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -231,21 +229,17 @@ func TestPutRefusesAReceivedBlockThatCannotFollow(t *testing.T) {
 					require.NoError(t, err)
 				}
 				before := stateOf(t, m)
-				_, err := m.Put(ctx, tt.branch, m.Blocks().Hold("t", 0))
+				_, err := m.Put(ctx, tt.branch, m.Blocks().Hold("t", 0), m.Controller().Accept())
 				requireRefused(t, m, before, err, tt.says, ErrBrokenChain)
-				var putErr error
-				err = refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
-					_, putErr = m.PutTx(ctx, tx, tt.branch, m.Blocks().Hold("t", 0))
-					if errors.Is(putErr, ErrBrokenChain) {
-						return nil // found before PutTx writes: the caller may commit
-					}
-					return putErr
-				})
-				require.ErrorIs(t, putErr, tt.putTx)
+				err = putTxAsCaller(ctx, t, m, tt.branch, m.Blocks().Hold("t", 0))
+				require.ErrorIs(t, err, tt.putTx)
 				if tt.putTx == ErrBrokenChain {
-					require.NoError(t, err)
+					requireRefused(t, m, before, err, tt.says, ErrBrokenChain)
 				}
 				assert.Equal(t, before, stateOf(t, m))
+				anc, err := m.CommonAncestor(ctx, "g0005", "g0003")
+				require.NoError(t, err)
+				assert.Equal(t, "g0003", anc.HeaderSignature)
 			})
 		}
 	})
@@ -290,9 +284,8 @@ func TestHugePageSizes(t *testing.T) {
 // failed in the set's UpgradeTx: "refset: command 0 is nil: invalid command", and
 // the caller's commit stored the branch (blocks 3 -> 5), held by nothing.
 func TestPutRefusesANilCommand(t *testing.T) {
-	eachOf(t, []testdb.Backend{testdb.SQLite, testdb.Pgx}, Config{}, func(t *testing.T, m *Manager) {
+	eachChain(t, 3, func(t *testing.T, m *Manager) {
 		ctx := t.Context()
-		put(t, m, chain("g", NullBlockID, 0, 3))
 		var nilPointer *nilCommand
 		for name, cmd := range map[string]refset.Command[string]{
 			"nil":                 nil,
@@ -301,14 +294,10 @@ func TestPutRefusesANilCommand(t *testing.T) {
 		} {
 			t.Run(name, func(t *testing.T) {
 				before := stateOf(t, m)
-				var putErr error
-				require.NoError(t, refset.InTx(ctx, m.db, func(ctx context.Context, tx refset.Tx) error {
-					_, putErr = m.PutTx(ctx, tx, chain("g", "g0002", 3, 2), m.Blocks().Hold("t", 0), cmd)
-					return nil // the caller commits all the same
-				}))
-				requireRefused(t, m, before, putErr, "command 1 is nil", refset.ErrInvalidCommand)
-				_, putErr = m.Put(ctx, chain("g", "g0002", 3, 2), cmd)
-				requireRefused(t, m, before, putErr, "command 0 is nil", refset.ErrInvalidCommand)
+				err := putTxAsCaller(ctx, t, m, chain("g", "g0002", 3, 2), m.Blocks().Hold("t", 0), cmd)
+				requireRefused(t, m, before, err, "command 1 is nil", refset.ErrInvalidCommand)
+				_, err = m.Put(ctx, chain("g", "g0002", 3, 2), cmd)
+				requireRefused(t, m, before, err, "command 0 is nil", refset.ErrInvalidCommand)
 			})
 		}
 	})

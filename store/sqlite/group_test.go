@@ -846,42 +846,31 @@ var hostileKinds = []unitKind{
 // every error is typed, and no reference dangles.
 func TestGroupCommitRaceWithClose(t *testing.T) {
 	kinds := append(append([]unitKind{}, unitKinds...), hostileKinds...)
-	eachDriver(t, func(t *testing.T, driverName string) {
-		for _, callers := range []bool{false, true} {
-			t.Run(fmt.Sprintf("callers pools=%v", callers), func(t *testing.T) {
-				ctx := t.Context()
-				path := filepath.Join(t.TempDir(), "x.db")
-				first, _ := itemsAt(t, path, Options{Driver: driverName})
-				_, err := first.Writer().ExecContext(ctx, `INSERT INTO units (id) VALUES ('dup')`)
-				require.NoError(t, err)
-				require.NoError(t, first.Close())
-				db := openAt(t, path, Options{Driver: driverName})
-				if callers {
-					db = callersDB(t, driverName, path, Options{})
-				}
-				st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
-				require.NoError(t, err)
-				set := refset.New(st)
+	eachPool(t, func(t *testing.T, driverName, path string, db *DB) {
+		ctx := t.Context()
+		_, err := db.Writer().ExecContext(ctx, `INSERT INTO units (id) VALUES ('dup')`)
+		require.NoError(t, err)
+		st, err := store.NewStore[item, string](ctx, db, store.Config{Table: "items"})
+		require.NoError(t, err)
+		set := refset.New(st)
 
-				const goroutines, perGoroutine = 8, 60
-				var ran atomic.Int64
-				committed, failed := raceUnits(ctx, set, kinds, goroutines, perGoroutine, func(id string, k unitKind, err error) {
-					ran.Add(1)
-					if err != nil {
-						assert.True(t, refset.IsSentinel(err) || errors.Is(err, context.Canceled) ||
-							err.Error() == "panicked" || strings.Contains(err.Error(), "the unit's own error"),
-							"%s (%s): untyped error %v", id, k.name, err)
-					}
-				}, func() {
-					// Closed once half the units ran, the others racing it.
-					waitFor(ctx, t, func() bool { return ran.Load() >= goroutines*perGoroutine/2 })
-					require.NoError(t, db.Close())
-				})
+		const goroutines, perGoroutine = 8, 60
+		var ran atomic.Int64
+		committed, failed := raceUnits(ctx, set, kinds, goroutines, perGoroutine, func(id string, k unitKind, err error) {
+			ran.Add(1)
+			if err != nil {
+				assert.True(t, refset.IsSentinel(err) || errors.Is(err, context.Canceled) ||
+					err.Error() == "panicked" || strings.Contains(err.Error(), "the unit's own error"),
+					"%s (%s): untyped error %v", id, k.name, err)
+			}
+		}, func() {
+			// Closed once half the units ran, the others racing it.
+			waitFor(ctx, t, func() bool { return ran.Load() >= goroutines*perGoroutine/2 })
+			require.NoError(t, db.Close())
+		})
 
-				check, _ := itemsAt(t, path, Options{Driver: driverName})
-				checkUnits(ctx, t, check, kinds, committed, failed)
-				t.Logf("%d committed, %d failed", len(committed), len(failed))
-			})
-		}
+		check, _ := itemsAt(t, path, Options{Driver: driverName})
+		checkUnits(ctx, t, check, kinds, committed, failed)
+		t.Logf("%d committed, %d failed", len(committed), len(failed))
 	})
 }

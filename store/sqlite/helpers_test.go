@@ -44,6 +44,29 @@ func eachWriterMode(t *testing.T, fn func(t *testing.T, opts Options)) {
 	})
 }
 
+// eachPool runs fn as a subtest per driver and kind of pool, on a database file at
+// path that has itemsTables: db is either pools Open made ("callers pool=false") or
+// the one pool of one connection a caller gives New ("callers pool=true", callersDB),
+// as the tests of units of work on both kinds want. The handle that made the tables
+// is closed first; with a caller's pool, a handle Open made stays open beside it.
+func eachPool(t *testing.T, fn func(t *testing.T, driverName, path string, db *DB)) {
+	t.Helper()
+	eachDriver(t, func(t *testing.T, driverName string) {
+		for _, callers := range []bool{false, true} {
+			t.Run(fmt.Sprintf("callers pool=%v", callers), func(t *testing.T) {
+				path := filepath.Join(t.TempDir(), "x.db")
+				first, _ := itemsAt(t, path, Options{Driver: driverName})
+				require.NoError(t, first.Close())
+				db := openAt(t, path, Options{Driver: driverName})
+				if callers {
+					db = callersDB(t, driverName, path, Options{})
+				}
+				fn(t, driverName, path, db)
+			})
+		}
+	})
+}
+
 // openDB opens a new database file in tb's temporary directory with opts, closed
 // when tb ends.
 func openDB(tb testing.TB, opts Options) *DB {

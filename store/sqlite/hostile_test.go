@@ -679,41 +679,32 @@ func TestGroupCommitFailsEveryUnit(t *testing.T) {
 // holds while the name is looked up): created so, or renamed so. A scratch table of
 // another name is fine, and so is a temporary index on it.
 func TestTemporaryTableMayNotHide(t *testing.T) {
-	eachDriver(t, func(t *testing.T, driverName string) {
-		for _, callers := range []bool{false, true} {
-			t.Run(fmt.Sprintf("callers pool=%v", callers), func(t *testing.T) {
-				ctx := t.Context()
-				path := filepath.Join(t.TempDir(), "x.db")
-				db, _ := itemsAt(t, path, Options{Driver: driverName})
-				if callers {
-					db = callersDB(t, driverName, path, Options{})
-				}
-				for q, want := range map[string]error{
-					`CREATE TEMP TABLE units (id TEXT)`:                                                                         refset.ErrInvalidCommand,
-					`CREATE TABLE IF NOT EXISTS "temp"."Units" (id TEXT)`:                                                       refset.ErrInvalidCommand,
-					`CREATE TEMP TABLE scratch (x); ALTER TABLE scratch RENAME TO items`:                                        refset.ErrInvalidCommand,
-					`CREATE TEMP VIEW v AS SELECT 1`:                                                                            refset.ErrInvalidCommand,
-					`CREATE TEMP TABLE scratch (x); CREATE INDEX temp.scratch_x ON scratch (x); INSERT INTO scratch VALUES (1)`: nil,
-				} {
-					err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-						_, err := tx.ExecContext(ctx, q)
-						return err
-					})
-					if want == nil {
-						assert.NoError(t, err, q)
-					} else {
-						assert.ErrorIs(t, err, want, q)
-					}
-				}
-				require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
-					_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('kept')`)
-					return err
-				}))
-				var n int
-				require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM main.units`).Scan(&n))
-				assert.Equal(t, 1, n, "the unit's row went to the file")
+	eachPool(t, func(t *testing.T, _, _ string, db *DB) {
+		ctx := t.Context()
+		for q, want := range map[string]error{
+			`CREATE TEMP TABLE units (id TEXT)`:                                                                         refset.ErrInvalidCommand,
+			`CREATE TABLE IF NOT EXISTS "temp"."Units" (id TEXT)`:                                                       refset.ErrInvalidCommand,
+			`CREATE TEMP TABLE scratch (x); ALTER TABLE scratch RENAME TO items`:                                        refset.ErrInvalidCommand,
+			`CREATE TEMP VIEW v AS SELECT 1`:                                                                            refset.ErrInvalidCommand,
+			`CREATE TEMP TABLE scratch (x); CREATE INDEX temp.scratch_x ON scratch (x); INSERT INTO scratch VALUES (1)`: nil,
+		} {
+			err := refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+				_, err := tx.ExecContext(ctx, q)
+				return err
 			})
+			if want == nil {
+				assert.NoError(t, err, q)
+			} else {
+				assert.ErrorIs(t, err, want, q)
+			}
 		}
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO units (id) VALUES ('kept')`)
+			return err
+		}))
+		var n int
+		require.NoError(t, db.Readers().QueryRowContext(ctx, `SELECT count(*) FROM main.units`).Scan(&n))
+		assert.Equal(t, 1, n, "the unit's row went to the file")
 	})
 }
 
