@@ -138,3 +138,7 @@ func opError(op string, s, cause error) error { return sentinel.New("refset", op
 // wrapOp is err from inside op ("complete n1"), said once: "refset: complete n1: "
 // before err's message, without the refset prefix that message starts with.
 func wrapOp(op string, err error) error { return sentinel.Wrap("refset", op, err) }
+
+// idText is an object's ID as an error's message shows it (sentinel.ID): quoted if it
+// has characters that do not print, cut if long.
+func idText(id any) string { return sentinel.ID(id) }

@@ -10,10 +10,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // hostile is a set of testdb.Blocks on a fresh database of one backend, with the
@@ -1325,4 +1328,43 @@ func TestHostileTokenOfAHandOverNotCommittedYet(t *testing.T) {
 			})
 		})
 	}
+}
+
+// An ID is caller's data, and an error names it: a message shows it quoted when it
+// has characters that do not print (a newline would start a forged line of a log)
+// and cut when long (a megabyte's ID made each message about it a megabyte), still
+// matching its sentinel.
+func TestHostileIDsInMessages(t *testing.T) {
+	testdb.Each(t, hostileBackends(), func(t *testing.T, b testdb.Backend) {
+		ctx := t.Context()
+		h := openHostile(t, b)
+		forged := "b1\nlevel=ERROR msg=\"forged entry\""
+		long := strings.Repeat("é", 300) // 600 bytes: within an index's bounds, past a message's
+		for _, id := range []string{forged, long, strings.Repeat("x", 1<<20)} {
+			_, err := h.set.Load(ctx, id)
+			requireShort(t, err, refset.ErrNotFound)
+			_, err = h.set.Upgrade(ctx, id)
+			requireShort(t, err, refset.ErrNotFound)
+		}
+		for _, id := range []string{forged, long} {
+			_, err := h.set.Add(ctx, testdb.Block{Hash: id, Height: 1})
+			require.NoError(t, err)
+			_, err = h.set.Add(ctx, testdb.Block{Hash: id, Height: 1})
+			requireShort(t, err, refset.ErrDuplicate)
+			lease, err := h.set.Load(ctx, id)
+			require.NoError(t, err, "the ID itself is stored and read as given")
+			assert.Equal(t, id, lease.Value().Hash)
+		}
+	})
+}
+
+// requireShort checks that err matches want and that its message is one line of
+// bounded length.
+func requireShort(tb testing.TB, err, want error) {
+	tb.Helper()
+	require.ErrorIs(tb, err, want)
+	msg := err.Error()
+	assert.NotContains(tb, msg, "\n", "a raw newline in the message")
+	assert.Less(tb, len(msg), 600, "the message: %.200s...", msg)
+	assert.True(tb, utf8.ValidString(msg), "the message is not UTF-8: %.200q", msg)
 }

@@ -90,7 +90,7 @@ func (s *RefSet[T, ID]) add(ctx context.Context, inTx bool, tx Tx, obj T, cmds [
 	}
 	joined := s.joined(ctx, tx)
 	if err := s.persist(ctx, joined, id, obj, cmds); err != nil {
-		return nil, wrapOp(fmt.Sprintf("add %v", id), err)
+		return nil, wrapOp("add "+idText(id), err)
 	}
 	s.added(ctx, tx == nil && joined != nil, 1)
 	return newToken[ID](id, s), nil
@@ -190,10 +190,10 @@ func (s *RefSet[T, ID]) Upgrade(ctx context.Context, id ID, cmds ...Command[ID])
 			return found, err
 		})
 		if errors.Is(err, ErrNotFound) {
-			return nil, opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+			return nil, opError("upgrade "+idText(id), ErrNotFound, nil)
 		}
 		if err != nil {
-			return nil, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("upgrade %v", id), err))
+			return nil, ctxerr.Wrap(ctx, wrapOp("upgrade "+idText(id), err))
 		}
 		return newToken[ID](id, s), nil
 	}
@@ -218,13 +218,13 @@ func (s *RefSet[T, ID]) upgradeIn(ctx context.Context, inTx bool, tx Tx, id ID, 
 	err := s.within(ctx, s.joined(ctx, tx), func(ctx context.Context, tx Tx) error {
 		ok, err := s.store.Has(ctx, tx, id)
 		if err != nil {
-			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
+			return wrapOp("upgrade "+idText(id), err)
 		}
 		if !ok {
-			return opError(fmt.Sprintf("upgrade %v", id), ErrNotFound, nil)
+			return opError("upgrade "+idText(id), ErrNotFound, nil)
 		}
 		if err := s.runAll(ctx, tx, id, cmds); err != nil {
-			return wrapOp(fmt.Sprintf("upgrade %v", id), err)
+			return wrapOp("upgrade "+idText(id), err)
 		}
 		return nil
 	})
@@ -257,7 +257,7 @@ func (s *RefSet[T, ID]) Get(ctx context.Context, tok *RefToken[ID]) (Lease[T], e
 		return Lease[T]{}, opError("get", ErrInvalidToken, nil)
 	}
 	if !tok.lin.is(stepHeld) {
-		return Lease[T]{}, opError(fmt.Sprintf("get %v", tok.id), ErrTokenConsumed, nil)
+		return Lease[T]{}, opError("get "+idText(tok.id), ErrTokenConsumed, nil)
 	}
 	// The token says the primary had the object, so a replica without it is behind
 	// (or the object was collected since).
@@ -331,7 +331,7 @@ func (s *RefSet[T, ID]) lease(ctx context.Context, op string, id ID) (Lease[T], 
 		b, err = s.cache.get(ctx, id, read)
 	}
 	if err != nil {
-		return Lease[T]{}, ctxerr.Wrap(ctx, wrapOp(fmt.Sprintf("%s %v", op, id), err))
+		return Lease[T]{}, ctxerr.Wrap(ctx, wrapOp(op+" "+idText(id), err))
 	}
 	return Lease[T]{b: b}, nil
 }

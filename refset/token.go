@@ -98,7 +98,7 @@ func (h *hand[ID]) take(op string, from, to step, cmds []Command[ID]) error {
 		return err
 	}
 	if !h.lin.advance(from, to) {
-		return opError(fmt.Sprintf("%s %v", op, h.id), ErrTokenConsumed, nil)
+		return opError(op+" "+idText(h.id), ErrTokenConsumed, nil)
 	}
 	return nil
 }
@@ -126,7 +126,7 @@ func newToken[ID comparable](id ID, set completer[ID]) *RefToken[ID] {
 	return &RefToken[ID]{ref[ID]{id: id, set: set, lin: &lineage{}}}
 }
 
-func (t *RefToken[ID]) String() string { return fmt.Sprintf("RefToken(%v)", t.id) }
+func (t *RefToken[ID]) String() string { return "RefToken(" + idText(t.id) + ")" }
 
 // Release starts a hand-over: cmds will run, before the taker's, when it completes.
 // The token is consumed. Errors: ErrInvalidToken (nil), ErrInvalidCommand (a nil
@@ -197,7 +197,7 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 			// committed: completed apart from that unit, this one could stand while
 			// that one is undone, and the Acquired it undoes would hand the object
 			// over a second time.
-			return nil, opError(fmt.Sprintf("complete %v", a.id), ErrInvalidToken,
+			return nil, opError("complete "+idText(a.id), ErrInvalidToken,
 				errors.New("its token came from a hand-over in a unit of work that has not committed yet: complete it inside that unit (with its context), or after the unit commits"))
 		}
 	}
@@ -216,7 +216,7 @@ func (a *Acquired[ID]) complete(ctx context.Context, tx Tx) (*RefToken[ID], erro
 	took := time.Since(start)
 	if err != nil {
 		a.set.observer().HandedOver(ctx, took, err)
-		return nil, wrapOp(fmt.Sprintf("complete %v", a.id), err)
+		return nil, wrapOp("complete "+idText(a.id), err)
 	}
 	done = true
 	a.lin.advance(stepCompleting, stepDone)

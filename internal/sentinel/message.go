@@ -2,7 +2,11 @@ package sentinel
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Every error refset makes starts with the package that made it ("refset: ",
@@ -86,4 +90,46 @@ func (w *wrapped) Unwrap() []error {
 		return []error{w.sentinel}
 	}
 	return []error{w.sentinel, w.cause}
+}
+
+// maxID is how many bytes of an ID's text a message shows.
+const maxID = 100
+
+// ID is an object's ID as a message shows it: as fmt's %v prints it, but quoted, as
+// %q does, when that text is not valid UTF-8 or has a character that does not print
+// (a newline in an ID would otherwise start a line of its own in a log, which could
+// pass for another entry), and cut after its first maxID bytes, on a character's
+// boundary and before it is quoted, with its length in all, when longer (an ID of a
+// megabyte would otherwise make each message about it one).
+func ID(id any) string {
+	s := fmt.Sprintf("%v", id)
+	text, cut := s, len(s) > maxID
+	if cut {
+		n := maxID
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		text = s[:n]
+	}
+	if !printable(s) {
+		text = strconv.Quote(text)
+	}
+	if cut {
+		return fmt.Sprintf("%s... (%d bytes)", text, len(s))
+	}
+	return text
+}
+
+// printable reports whether s is valid UTF-8 of characters that print, spaces
+// among them.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package sentinel
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +53,34 @@ func TestTrim(t *testing.T) {
 		if got := Trim(in); got != want {
 			t.Errorf("Trim(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestIDInMessages: an ID reads as %v prints it when that is short and printable,
+// quoted when it is not printable or not UTF-8, and cut, on a character's boundary,
+// with its length, when long.
+func TestIDInMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		id   any
+		want string
+	}{
+		{"a plain string", "n1", "n1"},
+		{"an integer", int64(-42), "-42"},
+		{"spaces print", "a b", "a b"},
+		{"a newline is quoted", "a\nb", `"a\nb"`},
+		{"a tab is quoted", "a\tb", `"a\tb"`},
+		{"invalid UTF-8 is quoted", "a\xffb", `"a\xffb"`},
+		{"a right-to-left override is quoted", "a\u202eb", `"a\u202eb"`},
+		{"just short enough", strings.Repeat("x", maxID), strings.Repeat("x", maxID)},
+		{"long", strings.Repeat("x", 1000), strings.Repeat("x", maxID) + "... (1000 bytes)"},
+		{"cut on a character's boundary", "x" + strings.Repeat("é", 100), "x" + strings.Repeat("é", 49) + "... (201 bytes)"},
+		{"long and quoted", strings.Repeat("\n", 101), `"` + strings.Repeat(`\n`, maxID) + `"... (101 bytes)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ID(tc.id); got != tc.want {
+				t.Errorf("ID(%q)\n got %s\nwant %s", tc.id, got, tc.want)
+			}
+		})
 	}
 }

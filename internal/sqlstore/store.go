@@ -334,13 +334,13 @@ func (s *Store[T, ID]) Get(ctx context.Context, q refset.Querier, id ID) (T, err
 	case errors.As(err, &failed):
 		if err = s.db.TranslateError(failed.err, s.stmt.Select); !refset.IsSentinel(err) {
 			// database/sql could not convert a stored value to the field's type.
-			err = sentinel.New("refset", fmt.Sprintf("reading %s %v", s.table.Name, id), refset.ErrSchema, err)
+			err = sentinel.New("refset", fmt.Sprintf("reading %s %s", s.table.Name, sentinel.ID(id)), refset.ErrSchema, err)
 		}
 		return obj, err
 	case err != nil:
 		return obj, s.failed(err, s.stmt.Select)
 	case !found:
-		return obj, sentinel.New("refset", fmt.Sprintf("%s %v", s.table.Name, id), refset.ErrNotFound, nil)
+		return obj, sentinel.New("refset", fmt.Sprintf("%s %s", s.table.Name, sentinel.ID(id)), refset.ErrNotFound, nil)
 	}
 	return obj, nil
 }
@@ -422,7 +422,7 @@ func (s *Store[T, ID]) Hold(ctx context.Context, q refset.Querier, id ID, holder
 		return err
 	}
 	if _, err := s.exec(ctx, q, s.stmt.Hold, holder, refset.Arg(id), ms); err != nil {
-		return sentinel.Wrap("refset", fmt.Sprintf("hold %v for %q", id, holder), s.failed(err, s.stmt.Hold))
+		return sentinel.Wrap("refset", fmt.Sprintf("hold %s for %q", sentinel.ID(id), holder), s.failed(err, s.stmt.Hold))
 	}
 	return nil
 }
@@ -441,7 +441,7 @@ func (s *Store[T, ID]) Unhold(ctx context.Context, q refset.Querier, id ID, hold
 		return s.failed(err, s.stmt.Unhold)
 	}
 	if n == 0 {
-		return sentinel.New("refset", fmt.Sprintf("unhold %v", id), refset.ErrNotFound, fmt.Errorf("%q holds no such object", holder))
+		return sentinel.New("refset", "unhold "+sentinel.ID(id), refset.ErrNotFound, fmt.Errorf("%q holds no such object", holder))
 	}
 	return nil
 }
