@@ -87,9 +87,12 @@
 //
 // The *Tx forms (AddTx, UpgradeTx, CompleteTx, AddAllTx) do the same in a transaction
 // the caller began itself (a *sql.Tx), and give their commands its unit. Use the
-// context the function got, not InTx's own: a call with that is not part of the unit
-// (on SQLite, whose one writer connection the unit holds, a write with it waits for
-// the unit until the context ends).
+// context the function got, not InTx's own: a call with that is not part of the unit.
+// On PostgreSQL it commits apart, on a connection of its own; when the units of work
+// on the goroutine hold every connection the pool may open (a pool of one), it fails
+// at once with ErrInUnitOfWork instead of waiting for them. On SQLite, whose one
+// writer connection the unit holds, a write with it fails at once with
+// ErrInUnitOfWork on the function's goroutine, and waits for the unit on another.
 //
 // # Sizing a connection pool
 //
@@ -98,7 +101,10 @@
 // time: every call works on a pool of one connection, serialising them (SQLite's
 // writer is one connection by design). Size a PostgreSQL pool for the calls and units
 // that run at once (postgres.Options.MaxConns, or the caller's pool given to
-// postgres.New): a unit waits for a free connection at its start, not inside. A
+// postgres.New): a unit waits for a free connection at its start, not inside. A call
+// made inside a unit's function with a context that does not carry the unit takes a
+// second connection: when the units on its goroutine hold them all, it fails at once
+// with ErrInUnitOfWork, since waiting would be for itself. A
 // clean-up collector running in the background takes one connection per pass, and a
 // database with a replica reads from its own pool too.
 //

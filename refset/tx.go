@@ -42,11 +42,17 @@ const maxAttempts = 6
 // What cannot join, because it commits on its own (clean-up's Install, Collect and
 // Sweep, store.NewStore), fails at once with ErrInUnitOfWork. So use fn's ctx, not the
 // one InTx was given: a call with that one, or any other that carries no unit, is not
-// part of the unit. On PostgreSQL it commits apart from the unit, standing if the unit
-// rolls back. On SQLite, whose one writer connection the unit holds, a write made with
-// it on fn's goroutine fails at once with ErrInUnitOfWork (it would wait for the unit
-// until the context ended); one made by a goroutine fn started waits for the unit
-// (logging a warning once the wait passes the database's SlowStatement). The analyzer
+// part of the unit. On PostgreSQL it takes a connection of its own from the pool and
+// commits apart from the unit, standing if the unit rolls back; but when the pool
+// has none free and may open no more, and units of work on fn's goroutine hold all
+// of its connections (a pool of one, or as many units nested with such contexts as
+// it has connections), none is freed before the call returns: such a call, a read as
+// much as a write, fails at once with ErrInUnitOfWork, changing nothing, where it
+// would wait until its context ended. A pool busy with other goroutines' work is
+// waited for. On SQLite, whose one writer connection the unit holds, a write made
+// with it on fn's goroutine fails at once with ErrInUnitOfWork (it would wait for the
+// unit until the context ended); one made by a goroutine fn started waits for the
+// unit (logging a warning once the wait passes the database's SlowStatement). The analyzer
 // of package analysis/unitctx (cmd/refsetvet, for go vet -vettool) reports such calls
 // in the source. The unit is fn's goroutine's: its transaction is one connection, so
 // a call made with fn's ctx while another runs in the unit fails at once with
@@ -283,10 +289,12 @@ func inTxOnce(ctx context.Context, db Database, fn func(ctx context.Context, tx 
 		undo.end(committed || mayHaveCommitted, nil)
 		endUnit(committed)
 	}()
-	// fn runs in a frame a store finds on this goroutine's stack: a call fn makes with
+	// fn runs in frames a store finds on this goroutine's stack: a call fn makes with
 	// a context that carries no unit is refused rather than left to wait for the
-	// writer this unit holds (refsetdriver.OutsideItsUnit).
-	err = refsetdriver.RunUnitFunc(func() error { return fn(unitCtx, view) })
+	// writer this unit holds (refsetdriver.OutsideItsUnit), or for a connection of a
+	// pool whose every connection units on this goroutine hold
+	// (refsetdriver.UnitsOnStack).
+	err = refsetdriver.RunUnitFuncOf(db, func() error { return fn(unitCtx, view) })
 	err = cmp.Or(err, closeUnit(unitCtx, db, view, false))
 	if err := refusedOr(view, err); err != nil {
 		return db.TranslateError(err, "")

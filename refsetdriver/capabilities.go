@@ -130,7 +130,9 @@ func ReplicaOf(d Driver) Querier {
 // replica's answer may be wrong: read failed, or found nothing (ErrNotFound: the
 // replica may not have replayed it yet). It then tells the Observer why
 // (ReadFellBack, naming the read name: "missing", "failed" or "behind"), unless ctx
-// ended, when it returns the replica's answer.
+// ended, when it returns the replica's answer. A read on the primary that would wait
+// for connections units of work on the calling goroutine hold is refused at once
+// (PoolReader).
 //
 // A read that must see what the primary had committed when it began (a report on
 // holds and references, which change) sets caughtUp: the replica is read only once
@@ -151,7 +153,7 @@ func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caug
 	drv := db.Driver()
 	r, ok := drv.(Replicated)
 	if !ok || r.Replica() == nil {
-		return read(db.Reader())
+		return read(readerOutside(db))
 	}
 	var v T
 	ready, err := true, error(nil)
@@ -176,7 +178,7 @@ func ReadReplicaFirst[T any](ctx context.Context, db Database, name string, caug
 		return v, cmp.Or(err, ctx.Err())
 	}
 	drv.Observer().ReadFellBack(ctx, name, reason)
-	return read(db.Reader())
+	return read(readerOutside(db))
 }
 
 // OwnCommits is a Driver whose database runs a statement that commits on its own

@@ -174,12 +174,14 @@ func (u *unit) setLocal(key, v any) {
 
 // ReaderFor is where a read of db made with ctx runs: the transaction of the unit of
 // work on db that ctx carries, which sees what the unit wrote and needs no second
-// connection, or db.Reader() outside any.
+// connection, or db.Reader() outside any (or, when every connection of that pool is
+// held by units of work on the calling goroutine, a Querier that refuses the read:
+// PoolReader).
 func ReaderFor(ctx context.Context, db Database) Querier {
 	if tx, ok := UnitTx(ctx, db); ok {
 		return tx
 	}
-	return db.Reader()
+	return readerOutside(db)
 }
 
 // sameDatabase reports whether a and b are one database. Stores' databases are

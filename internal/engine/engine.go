@@ -51,6 +51,14 @@ type Config struct {
 	// (SQLite's writer) and reports whether it is in use: a Begin then waits for it.
 	// Begin refuses one that would wait for its own unit of work (refuseOwnWriter).
 	WriterBusy func() bool
+	// OwnUnitsHoldPool, if not nil, reports whether a connection taken now from the
+	// pool that Begin and the database's Reader take theirs from would wait for one
+	// that only units of work on the calling goroutine could free (PostgreSQL's: the
+	// pool has none free and may open no more, and such units hold every one of
+	// them). Begin, and a read through ReaderOutside, then fail at once
+	// (RefuseOwnPool). It is asked before every Begin: it must cost next to nothing
+	// when a connection is free.
+	OwnUnitsHoldPool func() bool
 }
 
 // New returns the Engine of a store's database.

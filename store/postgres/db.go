@@ -37,7 +37,11 @@ type Options struct {
 	// caller's pool as it is. Every call of refset takes one connection at a time, and
 	// a unit of work one for as long as it runs, which the calls made with its context
 	// share (see "Sizing a connection pool" in package refset): size the pool for the
-	// calls and units that run at once. One connection works, one call at a time.
+	// calls and units that run at once. One connection works, one call at a time: a
+	// call made inside a unit's function with a context that does not carry the unit
+	// (the one InTx was given, context.Background()) needs a second, and fails at once
+	// with refset.ErrInUnitOfWork when the units on its goroutine hold every
+	// connection (on a caller's pool too, bounded by SetMaxOpenConns).
 	MaxConns int
 
 	// Driver is the database/sql driver Open dials with: "postgres" (lib/pq, the
@@ -159,6 +163,9 @@ type DB struct {
 	// Execute rather than a query the server parses and plans each time. nil: it
 	// runs unprepared, or is not read before COMMIT.
 	ticket *sql.Stmt
+	// poolTag names the pool in the frames of the functions of units of work on it
+	// (ownunit.go).
+	poolTag refsetdriver.PoolTag
 }
 
 // storeEngine is the engine every store's DB embeds, under a name that keeps the
@@ -453,7 +460,7 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 		}
 	}
 	db := &DB{pool: sqlx.NewDb(pool, driverName), isolation: opts.Isolation, unprepared: opts.Unprepared,
-		checksFence: driverName == DriverPgx && !opened}
+		checksFence: driverName == DriverPgx && !opened, poolTag: poolTagOf(pool)}
 	if db.resolveWait, err = resolveWait(ctx, pool, opts.ResolveCommitWait); err != nil {
 		return nil, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "open", openError(err)))
 	}
@@ -488,7 +495,8 @@ func newDB(ctx context.Context, pool *sql.DB, opts Options, opened bool) (*DB, e
 			tx, err := db.begin(ctx, &sql.TxOptions{Isolation: db.isolation})
 			return ctx, tx, err
 		},
-		Release: db.release,
+		Release:          db.release,
+		OwnUnitsHoldPool: db.ownUnitsHoldPool,
 	}
 	if db.resolveWait > 0 {
 		cfg.Tx.Commit = db.commit

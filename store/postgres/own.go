@@ -164,6 +164,9 @@ func (db *DB) queryOwn(ctx context.Context, query string, args []any, row func(*
 	if db.Closed() {
 		return fmt.Errorf("refset/postgres: query: %w", refset.ErrClosed)
 	}
+	if err := db.storeEngine.RefuseOwnPool("query"); err != nil {
+		return err
+	}
 	for attempt := 0; ; attempt++ {
 		var who backendID
 		identify := &who

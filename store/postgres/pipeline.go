@@ -176,6 +176,9 @@ func (db *DB) pipelineConn(ctx context.Context) (*sqlx.Conn, *commitTicket, erro
 	if db.Closed() {
 		return nil, nil, &refsetdriver.PipelineError{Query: "BEGIN", Err: fmt.Errorf("refset/postgres: begin: %w", refset.ErrClosed)}
 	}
+	if err := db.storeEngine.RefuseOwnPool("begin"); err != nil {
+		return nil, nil, &refsetdriver.PipelineError{Query: "BEGIN", Err: err}
+	}
 	conn, err := db.takeConn(ctx, nil)
 	if err != nil {
 		return nil, nil, &refsetdriver.PipelineError{Query: "BEGIN", Err: err}

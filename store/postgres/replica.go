@@ -154,6 +154,9 @@ func (db *DB) ReplicaCaughtUp(ctx context.Context) (bool, error) {
 	if db.Closed() {
 		return false, fmt.Errorf("refset/postgres: replica caught up: %w", refset.ErrClosed)
 	}
+	if err := db.storeEngine.RefuseOwnPool("replica caught up"); err != nil {
+		return false, err
+	}
 	var text string
 	if err := db.pool.QueryRowContext(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&text); err != nil {
 		return false, ctxerr.Wrap(ctx, sentinel.Wrap(msgPrefix, "reading the primary's WAL position", db.TranslateError(err, "")))
