@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -341,59 +342,103 @@ type (
 
 func (v valuedNote) Value() (driver.Value, error) { return fmt.Sprintf("obj-%d", v), nil }
 
+// hashedObj is an object of a set of byte-array IDs.
+type hashedObj struct {
+	Hash [32]byte `db:"id"`
+}
+
+func (o hashedObj) ID() [32]byte { return o.Hash }
+
 // Why and Object take an ID of a Go type the set's ID column takes, as
 // store.NewStore judges a set's ID type, whatever its width, name or pointer, and
 // refuse any other with refset.ErrInvalidID naming the type given and what the
 // column takes, on each store, for a text key (notes: "obj-42") and an integer one
 // (counters: 42), where the object exists. SQLite (and lib/pq, on text) compared such
 // an ID loosely and answered ErrNotFound, of an object that exists, so that
-// refsettest.AssertGone passed having checked nothing. A plain string is text the
-// database reads as the key's type, on every key.
+// refsettest.AssertGone passed having checked nothing. A plain string is a string
+// like any other, refused on an integer key ("obj-42", and "42" too). A
+// cleanup.TextID is an ID as text (the refset command's, the console's), read as the
+// key's type on every key: on an integer key the text of an integer names that
+// integer, and text that is none is refused with refset.ErrInvalidID, not answered
+// ErrNotFound (SQLite would compare it loosely and find nothing); on a bytea key
+// PostgreSQL reads its hex form, on each driver.
 func TestHostileWhyIDType(t *testing.T) {
 	note, at := "obj-42", time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC)
+	hash := [32]byte{1, 2, 0xfe}
 	cases := []struct {
-		name  string
-		table string
-		id    any
-		want  error    // nil: found
-		says  []string // for refset.ErrInvalidID, besides the type given
+		name   string
+		table  string
+		id     any
+		want   error    // nil: found
+		says   []string // for refset.ErrInvalidID, besides the type given
+		sqlite error    // not nil: what SQLite answers where PostgreSQL finds the object or answers want
 	}{
-		{"text/string", "notes", "obj-42", nil, nil},
-		{"text/named string", "notes", noteID("obj-42"), nil, nil},
-		{"text/pointer to a string", "notes", &note, nil, nil},
-		{"text/valuer of an int kind", "notes", valuedNote(42), nil, nil},
-		{"text/no such string", "notes", "obj-43", refset.ErrNotFound, nil},
-		{"text/int", "notes", 42, refset.ErrInvalidID, []string{`ID column "id"`, "takes a string type or a type implementing driver.Valuer"}},
-		{"text/int64", "notes", int64(42), refset.ErrInvalidID, []string{"takes a string type"}},
-		{"text/named int", "notes", counterID(42), refset.ErrInvalidID, []string{"takes a string type"}},
-		{"text/float", "notes", 4.2, refset.ErrInvalidID, []string{"takes a string type"}},
-		{"text/bool", "notes", true, refset.ErrInvalidID, []string{"takes a string type"}},
-		{"text/time", "notes", at, refset.ErrInvalidID, []string{"takes a string type"}},
-		{"text/nil", "notes", nil, refset.ErrInvalidID, []string{"a nil ID"}},
-		{"text/nil pointer", "notes", (*string)(nil), refset.ErrInvalidID, []string{"a nil ID"}},
+		{"text/string", "notes", "obj-42", nil, nil, nil},
+		{"text/named string", "notes", noteID("obj-42"), nil, nil, nil},
+		{"text/pointer to a string", "notes", &note, nil, nil, nil},
+		{"text/valuer of an int kind", "notes", valuedNote(42), nil, nil, nil},
+		{"text/no such string", "notes", "obj-43", refset.ErrNotFound, nil, nil},
+		{"text/int", "notes", 42, refset.ErrInvalidID, []string{`ID column "id"`, "takes a string type or a type implementing driver.Valuer"}, nil},
+		{"text/int64", "notes", int64(42), refset.ErrInvalidID, []string{"takes a string type"}, nil},
+		{"text/named int", "notes", counterID(42), refset.ErrInvalidID, []string{"takes a string type"}, nil},
+		{"text/float", "notes", 4.2, refset.ErrInvalidID, []string{"takes a string type"}, nil},
+		{"text/bool", "notes", true, refset.ErrInvalidID, []string{"takes a string type"}, nil},
+		{"text/time", "notes", at, refset.ErrInvalidID, []string{"takes a string type"}, nil},
+		{"text/nil", "notes", nil, refset.ErrInvalidID, []string{"a nil ID"}, nil},
+		{"text/nil pointer", "notes", (*string)(nil), refset.ErrInvalidID, []string{"a nil ID"}, nil},
+		{"text/text", "notes", cleanup.TextID("obj-42"), nil, nil, nil},
+		{"text/text of no such string", "notes", cleanup.TextID("obj-43"), refset.ErrNotFound, nil, nil},
+		{"text/text of an integer", "notes", cleanup.TextID("42"), refset.ErrNotFound, nil, nil},
 
-		{"integer/int64", "counters", int64(42), nil, nil},
-		{"integer/int", "counters", 42, nil, nil},
-		{"integer/int32", "counters", int32(42), nil, nil},
-		{"integer/uint16", "counters", uint16(42), nil, nil},
-		{"integer/named int", "counters", counterID(42), nil, nil},
-		{"integer/no such int", "counters", int64(43), refset.ErrNotFound, nil},
-		// A plain string is an ID as text (the refset command's, the console's),
-		// read as the key's type: PostgreSQL refuses one that is no integer.
-		{"integer/text of the integer", "counters", "42", nil, nil},
-		{"integer/text of no integer", "counters", "obj-42", refset.ErrStatement, nil},
-		{"integer/named string", "counters", noteID("42"), refset.ErrInvalidID, []string{"takes an integer type"}},
-		{"integer/float", "counters", 42.0, refset.ErrInvalidID, []string{"takes an integer type"}},
-		{"integer/time", "counters", at, refset.ErrInvalidID, []string{"takes an integer type"}},
+		{"integer/int64", "counters", int64(42), nil, nil, nil},
+		{"integer/int", "counters", 42, nil, nil, nil},
+		{"integer/int32", "counters", int32(42), nil, nil, nil},
+		{"integer/uint16", "counters", uint16(42), nil, nil, nil},
+		{"integer/named int", "counters", counterID(42), nil, nil, nil},
+		{"integer/no such int", "counters", int64(43), refset.ErrNotFound, nil, nil},
+		// A plain string is a string: no integer, whatever it spells.
+		{"integer/string", "counters", "obj-42", refset.ErrInvalidID, []string{"takes an integer type", "cleanup.TextID"}, nil},
+		{"integer/string of the integer", "counters", "42", refset.ErrInvalidID, []string{"takes an integer type"}, nil},
+		{"integer/pointer to a string", "counters", &note, refset.ErrInvalidID, []string{"takes an integer type"}, nil},
+		// A TextID is the ID as text (the refset command's, the console's), read as
+		// the key's type.
+		{"integer/text of the integer", "counters", cleanup.TextID("42"), nil, nil, nil},
+		{"integer/text of no such integer", "counters", cleanup.TextID("43"), refset.ErrNotFound, nil, nil},
+		{"integer/text of no integer", "counters", cleanup.TextID("obj-42"), refset.ErrInvalidID, []string{`"obj-42", given as text`}, nil},
+		{"integer/empty text", "counters", cleanup.TextID(""), refset.ErrInvalidID, []string{`"", given as text`}, nil},
+		{"integer/text of a fraction", "counters", cleanup.TextID("42.5"), refset.ErrInvalidID, []string{`"42.5", given as text`}, nil},
+		{"integer/text out of range", "counters", cleanup.TextID("99999999999999999999"), refset.ErrInvalidID, []string{"given as text"}, nil},
+		// PostgreSQL reads a bigint's input syntax; SQLite takes an integer as Go
+		// writes it, no other spelling of it.
+		{"integer/text of the integer spelled otherwise", "counters", cleanup.TextID(" +042"), nil, nil, refset.ErrInvalidID},
+
+		{"bytes/array", "hashes", hash, nil, nil, nil},
+		// SQLite's BLOB key takes any ID, as NewStore does (see cleanup.TextID).
+		{"bytes/string", "hashes", "obj-42", refset.ErrInvalidID, []string{"takes a byte array"}, refset.ErrNotFound},
+		// PostgreSQL reads bytea's hex form; SQLite's BLOB key compares values as
+		// they are, so text names no bytes (see cleanup.TextID).
+		{"bytes/text", "hashes", cleanup.TextID(`\x0102fe` + strings.Repeat("00", 29)), nil, nil, refset.ErrNotFound},
+		{"bytes/text of no such bytes", "hashes", cleanup.TextID(`\x0102fd` + strings.Repeat("00", 29)), refset.ErrNotFound, nil, nil},
+		{"bytes/text of no bytes", "hashes", cleanup.TextID(`\xzz`), refset.ErrInvalidID, []string{"given as text"}, refset.ErrNotFound},
+		{"integer/named string", "counters", noteID("42"), refset.ErrInvalidID, []string{"takes an integer type"}, nil},
+		{"integer/float", "counters", 42.0, refset.ErrInvalidID, []string{"takes an integer type"}, nil},
+		{"integer/time", "counters", at, refset.ErrInvalidID, []string{"takes an integer type"}, nil},
 	}
 	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
 		db := hostileSet(t, b)
-		hexec(t, db, `CREATE TABLE counters (id BIGINT PRIMARY KEY)`)
+		bytes := map[bool]string{false: "BLOB", true: "BYTEA"}[b.Postgres]
+		hexec(t, db, `CREATE TABLE counters (id BIGINT PRIMARY KEY)`, `CREATE TABLE hashes (id `+bytes+` PRIMARY KEY)`)
 		_, err := store.NewStore[counted, int64](t.Context(), db, store.Config{Table: "counters"})
 		require.NoError(t, err)
+		_, err = store.NewStore[hashedObj, [32]byte](t.Context(), db, store.Config{Table: "hashes"})
+		require.NoError(t, err)
 		hexec(t, db, `INSERT INTO notes (id) VALUES ('obj-42')`, `INSERT INTO counters (id) VALUES (42)`)
+		require.NoError(t, refset.InTx(t.Context(), db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, db.Driver().Rebind(`INSERT INTO hashes (id) VALUES (?)`), hash[:])
+			return err
+		}))
 		collectors := map[string]*cleanup.Collector{}
-		for _, table := range []string{"notes", "counters"} {
+		for _, table := range []string{"notes", "counters", "hashes"} {
 			collectors[table], err = cleanup.Install(t.Context(), db, cleanup.Config{Table: table})
 			require.NoError(t, err)
 		}
@@ -404,19 +449,20 @@ func TestHostileWhyIDType(t *testing.T) {
 				"Object": func() error { _, err := c.Object(t.Context(), tc.id); return err },
 			} {
 				t.Run(tc.name+"/"+name, func(t *testing.T) {
-					err := call()
-					if tc.want == nil {
+					err, want := call(), tc.want
+					if tc.sqlite != nil && !b.Postgres {
+						want = tc.sqlite
+					}
+					if want == nil {
 						require.NoError(t, err)
 						return
 					}
-					if tc.want == refset.ErrStatement && !b.Postgres {
-						require.ErrorIs(t, err, refset.ErrNotFound, "SQLite keeps any value in any column")
-						return
-					}
-					require.ErrorIs(t, err, tc.want)
-					if tc.want == refset.ErrInvalidID {
+					require.ErrorIs(t, err, want)
+					if want == refset.ErrInvalidID {
 						assert.NotErrorIs(t, err, refset.ErrSchema, "the caller's ID is wrong, not the schema")
-						assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id), "names the type given")
+						if _, text := tc.id.(cleanup.TextID); !text {
+							assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id), "names the type given")
+						}
 						for _, s := range tc.says {
 							assert.Contains(t, err.Error(), s)
 						}

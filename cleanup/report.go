@@ -99,7 +99,7 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 // refset.ErrInvalidID, naming the type given and what the column takes, before any
 // statement carries it: the databases compare loosely (SQLite would compare the int
 // 42 with a text key and find nothing, an ErrNotFound that says nothing of the
-// object "obj-42"). The rule is NewStore's, but for text:
+// object "obj-42"). The rule is NewStore's, with a way out for text:
 //   - the width and sign of an integer do not count: an int, int32 or uint64 is
 //     taken for a key of int64 IDs, as a float32 for float64 ones; named types are
 //     judged by their underlying type (type BlockID string is a string), pointers by
@@ -108,16 +108,16 @@ func (h Holder) String() string { return fmt.Sprintf("%s.%s (%s)", h.Table, h.Co
 //     is taken whatever the column: what it sends is its own affair (a uuid type
 //     sends text);
 //   - nil, or a nil pointer, is refused: it names no object;
-//   - a plain string (not a named string type) is taken whatever the key: it is an
-//     ID as text, as the refset command and the console read one, which the
-//     database reads as a value of the key's type ("42" for an integer key; "abc"
-//     there is refused by PostgreSQL, and matches nothing on SQLite, which keeps
-//     any value in any column). An ID of the set's own Go type is never a string
-//     where the key takes none: NewStore refuses such a set.
+//   - a TextID is taken whatever the key: it is an ID as text, as an operator types
+//     one, which Why reads as a value of the key's type (see TextID). Any other
+//     string, a plain string too, is judged as its type: a string is no ID of a set
+//     of integer IDs ("obj-42", or "42", is refused there), as NewStore refuses such
+//     a set.
 //
 // An id the driver then cannot send as the column's value (a struct, a map; on pgx,
 // a value of a type taken that the column's type does not encode) is
-// refset.ErrInvalidID too, naming its type.
+// refset.ErrInvalidID too, naming its type, as is a TextID the key's type cannot
+// read.
 func (c *Collector) Why(ctx context.Context, id any) ([]Holder, error) {
 	return c.why(ctx, id, whyLimit)
 }
@@ -223,14 +223,15 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		return nil, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	d, arg := c.dialect, refset.Arg(id)
+	d := c.dialect
 	var refused error // judgeID's: an answer, not a failed read to try again on the primary
 	hs, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Holder, error) {
 		p, err := c.catalog(ctx, q, nil)
 		if err != nil {
 			return nil, err
 		}
-		if refused, err = c.judgeID(ctx, q, p, id); refused != nil || err != nil {
+		var arg any
+		if arg, refused, err = c.judgeID(ctx, q, p, id); refused != nil || err != nil {
 			return nil, err
 		}
 		found, err := d.HasObject(ctx, q, p, arg)
@@ -261,8 +262,12 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 // idError types an error a read with the caller's id as its argument returned and
 // that no sentinel matches: the driver could not send id (a Go type it does not
 // take, or one the ID column's type does not), before the database saw the
-// statement. It is refset.ErrInvalidID, naming id's type.
+// statement. It is refset.ErrInvalidID, naming id's type; so is the database's
+// refusal of a TextID it could not read as the key's type (see dataException).
 func (c *Collector) idError(err error, id any) error {
+	if text, ok := id.(TextID); ok && dataException(err) {
+		return fmt.Errorf("%w: the ID %q, given as text, is not a value of the ID column %s.%s: %w", refset.ErrInvalidID, string(text), c.current().Table, c.current().IDColumn, err)
+	}
 	if err == nil || refset.IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
@@ -284,30 +289,33 @@ var idKinds = []struct {
 }
 
 // judgeID judges id, an ID a caller gave a report, by the set's ID column as the
-// catalog has it on q, as store.NewStore judges a set's ID type (see Why): refused
-// is refset.ErrInvalidID, saying id's type and the types the column takes, when it
-// is nil or of a type the column does not take; err is a failed read of the catalog.
-func (c *Collector) judgeID(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, id any) (refused, err error) {
+// catalog has it on q, as store.NewStore judges a set's ID type (see Why), and
+// returns arg, the value the report's statements send for it: refused is
+// refset.ErrInvalidID, saying id's type and the types the column takes, when it is
+// nil or of a type the column does not take, or a TextID SQLite's column cannot
+// read (see TextID); err is a failed read of the catalog.
+func (c *Collector) judgeID(ctx context.Context, q refset.Querier, p *refsetdriver.Plan, id any) (arg any, refused, err error) {
 	if v := reflect.ValueOf(id); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
-		return fmt.Errorf("%w: a nil ID (%T) names no object of %s; nothing was sent", refset.ErrInvalidID, id, p.Table), nil
+		return nil, fmt.Errorf("%w: a nil ID (%T) names no object of %s; nothing was sent", refset.ErrInvalidID, id, p.Table), nil
 	}
-	if _, text := id.(string); text {
-		return nil, nil // an ID as text, which the database reads as the key's type (see Why)
-	}
+	text, isText := id.(TextID)
 	cols, err := c.dialect.Columns(ctx, q, p.Table)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	i := slices.IndexFunc(cols, func(col refsetdriver.Column) bool { return col.Name == p.IDColumn })
 	if i < 0 {
 		i = slices.IndexFunc(cols, func(col refsetdriver.Column) bool { return strings.EqualFold(col.Name, p.IDColumn) })
 	}
 	if i < 0 {
-		return nil, fmt.Errorf("table %s has no column %q: %w", p.Table, p.IDColumn, refset.ErrSchema)
+		return nil, nil, fmt.Errorf("table %s has no column %q: %w", p.Table, p.IDColumn, refset.ErrSchema)
 	}
 	typ, schema := cmp.Or(cols[i].KeyType, cols[i].Type), c.dialect.SchemaSQL()
+	if isText {
+		return c.readText(ctx, q, p, text, cols[i].Type, typ)
+	}
 	if schema.CheckIDType(p.Table, p.IDColumn, typ, reflect.TypeOf(id)) == nil {
-		return nil, nil
+		return refset.Arg(id), nil, nil
 	}
 	var takes []string
 	for _, k := range idKinds {
@@ -316,7 +324,7 @@ func (c *Collector) judgeID(ctx context.Context, q refset.Querier, p *refsetdriv
 		}
 	}
 	takes = append(takes, "a type implementing driver.Valuer")
-	return fmt.Errorf("%w: an ID of type %T, where the ID column %q of %s, of SQL type %s, takes %s; nothing was sent",
+	return nil, fmt.Errorf("%w: an ID of type %T, where the ID column %q of %s, of SQL type %s, takes %s (or a cleanup.TextID: an ID as text); nothing was sent",
 		refset.ErrInvalidID, id, p.IDColumn, p.Table, typ, strings.Join(takes, " or ")), nil
 }
 
@@ -359,11 +367,11 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 		return nil, err
 	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
-	p, arg := c.current(), refset.Arg(id)
+	p := c.current()
 	var refused error // as in why
 	fields, err := onReplica(ctx, c.db, func(q refset.Querier) ([]Field, error) {
-		var err error
-		if refused, err = c.judgeID(ctx, q, p, id); refused != nil || err != nil {
+		arg, judged, err := c.judgeID(ctx, q, p, id)
+		if refused = judged; refused != nil || err != nil {
 			return nil, err
 		}
 		rows, err := q.QueryContext(ctx, c.dialect.Rebind(fmt.Sprintf(`SELECT * FROM %s WHERE "%s" = ?`, p.Table.Quoted(), p.IDColumn)), arg)

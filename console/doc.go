@@ -17,7 +17,9 @@
 //   - /object?table=T&id=ID: the object's row, the rows that keep it alive (the
 //     first 100 of each table, Collector.WhyUpTo), drawn as a graph up to the roots,
 //     and its holds with their expiry by the database's clock (the first 100); a list
-//     cut short says so.
+//     cut short says so. ID is the object's ID as text, read as the set's id
+//     column's type (a cleanup.TextID): id=42 names the object 42 of a set of
+//     integer IDs.
 //   - /chain?table=blocks: a blockmanager chain's tip (blockmanager.ReadTip): the
 //     committed head, the forks and the blocks waiting for a predecessor, drawn as a
 //     tree whose every block links to its object page; a table that is not the
@@ -29,7 +31,7 @@
 // or without, whichever way its store registered it, as refset --table does
 // (public.notes or notes on PostgreSQL, main.notes or notes on SQLite). A parameter
 // the console cannot use is the visitor's mistake, answered 400 (an id the set's id
-// column cannot hold among them); a table that is no set's, an object that is not
+// column cannot hold among them: id=abc for integer IDs, on each store); a table that is no set's, an object that is not
 // there, 404; what the database refuses otherwise (a role that may not read a table,
 // or log in), or a database that is closed or gone, is the operator's to hear of:
 // 500, and a line in the log. A request that ended before its page was read is no

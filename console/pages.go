@@ -224,18 +224,19 @@ func (c *Console) objectPage(r *http.Request) (any, error) {
 		return nil, err
 	}
 	d := objectData{Nav: "sets", Table: table, ID: id, Unindexed: col.Unindexed()}
-	if d.Fields, err = col.Object(ctx, id); err != nil {
-		if errors.Is(err, refset.ErrStatement) && dataException(err) {
-			// The statement is the library's own: what the database refused as data is
-			// the id (abc, or 99999999999999999999, for a BIGINT id column). Any other
-			// refusal (permission denied for the table) is the server's to fix: 500.
+	if d.Fields, err = col.Object(ctx, cleanup.TextID(id)); err != nil {
+		if errors.Is(err, refset.ErrInvalidID) || errors.Is(err, refset.ErrStatement) && dataException(err) {
+			// The id is text the id column's type cannot read (abc, or
+			// 99999999999999999999, for a BIGINT id column): cleanup refuses it, or the
+			// database does as data in the library's own statement. Any other refusal
+			// (permission denied for the table) is the server's to fix: 500.
 			return nil, fmt.Errorf("%w: %s's id column cannot hold the id %s: %v", errBadRequest, table, shown(id), err)
 		}
 		return nil, err
 	}
 	// One more than shown, per table: a table that has it held more than that says
 	// so rather than fill the page.
-	holders, err := col.WhyUpTo(ctx, id, objectHolders+1)
+	holders, err := col.WhyUpTo(ctx, cleanup.TextID(id), objectHolders+1)
 	if err != nil {
 		return nil, err
 	}
@@ -361,7 +362,7 @@ func (c *Console) holdersGraph(ctx context.Context, col *cleanup.Collector, idCo
 		hs, ok := holders[v.id]
 		if !ok {
 			var err error
-			if hs, err = col.Why(ctx, v.id); err != nil {
+			if hs, err = col.Why(ctx, cleanup.TextID(v.id)); err != nil {
 				return g, err
 			}
 		}

@@ -63,7 +63,9 @@ func AssertClean(tb testing.TB, c *cleanup.Collector) bool {
 //
 // An object that does not exist fails the assertion: use [AssertGone] for that. So
 // does an id of a Go type the set's ID column does not take, which
-// cleanup.Collector.Why refuses. It reports false after a failure.
+// cleanup.Collector.Why refuses: pass the ID as the program has it (an int64 for a
+// set of integer IDs, not the string "42"), or as text, read as the key's type, in
+// a cleanup.TextID. It reports false after a failure.
 func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) bool {
 	tb.Helper()
 	ctx, cancel := assertContext(tb)
@@ -103,10 +105,11 @@ func AssertHeldBy(tb testing.TB, c *cleanup.Collector, id any, want ...string) b
 // or zero id (a nil pointer, "", 0) fails: no object has one (refset refuses the
 // zero ID), so the assertion would pass having checked nothing, as when a test
 // read the ID off a nil token. So does an id of a Go type the set's ID column does
-// not take (an int for a set of string IDs "obj-42", a string for integer IDs), which
-// cleanup.Collector.Why refuses (see its rule) where the database would compare it
-// loosely and find nothing, the object there or not. It reports false after a
-// failure.
+// not take (an int for a set of string IDs "obj-42"; a string, "obj-42" or "42",
+// for integer IDs), which cleanup.Collector.Why refuses (see its rule) where the
+// database would compare it loosely and find nothing, the object there or not; and
+// a cleanup.TextID the key's type cannot read ("obj-42" for integer IDs). It
+// reports false after a failure.
 func AssertGone(tb testing.TB, c *cleanup.Collector, id any) bool {
 	tb.Helper()
 	if noID(id) {

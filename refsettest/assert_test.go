@@ -8,6 +8,7 @@ import (
 	"github.com/refsetdb/refset/cleanup"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsettest"
+	"github.com/refsetdb/refset/store"
 )
 
 // TestAssertions runs each assertion, on each store, where it must pass and where it
@@ -198,7 +199,9 @@ func TestAssertHeldByDocumentedKeys(t *testing.T) {
 // key, answered "no such object"), so AssertGone passed though the object it meant,
 // "obj-42", is there, held. Each assertion fails instead, once, naming the type
 // given and what the set takes, on each store; the same object asked for by a
-// string ID shows it exists.
+// string ID shows it exists. So does a string, "obj-42" or "42", on a set of integer
+// IDs, where SQLite compared it loosely and AssertGone passed: only a cleanup.TextID
+// is an ID as text, read as the key's type.
 func TestAssertWrongIDType(t *testing.T) {
 	type blockNumber int
 	tests := []struct {
@@ -228,6 +231,39 @@ func TestAssertWrongIDType(t *testing.T) {
 			return refsettest.AssertHeldBy(tb, c, 42, "chain_heads.block_id")
 		}, []string{"AssertHeldBy(42): why:", "an ID of type int", "takes a string type"}},
 	}
+	// On a set of integer IDs, with the object 42, held: a string is no ID of it,
+	// whatever it spells. SQLite compared one loosely and found nothing, so that
+	// AssertGone passed having checked nothing.
+	integerTests := []struct {
+		name    string
+		assert  func(tb testing.TB, c *cleanup.Collector) bool
+		wantMsg []string
+	}{
+		{"held, by its int64 ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertHeldBy(tb, c, int64(42), "counter_refs.counter_id")
+		}, nil},
+		{"gone, by its int ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, 42)
+		}, []string{"AssertGone(42): it still exists, held by"}},
+		{"gone, of no such int", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, 43)
+		}, nil},
+		{"gone, of a string", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, "obj-42")
+		}, []string{"AssertGone(obj-42): an ID of type string names no object of the set, so nothing was checked", "takes an integer type"}},
+		{"gone, of the string of its ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, "42")
+		}, []string{"AssertGone(42): an ID of type string names no object", "takes an integer type"}},
+		{"gone, of the string of no such ID", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertGone(tb, c, "43")
+		}, []string{"AssertGone(43): an ID of type string names no object"}},
+		{"held by, of a string", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertHeldBy(tb, c, "42", "counter_refs.counter_id")
+		}, []string{"AssertHeldBy(42): why:", "an ID of type string", "takes an integer type"}},
+		{"held by, of its text", func(tb testing.TB, c *cleanup.Collector) bool {
+			return refsettest.AssertHeldBy(tb, c, cleanup.TextID("42"), "counter_refs.counter_id")
+		}, nil},
+	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
@@ -238,6 +274,26 @@ func TestAssertWrongIDType(t *testing.T) {
 					checkAssertion(t, func(tb testing.TB) bool { return tc.assert(tb, w.collector) }, tc.wantMsg)
 				})
 			}
+			exec(t, w.db, `CREATE TABLE counters (id BIGINT PRIMARY KEY)`)
+			exec(t, w.db, `CREATE TABLE counter_refs (counter_id BIGINT PRIMARY KEY REFERENCES counters (id))`)
+			_, err := store.NewStore[counter, int64](t.Context(), w.db, store.Config{Table: "counters"})
+			require.NoError(t, err)
+			c, err := store.NewCollector(t.Context(), w.db, cleanup.Config{Table: "counters", Grace: grace})
+			require.NoError(t, err)
+			exec(t, w.db, `INSERT INTO counters (id) VALUES (42)`)
+			exec(t, w.db, `INSERT INTO counter_refs (counter_id) VALUES (42)`)
+			for _, tc := range integerTests {
+				t.Run("integer/"+tc.name, func(t *testing.T) {
+					checkAssertion(t, func(tb testing.TB) bool { return tc.assert(tb, c) }, tc.wantMsg)
+				})
+			}
 		})
 	}
 }
+
+// counter is an object of a set of integer IDs.
+type counter struct {
+	N int64 `db:"id"`
+}
+
+func (c counter) ID() int64 { return c.N }

@@ -34,6 +34,9 @@
 // SQLite; in the case its store registered it (a name that differs only by case is
 // refused, naming the set's table).
 //
+// why reads ID as text, as the set's ID column's type (a cleanup.TextID): 42 names
+// the object 42 of a set of integer IDs, and an ID that column cannot hold (abc
+// there) is refused as an invalid id, not answered as an object that is not there.
 // why says, of an object nothing references, whether it is in the clean-up queue,
 // which deletes it once it is due, or leaked: not queued, so that clean-up never
 // finds it, and only a sweep deletes it (--json: "queued", "leaked").

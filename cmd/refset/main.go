@@ -584,7 +584,7 @@ func why(ctx context.Context, c call) error {
 	if err != nil {
 		return err
 	}
-	hs, err := col.WhyAll(ctx, c.args[0])
+	hs, err := col.WhyAll(ctx, cleanup.TextID(c.args[0]))
 	if err != nil {
 		return err
 	}

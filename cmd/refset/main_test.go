@@ -180,19 +180,22 @@ type cliCase struct {
 	json func(t *testing.T, out []byte)
 }
 
-// runCases runs each case's command line with bin as a subtest, and checks its exit
-// code and what it printed.
-func runCases(t *testing.T, bin string, cases []cliCase) {
+// runCases runs each case's command line with bin, followed by dbArgs (the
+// database's flags), as a subtest, and checks its exit code and what it printed.
+func runCases(t *testing.T, bin string, cases []cliCase, dbArgs ...string) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			stdout, stderr, code := runCLI(t, bin, c.args...)
+			stdout, stderr, code := runCLI(t, bin, append(c.args, dbArgs...)...)
 			require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 			for _, s := range c.stdout {
 				require.Contains(t, stdout, s)
 			}
 			for _, s := range c.stderr {
 				require.Contains(t, stderr, s)
+			}
+			if c.json != nil {
+				c.json(t, []byte(stdout))
 			}
 		})
 	}
@@ -421,21 +424,7 @@ func TestCommands(t *testing.T) {
 	}
 	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
 		prepare(t, b, db)
-		for _, c := range cases {
-			t.Run(c.name, func(t *testing.T) {
-				stdout, stderr, code := runCLI(t, bin, append(c.args, dbArgs...)...)
-				require.Equal(t, c.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-				for _, s := range c.stdout {
-					require.Contains(t, stdout, s)
-				}
-				for _, s := range c.stderr {
-					require.Contains(t, stderr, s)
-				}
-				if c.json != nil {
-					c.json(t, []byte(stdout))
-				}
-			})
-		}
+		runCases(t, bin, cases, dbArgs...)
 		// Last, since it changes the set: the overdue garbage and the object of
 		// the expired hold go; the leaked object, which no queue entry leads
 		// to, stays.
@@ -893,4 +882,50 @@ func whyIs(holders int, queued, leaked bool) func(t *testing.T, out []byte) {
 		require.Equal(t, queued, w.Queued, "queued")
 		require.Equal(t, leaked, w.Leaked, "leaked")
 	}
+}
+
+// counter is an object of a set of integer IDs.
+type counter struct {
+	N int64 `db:"id"`
+}
+
+func (c counter) ID() int64 { return c.N }
+
+// why reads its ID as text of the set's key type (cleanup.TextID): 42 names the
+// object 42 of a set of integer IDs, on each store; an ID no integer key can hold is
+// refused as an invalid id, not answered as an object that is not there, which
+// SQLite, comparing the text loosely, had said of abc.
+func TestWhyIntegerKey(t *testing.T) {
+	bin := buildCLI(t)
+	eachBackend(t, func(t *testing.T, b backend, db refset.Database, dbArgs []string) {
+		ctx := t.Context()
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			_, err := tx.ExecContext(ctx, `CREATE TABLE counters (id BIGINT PRIMARY KEY)`)
+			return err
+		}))
+		_, err := store.NewStore[counter, int64](ctx, db, store.Config{Table: "counters"})
+		require.NoError(t, err)
+		require.NoError(t, refset.InTx(ctx, db, func(ctx context.Context, tx refset.Tx) error {
+			for _, q := range []string{
+				`CREATE TABLE counter_refs (counter_id BIGINT PRIMARY KEY REFERENCES counters (id))`,
+				`INSERT INTO counters (id) VALUES (42), (7)`,
+				`INSERT INTO counter_refs (counter_id) VALUES (42)`,
+			} {
+				if _, err := tx.ExecContext(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+		runCases(t, bin, []cliCase{
+			{name: "why of an integer", args: []string{"why", "42", "--table", "counters"}, code: exitOK, stdout: []string{"counter_refs"}},
+			{name: "why of an integer json", args: []string{"why", "--json", "42", "--table", "counters"}, code: exitOK, json: whyIs(1, false, false)},
+			{name: "why of an unreferenced integer", args: []string{"why", "--json", "7", "--table", "counters"}, code: exitOK, json: whyIs(0, false, true)},
+			{name: "why of no such integer", args: []string{"why", "43", "--table", "counters"}, code: exitError, stderr: []string{"not found"}},
+			{name: "why of no integer", args: []string{"why", "abc", "--table", "counters"}, code: exitError,
+				stderr: []string{"invalid id", `"abc", given as text`}},
+			{name: "why of an integer out of range", args: []string{"why", "99999999999999999999", "--table", "counters"}, code: exitError,
+				stderr: []string{"invalid id", `"99999999999999999999", given as text`}},
+		}, dbArgs...)
+	})
 }
