@@ -300,6 +300,10 @@ func TestHostileWhyBadID(t *testing.T) {
 		{"map", map[string]int{}, refset.ErrInvalidID},
 		{"number", 42, refset.ErrInvalidID},
 		{"no such text", "nosuch", refset.ErrNotFound},
+		// An ID is shown quoted and cut in the message (sentinel.ID).
+		{"no such text with a newline", "no\nsuch", refset.ErrNotFound},
+		{"no such text of a megabyte", strings.Repeat("x", 1<<20), refset.ErrNotFound},
+		{"text of no number", cleanup.TextID("no\n" + strings.Repeat("x", 1<<20)), refset.ErrNotFound},
 	}
 	testdb.Each(t, []testdb.Backend{testdb.SQLite, testdb.LibPQ, testdb.Pgx}, func(t *testing.T, b testdb.Backend) {
 		db := hostileSet(t, b)
@@ -318,6 +322,8 @@ func TestHostileWhyBadID(t *testing.T) {
 					if want == refset.ErrInvalidID {
 						assert.Contains(t, err.Error(), fmt.Sprintf("%T", tc.id))
 					}
+					assert.NotContains(t, err.Error(), "\n")
+					assert.Less(t, len(err.Error()), 1000, "%.200s...", err)
 				})
 			}
 		}

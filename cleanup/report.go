@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/refsetdb/refset/internal/ctxerr"
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 )
@@ -239,7 +240,7 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 			return nil, err
 		}
 		if !found {
-			return nil, fmt.Errorf("no object %v in %s: %w", arg, p.Table, refset.ErrNotFound)
+			return nil, fmt.Errorf("no object %s in %s: %w", sentinel.ID(arg), p.Table, refset.ErrNotFound)
 		}
 		var hs []Holder
 		for _, r := range p.References {
@@ -254,7 +255,7 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 		return hs, nil
 	})
 	if err = cmp.Or(refused, c.idError(c.readError(err), id)); err != nil {
-		return nil, fmt.Errorf("refset/cleanup: why %v: %w", id, err)
+		return nil, fmt.Errorf("refset/cleanup: why %s: %w", sentinel.ID(id), err)
 	}
 	return hs, nil
 }
@@ -266,7 +267,7 @@ func (c *Collector) why(ctx context.Context, id any, limit int) (_ []Holder, err
 // refusal of a TextID it could not read as the key's type (see dataException).
 func (c *Collector) idError(err error, id any) error {
 	if text, ok := id.(TextID); ok && dataException(err) {
-		return fmt.Errorf("%w: the ID %q, given as text, is not a value of the ID column %s.%s: %w", refset.ErrInvalidID, string(text), c.current().Table, c.current().IDColumn, err)
+		return fmt.Errorf("%w: the ID %s, given as text, is not a value of the ID column %s.%s: %w", refset.ErrInvalidID, sentinel.QuotedID(string(text)), c.current().Table, c.current().IDColumn, err)
 	}
 	if err == nil || refset.IsSentinel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
@@ -383,7 +384,7 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 			if err := rows.Err(); err != nil {
 				return nil, err
 			}
-			return nil, fmt.Errorf("no object %v in %s: %w", arg, p.Table, refset.ErrNotFound)
+			return nil, fmt.Errorf("no object %s in %s: %w", sentinel.ID(arg), p.Table, refset.ErrNotFound)
 		}
 		cols, err := rows.Columns()
 		if err != nil {
@@ -404,7 +405,7 @@ func (c *Collector) Object(ctx context.Context, id any) (_ []Field, err error) {
 		return fields, rows.Err()
 	})
 	if err = cmp.Or(refused, c.idError(c.readError(err), id)); err != nil {
-		return nil, fmt.Errorf("refset/cleanup: object %v: %w", id, err)
+		return nil, fmt.Errorf("refset/cleanup: object %s: %w", sentinel.ID(id), err)
 	}
 	return fields, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/refsetdriver"
 )
@@ -61,8 +62,8 @@ func (c *Collector) readText(ctx context.Context, q refset.Querier, p *refsetdri
 		return b, nil, err
 	}
 	if arg, err = sqliteText(text, typ); err != nil {
-		return nil, fmt.Errorf("%w: the ID %q, given as text, where the ID column %q of %s is of SQL type %s: %w; nothing was sent",
-			refset.ErrInvalidID, string(text), p.IDColumn, p.Table, typ, err), nil
+		return nil, fmt.Errorf("%w: the ID %s, given as text, where the ID column %q of %s is of SQL type %s: %w; nothing was sent",
+			refset.ErrInvalidID, sentinel.QuotedID(string(text)), p.IDColumn, p.Table, typ, err), nil
 	}
 	return arg, nil, nil
 }

@@ -103,6 +103,15 @@ const maxID = 100
 // megabyte would otherwise make each message about it one).
 func ID(id any) string {
 	s := fmt.Sprintf("%v", id)
+	return shown(s, !printable(s))
+}
+
+// QuotedID is ID for a string ID that a message always quotes, as %q does: cut as ID
+// cuts it.
+func QuotedID(s string) string { return shown(s, true) }
+
+// shown is s cut after maxID bytes, if longer, then quoted if quote.
+func shown(s string, quote bool) string {
 	text, cut := s, len(s) > maxID
 	if cut {
 		n := maxID
@@ -111,7 +120,7 @@ func ID(id any) string {
 		}
 		text = s[:n]
 	}
-	if !printable(s) {
+	if quote {
 		text = strconv.Quote(text)
 	}
 	if cut {

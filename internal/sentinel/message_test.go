@@ -84,3 +84,16 @@ func TestIDInMessages(t *testing.T) {
 		})
 	}
 }
+
+// TestQuotedIDInMessages: QuotedID always quotes, and cuts as ID does, before quoting.
+func TestQuotedIDInMessages(t *testing.T) {
+	for id, want := range map[string]string{
+		"n1":                     `"n1"`,
+		"a\nb":                   `"a\nb"`,
+		strings.Repeat("x", 101): `"` + strings.Repeat("x", maxID) + `"... (101 bytes)`,
+	} {
+		if got := QuotedID(id); got != want {
+			t.Errorf("QuotedID(%q)\n got %s\nwant %s", id, got, want)
+		}
+	}
+}

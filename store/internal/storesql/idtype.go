@@ -441,7 +441,7 @@ func idCheck(keyType func(typ string) KeyType, table sqlident.Ident, column, typ
 		if !ok || !c.changes(s) {
 			return nil
 		}
-		return sentinel.New("refset", fmt.Sprintf("the ID %q of %s", s, table), refset.ErrInvalidID,
+		return sentinel.New("refset", fmt.Sprintf("the ID %s of %s", sentinel.QuotedID(s), table), refset.ErrInvalidID,
 			fmt.Errorf("the ID column %q has SQL type %s (%s), which %s: "+
 				"the ID would read back changed, or name another ID's object; nothing was sent: %s",
 				column, typ, c.what, c.rewrites, c.instead))
