@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/refsetdb/refset/internal/sentinel"
 	"github.com/refsetdb/refset/refset"
 )
 
@@ -99,12 +100,12 @@ func checkBlock(b Block) error {
 	id := b.HeaderSignature
 	switch {
 	case id == "":
-		return fmt.Errorf("blockmanager: %w: a block's header signature is empty (its previous block is %q, its number %d)",
-			refset.ErrInvalidID, b.PreviousBlockID, b.BlockNum)
+		return fmt.Errorf("blockmanager: %w: a block's header signature is empty (its previous block is %s, its number %d)",
+			refset.ErrInvalidID, quoted(b.PreviousBlockID), b.BlockNum)
 	case id == NullBlockID:
-		return fmt.Errorf("blockmanager: %w: block %q: NullBlockID is the predecessor of genesis and names no block", refset.ErrInvalidID, id)
+		return fmt.Errorf("blockmanager: %w: block %s: NullBlockID is the predecessor of genesis and names no block", refset.ErrInvalidID, quoted(id))
 	case b.PreviousBlockID == "":
-		return fmt.Errorf("blockmanager: %w: block %q: its previous block ID is empty (a genesis block follows NullBlockID)", refset.ErrInvalidID, id)
+		return fmt.Errorf("blockmanager: %w: block %s: its previous block ID is empty (a genesis block follows NullBlockID)", refset.ErrInvalidID, quoted(id))
 	}
 	if err := checkText("header signature", id, id); err != nil {
 		return err
@@ -124,11 +125,11 @@ func checkBlock(b Block) error {
 	}
 	switch {
 	case b.PreviousBlockID == id:
-		return fmt.Errorf("%w: %q is its own previous block", ErrBrokenChain, id)
+		return fmt.Errorf("%w: %s is its own previous block", ErrBrokenChain, quoted(id))
 	case b.PreviousBlockID == NullBlockID && b.BlockNum != 0:
-		return fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, id, b.BlockNum)
+		return fmt.Errorf("%w: genesis block %s has number %d", ErrBrokenChain, shown(id), b.BlockNum)
 	case b.PreviousBlockID != NullBlockID && b.BlockNum < 1:
-		return fmt.Errorf("%w: %s has number %d, which no block can precede, but follows %s", ErrBrokenChain, id, b.BlockNum, b.PreviousBlockID)
+		return fmt.Errorf("%w: %s has number %d, which no block can precede, but follows %s", ErrBrokenChain, shown(id), b.BlockNum, shown(b.PreviousBlockID))
 	}
 	return nil
 }
@@ -136,7 +137,7 @@ func checkBlock(b Block) error {
 // checkText refuses an ID of block id that the databases cannot store as it is.
 func checkText(what, id, s string) error {
 	if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("blockmanager: %w: block %q: %s %q is not valid UTF-8 text without NUL", refset.ErrInvalidID, id, what, s)
+		return fmt.Errorf("blockmanager: %w: block %s: %s %s is not valid UTF-8 text without NUL", refset.ErrInvalidID, quoted(id), what, quoted(s))
 	}
 	return nil
 }
@@ -166,3 +167,9 @@ func plainList(s string) ([]string, bool) {
 	}
 	return out, true
 }
+
+// shown is a block ID as an error's message shows it: quoted when it has characters
+// that do not print (a peer's block ID with a newline would otherwise start a line
+// of its own in a log), cut when long. quoted is the same, always quoted.
+func shown(id any) string     { return sentinel.ID(id) }
+func quoted(id string) string { return sentinel.QuotedID(id) }

@@ -348,7 +348,7 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 		return err
 	}
 	if childNum != p.num+1 {
-		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, child, childNum, parent, p.num)
+		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, shown(child), childNum, shown(parent), p.num)
 	}
 	// Linked, the block leaves its segment of one for its predecessor's, if it can.
 	res, err := tx.ExecContext(ctx, c.m.sql(`UPDATE blocks SET previous_block_ref = previous_block_id, segment = ?
@@ -357,7 +357,7 @@ func (c *Completer) link(ctx context.Context, tx refset.Tx, child, parent string
 		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		return errors.Join(err, fmt.Errorf("blockmanager: linking %s to %s changed %d rows", child, parent, n))
+		return errors.Join(err, fmt.Errorf("blockmanager: linking %s to %s changed %d rows", shown(child), shown(parent), n))
 	}
 	return nil
 }

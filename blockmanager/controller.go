@@ -216,7 +216,7 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 			// Committed, it would be both the Completer's and the controller's, and
 			// the head of a chain that does not reach genesis.
 			return fmt.Errorf("%w: cannot commit %s: it is not linked to its predecessor %s (it waits in the Completer): %w",
-				ErrMissingPredecessor, id, prevID, refset.ErrNotFound)
+				ErrMissingPredecessor, shown(id), shown(prevID), refset.ErrNotFound)
 		}
 		head, headNum, err := c.head(ctx, tx)
 		if err != nil {
@@ -228,7 +228,7 @@ func (c *ChainController) Commit(ctx context.Context, id string) error {
 		err = c.commit(ctx, tx, id, head, headNum, false)
 		if errors.Is(err, refset.ErrNotFound) && !errors.Is(err, ErrUnknownBlock) {
 			// chain_heads' foreign key: a collector deleted the block since.
-			err = fmt.Errorf("%w: %s: %w", ErrUnknownBlock, id, err)
+			err = fmt.Errorf("%w: %s: %w", ErrUnknownBlock, shown(id), err)
 		}
 		return err
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -641,5 +642,34 @@ func TestHugeAndUnicodeBranches(t *testing.T) {
 		found, err = m.ContainsAnyTransactions(ctx, `blöck","ñ`, append(ids, "t7-2"))
 		require.NoError(t, err)
 		assert.True(t, found)
+	})
+}
+
+// A block ID is a peer's data, and an error names it: quoted where it has characters
+// that do not print (a newline would start a forged line of a log), cut where long.
+func TestBlockIDsInMessages(t *testing.T) {
+	eachChain(t, 2, func(t *testing.T, m *Manager) {
+		forged := "x\nlevel=ERROR msg=forged"
+		long := strings.Repeat("b", 2000)
+		for _, tc := range []struct {
+			name   string
+			branch []Block
+			says   string
+		}{
+			{"its own predecessor", []Block{{HeaderSignature: forged, PreviousBlockID: forged, BlockNum: 2}},
+				`"x\nlevel=ERROR msg=forged" is its own previous block`},
+			{"a genesis numbered", []Block{{HeaderSignature: long, PreviousBlockID: NullBlockID, BlockNum: 3}},
+				"(2000 bytes) has number 3"},
+			{"not following its stored predecessor", []Block{{HeaderSignature: forged, PreviousBlockID: "g0001", BlockNum: 5}},
+				`"x\nlevel=ERROR msg=forged" has number 5 after g0001's 1`},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				before := stateOf(t, m)
+				_, err := m.Put(t.Context(), tc.branch)
+				requireRefused(t, m, before, err, tc.says, ErrBrokenChain)
+				assert.NotContains(t, err.Error(), "\n")
+				assert.Less(t, len(err.Error()), 400)
+			})
+		}
 	})
 }

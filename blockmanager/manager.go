@@ -297,7 +297,7 @@ func checkBranch(branch []Block) error {
 			return err
 		}
 		if j, ok := seen[b.HeaderSignature]; ok {
-			return fmt.Errorf("%w: %s is in the branch twice, at %d and %d", ErrBrokenChain, b.HeaderSignature, j, i)
+			return fmt.Errorf("%w: %s is in the branch twice, at %d and %d", ErrBrokenChain, shown(b.HeaderSignature), j, i)
 		}
 		seen[b.HeaderSignature] = i
 		if i > 0 {
@@ -349,7 +349,7 @@ func (m *Manager) putTx(ctx context.Context, tx refset.Tx, branch []Block, full 
 	} else {
 		prev, err := m.keepPredecessor(ctx, tx, first.PreviousBlockID, true)
 		if errors.Is(err, refset.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s, predecessor of %s: %w", ErrMissingPredecessor, first.PreviousBlockID, first.HeaderSignature, refset.ErrNotFound)
+			return nil, fmt.Errorf("%w: %s, predecessor of %s: %w", ErrMissingPredecessor, shown(first.PreviousBlockID), shown(first.HeaderSignature), refset.ErrNotFound)
 		}
 		if err != nil {
 			return nil, err
@@ -450,7 +450,7 @@ func (m *Manager) checkStored(ctx context.Context, tx refset.Tx, branch []Block,
 		}
 		if l.num != b.BlockNum || l.prev != b.PreviousBlockID {
 			return fmt.Errorf("%w: %s is stored numbered %d after %s, not %d after %s as in the branch",
-				ErrBrokenChain, b.HeaderSignature, l.num, l.prev, b.BlockNum, b.PreviousBlockID)
+				ErrBrokenChain, shown(b.HeaderSignature), l.num, shown(l.prev), b.BlockNum, shown(b.PreviousBlockID))
 		}
 	}
 	return nil
@@ -541,10 +541,10 @@ func (m *Manager) scanPending(ctx context.Context, tx refset.Tx, query string, a
 // follows checks that b comes right after the block prevID numbered prevNum.
 func follows(b Block, prevID string, prevNum int64) error {
 	if b.PreviousBlockID != prevID {
-		return fmt.Errorf("%w: %s follows %s, not %s", ErrBrokenChain, b.HeaderSignature, b.PreviousBlockID, prevID)
+		return fmt.Errorf("%w: %s follows %s, not %s", ErrBrokenChain, shown(b.HeaderSignature), shown(b.PreviousBlockID), shown(prevID))
 	}
 	if b.BlockNum != prevNum+1 {
-		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, b.HeaderSignature, b.BlockNum, prevID, prevNum)
+		return fmt.Errorf("%w: %s has number %d after %s's %d", ErrBrokenChain, shown(b.HeaderSignature), b.BlockNum, shown(prevID), prevNum)
 	}
 	return nil
 }
@@ -587,7 +587,7 @@ func (m *Manager) blockNum(ctx context.Context, q refset.Querier, id string) (in
 func scanBlock(ctx context.Context, q refset.Querier, query string, args []any, dest ...any) error {
 	err := q.QueryRowContext(ctx, query, args...).Scan(dest...)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, args[len(args)-1], refset.ErrNotFound)
+		return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, shown(args[len(args)-1]), refset.ErrNotFound)
 	}
 	return err
 }

@@ -256,13 +256,13 @@ func (w *walker) fill() error {
 			return nil
 		}
 		if !w.found {
-			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, w.from, refset.ErrNotFound)
+			return fmt.Errorf("%w: %s: %w", ErrUnknownBlock, shown(w.from), refset.ErrNotFound)
 		}
 		// A link to a block that is gone: the foreign key keeps a linked block while
 		// the block linking to it is stored, so clean-up deleted the branch under the
 		// walk (nothing held it). Its end is not the branch's end.
 		return fmt.Errorf("%w: %s, linked from a block this walk passed, was deleted during the walk (hold a branch to walk it): %w",
-			ErrUnknownBlock, w.from, refset.ErrNotFound)
+			ErrUnknownBlock, shown(w.from), refset.ErrNotFound)
 	}
 	w.found = true
 	yielded := w.follow(rows)
