@@ -163,8 +163,11 @@ func TestRaceForExpiredLocks(t *testing.T) {
 // waits for it).
 func TestLocksLiveTheirWholeTTL(t *testing.T) {
 	const (
-		ttl  = 5 * time.Second
-		slow = 3 * time.Second
+		// Any delay shows a ttl counted from before the delay; slow leaves the Select
+		// time to reach the row lock first on a loaded machine, and each case waits
+		// out slow and ttl.
+		ttl  = 2500 * time.Millisecond
+		slow = 1500 * time.Millisecond
 		// slack covers SQLite's clock in whole milliseconds.
 		slack = 2 * time.Millisecond
 	)

@@ -94,8 +94,10 @@ func TestLostPaymentIsSettled(t *testing.T) {
 		{name: "no server answers", arm: func(p *refsettest.Proxy) { p.CutReplyTo("tx-lost") }, refuse: true,
 			settled: true, want: []error{refset.ErrUnavailable, refset.ErrCommitUnknown}},
 	}
+	t.Parallel()
 	for _, k := range poolKinds {
 		t.Run(k.name, func(t *testing.T) {
+			t.Parallel() // each case has a schema and a proxy of its own
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					ctx := t.Context()

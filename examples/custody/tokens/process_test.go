@@ -106,6 +106,7 @@ func payTx(ctx context.Context, v *Vault, tx, from, to string, amount int64) err
 // Two replica processes select and spend against one Postgres for a while; the books
 // balance afterwards, no token was locked or spent twice, and both did real work.
 func TestTwoReplicaProcesses(t *testing.T) {
+	t.Parallel() // a schema of its own; its processes run for a set time
 	duration := 20 * time.Second
 	if testing.Short() {
 		duration = 3 * time.Second

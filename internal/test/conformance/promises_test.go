@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/refsetdb/refset/internal/test/pgtest"
 	"github.com/refsetdb/refset/internal/test/testdb"
 	"github.com/refsetdb/refset/refset"
 	"github.com/refsetdb/refset/store/postgres"
@@ -1205,9 +1208,22 @@ func badConfigs(t *testing.T, h harness, db refset.Database) []badConfig {
 	}
 	unknown := opts
 	unknown.Driver = "odbc"
-	missing := place.At + " dbname=refset_no_such_database"
-	if strings.HasPrefix(place.At, "postgres") {
-		missing = regexp.MustCompile(`/[^/?]*(\?|$)`).ReplaceAllString(place.At, "/refset_no_such_database$1")
+	// A name of its own, so that no other test's failed login to it makes PgBouncer
+	// hold this one for server_login_retry.
+	noSuch := fmt.Sprintf("refset_no_such_database_%d", time.Now().UnixNano())
+	missing := place.At + " dbname=" + noSuch
+	switch {
+	case h.Pooled:
+		// As the user PgBouncer knows itself (its auth_file), which PgBouncer passes
+		// the server's refusal on to at once: a test's own role it looks up with its
+		// auth_query, in the database named, and holds until its query_wait_timeout
+		// (two minutes; store/postgres's TestMissingDatabaseEndsWithContext).
+		u, err := url.Parse(os.Getenv(pgtest.EnvPgBouncer))
+		require.NoError(t, err)
+		u.Path = "/" + noSuch
+		missing = u.String()
+	case strings.HasPrefix(place.At, "postgres"):
+		missing = regexp.MustCompile(`/[^/?]*(\?|$)`).ReplaceAllString(place.At, "/"+noSuch+"$1")
 	}
 	return []badConfig{
 		{"an unknown driver", open(place.At, unknown), refset.ErrInvalidConfig},

@@ -1608,6 +1608,7 @@ func testReferenceRaceBothWays(t *testing.T, h harness) {
 	}
 	for _, d := range deleters {
 		t.Run(d.name, func(t *testing.T) {
+			t.Parallel() // each on a database of its own
 			e := newEnv(t, h)
 			set := e.chain(t)
 			del := d.start(t, e)

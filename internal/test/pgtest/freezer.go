@@ -19,22 +19,11 @@ import (
 // It reads what clients send as the protocol's messages, so that it can freeze just
 // before a COMMIT goes on to the server (FreezeAtCommit).
 type Freezer struct {
-	ln       net.Listener
-	target   string
+	forwarder
 	frozen   atomic.Bool
 	atCommit atomic.Bool
-	wg       sync.WaitGroup
 
-	mu    sync.Mutex
-	conns []*heldConn
-	// closed is set by Close, under mu: a connection accept took before Close
-	// closed the listener, and registers after Close closed the others, is closed
-	// at once instead of left open, its goroutines keeping Close waiting on them.
-	closed bool
-
-	// dialed, if set (by a test), runs once accept has the server's end of a new
-	// connection, before it registers it.
-	dialed func()
+	conns []*heldConn // under mu
 }
 
 // heldConn is one client's connection through a Freezer.
@@ -66,9 +55,9 @@ func NewFreezer(tb testing.TB, dsn string) (*Freezer, string) {
 // startFreezer starts a freezer on ln in front of target, with its dialed hook (nil
 // but in a test), and stops it when tb ends.
 func startFreezer(tb testing.TB, ln net.Listener, target string, dialed func()) *Freezer {
-	f := &Freezer{ln: ln, target: target, dialed: dialed}
+	f := &Freezer{forwarder: forwarder{ln: ln, target: target, dialed: dialed}}
 	f.wg.Add(1)
-	go f.accept()
+	go f.serve(nil, f.register)
 	tb.Cleanup(f.Close)
 	return f
 }
@@ -112,36 +101,14 @@ func (f *Freezer) Caught() (caught, closed int) {
 	return caught, closed
 }
 
-func (f *Freezer) accept() {
-	defer f.wg.Done()
-	for {
-		client, err := f.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", f.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		if f.dialed != nil {
-			f.dialed()
-		}
-		c := &heldConn{client: client, server: server}
-		c.up.dst, c.down.dst = server, client
-		f.mu.Lock()
-		if f.closed {
-			f.mu.Unlock()
-			client.Close()
-			server.Close()
-			continue
-		}
-		f.conns = append(f.conns, c)
-		f.mu.Unlock()
-		f.wg.Add(2)
-		go f.fromClient(c)
-		go f.fromServer(c)
-	}
+// register starts passing a new connection on (serve calls it, under mu).
+func (f *Freezer) register(client, server net.Conn) {
+	c := &heldConn{client: client, server: server}
+	c.up.dst, c.down.dst = server, client
+	f.conns = append(f.conns, c)
+	f.wg.Add(2)
+	go f.fromClient(c)
+	go f.fromServer(c)
 }
 
 // fromClient passes the client's messages on, freezing the freezer before a COMMIT
@@ -229,15 +196,12 @@ func (p *pipe) flushLocked() {
 // gave up waiting on one frees it so), and one it accepts meanwhile. It may be
 // called more than once.
 func (f *Freezer) Close() {
-	f.ln.Close()
-	f.mu.Lock()
-	f.closed = true
-	for _, c := range f.conns {
-		c.client.Close()
-		c.server.Close()
-	}
-	f.mu.Unlock()
-	f.wg.Wait()
+	f.shut(func() {
+		for _, c := range f.conns {
+			c.client.Close()
+			c.server.Close()
+		}
+	})
 }
 
 // sendsCommit reports whether a client's message sends COMMIT (isCommit): a simple

@@ -3,9 +3,7 @@ package pgtest
 import (
 	"context"
 	"database/sql"
-	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -83,42 +81,11 @@ func TestFreezer(t *testing.T) {
 	}
 }
 
-// Close closes a connection the freezer accepted while it was closing: one whose
-// server end was dialed before Close closed the listener, and that registers after
-// Close closed the connections it knew. Before, it was left open, its goroutines
-// passing it on, and Close waited on them until the client or the server hung up:
-// a test's cleanup hung (the server waits out its authentication_timeout, a minute
-// by default, for a startup that never comes).
+// Close closes a connection the freezer accepted while it was closing
+// (closeWhileAccepting).
 func TestFreezerCloseWhileAccepting(t *testing.T) {
-	ln, target, _ := inFrontOf(t, "freezer", DSN(t))
-	dialed, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	f := startFreezer(t, ln, target, func() {
-		once.Do(func() { close(dialed) })
-		<-release
+	closeWhileAccepting(t, func(ln net.Listener, target string, dialed func()) (*forwarder, func()) {
+		f := startFreezer(t, ln, target, dialed)
+		return &f.forwarder, f.Close
 	})
-	client, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	t.Cleanup(func() { client.Close() }) // before f's Close: frees it if it hung
-	<-dialed
-
-	closed := make(chan struct{})
-	go func() {
-		f.Close()
-		close(closed)
-	}()
-	require.Eventually(t, func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.closed
-	}, 5*time.Second, time.Millisecond, "Close closed the connections it knew")
-	close(release)
-	select {
-	case <-closed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close still waits on a connection it accepted while closing, left open")
-	}
-	require.NoError(t, client.SetReadDeadline(time.Now().Add(5*time.Second)))
-	_, err = client.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "the client hears its connection closed")
 }

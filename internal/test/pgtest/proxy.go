@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -50,16 +49,13 @@ import (
 // to statements before it in the round trip pass only when a Flush was sent between
 // them and it; the others are lost with its own, as a crash would lose them.
 type Proxy struct {
-	ln       net.Listener
-	target   string
+	forwarder
 	armed    atomic.Pointer[cut] // what the proxy waits for; nil: nothing
 	refusing atomic.Bool
 	noCancel atomic.Bool  // drop cancel requests
 	ready    atomic.Int64 // the server's ReadyForQuery messages
-	wg       sync.WaitGroup
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	conns map[net.Conn]struct{} // under mu
 }
 
 // A cut is one arming of the proxy: the statement it waits for and where it cuts.
@@ -92,9 +88,15 @@ const cancelRequestCode = 80877102
 func NewProxy(tb testing.TB, dsn string) (*Proxy, string) {
 	tb.Helper()
 	ln, target, through := inFrontOf(tb, "proxy", dsn)
-	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	return startProxy(tb, ln, target, nil), through
+}
+
+// startProxy starts a proxy on ln in front of target, with its dialed hook (nil but
+// in a test), and stops it when tb ends.
+func startProxy(tb testing.TB, ln net.Listener, target string, dialed func()) *Proxy {
+	p := &Proxy{forwarder: forwarder{ln: ln, target: target, dialed: dialed}, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.serve(p.refusing.Load, p.register)
 	tb.Cleanup(func() {
 		p.close()
 		// An arming no statement took means the test never lost the connection it
@@ -103,7 +105,7 @@ func NewProxy(tb testing.TB, dsn string) (*Proxy, string) {
 			tb.Errorf("pgtest: the proxy was armed to %s, and no statement took it before the test ended: the connection was never lost (call Disarm where an arming may rightly go untaken)", a)
 		}
 	})
-	return p, through
+	return p
 }
 
 // inFrontOf listens for a forwarder (what) to the server of dsn, a DSN of DSN or
@@ -172,28 +174,13 @@ func (p *Proxy) ReadyForQuery() int64 { return p.ready.Load() }
 // a server that cannot be reached.
 func (p *Proxy) Refuse(on bool) { p.refusing.Store(on) }
 
-func (p *Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if p.refusing.Load() {
-			client.Close()
-			continue
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		p.track(client, server)
-		c := &conn{p: p, client: client, server: server, statements: map[string][]byte{}}
-		p.wg.Add(2)
-		go c.fromClient()
-		go c.fromServer()
-	}
+// register starts passing a new connection on (serve calls it, under mu).
+func (p *Proxy) register(client, server net.Conn) {
+	p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+	c := &conn{p: p, client: client, server: server, statements: map[string][]byte{}}
+	p.wg.Add(2)
+	go c.fromClient()
+	go c.fromServer()
 }
 
 // conn is one client's connection through the proxy. fromClient reads the client's
@@ -458,14 +445,6 @@ func (m *message) int32() int {
 	return int(int32(binary.BigEndian.Uint32(b)))
 }
 
-func (p *Proxy) track(conns ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range conns {
-		p.conns[c] = struct{}{}
-	}
-}
-
 func (p *Proxy) end(conns ...net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -475,12 +454,11 @@ func (p *Proxy) end(conns ...net.Conn) {
 	}
 }
 
+// close closes every connection, and one it accepts meanwhile.
 func (p *Proxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	p.shut(func() {
+		for c := range p.conns {
+			c.Close()
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -300,4 +301,14 @@ func TestProxyStillArmedFailsTheTest(t *testing.T) {
 			assert.Contains(t, tb.errors[0], tc.want)
 		})
 	}
+}
+
+// The proxy's close (its test's cleanup) closes a connection it accepted while it was
+// closing (closeWhileAccepting): before, one that registered after close closed the
+// connections it knew was left open, and close waited until its client hung up.
+func TestProxyCloseWhileAccepting(t *testing.T) {
+	closeWhileAccepting(t, func(ln net.Listener, target string, dialed func()) (*forwarder, func()) {
+		p := startProxy(t, ln, target, dialed)
+		return &p.forwarder, p.close
+	})
 }
