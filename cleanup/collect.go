@@ -90,6 +90,13 @@ func (c *Collector) Collect(ctx context.Context) (_ Stats, err error) {
 	if err := c.made("collect"); err != nil {
 		return Stats{}, err
 	}
+	// Its batches run on workers of its own, whose stacks hold no unit of work: asked
+	// here, on the caller's goroutine, whether units of work on it hold every
+	// connection of the pool (the caller's context, inside a unit's function, carries
+	// no unit), so that such a call fails at once rather than wait for ever.
+	if err := refsetdriver.RefuseOwnPool(c.db, "collect"); err != nil {
+		return Stats{}, err
+	}
 	defer func() { err = ctxerr.Wrap(ctx, err) }()
 	start := time.Now()
 	var total Stats

@@ -102,6 +102,23 @@ type PoolTagged interface {
 // ReadReplicaFirst read there.
 type PoolReader interface {
 	ReaderOutside() Querier
+	// RefuseOwnPool is the error a call (op names it) that takes a connection of the
+	// pool outside any unit of work of the database fails with at once when it would
+	// wait for one that only units of work on the calling goroutine could free, as
+	// ReaderOutside's refusing Querier does; nil otherwise.
+	RefuseOwnPool(op string) error
+}
+
+// RefuseOwnPool fails with ErrInUnitOfWork, when db's Driver is a PoolReader that
+// refuses it, a call (op names it) that takes a connection of db's pool outside any of
+// its units of work on its own, not through ReaderOutside (a statement prepared on
+// Driver.Pool): it would wait for a connection that only units of work on the calling
+// goroutine could free. nil otherwise, and for any other database.
+func RefuseOwnPool(db Database, op string) error {
+	if r, ok := db.Driver().(PoolReader); ok {
+		return r.RefuseOwnPool(op)
+	}
+	return nil
 }
 
 // readerOutside is where a read of db outside any of its units of work goes:

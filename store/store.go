@@ -135,7 +135,12 @@ func (o Options) Settings() refsetdriver.Settings {
 // it made them before: tables dropped and made again (by hand, or by DROP SCHEMA ...
 // CASCADE while refset_schema_version lives in another schema) get a working set.
 // With the database's ExternalMigrations option it creates nothing and fails with
-// refset.ErrSchema (a *schema.PendingError) when the schema is behind.
+// refset.ErrSchema (a *schema.PendingError) when the schema is behind. It commits on
+// its own: called with the context of a unit of work on db it fails at once with
+// refset.ErrInUnitOfWork; called inside a unit's function with another context, it
+// runs apart from the unit, but on PostgreSQL fails at once with
+// refset.ErrInUnitOfWork, creating nothing, when the units on the goroutine hold
+// every connection of the pool (it would wait for them for ever).
 func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refset.Database, cfg Config) (refset.SetStore[T, ID], error) {
 	cfg, err := recordedHolds(ctx, db, cfg)
 	if err != nil {
@@ -149,6 +154,11 @@ func NewStore[T refset.Identifiable[ID], ID comparable](ctx context.Context, db 
 		return nil, err // not a nil *Store in a non-nil interface
 	}
 	if drv := db.Driver(); !drv.Unprepared() {
+		// On the pool: refused at once, as the reads before, when it would wait for a
+		// connection that only units of work on this goroutine could free.
+		if err := refsetdriver.RefuseOwnPool(db, "prepare"); err != nil {
+			return nil, fmt.Errorf("refset: new store of %s: %w", cfg.Table, err)
+		}
 		if err := s.Prepare(ctx, drv.Pool()); err != nil {
 			return nil, err
 		}
@@ -181,14 +191,14 @@ func recordedHolds(ctx context.Context, db refset.Database, cfg Config) (Config,
 		return sentinel.Wrap("refset", fmt.Sprintf("new store of %s: reading refset's record of the set", table), db.TranslateError(err, ""))
 	}
 	sq := d.SchemaSQL()
-	has, err := sq.HasSetTable(ctx, db.Reader())
+	has, err := sq.HasSetTable(ctx, refsetdriver.ReaderFor(ctx, db))
 	if err != nil {
 		return cfg, reading(err)
 	}
 	if !has {
 		return cfg, nil // no set recorded yet
 	}
-	r, err := sq.Lookup(ctx, db.Reader(), table)
+	r, err := sq.Lookup(ctx, refsetdriver.ReaderFor(ctx, db), table)
 	switch {
 	case errors.Is(err, refset.ErrNotFound):
 		return cfg, nil
@@ -218,7 +228,7 @@ func checkHolds(ctx context.Context, db refset.Database, cfg Config) error {
 	if err != nil {
 		return nil
 	}
-	cols, err := d.Columns(ctx, db.Reader(), holds)
+	cols, err := d.Columns(ctx, refsetdriver.ReaderFor(ctx, db), holds)
 	if err != nil {
 		return nil // a closed database, an ended context: sqlstore.Open says it
 	}

@@ -39,7 +39,7 @@ func Open[T refset.Identifiable[ID], ID comparable](ctx context.Context, db refs
 	if err != nil {
 		return nil, err
 	}
-	cols, err := d.Columns(ctx, db.Reader(), table)
+	cols, err := d.Columns(ctx, refsetdriver.ReaderFor(ctx, db), table)
 	if err != nil {
 		return nil, sentinel.Wrap("refset", fmt.Sprintf("reading the columns of %s", table), db.TranslateError(err, ""))
 	}

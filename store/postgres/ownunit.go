@@ -19,9 +19,12 @@ import (
 // connections), none is freed until the call returns: it would wait until its
 // context ends, for ever with context.Background(). Such a call fails at once with
 // refset.ErrInUnitOfWork instead, changing nothing (ownUnitsHoldPool): a Begin
-// (Add, Complete, InTx, ...), a read outside a unit (Get, Load, refset.Reader,
-// ReaderOutside), a statement that commits on its own (queryOwn), and
-// ReplicaCaughtUp's read of the primary.
+// (Add, Complete, InTx, a migration, ...), a read outside a unit (Get, Load,
+// refset.Reader, ReaderOutside, store.NewStore's reads of the catalog and of refset's
+// registry), a statement prepared on the pool (NewStore's, RefuseOwnPool), a statement
+// that commits on its own (queryOwn), and ReplicaCaughtUp's read of the primary. The
+// transaction of a stand-alone Add, Complete or Upgrade is a unit of work too: a call
+// one of its Commands makes with another context is refused alike.
 //
 // The units on the goroutine are counted exactly: refset runs a unit's function in
 // frames that name its pool (refsetdriver.RunUnitFuncOf, with this pool's tag,
@@ -29,9 +32,11 @@ import (
 // stack only when the pool is full (refsetdriver.UnitsOnStack). A pool busy with
 // other goroutines' work, which frees its connections, is waited for, as before.
 // Not counted, so waited for as before: connections the goroutine holds otherwise (a
-// transaction of its own, a *sql.Conn, rows not yet closed), and the bound of a
-// pgxpool under a *sql.DB with no bound of its own (NewPgxPoolConnector): give the
-// *sql.DB the pgxpool's bound (SetMaxOpenConns) for its calls to be refused too.
+// transaction of its own, a *sql.Conn, rows not yet closed), a connection taken by
+// another goroutine the call waits for (clean-up's Collect, whose batches run on
+// workers of its own), and the bound of a pgxpool under a *sql.DB with no bound of
+// its own (NewPgxPoolConnector): give the *sql.DB the pgxpool's bound
+// (SetMaxOpenConns) for its calls to be refused too.
 
 // poolTags are the tags of the pools DBs were made on, while the pools live.
 var poolTags sync.Map // weak.Pointer[sql.DB] → refsetdriver.PoolTag
@@ -72,5 +77,10 @@ func (d dialectDriver) PoolTag() refsetdriver.PoolTag { return d.db.poolTag }
 func (d dialectDriver) ReaderOutside() refset.Querier {
 	return d.db.storeEngine.ReaderOutside(d.db.Pool(), DriverLibPQ)
 }
+
+// RefuseOwnPool is the refusal of a call (op names it) that would take a connection
+// of the database's pool that only units of work on the calling goroutine could free,
+// or nil (refsetdriver.PoolReader).
+func (d dialectDriver) RefuseOwnPool(op string) error { return d.db.storeEngine.RefuseOwnPool(op) }
 
 var _ refsetdriver.PoolReader = dialectDriver{}
