@@ -207,6 +207,7 @@ type roundTrip struct {
 	flushed  int64 // the statements run in it before its last Flush message
 	match    *cut  // the arming one of its statements matched; nil: none
 	before   int64 // the statements whose answers the server flushed before the one that matched
+	taken    bool  // match's answers are cut already (matched): it was the arming still
 }
 
 // fromClient passes the client's messages on to the server, and cuts the connection
@@ -285,10 +286,21 @@ func (c *conn) note(frame []byte) (endsRound bool) {
 }
 
 // matched notes that the round trip being sent runs a statement that matches armed,
-// if it matches and is the first of the round trip to.
+// if it matches and is the first of the round trip to. A cut of the answers takes
+// the arming here, before the statement's message goes on: the server answers the
+// statements before a Flush without waiting for the round trip's Sync, so an answer
+// of the matching statement could otherwise pass before endRound set the cut (the
+// ticket reached the client, under load, and the test saw its unit committed). A cut
+// of the client, after the round trip is sent, waits for endRound.
 func (c *conn) matched(armed *cut, matches bool) {
-	if matches && c.sending.match == nil {
-		c.sending.match, c.sending.before = armed, c.sending.flushed
+	if !matches || c.sending.match != nil {
+		return
+	}
+	c.sending.match, c.sending.before = armed, c.sending.flushed
+	if !armed.afterSent && c.p.armed.CompareAndSwap(armed, nil) {
+		c.cutAnswers.Store(c.sending.before) // before the round: fromServer reads them in the other order
+		c.cutRound.Store(c.rounds + 1)       // the round trip being sent (endRound counts it)
+		c.sending.taken = true
 	}
 }
 
@@ -300,7 +312,10 @@ func (c *conn) endRound() (cutOff bool) {
 	c.rounds++
 	r := c.sending
 	c.sending = roundTrip{}
-	if r.match == nil || !c.p.armed.CompareAndSwap(r.match, nil) {
+	if r.match == nil || r.match.afterSent && !c.p.armed.CompareAndSwap(r.match, nil) {
+		return false
+	}
+	if !r.taken && !r.match.afterSent { // the arming was taken by another connection first
 		return false
 	}
 	c.cutAnswers.Store(r.before)
