@@ -28,6 +28,8 @@ import (
 // stale). The same long-lived session runs all three phases, so plans cached in one
 // (pgx's prepared statements, trigger functions) meet the next.
 func TestPlansOnLargeData(t *testing.T) {
+	// A schema and a session of its own; it waits on the server mostly.
+	t.Parallel()
 	const first = 50_000 // blocks of the first load; the second grows the store fivefold
 	ctx := t.Context()
 	// The test's own statements (loads, making entries due) go through the plain pool:

@@ -28,6 +28,7 @@ var custodyTables = []string{"tokens", "token_owners", "token_locks", "token_his
 // table whole (a sequential or bitmap scan) or read far more of one than its rows
 // need (refsettest.AssertPlans).
 func TestPaymentPlansOnLargeWallet(t *testing.T) {
+	t.Parallel() // a schema and a session of its own; it waits on the server mostly
 	ctx := t.Context()
 	log, db, plain := refsettest.PlanGuard(t)
 	v := openVault(t, db, Config{})

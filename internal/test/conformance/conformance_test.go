@@ -196,9 +196,10 @@ var suiteTests = []suiteTest{
 }
 
 // runSuite runs the tests of suite s as parallel subtests of a parallel subtest per
-// harness. The suites run one after the other: run at once, they took the CPU from
-// the packages go test runs beside this one, and the whole suite took longer.
+// harness, the suite in parallel with the others: each test has a database of its
+// own.
 func runSuite(t *testing.T, s suite) {
+	t.Parallel()
 	for _, h := range harnesses {
 		if h.notInMain && s == mainSuite {
 			continue
